@@ -1,0 +1,491 @@
+"""The `judge` command. The only module that imports click, reads the environment, prints or exits.
+
+Exit codes: 0 all tasks done, 1 some tasks failed (listed), 2 usage or configuration error,
+130 interrupted (rerun the same command to resume).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import importlib.metadata
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import click
+import orjson
+
+from runner import datasets, local
+from runner.cache import Cache
+from runner.errors import ConfigError, DataError, MissingKeyError, RunnerError
+from runner.execute import Endpoint, RunStats, execute
+from runner.expand import Expansion, estimate_cost, prepare
+from runner.job import Job, ModelSpec, load_job, parse_model_spec
+from runner.judgments import judge
+from runner.progress import Progress
+from runner.report import write_reports
+
+DEFAULT_DATA_DIR = Path.home() / ".cache" / "judge-runner" / "data"
+PACKAGES = ("judge-runner", "aiohttp", "openai", "aiolimiter", "diskcache", "orjson", "scipy",
+            "click")
+
+
+class UsageError(click.ClickException):
+    """A RunnerError as one `Error:` line; exit 2 for job, data and configuration errors."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """What a command works on: the job, its models and items, the cache and output dirs."""
+
+    job: Job
+    expansion: Expansion
+    cache_dir: Path
+    out_dir: Path
+
+
+def _job_path(job: str) -> Path:
+    path = Path(job)
+    if path.suffix == ".toml" or path.exists():
+        return path
+    named = Path("jobs") / f"{job}.toml"
+    if not named.exists():
+        raise ConfigError(f"{job}: no such job file, and no jobs/{job}.toml; pass a path or a "
+                          "name under jobs/")
+    return named
+
+
+def _models(job: Job, specs: tuple[str, ...], base_url: str | None) -> tuple[ModelSpec, ...]:
+    """--model replaces the job's models; --base-url / OPENAI_BASE_URL serve bare names."""
+    fallback = base_url or os.environ.get("OPENAI_BASE_URL")
+    if specs:
+        models = tuple(parse_model_spec(s, base_url=base_url) for s in specs)
+    else:
+        models = job.models
+    resolved = []
+    for m in models:
+        if m.kind == "compatible" and (base_url or m.base_url is None):
+            if not fallback:
+                raise ConfigError(f"{job.path}: model {m.spec!r} needs a server: pass --base-url "
+                                  "http://HOST:PORT/v1, set OPENAI_BASE_URL, or use openai:NAME")
+            m = ModelSpec(**{**_fields(m), "base_url": fallback})
+        resolved.append(m)
+    return tuple(resolved)
+
+
+def _fields(m: ModelSpec) -> dict[str, Any]:
+    return {name: getattr(m, name) for name in m.__dataclass_fields__}
+
+
+def _select(job_arg: str, models: tuple[str, ...], base_url: str | None, limit: int | None,
+            cache_dir: str | None, out: str | None) -> Selection:
+    job = load_job(_job_path(job_arg))
+    job = job.with_models(_models(job, models, base_url))
+    data_dir = Path(os.environ.get("JUDGE_DATA_DIR") or DEFAULT_DATA_DIR)
+    expansion = prepare(job, data_dir, limit=limit)
+    cache = Path(cache_dir or os.environ.get("JUDGE_CACHE_DIR") or "cache")
+    return Selection(job=job, expansion=expansion, cache_dir=cache,
+                     out_dir=Path(out) if out else job.output_dir)
+
+
+def _check_keys(job: Job) -> None:
+    for m in job.models:
+        if m.key_required and not os.environ.get(m.api_key_env):
+            raise MissingKeyError(f"{job.path}: model {m.name!r} ({m.spec}) needs an API key: "
+                                  f"set {m.api_key_env} (no call was made)")
+
+
+def _key_reader(name: str) -> Callable[[], str | None]:
+    return lambda: os.environ.get(name) or None
+
+
+def _manifest(sel: Selection, stats: RunStats | None, started: float,
+              command: str) -> dict[str, Any]:
+    versions = {}
+    for pkg in PACKAGES:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            versions[pkg] = importlib.metadata.version(pkg)
+    counts = stats.as_dict() if stats else {}
+    return {"job": sel.job.name, "job_file": str(sel.job.path),
+            "job_sha256": hashlib.sha256(sel.job.path.read_bytes()).hexdigest(),
+            "command": command, "versions": versions, "python": sys.version.split()[0],
+            "started": _iso(started), "ended": _iso(time.time()),
+            "models": [{"name": m.name, "spec": m.spec, "endpoint": m.endpoint
+                        if m.base_url or m.kind == "local" else None} for m in sel.job.models],
+            "counts": counts,
+            "usage": {"prompt_tokens": stats.prompt_tokens if stats else 0,
+                      "completion_tokens": stats.completion_tokens if stats else 0},
+            "estimated_cost_usd": round(stats.cost, 6) if stats else 0.0,
+            "cache_dir": str(sel.cache_dir)}
+
+
+def _iso(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+@contextlib.contextmanager
+def _serving(job: Job) -> Iterator[Job]:
+    """Start the embedded local server for `local:` models for the duration of the block."""
+    specs = [m for m in job.models if m.kind == "local"]
+    if not specs:
+        yield job
+        return
+    with contextlib.ExitStack() as stack:
+        models = []
+        for m in job.models:
+            if m.kind == "local":
+                server = stack.enter_context(local.LocalServer(m.model))
+                m = ModelSpec(**{**_fields(m), "base_url": server.base_url})
+            models.append(m)
+        yield job.with_models(tuple(models))
+
+
+async def _run_async(sel: Selection, job: Job, cache: Cache, opts: dict[str, Any],
+                     progress: Progress) -> RunStats:
+    """Run the pool; `job` is sel.job with local servers' base URLs filled in."""
+    endpoints = {m.name: Endpoint(model=m, base_url=m.base_url or "",
+                                  api_key=_key_reader(m.api_key_env)) for m in job.models}
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    assert main is not None
+
+    def on_sigint() -> None:
+        if stop.is_set():
+            progress.say("second Ctrl-C: cancelling in-flight requests")
+            main.cancel()
+        else:
+            progress.say("stopping: no new requests; in-flight requests finish "
+                         "(Ctrl-C again to cancel them)")
+            stop.set()
+
+    loop.add_signal_handler(signal.SIGINT, on_sigint)
+    connector = aiohttp.TCPConnector(limit=job.limits.concurrency, limit_per_host=0)
+    try:
+        async with aiohttp.ClientSession(connector=connector) as session:
+            return await execute(sel.expansion.tasks(), cache=cache, session=session,
+                                 endpoints=endpoints, limits=job.limits, stop=stop,
+                                 offline=opts["offline"], budget=opts["budget"],
+                                 total=sel.expansion.count(), on_progress=progress.update)
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+
+
+def _common(f: Callable[..., Any]) -> Callable[..., Any]:
+    """Options that select the tasks: every command that reads the cache takes them."""
+    options = [
+        click.argument("job"),
+        click.option("--model", "models", multiple=True, metavar="SPEC",
+                     help="Judge model, replacing the job's: openai:NAME, local:NAME, or a "
+                          "NAME served at --base-url. Repeatable."),
+        click.option("--base-url", help="OpenAI-compatible endpoint for bare model names, "
+                                        "e.g. http://127.0.0.1:8000/v1 [env OPENAI_BASE_URL]."),
+        click.option("--limit", type=click.IntRange(min=1),
+                     help="Only the first N items of each data set, in file order."),
+        click.option("--cache-dir", help="Response cache folder [env JUDGE_CACHE_DIR; "
+                                         "default ./cache]."),
+        click.option("--out", help="Report folder [default: the job's output_dir, "
+                                   "runs/<job>]."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except RunnerError as exc:
+            raise UsageError(str(exc)) from None
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            sys.exit(130)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="judge-runner")
+def cli() -> None:
+    """Run LLM-as-a-judge studies: cached, rate-limited, resumable judge calls, and reports
+    that correlate the judges with human ratings.
+
+    \b
+    A job file (jobs/NAME.toml) names data sets, prompts, judge models and limits:
+      judge plan openmeva          tasks, cache hits, estimated tokens and cost (no network)
+      judge run openmeva           call what is missing, then write runs/openmeva/
+      judge rescore openmeva       re-parse cached answers and rewrite reports (no network)
+    Rerunning `judge run` after a crash or Ctrl-C calls the API only for what is missing.
+    """
+
+
+@cli.command()
+@_common
+@click.option("--concurrency", type=click.IntRange(min=1), help="Requests in flight.")
+@click.option("--rpm", type=click.FloatRange(min=0, min_open=True), help="Requests/minute/model.")
+@click.option("--tpm", type=click.FloatRange(min=0, min_open=True), help="Tokens/minute/model.")
+@click.option("--max-retries", type=click.IntRange(min=0), help="Retries per task.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True),
+              help="Per-request timeout in seconds.")
+@click.option("--offline", is_flag=True,
+              help="Never touch the network: report from the cache and list the misses.")
+@click.option("--budget", type=click.FloatRange(min=0), metavar="USD",
+              help="Stop dispatching before the estimated spend would pass USD.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask before paid calls.")
+def run(job: str, models: tuple[str, ...], base_url: str | None, limit: int | None,
+        cache_dir: str | None, out: str | None, **opts: Any) -> None:
+    """Call the judge for every task not yet cached, then write the reports.
+
+    Exit 0 when every task has an answer, 1 when some failed (listed), 2 on a configuration
+    error (before any call), 130 when interrupted: rerun the same command to resume.
+    """
+    started = time.time()
+    sel = _select(job, models, base_url, limit, cache_dir, out)
+    limits = {k: v for k, v in (("concurrency", opts["concurrency"]), ("rpm", opts["rpm"]),
+                                ("tpm", opts["tpm"]), ("max_retries", opts["max_retries"]),
+                                ("timeout_s", opts["timeout"])) if v is not None}
+    sel = Selection(job=sel.job.with_limits(**limits), expansion=sel.expansion,
+                    cache_dir=sel.cache_dir, out_dir=sel.out_dir)
+    if not opts["offline"]:
+        _check_keys(sel.job)
+        _check_budget(sel.job, opts["budget"])
+    stats = _execute(sel, opts)
+    _finish(sel, stats, started, " ".join(["judge", *sys.argv[1:]]))
+
+
+def _check_budget(job: Job, budget: float | None) -> None:
+    if budget is None:
+        return
+    for m in job.models:
+        if estimate_cost(m, 1, 1) is None:
+            raise ConfigError(f"{job.path}: --budget needs a price for model {m.name!r} "
+                              f"({m.model}): add [models.{m.name}] price = {{input = USD_PER_1M, "
+                              "output = USD_PER_1M}")
+
+
+def _execute(sel: Selection, opts: dict[str, Any]) -> RunStats:
+    progress = Progress(sys.stderr, total=sel.expansion.count())
+    serving = contextlib.nullcontext(sel.job) if opts["offline"] else _serving(sel.job)
+    with Cache(sel.cache_dir) as cache, serving as served:
+        try:
+            return asyncio.run(_run_async(sel, served, cache, opts, progress))
+        finally:
+            progress.close()
+
+
+def _finish(sel: Selection, stats: RunStats, started: float, command: str) -> None:
+    with Cache(sel.cache_dir) as cache:
+        write_reports(sel.out_dir, sel.expansion,
+                      judge(sel.expansion, cache, failures=stats.failures,
+                            fresh=frozenset(stats.called)),
+                      _manifest(sel, stats, started, command))
+    _summarise(sel, stats, command)
+
+
+def _summarise(sel: Selection, stats: RunStats, command: str) -> None:
+    echo = click.echo
+    echo(f"{stats.total} tasks: {stats.cache_hits} cached, {stats.api_calls} called, "
+         f"{stats.retries} retries, {len(stats.failures)} failed, {len(stats.missing)} not run; "
+         f"{stats.prompt_tokens + stats.completion_tokens} tokens, ~${stats.cost:.4f}",
+         err=True)
+    echo(f"reports: {sel.out_dir}/", err=True)
+    if stats.fatal:
+        raise UsageError(f"the server refused the credentials, run stopped: {stats.fatal}")
+    for key, reason in list(stats.failures.items())[:20]:
+        echo(f"failed {key[:12]}: {reason}", err=True)
+    if len(stats.failures) > 20:
+        echo(f"... and {len(stats.failures) - 20} more (see judgments.jsonl)", err=True)
+    if stats.budget_stopped:
+        echo(f"--budget reached: {len(stats.missing)} tasks not run", err=True)
+    elif stats.missing and not stats.interrupted:
+        echo(f"{len(stats.missing)} tasks are not cached (offline); first: "
+             f"{', '.join(k[:12] for k in stats.missing[:5])}", err=True)
+    if stats.interrupted:
+        echo(f"interrupted: {len(stats.missing)} tasks left; rerun to resume: {command}",
+             err=True)
+        sys.exit(130)
+    if stats.failures:
+        sys.exit(1)
+
+
+@cli.command()
+@_common
+def rescore(job: str, models: tuple[str, ...], base_url: str | None, limit: int | None,
+            cache_dir: str | None, out: str | None) -> None:
+    """Re-parse every cached answer with the current parsers and rewrite every report.
+
+    Never opens a network connection: change a parser, rescore, get new numbers in seconds.
+    """
+    started = time.time()
+    sel = _select(job, models, base_url, limit, cache_dir, out)
+    stats = RunStats(total=sel.expansion.count())
+    with Cache(sel.cache_dir) as cache:
+        for task in sel.expansion.tasks():
+            if task.key in cache:
+                stats.cache_hits += 1
+            else:
+                stats.missing.append(task.key)
+    _finish(sel, stats, started, " ".join(["judge", *sys.argv[1:]]))
+
+
+@cli.command()
+@_common
+def plan(job: str, models: tuple[str, ...], base_url: str | None, limit: int | None,
+         cache_dir: str | None, out: str | None) -> None:
+    """Show tasks, cache hits, calls to make, estimated tokens and cost. No network.
+
+    Costs come from a built-in table of list prices (USD per 1M tokens) or the job's
+    `price = {input = .., output = ..}`; completion tokens are counted at max_tokens x n,
+    an upper bound.
+    """
+    sel = _select(job, models, base_url, limit, cache_dir, out)
+    by_model: dict[str, list[int]] = {m.name: [0, 0, 0, 0] for m in sel.job.models}
+    seen: set[str] = set()
+    with Cache(sel.cache_dir) as cache:
+        for task in sel.expansion.tasks():
+            row = by_model[task.model]
+            row[0] += 1
+            if task.key in seen or task.key in cache:
+                row[1] += 1
+            else:
+                row[2] += task.prompt_tokens
+                row[3] += task.max_tokens
+                if len(seen) < 5_000_000:
+                    seen.add(task.key)
+    echo = click.echo
+    echo(f"job {sel.job.name}: {sum(len(v) for v in sel.expansion.items.values())} items, "
+         f"{len(sel.job.prompts)} prompts, {len(sel.job.models)} models")
+    total_cost: float | None = 0.0
+    for m in sel.job.models:
+        tasks, cached, prompt_tokens, completion_tokens = by_model[m.name]
+        cost = estimate_cost(m, prompt_tokens, completion_tokens)
+        total_cost = None if cost is None or total_cost is None else total_cost + cost
+        price = "price unknown: set price in the job" if cost is None else f"~${cost:.4f}"
+        echo(f"  {m.name} ({m.spec}): {tasks} tasks, {cached} cached, {tasks - cached} to call, "
+             f"~{prompt_tokens} prompt + <={completion_tokens} completion tokens, {price}")
+    echo("total: " + ("unknown cost" if total_cost is None else f"~${total_cost:.4f}"))
+
+
+@cli.command()
+@_common
+def status(job: str, models: tuple[str, ...], base_url: str | None, limit: int | None,
+           cache_dir: str | None, out: str | None) -> None:
+    """How far a job is: tasks cached now, and the last run's manifest counts. No network."""
+    sel = _select(job, models, base_url, limit, cache_dir, out)
+    with Cache(sel.cache_dir) as cache:
+        total = cached = 0
+        for task in sel.expansion.tasks():
+            total += 1
+            cached += task.key in cache
+    click.echo(f"job {sel.job.name}: {cached}/{total} tasks cached, {total - cached} to call")
+    manifest = sel.out_dir / "manifest.json"
+    if manifest.exists():
+        data = orjson.loads(manifest.read_bytes())
+        counts = ", ".join(f"{k} {v}" for k, v in data.get("counts", {}).items())
+        click.echo(f"last run {data.get('ended')}: {counts}")
+    else:
+        click.echo(f"no run yet ({manifest} does not exist)")
+
+
+@cli.group()
+def cache() -> None:
+    """Inspect the response cache."""
+
+
+@cache.command("stats")
+@click.option("--cache-dir", help="Response cache folder [env JUDGE_CACHE_DIR; default ./cache].")
+def cache_stats(cache_dir: str | None) -> None:
+    """Entries and size of the cache."""
+    path = Path(cache_dir or os.environ.get("JUDGE_CACHE_DIR") or "cache")
+    if not path.exists():
+        raise ConfigError(f"{path}: no cache here; pass --cache-dir or set JUDGE_CACHE_DIR")
+    with Cache(path) as c:
+        s = c.stats()
+    click.echo(f"{path}: {s['entries']} entries, {s['bytes'] / 1e6:.1f} MB")
+
+
+@cache.command("explain")
+@_common
+@click.option("--item", "item_id", required=True, help="Item id, as in judgments.jsonl.")
+def cache_explain(job: str, models: tuple[str, ...], base_url: str | None, limit: int | None,
+                  cache_dir: str | None, out: str | None, item_id: str) -> None:
+    """Print each task of one item: the parts of its cache key, the key, and whether it is cached.
+
+    Two runs that should share answers but don't: compare these lines between them.
+    """
+    sel = _select(job, models, base_url, limit, cache_dir, out)
+    found = False
+    with Cache(sel.cache_dir) as c:
+        endpoints = {m.name: m.endpoint for m in sel.job.models}
+        for task in sel.expansion.tasks():
+            if task.item_id != item_id:
+                continue
+            found = True
+            body = orjson.loads(task.body)
+            params = {k: v for k, v in body.items() if k not in ("messages", "model")}
+            click.echo(f"{task.dataset} {task.item_id} prompt={task.prompt} aspect={task.aspect} "
+                       f"model={task.model} sample={task.sample}")
+            click.echo(f"  endpoint: {endpoints[task.model]}")
+            click.echo(f"  model:    {body['model']}")
+            click.echo(f"  params:   {orjson.dumps(params, option=orjson.OPT_SORT_KEYS).decode()}")
+            digest = hashlib.sha256(orjson.dumps(body["messages"])).hexdigest()[:16]
+            click.echo(f"  messages: {len(body['messages'])}, sha256 {digest}")
+            click.echo(f"  key:      {task.key}  {'cached' if task.key in c else 'NOT cached'}")
+    if not found:
+        raise ConfigError(f"{sel.job.path}: no task has item id {item_id!r} (ids look like "
+                          f"{next(iter(sel.expansion.index.values())).item_id!r})")
+
+
+@cli.group("datasets")
+def datasets_group() -> None:
+    """List, download and verify the registered data sets [env JUDGE_DATA_DIR]."""
+
+
+def _data_dir() -> Path:
+    return Path(os.environ.get("JUDGE_DATA_DIR") or DEFAULT_DATA_DIR)
+
+
+@datasets_group.command("list")
+def datasets_list() -> None:
+    """Registered data sets and whether their files are present."""
+    for name, info in sorted(datasets.REGISTRY.items()):
+        states = {state for _, state in datasets.verify(name, _data_dir())} if info.files else {}
+        state = "ok" if states == {"ok"} else ", ".join(sorted(states)) or "-"
+        click.echo(f"{name:<16} {state:<10} {info.description}")
+
+
+@datasets_group.command("fetch")
+@click.argument("names", nargs=-1, required=True)
+def datasets_fetch(names: tuple[str, ...]) -> None:
+    """Download NAMES from their upstream URLs into JUDGE_DATA_DIR and check each sha256."""
+    for name in names:
+        for path in datasets.fetch(name, _data_dir(), mirror=os.environ.get("JUDGE_DATA_MIRROR")):
+            click.echo(f"{name}: {path}")
+
+
+@datasets_group.command("verify")
+@click.argument("names", nargs=-1, required=True)
+def datasets_verify(names: tuple[str, ...]) -> None:
+    """Check the sha256 of every file of NAMES; exit 2 if any is missing or differs."""
+    bad = 0
+    for name in names:
+        for path, state in datasets.verify(name, _data_dir()):
+            click.echo(f"{name}: {path}: {state}")
+            bad += state != "ok"
+    if bad:
+        raise DataError(f"{bad} file(s) missing or corrupt: run `judge datasets fetch "
+                        f"{' '.join(names)}`")
+
+
+def main() -> None:
+    """Console entry point."""
+    cli()

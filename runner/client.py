@@ -1,0 +1,131 @@
+"""POST one chat-completions request with aiohttp and classify what comes back.
+
+Every aiohttp exception and HTTP status is mapped here, in one place, to the error tree:
+the client classifies (retryable or not, how long the server asked us to wait); `execute`
+decides what to do about it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import orjson
+
+from runner.errors import APIError, AuthError, RequestError, RetryableError
+
+__all__ = ["Response", "post_chat", "retry_after"]
+
+RETRYABLE_STATUS = frozenset({408, 409, 429})
+REQUEST_STATUS = frozenset({400, 404, 413, 422})
+AUTH_STATUS = frozenset({401, 403})
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """A successful chat completion."""
+
+    data: dict[str, Any]
+    latency_s: float
+
+
+async def post_chat(session: aiohttp.ClientSession, url: str, body: bytes, *,
+                    api_key: str | None, timeout_s: float) -> Response:
+    """Send one request; return the parsed body or raise an APIError subclass."""
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    started = time.monotonic()
+    try:
+        async with session.post(url, data=body, headers=headers,
+                                timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+            raw = await resp.read()
+            if resp.status != 200:
+                raise _status_error(resp.status, raw, resp.headers)
+    except (TimeoutError, asyncio.TimeoutError):
+        raise RetryableError(f"no answer within {timeout_s:g} s (timeout)") from None
+    except aiohttp.ClientError as exc:
+        raise RetryableError(f"connection error: {type(exc).__name__}: {exc}") from None
+    return Response(data=_decode(raw), latency_s=time.monotonic() - started)
+
+
+def _decode(raw: bytes) -> dict[str, Any]:
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise RetryableError(f"malformed response body (not JSON): {raw[:80]!r}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("choices"), list) \
+            or not data["choices"]:
+        raise RetryableError(f"malformed response body (no choices): {raw[:80]!r}")
+    for choice in data["choices"]:
+        if not isinstance(choice, dict) or not isinstance(choice.get("message"), dict):
+            raise RetryableError(f"malformed response body (choice without message): {raw[:80]!r}")
+    return data
+
+
+def _status_error(status: int, raw: bytes, headers: Any) -> APIError:
+    message = f"HTTP {status}: {_server_message(raw)}"
+    wait = retry_after(headers)
+    if status in AUTH_STATUS:
+        return AuthError(message + " (check the API key and its permissions)", status=status)
+    if status in REQUEST_STATUS:
+        return RequestError(message, status=status)
+    if status in RETRYABLE_STATUS or status >= 500:
+        return RetryableError(message, status=status, retry_after=wait)
+    return RequestError(message, status=status)
+
+
+def _server_message(raw: bytes) -> str:
+    """The server's own error message (OpenAI puts it in error.message), one line."""
+    try:
+        data = orjson.loads(raw)
+        if isinstance(data, dict) and isinstance(data.get("error"), dict):
+            return str(data["error"].get("message", ""))[:300] or "(no message)"
+        if isinstance(data, dict) and "detail" in data:
+            return str(data["detail"])[:300]
+    except orjson.JSONDecodeError:
+        pass
+    text = raw.decode("utf-8", "replace").strip().replace("\n", " ")
+    return text[:300] or "(empty body)"
+
+
+def retry_after(headers: Any) -> float | None:
+    """Seconds the server asks us to wait: retry-after-ms, Retry-After, x-ratelimit-reset-*."""
+    ms = headers.get("retry-after-ms")
+    if ms is not None:
+        try:
+            return max(0.0, float(ms) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("Retry-After")
+    if value is not None:
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            when = email.utils.parsedate_to_datetime(value) if value else None
+            if when is not None:
+                return max(0.0, when.timestamp() - time.time())
+    resets = [_duration(headers.get(h)) for h in
+              ("x-ratelimit-reset-requests", "x-ratelimit-reset-tokens")]
+    known = [r for r in resets if r is not None]
+    return max(known) if known else None
+
+
+def _duration(value: str | None) -> float | None:
+    """OpenAI's reset format: "1s", "6m0s", "20ms", "1h2m3.5s"."""
+    if not value:
+        return None
+    parts = _DURATION.findall(value)
+    if not parts:
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return sum(float(n) * _UNIT[u] for n, u in parts)

@@ -1,0 +1,229 @@
+"""The worker pool: cache hit, or limiter -> POST -> store, with retries and a clean stop.
+
+One dispatcher walks the task stream (skipping cache hits and duplicate keys) into a bounded
+queue; N workers drain it. A response is stored the moment it arrives, with no `await` between
+receiving it and `cache.put`, so a cancel can never leave an answer paid for but not stored.
+A 429 pauses dispatch for the whole pool for the advised time. Setting `stop` (the first Ctrl-C)
+stops dispatching and retrying; in-flight requests finish. Cancelling the caller (the second
+Ctrl-C) cancels them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import orjson
+
+from runner.cache import Cache
+from runner.client import post_chat
+from runner.errors import APIError, AuthError, RequestError, RetryableError
+from runner.expand import Task, estimate_cost
+from runner.job import Limits, ModelSpec
+from runner.limiter import Limiter
+
+__all__ = ["Endpoint", "RunStats", "backoff", "execute"]
+
+BACKOFF_BASE_S = 1.0
+BACKOFF_CAP_S = 60.0
+
+
+@dataclass(slots=True)
+class Endpoint:
+    """Where one model of the job is served, resolved at run time."""
+
+    model: ModelSpec
+    base_url: str
+    api_key: Callable[[], str | None] = lambda: None
+    """Returns the key when called (read at call time, never stored)."""
+
+    @property
+    def url(self) -> str:
+        return self.base_url.rstrip("/") + "/chat/completions"
+
+
+@dataclass(slots=True)
+class RunStats:
+    """Counters of one run; `failures` maps a task key to "kind: message"."""
+
+    total: int = 0
+    cache_hits: int = 0
+    api_calls: int = 0
+    """Successful calls (answers stored)."""
+    attempts: int = 0
+    retries: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+    committed_cost: float = 0.0
+    """Estimated spend of everything dispatched so far (for --budget)."""
+    duplicates: int = 0
+    failures: dict[str, str] = field(default_factory=dict)
+    called: set[str] = field(default_factory=set)
+    """Keys answered by the API in this run (the rest of the answers came from the cache)."""
+    missing: list[str] = field(default_factory=list)
+    """Keys not cached and not called (offline, budget, or interrupted before dispatch)."""
+    budget_stopped: bool = False
+    interrupted: bool = False
+    fatal: str | None = None
+    started: float = field(default_factory=time.time)
+
+    @property
+    def done(self) -> int:
+        return self.cache_hits + self.api_calls + self.duplicates
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"tasks": self.total, "cache_hits": self.cache_hits, "api_calls": self.api_calls,
+                "attempts": self.attempts, "retries": self.retries,
+                "failures": len(self.failures), "duplicates": self.duplicates,
+                "not_run": len(self.missing)}
+
+
+def backoff(attempt: int, retry_after: float | None = None) -> float:
+    """Capped exponential backoff with full jitter; a server's Retry-After is a floor."""
+    delay = random.uniform(0.5, 1.0) * min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2**attempt)
+    return max(delay, retry_after) if retry_after is not None else delay
+
+
+class _Pool:
+    """Shared state of the workers: endpoints, limiters, the pool-wide 429 pause."""
+
+    def __init__(self, cache: Cache, session: aiohttp.ClientSession,
+                 endpoints: Mapping[str, Endpoint], limits: Limits, stop: asyncio.Event,
+                 stats: RunStats, on_progress: Callable[[RunStats], None]) -> None:
+        self.cache, self.session, self.endpoints = cache, session, endpoints
+        self.limits, self.stop, self.stats, self.on_progress = limits, stop, stats, on_progress
+        self.limiters = {name: Limiter(e.model.rpm or limits.rpm, e.model.tpm or limits.tpm)
+                         for name, e in endpoints.items()}
+        self.resume_at = 0.0
+        self.loop = asyncio.get_running_loop()
+
+    async def wait_pause(self) -> None:
+        while (delay := self.resume_at - self.loop.time()) > 0:
+            await asyncio.sleep(delay)
+
+    def pause(self, seconds: float) -> None:
+        self.resume_at = max(self.resume_at, self.loop.time() + seconds)
+
+    async def run_task(self, task: Task) -> None:
+        endpoint = self.endpoints[task.model]
+        error: APIError | None = None
+        for attempt in range(self.limits.max_retries + 1):
+            if self.stop.is_set():  # not started, or between retries: left for the rerun
+                self.stats.missing.append(task.key)
+                return
+            await self.wait_pause()
+            await self.limiters[task.model].acquire(task.prompt_tokens + task.max_tokens)
+            self.stats.attempts += 1
+            try:
+                response = await post_chat(self.session, endpoint.url, task.body,
+                                           api_key=endpoint.api_key(),
+                                           timeout_s=self.limits.timeout_s)
+            except RetryableError as exc:
+                error = exc
+                if attempt < self.limits.max_retries:
+                    self.stats.retries += 1
+                    delay = backoff(attempt, exc.retry_after)
+                    if exc.status == 429:
+                        self.pause(delay)
+                    await self._sleep_unless_stopped(delay)
+                continue
+            except RequestError as exc:
+                error = exc
+                break
+            except AuthError as exc:
+                self.stats.fatal = str(exc)
+                self.stop.set()
+                error = exc
+                break
+            # No await from here to put: a cancel cannot split the answer from its storage.
+            self._store(task, endpoint, response.data, response.latency_s)
+            return
+        assert error is not None
+        self.stats.failures[task.key] = f"{error.kind}: {error}"
+        self.on_progress(self.stats)
+
+    async def _sleep_unless_stopped(self, delay: float) -> None:
+        try:
+            await asyncio.wait_for(self.stop.wait(), timeout=delay)
+        except TimeoutError:
+            pass
+
+    def _store(self, task: Task, endpoint: Endpoint, data: dict[str, Any],
+               latency_s: float) -> None:
+        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        assert isinstance(usage, dict)
+        self.cache.put(task.key, {"request": orjson.loads(task.body), "endpoint": endpoint.model.endpoint,
+                                  "response": data, "usage": usage, "latency_s": latency_s,
+                                  "time": time.time(), "source": "api"})
+        prompt = int(usage.get("prompt_tokens") or 0)
+        completion = int(usage.get("completion_tokens") or 0)
+        self.limiters[task.model].reconcile(task.prompt_tokens + task.max_tokens,
+                                            prompt + completion if usage else None)
+        self.stats.api_calls += 1
+        self.stats.called.add(task.key)
+        self.stats.prompt_tokens += prompt
+        self.stats.completion_tokens += completion
+        self.stats.cost += estimate_cost(endpoint.model, prompt, completion) or 0.0
+        self.on_progress(self.stats)
+
+
+async def execute(tasks: Iterable[Task], *, cache: Cache, session: aiohttp.ClientSession,
+                  endpoints: Mapping[str, Endpoint], limits: Limits,
+                  stop: asyncio.Event | None = None, offline: bool = False,
+                  budget: float | None = None, total: int = 0,
+                  on_progress: Callable[[RunStats], None] = lambda s: None) -> RunStats:
+    """Make sure every task has a cached answer, calling the API only for those that don't.
+
+    Returns the run's counters; failed tasks are in `failures`, never in the cache.
+    """
+    stats = RunStats(total=total)
+    stop = stop or asyncio.Event()
+    pool = _Pool(cache, session, endpoints, limits, stop, stats, on_progress)
+    queue: asyncio.Queue[Task | None] = asyncio.Queue(maxsize=limits.concurrency * 2)
+
+    async def worker() -> None:
+        while (task := await queue.get()) is not None:
+            await pool.run_task(task)
+
+    async with asyncio.TaskGroup() as group:
+        for _ in range(limits.concurrency):
+            group.create_task(worker())
+        try:
+            await _dispatch(tasks, pool, queue, offline=offline, budget=budget)
+        finally:
+            for _ in range(limits.concurrency):
+                await queue.put(None)
+    stats.interrupted = stop.is_set() and stats.fatal is None
+    return stats
+
+
+async def _dispatch(tasks: Iterable[Task], pool: _Pool, queue: asyncio.Queue[Task | None], *,
+                    offline: bool, budget: float | None) -> None:
+    stats, seen = pool.stats, set()
+    for task in tasks:
+        if task.key in seen:  # e.g. two parsers over one request: one call serves both
+            stats.duplicates += 1
+            continue
+        seen.add(task.key)
+        if task.key in pool.cache:
+            stats.cache_hits += 1
+            pool.on_progress(stats)
+            continue
+        if offline or pool.stop.is_set() or stats.budget_stopped:
+            stats.missing.append(task.key)
+            continue
+        if budget is not None:
+            model = pool.endpoints[task.model].model
+            cost = estimate_cost(model, task.prompt_tokens, task.max_tokens) or 0.0
+            if stats.committed_cost + cost > budget:
+                stats.budget_stopped = True
+                stats.missing.append(task.key)
+                continue
+            stats.committed_cost += cost
+        await queue.put(task)

@@ -1,0 +1,208 @@
+"""Expand a job into tasks: (item x prompt x aspect x model x sample), streamed in a fixed order.
+
+Each task carries the exact request body it sends and its cache key: the sha256 of the
+canonical JSON (orjson, sorted keys) of the endpoint, the request body (model, messages and
+every request parameter) and the sample index. The key never covers the API key, the parser,
+timeouts, retries or concurrency: those do not change the answer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from runner import datasets
+from runner.datasets import FieldMap, Item
+from runner.errors import ConfigError
+from runner.job import PLACEHOLDER, Job, ModelSpec, PromptSpec, placeholders
+
+__all__ = ["Expansion", "Task", "cache_key", "estimate_cost", "prepare", "render"]
+
+# Rough prompt-token estimate (no tokenizer download needed offline); the limiter reconciles
+# every reservation with the response's `usage`, so an estimate only shifts timing a little.
+CHARS_PER_TOKEN = 4
+DEFAULT_MAX_TOKENS = 256  # reservation when a request sets no max_tokens
+
+# USD per 1M tokens (input, output), public list prices of common models; a job overrides with
+# [models.NAME] price = {input = .., output = ..}. Unknown models are estimated at 0 and flagged.
+PRICES: Mapping[str, tuple[float, float]] = {
+    "gpt-4o": (2.50, 10.00),
+    "gpt-4o-mini": (0.15, 0.60),
+    "gpt-4.1": (2.00, 8.00),
+    "gpt-4.1-mini": (0.40, 1.60),
+    "gpt-4.1-nano": (0.10, 0.40),
+    "gpt-4-turbo": (10.00, 30.00),
+    "gpt-4-0125-preview": (10.00, 30.00),
+    "gpt-4": (30.00, 60.00),
+    "gpt-3.5-turbo": (0.50, 1.50),
+    "gpt-3.5-turbo-0125": (0.50, 1.50),
+    "o3-mini": (1.10, 4.40),
+    "o4-mini": (1.10, 4.40),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One request to send (or find in the cache)."""
+
+    key: str
+    dataset: str
+    item_id: str
+    prompt: str
+    aspect: str
+    model: str
+    sample: int
+    body: bytes
+    """The JSON request body, exactly as sent."""
+    prompt_tokens: int
+    """Estimated prompt tokens."""
+    max_tokens: int
+    """Completion tokens reserved: max_tokens x n."""
+
+
+@dataclass(frozen=True, slots=True)
+class Expansion:
+    """A job with its items loaded: ready to stream tasks, any number of times."""
+
+    job: Job
+    items: Mapping[str, Sequence[Item]]
+    """data set name -> its items, in file order (after --limit)."""
+    index: Mapping[tuple[str, str], Item]
+    """(data set, item id) -> item."""
+    lower_is_better: Mapping[str, frozenset[str]]
+    """data set name -> metric names where lower is better (the reducer negates them)."""
+
+    def tasks(self) -> Iterator[Task]:
+        """Every task, in order: data set, item, prompt, aspect, model, sample."""
+        for spec in self.job.datasets:
+            prompts = [p for p in self.job.prompts if not p.datasets or spec.name in p.datasets]
+            for item in self.items[spec.name]:
+                for prompt in prompts:
+                    yield from _item_tasks(item, prompt, self.job.models)
+
+    def count(self) -> int:
+        """Number of tasks, without building them."""
+        total = 0
+        for spec in self.job.datasets:
+            for p in self.job.prompts:
+                if not p.datasets or spec.name in p.datasets:
+                    per_item = len(p.aspects) * len(self.job.models) * p.samples
+                    total += per_item * len(self.items[spec.name])
+        return total
+
+    def item(self, dataset: str, item_id: str) -> Item:
+        try:
+            return self.index[dataset, item_id]
+        except KeyError:
+            raise ConfigError(f"data set {dataset!r} has no item {item_id!r} (within --limit)"
+                              ) from None
+
+
+def prepare(job: Job, data_dir: Path, *, limit: int | None = None) -> Expansion:
+    """Load every data set of the job and check each template against its fields."""
+    items: dict[str, Sequence[Item]] = {}
+    lower: dict[str, frozenset[str]] = {}
+    for spec in job.datasets:
+        if spec.path is not None:
+            fields = _field_map(job, spec.name, spec.fields)
+            lower[spec.name] = frozenset(fields.lower_is_better)
+            stream = datasets.load_file(spec.path, fields, dataset=spec.name)
+        else:
+            if spec.name not in datasets.REGISTRY:
+                known = ", ".join(sorted(datasets.REGISTRY))
+                raise ConfigError(f"{job.path}: datasets: {spec.name!r} is not a registered data "
+                                  f"set ({known}); or give path = \"your.jsonl\" and fields")
+            lower[spec.name] = datasets.REGISTRY[spec.name].lower_is_better
+            stream = datasets.load(spec.name, data_dir, options=spec.options)
+        items[spec.name] = list(islice(stream, limit) if limit is not None else stream)
+    _check_templates(job, items)
+    index = {(it.dataset, it.item_id): it for its in items.values() for it in its}
+    return Expansion(job=job, items=items, index=index, lower_is_better=lower)
+
+
+def _field_map(job: Job, name: str, fields: Mapping[str, Any]) -> FieldMap:
+    allowed = {"id", "group", "system", "subset", "text", "human", "metrics", "lower_is_better",
+               "format"}
+    for key in fields:
+        if key not in allowed:
+            raise ConfigError(f"{job.path}: datasets.{name}.fields.{key} is not a known key; use "
+                              f"one of: {', '.join(sorted(allowed))}")
+    if not isinstance(fields.get("text"), dict) or not fields["text"]:
+        raise ConfigError(f"{job.path}: datasets.{name}.fields.text is missing: map template "
+                          "fields to columns, e.g. text = {output = \"hypothesis\"}")
+    human = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.get("human", {}).items()}
+    return FieldMap(id=fields.get("id"), group=fields.get("group"), system=fields.get("system"),
+                    subset=fields.get("subset"), text=dict(fields["text"]), human=human,
+                    metrics=tuple(fields.get("metrics", ())),
+                    lower_is_better=tuple(fields.get("lower_is_better", ())),
+                    format=fields.get("format"))
+
+
+def _check_templates(job: Job, items: Mapping[str, Sequence[Item]]) -> None:
+    for index, prompt in enumerate(job.prompts):
+        names = prompt.datasets or tuple(d.name for d in job.datasets)
+        for name in names:
+            if not items[name]:
+                continue
+            have = set(items[name][0].fields) | {"aspect"}
+            for aspect in prompt.aspects:
+                unknown = placeholders(prompt.template(aspect)) - have
+                if prompt.system:
+                    unknown |= placeholders(prompt.system) - have
+                if unknown:
+                    raise ConfigError(
+                        f"{job.path}: prompts[{index}].template uses "
+                        f"{', '.join('{{' + u + '}}' for u in sorted(unknown))}, which data set "
+                        f"{name!r} does not have; its fields are {', '.join(sorted(have))}")
+
+
+def render(template: str, values: Mapping[str, str]) -> str:
+    """Fill `{{name}}` placeholders in one pass: braces inside the values pass through as is."""
+    return PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
+
+
+def request_body(prompt: PromptSpec, model: ModelSpec, values: Mapping[str, str],
+                 aspect: str) -> dict[str, Any]:
+    """The chat-completions request body for one (item, prompt, aspect, model)."""
+    messages = []
+    if prompt.system:
+        messages.append({"role": "system", "content": render(prompt.system, values)})
+    messages.append({"role": "user", "content": render(prompt.template(aspect), values)})
+    return {"model": model.model, "messages": messages, **model.params, **prompt.params}
+
+
+def cache_key(endpoint: str, body: Mapping[str, Any], sample: int) -> str:
+    """sha256 of what determines the answer: endpoint, full request body, sample index."""
+    canonical = orjson.dumps({"endpoint": endpoint, "request": body, "sample": sample},
+                             option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(canonical).hexdigest()
+
+
+def _item_tasks(item: Item, prompt: PromptSpec, models: Sequence[ModelSpec]) -> Iterator[Task]:
+    for aspect in prompt.aspects:
+        values = {**item.fields, "aspect": aspect}
+        for model in models:
+            body = request_body(prompt, model, values, aspect)
+            raw = orjson.dumps(body)
+            chars = sum(len(m["content"]) for m in body["messages"])
+            reserve = int(body.get("max_tokens") or body.get("max_completion_tokens")
+                          or DEFAULT_MAX_TOKENS) * int(body.get("n", 1))
+            for sample in range(prompt.samples):
+                yield Task(key=cache_key(model.endpoint, body, sample), dataset=item.dataset,
+                           item_id=item.item_id, prompt=prompt.name, aspect=aspect,
+                           model=model.name, sample=sample, body=raw,
+                           prompt_tokens=chars // CHARS_PER_TOKEN + 8, max_tokens=reserve)
+
+
+def estimate_cost(model: ModelSpec, prompt_tokens: int, completion_tokens: int) -> float | None:
+    """USD for the given tokens, or None when the model's price is unknown."""
+    price = model.price or PRICES.get(model.model)
+    if price is None:
+        return 0.0 if model.kind == "local" else None
+    return (prompt_tokens * price[0] + completion_tokens * price[1]) / 1e6

@@ -1,0 +1,356 @@
+"""Read a job file (TOML) into frozen dataclasses, validating everything before any call.
+
+A job names data sets, prompts (template, parser, aspects, request params), judge models and
+limits. Unknown keys are errors naming their key path; relative paths are resolved against the
+job file's own folder. See README.md, "Job file format", for an annotated example.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from runner.errors import ConfigError
+
+__all__ = [
+    "DatasetSpec",
+    "Job",
+    "Limits",
+    "ModelSpec",
+    "PromptSpec",
+    "load_job",
+    "parse_model_spec",
+]
+
+OPENAI_BASE_URL = "https://api.openai.com/v1"
+PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+# Request parameters the runner sets itself: a job may not override them.
+RESERVED_PARAMS = frozenset({"model", "messages", "stream"})
+POLICIES = ("skip", "zero")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Limits:
+    """How hard the runner may push one endpoint. None of these enter the cache key."""
+
+    concurrency: int = 16
+    """Requests in flight at once (workers in the pool)."""
+    rpm: float | None = None
+    """Requests per minute per model; None = unlimited."""
+    tpm: float | None = None
+    """Tokens per minute per model (prompt estimate + max_tokens x n); None = unlimited."""
+    max_retries: int = 6
+    """Retries per task after the first attempt, for retryable failures."""
+    timeout_s: float = 60.0
+    """Per-request timeout in seconds."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelSpec:
+    """A judge model and where it is served."""
+
+    name: str
+    """The job's name for this judge (table key), used in reports as `name/prompt`."""
+    spec: str
+    """`openai:NAME`, `local:NAME`, or a bare model name served at `base_url`."""
+    model: str
+    """The model name sent in the request body."""
+    kind: str
+    """"openai", "local" or "compatible"."""
+    base_url: str | None
+    """Endpoint root ending in /v1; None for local models until their server starts."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """Name of the environment variable holding the key (never the key itself)."""
+    key_required: bool = False
+    params: Mapping[str, Any] = field(default_factory=dict)
+    """Request parameters for every prompt sent to this model (prompt params win)."""
+    rpm: float | None = None
+    tpm: float | None = None
+    price: tuple[float, float] | None = None
+    """USD per 1M (input, output) tokens; None = look up the built-in table."""
+
+    @property
+    def endpoint(self) -> str:
+        """The endpoint's identity in cache keys: stable even when a local port changes."""
+        if self.kind == "local":
+            return self.spec
+        assert self.base_url is not None
+        return self.base_url.rstrip("/")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DatasetSpec:
+    """A registered data set by name, or a user's own file with a field mapping."""
+
+    name: str
+    path: Path | None = None
+    fields: Mapping[str, Any] = field(default_factory=dict)
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PromptSpec:
+    """A prompt template with its parser, aspects and request parameters."""
+
+    name: str
+    templates: Mapping[str, str]
+    """aspect -> template text ("*" = the one template for every aspect)."""
+    system: str | None
+    parser: str
+    parser_options: Mapping[str, Any]
+    aspects: tuple[str, ...]
+    datasets: tuple[str, ...]
+    """Data sets this prompt applies to (names); empty = every data set of the job."""
+    params: Mapping[str, Any]
+    samples: int = 1
+    """Independent calls per task (each its own cache key); use params.n for one call."""
+
+    def template(self, aspect: str) -> str:
+        return self.templates.get(aspect) or self.templates["*"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Job:
+    """A whole job, validated."""
+
+    name: str
+    path: Path
+    datasets: tuple[DatasetSpec, ...]
+    prompts: tuple[PromptSpec, ...]
+    models: tuple[ModelSpec, ...]
+    limits: Limits
+    output_dir: Path
+    policy: str = "skip"
+    """Sample-level treatment of a group where one side is constant: skip or zero."""
+    bootstrap: int = 1000
+    seed: int = 0
+
+    def with_models(self, models: tuple[ModelSpec, ...]) -> Job:
+        return replace(self, models=models)
+
+    def with_limits(self, **changes: Any) -> Job:
+        return replace(self, limits=replace(self.limits, **changes))
+
+
+class _Reader:
+    """Walks a TOML table, remembering the key path for error messages."""
+
+    def __init__(self, file: Path, table: Mapping[str, Any], path: str = "") -> None:
+        self.file, self.table, self.path = file, table, path
+
+    def error(self, key: str, message: str) -> ConfigError:
+        where = f"{self.path}.{key}" if self.path else key
+        return ConfigError(f"{self.file}: {where} {message}")
+
+    def child(self, key: str, table: Mapping[str, Any]) -> _Reader:
+        return _Reader(self.file, table, f"{self.path}.{key}" if self.path else key)
+
+    def check_keys(self, allowed: set[str]) -> None:
+        for key in self.table:
+            if key not in allowed:
+                raise self.error(key, f"is not a known key; use one of: {', '.join(sorted(allowed))}")
+
+    def get(self, key: str, kind: type | tuple[type, ...], default: Any = None,
+            required: bool = False) -> Any:
+        if key not in self.table:
+            if required:
+                raise self.error(key, "is missing")
+            return default
+        value = self.table[key]
+        if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _kinds(kind)):
+            names = " or ".join(k.__name__ for k in _kinds(kind))
+            raise self.error(key, f"must be {names} (got {value!r})")
+        return value
+
+    def positive(self, key: str, default: Any, kind: type = int) -> Any:
+        value = self.get(key, (int, float) if kind is float else int, default)
+        if value is not None and value <= 0:
+            noun = "integer" if kind is int else "number"
+            raise self.error(key, f"must be a positive {noun} (got {value})")
+        return value
+
+
+def _kinds(kind: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kind if isinstance(kind, tuple) else (kind,)
+
+
+def parse_model_spec(spec: str, *, name: str | None = None, base_url: str | None = None,
+                     api_key_env: str = "OPENAI_API_KEY", **extra: Any) -> ModelSpec:
+    """Turn `openai:NAME`, `local:NAME` or a bare `NAME` into a ModelSpec.
+
+    A bare name needs `base_url` (from the job, `--base-url` or `OPENAI_BASE_URL`); a key is
+    sent if one is set. `openai:` always needs a key.
+    """
+    prefix, _, rest = spec.partition(":")
+    if rest and prefix == "openai":
+        return ModelSpec(name=name or spec, spec=spec, model=rest, kind="openai",
+                         base_url=base_url or OPENAI_BASE_URL, api_key_env=api_key_env,
+                         key_required=True, **extra)
+    if rest and prefix == "local":
+        return ModelSpec(name=name or spec, spec=spec, model=rest, kind="local", base_url=None,
+                         api_key_env=api_key_env, **extra)
+    if not spec.strip():
+        raise ConfigError("model spec is empty: use openai:NAME, local:NAME or a model name")
+    return ModelSpec(name=name or spec, spec=spec, model=spec, kind="compatible",
+                     base_url=base_url, api_key_env=api_key_env, **extra)
+
+
+def load_job(path: Path) -> Job:
+    """Read and validate a job file. Raises ConfigError naming the file and key path."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: job file not found; pass a path or a name under jobs/") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc}); fix the syntax") from None
+    root = _Reader(path, data)
+    root.check_keys({"name", "output_dir", "policy", "bootstrap", "seed", "limits", "datasets",
+                     "prompts", "models"})
+    name = root.get("name", str, path.stem)
+    policy = root.get("policy", str, "skip")
+    if policy not in POLICIES:
+        raise root.error("policy", f"must be one of {', '.join(POLICIES)} (got {policy!r})")
+    datasets = tuple(_dataset(root, i, t) for i, t in enumerate(_tables(root, "datasets")))
+    _unique(root, "datasets", [d.name for d in datasets])
+    prompts = tuple(_prompt(root, i, t, {d.name for d in datasets})
+                    for i, t in enumerate(_tables(root, "prompts")))
+    _unique(root, "prompts", [p.name for p in prompts])
+    models_table = root.get("models", dict, required=True)
+    if not models_table:
+        raise root.error("models", "is empty; add e.g. [models.judge] spec = \"openai:gpt-4o-mini\"")
+    models = tuple(_model(root.child("models", models_table), key, value)
+                   for key, value in models_table.items())
+    out = root.get("output_dir", str, f"runs/{name}")
+    return Job(name=name, path=path, datasets=datasets, prompts=prompts, models=models,
+               limits=_limits(root), output_dir=Path(out), policy=policy,
+               bootstrap=root.positive("bootstrap", 1000), seed=root.get("seed", int, 0))
+
+
+def _tables(root: _Reader, key: str) -> list[Mapping[str, Any]]:
+    tables = root.get(key, list, required=True)
+    if not tables or not all(isinstance(t, dict) for t in tables):
+        raise root.error(key, f"must be one or more [[{key}]] tables")
+    return tables
+
+
+def _unique(root: _Reader, key: str, names: list[str]) -> None:
+    seen: set[str] = set()
+    for n in names:
+        if n in seen:
+            raise root.error(key, f"has two entries named {n!r}; names must be unique")
+        seen.add(n)
+
+
+def _limits(root: _Reader) -> Limits:
+    r = root.child("limits", root.get("limits", dict, {}))
+    r.check_keys({"concurrency", "rpm", "tpm", "max_retries", "timeout_s"})
+    retries = r.get("max_retries", int, 6)
+    if retries < 0:
+        raise r.error("max_retries", f"must be 0 or more (got {retries})")
+    return Limits(concurrency=r.positive("concurrency", 16), rpm=r.positive("rpm", None, float),
+                  tpm=r.positive("tpm", None, float), max_retries=retries,
+                  timeout_s=float(r.positive("timeout_s", 60.0, float)))
+
+
+def _dataset(root: _Reader, index: int, table: Mapping[str, Any]) -> DatasetSpec:
+    r = root.child(f"datasets[{index}]", table)
+    r.check_keys({"name", "path", "fields", "options"})
+    name = r.get("name", str, required=True)
+    raw_path = r.get("path", str)
+    fields = r.get("fields", dict, {})
+    if raw_path is not None and not fields:
+        raise r.error("fields", "is missing: a file data set needs a field mapping "
+                      "(text = {output = \"column\"}, human = {aspect = \"column\"}, ...)")
+    path = (root.file.parent / raw_path) if raw_path is not None else None
+    return DatasetSpec(name=name, path=path, fields=fields, options=r.get("options", dict, {}))
+
+
+def _prompt(root: _Reader, index: int, table: Mapping[str, Any],
+            dataset_names: set[str]) -> PromptSpec:
+    r = root.child(f"prompts[{index}]", table)
+    r.check_keys({"name", "template", "system", "system_file", "parser", "parser_options", "aspects",
+                  "datasets", "params", "samples"})
+    name = r.get("name", str, required=True)
+    aspects = tuple(r.get("aspects", list, required=True))
+    if not aspects or not all(isinstance(a, str) for a in aspects):
+        raise r.error("aspects", "must be a non-empty list of aspect names")
+    templates = _templates(r, aspects)
+    system = r.get("system", str)
+    system_file = r.get("system_file", str)
+    if system_file is not None:
+        if system is not None:
+            raise r.error("system_file", "and system are both set; keep one")
+        system = _read_template(r, "system_file", system_file)
+    for_datasets = tuple(r.get("datasets", list, []))
+    for d in for_datasets:
+        if d not in dataset_names:
+            raise r.error("datasets", f"names {d!r}, which is not a data set of this job "
+                          f"({', '.join(sorted(dataset_names))})")
+    params = r.get("params", dict, {})
+    _check_params(r, params)
+    return PromptSpec(name=name, templates=templates, system=system,
+                      parser=r.get("parser", str, required=True),
+                      parser_options=r.get("parser_options", dict, {}), aspects=aspects,
+                      datasets=for_datasets, params=params, samples=r.positive("samples", 1))
+
+
+def _templates(r: _Reader, aspects: tuple[str, ...]) -> dict[str, str]:
+    value = r.get("template", (str, dict), required=True)
+    if isinstance(value, str):
+        return {"*": _read_template(r, "template", value)}
+    missing = [a for a in aspects if a not in value and "*" not in value]
+    if missing:
+        raise r.error("template", f"has no template for aspect(s) {', '.join(missing)}")
+    return {aspect: _read_template(r, f"template.{aspect}", path) for aspect, path in value.items()}
+
+
+def _read_template(r: _Reader, key: str, raw: str) -> str:
+    file = r.file.parent / raw
+    try:
+        return file.read_text(encoding="utf-8")
+    except OSError:
+        raise r.error(key, f"points to {file}, which cannot be read; fix the path "
+                      "(relative to the job file)") from None
+
+
+def _check_params(r: _Reader, params: Mapping[str, Any]) -> None:
+    for key in params:
+        if key in RESERVED_PARAMS:
+            raise r.error(f"params.{key}", "is set by the runner; remove it")
+    n = params.get("n", 1)
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise r.error("params.n", f"must be a positive integer (got {n!r})")
+
+
+def _model(r: _Reader, key: str, table: Any) -> ModelSpec:
+    if not isinstance(table, dict):
+        raise r.error(key, "must be a table like [models.judge] with spec = \"...\"")
+    m = r.child(key, table)
+    m.check_keys({"spec", "base_url", "api_key_env", "params", "rpm", "tpm", "price"})
+    price = m.get("price", dict)
+    if price is not None:
+        mp = m.child("price", price)
+        mp.check_keys({"input", "output"})
+        price = (float(mp.get("input", (int, float), required=True)),
+                 float(mp.get("output", (int, float), required=True)))
+    params = m.get("params", dict, {})
+    _check_params(m, params)
+    spec = m.get("spec", str, required=True)
+    try:
+        return parse_model_spec(spec, name=key, base_url=m.get("base_url", str),
+                                api_key_env=m.get("api_key_env", str, "OPENAI_API_KEY"),
+                                params=params, rpm=m.positive("rpm", None, float),
+                                tpm=m.positive("tpm", None, float), price=price)
+    except ConfigError as exc:
+        raise m.error("spec", str(exc)) from None
+
+
+def placeholders(template: str) -> set[str]:
+    """The `{{name}}` placeholders of a template."""
+    return set(PLACEHOLDER.findall(template))

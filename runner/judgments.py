@@ -1,0 +1,103 @@
+"""Turn cached responses into judgments: one per task, parsed with the prompt's current parser.
+
+This is the zero-call half of the pipeline: it reads only the cache, so `judge rescore` after a
+parser change costs no API call. An answer that does not parse is a failure with its raw text,
+never a score; a task with no cached answer is an `api` failure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from runner.cache import Cache
+from runner.datasets import Item
+from runner.expand import Expansion, Task
+from runner.job import PromptSpec
+from runner.parse import Choice, Combined, Failure, Scores, check_options, combine, get_parser
+
+__all__ = ["Judgment", "aspect_key", "choices", "judge"]
+
+NOT_CACHED = ("no cached answer: the task was not run yet, failed, or was left out by "
+              "--offline/--budget/Ctrl-C; `judge run` calls it")
+
+
+@dataclass(frozen=True, slots=True)
+class Judgment:
+    """One task's outcome, ready for the reports."""
+
+    task: Task
+    item: Item
+    score: float | None
+    """The score for this task's aspect (mean over parsed samples), None on failure."""
+    values: Mapping[str, float]
+    """Everything the parser read (several aspects for a form, outputs for a block list)."""
+    raw: str | list[str] | None
+    error: Mapping[str, str] | None
+    """{"type": "api" | "parse" | "refusal", "message": ...} or None."""
+    cached: bool
+    usage: Mapping[str, Any] | None
+    n_parsed: int = 0
+    n_failed: int = 0
+
+
+def aspect_key(aspect: str) -> str:
+    """How an aspect name appears among a parser's values: "Overall Quality" -> overall_quality."""
+    return "_".join(aspect.lower().replace("-", " ").split())
+
+
+def choices(response: Mapping[str, Any]) -> list[Choice]:
+    """The choices of a chat-completions response as parser input."""
+    out = []
+    for c in response.get("choices") or []:
+        message = c.get("message") or {}
+        logprobs = (c.get("logprobs") or {}).get("content") if c.get("logprobs") else None
+        out.append(Choice(text=message.get("content") or "", logprobs=logprobs,
+                          finish_reason=c.get("finish_reason")))
+    return out
+
+
+def judge(expansion: Expansion, cache: Cache, *, failures: Mapping[str, str] | None = None,
+          fresh: frozenset[str] = frozenset()) -> Iterator[Judgment]:
+    """Parse every task's cached answer; `failures` (key -> message) explains missing ones."""
+    failures = failures or {}
+    prompts = {p.name: p for p in expansion.job.prompts}
+    for p in prompts.values():
+        check_options(get_parser(p.parser), p.parser_options)
+    for task in expansion.tasks():
+        item = expansion.item(task.dataset, task.item_id)
+        record = cache.get(task.key)
+        if record is None:
+            message = failures.get(task.key, NOT_CACHED)
+            yield Judgment(task=task, item=item, score=None, values={}, raw=None,
+                           error={"type": "api", "message": message}, cached=False, usage=None)
+            continue
+        yield _parsed(task, item, prompts[task.prompt], record, cached=task.key not in fresh)
+
+
+def _parsed(task: Task, item: Item, prompt: PromptSpec, record: Mapping[str, Any], *,
+            cached: bool) -> Judgment:
+    parser = get_parser(prompt.parser)
+    got = choices(record["response"])
+    results: list[Scores | Failure] = [parser(c, prompt.parser_options) for c in got]
+    combined = combine(results)
+    texts = [c.text for c in got]
+    raw: str | list[str] = texts[0] if len(texts) == 1 else texts
+    score = _score(combined, task.aspect)
+    error = None
+    if combined.failure is not None:
+        error = {"type": combined.failure.type, "message": combined.failure.message}
+    elif score is None:
+        error = {"type": "parse", "message": f"the answer has no score for aspect {task.aspect!r}"
+                 f" (found: {', '.join(sorted(combined.values)) or 'nothing'})"}
+    return Judgment(task=task, item=item, score=score, values=combined.values, raw=raw,
+                    error=error, cached=cached, usage=record.get("usage"),
+                    n_parsed=combined.n_parsed, n_failed=combined.n_failed + combined.n_refused)
+
+
+def _score(combined: Combined, aspect: str) -> float | None:
+    values = combined.values
+    if "score" in values:
+        return values["score"]
+    return values.get(aspect_key(aspect), values.get(aspect))

@@ -1,0 +1,56 @@
+"""Per-model request- and token-per-minute limits on top of aiolimiter.
+
+Buckets are per second (`AsyncLimiter(rpm / 60, 1)`): a per-minute bucket starts full and lets
+twice the configured rate through in the first minute. Token acquisition is serialised behind a
+lock so large requests are served first-come-first-served (aiolimiter serves the smallest
+amount first and would starve big prompts), and a reservation larger than one second's worth is
+taken in one-second chunks. After the call, `reconcile` books the difference between the
+reservation and the response's `usage`: extra tokens are charged, unused ones are credited to
+later requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiolimiter import AsyncLimiter
+
+__all__ = ["Limiter"]
+
+
+class Limiter:
+    """RPM and TPM for one model. Create it inside the running event loop."""
+
+    def __init__(self, rpm: float | None, tpm: float | None) -> None:
+        self._requests = AsyncLimiter(rpm / 60, 1) if rpm else None
+        self._tokens = AsyncLimiter(tpm / 60, 1) if tpm else None
+        self._token_rate = tpm / 60 if tpm else 0.0
+        self._lock = asyncio.Lock()
+        self._credit = 0.0  # > 0: tokens reserved but unused; < 0: tokens used beyond reservations
+
+    async def acquire(self, tokens: int) -> None:
+        """Wait until one request carrying `tokens` tokens may go."""
+        if self._requests is not None:
+            await self._requests.acquire()
+        if self._tokens is not None:
+            async with self._lock:
+                await self._take(tokens)
+
+    async def _take(self, tokens: float) -> None:
+        assert self._tokens is not None
+        tokens -= self._credit  # a debt (negative credit) adds to this reservation
+        self._credit = max(0.0, -tokens)
+        while tokens > 0:
+            chunk = min(tokens, self._token_rate)
+            await self._tokens.acquire(chunk)
+            tokens -= chunk
+
+    def reconcile(self, reserved: int, used: int | None) -> None:
+        """Book the real usage of a finished request against its reservation.
+
+        Unused tokens become credit for later requests (at most one second's worth, so old
+        credit cannot fund a burst); extra tokens become a debt paid by the next reservation.
+        """
+        if self._tokens is None or used is None:
+            return
+        self._credit = min(self._credit + reserved - used, self._token_rate)

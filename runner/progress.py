@@ -1,0 +1,65 @@
+"""Progress on stderr for `judge run`: a live tqdm bar on a terminal, plain lines otherwise.
+
+Used only by `cli`, which hands in the stream. Updates are throttled: the pool calls `update`
+after every task, the display changes at most a few times a second.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TextIO
+
+from tqdm import tqdm
+
+from runner.execute import RunStats
+
+__all__ = ["Progress"]
+
+LINE_EVERY_S = 10.0  # plain-line interval when stderr is not a terminal
+BAR_EVERY_S = 0.2
+
+
+class Progress:
+    """done/total, cache hits, calls/s, tokens/min, retries, failures and ETA."""
+
+    def __init__(self, stream: TextIO, total: int) -> None:
+        self.stream, self.total = stream, total
+        self.started = time.monotonic()
+        self.last = 0.0
+        self.live = stream.isatty()
+        self.bar = tqdm(total=total, file=stream, unit="task", dynamic_ncols=True,
+                        mininterval=BAR_EVERY_S) if self.live else None
+
+    def update(self, stats: RunStats) -> None:
+        now = time.monotonic()
+        every = BAR_EVERY_S if self.live else LINE_EVERY_S
+        if now - self.last < every and stats.done + len(stats.failures) < self.total:
+            return
+        self.last = now
+        elapsed = max(now - self.started, 1e-9)
+        tokens = stats.prompt_tokens + stats.completion_tokens
+        fields = {"cached": stats.cache_hits, "calls/s": f"{stats.api_calls / elapsed:.1f}",
+                  "tok/min": f"{tokens * 60 / elapsed:.0f}", "retries": stats.retries,
+                  "failed": len(stats.failures)}
+        finished = stats.done + len(stats.failures)
+        if self.bar is not None:
+            self.bar.n = finished
+            self.bar.set_postfix(fields, refresh=True)
+            return
+        rate = (finished - stats.cache_hits) / elapsed
+        left = self.total - finished
+        eta = f"{left / rate:.0f}s" if rate > 0 else "?"
+        parts = " ".join(f"{k}={v}" for k, v in fields.items())
+        self.stream.write(f"[{finished}/{self.total}] {parts} eta={eta}\n")
+        self.stream.flush()
+
+    def say(self, message: str) -> None:
+        if self.bar is not None:
+            self.bar.write(message, file=self.stream)
+        else:
+            self.stream.write(message + "\n")
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()

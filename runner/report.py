@@ -1,0 +1,254 @@
+"""Write a run's reports into runs/<job>/, each atomically (temp file + rename).
+
+- judgments.jsonl: one line per task (score, raw answer, error, cached, usage).
+- scores.csv: one row per item x prompt x aspect x model: judge score, human score, metrics.
+- correlations.csv: judge (LLM judges `model/prompt`, every metric column, `iaa`) against
+  human at sample, dataset and system level, per subset, with bootstrap CIs.
+- summary.csv: per data set x prompt x aspect x model: n, mean, std, failures by type.
+- report.md: the correlation tables, judges as rows, and failure counts.
+- manifest.json: job sha256, versions, times, counts, usage, estimated cost.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+import statistics
+import tempfile
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from runner.datasets import Item
+from runner.expand import Expansion
+from runner.judgments import Judgment
+from runner.parse import get_parser
+from runner.reduce import Correlation, Row, correlate
+
+__all__ = ["Tables", "collect", "correlations", "write_atomic", "write_reports"]
+
+CORRELATION_COLUMNS = ["dataset", "aspect", "judge", "level", "method", "subset", "value",
+                       "n_groups", "n_items", "ci_low", "ci_high"]
+SUMMARY_COLUMNS = ["dataset", "prompt", "aspect", "model", "n", "scored", "mean", "std",
+                   "parse_failures", "refusals", "api_failures"]
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write `data` to `path` so that readers see the old file or the new one, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@dataclass(slots=True)
+class _Cell:
+    """Samples of one item x prompt x aspect x model."""
+
+    item: Item
+    scores: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def score(self) -> float | None:
+        return statistics.fmean(self.scores) if self.scores else None
+
+
+@dataclass(slots=True)
+class Tables:
+    """What the reports are built from, gathered in one pass over the judgments."""
+
+    cells: dict[tuple[str, str, str, str, str], _Cell] = field(default_factory=dict)
+    """(dataset, item_id, prompt, aspect, model) -> samples."""
+    judgments: int = 0
+
+
+def _judgment_line(j: Judgment) -> bytes:
+    t, it = j.task, j.item
+    return orjson.dumps({
+        "dataset": t.dataset, "item_id": t.item_id, "group": it.group, "system": it.system,
+        "subset": it.subset, "prompt": t.prompt, "aspect": t.aspect, "model": t.model,
+        "sample": t.sample, "key": t.key, "score": j.score, "values": j.values, "raw": j.raw,
+        "error": j.error, "cached": j.cached, "usage": j.usage,
+        "n_parsed": j.n_parsed, "n_failed": j.n_failed}) + b"\n"
+
+
+def collect(judgments: Iterable[Judgment], jsonl: io.BufferedIOBase) -> Tables:
+    """Stream judgments to `jsonl` and gather the per-cell scores."""
+    tables = Tables()
+    for j in judgments:
+        jsonl.write(_judgment_line(j))
+        t = j.task
+        cell = tables.cells.setdefault((t.dataset, t.item_id, t.prompt, t.aspect, t.model),
+                                       _Cell(j.item))
+        if j.score is not None:
+            cell.scores.append(j.score)
+        if j.error is not None:
+            cell.errors.append(j.error["type"])
+        tables.judgments += 1
+    return tables
+
+
+def _metrics(item: Item, aspect: str) -> dict[str, float]:
+    return {**item.metrics.get("*", {}), **item.metrics.get(aspect, {})}
+
+
+def _scores_csv(tables: Tables) -> bytes:
+    metric_names = sorted({m for (_, _, _, aspect, _), c in tables.cells.items()
+                           for m in _metrics(c.item, aspect)})
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(["dataset", "item_id", "group", "system", "subset", "prompt", "aspect", "model",
+                "judge_score", "human_score", *metric_names])
+    for (dataset, item_id, prompt, aspect, model), cell in tables.cells.items():
+        it, metrics = cell.item, _metrics(cell.item, aspect)
+        w.writerow([dataset, item_id, it.group, it.system, it.subset, prompt, aspect, model,
+                    _fmt(cell.score), _fmt(it.human.get(aspect)),
+                    *(_fmt(metrics.get(m)) for m in metric_names)])
+    return out.getvalue().encode()
+
+
+def _fmt(value: float | None) -> str:
+    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else repr(value)
+
+
+def _judge_series(expansion: Expansion, tables: Tables
+                  ) -> dict[tuple[str, str], dict[str, list[tuple[Item, float | None]]]]:
+    """(dataset, aspect) -> judge name -> [(item, judge score)], for items with a human score."""
+    series: dict[tuple[str, str], dict[str, list[tuple[Item, float | None]]]] = defaultdict(
+        lambda: defaultdict(list))
+    for (dataset, _, prompt, aspect, model), cell in tables.cells.items():
+        if aspect in cell.item.human:
+            series[dataset, aspect][f"{model}/{prompt}"].append((cell.item, cell.score))
+    for (dataset, aspect) in list(series):
+        lower = expansion.lower_is_better.get(dataset, frozenset())
+        for item in expansion.items[dataset]:
+            if aspect not in item.human:
+                continue
+            for name, value in _metrics(item, aspect).items():
+                series[dataset, aspect][name].append((item, -value if name in lower else value))
+            votes = item.annotators.get(aspect, ())
+            if len(votes) >= 2:
+                series[dataset, aspect]["iaa"].append((item, votes[1]))
+    return series
+
+
+def correlations(expansion: Expansion, tables: Tables) -> list[dict[str, Any]]:
+    """Every judge against human, per data set and aspect, as correlations.csv rows."""
+    job, rows = expansion.job, []
+    for (dataset, aspect), judges in _judge_series(expansion, tables).items():
+        for judge, pairs in judges.items():
+            iaa = judge == "iaa"
+            data = [Row(group=it.group, system=it.system, subset=it.subset, judge=score,
+                        human=it.annotators[aspect][0] if iaa else it.human[aspect])
+                    for it, score in pairs]
+            for c in correlate(data, policy=job.policy, n_boot=job.bootstrap, seed=job.seed):
+                rows.append({"dataset": dataset, "aspect": aspect, "judge": judge,
+                             **_correlation(c)})
+    return rows
+
+
+def _correlation(c: Correlation) -> dict[str, Any]:
+    return {"level": c.level, "method": c.method, "subset": c.subset, "value": c.value,
+            "n_groups": c.n_groups, "n_items": c.n_items, "ci_low": c.ci_low,
+            "ci_high": c.ci_high}
+
+
+def summary(tables: Tables) -> list[dict[str, Any]]:
+    """summary.csv rows: per data set x prompt x aspect x model."""
+    groups: dict[tuple[str, str, str, str], list[_Cell]] = defaultdict(list)
+    for (dataset, _, prompt, aspect, model), cell in tables.cells.items():
+        groups[dataset, prompt, aspect, model].append(cell)
+    rows = []
+    for (dataset, prompt, aspect, model), cells in groups.items():
+        scores = [s for c in cells if (s := c.score) is not None]
+        errors = [e for c in cells for e in c.errors]
+        rows.append({"dataset": dataset, "prompt": prompt, "aspect": aspect, "model": model,
+                     "n": len(cells), "scored": len(scores),
+                     "mean": statistics.fmean(scores) if scores else None,
+                     "std": statistics.stdev(scores) if len(scores) > 1 else None,
+                     "parse_failures": errors.count("parse"), "refusals": errors.count("refusal"),
+                     "api_failures": errors.count("api")})
+    return rows
+
+
+def _csv(columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> bytes:
+    out = io.StringIO()
+    w = csv.DictWriter(out, fieldnames=list(columns), lineterminator="\n")
+    w.writeheader()
+    for row in rows:
+        w.writerow({k: _fmt(v) if isinstance(v, float) or v is None else v
+                    for k, v in row.items()})
+    return out.getvalue().encode()
+
+
+def _markdown(expansion: Expansion, corr: list[dict[str, Any]],
+              summ: list[dict[str, Any]], notes: Sequence[str]) -> str:
+    job = expansion.job
+    lines = [f"# {job.name}", "", *notes, ""]
+    parsers = sorted({f"{p.parser} {get_parser(p.parser).version}" for p in job.prompts})
+    lines += [f"Parsers: {', '.join(parsers)}. Sample-level policy for constant groups: "
+              f"`{job.policy}`. 95% bootstrap CIs ({job.bootstrap} resamples) are in "
+              "correlations.csv.", ""]
+    by_table: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for row in corr:
+        by_table[row["dataset"], row["aspect"]].append(row)
+    for (dataset, aspect), rows in by_table.items():
+        lines += _table(dataset, aspect, rows)
+    lines += ["## Judge answers", "",
+              "| dataset | prompt | aspect | model | n | scored | mean | parse failures "
+              "| refusals | API failures |", "|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    for s in summ:
+        mean = "" if s["mean"] is None else f"{s['mean']:.3f}"
+        lines.append(f"| {s['dataset']} | {s['prompt']} | {s['aspect']} | {s['model']} | "
+                     f"{s['n']} | {s['scored']} | {mean} | {s['parse_failures']} | "
+                     f"{s['refusals']} | {s['api_failures']} |")
+    return "\n".join(lines) + "\n"
+
+
+def _table(dataset: str, aspect: str, rows: list[dict[str, Any]]) -> list[str]:
+    columns = list(dict.fromkeys((r["level"], r["subset"], r["method"]) for r in rows))
+    judges = list(dict.fromkeys(r["judge"] for r in rows))
+    cell = {(r["judge"], r["level"], r["subset"], r["method"]): r for r in rows}
+    head = " | ".join(f"{lvl} {m}" + ("" if sub == "all" else f" ({sub})")
+                      for lvl, sub, m in columns)
+    lines = [f"## {dataset}: {aspect}", "", f"| judge | {head} | n |",
+             "|---|" + "---:|" * (len(columns) + 1)]
+    for judge in judges:
+        values = []
+        n = 0
+        for lvl, sub, m in columns:
+            r = cell.get((judge, lvl, sub, m))
+            values.append("" if r is None or r["value"] is None else f"{r['value']:.3f}")
+            if r is not None and lvl == "dataset" and sub == "all":
+                n = r["n_items"]
+        lines.append(f"| {judge} | {' | '.join(values)} | {n} |")
+    return [*lines, ""]
+
+
+def write_reports(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgment],
+                  manifest: Mapping[str, Any], notes: Sequence[str] = ()) -> Tables:
+    """Write every report file; the manifest last, so its presence means the set is complete."""
+    buffer = io.BytesIO()
+    tables = collect(judgments, buffer)
+    write_atomic(out_dir / "judgments.jsonl", buffer.getvalue())
+    write_atomic(out_dir / "scores.csv", _scores_csv(tables))
+    corr = correlations(expansion, tables)
+    write_atomic(out_dir / "correlations.csv", _csv(CORRELATION_COLUMNS, corr))
+    summ = summary(tables)
+    write_atomic(out_dir / "summary.csv", _csv(SUMMARY_COLUMNS, summ))
+    write_atomic(out_dir / "report.md", _markdown(expansion, corr, summ, notes).encode())
+    write_atomic(out_dir / "manifest.json",
+                 orjson.dumps(manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
+    return tables

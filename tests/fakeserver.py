@@ -1,0 +1,222 @@
+"""A fake OpenAI-compatible chat-completions server on 127.0.0.1, scriptable per test.
+
+It answers `POST /v1/chat/completions` and `GET /v1/models`, and can inject latency, 429 with
+Retry-After, 5xx, dropped connections, hangs past the client's timeout, malformed JSON, and
+401; it enforces an optional requests-per-minute limit the way a real API does, and counts
+requests per distinct body. Used by the tests (in a thread, so a CLI subprocess can call it)
+and by the benchmarks (`python tests/fakeserver.py --port 0`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import hashlib
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+FAULTS = ("429", "500", "drop", "malformed", "hang", "401", "400")
+
+
+def default_reply(body: dict[str, Any]) -> str:
+    """A deterministic answer: 1-5 stars from the hash of the user message."""
+    text = body["messages"][-1]["content"]
+    stars = int(hashlib.sha256(text.encode()).hexdigest(), 16) % 5 + 1
+    return f"{stars} stars"
+
+
+@dataclass
+class Script:
+    """What the server does. Change fields between requests; all are read per request."""
+
+    latency_s: float = 0.0
+    reply: Callable[[dict[str, Any]], str] = default_reply
+    faults: dict[str, float] = field(default_factory=dict)
+    """fault name -> probability, drawn per request (seeded)."""
+    queue: list[str] = field(default_factory=list)
+    """Faults to serve first, one per request, in order ("ok" = a normal answer)."""
+    retry_after: float | None = 0.05
+    rpm: float | None = None
+    """Server-side limit: over this many requests in any 60 s window -> 429."""
+    hang_s: float = 30.0
+    seed: int = 0
+    logprobs: bool = False
+
+
+class State:
+    """Counters the tests assert on."""
+
+    def __init__(self, script: Script) -> None:
+        self.script = script
+        self.rng = random.Random(script.seed)
+        self.bodies: collections.Counter[str] = collections.Counter()
+        self.requests = 0
+        self.answered = 0
+        self.status: collections.Counter[str] = collections.Counter()
+        self.auth: list[str | None] = []
+        self.window: collections.deque[float] = collections.deque()
+        self.in_flight = 0
+        self.max_in_flight = 0
+
+    def body_key(self, body: dict[str, Any]) -> str:
+        return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+    def fault(self) -> str:
+        if self.script.queue:
+            return self.script.queue.pop(0)
+        for name, p in self.script.faults.items():
+            if self.rng.random() < p:
+                return name
+        return "ok"
+
+    def over_rpm(self) -> bool:
+        if self.script.rpm is None:
+            return False
+        now = time.monotonic()
+        while self.window and now - self.window[0] >= 60:
+            self.window.popleft()
+        if len(self.window) >= self.script.rpm:
+            return True
+        self.window.append(now)
+        return False
+
+
+def _completion(body: dict[str, Any], text: str, logprobs: bool) -> dict[str, Any]:
+    n = int(body.get("n", 1))
+    prompt_tokens = sum(len(m["content"]) for m in body["messages"]) // 4
+    choices = []
+    for i in range(n):
+        choice: dict[str, Any] = {"index": i, "finish_reason": "stop",
+                                  "message": {"role": "assistant", "content": text}}
+        if logprobs or body.get("logprobs"):
+            first = text.split()[0] if text.split() else text
+            choice["logprobs"] = {"content": [{"token": first, "logprob": -0.1, "top_logprobs": [
+                {"token": first, "logprob": -0.1}, {"token": "3", "logprob": -2.5}]}]}
+        choices.append(choice)
+    return {"id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()),
+            "model": body.get("model", "fake"), "choices": choices,
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 3 * n,
+                      "total_tokens": prompt_tokens + 3 * n}}
+
+
+async def _chat(request: web.Request) -> web.StreamResponse:
+    state: State = request.app["state"]
+    script = state.script
+    state.requests += 1
+    state.auth.append(request.headers.get("Authorization"))
+    raw = await request.read()
+    body = orjson.loads(raw)
+    state.bodies[state.body_key(body)] += 1
+    state.in_flight += 1
+    state.max_in_flight = max(state.max_in_flight, state.in_flight)
+    try:
+        if state.over_rpm():
+            return _status(state, 429, "rate limit (rpm)", retry_after=1.0)
+        fault = state.fault()
+        if script.latency_s:
+            await asyncio.sleep(script.latency_s)
+        return await _serve(request, state, body, fault)
+    finally:
+        state.in_flight -= 1
+
+
+async def _serve(request: web.Request, state: State, body: dict[str, Any],
+                 fault: str) -> web.StreamResponse:
+    script = state.script
+    if fault == "429":
+        return _status(state, 429, "Rate limit reached", retry_after=script.retry_after)
+    if fault in ("500", "401", "400"):
+        return _status(state, int(fault), f"fake {fault}")
+    if fault == "drop":
+        state.status["drop"] += 1
+        assert request.transport is not None
+        request.transport.close()
+        return web.Response(status=500)
+    if fault == "hang":
+        state.status["hang"] += 1
+        await asyncio.sleep(script.hang_s)
+    if fault == "malformed":
+        state.status["malformed"] += 1
+        return web.Response(body=b'{"choices": [', content_type="application/json")
+    state.status["200"] += 1
+    state.answered += 1
+    payload = _completion(body, script.reply(body), script.logprobs)
+    return web.Response(body=orjson.dumps(payload), content_type="application/json")
+
+
+def _status(state: State, status: int, message: str,
+            retry_after: float | None = None) -> web.Response:
+    state.status[str(status)] += 1
+    headers = {"Retry-After": f"{retry_after:g}"} if retry_after is not None else {}
+    return web.Response(status=status, headers=headers, content_type="application/json",
+                        body=orjson.dumps({"error": {"message": message, "type": "fake"}}))
+
+
+async def _models(request: web.Request) -> web.Response:
+    return web.json_response({"object": "list", "data": [{"id": "fake", "object": "model"}]})
+
+
+def make_app(state: State) -> web.Application:
+    app = web.Application()
+    app["state"] = state
+    app.router.add_post("/v1/chat/completions", _chat)
+    app.router.add_get("/v1/models", _models)
+    return app
+
+
+class ThreadedServer:
+    """The fake server on 127.0.0.1 in a background thread: `with ThreadedServer() as s: s.url`."""
+
+    def __init__(self, script: Script | None = None) -> None:
+        self.state = State(script or Script())
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    async def _start(self) -> web.AppRunner:
+        runner = web.AppRunner(make_app(self.state), access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        server = site._server
+        assert server is not None
+        self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return runner
+
+    def __enter__(self) -> ThreadedServer:
+        self.thread.start()
+        self.runner = asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="fake OpenAI-compatible server on 127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--latency", type=float, default=0.0)
+    parser.add_argument("--rpm", type=float)
+    args = parser.parse_args()
+    state = State(Script(latency_s=args.latency, rpm=args.rpm))
+    web.run_app(make_app(state), host="127.0.0.1", port=args.port, access_log=None,
+                print=lambda *a: None)
+
+
+if __name__ == "__main__":
+    main()
