@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import csv
 import hashlib
 import importlib.metadata
+import io
 import os
 import signal
 import sys
@@ -31,7 +33,8 @@ from runner.expand import Expansion, estimate_cost, prepare
 from runner.job import Job, ModelSpec, load_job, parse_model_spec
 from runner.judgments import judge
 from runner.progress import Progress
-from runner.report import write_reports
+from runner.reduce import compare as compare_judges
+from runner.report import collect, judge_rows, write_atomic, write_reports
 
 DEFAULT_DATA_DIR = Path.home() / ".cache" / "judge-runner" / "data"
 PACKAGES = ("judge-runner", "aiohttp", "openai", "aiolimiter", "diskcache", "orjson", "scipy",
@@ -394,6 +397,55 @@ def status(job: str, models: tuple[str, ...], base_url: str | None, limit: int |
         click.echo(f"last run {data.get('ended')}: {counts}")
     else:
         click.echo(f"no run yet ({manifest} does not exist)")
+
+
+@cli.command()
+@_common
+@click.option("--judges", nargs=2, required=True, metavar="A B",
+              help="Two judges as named in correlations.csv: `model/prompt` for LLM judges, or "
+                   "a metric column such as rouge1-f.")
+def compare(job: str, models: tuple[str, ...], base_url: str | None, limit: int | None,
+            cache_dir: str | None, out: str | None, judges: tuple[str, str]) -> None:
+    """Paired bootstrap test of the difference between two judges' correlations with humans.
+
+    Both judges are scored on the same resampled groups (sample and dataset level), from the
+    cache only (no network). Writes compare.csv next to the reports and prints the table:
+    diff = A - B with its 95% CI and a two-sided p-value.
+    """
+    sel = _select(job, models, base_url, limit, cache_dir, out)
+    with Cache(sel.cache_dir) as c:
+        tables = collect(judge(sel.expansion, c), io.BytesIO())
+    rows = []
+    for (dataset, aspect), by_judge in judge_rows(sel.expansion, tables).items():
+        missing = [j for j in judges if j not in by_judge]
+        if missing:
+            raise ConfigError(f"{sel.job.path}: no judge {missing[0]!r} for {dataset}/{aspect}; "
+                              f"judges there: {', '.join(sorted(by_judge))}")
+        for cmp in compare_judges(by_judge[judges[0]], by_judge[judges[1]],
+                                  policy=sel.job.policy, n_boot=sel.job.bootstrap,
+                                  seed=sel.job.seed):
+            rows.append({"dataset": dataset, "aspect": aspect, "a": judges[0], "b": judges[1],
+                         "level": cmp.level, "method": cmp.method, "subset": cmp.subset,
+                         "value_a": cmp.judge_a, "value_b": cmp.judge_b, "diff": cmp.diff,
+                         "ci_low": cmp.ci_low, "ci_high": cmp.ci_high, "p_value": cmp.p_value,
+                         "n_groups": cmp.n_groups})
+    shown = ["dataset", "aspect", "level", "method", "subset", "value_a", "value_b", "diff",
+             "ci_low", "ci_high", "p_value"]
+    click.echo(f"A = {judges[0]}, B = {judges[1]}")
+    click.echo(" ".join(f"{c:>9}" for c in shown))
+    for r in rows:
+        click.echo(" ".join(f"{r[c]:>9.3f}" if isinstance(r[c], float) else f"{r[c]!s:>9}"
+                            for c in shown))
+    write_atomic(sel.out_dir / "compare.csv", _csv_bytes(rows))
+
+
+def _csv_bytes(rows: list[dict[str, Any]]) -> bytes:
+    buffer = io.StringIO()
+    if rows:
+        writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    return buffer.getvalue().encode()
 
 
 @cli.group()

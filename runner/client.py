@@ -7,7 +7,6 @@ decides what to do about it.
 
 from __future__ import annotations
 
-import asyncio
 import email.utils
 import re
 import time
@@ -49,7 +48,7 @@ async def post_chat(session: aiohttp.ClientSession, url: str, body: bytes, *,
             raw = await resp.read()
             if resp.status != 200:
                 raise _status_error(resp.status, raw, resp.headers)
-    except (TimeoutError, asyncio.TimeoutError):
+    except TimeoutError:
         raise RetryableError(f"no answer within {timeout_s:g} s (timeout)") from None
     except aiohttp.ClientError as exc:
         raise RetryableError(f"connection error: {type(exc).__name__}: {exc}") from None

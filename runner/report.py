@@ -31,7 +31,7 @@ from runner.judgments import Judgment
 from runner.parse import get_parser
 from runner.reduce import Correlation, Row, correlate
 
-__all__ = ["Tables", "collect", "correlations", "write_atomic", "write_reports"]
+__all__ = ["Tables", "collect", "correlations", "judge_rows", "write_atomic", "write_reports"]
 
 CORRELATION_COLUMNS = ["dataset", "aspect", "judge", "level", "method", "subset", "value",
                        "n_groups", "n_items", "ci_low", "ci_high"]
@@ -144,15 +144,26 @@ def _judge_series(expansion: Expansion, tables: Tables
     return series
 
 
+def judge_rows(expansion: Expansion, tables: Tables) -> dict[tuple[str, str], dict[str, list[Row]]]:
+    """(dataset, aspect) -> judge -> reducer rows (judge score against the human score).
+
+    The `iaa` judge is annotator 2 against annotator 1 where a data set released both.
+    """
+    out: dict[tuple[str, str], dict[str, list[Row]]] = {}
+    for (dataset, aspect), judges in _judge_series(expansion, tables).items():
+        out[dataset, aspect] = {
+            judge: [Row(group=it.group, system=it.system, subset=it.subset, judge=score,
+                        human=it.annotators[aspect][0] if judge == "iaa" else it.human[aspect])
+                    for it, score in pairs]
+            for judge, pairs in judges.items()}
+    return out
+
+
 def correlations(expansion: Expansion, tables: Tables) -> list[dict[str, Any]]:
     """Every judge against human, per data set and aspect, as correlations.csv rows."""
     job, rows = expansion.job, []
-    for (dataset, aspect), judges in _judge_series(expansion, tables).items():
-        for judge, pairs in judges.items():
-            iaa = judge == "iaa"
-            data = [Row(group=it.group, system=it.system, subset=it.subset, judge=score,
-                        human=it.annotators[aspect][0] if iaa else it.human[aspect])
-                    for it, score in pairs]
+    for (dataset, aspect), judges in judge_rows(expansion, tables).items():
+        for judge, data in judges.items():
             for c in correlate(data, policy=job.policy, n_boot=job.bootstrap, seed=job.seed):
                 rows.append({"dataset": dataset, "aspect": aspect, "judge": judge,
                              **_correlation(c)})
