@@ -1,0 +1,425 @@
+"""Readers for the upstream file formats of the registered data sets.
+
+Each loader takes the absolute paths of its data set's registered files (in registry
+order) and the data set name, and yields `Item`s in file order. Loaders never download
+and never hash; `runner.datasets` checks that the files exist before calling them.
+
+Invariants every loader keeps (tested in tests/test_datasets.py):
+- `item_id` is unique within the data set and derived only from upstream ids and names,
+  so it is stable across runs and machines.
+- Numbers are floats; text fields are passed through byte for byte (no formatting,
+  no stripping), so `{` and `}` in the data reach the template engine untouched.
+"""
+
+from __future__ import annotations
+
+import csv
+import fnmatch
+import io
+import json
+import pickle
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runner.errors import DataError
+
+__all__ = ["Item", "bagel", "colossalai", "korean_chat", "openmeva", "read_records",
+           "safe_unpickle", "summeval", "tst_formality"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Item:
+    """One output to be judged, with its source, human scores and recorded metrics."""
+
+    dataset: str  # the data set name as the job calls it
+    item_id: str  # unique within the data set, stable across runs
+    group: str  # the shared source: document, story beginning, source sentence, question
+    system: str  # which system produced the output ("" if unknown or none)
+    subset: str  # e.g. "informal->formal"; "" when the data set has no subsets
+    fields: Mapping[str, str]  # template fields, e.g. {"source": ..., "output": ...}
+    human: Mapping[str, float]  # aspect -> human score (mean of the annotators)
+    annotators: Mapping[str, tuple[float, ...]]  # aspect -> per-annotator scores, if released
+    metrics: Mapping[str, Mapping[str, float]]  # aspect -> metric -> value; "*" = every aspect
+    extra: Mapping[str, Any] = field(default_factory=dict)  # category, line, recorded judge...
+
+
+# Exactly these types may appear in an unpickled value. Without find_class no other
+# type can be built, but sets, frozensets and bytearrays have their own opcodes.
+_PLAIN = frozenset({dict, list, tuple, str, int, float, bool, bytes, type(None)})
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Refuses every global, so no class is built and no callable is reachable."""
+
+    def find_class(self, module: str, name: str, /) -> Any:
+        raise pickle.UnpicklingError(f"global {module}.{name} is not allowed")
+
+    def persistent_load(self, pid: Any, /) -> Any:
+        raise pickle.UnpicklingError("persistent ids are not allowed")
+
+
+def safe_unpickle(data: bytes) -> Any:
+    """Unpickle plain data only: dict, list, tuple, str, int, float, bool, None, bytes.
+
+    Every GLOBAL/STACK_GLOBAL/INST/OBJ/EXT opcode is refused before anything is called,
+    so a malicious pickle cannot run code. Protocol 0-2 pickles of `bytes` need a global
+    (`_codecs.encode`) and are refused too; protocol 3+ is fine.
+
+    Args:
+        data: The pickle bytes.
+
+    Returns:
+        The unpickled value.
+
+    Raises:
+        DataError: The pickle is malformed, names a global, or holds a disallowed type.
+    """
+    try:
+        value = _PlainUnpickler(io.BytesIO(data)).load()
+    except Exception as exc:  # no user code can run here, so every failure is bad data
+        raise DataError(f"pickle refused: {exc}; only plain containers and scalars "
+                        "are loaded") from None
+    _check_plain(value)
+    return value
+
+
+def _check_plain(value: Any) -> None:
+    """Walk the value iteratively (no recursion limit, cycles visited once)."""
+    stack: list[Any] = [value]
+    seen: set[int] = set()
+    while stack:
+        node = stack.pop()
+        if type(node) not in _PLAIN:
+            raise DataError(f"pickle refused: it holds a {type(node).__name__}; only plain "
+                            "containers and scalars are loaded")
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, dict):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, list | tuple):
+            stack.extend(node)
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def _fix(dataset: str) -> str:
+    return f"check it with `judge datasets verify {dataset}` and re-fetch"
+
+
+@contextmanager
+def _record(path: Path, where: str, dataset: str) -> Iterator[None]:
+    """Turn a missing key or a wrong type inside one record into a one-line DataError."""
+    try:
+        yield
+    except KeyError as exc:
+        raise DataError(f"{path}: {where} has no field {exc.args[0]!r}; "
+                        f"{_fix(dataset)}") from None
+    except (TypeError, ValueError) as exc:  # TypeError: indexing a list or str by name
+        raise DataError(f"{path}: {where}: {exc}; {_fix(dataset)}") from None
+
+
+def _obj(value: Any, what: str) -> dict[Any, Any]:
+    if not isinstance(value, dict):
+        raise ValueError(f"{what} is a {type(value).__name__}, expected an object")
+    return value
+
+
+def _list(value: Any, what: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise ValueError(f"{what} is a {type(value).__name__}, expected a list")
+    return value
+
+
+def _text(record: Mapping[str, Any], key: str) -> str:
+    value = record[key]
+    if not isinstance(value, str):
+        raise ValueError(f"field {key!r} is a {type(value).__name__}, expected text")
+    return value
+
+
+def _num(record: Mapping[str, Any], key: str) -> float:
+    value = record[key]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"field {key!r} is {value!r}, expected a number")
+    return float(value)
+
+
+def _ident(record: Mapping[str, Any], key: str) -> str:
+    value = record[key]
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError(f"field {key!r} is {value!r}, expected an integer or text id")
+    return str(value)
+
+
+def _numbers(record: Mapping[str, Any], skip: tuple[str, ...] = ()) -> dict[str, float]:
+    return {key: _num(record, key) for key in record if key not in skip}
+
+
+def _pick(files: Sequence[Path], pattern: str) -> Path:
+    matches = [path for path in files if fnmatch.fnmatch(path.name, pattern)]
+    if len(matches) != 1:  # a registry bug, not a user error
+        raise DataError(f"registry: expected one file matching {pattern!r}, got {matches}")
+    return matches[0]
+
+
+def _read_bytes(path: Path, fix: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read ({exc.strerror}); {fix}") from None
+
+
+def _read_json(path: Path, fix: str) -> Any:
+    try:
+        return json.loads(_read_bytes(path, fix))
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
+        raise DataError(f"{path}: not valid JSON ({exc}); {fix}") from None
+
+
+def _jsonl(path: Path, fix: str) -> Iterator[tuple[int, Any]]:
+    """Stream (line number, value) for each non-blank line."""
+    with path.open("rb") as file:
+        for number, line in enumerate(file, start=1):
+            if line.strip():
+                try:
+                    yield number, json.loads(line)
+                except ValueError as exc:
+                    raise DataError(f"{path}:{number}: not valid JSON ({exc}); {fix}") from None
+
+
+def _read_jsonl(path: Path, dataset: str) -> list[Any]:
+    return [row for _, row in _jsonl(path, _fix(dataset))]
+
+
+def _read_pickle(path: Path, dataset: str) -> Any:
+    try:
+        return safe_unpickle(_read_bytes(path, _fix(dataset)))
+    except DataError as exc:
+        raise DataError(f"{path}: {exc}; {_fix(dataset)}") from None
+
+
+# ------------------------------------------------------------------------ user files
+
+_Rows = Iterator[tuple[int, str, Any]]
+
+
+def read_records(path: Path, fmt: str) -> _Rows:
+    """Stream (0-based index, "file:line" for messages, record) from a user's file.
+
+    Args:
+        path: A JSONL, CSV (UTF-8, BOM skipped) or JSON (list of objects) file.
+        fmt: "jsonl", "csv" or "json".
+
+    Raises:
+        DataError: The file is not valid in that format.
+    """
+    if fmt == "csv":
+        return _csv_rows(path)
+    if fmt == "jsonl":
+        return ((i, f"{path}:{n}", row) for i, (n, row) in enumerate(_jsonl(path, "fix the line")))
+    data = _read_json(path, "fix the file")
+    if not isinstance(data, list):
+        raise DataError(f"{path}: top level is a {type(data).__name__}, expected a list "
+                        "of objects; use JSONL or wrap the records in a list")
+    return ((i, f"{path}: record {i}", row) for i, row in enumerate(data))
+
+
+def _csv_rows(path: Path) -> _Rows:
+    try:
+        with path.open(encoding="utf-8-sig", newline="") as file:
+            reader = csv.DictReader(file, strict=True)
+            for index, row in enumerate(reader):
+                yield index, f"{path}:{reader.line_num}", row
+    except (csv.Error, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: not valid UTF-8 CSV ({exc}); fix the file") from None
+
+
+# ---------------------------------------------------------------------------- loaders
+
+
+def openmeva(files: Sequence[Path], dataset: str) -> Iterator[Item]:
+    """OpenMEVA-MANS: one item per (story beginning, generator), 200 x 5 = 1000."""
+    path = _pick(files, "openmeva.json")
+    data = _read_json(path, _fix(dataset))
+    with _record(path, "the top level", dataset):
+        records = _list(data, "the top level")
+    for index, raw in enumerate(records):
+        with _record(path, f"record {index}", dataset):
+            record = _obj(raw, "the record")
+            doc_id, gens = _text(record, "doc_id"), _obj(record["gen"], "gen")
+            items = [Item(
+                dataset=dataset, item_id=f"{doc_id}:{system}", group=doc_id, system=system,
+                subset="",
+                fields={"beginning": _text(record, "prompt"),
+                        "storyline": _text(_obj(gen, system), "text"),
+                        "reference": _text(record, "reference")},
+                human={"overall": _num(_obj(gen["score"], "score"), "human")},
+                annotators={},
+                metrics={"*": _numbers(gen["score"], skip=("human",))},
+            ) for system, gen in gens.items()]
+        yield from items
+
+
+# file name -> aspect. content.ref.json carries the same human numbers as content.src.json
+# (checked) but metrics computed against the reference, hence its own aspect.
+_TST_FILES = {"content.src.json": "content", "content.ref.json": "content_ref",
+              "style.json": "style", "fluency.json": "fluency"}
+_TST_LINES, _TST_HUMAN = 80, ("out", "human_1", "human_2")
+
+
+def tst_formality(files: Sequence[Path], dataset: str) -> Iterator[Item]:
+    """GYAFC formality transfer: one item per (source line, output), 80 x 9 = 720.
+
+    Lines 0-39 are informal->formal, 40-79 formal->informal; the human reference
+    counts as system "ref". All four files must agree on src, ref, systems and outputs.
+    """
+    tables = {aspect: _read_jsonl(_pick(files, name), dataset)
+              for name, aspect in _TST_FILES.items()}
+    base = _pick(files, "content.src.json")
+    for aspect, rows in tables.items():
+        if len(rows) != _TST_LINES:
+            raise DataError(f"{base.parent}: {aspect} has {len(rows)} lines, expected "
+                            f"{_TST_LINES}; {_fix(dataset)}")
+    for line in range(_TST_LINES):
+        with _record(base.parent, f"line {line}", dataset):
+            items = _tst_line(dataset, line, {a: _obj(t[line], "line") for a, t in tables.items()})
+        yield from items
+
+
+def _tst_line(dataset: str, line: int, rows: Mapping[str, dict[Any, Any]]) -> list[Item]:
+    src, ref = _text(rows["content"], "src"), _text(rows["content"], "ref")
+    systems = list(_obj(rows["content"]["sys"], "sys"))
+    for aspect, row in rows.items():
+        if (_text(row, "src"), _text(row, "ref"), list(row["sys"])) != (src, ref, systems):
+            raise ValueError(f"{aspect} disagrees with content on src, ref or systems")
+    items = []
+    for system in systems:
+        outs = {aspect: _obj(row["sys"][system], system) for aspect, row in rows.items()}
+        output = _text(outs["content"], "out")
+        if any(_text(out, "out") != output for out in outs.values()):
+            raise ValueError(f"the files disagree on the output of {system}")
+        pairs = {a: (_num(o, "human_1"), _num(o, "human_2")) for a, o in outs.items()}
+        items.append(Item(
+            dataset=dataset, item_id=f"{line}:{system}", group=str(line), system=system,
+            subset="informal->formal" if line < _TST_LINES // 2 else "formal->informal",
+            fields={"source": src, "output": output, "reference": ref},
+            human={aspect: sum(pair) / 2 for aspect, pair in pairs.items()},
+            annotators=pairs,
+            metrics={aspect: _numbers(out, skip=_TST_HUMAN) for aspect, out in outs.items()},
+            extra={"line": line},
+        ))
+    return items
+
+
+def summeval(files: Sequence[Path], dataset: str) -> Iterator[Item]:
+    """SummEval: one item per (document, system), 100 x 16 = 1600."""
+    path = _pick(files, "data.pkl")
+    with _record(path, "the top level", dataset):
+        docs = _obj(_read_pickle(path, dataset), "the top level")
+    for doc_id, raw in docs.items():
+        with _record(path, f"document {doc_id!r}", dataset):
+            doc = _obj(raw, "the document")
+            references = tuple(_list(doc["ref_summs"], "ref_summs"))
+            items = [Item(
+                dataset=dataset, item_id=f"{doc_id}:{system}", group=str(doc_id),
+                system=system, subset="",
+                fields={"document": _text(doc, "src"), "summary": _text(summ, "sys_summ"),
+                        "reference": _text(doc, "ref_summ")},
+                human=_numbers(_obj(summ["scores"], "scores")), annotators={}, metrics={},
+                extra={"references": references},
+            ) for system, summ in _obj(doc["sys_summs"], "sys_summs").items()]
+        yield from items
+
+
+def bagel(files: Sequence[Path], dataset: str) -> Iterator[Item]:
+    """BAGEL: one item per output, 404 (202 meaning representations, 2 outputs each)."""
+    path = _pick(files, "data.pkl")
+    with _record(path, "the top level", dataset):
+        outputs = _obj(_read_pickle(path, dataset), "the top level")
+    for key, raw in outputs.items():
+        with _record(path, f"item {key!r}", dataset):
+            record = _obj(raw, "the item")
+            references = tuple(_list(record["ref_summs"], "ref_summs"))
+            if not references or not all(isinstance(r, str) for r in references):
+                raise ValueError("ref_summs must be a non-empty list of text")
+            item = Item(
+                dataset=dataset, item_id=str(key), group=_text(record, "src"), system="",
+                subset="",
+                fields={"mr": _text(record, "src"), "text": _text(record, "sys_summ"),
+                        "reference": references[0]},
+                human=_numbers(_obj(record["scores"], "scores")), annotators={}, metrics={},
+                extra={"references": references},
+            )
+        yield item
+
+
+def korean_chat(files: Sequence[Path], dataset: str) -> Iterator[Item]:
+    """Korean instructions: one item per (instruction, model), 252 x 7 = 1764.
+
+    Models are the generated/*.jsonl stems, sorted. `extra["recorded_judge"]` is the raw
+    gpt-4-0125-preview response from chatgpt_results/<model>.pkl where that file exists.
+    """
+    questions_path = _pick(files, "user_oriented_instructions_eval.jsonl")
+    questions = _read_jsonl(questions_path, dataset)
+    answers = {p.stem: (p, _read_jsonl(p, dataset))
+               for p in sorted(files) if p.parent.name == "generated"}
+    judged = {p.stem: (p, _read_pickle(p, dataset))
+              for p in files if p.parent.name == "chatgpt_results"}
+    for path, rows in [*answers.values(), *judged.values()]:
+        if not isinstance(rows, list) or len(rows) != len(questions):
+            raise DataError(f"{path}: expected a list of {len(questions)} entries aligned "
+                            f"with {questions_path.name}; {_fix(dataset)}")
+    for index, raw in enumerate(questions):
+        with _record(questions_path, f"line {index + 1}", dataset):
+            items = list(_korean_line(dataset, index, _obj(raw, "the line"), answers, judged))
+        yield from items
+
+
+def _korean_line(dataset: str, index: int, question: dict[Any, Any],
+                 answers: Mapping[str, tuple[Path, list[Any]]],
+                 judged: Mapping[str, tuple[Path, Any]]) -> Iterator[Item]:
+    instruction, qid = _text(question, "instruction"), _text(question, "id")
+    instance = _obj(_list(question["instances"], "instances")[0], "instances[0]")
+    for model, (path, rows) in answers.items():
+        row = _obj(rows[index], f"{path.name} line {index + 1}")
+        if _text(row, "instruction") != instruction:
+            raise ValueError(f"{path.name} line {index + 1} answers a different instruction")
+        extra: dict[str, Any] = {"motivation_app": _text(question, "motivation_app"),
+                                 "reference_output": _text(instance, "output")}
+        if model in judged:
+            recorded = judged[model][1][index]
+            if not isinstance(recorded, str):
+                raise ValueError(f"{model}.pkl entry {index} is not text")
+            extra["recorded_judge"] = recorded
+        yield Item(
+            dataset=dataset, item_id=f"{qid}:{model}", group=qid, system=model, subset="",
+            fields={"instruction": instruction, "input": _text(row, "input"),
+                    "answer": _text(row, "answer")},
+            human={}, annotators={}, metrics={}, extra=extra,
+        )
+
+
+def colossalai(files: Sequence[Path], dataset: str) -> Iterator[Item]:
+    """ColossalEval GPT-evaluation examples: 25 questions, subset = category."""
+    path = _pick(files, "eval_*_examples.json")
+    data = _read_json(path, _fix(dataset))
+    with _record(path, "the top level", dataset):
+        records = _list(data, "the top level")
+    for index, raw in enumerate(records):
+        with _record(path, f"record {index}", dataset):
+            record = _obj(raw, "the record")
+            qid, category = _ident(record, "id"), _text(record, "category")
+            item = Item(
+                dataset=dataset, item_id=qid, group=qid, system="", subset=category,
+                fields={"question": _text(record, "instruction"),
+                        "input": _text(record, "input"), "target": _text(record, "target"),
+                        "output": _text(record, "output")},
+                human={}, annotators={}, metrics={}, extra={"category": category},
+            )
+        yield item
