@@ -158,8 +158,9 @@ class _Pool:
                latency_s: float) -> None:
         usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
         assert isinstance(usage, dict)
-        self.cache.put(task.key, {"request": orjson.loads(task.body), "endpoint": endpoint.model.endpoint,
-                                  "response": data, "usage": usage, "latency_s": latency_s,
+        self.cache.put(task.key, {"request": orjson.loads(task.body),
+                                  "endpoint": endpoint.model.endpoint, "response": data,
+                                  "usage": usage, "latency_s": latency_s,
                                   "time": time.time(), "source": "api"})
         prompt = int(usage.get("prompt_tokens") or 0)
         completion = int(usage.get("completion_tokens") or 0)

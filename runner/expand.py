@@ -64,6 +64,8 @@ class Task:
     """Estimated prompt tokens."""
     max_tokens: int
     """Completion tokens reserved: max_tokens x n."""
+    members: tuple[str, ...] = ()
+    """Group mode: the item ids listed as Output 1..n (item_id is then the group)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,13 +80,31 @@ class Expansion:
     lower_is_better: Mapping[str, frozenset[str]]
     """data set name -> metric names where lower is better (the reducer negates them)."""
 
+    def prompts_for(self, dataset: str, per: str) -> list[PromptSpec]:
+        return [p for p in self.job.prompts
+                if p.per == per and (not p.datasets or dataset in p.datasets)]
+
     def tasks(self) -> Iterator[Task]:
-        """Every task, in order: data set, item, prompt, aspect, model, sample."""
+        """Every task, in order: data set, item (then group), prompt, aspect, model, sample."""
+        models = self.job.models
         for spec in self.job.datasets:
-            prompts = [p for p in self.job.prompts if not p.datasets or spec.name in p.datasets]
+            prompts = self.prompts_for(spec.name, "item")
             for item in self.items[spec.name]:
                 for prompt in prompts:
-                    yield from _item_tasks(item, prompt, self.job.models)
+                    yield from _tasks(item, item.fields, (), prompt, models)
+            group_prompts = self.prompts_for(spec.name, "group")
+            for members in (self.groups(spec.name) if group_prompts else []):
+                for prompt in group_prompts:
+                    values = {**members[0].fields, "outputs": _outputs(members, prompt)}
+                    yield from _tasks(members[0], values, tuple(m.item_id for m in members),
+                                      prompt, models)
+
+    def groups(self, dataset: str) -> list[list[Item]]:
+        """The data set's items by group, groups in order of first appearance."""
+        by_group: dict[str, list[Item]] = {}
+        for item in self.items[dataset]:
+            by_group.setdefault(item.group, []).append(item)
+        return list(by_group.values())
 
     def count(self) -> int:
         """Number of tasks, without building them."""
@@ -92,8 +112,9 @@ class Expansion:
         for spec in self.job.datasets:
             for p in self.job.prompts:
                 if not p.datasets or spec.name in p.datasets:
-                    per_item = len(p.aspects) * len(self.job.models) * p.samples
-                    total += per_item * len(self.items[spec.name])
+                    units = (len(self.items[spec.name]) if p.per == "item"
+                             else len({it.group for it in self.items[spec.name]}))
+                    total += units * len(p.aspects) * len(self.job.models) * p.samples
         return total
 
     def item(self, dataset: str, item_id: str) -> Item:
@@ -151,8 +172,11 @@ def _check_templates(job: Job, items: Mapping[str, Sequence[Item]]) -> None:
             if not items[name]:
                 continue
             have = set(items[name][0].fields) | {"aspect"}
-            for aspect in prompt.aspects:
-                unknown = placeholders(prompt.template(aspect)) - have
+            if prompt.per == "group":
+                have.add("outputs")
+            texts = [*prompt.templates.values(), *prompt.when_empty.values()]
+            for text in texts:
+                unknown = placeholders(text) - have
                 if prompt.system:
                     unknown |= placeholders(prompt.system) - have
                 if unknown:
@@ -167,13 +191,20 @@ def render(template: str, values: Mapping[str, str]) -> str:
     return PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
 
 
+def _outputs(members: Sequence[Item], prompt: PromptSpec) -> str:
+    """Group mode's {{outputs}}: "Output 1: <text>" lines, in file order."""
+    return "\n".join(f"Output {i}: {m.fields[prompt.output_field]}"
+                     for i, m in enumerate(members, 1))
+
+
 def request_body(prompt: PromptSpec, model: ModelSpec, values: Mapping[str, str],
-                 aspect: str) -> dict[str, Any]:
-    """The chat-completions request body for one (item, prompt, aspect, model)."""
+                 aspect: str, subset: str = "") -> dict[str, Any]:
+    """The chat-completions request body for one (item or group, prompt, aspect, model)."""
     messages = []
     if prompt.system:
         messages.append({"role": "system", "content": render(prompt.system, values)})
-    messages.append({"role": "user", "content": render(prompt.template(aspect), values)})
+    template = prompt.template(aspect, subset, values)
+    messages.append({"role": "user", "content": render(template, values)})
     return {"model": model.model, "messages": messages, **model.params, **prompt.params}
 
 
@@ -184,20 +215,23 @@ def cache_key(endpoint: str, body: Mapping[str, Any], sample: int) -> str:
     return hashlib.sha256(canonical).hexdigest()
 
 
-def _item_tasks(item: Item, prompt: PromptSpec, models: Sequence[ModelSpec]) -> Iterator[Task]:
+def _tasks(item: Item, fields: Mapping[str, str], members: tuple[str, ...],
+           prompt: PromptSpec, models: Sequence[ModelSpec]) -> Iterator[Task]:
+    item_id = item.group if members else item.item_id
     for aspect in prompt.aspects:
-        values = {**item.fields, "aspect": aspect}
+        values = {**fields, "aspect": aspect}
         for model in models:
-            body = request_body(prompt, model, values, aspect)
+            body = request_body(prompt, model, values, aspect, item.subset)
             raw = orjson.dumps(body)
             chars = sum(len(m["content"]) for m in body["messages"])
             reserve = int(body.get("max_tokens") or body.get("max_completion_tokens")
                           or DEFAULT_MAX_TOKENS) * int(body.get("n", 1))
             for sample in range(prompt.samples):
                 yield Task(key=cache_key(model.endpoint, body, sample), dataset=item.dataset,
-                           item_id=item.item_id, prompt=prompt.name, aspect=aspect,
+                           item_id=item_id, prompt=prompt.name, aspect=aspect,
                            model=model.name, sample=sample, body=raw,
-                           prompt_tokens=chars // CHARS_PER_TOKEN + 8, max_tokens=reserve)
+                           prompt_tokens=chars // CHARS_PER_TOKEN + 8, max_tokens=reserve,
+                           members=members)
 
 
 def estimate_cost(model: ModelSpec, prompt_tokens: int, completion_tokens: int) -> float | None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import ConfigError
+from runner.parse import check_options, get_parser
 
 __all__ = [
     "DatasetSpec",
@@ -98,7 +99,7 @@ class PromptSpec:
 
     name: str
     templates: Mapping[str, str]
-    """aspect -> template text ("*" = the one template for every aspect)."""
+    """Template text by key: "aspect", "aspect@subset", "*@subset" or "*" (most specific wins)."""
     system: str | None
     parser: str
     parser_options: Mapping[str, Any]
@@ -108,9 +109,22 @@ class PromptSpec:
     params: Mapping[str, Any]
     samples: int = 1
     """Independent calls per task (each its own cache key); use params.n for one call."""
+    per: str = "item"
+    """"item": one request per output; "group": one request scoring all outputs of a group,
+    listed as {{outputs}} ("Output 1: ..."), parsed back per output (parser `outputs`)."""
+    output_field: str = "output"
+    """In group mode, the item field listed in {{outputs}}."""
+    when_empty: Mapping[str, str] = field(default_factory=dict)
+    """field -> template text used instead when that item field is empty."""
 
-    def template(self, aspect: str) -> str:
-        return self.templates.get(aspect) or self.templates["*"]
+    def template(self, aspect: str, subset: str = "", fields: Mapping[str, str] = {}) -> str:
+        for name, text in self.when_empty.items():
+            if not fields.get(name, "x").strip():
+                return text
+        for key in (f"{aspect}@{subset}", f"*@{subset}", aspect, "*"):
+            if key in self.templates:
+                return self.templates[key]
+        raise KeyError(aspect)  # prevented by load_job: every aspect has a template
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -152,7 +166,8 @@ class _Reader:
     def check_keys(self, allowed: set[str]) -> None:
         for key in self.table:
             if key not in allowed:
-                raise self.error(key, f"is not a known key; use one of: {', '.join(sorted(allowed))}")
+                known = ", ".join(sorted(allowed))
+                raise self.error(key, f"is not a known key; use one of: {known}")
 
     def get(self, key: str, kind: type | tuple[type, ...], default: Any = None,
             required: bool = False) -> Any:
@@ -204,7 +219,8 @@ def load_job(path: Path) -> Job:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(f"{path}: job file not found; pass a path or a name under jobs/") from None
+        raise ConfigError(f"{path}: job file not found; pass a path or a name under jobs/"
+                          ) from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -223,7 +239,8 @@ def load_job(path: Path) -> Job:
     _unique(root, "prompts", [p.name for p in prompts])
     models_table = root.get("models", dict, required=True)
     if not models_table:
-        raise root.error("models", "is empty; add e.g. [models.judge] spec = \"openai:gpt-4o-mini\"")
+        raise root.error("models", "is empty; add e.g. [models.judge] "
+                         "spec = \"openai:gpt-4o-mini\"")
     models = tuple(_model(root.child("models", models_table), key, value)
                    for key, value in models_table.items())
     out = root.get("output_dir", str, f"runs/{name}")
@@ -274,8 +291,9 @@ def _dataset(root: _Reader, index: int, table: Mapping[str, Any]) -> DatasetSpec
 def _prompt(root: _Reader, index: int, table: Mapping[str, Any],
             dataset_names: set[str]) -> PromptSpec:
     r = root.child(f"prompts[{index}]", table)
-    r.check_keys({"name", "template", "system", "system_file", "parser", "parser_options", "aspects",
-                  "datasets", "params", "samples"})
+    r.check_keys({"name", "template", "system", "system_file", "parser", "parser_options",
+                  "aspects", "datasets", "params", "samples", "per", "output_field",
+                  "when_empty"})
     name = r.get("name", str, required=True)
     aspects = tuple(r.get("aspects", list, required=True))
     if not aspects or not all(isinstance(a, str) for a in aspects):
@@ -294,9 +312,20 @@ def _prompt(root: _Reader, index: int, table: Mapping[str, Any],
                           f"({', '.join(sorted(dataset_names))})")
     params = r.get("params", dict, {})
     _check_params(r, params)
-    return PromptSpec(name=name, templates=templates, system=system,
-                      parser=r.get("parser", str, required=True),
-                      parser_options=r.get("parser_options", dict, {}), aspects=aspects,
+    parser_name = r.get("parser", str, required=True)
+    parser_opts = r.get("parser_options", dict, {})
+    try:
+        check_options(get_parser(parser_name), parser_opts)
+    except ConfigError as exc:
+        raise r.error("parser", f"is wrong: {exc}") from None
+    per = r.get("per", str, "item")
+    if per not in ("item", "group"):
+        raise r.error("per", f"must be \"item\" or \"group\" (got {per!r})")
+    when_empty = {f: _read_template(r, f"when_empty.{f}", path)
+                  for f, path in r.get("when_empty", dict, {}).items()}
+    return PromptSpec(name=name, templates=templates, system=system, per=per,
+                      output_field=r.get("output_field", str, "output"), when_empty=when_empty,
+                      parser=parser_name, parser_options=parser_opts, aspects=aspects,
                       datasets=for_datasets, params=params, samples=r.positive("samples", 1))
 
 
@@ -304,7 +333,8 @@ def _templates(r: _Reader, aspects: tuple[str, ...]) -> dict[str, str]:
     value = r.get("template", (str, dict), required=True)
     if isinstance(value, str):
         return {"*": _read_template(r, "template", value)}
-    missing = [a for a in aspects if a not in value and "*" not in value]
+    keys = {k.partition("@")[0] for k in value}
+    missing = [a for a in aspects if a not in keys and "*" not in keys]
     if missing:
         raise r.error("template", f"has no template for aspect(s) {', '.join(missing)}")
     return {aspect: _read_template(r, f"template.{aspect}", path) for aspect, path in value.items()}

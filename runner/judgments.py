@@ -15,7 +15,7 @@ from runner.cache import Cache
 from runner.datasets import Item
 from runner.expand import Expansion, Task
 from runner.job import PromptSpec
-from runner.parse import Choice, Combined, Failure, Scores, check_options, combine, get_parser
+from runner.parse import Choice, Combined, Failure, Scores, combine, get_parser
 
 __all__ = ["Judgment", "aspect_key", "choices", "judge"]
 
@@ -63,28 +63,43 @@ def judge(expansion: Expansion, cache: Cache, *, failures: Mapping[str, str] | N
     """Parse every task's cached answer; `failures` (key -> message) explains missing ones."""
     failures = failures or {}
     prompts = {p.name: p for p in expansion.job.prompts}
-    for p in prompts.values():
-        check_options(get_parser(p.parser), p.parser_options)
     for task in expansion.tasks():
-        item = expansion.item(task.dataset, task.item_id)
+        members = task.members or (task.item_id,)
         record = cache.get(task.key)
-        if record is None:
-            message = failures.get(task.key, NOT_CACHED)
-            yield Judgment(task=task, item=item, score=None, values={}, raw=None,
-                           error={"type": "api", "message": message}, cached=False, usage=None)
-            continue
-        yield _parsed(task, item, prompts[task.prompt], record, cached=task.key not in fresh)
+        for position, item_id in enumerate(members, 1):
+            item = expansion.item(task.dataset, item_id)
+            if record is None:
+                message = failures.get(task.key, NOT_CACHED)
+                yield Judgment(task=task, item=item, score=None, values={}, raw=None,
+                               error={"type": "api", "message": message}, cached=False,
+                               usage=None)
+                continue
+            yield _parsed(task, item, prompts[task.prompt], record, cached=task.key not in fresh,
+                          position=position if task.members else None)
+
+
+def parser_options(prompt: PromptSpec, aspect: str, n_members: int) -> dict[str, Any]:
+    """The prompt's parser options for one aspect: "{{aspect}}" in a string option becomes the
+    aspect (one multi-dimension answer read once per aspect), and a group's `count` of 0
+    becomes the number of outputs listed."""
+    options = {k: v.replace("{{aspect}}", aspect) if isinstance(v, str) else v
+               for k, v in prompt.parser_options.items()}
+    if n_members and not options.get("count"):
+        options["count"] = n_members
+    return options
 
 
 def _parsed(task: Task, item: Item, prompt: PromptSpec, record: Mapping[str, Any], *,
-            cached: bool) -> Judgment:
+            cached: bool, position: int | None) -> Judgment:
     parser = get_parser(prompt.parser)
+    options = parser_options(prompt, task.aspect, len(task.members))
     got = choices(record["response"])
-    results: list[Scores | Failure] = [parser(c, prompt.parser_options) for c in got]
+    results: list[Scores | Failure] = [parser(c, options) for c in got]
     combined = combine(results)
     texts = [c.text for c in got]
     raw: str | list[str] = texts[0] if len(texts) == 1 else texts
-    score = _score(combined, task.aspect)
+    key = str(position) if position is not None else None
+    score = combined.values.get(key) if key is not None else _score(combined, task.aspect)
     error = None
     if combined.failure is not None:
         error = {"type": combined.failure.type, "message": combined.failure.message}

@@ -77,7 +77,7 @@ class Tables:
 def _judgment_line(j: Judgment) -> bytes:
     t, it = j.task, j.item
     return orjson.dumps({
-        "dataset": t.dataset, "item_id": t.item_id, "group": it.group, "system": it.system,
+        "dataset": t.dataset, "item_id": it.item_id, "group": it.group, "system": it.system,
         "subset": it.subset, "prompt": t.prompt, "aspect": t.aspect, "model": t.model,
         "sample": t.sample, "key": t.key, "score": j.score, "values": j.values, "raw": j.raw,
         "error": j.error, "cached": j.cached, "usage": j.usage,
@@ -90,7 +90,7 @@ def collect(judgments: Iterable[Judgment], jsonl: io.BufferedIOBase) -> Tables:
     for j in judgments:
         jsonl.write(_judgment_line(j))
         t = j.task
-        cell = tables.cells.setdefault((t.dataset, t.item_id, t.prompt, t.aspect, t.model),
+        cell = tables.cells.setdefault((t.dataset, j.item.item_id, t.prompt, t.aspect, t.model),
                                        _Cell(j.item))
         if j.score is not None:
             cell.scores.append(j.score)
