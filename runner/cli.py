@@ -30,6 +30,7 @@ from runner.cache import Cache
 from runner.errors import ConfigError, DataError, MissingKeyError, RunnerError
 from runner.execute import Endpoint, RunStats, execute
 from runner.expand import Expansion, estimate_cost, prepare
+from runner.imports import import_answers
 from runner.job import Job, ModelSpec, load_job, parse_model_spec
 from runner.judgments import judge
 from runner.progress import Progress
@@ -212,7 +213,8 @@ class _Group(click.Group):
         except RunnerError as exc:
             raise UsageError(str(exc)) from None
         except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
+            command = " ".join(["judge", *sys.argv[1:]])
+            click.echo(f"interrupted; rerun to resume: {command}", err=True)
             sys.exit(130)
 
 
@@ -281,6 +283,9 @@ def _execute(sel: Selection, opts: dict[str, Any]) -> RunStats:
     with Cache(sel.cache_dir) as cache, serving as served:
         try:
             return asyncio.run(_run_async(sel, served, cache, opts, progress))
+        except asyncio.CancelledError:
+            # The second Ctrl-C cancelled the pool; every answer received is already cached.
+            raise KeyboardInterrupt from None
         finally:
             progress.close()
 
@@ -310,8 +315,9 @@ def _summarise(sel: Selection, stats: RunStats, command: str) -> None:
     if stats.budget_stopped:
         echo(f"--budget reached: {len(stats.missing)} tasks not run", err=True)
     elif stats.missing and not stats.interrupted:
-        echo(f"{len(stats.missing)} tasks are not cached (offline); first: "
-             f"{', '.join(k[:12] for k in stats.missing[:5])}", err=True)
+        first = list(dict.fromkeys(k[:12] for k in stats.missing))[:5]
+        echo(f"{len(stats.missing)} tasks have no cached answer (`judge run` calls them); "
+             f"first keys: {', '.join(first)}", err=True)
     if stats.interrupted:
         echo(f"interrupted: {len(stats.missing)} tasks left; rerun to resume: {command}",
              err=True)
@@ -328,8 +334,10 @@ def rescore(job: str, models: tuple[str, ...], base_url: str | None, limit: int 
 
     Never opens a network connection: change a parser, rescore, get new numbers in seconds.
     """
-    started = time.time()
-    sel = _select(job, models, base_url, limit, cache_dir, out)
+    _rescore(_select(job, models, base_url, limit, cache_dir, out), time.time())
+
+
+def _rescore(sel: Selection, started: float) -> None:
     stats = RunStats(total=sel.expansion.count())
     with Cache(sel.cache_dir) as cache:
         for task in sel.expansion.tasks():
@@ -446,6 +454,30 @@ def _csv_bytes(rows: list[dict[str, Any]]) -> bytes:
         writer.writeheader()
         writer.writerows(rows)
     return buffer.getvalue().encode()
+
+
+@cli.command("import")
+@click.argument("job")
+@click.option("--limit", type=click.IntRange(min=1),
+              help="Only the first N items of each data set, in file order.")
+@click.option("--cache-dir", help="Response cache folder [env JUDGE_CACHE_DIR; default ./cache].")
+@click.option("--out", help="Report folder [default: the job's output_dir, runs/<job>].")
+@click.option("--force", is_flag=True, help="Overwrite answers already in the cache.")
+def import_(job: str, limit: int | None, cache_dir: str | None, out: str | None,
+            force: bool) -> None:
+    """Store a study's recorded judge answers ([[imports]] in the job) in the cache.
+
+    Each answer is stored under the exact request the job would send, marked as imported
+    with its source; then the reports are rebuilt from the cache (as `judge rescore`), so the
+    real parsers and reducer run over the study's own answers. No network.
+    """
+    started = time.time()
+    sel = _select(job, (), None, limit, cache_dir, out)
+    with Cache(sel.cache_dir) as c:
+        counts = import_answers(sel.expansion, c, force=force)
+    click.echo(f"imported {counts.stored} answers ({counts.already_cached} already cached, "
+               f"{counts.without_answer} tasks without a recorded answer)", err=True)
+    _rescore(sel, started)
 
 
 @cli.group()

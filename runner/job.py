@@ -19,6 +19,7 @@ from runner.parse import check_options, get_parser
 
 __all__ = [
     "DatasetSpec",
+    "ImportSpec",
     "Job",
     "Limits",
     "ModelSpec",
@@ -128,6 +129,17 @@ class PromptSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ImportSpec:
+    """Recorded judge answers to store under the job's own requests (`judge import`)."""
+
+    dataset: str
+    prompt: str
+    model: str
+    field: str
+    """The item field (Item.extra) holding the recorded answer text."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Job:
     """A whole job, validated."""
 
@@ -142,6 +154,9 @@ class Job:
     """Sample-level treatment of a group where one side is constant: skip or zero."""
     bootstrap: int = 1000
     seed: int = 0
+    imports: tuple[ImportSpec, ...] = ()
+    leaderboard: bool = False
+    """Also write leaderboard.csv: per judged system, the mean of each aspect."""
 
     def with_models(self, models: tuple[ModelSpec, ...]) -> Job:
         return replace(self, models=models)
@@ -227,7 +242,7 @@ def load_job(path: Path) -> Job:
         raise ConfigError(f"{path}: not valid TOML ({exc}); fix the syntax") from None
     root = _Reader(path, data)
     root.check_keys({"name", "output_dir", "policy", "bootstrap", "seed", "limits", "datasets",
-                     "prompts", "models"})
+                     "prompts", "models", "imports", "leaderboard"})
     name = root.get("name", str, path.stem)
     policy = root.get("policy", str, "skip")
     if policy not in POLICIES:
@@ -244,9 +259,31 @@ def load_job(path: Path) -> Job:
     models = tuple(_model(root.child("models", models_table), key, value)
                    for key, value in models_table.items())
     out = root.get("output_dir", str, f"runs/{name}")
+    imports = tuple(_import(root, i, t, datasets, prompts, models)
+                    for i, t in enumerate(root.get("imports", list, [])))
     return Job(name=name, path=path, datasets=datasets, prompts=prompts, models=models,
                limits=_limits(root), output_dir=Path(out), policy=policy,
-               bootstrap=root.positive("bootstrap", 1000), seed=root.get("seed", int, 0))
+               bootstrap=root.positive("bootstrap", 1000), seed=root.get("seed", int, 0),
+               imports=imports, leaderboard=root.get("leaderboard", bool, False))
+
+
+def _import(root: _Reader, index: int, table: Any, datasets: tuple[DatasetSpec, ...],
+            prompts: tuple[PromptSpec, ...], models: tuple[ModelSpec, ...]) -> ImportSpec:
+    if not isinstance(table, dict):
+        raise root.error(f"imports[{index}]", "must be an [[imports]] table")
+    r = root.child(f"imports[{index}]", table)
+    r.check_keys({"dataset", "prompt", "model", "field"})
+    spec = ImportSpec(dataset=r.get("dataset", str, required=True),
+                      prompt=r.get("prompt", str, required=True),
+                      model=r.get("model", str, required=True),
+                      field=r.get("field", str, required=True))
+    for key, value, names in (("dataset", spec.dataset, [d.name for d in datasets]),
+                              ("prompt", spec.prompt, [p.name for p in prompts]),
+                              ("model", spec.model, [m.name for m in models])):
+        if value not in names:
+            raise r.error(key, f"names {value!r}, which the job does not define "
+                          f"({', '.join(names)})")
+    return spec
 
 
 def _tables(root: _Reader, key: str) -> list[Mapping[str, Any]]:

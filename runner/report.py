@@ -194,6 +194,36 @@ def summary(tables: Tables) -> list[dict[str, Any]]:
     return rows
 
 
+def leaderboard(tables: Tables) -> tuple[list[str], list[dict[str, Any]]]:
+    """Per judge and judged system: n items, items failed, and each aspect's mean.
+
+    An item any of whose aspects has no score is counted in `failed` and left out of every
+    mean (the Korean chat study's rule), so all columns average the same items.
+    """
+    per_item: dict[tuple[str, str, str], dict[str, float | None]] = defaultdict(dict)
+    systems: dict[tuple[str, str, str], str] = {}
+    aspects: list[str] = []
+    for (dataset, item_id, prompt, aspect, model), cell in tables.cells.items():
+        judge = f"{model}/{prompt}"
+        per_item[dataset, judge, item_id][aspect] = cell.score
+        systems[dataset, judge, item_id] = cell.item.system
+        if aspect not in aspects:
+            aspects.append(aspect)
+    board: dict[tuple[str, str], list[dict[str, float | None]]] = defaultdict(list)
+    for key, scores in per_item.items():
+        board[key[1], systems[key]].append(scores)
+    rows = []
+    for (judge, system), items in board.items():
+        complete = [s for s in items if all(s.get(a) is not None for a in aspects)]
+        row: dict[str, Any] = {"judge": judge, "model": system, "n": len(items),
+                               "failed": len(items) - len(complete)}
+        for a in aspects:
+            values = [s[a] for s in complete if s[a] is not None]
+            row[a] = round(statistics.fmean(values), 4) if values else None
+        rows.append(row)
+    return ["judge", "model", "n", "failed", *aspects], rows
+
+
 def _csv(columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> bytes:
     out = io.StringIO()
     w = csv.DictWriter(out, fieldnames=list(columns), lineterminator="\n")
@@ -260,6 +290,8 @@ def write_reports(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgm
     summ = summary(tables)
     write_atomic(out_dir / "summary.csv", _csv(SUMMARY_COLUMNS, summ))
     write_atomic(out_dir / "report.md", _markdown(expansion, corr, summ, notes).encode())
+    if expansion.job.leaderboard:
+        write_atomic(out_dir / "leaderboard.csv", _csv(*leaderboard(tables)))
     write_atomic(out_dir / "manifest.json",
                  orjson.dumps(manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
     return tables

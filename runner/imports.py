@@ -1,0 +1,66 @@
+"""Store a study's recorded judge answers in the cache under the exact requests the job sends.
+
+A job's `[[imports]]` names a data set, a prompt, a model and the item field (in `Item.extra`)
+that holds the recorded answer text. Each answer is stored under the cache key of the request
+the job would send for it, marked `"source": "import:<dataset>/<field>"`, so `judge rescore`
+runs the real parsers and reducer over it, and a later `judge run` never pays for it again.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import orjson
+
+from runner.cache import Cache
+from runner.errors import ConfigError
+from runner.expand import Expansion
+
+__all__ = ["ImportStats", "import_answers"]
+
+
+@dataclass(slots=True)
+class ImportStats:
+    stored: int = 0
+    already_cached: int = 0
+    without_answer: int = 0
+    """Tasks whose item has no recorded answer (e.g. a model the study did not judge)."""
+
+
+def _record(body: bytes, endpoint: str, text: str, source: str) -> dict[str, object]:
+    return {"request": orjson.loads(body), "endpoint": endpoint, "usage": {}, "latency_s": 0.0,
+            "time": time.time(), "source": source,
+            "response": {"object": "chat.completion", "choices": [
+                {"index": 0, "finish_reason": "stop",
+                 "message": {"role": "assistant", "content": text}}]}}
+
+
+def import_answers(expansion: Expansion, cache: Cache, *, force: bool = False) -> ImportStats:
+    """Store every recorded answer the job's imports declare; returns the counts."""
+    job, stats = expansion.job, ImportStats()
+    if not job.imports:
+        raise ConfigError(f"{job.path}: the job declares no [[imports]]; add one with dataset, "
+                          "prompt, model and field (the item field holding the answer)")
+    endpoints = {m.name: m.endpoint for m in job.models}
+    wanted = {(i.dataset, i.prompt, i.model): i.field for i in job.imports}
+    seen: set[str] = set()
+    for task in expansion.tasks():
+        field = wanted.get((task.dataset, task.prompt, task.model))
+        if field is None or task.key in seen:  # aspects of one form share one request
+            continue
+        seen.add(task.key)
+        if task.members:
+            raise ConfigError(f"{job.path}: imports for group prompt {task.prompt!r} are not "
+                              "supported; import per-item answers")
+        text = expansion.item(task.dataset, task.item_id).extra.get(field)
+        if not isinstance(text, str):
+            stats.without_answer += 1
+            continue
+        if task.key in cache and not force:
+            stats.already_cached += 1
+            continue
+        cache.put(task.key, _record(task.body, endpoints[task.model], text,
+                                    f"import:{task.dataset}/{field}"))
+        stats.stored += 1
+    return stats
