@@ -221,6 +221,10 @@ def leaderboard(tables: Tables) -> tuple[list[str], list[dict[str, Any]]]:
             values = [s[a] for s in complete if s[a] is not None]
             row[a] = round(statistics.fmean(values), 4) if values else None
         rows.append(row)
+    if len({r["judge"] for r in rows}) == 1:  # one judge: the study's own layout
+        for r in rows:
+            del r["judge"]
+        return ["model", "n", "failed", *aspects], rows
     return ["judge", "model", "n", "failed", *aspects], rows
 
 
