@@ -359,30 +359,34 @@ def plan(job: str, models: tuple[str, ...], base_url: str | None, limit: int | N
     an upper bound.
     """
     sel = _select(job, models, base_url, limit, cache_dir, out)
-    by_model: dict[str, list[int]] = {m.name: [0, 0, 0, 0] for m in sel.job.models}
+    by_model: dict[str, list[int]] = {m.name: [0, 0, 0, 0, 0] for m in sel.job.models}
     seen: set[str] = set()
-    with Cache(sel.cache_dir) as cache:
+    with Cache(sel.cache_dir) as c:
         for task in sel.expansion.tasks():
             row = by_model[task.model]
             row[0] += 1
-            if task.key in seen or task.key in cache:
+            short = task.key[:24]  # 96 bits: enough to spot repeats, half the memory
+            if short in seen:
+                row[4] += 1  # the same request as an earlier task: answered once
+            elif task.key in c:
                 row[1] += 1
             else:
                 row[2] += task.prompt_tokens
                 row[3] += task.max_tokens
-                if len(seen) < 5_000_000:
-                    seen.add(task.key)
+            seen.add(short)
     echo = click.echo
     echo(f"job {sel.job.name}: {sum(len(v) for v in sel.expansion.items.values())} items, "
          f"{len(sel.job.prompts)} prompts, {len(sel.job.models)} models")
     total_cost: float | None = 0.0
     for m in sel.job.models:
-        tasks, cached, prompt_tokens, completion_tokens = by_model[m.name]
+        tasks, cached, prompt_tokens, completion_tokens, same = by_model[m.name]
         cost = estimate_cost(m, prompt_tokens, completion_tokens)
         total_cost = None if cost is None or total_cost is None else total_cost + cost
         price = "price unknown: set price in the job" if cost is None else f"~${cost:.4f}"
-        echo(f"  {m.name} ({m.spec}): {tasks} tasks, {cached} cached, {tasks - cached} to call, "
-             f"~{prompt_tokens} prompt + <={completion_tokens} completion tokens, {price}")
+        calls = tasks - cached - same
+        echo(f"  {m.name} ({m.spec}): {tasks} tasks, {cached} cached, {same} repeat an earlier "
+             f"request, {calls} to call, ~{prompt_tokens} prompt + <={completion_tokens} "
+             f"completion tokens, {price}")
     echo("total: " + ("unknown cost" if total_cost is None else f"~${total_cost:.4f}"))
 
 
