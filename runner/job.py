@@ -104,6 +104,8 @@ class PromptSpec:
     system: str | None
     parser: str
     parser_options: Mapping[str, Any]
+    aspect_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """aspect -> parser options that override parser_options for that aspect."""
     aspects: tuple[str, ...]
     datasets: tuple[str, ...]
     """Data sets this prompt applies to (names); empty = every data set of the job."""
@@ -216,6 +218,9 @@ def parse_model_spec(spec: str, *, name: str | None = None, base_url: str | None
     sent if one is set. `openai:` always needs a key.
     """
     prefix, _, rest = spec.partition(":")
+    if prefix in ("openai", "local") and not rest.strip():
+        raise ConfigError(f"model spec {spec!r} names no model: use {prefix}:NAME, e.g. "
+                          "openai:gpt-4o-mini or local:smollm2")
     if rest and prefix == "openai":
         return ModelSpec(name=name or spec, spec=spec, model=rest, kind="openai",
                          base_url=base_url or OPENAI_BASE_URL, api_key_env=api_key_env,
@@ -330,7 +335,7 @@ def _prompt(root: _Reader, index: int, table: Mapping[str, Any],
     r = root.child(f"prompts[{index}]", table)
     r.check_keys({"name", "template", "system", "system_file", "parser", "parser_options",
                   "aspects", "datasets", "params", "samples", "per", "output_field",
-                  "when_empty"})
+                  "when_empty", "aspect_options"})
     name = r.get("name", str, required=True)
     aspects = tuple(r.get("aspects", list, required=True))
     if not aspects or not all(isinstance(a, str) for a in aspects):
@@ -351,8 +356,14 @@ def _prompt(root: _Reader, index: int, table: Mapping[str, Any],
     _check_params(r, params)
     parser_name = r.get("parser", str, required=True)
     parser_opts = r.get("parser_options", dict, {})
+    aspect_opts = r.get("aspect_options", dict, {})
     try:
         check_options(get_parser(parser_name), parser_opts)
+        for aspect, extra in aspect_opts.items():
+            if aspect not in aspects or not isinstance(extra, dict):
+                raise ConfigError(f"aspect_options.{aspect} must be a table for one of the "
+                                  f"prompt's aspects ({', '.join(aspects)})")
+            check_options(get_parser(parser_name), {**parser_opts, **extra})
     except ConfigError as exc:
         raise r.error("parser", f"is wrong: {exc}") from None
     per = r.get("per", str, "item")
@@ -362,7 +373,8 @@ def _prompt(root: _Reader, index: int, table: Mapping[str, Any],
                   for f, path in r.get("when_empty", dict, {}).items()}
     return PromptSpec(name=name, templates=templates, system=system, per=per,
                       output_field=r.get("output_field", str, "output"), when_empty=when_empty,
-                      parser=parser_name, parser_options=parser_opts, aspects=aspects,
+                      parser=parser_name, parser_options=parser_opts,
+                      aspect_options=aspect_opts, aspects=aspects,
                       datasets=for_datasets, params=params, samples=r.positive("samples", 1))
 
 

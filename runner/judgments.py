@@ -82,8 +82,9 @@ def parser_options(prompt: PromptSpec, aspect: str, n_members: int) -> dict[str,
     """The prompt's parser options for one aspect: "{{aspect}}" in a string option becomes the
     aspect (one multi-dimension answer read once per aspect), and a group's `count` of 0
     becomes the number of outputs listed."""
+    merged = {**prompt.parser_options, **prompt.aspect_options.get(aspect, {})}
     options = {k: v.replace("{{aspect}}", aspect) if isinstance(v, str) else v
-               for k, v in prompt.parser_options.items()}
+               for k, v in merged.items()}
     if n_members and not options.get("count"):
         options["count"] = n_members
     return options
