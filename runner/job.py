@@ -33,6 +33,8 @@ PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 # Request parameters the runner sets itself: a job may not override them.
 RESERVED_PARAMS = frozenset({"model", "messages", "stream"})
 POLICIES = ("skip", "zero")
+LEVELS = ("sample", "dataset", "system")
+METHODS = ("pearson", "spearman", "kendall")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -156,6 +158,11 @@ class Job:
     """Sample-level treatment of a group where one side is constant: skip or zero."""
     bootstrap: int = 1000
     seed: int = 0
+    levels: tuple[str, ...] = LEVELS
+    """Correlation levels to report: sample, dataset, system."""
+    methods: tuple[str, ...] = METHODS
+    """Correlation coefficients: pearson, spearman, kendall (system level adds
+    pairwise_accuracy)."""
     imports: tuple[ImportSpec, ...] = ()
     leaderboard: bool = False
     """Also write leaderboard.csv: per judged system, the mean of each aspect."""
@@ -247,7 +254,7 @@ def load_job(path: Path) -> Job:
         raise ConfigError(f"{path}: not valid TOML ({exc}); fix the syntax") from None
     root = _Reader(path, data)
     root.check_keys({"name", "output_dir", "policy", "bootstrap", "seed", "limits", "datasets",
-                     "prompts", "models", "imports", "leaderboard"})
+                     "prompts", "models", "imports", "leaderboard", "levels", "methods"})
     name = root.get("name", str, path.stem)
     policy = root.get("policy", str, "skip")
     if policy not in POLICIES:
@@ -269,7 +276,16 @@ def load_job(path: Path) -> Job:
     return Job(name=name, path=path, datasets=datasets, prompts=prompts, models=models,
                limits=_limits(root), output_dir=Path(out), policy=policy,
                bootstrap=root.positive("bootstrap", 1000), seed=root.get("seed", int, 0),
-               imports=imports, leaderboard=root.get("leaderboard", bool, False))
+               imports=imports, leaderboard=root.get("leaderboard", bool, False),
+               levels=_choices(root, "levels", LEVELS), methods=_choices(root, "methods", METHODS))
+
+
+def _choices(root: _Reader, key: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
+    values = root.get(key, list, list(allowed))
+    bad = [v for v in values if v not in allowed]
+    if bad or not values:
+        raise root.error(key, f"must be a non-empty list of {', '.join(allowed)} (got {values!r})")
+    return tuple(values)
 
 
 def _import(root: _Reader, index: int, table: Any, datasets: tuple[DatasetSpec, ...],
@@ -354,21 +370,23 @@ def _prompt(root: _Reader, index: int, table: Mapping[str, Any],
                           f"({', '.join(sorted(dataset_names))})")
     params = r.get("params", dict, {})
     _check_params(r, params)
+    per = r.get("per", str, "item")
+    if per not in ("item", "group"):
+        raise r.error("per", f"must be \"item\" or \"group\" (got {per!r})")
     parser_name = r.get("parser", str, required=True)
     parser_opts = r.get("parser_options", dict, {})
     aspect_opts = r.get("aspect_options", dict, {})
+    # In group mode the outputs parser's `count` is the group's size, known per request.
+    probe = {"count": 1, **parser_opts} if per == "group" else parser_opts
     try:
-        check_options(get_parser(parser_name), parser_opts)
+        check_options(get_parser(parser_name), probe)
         for aspect, extra in aspect_opts.items():
             if aspect not in aspects or not isinstance(extra, dict):
                 raise ConfigError(f"aspect_options.{aspect} must be a table for one of the "
                                   f"prompt's aspects ({', '.join(aspects)})")
-            check_options(get_parser(parser_name), {**parser_opts, **extra})
+            check_options(get_parser(parser_name), {**probe, **extra})
     except ConfigError as exc:
         raise r.error("parser", f"is wrong: {exc}") from None
-    per = r.get("per", str, "item")
-    if per not in ("item", "group"):
-        raise r.error("per", f"must be \"item\" or \"group\" (got {per!r})")
     when_empty = {f: _read_template(r, f"when_empty.{f}", path)
                   for f, path in r.get("when_empty", dict, {}).items()}
     return PromptSpec(name=name, templates=templates, system=system, per=per,

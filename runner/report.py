@@ -164,7 +164,8 @@ def correlations(expansion: Expansion, tables: Tables) -> list[dict[str, Any]]:
     job, rows = expansion.job, []
     for (dataset, aspect), judges in judge_rows(expansion, tables).items():
         for judge, data in judges.items():
-            for c in correlate(data, policy=job.policy, n_boot=job.bootstrap, seed=job.seed):
+            for c in correlate(data, policy=job.policy, levels=job.levels, methods=job.methods,
+                               n_boot=job.bootstrap, seed=job.seed):
                 rows.append({"dataset": dataset, "aspect": aspect, "judge": judge,
                              **_correlation(c)})
     return rows
