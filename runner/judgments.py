@@ -15,7 +15,7 @@ from runner.cache import Cache
 from runner.datasets import Item
 from runner.expand import Expansion, Task
 from runner.job import PromptSpec
-from runner.parse import Choice, Combined, Failure, Scores, combine, get_parser
+from runner.parse import Choice, Combined, Failure, Scores, check_options, combine, get_parser
 
 __all__ = ["Judgment", "aspect_key", "choices", "judge"]
 
@@ -63,6 +63,7 @@ def judge(expansion: Expansion, cache: Cache, *, failures: Mapping[str, str] | N
     """Parse every task's cached answer; `failures` (key -> message) explains missing ones."""
     failures = failures or {}
     prompts = {p.name: p for p in expansion.job.prompts}
+    settings: dict[tuple[str, str, int], dict[str, Any]] = {}
     for task in expansion.tasks():
         members = task.members or (task.item_id,)
         record = cache.get(task.key)
@@ -74,7 +75,12 @@ def judge(expansion: Expansion, cache: Cache, *, failures: Mapping[str, str] | N
                                error={"type": "api", "message": message}, cached=False,
                                usage=None)
                 continue
-            yield _parsed(task, item, prompts[task.prompt], record, cached=task.key not in fresh,
+            prompt = prompts[task.prompt]
+            at = (task.prompt, task.aspect, len(task.members))
+            if at not in settings:  # check and merge the options once, not per answer
+                settings[at] = _checked(prompt, task.aspect, len(task.members))
+            yield _parsed(task, item, prompt, settings[at], record,
+                          cached=task.key not in fresh,
                           position=position if task.members else None)
 
 
@@ -90,12 +96,18 @@ def parser_options(prompt: PromptSpec, aspect: str, n_members: int) -> dict[str,
     return options
 
 
-def _parsed(task: Task, item: Item, prompt: PromptSpec, record: Mapping[str, Any], *,
-            cached: bool, position: int | None) -> Judgment:
+def _checked(prompt: PromptSpec, aspect: str, n_members: int) -> dict[str, Any]:
     parser = get_parser(prompt.parser)
-    options = parser_options(prompt, task.aspect, len(task.members))
+    options = parser_options(prompt, aspect, n_members)
+    check_options(parser, options)
+    return {**parser.options, **options}
+
+
+def _parsed(task: Task, item: Item, prompt: PromptSpec, options: Mapping[str, Any],
+            record: Mapping[str, Any], *, cached: bool, position: int | None) -> Judgment:
+    func = get_parser(prompt.parser).func
     got = choices(record["response"])
-    results: list[Scores | Failure] = [parser(c, options) for c in got]
+    results: list[Scores | Failure] = [func(c, options) for c in got]
     combined = combine(results)
     texts = [c.text for c in got]
     raw: str | list[str] = texts[0] if len(texts) == 1 else texts
