@@ -9,53 +9,49 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import csv
+import dataclasses
 import hashlib
-import importlib.metadata
 import io
+import itertools
 import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import click
 import orjson
 
-from runner import datasets, local
+from runner import datasets
 from runner.cache import Cache
-from runner.errors import ConfigError, DataError, MissingKeyError, RunnerError
-from runner.execute import Endpoint, RunStats, execute
-from runner.expand import Expansion, estimate_cost, prepare
+from runner.errors import ConfigError, DataError, RunnerError
+from runner.execute import RunStats
+from runner.expand import estimate_cost
 from runner.imports import import_answers
-from runner.job import Job, ModelSpec, load_job, parse_model_spec
+from runner.job import Job
 from runner.judgments import judge
 from runner.progress import Progress
 from runner.reduce import compare as compare_judges
 from runner.report import collect, judge_rows, write_atomic, write_reports
+from runner.session import (
+    Selection,
+    check_budget,
+    check_keys,
+    manifest,
+    run_pool,
+    select,
+    serving,
+)
 
 DEFAULT_DATA_DIR = Path.home() / ".cache" / "judge-runner" / "data"
-PACKAGES = ("judge-runner", "aiohttp", "openai", "aiolimiter", "diskcache", "orjson", "scipy",
-            "click")
 
 
 class UsageError(click.ClickException):
     """A RunnerError as one `Error:` line; exit 2 for job, data and configuration errors."""
 
     exit_code = 2
-
-
-@dataclass(frozen=True, slots=True)
-class Selection:
-    """What a command works on: the job, its models and items, the cache and output dirs."""
-
-    job: Job
-    expansion: Expansion
-    cache_dir: Path
-    out_dir: Path
 
 
 def _job_path(job: str) -> Path:
@@ -69,96 +65,26 @@ def _job_path(job: str) -> Path:
     return named
 
 
-def _models(job: Job, specs: tuple[str, ...], base_url: str | None) -> tuple[ModelSpec, ...]:
-    """--model replaces the job's models; --base-url / OPENAI_BASE_URL serve bare names."""
-    fallback = base_url or os.environ.get("OPENAI_BASE_URL")
-    if specs:
-        models = tuple(parse_model_spec(s, base_url=base_url) for s in specs)
-    else:
-        models = job.models
-    resolved = []
-    for m in models:
-        if m.kind == "compatible" and (base_url or m.base_url is None):
-            if not fallback:
-                raise ConfigError(f"{job.path}: model {m.spec!r} needs a server: pass --base-url "
-                                  "http://HOST:PORT/v1, set OPENAI_BASE_URL, or use openai:NAME")
-            m = ModelSpec(**{**_fields(m), "base_url": fallback})
-        resolved.append(m)
-    return tuple(resolved)
-
-
-def _fields(m: ModelSpec) -> dict[str, Any]:
-    return {name: getattr(m, name) for name in m.__dataclass_fields__}
+def _data_dir() -> Path:
+    return Path(os.environ.get("JUDGE_DATA_DIR") or DEFAULT_DATA_DIR)
 
 
 def _select(job_arg: str, models: tuple[str, ...], base_url: str | None, limit: int | None,
             cache_dir: str | None, out: str | None) -> Selection:
-    job = load_job(_job_path(job_arg))
-    job = job.with_models(_models(job, models, base_url))
-    data_dir = Path(os.environ.get("JUDGE_DATA_DIR") or DEFAULT_DATA_DIR)
-    expansion = prepare(job, data_dir, limit=limit)
-    cache = Path(cache_dir or os.environ.get("JUDGE_CACHE_DIR") or "cache")
-    return Selection(job=job, expansion=expansion, cache_dir=cache,
-                     out_dir=Path(out) if out else job.output_dir)
-
-
-def _check_keys(job: Job) -> None:
-    for m in job.models:
-        if m.key_required and not os.environ.get(m.api_key_env):
-            raise MissingKeyError(f"{job.path}: model {m.name!r} ({m.spec}) needs an API key: "
-                                  f"set {m.api_key_env} (no call was made)")
+    return select(_job_path(job_arg), models=models, base_url=base_url, limit=limit,
+                  cache_dir=Path(cache_dir or os.environ.get("JUDGE_CACHE_DIR") or "cache"),
+                  out=Path(out) if out else None, data_dir=_data_dir(),
+                  env_base_url=os.environ.get("OPENAI_BASE_URL"))
 
 
 def _key_reader(name: str) -> Callable[[], str | None]:
+    """The key, read from the environment at call time; never stored."""
     return lambda: os.environ.get(name) or None
 
 
-def _manifest(sel: Selection, stats: RunStats | None, started: float,
-              command: str) -> dict[str, Any]:
-    versions = {}
-    for pkg in PACKAGES:
-        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-            versions[pkg] = importlib.metadata.version(pkg)
-    counts = stats.as_dict() if stats else {}
-    return {"job": sel.job.name, "job_file": str(sel.job.path),
-            "job_sha256": hashlib.sha256(sel.job.path.read_bytes()).hexdigest(),
-            "command": command, "versions": versions, "python": sys.version.split()[0],
-            "started": _iso(started), "ended": _iso(time.time()),
-            "models": [{"name": m.name, "spec": m.spec, "endpoint": m.endpoint
-                        if m.base_url or m.kind == "local" else None} for m in sel.job.models],
-            "counts": counts,
-            "usage": {"prompt_tokens": stats.prompt_tokens if stats else 0,
-                      "completion_tokens": stats.completion_tokens if stats else 0},
-            "estimated_cost_usd": round(stats.cost, 6) if stats else 0.0,
-            "cache_dir": str(sel.cache_dir)}
-
-
-def _iso(t: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
-
-
-@contextlib.contextmanager
-def _serving(job: Job) -> Iterator[Job]:
-    """Start the embedded local server for `local:` models for the duration of the block."""
-    specs = [m for m in job.models if m.kind == "local"]
-    if not specs:
-        yield job
-        return
-    with contextlib.ExitStack() as stack:
-        models = []
-        for m in job.models:
-            if m.kind == "local":
-                server = stack.enter_context(local.LocalServer(m.model))
-                m = ModelSpec(**{**_fields(m), "base_url": server.base_url})
-            models.append(m)
-        yield job.with_models(tuple(models))
-
-
-async def _run_async(sel: Selection, job: Job, cache: Cache, opts: dict[str, Any],
-                     progress: Progress) -> RunStats:
-    """Run the pool; `job` is sel.job with local servers' base URLs filled in."""
-    endpoints = {m.name: Endpoint(model=m, base_url=m.base_url or "",
-                                  api_key=_key_reader(m.api_key_env)) for m in job.models}
+async def _run_async(sel: Selection, served: Job, cache: Cache, opts: dict[str, Any],
+                     progress: Progress) -> tuple[RunStats, Selection]:
+    """Run the pool under a two-phase Ctrl-C: stop dispatching, then cancel."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
@@ -174,13 +100,10 @@ async def _run_async(sel: Selection, job: Job, cache: Cache, opts: dict[str, Any
             stop.set()
 
     loop.add_signal_handler(signal.SIGINT, on_sigint)
-    connector = aiohttp.TCPConnector(limit=job.limits.concurrency, limit_per_host=0)
     try:
-        async with aiohttp.ClientSession(connector=connector) as session:
-            return await execute(sel.expansion.tasks(), cache=cache, session=session,
-                                 endpoints=endpoints, limits=job.limits, stop=stop,
-                                 offline=opts["offline"], budget=opts["budget"],
-                                 total=sel.expansion.count(), on_progress=progress.update)
+        return await run_pool(sel, served, cache, stop=stop, key_reader=_key_reader,
+                              offline=opts["offline"], budget=opts["budget"],
+                              on_progress=progress.update)
     finally:
         loop.remove_signal_handler(signal.SIGINT)
 
@@ -258,29 +181,18 @@ def run(job: str, models: tuple[str, ...], base_url: str | None, limit: int | No
     limits = {k: v for k, v in (("concurrency", opts["concurrency"]), ("rpm", opts["rpm"]),
                                 ("tpm", opts["tpm"]), ("max_retries", opts["max_retries"]),
                                 ("timeout_s", opts["timeout"])) if v is not None}
-    sel = Selection(job=sel.job.with_limits(**limits), expansion=sel.expansion,
-                    cache_dir=sel.cache_dir, out_dir=sel.out_dir)
+    sel = dataclasses.replace(sel, job=sel.job.with_limits(**limits))
     if not opts["offline"]:
-        _check_keys(sel.job)
-        _check_budget(sel.job, opts["budget"])
-    stats = _execute(sel, opts)
+        check_keys(sel.job, os.environ)
+        check_budget(sel.job, opts["budget"])
+    stats, sel = _execute(sel, opts)
     _finish(sel, stats, started, " ".join(["judge", *sys.argv[1:]]))
 
 
-def _check_budget(job: Job, budget: float | None) -> None:
-    if budget is None:
-        return
-    for m in job.models:
-        if estimate_cost(m, 1, 1) is None:
-            raise ConfigError(f"{job.path}: --budget needs a price for model {m.name!r} "
-                              f"({m.model}): add [models.{m.name}] price = {{input = USD_PER_1M, "
-                              "output = USD_PER_1M}")
-
-
-def _execute(sel: Selection, opts: dict[str, Any]) -> RunStats:
+def _execute(sel: Selection, opts: dict[str, Any]) -> tuple[RunStats, Selection]:
     progress = Progress(sys.stderr, total=sel.expansion.count())
-    serving = contextlib.nullcontext(sel.job) if opts["offline"] else _serving(sel.job)
-    with Cache(sel.cache_dir) as cache, serving as served:
+    started = contextlib.nullcontext(sel.job) if opts["offline"] else serving(sel.job)
+    with Cache(sel.cache_dir) as cache, started as served:
         try:
             return asyncio.run(_run_async(sel, served, cache, opts, progress))
         except asyncio.CancelledError:
@@ -295,7 +207,7 @@ def _finish(sel: Selection, stats: RunStats, started: float, command: str) -> No
         write_reports(sel.out_dir, sel.expansion,
                       judge(sel.expansion, cache, failures=stats.failures,
                             fresh=frozenset(stats.called)),
-                      _manifest(sel, stats, started, command))
+                      manifest(sel, stats, started, command))
     _summarise(sel, stats, command)
 
 
@@ -362,7 +274,7 @@ def plan(job: str, models: tuple[str, ...], base_url: str | None, limit: int | N
     by_model: dict[str, list[int]] = {m.name: [0, 0, 0, 0, 0] for m in sel.job.models}
     seen: set[str] = set()
     with Cache(sel.cache_dir) as c:
-        for task in sel.expansion.tasks():
+        for task in itertools.chain(sel.expansion.generation_tasks(), sel.expansion.tasks()):
             row = by_model[task.model]
             row[0] += 1
             short = task.key[:24]  # 96 bits: enough to spot repeats, half the memory
@@ -388,6 +300,9 @@ def plan(job: str, models: tuple[str, ...], base_url: str | None, limit: int | N
              f"request, {calls} to call, ~{prompt_tokens} prompt + <={completion_tokens} "
              f"completion tokens, {price}")
     echo("total: " + ("unknown cost" if total_cost is None else f"~${total_cost:.4f}"))
+    if sel.missing_answers:
+        echo(f"{sel.missing_answers} generated answers are not cached yet: the judge tasks over "
+             "them are not counted until `judge run` has generated them")
 
 
 @cli.command()
@@ -398,7 +313,7 @@ def status(job: str, models: tuple[str, ...], base_url: str | None, limit: int |
     sel = _select(job, models, base_url, limit, cache_dir, out)
     with Cache(sel.cache_dir) as cache:
         total = cached = 0
-        for task in sel.expansion.tasks():
+        for task in itertools.chain(sel.expansion.generation_tasks(), sel.expansion.tasks()):
             total += 1
             cached += task.key in cache
     click.echo(f"job {sel.job.name}: {cached}/{total} tasks cached, {total - cached} to call")
@@ -536,10 +451,6 @@ def cache_explain(job: str, models: tuple[str, ...], base_url: str | None, limit
 @cli.group("datasets")
 def datasets_group() -> None:
     """List, download and verify the registered data sets [env JUDGE_DATA_DIR]."""
-
-
-def _data_dir() -> Path:
-    return Path(os.environ.get("JUDGE_DATA_DIR") or DEFAULT_DATA_DIR)
 
 
 @datasets_group.command("list")

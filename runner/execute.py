@@ -177,13 +177,13 @@ class _Pool:
 async def execute(tasks: Iterable[Task], *, cache: Cache, session: aiohttp.ClientSession,
                   endpoints: Mapping[str, Endpoint], limits: Limits,
                   stop: asyncio.Event | None = None, offline: bool = False,
-                  budget: float | None = None, total: int = 0,
+                  budget: float | None = None, total: int = 0, stats: RunStats | None = None,
                   on_progress: Callable[[RunStats], None] = lambda s: None) -> RunStats:
     """Make sure every task has a cached answer, calling the API only for those that don't.
 
     Returns the run's counters; failed tasks are in `failures`, never in the cache.
     """
-    stats = RunStats(total=total)
+    stats = stats if stats is not None else RunStats(total=total)  # or add to a run's counters
     stop = stop or asyncio.Event()
     pool = _Pool(cache, session, endpoints, limits, stop, stats, on_progress)
     queue: asyncio.Queue[Task | None] = asyncio.Queue(maxsize=limits.concurrency * 2)
@@ -195,11 +195,12 @@ async def execute(tasks: Iterable[Task], *, cache: Cache, session: aiohttp.Clien
     async with asyncio.TaskGroup() as group:
         for _ in range(limits.concurrency):
             group.create_task(worker())
-        try:
-            await _dispatch(tasks, pool, queue, offline=offline, budget=budget)
-        finally:
-            for _ in range(limits.concurrency):
-                await queue.put(None)
+        await _dispatch(tasks, pool, queue, offline=offline, budget=budget)
+        # Sentinels only after a normal end. On a cancel or a worker's error the TaskGroup
+        # cancels the workers itself; putting into a full queue then would hang (nobody drains
+        # it) or wait for in-flight requests the cancel is meant to abandon.
+        for _ in range(limits.concurrency):
+            await queue.put(None)
     stats.interrupted = stop.is_set() and stats.fatal is None
     return stats
 

@@ -9,7 +9,7 @@ timeouts, retries or concurrency: those do not change the answer.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
@@ -84,20 +84,77 @@ class Expansion:
         return [p for p in self.job.prompts
                 if p.per == per and (not p.datasets or dataset in p.datasets)]
 
-    def tasks(self) -> Iterator[Task]:
-        """Every task, in order: data set, item (then group), prompt, aspect, model, sample."""
-        models = self.job.models
-        for spec in self.job.datasets:
-            prompts = self.prompts_for(spec.name, "item")
-            for item in self.items[spec.name]:
+    def judges(self, prompt: PromptSpec) -> list[ModelSpec]:
+        """The models that judge with `prompt`: its own list, else every non-generator."""
+        if prompt.models:
+            return [m for m in self.job.models if m.name in prompt.models]
+        generators = {name for g in self.job.generate for name in g.models}
+        return [m for m in self.job.models if m.name not in generators]
+
+    def _units(self) -> Iterator[tuple[Item, dict[str, str], tuple[str, ...], PromptSpec, str]]:
+        """(anchor item, template values, group members, prompt, aspect) in task order, for
+        every (item or group) x prompt x aspect that has a template."""
+        names = [d.name for d in self.job.datasets] + [
+            g.name for g in self.job.generate if g.name in self.items]
+        for name in names:
+            prompts = self.prompts_for(name, "item")
+            for item in self.items[name]:
                 for prompt in prompts:
-                    yield from _tasks(item, item.fields, (), prompt, models)
-            group_prompts = self.prompts_for(spec.name, "group")
-            for members in (self.groups(spec.name) if group_prompts else []):
+                    for aspect in prompt.aspects:
+                        if prompt.template(aspect, item.subset, item.fields) is not None:
+                            yield item, dict(item.fields), (), prompt, aspect
+            group_prompts = self.prompts_for(name, "group")
+            for members in (self.groups(name) if group_prompts else []):
+                ids = tuple(m.item_id for m in members)
                 for prompt in group_prompts:
                     values = {**members[0].fields, "outputs": _outputs(members, prompt)}
-                    yield from _tasks(members[0], values, tuple(m.item_id for m in members),
-                                      prompt, models)
+                    for aspect in prompt.aspects:
+                        if prompt.template(aspect, members[0].subset, values) is not None:
+                            yield members[0], values, ids, prompt, aspect
+
+    def tasks(self) -> Iterator[Task]:
+        """Every judge task, in order: data set, item (then group), prompt, aspect, model,
+        sample."""
+        judges = {p.name: self.judges(p) for p in self.job.prompts}
+        for item, values, members, prompt, aspect in self._units():
+            yield from _tasks(item, values, members, prompt, aspect, judges[prompt.name])
+
+    def count(self) -> int:
+        """Number of judge tasks, without building their requests."""
+        judges = {p.name: len(self.judges(p)) * p.samples for p in self.job.prompts}
+        return sum(judges[unit[3].name] for unit in self._units())
+
+    def generation_tasks(self) -> Iterator[Task]:
+        """The generation stages' requests: every source item x candidate model."""
+        for spec in self.job.generate:
+            prompt = spec.prompt()
+            models = [m for m in self.job.models if m.name in spec.models]
+            for item in self.items[spec.dataset]:
+                if prompt.template("answer", item.subset, item.fields) is not None:
+                    yield from _tasks(item, dict(item.fields), (), prompt, "answer", models)
+
+    def with_generated(self, answer: Callable[[Task], str | None]) -> tuple[Expansion, int]:
+        """This expansion plus the generated data sets, from `answer` (the cached text of a
+        generation task, or None). Returns it and the number of answers still missing."""
+        items = dict(self.items)
+        missing = 0
+        derived: dict[str, list[Item]] = {g.name: [] for g in self.job.generate}
+        specs = {f"generate:{g.name}": g for g in self.job.generate}
+        for task in self.generation_tasks():
+            spec, text = specs[task.prompt], answer(task)
+            if text is None:
+                missing += 1
+                continue
+            src = self.index[spec.dataset, task.item_id]
+            derived[spec.name].append(Item(
+                dataset=spec.name, item_id=f"{src.item_id}:{task.model}", group=src.group,
+                system=task.model, subset=src.subset, fields={**src.fields, spec.into: text},
+                human=src.human, annotators=src.annotators, metrics={}, extra=src.extra))
+        items.update(derived)
+        index = {**self.index, **{(it.dataset, it.item_id): it for its in derived.values()
+                                  for it in its}}
+        lower = {**self.lower_is_better, **{name: frozenset[str]() for name in derived}}
+        return Expansion(job=self.job, items=items, index=index, lower_is_better=lower), missing
 
     def groups(self, dataset: str) -> list[list[Item]]:
         """The data set's items by group, groups in order of first appearance."""
@@ -105,17 +162,6 @@ class Expansion:
         for item in self.items[dataset]:
             by_group.setdefault(item.group, []).append(item)
         return list(by_group.values())
-
-    def count(self) -> int:
-        """Number of tasks, without building them."""
-        total = 0
-        for spec in self.job.datasets:
-            for p in self.job.prompts:
-                if not p.datasets or spec.name in p.datasets:
-                    units = (len(self.items[spec.name]) if p.per == "item"
-                             else len({it.group for it in self.items[spec.name]}))
-                    total += units * len(p.aspects) * len(self.job.models) * p.samples
-        return total
 
     def item(self, dataset: str, item_id: str) -> Item:
         try:
@@ -166,22 +212,23 @@ def _field_map(job: Job, name: str, fields: Mapping[str, Any]) -> FieldMap:
 
 
 def _check_templates(job: Job, items: Mapping[str, Sequence[Item]]) -> None:
-    for index, prompt in enumerate(job.prompts):
-        names = prompt.datasets or tuple(d.name for d in job.datasets)
+    fields = {name: set(its[0].fields) for name, its in items.items() if its}
+    for g in job.generate:
+        fields[g.name] = fields.get(g.dataset, set()) | {g.into}
+    checks = [(f"prompts[{i}]", p, p.datasets or tuple(d.name for d in job.datasets))
+              for i, p in enumerate(job.prompts)]
+    checks += [(f"generate[{i}]", g.prompt(), (g.dataset,)) for i, g in enumerate(job.generate)]
+    for where, prompt, names in checks:
         for name in names:
-            if not items[name]:
-                continue
-            have = set(items[name][0].fields) | {"aspect"}
-            if prompt.per == "group":
-                have.add("outputs")
+            if name not in fields:
+                continue  # an empty data set: nothing to render
+            have = fields[name] | {"aspect"} | ({"outputs"} if prompt.per == "group" else set())
             texts = [*prompt.templates.values(), *prompt.when_empty.values()]
-            for text in texts:
+            for text in [*texts, *([prompt.system] if prompt.system else [])]:
                 unknown = placeholders(text) - have
-                if prompt.system:
-                    unknown |= placeholders(prompt.system) - have
                 if unknown:
                     raise ConfigError(
-                        f"{job.path}: prompts[{index}].template uses "
+                        f"{job.path}: {where}.template uses "
                         f"{', '.join('{{' + u + '}}' for u in sorted(unknown))}, which data set "
                         f"{name!r} does not have; its fields are {', '.join(sorted(have))}")
 
@@ -204,6 +251,7 @@ def request_body(prompt: PromptSpec, model: ModelSpec, values: Mapping[str, str]
     if prompt.system:
         messages.append({"role": "system", "content": render(prompt.system, values)})
     template = prompt.template(aspect, subset, values)
+    assert template is not None, "tasks exist only where a template does"
     messages.append({"role": "user", "content": render(template, values)})
     return {"model": model.model, "messages": messages, **model.params, **prompt.params}
 
@@ -215,23 +263,21 @@ def cache_key(endpoint: str, body: Mapping[str, Any], sample: int) -> str:
     return hashlib.sha256(canonical).hexdigest()
 
 
-def _tasks(item: Item, fields: Mapping[str, str], members: tuple[str, ...],
-           prompt: PromptSpec, models: Sequence[ModelSpec]) -> Iterator[Task]:
+def _tasks(item: Item, values: Mapping[str, str], members: tuple[str, ...],
+           prompt: PromptSpec, aspect: str, models: Sequence[ModelSpec]) -> Iterator[Task]:
     item_id = item.group if members else item.item_id
-    for aspect in prompt.aspects:
-        values = {**fields, "aspect": aspect}
-        for model in models:
-            body = request_body(prompt, model, values, aspect, item.subset)
-            raw = orjson.dumps(body)
-            chars = sum(len(m["content"]) for m in body["messages"])
-            reserve = int(body.get("max_tokens") or body.get("max_completion_tokens")
-                          or DEFAULT_MAX_TOKENS) * int(body.get("n", 1))
-            for sample in range(prompt.samples):
-                yield Task(key=cache_key(model.endpoint, body, sample), dataset=item.dataset,
-                           item_id=item_id, prompt=prompt.name, aspect=aspect,
-                           model=model.name, sample=sample, body=raw,
-                           prompt_tokens=chars // CHARS_PER_TOKEN + 8, max_tokens=reserve,
-                           members=members)
+    values = {**values, "aspect": aspect}
+    for model in models:
+        body = request_body(prompt, model, values, aspect, item.subset)
+        raw = orjson.dumps(body)
+        chars = sum(len(m["content"]) for m in body["messages"])
+        reserve = int(body.get("max_tokens") or body.get("max_completion_tokens")
+                      or DEFAULT_MAX_TOKENS) * int(body.get("n", 1))
+        for sample in range(prompt.samples):
+            yield Task(key=cache_key(model.endpoint, body, sample), dataset=item.dataset,
+                       item_id=item_id, prompt=prompt.name, aspect=aspect, model=model.name,
+                       sample=sample, body=raw, prompt_tokens=chars // CHARS_PER_TOKEN + 8,
+                       max_tokens=reserve, members=members)
 
 
 def estimate_cost(model: ModelSpec, prompt_tokens: int, completion_tokens: int) -> float | None:

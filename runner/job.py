@@ -19,6 +19,7 @@ from runner.parse import check_options, get_parser
 
 __all__ = [
     "DatasetSpec",
+    "GenerateSpec",
     "ImportSpec",
     "Job",
     "Limits",
@@ -112,6 +113,8 @@ class PromptSpec:
     datasets: tuple[str, ...]
     """Data sets this prompt applies to (names); empty = every data set of the job."""
     params: Mapping[str, Any]
+    models: tuple[str, ...] = ()
+    """Judge models for this prompt (names); empty = every model that is not a generator."""
     samples: int = 1
     """Independent calls per task (each its own cache key); use params.n for one call."""
     per: str = "item"
@@ -122,14 +125,42 @@ class PromptSpec:
     when_empty: Mapping[str, str] = field(default_factory=dict)
     """field -> template text used instead when that item field is empty."""
 
-    def template(self, aspect: str, subset: str = "", fields: Mapping[str, str] = {}) -> str:
+    def template(self, aspect: str, subset: str = "",
+                 fields: Mapping[str, str] | None = None) -> str | None:
+        """The template for one aspect and subset; None = this aspect does not apply there
+        (e.g. templates keyed "correctness@closed_qa" only)."""
         for name, text in self.when_empty.items():
-            if not fields.get(name, "x").strip():
+            if fields is not None and not fields.get(name, "x").strip():
                 return text
         for key in (f"{aspect}@{subset}", f"*@{subset}", aspect, "*"):
             if key in self.templates:
                 return self.templates[key]
-        raise KeyError(aspect)  # prevented by load_job: every aspect has a template
+        return None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GenerateSpec:
+    """A generation stage: candidate models answer a data set's items through the same runner
+    and cache; their answers become a new data set (`name`) that prompts can judge."""
+
+    name: str
+    """The derived data set: one item per (source item, candidate model), system = model."""
+    dataset: str
+    templates: Mapping[str, str]
+    """As a prompt's templates: "*" or "*@subset" (e.g. one per category)."""
+    system: str | None
+    models: tuple[str, ...]
+    into: str = "output"
+    """The template field the answer lands in (`field` in the job file)."""
+    params: Mapping[str, Any] = field(default_factory=dict)
+    when_empty: Mapping[str, str] = field(default_factory=dict)
+
+    def prompt(self) -> PromptSpec:
+        """The generation request as a prompt (parser unused), for the expander."""
+        return PromptSpec(name=f"generate:{self.name}", templates=self.templates,
+                          system=self.system, parser="number", parser_options={},
+                          aspects=("answer",), datasets=(self.dataset,), params=self.params,
+                          when_empty=self.when_empty)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -164,6 +195,7 @@ class Job:
     """Correlation coefficients: pearson, spearman, kendall (system level adds
     pairwise_accuracy)."""
     imports: tuple[ImportSpec, ...] = ()
+    generate: tuple[GenerateSpec, ...] = ()
     leaderboard: bool = False
     """Also write leaderboard.csv: per judged system, the mean of each aspect."""
 
@@ -254,29 +286,34 @@ def load_job(path: Path) -> Job:
         raise ConfigError(f"{path}: not valid TOML ({exc}); fix the syntax") from None
     root = _Reader(path, data)
     root.check_keys({"name", "output_dir", "policy", "bootstrap", "seed", "limits", "datasets",
-                     "prompts", "models", "imports", "leaderboard", "levels", "methods"})
+                     "prompts", "models", "imports", "leaderboard", "levels", "methods",
+                     "generate"})
     name = root.get("name", str, path.stem)
     policy = root.get("policy", str, "skip")
     if policy not in POLICIES:
         raise root.error("policy", f"must be one of {', '.join(POLICIES)} (got {policy!r})")
     datasets = tuple(_dataset(root, i, t) for i, t in enumerate(_tables(root, "datasets")))
-    _unique(root, "datasets", [d.name for d in datasets])
-    prompts = tuple(_prompt(root, i, t, {d.name for d in datasets})
-                    for i, t in enumerate(_tables(root, "prompts")))
-    _unique(root, "prompts", [p.name for p in prompts])
     models_table = root.get("models", dict, required=True)
     if not models_table:
         raise root.error("models", "is empty; add e.g. [models.judge] "
                          "spec = \"openai:gpt-4o-mini\"")
     models = tuple(_model(root.child("models", models_table), key, value)
                    for key, value in models_table.items())
+    generate = tuple(_generate(root, i, t, datasets, models)
+                     for i, t in enumerate(root.get("generate", list, [])))
+    names = [d.name for d in datasets] + [g.name for g in generate]
+    _unique(root, "datasets", names)
+    prompts = tuple(_prompt(root, i, t, set(names), {m.name for m in models})
+                    for i, t in enumerate(_tables(root, "prompts")))
+    _unique(root, "prompts", [p.name for p in prompts])
     out = root.get("output_dir", str, f"runs/{name}")
     imports = tuple(_import(root, i, t, datasets, prompts, models)
                     for i, t in enumerate(root.get("imports", list, [])))
     return Job(name=name, path=path, datasets=datasets, prompts=prompts, models=models,
                limits=_limits(root), output_dir=Path(out), policy=policy,
                bootstrap=root.positive("bootstrap", 1000), seed=root.get("seed", int, 0),
-               imports=imports, leaderboard=root.get("leaderboard", bool, False),
+               imports=imports, generate=generate,
+               leaderboard=root.get("leaderboard", bool, False),
                levels=_choices(root, "levels", LEVELS), methods=_choices(root, "methods", METHODS))
 
 
@@ -286,6 +323,30 @@ def _choices(root: _Reader, key: str, allowed: tuple[str, ...]) -> tuple[str, ..
     if bad or not values:
         raise root.error(key, f"must be a non-empty list of {', '.join(allowed)} (got {values!r})")
     return tuple(values)
+
+
+def _generate(root: _Reader, index: int, table: Any, datasets: tuple[DatasetSpec, ...],
+              models: tuple[ModelSpec, ...]) -> GenerateSpec:
+    if not isinstance(table, dict):
+        raise root.error(f"generate[{index}]", "must be a [[generate]] table")
+    r = root.child(f"generate[{index}]", table)
+    r.check_keys({"name", "dataset", "template", "system", "models", "field", "params",
+                  "when_empty"})
+    source = r.get("dataset", str, required=True)
+    if source not in [d.name for d in datasets]:
+        raise r.error("dataset", f"names {source!r}, which is not a data set of this job")
+    candidates = tuple(r.get("models", list, required=True))
+    known = [m.name for m in models]
+    for m in candidates:
+        if m not in known:
+            raise r.error("models", f"names {m!r}, which is not in [models] ({', '.join(known)})")
+    params = r.get("params", dict, {})
+    _check_params(r, params)
+    return GenerateSpec(name=r.get("name", str, required=True), dataset=source,
+                        templates=_templates(r, ("*",)), system=r.get("system", str),
+                        models=candidates, into=r.get("field", str, "output"), params=params,
+                        when_empty={f: _read_template(r, f"when_empty.{f}", path)
+                                    for f, path in r.get("when_empty", dict, {}).items()})
 
 
 def _import(root: _Reader, index: int, table: Any, datasets: tuple[DatasetSpec, ...],
@@ -347,11 +408,11 @@ def _dataset(root: _Reader, index: int, table: Mapping[str, Any]) -> DatasetSpec
 
 
 def _prompt(root: _Reader, index: int, table: Mapping[str, Any],
-            dataset_names: set[str]) -> PromptSpec:
+            dataset_names: set[str], model_names: set[str]) -> PromptSpec:
     r = root.child(f"prompts[{index}]", table)
     r.check_keys({"name", "template", "system", "system_file", "parser", "parser_options",
                   "aspects", "datasets", "params", "samples", "per", "output_field",
-                  "when_empty", "aspect_options"})
+                  "when_empty", "aspect_options", "models"})
     name = r.get("name", str, required=True)
     aspects = tuple(r.get("aspects", list, required=True))
     if not aspects or not all(isinstance(a, str) for a in aspects):
@@ -370,6 +431,11 @@ def _prompt(root: _Reader, index: int, table: Mapping[str, Any],
                           f"({', '.join(sorted(dataset_names))})")
     params = r.get("params", dict, {})
     _check_params(r, params)
+    judges = tuple(r.get("models", list, []))
+    for m in judges:
+        if m not in model_names:
+            raise r.error("models", f"names {m!r}, which is not in [models] "
+                          f"({', '.join(sorted(model_names))})")
     per = r.get("per", str, "item")
     if per not in ("item", "group"):
         raise r.error("per", f"must be \"item\" or \"group\" (got {per!r})")
@@ -392,7 +458,7 @@ def _prompt(root: _Reader, index: int, table: Mapping[str, Any],
     return PromptSpec(name=name, templates=templates, system=system, per=per,
                       output_field=r.get("output_field", str, "output"), when_empty=when_empty,
                       parser=parser_name, parser_options=parser_opts,
-                      aspect_options=aspect_opts, aspects=aspects,
+                      aspect_options=aspect_opts, aspects=aspects, models=judges,
                       datasets=for_datasets, params=params, samples=r.positive("samples", 1))
 
 

@@ -1,0 +1,187 @@
+"""One command's working set, and the run itself: selection, local servers, the two-stage pool.
+
+`cli` reads the environment and hands in what it found (a mapping, never read here directly);
+this module resolves the job's models, loads and expands the job (with any generated data sets
+derived from the cache), starts local servers, runs the pool (generation stage first, then the
+judges), and builds the manifest. It prints nothing and never exits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.metadata
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from runner import local
+from runner.cache import Cache
+from runner.errors import ConfigError, MissingKeyError
+from runner.execute import Endpoint, RunStats, execute
+from runner.expand import Expansion, estimate_cost, prepare
+from runner.job import Job, ModelSpec, load_job, parse_model_spec
+from runner.judgments import choices
+
+__all__ = ["Selection", "answer_text", "check_budget", "check_keys", "manifest", "run_pool",
+           "select", "serving"]
+
+PACKAGES = ("judge-runner", "aiohttp", "openai", "aiolimiter", "diskcache", "orjson", "scipy",
+            "click")
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """What a command works on: the job, its models and items, the cache and output dirs."""
+
+    job: Job
+    expansion: Expansion
+    cache_dir: Path
+    out_dir: Path
+    missing_answers: int = 0
+    """Generation tasks with no cached answer yet (their items are not judged yet)."""
+
+
+def _with(m: ModelSpec, **changes: Any) -> ModelSpec:
+    return ModelSpec(**{**{f.name: getattr(m, f.name) for f in fields(m)}, **changes})
+
+
+def resolve_models(job: Job, specs: tuple[str, ...], base_url: str | None,
+                   env_base_url: str | None) -> tuple[ModelSpec, ...]:
+    """--model replaces the judges (generators stay); --base-url / OPENAI_BASE_URL serve bare
+    names."""
+    fallback = base_url or env_base_url
+    generators = {name for g in job.generate for name in g.models}
+    models = job.models
+    if specs:
+        kept = tuple(m for m in job.models if m.name in generators)
+        models = kept + tuple(parse_model_spec(s, base_url=base_url) for s in specs)
+    resolved = []
+    for m in models:
+        if m.kind == "compatible" and (base_url or m.base_url is None):
+            if not fallback:
+                raise ConfigError(f"{job.path}: model {m.spec!r} needs a server: pass --base-url "
+                                  "http://HOST:PORT/v1, set OPENAI_BASE_URL, or use openai:NAME")
+            m = _with(m, base_url=fallback)
+        resolved.append(m)
+    return tuple(resolved)
+
+
+def answer_text(record: Mapping[str, Any] | None) -> str | None:
+    """The first choice's text of a cached record (a generation stage's answer)."""
+    if record is None:
+        return None
+    got = choices(record["response"])
+    return got[0].text if got else None
+
+
+def select(job_path: Path, *, models: tuple[str, ...] = (), base_url: str | None = None,
+           limit: int | None = None, cache_dir: Path, out: Path | None = None,
+           data_dir: Path, env_base_url: str | None = None) -> Selection:
+    """Load, resolve and expand a job; generated data sets come from the cache as it is."""
+    job = load_job(job_path)
+    job = job.with_models(resolve_models(job, models, base_url, env_base_url))
+    if models:  # prompts' own judge lists name the replaced models
+        job = replace(job, prompts=tuple(replace(p, models=()) for p in job.prompts))
+    expansion = prepare(job, data_dir, limit=limit)
+    sel = Selection(job=job, expansion=expansion, cache_dir=cache_dir,
+                    out_dir=out if out is not None else job.output_dir)
+    return derive(sel) if job.generate else sel
+
+
+def derive(sel: Selection) -> Selection:
+    """Rebuild the generated data sets from the answers now in the cache."""
+    with Cache(sel.cache_dir) as cache:
+        expansion, missing = sel.expansion.with_generated(
+            lambda task: answer_text(cache.get(task.key)))
+    return replace(sel, expansion=expansion, missing_answers=missing)
+
+
+def check_keys(job: Job, environ: Mapping[str, str]) -> None:
+    """A model that needs a key and has none is an error before the first call."""
+    for m in job.models:
+        if m.key_required and not environ.get(m.api_key_env):
+            raise MissingKeyError(f"{job.path}: model {m.name!r} ({m.spec}) needs an API key: "
+                                  f"set {m.api_key_env} (no call was made)")
+
+
+def check_budget(job: Job, budget: float | None) -> None:
+    if budget is None:
+        return
+    for m in job.models:
+        if estimate_cost(m, 1, 1) is None:
+            raise ConfigError(f"{job.path}: --budget needs a price for model {m.name!r} "
+                              f"({m.model}): add [models.{m.name}] price = {{input = USD_PER_1M, "
+                              "output = USD_PER_1M}")
+
+
+@contextlib.contextmanager
+def serving(job: Job) -> Iterator[Job]:
+    """Start the embedded local server for `local:` models for the duration of the block."""
+    if not any(m.kind == "local" for m in job.models):
+        yield job
+        return
+    with contextlib.ExitStack() as stack:
+        models = []
+        for m in job.models:
+            if m.kind == "local":
+                server = stack.enter_context(local.LocalServer(m.model))
+                m = _with(m, base_url=server.base_url)
+            models.append(m)
+        yield job.with_models(tuple(models))
+
+
+async def run_pool(sel: Selection, served: Job, cache: Cache, *, stop: Any,
+                   key_reader: Callable[[str], Callable[[], str | None]], offline: bool,
+                   budget: float | None, on_progress: Callable[[RunStats], None]
+                   ) -> tuple[RunStats, Selection]:
+    """Generation stage (if any), then every judge task. `served` is sel.job with local
+    servers' base URLs. Returns the counters and the selection with generated data sets."""
+    endpoints = {m.name: Endpoint(model=m, base_url=m.base_url or "",
+                                  api_key=key_reader(m.api_key_env)) for m in served.models}
+    limits = sel.job.limits
+    connector = aiohttp.TCPConnector(limit=limits.concurrency, limit_per_host=0)
+    stats = RunStats()
+    async with aiohttp.ClientSession(connector=connector) as session:
+        run = {"cache": cache, "session": session, "endpoints": endpoints, "limits": limits,
+               "stop": stop, "offline": offline, "budget": budget, "stats": stats,
+               "on_progress": on_progress}
+        if sel.job.generate:
+            stats.total += sum(1 for _ in sel.expansion.generation_tasks())
+            await execute(sel.expansion.generation_tasks(), **run)
+            if stop.is_set():
+                return stats, sel
+            sel = derive(sel)  # judge what the generators answered
+        stats.total += sel.expansion.count()
+        await execute(sel.expansion.tasks(), **run)
+    return stats, sel
+
+
+def manifest(sel: Selection, stats: RunStats | None, started: float,
+             command: str) -> dict[str, Any]:
+    """manifest.json: what ran, with which versions, what it did and cost. Never a key."""
+    versions = {}
+    for pkg in PACKAGES:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            versions[pkg] = importlib.metadata.version(pkg)
+    counts = stats.as_dict() if stats else {}
+    return {"job": sel.job.name, "job_file": str(sel.job.path),
+            "job_sha256": hashlib.sha256(sel.job.path.read_bytes()).hexdigest(),
+            "command": command, "versions": versions, "python": sys.version.split()[0],
+            "started": _iso(started), "ended": _iso(time.time()),
+            "models": [{"name": m.name, "spec": m.spec, "endpoint": m.endpoint
+                        if m.base_url or m.kind == "local" else None} for m in sel.job.models],
+            "counts": counts,
+            "usage": {"prompt_tokens": stats.prompt_tokens if stats else 0,
+                      "completion_tokens": stats.completion_tokens if stats else 0},
+            "estimated_cost_usd": round(stats.cost, 6) if stats else 0.0,
+            "cache_dir": str(sel.cache_dir)}
+
+
+def _iso(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
