@@ -31,6 +31,10 @@ class Progress:
                         mininterval=BAR_EVERY_S) if self.live else None
 
     def update(self, stats: RunStats) -> None:
+        if stats.total > self.total:  # a generation stage adds the judge tasks later
+            self.total = stats.total
+            if self.bar is not None:
+                self.bar.total = stats.total
         now = time.monotonic()
         every = BAR_EVERY_S if self.live else LINE_EVERY_S
         if now - self.last < every and stats.done + len(stats.failures) < self.total:
