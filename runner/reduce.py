@@ -1,0 +1,474 @@
+"""Correlate judge scores with human judgments at sample, dataset and system level.
+
+* sample: per group (one source), correlate judge and human over its outputs, then take the
+  plain mean over groups. A group with fewer than two items or a constant side has no
+  coefficient: ``policy="skip"`` drops it (Wang et al. 2023, G-Eval), ``policy="zero"``
+  counts it as 0 (Lai et al. 2023).
+* dataset: one coefficient over all items pooled.
+* system: mean judge and mean human per system, correlated over systems, plus pairwise
+  accuracy (Kocmi et al. 2021): the share of system pairs whose judge and human
+  differences have the same sign (a tie agrees only with a tie).
+
+Subset "all": sample level averages over all groups, dataset level pools all items, system
+level is the mean of the subsets' values. Data without subsets (subset "") reports "all" only.
+
+Items whose judge score is missing (None/NaN, a parse failure) are dropped first.
+
+Bootstrap: groups are drawn with replacement (within each subset, for "all"). One matrix of
+draw counts per selection, seeded, is shared by every method and level, so paired judges see
+the same resamples. Point values come from scipy; resampled dataset-level values are the
+same statistics written as weighted sums over the drawn groups, which is what makes 1,000
+resamples cheap (the tests check them against scipy on explicitly resampled rows).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from scipy import sparse, stats
+
+from runner.errors import ConfigError, DataError
+
+__all__ = ["Comparison", "Correlation", "Row", "compare", "correlate"]
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.intp]
+
+POLICIES = ("skip", "zero")
+LEVELS = ("sample", "dataset", "system")
+METHODS = ("pearson", "spearman", "kendall", "pairwise_accuracy")
+# Largest number of float64 cells held in one temporary array (32 MiB).
+_CELLS = 1 << 22
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One judged output."""
+
+    group: str  # the source it was generated from (document, story beginning, sentence)
+    system: str  # the system that generated it
+    subset: str  # e.g. a transfer direction; "" when the data has none
+    judge: float | None  # None (or NaN) when the judge's reply could not be parsed
+    human: float
+
+
+@dataclass(frozen=True, slots=True)
+class Correlation:
+    """One coefficient. ``n_groups``/``n_items`` count what it was computed from."""
+
+    level: str  # sample | dataset | system
+    method: str  # pearson | spearman | kendall | pairwise_accuracy
+    subset: str  # a subset name or "all"
+    value: float | None  # None when undefined (too few groups, constant scores)
+    n_groups: int  # sample level: groups averaged (after skip); else groups present
+    n_items: int
+    ci_low: float | None  # 95% percentile bootstrap CI; None at system level
+    ci_high: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """Judge a minus judge b on the same items, with a paired bootstrap test."""
+
+    level: str
+    method: str
+    subset: str
+    judge_a: float | None
+    judge_b: float | None
+    diff: float | None  # judge_a - judge_b
+    ci_low: float | None
+    ci_high: float | None
+    p_value: float | None  # two-sided, bootstrap distribution shifted to the null
+    n_groups: int  # groups resampled
+
+
+@dataclass(frozen=True, slots=True)
+class _Data:
+    """Usable rows sorted by (subset, group), so each group's items are contiguous.
+
+    Group g holds items ``edges[g]:edges[g + 1]`` (never empty); subset k holds groups
+    ``bounds[k]:bounds[k + 1]``.
+    """
+
+    x: FloatArray  # judge
+    y: FloatArray  # human
+    system: IntArray  # system index per item
+    edges: IntArray
+    bounds: IntArray
+    subsets: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Selection:
+    name: str
+    g0: int  # groups g0:g1
+    g1: int
+    strata: tuple[int, ...]  # group counts of consecutive strata, each resampled on its own
+
+
+@dataclass(frozen=True, slots=True)
+class _Stat:
+    value: float | None
+    boot: FloatArray | None  # one value per resample, NaN where undefined
+    n_groups: int
+    n_items: int
+
+
+def _usable(r: Row) -> bool:
+    return r.judge is not None and math.isfinite(r.judge) and math.isfinite(r.human)
+
+
+def _prepare(rows: Sequence[Row]) -> _Data:
+    usable = [r for r in rows if _usable(r)]
+    subsets = tuple(dict.fromkeys(r.subset for r in usable))  # in order of first appearance
+    if "all" in subsets:
+        raise DataError('subset name "all" is reserved for the overall value; rename the subset')
+    rank = {k: i for i, k in enumerate(dict.fromkeys((r.subset, r.group) for r in usable))}
+    kept = sorted(usable, key=lambda r: (subsets.index(r.subset), rank[r.subset, r.group]))
+    systems = {s: i for i, s in enumerate(sorted({r.system for r in kept}))}
+    firsts = [i for i, r in enumerate(kept)
+              if i == 0 or (r.subset, r.group) != (kept[i - 1].subset, kept[i - 1].group)]
+    group_subsets = [kept[i].subset for i in firsts]
+    return _Data(
+        x=np.array([r.judge for r in kept], dtype=np.float64),
+        y=np.array([r.human for r in kept], dtype=np.float64),
+        system=np.array([systems[r.system] for r in kept], dtype=np.intp),
+        edges=np.array([*firsts, len(kept)], dtype=np.intp),
+        bounds=np.array([*(group_subsets.index(s) for s in subsets), len(firsts)], dtype=np.intp),
+        subsets=subsets,
+    )
+
+
+def _selections(d: _Data) -> list[_Selection]:
+    n_groups = len(d.edges) - 1
+    if d.subsets in ((), ("",)):
+        return [_Selection("all", 0, n_groups, (n_groups,))]
+    b = [int(v) for v in d.bounds]
+    parts = [_Selection(s, b[k], b[k + 1], (b[k + 1] - b[k],)) for k, s in enumerate(d.subsets)]
+    return [*parts, _Selection("all", 0, n_groups, tuple(p.strata[0] for p in parts))]
+
+
+def _check(policy: str, levels: Sequence[str], methods: Sequence[str], n_boot: int) -> None:
+    if policy not in POLICIES:
+        raise ConfigError(f"policy must be 'skip' or 'zero' (got {policy!r})")
+    for kind, given, known in (("level", levels, LEVELS), ("method", methods, METHODS)):
+        for name in given:
+            if name not in known:
+                raise ConfigError(f"unknown {kind} {name!r}; choose from {', '.join(known)}")
+    if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < 0:
+        raise ConfigError(f"n_boot must be a non-negative integer (got {n_boot!r})")
+
+
+def _scipy_rows(method: str, xs: FloatArray, ys: FloatArray) -> FloatArray:
+    """One coefficient per row of xs/ys (no row constant)."""
+    if method == "pearson":
+        r = stats.pearsonr(xs, ys, axis=1).statistic
+    elif method == "spearman":  # what spearmanr computes: Pearson on average ranks
+        r = stats.pearsonr(stats.rankdata(xs, axis=1), stats.rankdata(ys, axis=1),
+                           axis=1).statistic
+    else:
+        r = stats.kendalltau(xs, ys, axis=1).statistic
+    return np.asarray(r, dtype=np.float64)
+
+
+def _group_coefs(d: _Data, method: str) -> FloatArray:
+    """Coefficient per group, NaN where undefined; groups of equal size go to scipy at once."""
+    sizes = np.diff(d.edges)
+    out = np.full(len(sizes), np.nan)
+    for m in np.unique(sizes[sizes >= 2]):
+        gs = np.flatnonzero(sizes == m)
+        idx = d.edges[gs][:, None] + np.arange(m)
+        xs, ys = d.x[idx], d.y[idx]
+        ok = (np.ptp(xs, axis=1) > 0) & (np.ptp(ys, axis=1) > 0)
+        if ok.any():
+            out[gs[ok]] = _scipy_rows(method, xs[ok], ys[ok])
+    return out
+
+
+def _pooled(method: str, x: FloatArray, y: FloatArray) -> float | None:
+    """One scipy coefficient, or None if undefined (fewer than 2 points, a constant side)."""
+    if len(x) < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return None
+    if method == "pearson":
+        return float(stats.pearsonr(x, y).statistic)
+    if method == "spearman":
+        return float(stats.spearmanr(x, y).statistic)
+    return float(stats.kendalltau(x, y).statistic)
+
+
+def _counts(strata: tuple[int, ...], n_boot: int, seed: int) -> FloatArray:
+    """(n_boot, sum(strata)) times each group is drawn, each stratum drawn within itself."""
+    rng = np.random.default_rng(seed)
+    blocks = []
+    for k in strata:
+        draws = rng.integers(0, k, size=(n_boot, k)) + k * np.arange(n_boot)[:, None]
+        blocks.append(np.bincount(draws.ravel(), minlength=n_boot * k).reshape(n_boot, k))
+    return np.concatenate(blocks, axis=1).astype(np.float64)
+
+
+def _table(v: npt.NDArray[Any], gid: IntArray,
+           n_groups: int) -> tuple[sparse.csr_array, npt.NDArray[Any], IntArray]:
+    """Sparse (G, U) count of each group's items per distinct value of v; the U values; and
+    each item's value index."""
+    uniq, value = np.unique(v, return_inverse=True)
+    table = sparse.csr_array((np.ones(len(v)), (gid, value.ravel())), shape=(n_groups, len(uniq)))
+    return table, uniq, value.ravel()
+
+
+def _pair_signs(d: _Data) -> FloatArray:
+    """G x G sums of sign(xi - xj) * sign(yi - yj) over item pairs (i in g, j in h).
+
+    For a resample drawing group g c_g times, c'Sc is twice tau-b's numerator over its
+    pooled items: copies of one item tie on both sides and add nothing.
+    """
+    starts, n_groups = d.edges[:-1], len(d.edges) - 1
+    step, out = max(1, _CELLS // max(len(d.x), 1)), np.zeros((n_groups, n_groups))
+    g0 = 0
+    while g0 < n_groups:  # rows: a block of whole groups; columns: from the block on
+        g1 = max(g0 + 1, int(np.searchsorted(d.edges, d.edges[g0] + step, side="right")) - 1)
+        lo, hi = d.edges[g0], d.edges[g1]
+        # int8 signs are exact and 8x lighter than float differences
+        sx = (d.x[lo:hi, None] > d.x[lo:]).view(np.int8) - (d.x[lo:hi, None] < d.x[lo:])
+        sy = (d.y[lo:hi, None] > d.y[lo:]).view(np.int8) - (d.y[lo:hi, None] < d.y[lo:])
+        cols = np.add.reduceat(sx * sy, starts[g0:] - lo, axis=1, dtype=np.int64)
+        out[g0:g1, g0:] = np.add.reduceat(cols, starts[g0:g1] - lo, axis=0)
+        g0 = g1
+    upper = np.triu_indices(n_groups, 1)
+    out.T[upper] = out[upper]  # symmetric: fill the skipped lower triangle
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Pooled:
+    """Per-group summaries of one selection, enough to pool any resample's items."""
+
+    moments: FloatArray  # (G, 6) sums of 1, x, y, x^2, y^2, xy (x, y centred)
+    tx: sparse.csr_array  # (G, Ux) items per distinct x value; likewise ty
+    ty: sparse.csr_array
+    txy: sparse.csr_array  # (G, K) items per distinct (x, y) cell
+    cx: IntArray  # (K,) x value index of each cell; likewise cy
+    cy: IntArray
+    signs: FloatArray | None  # (G, G) from _pair_signs, if kendall is wanted
+
+
+def _summarise(d: _Data, sel: _Selection, signs: FloatArray | None) -> _Pooled:
+    i0, i1, n_groups = int(d.edges[sel.g0]), int(d.edges[sel.g1]), sel.g1 - sel.g0
+    a, c = d.x[i0:i1] - d.x[i0:i1].mean(), d.y[i0:i1] - d.y[i0:i1].mean()
+    parts = np.stack([np.ones_like(a), a, c, a * a, c * c, a * c], axis=1)
+    gid = np.repeat(np.arange(n_groups), np.diff(d.edges[sel.g0:sel.g1 + 1]))
+    tx, _, ux = _table(d.x[i0:i1], gid, n_groups)
+    ty, _, uy = _table(d.y[i0:i1], gid, n_groups)
+    txy, cells, _ = _table(ux * ty.shape[1] + uy, gid, n_groups)
+    return _Pooled(np.add.reduceat(parts, d.edges[sel.g0:sel.g1] - i0, axis=0), tx, ty, txy,
+                   cells // ty.shape[1], cells % ty.shape[1],
+                   None if signs is None else signs[sel.g0:sel.g1, sel.g0:sel.g1])
+
+
+def _boot_chunk(p: _Pooled, methods: Sequence[str], c: FloatArray) -> dict[str, FloatArray]:
+    """Pooled coefficients for resamples c (rows: draw counts per group), NaN if undefined.
+
+    Weights are laid out (values, resamples) so that cumsum and gathers run along rows.
+    """
+    wx, wy = np.asarray(p.tx.T @ c.T), np.asarray(p.ty.T @ c.T)
+    out: dict[str, FloatArray] = {}
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if "pearson" in methods:
+            n, sa, sc, saa, scc, sac = (c @ p.moments).T  # one-pass: fine once centred
+            out["pearson"] = (sac - sa * sc / n) / np.sqrt((saa - sa * sa / n) *
+                                                           (scc - sc * sc / n))
+        n, wx2, wy2 = wx.sum(axis=0), wx * wx, wy * wy
+        if "spearman" in methods:
+            rx = np.cumsum(wx, axis=0) - (wx - 1) / 2  # average rank of each distinct value
+            ry = np.cumsum(wy, axis=0) - (wy - 1) / 2
+            centre = n * ((n + 1) / 2) ** 2  # the ranks' mean is (n + 1) / 2 exactly
+            cov = (np.asarray(p.txy.T @ c.T) * rx[p.cx] * ry[p.cy]).sum(axis=0) - centre
+            # sum of squared deviations of average ranks: (n^3 - sum of tie sizes cubed) / 12
+            out["spearman"] = 12 * cov / np.sqrt((n * n * n - (wx2 * wx).sum(axis=0)) *
+                                                 (n * n * n - (wy2 * wy).sum(axis=0)))
+        if "kendall" in methods and p.signs is not None:
+            untied_x, untied_y = n * n - wx2.sum(axis=0), n * n - wy2.sum(axis=0)
+            out["kendall"] = ((c @ p.signs) * c).sum(axis=1) / np.sqrt(untied_x * untied_y)
+    undefined = ((wx > 0).sum(axis=0) < 2) | ((wy > 0).sum(axis=0) < 2)  # a constant side
+    return {m: np.where(undefined, np.nan, r) for m, r in out.items()}
+
+
+def _boot_pooled(d: _Data, sel: _Selection, methods: Sequence[str], counts: FloatArray,
+                 signs: FloatArray | None) -> dict[str, FloatArray]:
+    """The pooled coefficient per resample of sel's groups, resamples taken in chunks."""
+    p = _summarise(d, sel, signs)
+    width = max(p.tx.shape[1], p.ty.shape[1], p.txy.shape[1], 1)
+    step = max(1, _CELLS // 8 // width)
+    chunks = [_boot_chunk(p, methods, counts[b:b + step]) for b in range(0, len(counts), step)]
+    return {m: np.concatenate([ch[m] for ch in chunks]) for m in methods}
+
+
+def _sample(coefs: FloatArray, sizes: IntArray, counts: FloatArray | None, policy: str) -> _Stat:
+    defined = ~np.isnan(coefs)
+    used = defined if policy == "skip" else np.ones_like(defined)
+    vals = np.where(defined, coefs, 0.0)
+    k = int(used.sum())
+    boot = None
+    if counts is not None:
+        den = counts @ used.astype(np.float64)  # a bool operand would skip BLAS
+        with np.errstate(divide="ignore", invalid="ignore"):
+            boot = np.where(den > 0, (counts @ vals) / den, np.nan)
+    return _Stat(float(vals[used].mean()) if k else None, boot, k, int(sizes[used].sum()))
+
+
+def _level_stats(d: _Data, level: str, methods: Sequence[str], policy: str, n_boot: int,
+                 seed: int) -> Iterator[tuple[_Selection, str, _Stat]]:
+    """Sample- or dataset-level statistics for every selection, in selection-major order."""
+    methods = [m for m in methods if m != "pairwise_accuracy"]
+    sizes = np.diff(d.edges)
+    coefs = {m: _group_coefs(d, m) for m in methods} if level == "sample" else {}
+    signs = (_pair_signs(d) if level == "dataset" and "kendall" in methods and n_boot
+             else None)
+    for sel in _selections(d):
+        counts = _counts(sel.strata, n_boot, seed) if n_boot and sel.g1 > sel.g0 else None
+        if level == "sample":
+            for m in methods:
+                yield sel, m, _sample(coefs[m][sel.g0:sel.g1], sizes[sel.g0:sel.g1], counts,
+                                      policy)
+            continue
+        i0, i1 = int(d.edges[sel.g0]), int(d.edges[sel.g1])
+        boots = {} if counts is None else _boot_pooled(d, sel, methods, counts, signs)
+        for m in methods:
+            value = _pooled(m, d.x[i0:i1], d.y[i0:i1])
+            yield sel, m, _Stat(value, boots.get(m), sel.g1 - sel.g0, i1 - i0)
+
+
+def _system_value(method: str, mx: FloatArray, my: FloatArray) -> float | None:
+    if method != "pairwise_accuracy":
+        return _pooled(method, mx, my)
+    if len(mx) < 2:
+        return None
+    iu = np.triu_indices(len(mx), 1)
+    agree = np.sign((mx[:, None] - mx)[iu]) == np.sign((my[:, None] - my)[iu])
+    return float(agree.mean())
+
+
+def _system_level(d: _Data, methods: Sequence[str]) -> list[Correlation]:
+    """System level per subset; "all" averages the subsets (None if any is undefined)."""
+    methods = [*(m for m in methods if m != "pairwise_accuracy"), "pairwise_accuracy"]
+    out: list[Correlation] = []
+    for sel in _selections(d):
+        i0, i1 = int(d.edges[sel.g0]), int(d.edges[sel.g1])
+        parts = [c for c in out if c.subset != "all"]
+        for m in methods:
+            if sel.name == "all" and parts:
+                vals = [c.value for c in parts if c.method == m]
+                value = None if None in vals else sum(v for v in vals if v is not None) / len(vals)
+            else:
+                ids = d.system[i0:i1]
+                mx, my = (np.array([v[i0:i1][ids == s].mean() for s in np.unique(ids)])
+                          for v in (d.x, d.y))
+                value = _system_value(m, mx, my)
+            out.append(Correlation("system", m, sel.name, value, sel.g1 - sel.g0, i1 - i0,
+                                   None, None))
+    return out
+
+
+def _ci(boot: FloatArray | None) -> tuple[float | None, float | None]:
+    if boot is None or not (ok := boot[~np.isnan(boot)]).size:
+        return None, None
+    low, high = np.percentile(ok, [2.5, 97.5])
+    return float(low), float(high)
+
+
+def correlate(rows: Sequence[Row], *, policy: str = "skip",
+              levels: Sequence[str] = ("sample", "dataset", "system"),
+              methods: Sequence[str] = ("pearson", "spearman", "kendall"),
+              n_boot: int = 1000, seed: int = 0) -> list[Correlation]:
+    """Correlate judge with human scores.
+
+    Args:
+        rows: judged outputs; rows whose judge (or human) score is None/NaN are dropped.
+        policy: "skip" drops sample-level groups without a coefficient, "zero" counts them as 0.
+        levels: any of sample, dataset, system.
+        methods: any of pearson, spearman, kendall; pairwise_accuracy is always added at
+            system level and ignored elsewhere.
+        n_boot: bootstrap resamples of groups for sample/dataset CIs (0: no CIs).
+        seed: seed of the numpy Generator drawing the resamples.
+
+    Returns:
+        Level by level (in the order given), each subset then "all", each method.
+
+    Raises:
+        ConfigError: unknown policy, level or method, or a bad n_boot.
+        DataError: a subset is named "all".
+    """
+    _check(policy, levels, methods, n_boot)
+    d = _prepare(rows)
+    out: list[Correlation] = []
+    for level in levels:
+        if level == "system":
+            out += _system_level(d, methods)
+            continue
+        for sel, m, st in _level_stats(d, level, methods, policy, n_boot, seed):
+            out.append(Correlation(level, m, sel.name, st.value, st.n_groups, st.n_items,
+                                   *_ci(st.boot)))
+    return out
+
+
+def _pair(a: Sequence[Row], b: Sequence[Row]) -> tuple[list[Row], list[Row]]:
+    """Rows present and scored by both judges, in a's order, matched on (group, system, subset)."""
+    index: dict[str, dict[tuple[str, str, str], Row]] = {"a": {}, "b": {}}
+    for name, rows in (("a", a), ("b", b)):
+        for r in rows:
+            if (key := (r.group, r.system, r.subset)) in index[name]:
+                raise DataError(f"judge {name} has two rows for group {r.group!r}, system "
+                                f"{r.system!r}, subset {r.subset!r}; compare needs one each")
+            index[name][key] = r
+    ia, ib = index["a"], index["b"]
+    pairs = [(ra, ib[k]) for k, ra in ia.items() if k in ib and _usable(ra) and _usable(ib[k])]
+    for ra, rb in pairs:
+        if ra.human != rb.human:
+            raise DataError(f"group {ra.group!r}, system {ra.system!r}: the two judges' rows "
+                            f"carry different human scores ({ra.human} vs {rb.human})")
+    return [p[0] for p in pairs], [p[1] for p in pairs]
+
+
+def _comparison(level: str, method: str, sel: _Selection, sa: _Stat, sb: _Stat) -> Comparison:
+    diff = None if sa.value is None or sb.value is None else sa.value - sb.value
+    low = high = p = None
+    if diff is not None and sa.boot is not None and sb.boot is not None:
+        dist = sa.boot - sb.boot
+        dist = dist[~np.isnan(dist)]
+        if dist.size:
+            low, high = _ci(dist)
+            # Shift the bootstrap distribution to the null (diff 0) and count as extreme.
+            p = float((1 + np.sum(np.abs(dist - diff) >= abs(diff))) / (1 + dist.size))
+    return Comparison(level, method, sel.name, sa.value, sb.value, diff, low, high, p,
+                      sel.g1 - sel.g0)
+
+
+def compare(a: Sequence[Row], b: Sequence[Row], *, policy: str = "skip",
+            levels: Sequence[str] = ("sample", "dataset"),
+            methods: Sequence[str] = ("pearson", "spearman", "kendall"),
+            n_boot: int = 1000, seed: int = 0) -> list[Comparison]:
+    """Paired bootstrap comparison of two judges' correlations with the same human scores.
+
+    Rows are matched on (group, system, subset); only items both judges scored are used,
+    and both judges' coefficients are computed on the same group resamples.
+
+    Raises:
+        ConfigError: as for correlate, or "system" among the levels.
+        DataError: duplicate rows for one output, or matched rows with different humans.
+    """
+    _check(policy, levels, methods, n_boot)
+    if "system" in levels:
+        raise ConfigError("compare supports levels sample and dataset (got 'system')")
+    ra, rb = _pair(a, b)
+    da, db = _prepare(ra), _prepare(rb)
+    out: list[Comparison] = []
+    for level in levels:
+        for (sel, m, sa), (_, _, sb) in zip(_level_stats(da, level, methods, policy, n_boot, seed),
+                                            _level_stats(db, level, methods, policy, n_boot, seed),
+                                            strict=True):
+            out.append(_comparison(level, m, sel, sa, sb))
+    return out

@@ -1,0 +1,293 @@
+"""runner.reduce on small synthetic data, cross-checked against direct scipy calls."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from runner.errors import ConfigError, DataError
+from runner.reduce import (
+    Correlation,
+    Row,
+    _boot_pooled,
+    _counts,
+    _pair_signs,
+    _prepare,
+    _selections,
+    compare,
+    correlate,
+)
+
+SCIPY: dict[str, Callable[..., Any]] = {
+    "pearson": stats.pearsonr, "spearman": stats.spearmanr, "kendall": stats.kendalltau}
+
+
+def synthetic(seed: int = 0, *, groups: int = 12, systems: int = 5,
+              subsets: tuple[str, ...] = ("",), noise: float = 1.0,
+              discrete: bool = True) -> list[Row]:
+    """Groups x systems, judge = human + noise (rounded to stars when discrete)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for g in range(groups):
+        for s in range(systems):
+            human = float(rng.integers(1, 6)) if discrete else float(rng.random())
+            judge = human + noise * rng.normal()
+            rows.append(Row(f"g{g}", f"s{s}", subsets[g % len(subsets)],
+                            float(np.clip(np.round(judge), 1, 5)) if discrete else judge, human))
+    return rows
+
+
+def by_key(result: list[Correlation]) -> dict[tuple[str, str, str], Correlation]:
+    return {(c.level, c.method, c.subset): c for c in result}
+
+
+def scipy_value(method: str, x: list[float], y: list[float]) -> float:
+    return float(SCIPY[method](x, y).statistic)
+
+
+def sample_scipy(rows: list[Row], method: str, policy: str) -> float:
+    groups: dict[tuple[str, str], list[Row]] = defaultdict(list)
+    for r in rows:
+        groups[r.subset, r.group].append(r)
+    coefs = []
+    for g in groups.values():
+        x, y = [r.judge for r in g], [r.human for r in g]
+        if len(set(x)) < 2 or len(set(y)) < 2:
+            if policy == "zero":
+                coefs.append(0.0)
+            continue
+        coefs.append(scipy_value(method, x, y))  # type: ignore[arg-type]
+    return float(np.mean(coefs))
+
+
+def system_means(rows: list[Row]) -> tuple[list[float], list[float]]:
+    systems = sorted({r.system for r in rows})
+    mx = [float(np.mean([r.judge for r in rows if r.system == s])) for s in systems]
+    my = [float(np.mean([r.human for r in rows if r.system == s])) for s in systems]
+    return mx, my
+
+
+@pytest.mark.parametrize("method", ["pearson", "spearman", "kendall"])
+@pytest.mark.parametrize("policy", ["skip", "zero"])
+def test_all_levels_match_scipy(method: str, policy: str) -> None:
+    rows = synthetic(1, groups=30)
+    got = by_key(correlate(rows, policy=policy, methods=(method,), n_boot=0))
+    assert got["sample", method, "all"].value == pytest.approx(sample_scipy(rows, method, policy),
+                                                               abs=1e-12)
+    pooled = scipy_value(method, [r.judge for r in rows], [r.human for r in rows])  # type: ignore[misc]
+    assert got["dataset", method, "all"].value == pytest.approx(pooled, abs=1e-12)
+    mx, my = system_means(rows)
+    assert got["system", method, "all"].value == pytest.approx(scipy_value(method, mx, my),
+                                                               abs=1e-12)
+
+
+def test_skip_and_zero_policies_on_constant_groups() -> None:
+    rows = [Row("a", s, "", j, h) for s, j, h in (("x", 1, 1), ("y", 2, 2), ("z", 3, 3))]
+    rows += [Row("b", s, "", j, 4) for s, j in (("x", 1), ("y", 2), ("z", 3))]  # human constant
+    rows += [Row("c", s, "", 5, h) for s, h in (("x", 1), ("y", 3), ("z", 2))]  # judge constant
+    rows += [Row("d", s, "", j, h) for s, j, h in (("x", 1, 2), ("y", 2, 1), ("z", 3, 3))]
+    rows += [Row("e", "x", "", 1, 1)]  # a single output: no coefficient either
+    skip = by_key(correlate(rows, policy="skip", levels=("sample",), n_boot=0))
+    zero = by_key(correlate(rows, policy="zero", levels=("sample",), n_boot=0))
+    for method in ("pearson", "spearman", "kendall"):
+        r_d = scipy_value(method, [1, 2, 3], [2, 1, 3])  # 0.5, 0.5, 1/3
+        s, z = skip["sample", method, "all"], zero["sample", method, "all"]
+        assert s.value == pytest.approx((1 + r_d) / 2) and (s.n_groups, s.n_items) == (2, 6)
+        assert z.value == pytest.approx((1 + r_d) / 5) and (z.n_groups, z.n_items) == (5, 13)
+
+
+def test_pairwise_accuracy_with_ties_hand_computed() -> None:
+    # system means, judge: A 1, B 1, C 2, D 3, E 3; human: A 1, B 2, C 2, D 3, E 3
+    # AB tie/diff no, AC yes, AD yes, AE yes, BC diff/tie no, BD yes, BE yes, CD yes, CE yes,
+    # DE tie/tie yes -> 8 of 10
+    judge = {"A": 1.0, "B": 1.0, "C": 2.0, "D": 3.0, "E": 3.0}
+    human = {"A": 1.0, "B": 2.0, "C": 2.0, "D": 3.0, "E": 3.0}
+    rows = [Row(g, s, "", judge[s] + d, human[s] - d) for s in judge for g, d in
+            (("g1", 0.5), ("g2", -0.5))]  # per-item noise that cancels in the means
+    got = by_key(correlate(rows, levels=("system",), n_boot=0))
+    assert got["system", "pairwise_accuracy", "all"].value == pytest.approx(0.8)
+    assert got["system", "pairwise_accuracy", "all"].ci_low is None
+    mx, my = system_means(rows)
+    assert got["system", "kendall", "all"].value == pytest.approx(scipy_value("kendall", mx, my))
+
+
+def test_all_subset_rules() -> None:
+    # unequal group counts, so the mean over groups differs from the mean of subset means
+    rows = [r for r in synthetic(2, groups=30, subsets=("i2f", "f2i"))
+            if r.subset == "i2f" or int(r.group[1:]) < 10]
+    got = correlate(rows, policy="zero", n_boot=0)
+    assert [c.subset for c in got][:3] == ["i2f", "i2f", "i2f"]  # first-appearance order
+    keys = by_key(got)
+    subsets = {s: [r for r in rows if r.subset == s] for s in ("i2f", "f2i")}
+    for m in ("pearson", "spearman", "kendall"):
+        assert keys["sample", m, "all"].value == pytest.approx(sample_scipy(rows, m, "zero"))
+        per = [sample_scipy(part, m, "zero") for part in subsets.values()]
+        assert keys["sample", m, "all"].value != pytest.approx(float(np.mean(per)))
+        pooled = scipy_value(m, [r.judge for r in rows], [r.human for r in rows])  # type: ignore[misc]
+        assert keys["dataset", m, "all"].value == pytest.approx(pooled)
+    for m in ("pearson", "spearman", "kendall", "pairwise_accuracy"):
+        parts = [keys["system", m, s].value for s in subsets]
+        assert keys["system", m, "all"].value == pytest.approx(np.mean(parts))  # type: ignore[arg-type]
+    assert keys["dataset", "kendall", "all"].n_groups == 20
+    assert keys["dataset", "kendall", "f2i"].n_items == 5 * 5
+
+
+def test_no_subsets_reports_only_all_and_methods_per_level() -> None:
+    got = correlate(synthetic(3), methods=("kendall", "pairwise_accuracy"), n_boot=0)
+    assert [(c.level, c.method, c.subset) for c in got] == [
+        ("sample", "kendall", "all"), ("dataset", "kendall", "all"),
+        ("system", "kendall", "all"), ("system", "pairwise_accuracy", "all")]
+
+
+def test_missing_judge_scores_are_dropped() -> None:
+    rows = synthetic(4, groups=20)
+    holes = [Row(r.group, r.system, r.subset, None if i % 7 == 0 else math.nan, r.human)
+             if i % 7 in (0, 3) else r for i, r in enumerate(rows)]
+    kept = [r for i, r in enumerate(rows) if i % 7 not in (0, 3)]
+    assert correlate(holes, seed=5) == correlate(kept, seed=5)
+    assert by_key(correlate(holes, n_boot=0))["dataset", "kendall", "all"].n_items == len(kept)
+
+
+def test_bootstrap_ci_contains_estimate_and_is_seeded() -> None:
+    rows = synthetic(5, groups=40, subsets=("a", "b"))
+    first = correlate(rows, n_boot=300, seed=11)
+    assert first == correlate(rows, n_boot=300, seed=11)
+    assert first != correlate(rows, n_boot=300, seed=12)
+    for c in first:
+        if c.level == "system":
+            assert c.ci_low is None and c.ci_high is None
+        else:
+            assert c.ci_low is not None and c.ci_high is not None and c.value is not None
+            assert c.ci_low <= c.value <= c.ci_high
+            assert c.ci_high - c.ci_low < 0.6
+    assert all(c.ci_low is None for c in correlate(rows, n_boot=0))
+
+
+def test_sample_bootstrap_resamples_groups() -> None:
+    rows = synthetic(6, groups=25)
+    got = correlate(rows, levels=("sample",), methods=("spearman",), n_boot=200, seed=3)[0]
+    groups = sorted({r.group for r in rows}, key=lambda g: int(g[1:]))
+    coefs = {g: scipy_value("spearman", [r.judge for r in rows if r.group == g],  # type: ignore[misc]
+                            [r.human for r in rows if r.group == g]) for g in groups}
+    counts = _counts((len(groups),), 200, 3)
+    means = [sum(c * coefs[g] for c, g in zip(row, groups, strict=True)) / row.sum()
+             for row in counts]
+    assert (got.ci_low, got.ci_high) == pytest.approx(tuple(np.percentile(means, [2.5, 97.5])))
+
+
+@pytest.mark.parametrize("discrete", [True, False])
+def test_dataset_bootstrap_equals_scipy_on_resampled_rows(discrete: bool) -> None:
+    rng = np.random.default_rng(7)
+    # variable group sizes (1-5 items) and heavy ties, in two subsets
+    rows = [Row(f"g{g}", f"s{s}", "ab"[g % 2],
+                float(rng.integers(1, 4)) if discrete else float(rng.random()),
+                float(rng.integers(1, 5))) for g in range(24) for s in range(rng.integers(1, 6))]
+    d = _prepare(rows)
+    signs = _pair_signs(d)
+    for sel in _selections(d):
+        counts = _counts(sel.strata, 40, 1)
+        boots = _boot_pooled(d, sel, ("pearson", "spearman", "kendall"), counts, signs)
+        for b, row in enumerate(counts):
+            idx = np.concatenate([np.arange(d.edges[g], d.edges[g + 1])
+                                  for g in range(sel.g0, sel.g1)
+                                  for _ in range(int(row[g - sel.g0]))])
+            x, y = d.x[idx], d.y[idx]
+            for m in SCIPY:
+                want = math.nan if np.ptp(x) == 0 or np.ptp(y) == 0 else scipy_value(m, x, y)
+                assert boots[m][b] == pytest.approx(want, abs=1e-12, nan_ok=True)
+
+
+def test_undefined_values_are_none() -> None:
+    one_group = [Row("g", s, "", j, h) for s, j, h in (("a", 1, 2), ("b", 2, 1))]
+    got = by_key(correlate(one_group, n_boot=50))
+    assert got["sample", "kendall", "all"].value == pytest.approx(-1.0)
+    constant = [Row(f"g{i}", s, "", 3, h) for i in range(3) for s, h in (("a", 1), ("b", 2))]
+    for c in correlate(constant, n_boot=50):
+        if c.method != "pairwise_accuracy":
+            assert c.value is None and c.ci_low is None, c
+    for c in correlate([Row("g", "a", "", None, 1.0)], n_boot=50):
+        assert (c.value, c.n_items, c.ci_low) == (None, 0, None)
+
+
+@pytest.mark.parametrize("kwargs", [{"policy": "drop"}, {"levels": ("corpus",)},
+                                    {"methods": ("tau",)}, {"n_boot": -1}])
+def test_bad_options_are_config_errors(kwargs: dict[str, object]) -> None:
+    with pytest.raises(ConfigError):
+        correlate(synthetic(), **kwargs)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError):
+        compare(synthetic(), synthetic(), **kwargs)  # type: ignore[arg-type]
+
+
+def test_subset_named_all_is_refused() -> None:
+    with pytest.raises(DataError, match="reserved"):
+        correlate([Row("g", "a", "all", 1, 1)])
+
+
+def noisy(rows: list[Row], seed: int, noise: float) -> list[Row]:
+    rng = np.random.default_rng(seed)
+    return [Row(r.group, r.system, r.subset, r.human + noise * rng.normal(), r.human)
+            for r in rows]
+
+
+def test_compare_detects_a_real_difference() -> None:
+    base = synthetic(8, groups=60, subsets=("p", "q"), discrete=False)
+    good, bad = noisy(base, 1, 0.1), noisy(base, 2, 1.0)
+    result = compare(good, bad, n_boot=500)
+    assert {(c.level, c.subset) for c in result} == {
+        (lv, s) for lv in ("sample", "dataset") for s in ("p", "q", "all")}
+    for c in result:
+        assert c.diff is not None and c.ci_low is not None and c.p_value is not None
+        assert c.diff > 0 and c.ci_low > 0 and c.p_value < 0.01, c
+    values = by_key(correlate(good, levels=("sample", "dataset"), n_boot=0))
+    for c in result:
+        assert c.judge_a == values[c.level, c.method, c.subset].value
+
+
+def test_compare_finds_no_difference_between_equals() -> None:
+    base = synthetic(9, groups=60, discrete=False)
+    a = noisy(base, 3, 0.5)
+    same = compare(a, list(reversed(a)), n_boot=200)
+    assert all(c.diff == 0 and c.p_value == 1 for c in same)
+    twins = compare(a, noisy(base, 4, 0.5), n_boot=500)
+    for c in twins:
+        assert c.p_value is not None and c.p_value > 0.05, c
+        assert c.ci_low is not None and c.ci_high is not None
+        assert c.ci_low < 0 < c.ci_high
+
+
+def test_compare_pairs_common_scored_items_only() -> None:
+    a = synthetic(10, groups=20)
+    b = [Row(r.group, r.system, r.subset, None if i % 5 == 0 else r.judge, r.human)
+         for i, r in enumerate(a[:-5])]
+    result = compare(a, b, levels=("dataset",), methods=("kendall",), n_boot=0)
+    kept = [r for i, r in enumerate(a[:-5]) if i % 5]
+    assert result[0].judge_a == pytest.approx(scipy_value(
+        "kendall", [r.judge for r in kept], [r.human for r in kept]))  # type: ignore[misc]
+    assert result[0].n_groups == 19
+
+
+def test_compare_rejects_duplicates_mismatches_and_system_level() -> None:
+    a = synthetic(11)
+    with pytest.raises(DataError, match="two rows"):
+        compare(a + a[:1], a)
+    with pytest.raises(DataError, match="different human"):
+        compare(a, [Row(r.group, r.system, r.subset, r.judge, r.human + 1) for r in a])
+    with pytest.raises(ConfigError, match="system"):
+        compare(a, a, levels=("system",))
+
+
+def test_pairwise_accuracy_counts_every_pair() -> None:
+    rng = np.random.default_rng(12)
+    mx, my = rng.integers(0, 3, 6).astype(float), rng.integers(0, 3, 6).astype(float)
+    rows = [Row("g", f"s{i}", "", float(mx[i]), float(my[i])) for i in range(6)]
+    pairs = list(itertools.combinations(range(6), 2))
+    want = sum(np.sign(mx[i] - mx[j]) == np.sign(my[i] - my[j]) for i, j in pairs) / len(pairs)
+    got = by_key(correlate(rows, levels=("system",), n_boot=0))
+    assert got["system", "pairwise_accuracy", "all"].value == pytest.approx(want)
