@@ -348,8 +348,10 @@ def compare(job: str, models: tuple[str, ...], base_url: str | None, limit: int 
         if missing:
             raise ConfigError(f"{sel.job.path}: no judge {missing[0]!r} for {dataset}/{aspect}; "
                               f"judges there: {', '.join(sorted(by_judge))}")
+        levels = [lvl for lvl in sel.job.levels if lvl != "system"] or ["sample", "dataset"]
         for cmp in compare_judges(by_judge[judges[0]], by_judge[judges[1]],
-                                  policy=sel.job.policy, n_boot=sel.job.bootstrap,
+                                  policy=sel.job.policy, levels=levels,
+                                  methods=sel.job.methods, n_boot=sel.job.bootstrap,
                                   seed=sel.job.seed):
             rows.append({"dataset": dataset, "aspect": aspect, "a": judges[0], "b": judges[1],
                          "level": cmp.level, "method": cmp.method, "subset": cmp.subset,
