@@ -28,7 +28,6 @@ from runner import datasets
 from runner.cache import Cache
 from runner.errors import ConfigError, DataError, RunnerError
 from runner.execute import RunStats
-from runner.expand import estimate_cost
 from runner.imports import import_answers
 from runner.job import Job
 from runner.judgments import judge
@@ -39,6 +38,7 @@ from runner.session import (
     Selection,
     check_budget,
     check_keys,
+    estimate,
     manifest,
     run_pool,
     select,
@@ -173,8 +173,10 @@ def run(job: str, models: tuple[str, ...], base_url: str | None, limit: int | No
         cache_dir: str | None, out: str | None, **opts: Any) -> None:
     """Call the judge for every task not yet cached, then write the reports.
 
-    Exit 0 when every task has an answer, 1 when some failed (listed), 2 on a configuration
-    error (before any call), 130 when interrupted: rerun the same command to resume.
+    Exit 0 when no task failed (tasks left out by --offline or --budget are listed), 1 when
+    some failed (listed), 2 on a configuration error (before any call), 130 when
+    interrupted: rerun the same command to resume. At a terminal it asks before paid calls
+    unless --yes.
     """
     started = time.time()
     sel = _select(job, models, base_url, limit, cache_dir, out)
@@ -185,8 +187,22 @@ def run(job: str, models: tuple[str, ...], base_url: str | None, limit: int | No
     if not opts["offline"]:
         check_keys(sel.job, os.environ)
         check_budget(sel.job, opts["budget"])
+        if not opts["yes"] and sys.stdin.isatty():
+            _confirm(sel)
     stats, sel = _execute(sel, opts)
     _finish(sel, stats, started, " ".join(["judge", *sys.argv[1:]]))
+
+
+def _confirm(sel: Selection) -> None:
+    """At a terminal, ask before paid calls (those with a price); --yes skips this."""
+    paid = [p for p in estimate(sel) if p.calls and p.model.kind != "local" and p.cost != 0]
+    if not paid:
+        return
+    calls = sum(p.calls for p in paid)
+    costs = [p.cost for p in paid]
+    spend = "an unknown amount" if None in costs else f"up to ~${sum(c or 0 for c in costs):.2f}"
+    if not click.confirm(f"{calls} API calls, {spend}. Continue?", default=True, err=True):
+        raise click.Abort()
 
 
 def _execute(sel: Selection, opts: dict[str, Any]) -> tuple[RunStats, Selection]:
@@ -271,35 +287,17 @@ def plan(job: str, models: tuple[str, ...], base_url: str | None, limit: int | N
     an upper bound.
     """
     sel = _select(job, models, base_url, limit, cache_dir, out)
-    by_model: dict[str, list[int]] = {m.name: [0, 0, 0, 0, 0] for m in sel.job.models}
-    seen: set[str] = set()
-    with Cache(sel.cache_dir) as c:
-        for task in itertools.chain(sel.expansion.generation_tasks(), sel.expansion.tasks()):
-            row = by_model[task.model]
-            row[0] += 1
-            short = task.key[:24]  # 96 bits: enough to spot repeats, half the memory
-            if short in seen:
-                row[4] += 1  # the same request as an earlier task: answered once
-            elif task.key in c:
-                row[1] += 1
-            else:
-                row[2] += task.prompt_tokens
-                row[3] += task.max_tokens
-            seen.add(short)
+    plans = estimate(sel)
     echo = click.echo
     echo(f"job {sel.job.name}: {sum(len(v) for v in sel.expansion.items.values())} items, "
          f"{len(sel.job.prompts)} prompts, {len(sel.job.models)} models")
-    total_cost: float | None = 0.0
-    for m in sel.job.models:
-        tasks, cached, prompt_tokens, completion_tokens, same = by_model[m.name]
-        cost = estimate_cost(m, prompt_tokens, completion_tokens)
-        total_cost = None if cost is None or total_cost is None else total_cost + cost
-        price = "price unknown: set price in the job" if cost is None else f"~${cost:.4f}"
-        calls = tasks - cached - same
-        echo(f"  {m.name} ({m.spec}): {tasks} tasks, {cached} cached, {same} repeat an earlier "
-             f"request, {calls} to call, ~{prompt_tokens} prompt + <={completion_tokens} "
-             f"completion tokens, {price}")
-    echo("total: " + ("unknown cost" if total_cost is None else f"~${total_cost:.4f}"))
+    for p in plans:
+        price = "price unknown: set price in the job" if p.cost is None else f"~${p.cost:.4f}"
+        echo(f"  {p.model.name} ({p.model.spec}): {p.tasks} tasks, {p.cached} cached, "
+             f"{p.repeats} repeat an earlier request, {p.calls} to call, ~{p.prompt_tokens} "
+             f"prompt + <={p.completion_tokens} completion tokens, {price}")
+    costs = [p.cost for p in plans]
+    echo("total: " + ("unknown cost" if None in costs else f"~${sum(c or 0 for c in costs):.4f}"))
     if sel.missing_answers:
         echo(f"{sel.missing_answers} generated answers are not cached yet: the judge tasks over "
              "them are not counted until `judge run` has generated them")

@@ -175,8 +175,11 @@ def prepare(job: Job, data_dir: Path, *, limit: int | None = None) -> Expansion:
     """Load every data set of the job and check each template against its fields."""
     items: dict[str, Sequence[Item]] = {}
     lower: dict[str, frozenset[str]] = {}
-    for spec in job.datasets:
+    for index, spec in enumerate(job.datasets):
         if spec.path is not None:
+            if not spec.path.is_file():
+                raise ConfigError(f"{job.path}: datasets[{index}].path points to {spec.path}, "
+                                  "which does not exist; fix the path (relative to the job file)")
             fields = _field_map(job, spec.name, spec.fields)
             lower[spec.name] = frozenset(fields.lower_is_better)
             stream = datasets.load_file(spec.path, fields, dataset=spec.name)

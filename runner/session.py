@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.metadata
+import itertools
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -28,8 +29,8 @@ from runner.expand import Expansion, estimate_cost, prepare
 from runner.job import Job, ModelSpec, load_job, parse_model_spec
 from runner.judgments import choices
 
-__all__ = ["Selection", "answer_text", "check_budget", "check_keys", "manifest", "run_pool",
-           "select", "serving"]
+__all__ = ["ModelPlan", "Selection", "answer_text", "check_budget", "check_keys", "estimate",
+           "manifest", "run_pool", "select", "serving"]
 
 PACKAGES = ("judge-runner", "aiohttp", "openai", "aiolimiter", "diskcache", "orjson", "scipy",
             "click")
@@ -160,6 +161,48 @@ async def run_pool(sel: Selection, served: Job, cache: Cache, *, stop: Any,
         stats.total += sel.expansion.count()
         await execute(sel.expansion.tasks(), **run)
     return stats, sel
+
+
+@dataclass(slots=True)
+class ModelPlan:
+    """What a run would do for one model: counts, tokens to spend, and their price."""
+
+    model: ModelSpec
+    tasks: int = 0
+    cached: int = 0
+    repeats: int = 0
+    """Tasks that send the same request as an earlier task (answered once)."""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    """An upper bound: max_tokens x n for every call."""
+
+    @property
+    def calls(self) -> int:
+        return self.tasks - self.cached - self.repeats
+
+    @property
+    def cost(self) -> float | None:
+        return estimate_cost(self.model, self.prompt_tokens, self.completion_tokens)
+
+
+def estimate(sel: Selection) -> list[ModelPlan]:
+    """Per model: tasks, cache hits, repeats, calls to make and their tokens. No network."""
+    plans = {m.name: ModelPlan(model=m) for m in sel.job.models}
+    seen: set[str] = set()
+    with Cache(sel.cache_dir) as cache:
+        for task in itertools.chain(sel.expansion.generation_tasks(), sel.expansion.tasks()):
+            plan = plans[task.model]
+            plan.tasks += 1
+            short = task.key[:24]  # 96 bits: enough to spot repeats, half the memory
+            if short in seen:
+                plan.repeats += 1
+            elif task.key in cache:
+                plan.cached += 1
+            else:
+                plan.prompt_tokens += task.prompt_tokens
+                plan.completion_tokens += task.max_tokens
+            seen.add(short)
+    return list(plans.values())
 
 
 def manifest(sel: Selection, stats: RunStats | None, started: float,

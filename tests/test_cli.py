@@ -254,7 +254,8 @@ BAD_JOBS = {
     "user data file missing": (
         lambda job: JOB.replace('name = "openmeva"', 'name = "mine"\npath = "missing.jsonl"\n'
                                 'fields = { text = { storyline = "out", beginning = "src" } }'),
-        r"{missing}: file not found; check the path in the job file"),
+        r"{job}: datasets\[0\]\.path points to {missing}, which does not exist; fix the path "
+        r"\(relative to the job file\)"),
 }
 
 
