@@ -108,7 +108,10 @@ def retry_after(headers: Any) -> float | None:
         try:
             return max(0.0, float(value))
         except ValueError:
-            when = email.utils.parsedate_to_datetime(value) if value else None
+            try:  # an HTTP-date; anything else is no advice (and must not crash the worker)
+                when = email.utils.parsedate_to_datetime(value)
+            except (TypeError, ValueError):
+                when = None
             if when is not None:
                 return max(0.0, when.timestamp() - time.time())
     resets = [_duration(headers.get(h)) for h in

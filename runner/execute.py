@@ -104,8 +104,8 @@ class _Pool:
         self.loop = asyncio.get_running_loop()
 
     async def wait_pause(self) -> None:
-        while (delay := self.resume_at - self.loop.time()) > 0:
-            await asyncio.sleep(delay)
+        while (delay := self.resume_at - self.loop.time()) > 0 and not self.stop.is_set():
+            await self._sleep_unless_stopped(delay)
 
     def pause(self, seconds: float) -> None:
         self.resume_at = max(self.resume_at, self.loop.time() + seconds)
@@ -119,6 +119,10 @@ class _Pool:
                 return
             await self.wait_pause()
             await self.limiters[task.model].acquire(task.prompt_tokens + task.max_tokens)
+            await self.wait_pause()  # a 429 may have come while this worker sat in the limiter
+            if self.stop.is_set():  # stopped during the pause or in the limiter: send nothing
+                self.stats.missing.append(task.key)
+                return
             self.stats.attempts += 1
             try:
                 response = await post_chat(self.session, endpoint.url, task.body,

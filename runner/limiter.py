@@ -22,7 +22,10 @@ class Limiter:
     """RPM and TPM for one model. Create it inside the running event loop."""
 
     def __init__(self, rpm: float | None, tpm: float | None) -> None:
-        self._requests = AsyncLimiter(rpm / 60, 1) if rpm else None
+        # Under 60 rpm a one-second bucket would hold less than one request and aiolimiter
+        # would reject every acquire: stretch the period so the bucket holds exactly one.
+        period = max(1.0, 60 / rpm) if rpm else 1.0
+        self._requests = AsyncLimiter(rpm * period / 60, period) if rpm else None
         self._tokens = AsyncLimiter(tpm / 60, 1) if tpm else None
         self._token_rate = tpm / 60 if tpm else 0.0
         self._lock = asyncio.Lock()
