@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,7 +18,7 @@ DATA_DIR = Path(os.environ.get("JUDGE_DATA_DIR") or ROOT.parent / "shared" / "da
 
 @pytest.fixture
 def server() -> Iterator[ThreadedServer]:
-    """A fake chat-completions server on 127.0.0.1 in a thread; script it via server.state.script."""
+    """A fake chat-completions server on 127.0.0.1 in a thread; script it via state.script."""
     with ThreadedServer(Script()) as s:
         yield s
 
@@ -31,3 +33,30 @@ def data_dir() -> Path:
 @pytest.fixture
 def cache_dir(tmp_path: Path) -> Path:
     return tmp_path / "cache"
+
+
+JobWriter = Callable[..., Path]
+
+
+@pytest.fixture
+def write_job(tmp_path: Path) -> JobWriter:
+    """Write a job folder under tmp_path/job and return the path of its job.toml.
+
+    `write_job(toml, rows=[...], files={"prompt.txt": "..."})`: `rows` go to data.jsonl (one
+    JSON object a line, written byte for byte as given), `files` are written beside the job.
+    """
+
+    def write(toml: str, *, rows: list[dict[str, Any]] | None = None,
+              files: dict[str, str] | None = None) -> Path:
+        folder = tmp_path / "job"
+        folder.mkdir(exist_ok=True)
+        if rows is not None:
+            lines = (json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+            (folder / "data.jsonl").write_text("".join(lines), encoding="utf-8")
+        for name, text in (files or {}).items():
+            (folder / name).write_text(text, encoding="utf-8")
+        path = folder / "job.toml"
+        path.write_text(toml, encoding="utf-8")
+        return path
+
+    return write

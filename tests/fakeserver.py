@@ -16,6 +16,7 @@ import hashlib
 import random
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +44,8 @@ class Script:
     """fault name -> probability, drawn per request (seeded)."""
     queue: list[str] = field(default_factory=list)
     """Faults to serve first, one per request, in order ("ok" = a normal answer)."""
+    raw: list[tuple[int, dict[str, str], bytes]] = field(default_factory=list)
+    """Exact replies (status, headers, body) to serve before anything else, one per request."""
     retry_after: float | None = 0.05
     rpm: float | None = None
     """Server-side limit: over this many requests in any 60 s window -> 429."""
@@ -65,6 +68,8 @@ class State:
         self.window: collections.deque[float] = collections.deque()
         self.in_flight = 0
         self.max_in_flight = 0
+        self.log: list[tuple[float, float, str]] = []
+        """(arrived, replied, outcome) per request, in time.monotonic() seconds."""
 
     def body_key(self, body: dict[str, Any]) -> str:
         return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
@@ -89,6 +94,9 @@ class State:
         return False
 
 
+STATE = web.AppKey("state", State)
+
+
 def _completion(body: dict[str, Any], text: str, logprobs: bool) -> dict[str, Any]:
     n = int(body.get("n", 1))
     prompt_tokens = sum(len(m["content"]) for m in body["messages"]) // 4
@@ -108,8 +116,9 @@ def _completion(body: dict[str, Any], text: str, logprobs: bool) -> dict[str, An
 
 
 async def _chat(request: web.Request) -> web.StreamResponse:
-    state: State = request.app["state"]
+    state = request.app[STATE]
     script = state.script
+    arrived = time.monotonic()
     state.requests += 1
     state.auth.append(request.headers.get("Authorization"))
     raw = await request.read()
@@ -117,15 +126,22 @@ async def _chat(request: web.Request) -> web.StreamResponse:
     state.bodies[state.body_key(body)] += 1
     state.in_flight += 1
     state.max_in_flight = max(state.max_in_flight, state.in_flight)
+    outcome = "429"
     try:
         if state.over_rpm():
             return _status(state, 429, "rate limit (rpm)", retry_after=1.0)
-        fault = state.fault()
+        if script.raw:
+            status, headers, payload = script.raw.pop(0)
+            outcome = f"raw {status}"
+            state.status[str(status)] += 1
+            return web.Response(status=status, headers=headers, body=payload)
+        outcome = fault = state.fault()
         if script.latency_s:
             await asyncio.sleep(script.latency_s)
         return await _serve(request, state, body, fault)
     finally:
         state.in_flight -= 1
+        state.log.append((arrived, time.monotonic(), outcome))
 
 
 async def _serve(request: web.Request, state: State, body: dict[str, Any],
@@ -166,7 +182,10 @@ async def _models(request: web.Request) -> web.Response:
 
 def make_app(state: State) -> web.Application:
     app = web.Application()
-    app["state"] = state
+    app[STATE] = state
+    with warnings.catch_warnings():  # bench/server.py still reads the plain string key
+        warnings.simplefilter("ignore", web.NotAppKeyWarning)
+        app["state"] = state
     app.router.add_post("/v1/chat/completions", _chat)
     app.router.add_get("/v1/models", _models)
     return app
@@ -186,7 +205,8 @@ class ThreadedServer:
         return f"http://127.0.0.1:{self.port}/v1"
 
     async def _start(self) -> web.AppRunner:
-        runner = web.AppRunner(make_app(self.state), access_log=None)
+        # Teardown cancels handlers still hanging or sleeping instead of waiting 60 s for them.
+        runner = web.AppRunner(make_app(self.state), access_log=None, shutdown_timeout=0.25)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
@@ -200,8 +220,17 @@ class ThreadedServer:
         self.runner = asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(10)
         return self
 
+    async def _stop(self) -> None:
+        await self.runner.cleanup()
+        # Handlers still sleeping (hang, latency) past the shutdown timeout: end them here, or
+        # closing the loop leaves them pending ("Task was destroyed but it is pending!").
+        rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in rest:
+            task.cancel()
+        await asyncio.gather(*rest, return_exceptions=True)
+
     def __exit__(self, *exc: object) -> None:
-        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
+        asyncio.run_coroutine_threadsafe(self._stop(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
         self.loop.close()

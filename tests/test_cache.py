@@ -1,0 +1,116 @@
+"""Tests for runner.cache: a real diskcache under tmp_path, round trips, reopen, no eviction."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import diskcache
+import pytest
+
+from runner.cache import NEVER, Cache
+from runner.errors import CacheError
+
+
+def _key(n: int) -> str:
+    return hashlib.sha256(str(n).encode()).hexdigest()
+
+
+def _record(n: int, text: str = "4 stars") -> dict[str, Any]:
+    return {"request": {"model": "m", "messages": [{"role": "user", "content": f"q{n} {{x}}"}]},
+            "endpoint": "http://127.0.0.1:1/v1",
+            "response": {"choices": [{"index": 0, "message": {"role": "assistant",
+                                                              "content": text}}]},
+            "usage": {"prompt_tokens": 12, "completion_tokens": 3}, "latency_s": 0.25,
+            "time": 1_700_000_000.5, "source": "api"}
+
+
+def _bytes_on_disk(folder: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file())
+
+
+def test_round_trip(cache_dir: Path) -> None:
+    with Cache(cache_dir) as cache:
+        assert cache.get(_key(1)) is None and _key(1) not in cache
+        cache.put(_key(1), _record(1, "é ✓ {\"a\": 1}"))
+        assert _key(1) in cache
+        assert cache.get(_key(1)) == _record(1, "é ✓ {\"a\": 1}")
+        cache.put(_key(1), _record(1, "5 stars"))  # same key: replaced, still one entry
+        assert cache.get(_key(1)) == _record(1, "5 stars")
+        assert cache.stats()["entries"] == 1 and cache.stats()["bytes"] > 0
+
+
+def test_persists_across_reopen(cache_dir: Path) -> None:
+    big = _record(0, "x" * 100_000)  # past diskcache's inline limit: stored as a file
+    with Cache(cache_dir) as cache:
+        for n in range(50):
+            cache.put(_key(n), _record(n))
+        cache.put(_key(999), big)
+    with Cache(cache_dir) as cache:
+        assert cache.stats()["entries"] == 51
+        assert sorted(cache.keys()) == sorted([_key(n) for n in range(50)] + [_key(999)])
+        assert all(cache.get(_key(n)) == _record(n) for n in range(50))
+        assert cache.get(_key(999)) == big
+
+
+def test_eviction_is_off(cache_dir: Path) -> None:
+    with Cache(cache_dir) as cache:
+        cache.put(_key(0), _record(0))
+    # The settings diskcache persisted in the cache's own database, read by a fresh handle.
+    with diskcache.Cache(str(cache_dir)) as raw:
+        assert raw.eviction_policy == "none"
+        assert raw.size_limit == NEVER >= 2**60
+        assert raw.cull_limit == 0
+        assert isinstance(raw, diskcache.Cache) and not isinstance(raw, diskcache.FanoutCache)
+
+
+def test_no_eviction_past_a_size_limit(cache_dir: Path) -> None:
+    """Even with a tiny size limit set on the folder, a Cache keeps every entry it writes."""
+    with diskcache.Cache(str(cache_dir), size_limit=10_000, cull_limit=10,
+                         eviction_policy="least-recently-stored"):
+        pass
+    with Cache(cache_dir) as cache:
+        for n in range(300):  # ~300 * 300 bytes, well past 10 kB
+            cache.put(_key(n), _record(n))
+        assert cache.stats()["entries"] == 300
+    with Cache(cache_dir) as cache:
+        assert all(_key(n) in cache for n in range(300))
+
+
+def _access_columns(folder: Path) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(folder / "cache.db") as db:
+        return db.execute("SELECT key, access_time, access_count FROM Cache").fetchall()
+
+
+@pytest.mark.parametrize(("policy", "writes"), [(None, False), ("least-recently-used", True)])
+def test_reads_do_not_write(cache_dir: Path, policy: str | None, writes: bool) -> None:
+    """eviction_policy='none' keeps reads read-only; LRU (the control) makes each a write."""
+    with Cache(cache_dir) as cache:
+        cache.put(_key(0), _record(0))
+        if policy is not None:
+            cache._disk.reset("eviction_policy", policy)
+        before = _access_columns(cache_dir)
+        for _ in range(3):
+            assert cache.get(_key(0)) == _record(0)
+        assert (_access_columns(cache_dir) != before) == writes
+
+
+def test_only_the_record_is_stored(cache_dir: Path) -> None:
+    """What goes to disk is the key and the record's JSON, nothing else (no key material)."""
+    record = _record(7)
+    with Cache(cache_dir) as cache:
+        cache.put(_key(7), record)
+        stored = cache._disk.get(_key(7))
+    assert isinstance(stored, bytes) and stored.startswith(b'{"request":')
+    disk = _bytes_on_disk(cache_dir)
+    assert _key(7).encode() in disk and b'"content":"q7 {x}"' in disk
+    assert b"Authorization" not in disk and b"Bearer" not in disk
+
+
+def test_unopenable_directory(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with pytest.raises(CacheError, match=r"cannot open the cache.*--cache-dir"):
+        Cache(blocker / "cache")

@@ -1,0 +1,191 @@
+"""Tests for runner.client against the fake server on 127.0.0.1: status mapping, waits, faults."""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import aiohttp
+import orjson
+import pytest
+from multidict import CIMultiDict
+
+from runner.client import post_chat, retry_after
+from runner.errors import APIError, AuthError, RequestError, RetryableError
+from tests.fakeserver import ThreadedServer
+
+BODY = {"model": "judge", "messages": [{"role": "user", "content": "Rate {this}."}],
+        "temperature": 0}
+RAW = orjson.dumps(BODY)
+
+
+def _error_body(message: str) -> bytes:
+    return orjson.dumps({"error": {"message": message, "type": "invalid_request_error"}})
+
+
+@pytest.fixture
+async def session() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as s:
+        yield s
+
+
+async def _post(server: ThreadedServer, session: aiohttp.ClientSession, *,
+                api_key: str | None = None, timeout_s: float = 5.0) -> dict[str, object]:
+    response = await post_chat(session, server.url + "/chat/completions", RAW, api_key=api_key,
+                               timeout_s=timeout_s)
+    return response.data
+
+
+async def _fails(server: ThreadedServer, session: aiohttp.ClientSession,
+                 timeout_s: float = 5.0) -> APIError:
+    with pytest.raises(APIError) as info:
+        await _post(server, session, timeout_s=timeout_s)
+    return info.value
+
+
+async def test_ok(server: ThreadedServer, session: aiohttp.ClientSession) -> None:
+    started = time.monotonic()
+    response = await post_chat(session, server.url + "/chat/completions", RAW, api_key=None,
+                               timeout_s=5)
+    assert 0 <= response.latency_s <= time.monotonic() - started
+    assert response.data["choices"][0]["message"]["content"].endswith(" stars")
+    assert response.data["usage"]["completion_tokens"] == 3
+    assert server.state.bodies[server.state.body_key(BODY)] == 1  # the body arrived as sent
+
+
+@pytest.mark.parametrize(("status", "kind"), [
+    (400, RequestError), (404, RequestError), (422, RequestError), (418, RequestError),
+    (401, AuthError), (403, AuthError),
+    (408, RetryableError), (409, RetryableError), (429, RetryableError),
+    (500, RetryableError), (502, RetryableError), (503, RetryableError), (504, RetryableError),
+])
+async def test_status_mapping(server: ThreadedServer, session: aiohttp.ClientSession,
+                              status: int, kind: type[APIError]) -> None:
+    server.state.script.raw = [(status, {}, _error_body(f"the server says {status}"))]
+    error = await _fails(server, session)
+    assert type(error) is kind
+    assert error.status == status and error.kind == str(status)
+    assert str(error).startswith(f"HTTP {status}: the server says {status}")
+    assert error.retry_after is None
+    assert server.state.requests == 1
+
+
+async def test_auth_error_says_what_to_check(server: ThreadedServer,
+                                             session: aiohttp.ClientSession) -> None:
+    server.state.script.queue = ["401"]
+    error = await _fails(server, session)
+    assert isinstance(error, AuthError) and "fake 401" in str(error) and "API key" in str(error)
+
+
+@pytest.mark.parametrize(("body", "shown"), [
+    (b"<html>Bad Gateway</html>\n", "<html>Bad Gateway</html>"),
+    (b"", "(empty body)"),
+    (b'{"detail": "no such model"}', "no such model"),
+])
+async def test_error_message_without_openai_shape(server: ThreadedServer,
+                                                  session: aiohttp.ClientSession,
+                                                  body: bytes, shown: str) -> None:
+    server.state.script.raw = [(502, {}, body)]
+    assert str(await _fails(server, session)) == f"HTTP 502: {shown}"
+
+
+@pytest.mark.parametrize(("headers", "wait"), [
+    ({"Retry-After": "2"}, 2.0),
+    ({"Retry-After": "0.5"}, 0.5),
+    ({"retry-after-ms": "250"}, 0.25),
+    ({"retry-after-ms": "250", "Retry-After": "9"}, 0.25),       # the finer one wins
+    ({"x-ratelimit-reset-requests": "6m0s"}, 360.0),
+    ({"x-ratelimit-reset-tokens": "20ms"}, 0.02),
+    ({"x-ratelimit-reset-requests": "1s", "x-ratelimit-reset-tokens": "1h2m3.5s"}, 3723.5),
+    ({"Retry-After": "soon"}, None),                             # unreadable: no advice
+    ({}, None),
+])
+async def test_retry_after_from_429(server: ThreadedServer, session: aiohttp.ClientSession,
+                                    headers: dict[str, str], wait: float | None) -> None:
+    server.state.script.raw = [(429, headers, _error_body("Rate limit reached"))]
+    error = await _fails(server, session)
+    assert isinstance(error, RetryableError) and error.status == 429
+    assert error.retry_after == pytest.approx(wait)
+
+
+async def test_retry_after_http_date(server: ThreadedServer,
+                                     session: aiohttp.ClientSession) -> None:
+    when = datetime.now(UTC) + timedelta(seconds=30)
+    date = email.utils.format_datetime(when, usegmt=True)
+    server.state.script.raw = [(503, {"Retry-After": date}, b"busy")]
+    error = await _fails(server, session)
+    assert isinstance(error, RetryableError) and error.status == 503
+    assert error.retry_after is not None and 28 <= error.retry_after <= 30
+
+
+@pytest.mark.parametrize(("headers", "wait"), [
+    ({"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}, 0.0),    # in the past: go now
+    ({"Retry-After": "-3"}, 0.0),
+    ({"retry-after-ms": "x", "Retry-After": "4"}, 4.0),          # a bad header falls through
+    ({"RETRY-AFTER": "7"}, 7.0),                                 # header names ignore case
+    ({"x-ratelimit-reset-requests": "1.5"}, 1.5),
+    ({"x-ratelimit-reset-requests": "later"}, None),
+    ({"Retry-After": ""}, None),
+])
+def test_retry_after_edge_cases(headers: dict[str, str], wait: float | None) -> None:
+    assert retry_after(CIMultiDict(headers)) == pytest.approx(wait)
+
+
+@pytest.mark.parametrize("body", [
+    b'{"choices": [',
+    b"not json at all",
+    b'{"choices": []}',
+    b'{"id": "x"}',
+    b'[{"choices": []}]',
+    b'{"choices": [{"index": 0}]}',
+    b"\xff\xfe",
+])
+async def test_malformed_body_is_retryable(server: ThreadedServer,
+                                           session: aiohttp.ClientSession, body: bytes) -> None:
+    server.state.script.raw = [(200, {"Content-Type": "application/json"}, body)]
+    error = await _fails(server, session)
+    assert isinstance(error, RetryableError) and error.status is None
+    assert "malformed response body" in str(error) and error.kind == "RetryableError"
+
+
+async def test_malformed_fault(server: ThreadedServer, session: aiohttp.ClientSession) -> None:
+    server.state.script.queue = ["malformed"]
+    assert isinstance(await _fails(server, session), RetryableError)
+    assert server.state.status["malformed"] == 1
+
+
+async def test_timeout_is_retryable(server: ThreadedServer,
+                                    session: aiohttp.ClientSession) -> None:
+    server.state.script.hang_s = 0.5
+    server.state.script.queue = ["hang"]
+    started = time.monotonic()
+    error = await _fails(server, session, timeout_s=0.1)
+    assert time.monotonic() - started < 0.45
+    assert isinstance(error, RetryableError) and error.status is None
+    assert str(error) == "no answer within 0.1 s (timeout)"
+
+
+async def test_dropped_connection_is_retryable(server: ThreadedServer,
+                                               session: aiohttp.ClientSession) -> None:
+    server.state.script.queue = ["drop", "ok"]
+    error = await _fails(server, session)
+    assert isinstance(error, RetryableError) and error.status is None
+    assert str(error).startswith("connection error: ")
+    assert (await _post(server, session))["choices"]  # the session recovers
+
+
+async def test_refused_connection_is_retryable(session: aiohttp.ClientSession) -> None:
+    with ThreadedServer() as gone:
+        url = gone.url
+    with pytest.raises(RetryableError, match="connection error"):
+        await post_chat(session, url + "/chat/completions", RAW, api_key=None, timeout_s=2)
+
+
+async def test_authorization_only_with_a_key(server: ThreadedServer,
+                                             session: aiohttp.ClientSession) -> None:
+    await _post(server, session, api_key="sk-test-123")
+    await _post(server, session, api_key=None)
+    await _post(server, session, api_key="")
+    assert server.state.auth == ["Bearer sk-test-123", None, None]

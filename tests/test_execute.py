@@ -1,0 +1,418 @@
+"""Tests for runner.execute: the worker pool against the fake server, with a real cache.
+
+Every run is bounded: `asyncio.timeout` around it, a handful of tasks, small server latencies,
+and fast retries (the backoff constants are patched down, Retry-After is a few milliseconds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from runner import execute as execute_module
+from runner.cache import Cache
+from runner.execute import Endpoint, RunStats, backoff, execute
+from runner.expand import Task, estimate_cost, prepare
+from runner.job import Job, Limits, load_job
+from tests.conftest import ROOT, JobWriter
+from tests.fakeserver import ThreadedServer
+
+KEY = "sk-test-7Hq2XbY9secretSECRET0042"
+RUN_TIMEOUT_S = 20.0
+
+JOB = """
+[[datasets]]
+name = "mine"
+path = "data.jsonl"
+fields = { id = "id", text = { output = "output" } }
+
+[[prompts]]
+name = "stars"
+template = "prompt.txt"
+parser = "stars"
+aspects = ["overall"]
+params = { temperature = 0, max_tokens = 4 }
+
+[models.judge]
+spec = "fake-judge"
+base_url = "{url}"
+price = { input = 1.0, output = 2.0 }
+"""
+
+SECOND_PROMPT = """
+[[prompts]]
+name = "same-request-other-parser"
+template = "prompt.txt"
+parser = "number"
+aspects = ["overall"]
+params = { max_tokens = 4, temperature = 0 }
+"""
+
+
+@pytest.fixture(autouse=True)
+def fast_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Retries after milliseconds, not seconds; a server's Retry-After still sets the floor."""
+    monkeypatch.setattr(execute_module, "BACKOFF_BASE_S", 0.001)
+    monkeypatch.setattr(execute_module, "BACKOFF_CAP_S", 0.01)
+
+
+@pytest.fixture
+def cache(cache_dir: Path) -> Iterator[Cache]:
+    with Cache(cache_dir) as c:
+        yield c
+
+
+class Study:
+    """A job over `n` items of a user JSONL file, aimed at the fake server."""
+
+    def __init__(self, write_job: JobWriter, server: ThreadedServer, n: int,
+                 toml: str = JOB) -> None:
+        rows = [{"id": f"item{i:03d}", "output": f"Story {i}: {{braces}} stay {'x' * (i % 7)}"}
+                for i in range(n)]
+        path = write_job(toml.replace("{url}", server.url), rows=rows,
+                         files={"prompt.txt": "Rate {{aspect}}: {{output}}"})
+        self.job: Job = load_job(path)
+        self.expansion = prepare(self.job, ROOT)
+        self.server = server
+        self.endpoints = {m.name: Endpoint(model=m, base_url=server.url, api_key=lambda: KEY)
+                          for m in self.job.models}
+
+    def tasks(self) -> Iterator[Task]:
+        return self.expansion.tasks()
+
+    @property
+    def keys(self) -> list[str]:
+        return [t.key for t in self.tasks()]
+
+    async def run(self, cache: Cache, tasks: Iterable[Task] | None = None,
+                  **options: Any) -> RunStats:
+        limits = Limits(**{"concurrency": 4, "max_retries": 3, "timeout_s": 5.0,
+                           **options.pop("limits", {})})
+        async with aiohttp.ClientSession() as session, asyncio.timeout(RUN_TIMEOUT_S):
+            return await execute(self.tasks() if tasks is None else tasks, cache=cache,
+                                 session=session, endpoints=self.endpoints, limits=limits,
+                                 total=self.expansion.count(), **options)
+
+
+@pytest.fixture
+def study(write_job: JobWriter, server: ThreadedServer) -> Callable[..., Study]:
+    return lambda n, toml=JOB: Study(write_job, server, n, toml)
+
+
+def _cache_bytes(folder: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file())
+
+
+def _requests_between(server: ThreadedServer, start: float, end: float) -> list[float]:
+    return [arrived for arrived, _, _ in server.state.log if start < arrived < end]
+
+
+# ------------------------------------------------------------------------- the happy path
+
+
+async def test_all_answered_cached_and_rerun_makes_no_calls(
+        study: Callable[..., Study], server: ThreadedServer, cache: Cache,
+        cache_dir: Path) -> None:
+    s = study(30)
+    server.state.script.latency_s = 0.01
+    stats = await s.run(cache)
+    assert (stats.total, stats.api_calls, stats.cache_hits, stats.attempts) == (30, 30, 0, 30)
+    assert stats.failures == {} and stats.missing == [] and stats.fatal is None
+    assert not stats.interrupted and stats.called == set(s.keys)
+    assert stats.prompt_tokens > 0 and stats.completion_tokens == 3 * 30
+    assert stats.cost == pytest.approx((stats.prompt_tokens + 2 * stats.completion_tokens) / 1e6)
+    assert cache.stats()["entries"] == 30
+    for task in s.tasks():
+        record = cache.get(task.key)
+        assert record is not None
+        assert record["request"] == json.loads(task.body)
+        assert record["endpoint"] == server.url and record["source"] == "api"
+        assert record["response"]["choices"][0]["message"]["content"].endswith(" stars")
+        assert record["usage"]["completion_tokens"] == 3 and record["latency_s"] > 0
+        assert server.state.bodies[server.state.body_key(record["request"])] == 1
+    assert 2 <= server.state.max_in_flight <= 4  # the pool's concurrency, and no more
+    # The key went to the server, and nowhere into the cache.
+    assert set(server.state.auth) == {f"Bearer {KEY}"}
+    assert KEY.encode() not in _cache_bytes(cache_dir)
+
+    again = await s.run(cache)
+    assert (again.cache_hits, again.api_calls, again.attempts) == (30, 0, 0)
+    assert again.done == 30 and server.state.requests == 30
+
+
+async def test_duplicate_keys_are_called_once(study: Callable[..., Study],
+                                              server: ThreadedServer, cache: Cache) -> None:
+    s = study(10, JOB + SECOND_PROMPT)
+    tasks = list(s.tasks())
+    assert len(tasks) == 20 and len({t.key for t in tasks}) == 10  # parser is not in the key
+    stats = await s.run(cache)
+    assert (stats.api_calls, stats.duplicates, stats.done) == (10, 10, 20)
+    assert server.state.requests == 10 and set(server.state.bodies.values()) == {1}
+
+
+async def test_concurrency_limit_holds(study: Callable[..., Study], server: ThreadedServer,
+                                       cache: Cache) -> None:
+    s = study(24)
+    server.state.script.latency_s = 0.02
+    stats = await s.run(cache, limits={"concurrency": 3})
+    assert stats.api_calls == 24 and server.state.max_in_flight == 3
+
+
+async def test_rpm_limit_spaces_requests(study: Callable[..., Study], server: ThreadedServer,
+                                         cache: Cache) -> None:
+    s = study(13)
+    stats = await s.run(cache, limits={"rpm": 600})  # 10 per second, a bucket of 10
+    assert stats.api_calls == 13
+    arrivals = sorted(arrived for arrived, _, _ in server.state.log)
+    # A bucket of 10 goes at once (spaced one by one they would span 0.9 s), then one every
+    # 0.1 s: the 13th is due 0.3 s after the first left (allowing for the first's transit).
+    assert arrivals[9] - arrivals[0] < 0.5
+    assert arrivals[12] - arrivals[0] >= 0.25
+
+
+# ------------------------------------------------------------------------- faults
+
+
+async def test_429_pauses_the_whole_pool(study: Callable[..., Study], server: ThreadedServer,
+                                         cache: Cache) -> None:
+    s = study(24)
+    script = server.state.script
+    script.latency_s = 0.02
+    script.retry_after = 0.3
+    script.queue = ["ok"] * 6 + ["429"]
+    stats = await s.run(cache)
+    assert stats.api_calls == 24 and stats.retries == 1 and stats.failures == {}
+    ((arrived, replied, _),) = [entry for entry in server.state.log if entry[2] == "429"]
+    # Requests already on their way may land just after the 429; then nothing for 0.3 s.
+    assert _requests_between(server, replied + 0.03, replied + 0.29) == []
+    later = _requests_between(server, replied + 0.29, replied + 5)
+    assert len(later) >= 1 and arrived < replied
+
+
+async def test_429_pause_holds_workers_released_by_the_limiter(
+        study: Callable[..., Study], server: ThreadedServer, cache: Cache) -> None:
+    """Workers waiting in the rpm limiter during a pause must not go when it lets them."""
+    s = study(24)
+    script = server.state.script
+    script.retry_after = 0.4
+    script.queue = ["ok"] * 12 + ["429"]  # the 13th request, while others wait in the limiter
+    stats = await s.run(cache, limits={"rpm": 600})  # 10 per second
+    assert stats.api_calls == 24 and stats.retries == 1
+    ((_, replied, _),) = [entry for entry in server.state.log if entry[2] == "429"]
+    assert _requests_between(server, replied + 0.03, replied + 0.39) == []
+
+
+async def test_retries_then_success(study: Callable[..., Study], server: ThreadedServer,
+                                    cache: Cache) -> None:
+    s = study(3)
+    script = server.state.script
+    script.hang_s = 0.6
+    script.queue = ["500", "drop", "malformed", "hang", "ok"]
+    stats = await s.run(cache, limits={"concurrency": 1, "max_retries": 4, "timeout_s": 0.2})
+    assert stats.failures == {} and stats.api_calls == 3
+    assert (stats.attempts, stats.retries) == (7, 4)
+    first = cache.get(s.keys[0])
+    assert first is not None
+    assert server.state.bodies[server.state.body_key(first["request"])] == 5
+    assert server.state.status["500"] == 1 and server.state.status["drop"] == 1
+    assert server.state.status["malformed"] == 1 and server.state.status["hang"] == 1
+
+
+async def test_400_fails_only_that_task_and_is_not_cached(
+        study: Callable[..., Study], server: ThreadedServer, cache: Cache) -> None:
+    s = study(5)
+    server.state.script.queue = ["ok", "400"]
+    stats = await s.run(cache, limits={"concurrency": 1})
+    bad = s.keys[1]
+    assert stats.failures == {bad: "400: HTTP 400: fake 400"}
+    assert stats.api_calls == 4 and stats.attempts == 5 and stats.retries == 0
+    assert bad not in cache and cache.stats()["entries"] == 4 and stats.fatal is None
+    rerun = await s.run(cache)
+    assert rerun.called == {bad} and rerun.cache_hits == 4 and server.state.requests == 6
+
+
+async def test_401_stops_the_run(study: Callable[..., Study], server: ThreadedServer,
+                                 cache: Cache) -> None:
+    s = study(40)
+    server.state.script.latency_s = 0.01
+    server.state.script.queue = ["401"]
+    stop = asyncio.Event()
+    stats = await s.run(cache, stop=stop, limits={"concurrency": 3})
+    assert stop.is_set() and not stats.interrupted
+    assert stats.fatal is not None and stats.fatal.startswith("HTTP 401: fake 401")
+    assert list(stats.failures.values()) == [f"401: {stats.fatal}"]
+    assert server.state.requests <= 3 + 2  # what was in flight, not the other 37
+    assert stats.api_calls + len(stats.failures) + len(stats.missing) == 40
+    assert cache.stats()["entries"] == stats.api_calls
+
+
+async def test_max_retries_exhausted(study: Callable[..., Study], server: ThreadedServer,
+                                     cache: Cache) -> None:
+    s = study(4)
+    server.state.script.faults = {"500": 1.0}
+    stats = await s.run(cache, limits={"concurrency": 2, "max_retries": 2})
+    assert stats.failures == {key: "500: HTTP 500: fake 500" for key in s.keys}
+    assert (stats.api_calls, stats.attempts, stats.retries) == (0, 12, 8)
+    assert set(server.state.bodies.values()) == {3} and cache.stats()["entries"] == 0
+
+
+async def test_timeouts_exhausted_are_listed(study: Callable[..., Study],
+                                             server: ThreadedServer, cache: Cache) -> None:
+    s = study(1)
+    server.state.script.hang_s = 0.5
+    server.state.script.queue = ["hang", "hang"]
+    stats = await s.run(cache, limits={"max_retries": 1, "timeout_s": 0.1})
+    assert stats.failures == {s.keys[0]: "RetryableError: no answer within 0.1 s (timeout)"}
+    assert s.keys[0] not in cache
+
+
+# ------------------------------------------------------------------------- not calling
+
+
+async def test_offline_makes_no_request(study: Callable[..., Study], server: ThreadedServer,
+                                        cache: Cache) -> None:
+    s = study(10)
+    await s.run(cache, tasks=list(s.tasks())[:4])
+    assert server.state.requests == 4
+    stats = await s.run(cache, offline=True)
+    assert server.state.requests == 4
+    assert stats.cache_hits == 4 and stats.api_calls == 0 and stats.missing == s.keys[4:]
+
+
+async def test_budget_stops_dispatch_before_the_estimate(
+        study: Callable[..., Study], server: ThreadedServer, cache: Cache) -> None:
+    s = study(12)
+    model = s.job.models[0]
+    costs = [estimate_cost(model, t.prompt_tokens, t.max_tokens) or 0.0 for t in s.tasks()]
+    assert len(set(costs)) > 1 and min(costs) > 0  # items differ in length, so in cost
+    budget = sum(costs[:7]) + costs[7] / 2
+    stats = await s.run(cache, budget=budget)
+    assert stats.budget_stopped and stats.api_calls == 7 and server.state.requests == 7
+    assert stats.called == set(s.keys[:7]) and stats.missing == s.keys[7:]
+    assert stats.committed_cost == pytest.approx(sum(costs[:7])) and stats.committed_cost <= budget
+
+
+async def test_stop_event_lets_in_flight_finish(study: Callable[..., Study],
+                                                server: ThreadedServer, cache: Cache) -> None:
+    s = study(20)
+    server.state.script.latency_s = 0.1
+    stop = asyncio.Event()
+
+    def progress(stats: RunStats) -> None:
+        if stats.api_calls:
+            stop.set()  # the first Ctrl-C, as the first answer arrives
+
+    stats = await s.run(cache, stop=stop, on_progress=progress)
+    assert stats.interrupted and stats.fatal is None and stats.failures == {}
+    assert stats.api_calls == 4 == server.state.requests  # the 4 in flight finished, no more
+    assert cache.stats()["entries"] == 4 and len(stats.missing) == 16
+    assert set(stats.missing) | stats.called == set(s.keys)
+    rerun = await s.run(cache)
+    assert rerun.cache_hits == 4 and rerun.api_calls == 16 and server.state.requests == 20
+
+
+async def test_stop_during_a_429_pause(study: Callable[..., Study], server: ThreadedServer,
+                                      cache: Cache) -> None:
+    """The first Ctrl-C during a long pause: end now, and send nothing when the pause ends."""
+    s = study(20)
+    script = server.state.script
+    script.latency_s = 0.05
+    script.retry_after = 5.0
+    script.queue = ["ok", "429"]
+    stop = asyncio.Event()
+
+    async def stop_after_429() -> None:
+        while not server.state.status["429"]:
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(0.1)  # the pool is now in the pause
+        stop.set()
+
+    started = time.monotonic()
+    async with asyncio.timeout(10):
+        _, stats = await asyncio.gather(stop_after_429(), s.run(cache, stop=stop))
+    assert time.monotonic() - started < 2
+    assert stats.interrupted and stats.failures == {}
+    ((_, replied, _),) = [entry for entry in server.state.log if entry[2] == "429"]
+    assert _requests_between(server, replied + 0.03, replied + 60) == []
+    assert stats.api_calls + len(stats.missing) == 20 and len(stats.missing) >= 15
+
+
+async def test_cancel_abandons_in_flight_requests(study: Callable[..., Study],
+                                                  server: ThreadedServer, cache: Cache) -> None:
+    """The second Ctrl-C cancels the caller: it must end at once, not drain the queue."""
+    s = study(20)
+    server.state.script.latency_s = 1.0
+    run = asyncio.ensure_future(s.run(cache, limits={"concurrency": 2}))
+    async with asyncio.timeout(5):
+        while server.state.requests < 2:
+            await asyncio.sleep(0.01)
+    started = time.monotonic()
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(run, timeout=2)
+    assert time.monotonic() - started < 0.5
+    assert cache.stats()["entries"] == 0 and server.state.requests == 2
+
+
+async def test_unexpected_worker_error_ends_the_run(study: Callable[..., Study],
+                                                    server: ThreadedServer,
+                                                    cache: Cache) -> None:
+    """A bug in a worker must surface as an error, never as a hang with a full queue."""
+    s = study(10)
+    s.endpoints = {}  # every task names a model with no endpoint: KeyError in the worker
+    started = time.monotonic()
+    with pytest.raises(ExceptionGroup) as info:
+        await s.run(cache, limits={"concurrency": 1})
+    assert info.group_contains(KeyError)
+    assert time.monotonic() - started < 2
+    assert server.state.requests == 0
+
+
+# ------------------------------------------------------------------------- fault mix
+
+
+async def test_fault_mix(study: Callable[..., Study], server: ThreadedServer, cache: Cache,
+                         cache_dir: Path) -> None:
+    s = study(200)
+    script = server.state.script
+    script.faults = {"429": 0.10, "500": 0.05, "drop": 0.02, "malformed": 0.01}  # seed 0
+    script.retry_after = 0.01
+    first = await s.run(cache, limits={"concurrency": 8, "max_retries": 1})
+    seen = server.state.status
+    assert all(seen[f] for f in ("429", "500", "drop", "malformed")), seen
+    keys = s.keys
+    reason = re.compile(r"^(429: HTTP 429: Rate limit reached|500: HTTP 500: fake 500"
+                        r"|RetryableError: (connection error: .+|malformed response body.+))$")
+    for key in keys:
+        assert (key in cache) != (key in first.failures)
+        assert key in first.failures or key in first.called
+    assert all(reason.match(r) for r in first.failures.values()), first.failures
+    assert cache.stats()["entries"] == first.api_calls
+    assert first.api_calls + len(first.failures) == 200 == first.total
+    assert first.attempts == server.state.requests == 200 + first.retries
+    assert first.missing == [] and first.fatal is None
+    assert server.state.max_in_flight <= 8
+
+    failed = set(first.failures)
+    before = server.state.requests
+    second = await s.run(cache, limits={"concurrency": 8, "max_retries": 6})
+    assert second.cache_hits == 200 - len(failed) and second.called | set(second.failures) == failed
+    assert second.attempts == server.state.requests - before
+    assert cache.stats()["entries"] == 200 - len(second.failures)
+    assert KEY.encode() not in _cache_bytes(cache_dir)
+
+
+def test_backoff_is_capped_with_jitter_and_honours_retry_after() -> None:
+    delays = [backoff(attempt) for attempt in range(20) for _ in range(20)]
+    assert all(0 < d <= execute_module.BACKOFF_CAP_S for d in delays)
+    assert len(set(delays)) > 100  # jitter
+    assert backoff(0, retry_after=0.5) >= 0.5 and backoff(0, retry_after=0.0) > 0
+
