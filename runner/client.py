@@ -23,6 +23,7 @@ __all__ = ["Response", "post_chat", "retry_after"]
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 REQUEST_STATUS = frozenset({400, 404, 413, 422})
 AUTH_STATUS = frozenset({401, 403})
+MAX_WAIT_S = 600.0  # a server asking for longer (or "inf") is retried after 10 minutes
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -71,7 +72,7 @@ def _decode(raw: bytes) -> dict[str, Any]:
 
 def _status_error(status: int, raw: bytes, headers: Any) -> APIError:
     message = f"HTTP {status}: {_server_message(raw)}"
-    wait = retry_after(headers)
+    wait = retry_after(headers, rate_limited=status == 429)
     if status in AUTH_STATUS:
         return AuthError(message + " (check the API key and its permissions)", status=status)
     if status in REQUEST_STATUS:
@@ -95,8 +96,15 @@ def _server_message(raw: bytes) -> str:
     return text[:300] or "(empty body)"
 
 
-def retry_after(headers: Any) -> float | None:
-    """Seconds the server asks us to wait: retry-after-ms, Retry-After, x-ratelimit-reset-*."""
+def retry_after(headers: Any, *, rate_limited: bool = True) -> float | None:
+    """Seconds the server asks us to wait (at most MAX_WAIT_S): retry-after-ms, Retry-After,
+    and, on a 429 only, x-ratelimit-reset-* (OpenAI sends those on every response; they say
+    when a limit refills, not how long an error wants us to wait)."""
+    wait = _advised(headers, rate_limited)
+    return None if wait is None else min(wait, MAX_WAIT_S)
+
+
+def _advised(headers: Any, rate_limited: bool) -> float | None:
     ms = headers.get("retry-after-ms")
     if ms is not None:
         try:
@@ -114,6 +122,8 @@ def retry_after(headers: Any) -> float | None:
                 when = None
             if when is not None:
                 return max(0.0, when.timestamp() - time.time())
+    if not rate_limited:
+        return None
     resets = [_duration(headers.get(h)) for h in
               ("x-ratelimit-reset-requests", "x-ratelimit-reset-tokens")]
     known = [r for r in resets if r is not None]

@@ -12,7 +12,7 @@ import orjson
 import pytest
 from multidict import CIMultiDict
 
-from runner.client import post_chat, retry_after
+from runner.client import MAX_WAIT_S, post_chat, retry_after
 from runner.errors import APIError, AuthError, RequestError, RetryableError
 from tests.fakeserver import ThreadedServer
 
@@ -98,7 +98,9 @@ async def test_error_message_without_openai_shape(server: ThreadedServer,
     ({"retry-after-ms": "250", "Retry-After": "9"}, 0.25),       # the finer one wins
     ({"x-ratelimit-reset-requests": "6m0s"}, 360.0),
     ({"x-ratelimit-reset-tokens": "20ms"}, 0.02),
-    ({"x-ratelimit-reset-requests": "1s", "x-ratelimit-reset-tokens": "1h2m3.5s"}, 3723.5),
+    ({"x-ratelimit-reset-requests": "1s", "x-ratelimit-reset-tokens": "9m3.5s"}, 543.5),
+    ({"x-ratelimit-reset-tokens": "1h2m3.5s"}, MAX_WAIT_S),     # capped
+    ({"Retry-After": "inf"}, MAX_WAIT_S),
     ({"Retry-After": "soon"}, None),                             # unreadable: no advice
     ({}, None),
 ])
@@ -108,6 +110,14 @@ async def test_retry_after_from_429(server: ThreadedServer, session: aiohttp.Cli
     error = await _fails(server, session)
     assert isinstance(error, RetryableError) and error.status == 429
     assert error.retry_after == pytest.approx(wait)
+
+
+async def test_reset_headers_are_no_advice_on_5xx(server: ThreadedServer,
+                                                 session: aiohttp.ClientSession) -> None:
+    server.state.script.raw = [(503, {"x-ratelimit-reset-requests": "6m0s"}, b"busy")]
+    error = await _fails(server, session)
+    assert isinstance(error, RetryableError) and error.status == 503
+    assert error.retry_after is None
 
 
 async def test_retry_after_http_date(server: ThreadedServer,
