@@ -240,15 +240,20 @@ def _csv_rows(path: Path) -> _Rows:
         raise DataError(f"{path}: not valid UTF-8 CSV ({exc}); fix the file") from None
 
 
+def _json_list(files: Sequence[Path], pattern: str, dataset: str) -> tuple[Path, list[Any]]:
+    """The data set's file matching `pattern`, read as a JSON list of records."""
+    path = _pick(files, pattern)
+    data = _read_json(path, _fix(dataset))
+    with _record(path, "the top level", dataset):
+        return path, _list(data, "the top level")
+
+
 # ---------------------------------------------------------------------------- loaders
 
 
 def openmeva(files: Sequence[Path], dataset: str) -> Iterator[Item]:
     """OpenMEVA-MANS: one item per (story beginning, generator), 200 x 5 = 1000."""
-    path = _pick(files, "openmeva.json")
-    data = _read_json(path, _fix(dataset))
-    with _record(path, "the top level", dataset):
-        records = _list(data, "the top level")
+    path, records = _json_list(files, "openmeva.json", dataset)
     for index, raw in enumerate(records):
         with _record(path, f"record {index}", dataset):
             record = _obj(raw, "the record")
@@ -407,10 +412,7 @@ def _korean_line(dataset: str, index: int, question: dict[Any, Any],
 
 def colossalai(files: Sequence[Path], dataset: str) -> Iterator[Item]:
     """ColossalEval GPT-evaluation examples: 25 questions, subset = category."""
-    path = _pick(files, "eval_*_examples.json")
-    data = _read_json(path, _fix(dataset))
-    with _record(path, "the top level", dataset):
-        records = _list(data, "the top level")
+    path, records = _json_list(files, "eval_*_examples.json", dataset)
     for index, raw in enumerate(records):
         with _record(path, f"record {index}", dataset):
             record = _obj(raw, "the record")
