@@ -86,7 +86,7 @@ class RunStats:
 
 def backoff(attempt: int, retry_after: float | None = None) -> float:
     """Capped exponential backoff with full jitter; a server's Retry-After is a floor."""
-    delay = random.uniform(0.5, 1.0) * min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2**attempt)
+    delay = random.uniform(0.5, 1.0) * min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2.0**attempt)
     return max(delay, retry_after) if retry_after is not None else delay
 
 
