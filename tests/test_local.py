@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import select
 import signal
@@ -231,3 +232,27 @@ def test_server_that_dies_reports_its_log(tmp_path: Path, monkeypatch: pytest.Mo
     assert message.startswith("local:smollm2: the llama.cpp server exited with code ")
     assert f"last lines of {log}:\n" in message
     assert message.splitlines()[-1] in log.read_text()
+
+
+@pytest.mark.slow
+@needs_model
+def test_judge_run_with_the_local_judge_then_a_rerun_makes_no_call(tmp_path: Path) -> None:
+    """The newcomer's path: jobs/openmeva.toml's default local:smollm2, no key, through
+    `judge run` (client, limiter, cache, parser, reports); the rerun is all cache hits."""
+    judge = Path(sys.executable).parent / "judge"
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    env.setdefault("JUDGE_DATA_DIR", str(ROOT.parent / "shared" / "datasets"))
+    args = [str(judge), "run", str(ROOT / "jobs" / "openmeva.toml"), "--limit", "2",
+            "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "out")]
+    for expected_calls in (2, 0):
+        done = subprocess.run(args, env=env, cwd=tmp_path, capture_output=True, text=True,
+                              timeout=300, check=False)
+        assert done.returncode == 0, done.stderr
+        manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+        assert manifest["counts"]["api_calls"] == expected_calls
+    lines = [json.loads(line) for line in (tmp_path / "out" / "judgments.jsonl").open()]
+    assert len(lines) == 2
+    # Each answer is a score or a recorded failure with its raw text, never silently dropped.
+    for line in lines:
+        assert (line["score"] is None) == (line["error"] is not None)
+        assert isinstance(line["raw"], str)
