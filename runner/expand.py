@@ -8,7 +8,9 @@ timeouts, retries or concurrency: those do not change the answer.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice
@@ -17,10 +19,10 @@ from typing import Any
 
 import orjson
 
-from runner import datasets
+from runner import datasets, metrics
 from runner.datasets import FieldMap, Item
 from runner.errors import ConfigError
-from runner.job import PLACEHOLDER, Job, ModelSpec, PromptSpec, placeholders
+from runner.job import PLACEHOLDER, GenerateSpec, Job, ModelSpec, PromptSpec, placeholders
 
 __all__ = ["Expansion", "Task", "cache_key", "estimate_cost", "prepare", "render"]
 
@@ -28,6 +30,8 @@ __all__ = ["Expansion", "Task", "cache_key", "estimate_cost", "prepare", "render
 # every reservation with the response's `usage`, so an estimate only shifts timing a little.
 CHARS_PER_TOKEN = 4
 DEFAULT_MAX_TOKENS = 256  # reservation when a request sets no max_tokens
+# Group mode's {{output_N}}: the N-th member's output (1-based), in the order of the request.
+OUTPUT_N = re.compile(r"output_([1-9][0-9]*)")
 
 # USD per 1M tokens (input, output), public list prices of common models; a job overrides with
 # [models.NAME] price = {input = .., output = ..}. Unknown models are estimated at 0 and flagged.
@@ -100,17 +104,14 @@ class Expansion:
             prompts = self.prompts_for(name, "item")
             for item in self.items[name]:
                 for prompt in prompts:
+                    values = _joined(prompt, item.fields)
                     for aspect in prompt.aspects:
-                        if prompt.template(aspect, item.subset, item.fields) is not None:
-                            yield item, dict(item.fields), (), prompt, aspect
+                        if prompt.template(aspect, item.subset, values) is not None:
+                            yield item, values, (), prompt, aspect
             group_prompts = self.prompts_for(name, "group")
             for members in (self.groups(name) if group_prompts else []):
-                ids = tuple(m.item_id for m in members)
                 for prompt in group_prompts:
-                    values = {**members[0].fields, "outputs": _outputs(members, prompt)}
-                    for aspect in prompt.aspects:
-                        if prompt.template(aspect, members[0].subset, values) is not None:
-                            yield members[0], values, ids, prompt, aspect
+                    yield from _group_units(members, prompt)
 
     def tasks(self) -> Iterator[Task]:
         """Every judge task, in order: data set, item (then group), prompt, aspect, model,
@@ -130,8 +131,9 @@ class Expansion:
             prompt = spec.prompt()
             models = [m for m in self.job.models if m.name in spec.models]
             for item in self.items[spec.dataset]:
-                if prompt.template("answer", item.subset, item.fields) is not None:
-                    yield from _tasks(item, dict(item.fields), (), prompt, "answer", models)
+                values = _joined(prompt, item.fields)
+                if prompt.template("answer", item.subset, values) is not None:
+                    yield from _tasks(item, values, (), prompt, "answer", models)
 
     def with_generated(self, answer: Callable[[Task], str | None]) -> tuple[Expansion, int]:
         """This expansion plus the generated data sets, from `answer` (the cached text of a
@@ -146,10 +148,7 @@ class Expansion:
                 missing += 1
                 continue
             src = self.index[spec.dataset, task.item_id]
-            derived[spec.name].append(Item(
-                dataset=spec.name, item_id=f"{src.item_id}:{task.model}", group=src.group,
-                system=task.model, subset=src.subset, fields={**src.fields, spec.into: text},
-                human=src.human, annotators=src.annotators, metrics={}, extra=src.extra))
+            derived[spec.name].append(_answer_item(spec, src, task.model, text))
         items.update(derived)
         index = {**self.index, **{(it.dataset, it.item_id): it for its in derived.values()
                                   for it in its}}
@@ -175,10 +174,10 @@ def prepare(job: Job, data_dir: Path, *, limit: int | None = None) -> Expansion:
     """Load every data set of the job and check each template against its fields."""
     items: dict[str, Sequence[Item]] = {}
     lower: dict[str, frozenset[str]] = {}
-    for index, spec in enumerate(job.datasets):
+    for position, spec in enumerate(job.datasets):
         if spec.path is not None:
             if not spec.path.is_file():
-                raise ConfigError(f"{job.path}: datasets[{index}].path points to {spec.path}, "
+                raise ConfigError(f"{job.path}: datasets[{position}].path points to {spec.path}, "
                                   "which does not exist; fix the path (relative to the job file)")
             fields = _field_map(job, spec.name, spec.fields)
             lower[spec.name] = frozenset(fields.lower_is_better)
@@ -194,6 +193,20 @@ def prepare(job: Job, data_dir: Path, *, limit: int | None = None) -> Expansion:
     _check_templates(job, items)
     index = {(it.dataset, it.item_id): it for its in items.values() for it in its}
     return Expansion(job=job, items=items, index=index, lower_is_better=lower)
+
+
+def _answer_item(spec: GenerateSpec, src: Item, model: str, text: str) -> Item:
+    """A generated answer as an item of the derived data set, with its automatic metrics."""
+    fields = {**src.fields, spec.into: text}
+    reference = next((src.fields[f] for f in spec.reference if src.fields.get(f, "").strip()),
+                     "")
+    if spec.reference:
+        fields["reference"] = reference
+    scores = metrics.compute(spec.metric_names(src.subset), text, reference, spec.language)
+    return Item(dataset=spec.name, item_id=f"{src.item_id}:{model}", group=src.group,
+                system=model, subset=src.subset, fields=fields, human=src.human,
+                annotators=src.annotators, metrics={"*": scores} if scores else {},
+                extra=src.extra)
 
 
 def _field_map(job: Job, name: str, fields: Mapping[str, Any]) -> FieldMap:
@@ -217,7 +230,8 @@ def _field_map(job: Job, name: str, fields: Mapping[str, Any]) -> FieldMap:
 def _check_templates(job: Job, items: Mapping[str, Sequence[Item]]) -> None:
     fields = {name: set(its[0].fields) for name, its in items.items() if its}
     for g in job.generate:
-        fields[g.name] = fields.get(g.dataset, set()) | {g.into}
+        fields[g.name] = fields.get(g.dataset, set()) | {g.into} | (
+            {"reference"} if g.reference else set())
     checks = [(f"prompts[{i}]", p, p.datasets or tuple(d.name for d in job.datasets))
               for i, p in enumerate(job.prompts)]
     checks += [(f"generate[{i}]", g.prompt(), (g.dataset,)) for i, g in enumerate(job.generate)]
@@ -225,10 +239,16 @@ def _check_templates(job: Job, items: Mapping[str, Sequence[Item]]) -> None:
         for name in names:
             if name not in fields:
                 continue  # an empty data set: nothing to render
-            have = fields[name] | {"aspect"} | ({"outputs"} if prompt.per == "group" else set())
+            have = fields[name] | {"aspect"} | set(prompt.join) | (
+                {"outputs"} if prompt.per == "group" else set())
+            absent = set(prompt.requires) - have
+            if absent:
+                raise ConfigError(f"{job.path}: {where}.requires names {', '.join(sorted(absent))}"
+                                  f", which data set {name!r} does not have")
             texts = [*prompt.templates.values(), *prompt.when_empty.values()]
             for text in [*texts, *([prompt.system] if prompt.system else [])]:
-                unknown = placeholders(text) - have
+                unknown = {u for u in placeholders(text) - have
+                           if not (prompt.per == "group" and OUTPUT_N.fullmatch(u))}
                 if unknown:
                     raise ConfigError(
                         f"{job.path}: {where}.template uses "
@@ -245,6 +265,39 @@ def _outputs(members: Sequence[Item], prompt: PromptSpec) -> str:
     """Group mode's {{outputs}}: "Output 1: <text>" lines, in file order."""
     return "\n".join(f"Output {i}: {m.fields[prompt.output_field]}"
                      for i, m in enumerate(members, 1))
+
+
+def _joined(prompt: PromptSpec, fields: Mapping[str, str]) -> dict[str, str]:
+    """The item's template values plus the prompt's joined fields (empty parts left out)."""
+    values = dict(fields)
+    for name, (parts, sep) in prompt.join.items():
+        values[name] = sep.join(fields[p] for p in parts if fields.get(p, "") != "")
+    return values
+
+
+@functools.lru_cache(maxsize=256)
+def _slots(template: str) -> int:
+    """The highest N of the template's {{output_N}} placeholders (0 if none)."""
+    return max((int(m.group(1)) for p in placeholders(template)
+                if (m := OUTPUT_N.fullmatch(p))), default=0)
+
+
+def _group_units(members: Sequence[Item], prompt: PromptSpec
+                 ) -> Iterator[tuple[Item, dict[str, str], tuple[str, ...], PromptSpec, str]]:
+    """A group's units: the members in data order and, with order = "both", reversed too. A
+    template listing more {{output_N}} than the group has members skips the group."""
+    orders = [members]
+    if prompt.order == "both" and len(members) > 1:
+        orders.append(members[::-1])
+    for ordered in orders:
+        values = {**_joined(prompt, ordered[0].fields), "outputs": _outputs(ordered, prompt)}
+        values.update({f"output_{i}": m.fields[prompt.output_field]
+                       for i, m in enumerate(ordered, 1)})
+        ids = tuple(m.item_id for m in ordered)
+        for aspect in prompt.aspects:
+            template = prompt.template(aspect, ordered[0].subset, values)
+            if template is not None and _slots(template) <= len(ordered):
+                yield ordered[0], values, ids, prompt, aspect
 
 
 def request_body(prompt: PromptSpec, model: ModelSpec, values: Mapping[str, str],

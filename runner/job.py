@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import ConfigError
+from runner.metrics import LANGUAGES, METRICS
 from runner.parse import check_options, get_parser
 
 __all__ = [
@@ -124,11 +125,21 @@ class PromptSpec:
     """In group mode, the item field listed in {{outputs}}."""
     when_empty: Mapping[str, str] = field(default_factory=dict)
     """field -> template text used instead when that item field is empty."""
+    order: str = "given"
+    """Group mode: "given" lists the members in data order; "both" also sends the request with
+    the members reversed (a position swap: another body, another key, its own task)."""
+    join: Mapping[str, tuple[tuple[str, ...], str]] = field(default_factory=dict)
+    """template field -> (fields, separator): the non-empty ones of `fields` joined, e.g.
+    ColossalAI's question = instruction, plus "\\n" + input when there is an input."""
+    requires: tuple[str, ...] = ()
+    """Fields that must be non-empty (after `join`) for the prompt to apply to an item."""
 
     def template(self, aspect: str, subset: str = "",
                  fields: Mapping[str, str] | None = None) -> str | None:
         """The template for one aspect and subset; None = this aspect does not apply there
-        (e.g. templates keyed "correctness@closed_qa" only)."""
+        (e.g. templates keyed "correctness@closed_qa" only, or a required field is empty)."""
+        if fields is not None and any(not fields.get(f, "").strip() for f in self.requires):
+            return None
         for name, text in self.when_empty.items():
             if fields is not None and not fields.get(name, "x").strip():
                 return text
@@ -154,13 +165,24 @@ class GenerateSpec:
     """The template field the answer lands in (`field` in the job file)."""
     params: Mapping[str, Any] = field(default_factory=dict)
     when_empty: Mapping[str, str] = field(default_factory=dict)
+    join: Mapping[str, tuple[tuple[str, ...], str]] = field(default_factory=dict)
+    metrics: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Automatic metrics of each answer (runner.metrics names) by subset, "*" = any other."""
+    language: str = "en"
+    """Tokenization of the metrics: "en" or "zh"."""
+    reference: tuple[str, ...] = ()
+    """Source fields whose first non-empty one is the answer's reference: the metrics compare
+    against it, and generated items carry it as the `reference` field (when set)."""
 
     def prompt(self) -> PromptSpec:
         """The generation request as a prompt (parser unused), for the expander."""
         return PromptSpec(name=f"generate:{self.name}", templates=self.templates,
                           system=self.system, parser="number", parser_options={},
                           aspects=("answer",), datasets=(self.dataset,), params=self.params,
-                          when_empty=self.when_empty)
+                          when_empty=self.when_empty, join=self.join)
+
+    def metric_names(self, subset: str) -> tuple[str, ...]:
+        return self.metrics.get(subset, self.metrics.get("*", ()))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -331,7 +353,7 @@ def _generate(root: _Reader, index: int, table: Any, datasets: tuple[DatasetSpec
         raise root.error(f"generate[{index}]", "must be a [[generate]] table")
     r = root.child(f"generate[{index}]", table)
     r.check_keys({"name", "dataset", "template", "system", "models", "field", "params",
-                  "when_empty"})
+                  "when_empty", "join", "metrics", "language", "reference"})
     source = r.get("dataset", str, required=True)
     if source not in [d.name for d in datasets]:
         raise r.error("dataset", f"names {source!r}, which is not a data set of this job")
@@ -342,11 +364,48 @@ def _generate(root: _Reader, index: int, table: Any, datasets: tuple[DatasetSpec
             raise r.error("models", f"names {m!r}, which is not in [models] ({', '.join(known)})")
     params = r.get("params", dict, {})
     _check_params(r, params)
+    language = r.get("language", str, "en")
+    if language not in LANGUAGES:
+        raise r.error("language", f"must be one of {', '.join(LANGUAGES)} (got {language!r})")
     return GenerateSpec(name=r.get("name", str, required=True), dataset=source,
                         templates=_templates(r, ("*",)), system=r.get("system", str),
                         models=candidates, into=r.get("field", str, "output"), params=params,
                         when_empty={f: _read_template(r, f"when_empty.{f}", path)
-                                    for f, path in r.get("when_empty", dict, {}).items()})
+                                    for f, path in r.get("when_empty", dict, {}).items()},
+                        join=_join(r), metrics=_metric_table(r), language=language,
+                        reference=_names(r, "reference"))
+
+
+def _names(r: _Reader, key: str) -> tuple[str, ...]:
+    value = r.get(key, list, [])
+    if not all(isinstance(v, str) and v for v in value):
+        raise r.error(key, f"must be a list of field names (got {value!r})")
+    return tuple(value)
+
+
+def _join(r: _Reader) -> dict[str, tuple[tuple[str, ...], str]]:
+    out = {}
+    for name, spec in r.get("join", dict, {}).items():
+        if not isinstance(spec, dict):
+            raise r.error(f"join.{name}", "must be a table like "
+                          "{fields = [\"question\", \"input\"], sep = \"\\n\"}")
+        j = r.child(f"join.{name}", spec)
+        j.check_keys({"fields", "sep"})
+        if not j.get("fields", list, required=True):
+            raise j.error("fields", "is empty; list the fields to join")
+        out[name] = (_names(j, "fields"), j.get("sep", str, "\n"))
+    return out
+
+
+def _metric_table(r: _Reader) -> dict[str, tuple[str, ...]]:
+    value = r.get("metrics", (list, dict), [])
+    table = {"*": value} if isinstance(value, list) else value
+    for subset, names in table.items():
+        if not isinstance(names, list) or any(n not in METRICS for n in names):
+            where = "metrics" if isinstance(value, list) else f"metrics.{subset}"
+            raise r.error(where, f"must list metrics among {', '.join(METRICS)} "
+                          f"(got {names!r})")
+    return {subset: tuple(names) for subset, names in table.items()}
 
 
 def _import(root: _Reader, index: int, table: Any, datasets: tuple[DatasetSpec, ...],
@@ -372,7 +431,7 @@ def _tables(root: _Reader, key: str) -> list[Mapping[str, Any]]:
     tables = root.get(key, list, required=True)
     if not tables or not all(isinstance(t, dict) for t in tables):
         raise root.error(key, f"must be one or more [[{key}]] tables")
-    return tables
+    return list(tables)
 
 
 def _unique(root: _Reader, key: str, names: list[str]) -> None:
@@ -412,7 +471,7 @@ def _prompt(root: _Reader, index: int, table: Mapping[str, Any],
     r = root.child(f"prompts[{index}]", table)
     r.check_keys({"name", "template", "system", "system_file", "parser", "parser_options",
                   "aspects", "datasets", "params", "samples", "per", "output_field",
-                  "when_empty", "aspect_options", "models"})
+                  "when_empty", "aspect_options", "models", "order", "join", "requires"})
     name = r.get("name", str, required=True)
     aspects = tuple(r.get("aspects", list, required=True))
     if not aspects or not all(isinstance(a, str) for a in aspects):
@@ -439,12 +498,17 @@ def _prompt(root: _Reader, index: int, table: Mapping[str, Any],
     per = r.get("per", str, "item")
     if per not in ("item", "group"):
         raise r.error("per", f"must be \"item\" or \"group\" (got {per!r})")
+    order = r.get("order", str, "given")
+    if order not in ("given", "both") or (order == "both" and per != "group"):
+        raise r.error("order", "must be \"given\" or, with per = \"group\", \"both\" "
+                      f"(got {order!r})")
     parser_name = r.get("parser", str, required=True)
     parser_opts = r.get("parser_options", dict, {})
     aspect_opts = r.get("aspect_options", dict, {})
     # In group mode the outputs parser's `count` is the group's size, known per request.
-    probe = {"count": 1, **parser_opts} if per == "group" else parser_opts
     try:
+        counted = per == "group" and "count" in get_parser(parser_name).options
+        probe = {"count": 1, **parser_opts} if counted else parser_opts
         check_options(get_parser(parser_name), probe)
         for aspect, extra in aspect_opts.items():
             if aspect not in aspects or not isinstance(extra, dict):
@@ -459,7 +523,8 @@ def _prompt(root: _Reader, index: int, table: Mapping[str, Any],
                       output_field=r.get("output_field", str, "output"), when_empty=when_empty,
                       parser=parser_name, parser_options=parser_opts,
                       aspect_options=aspect_opts, aspects=aspects, models=judges,
-                      datasets=for_datasets, params=params, samples=r.positive("samples", 1))
+                      datasets=for_datasets, params=params, samples=r.positive("samples", 1),
+                      order=order, join=_join(r), requires=_names(r, "requires"))
 
 
 def _templates(r: _Reader, aspects: tuple[str, ...]) -> dict[str, str]:

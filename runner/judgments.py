@@ -91,7 +91,7 @@ def parser_options(prompt: PromptSpec, aspect: str, n_members: int) -> dict[str,
     merged = {**prompt.parser_options, **prompt.aspect_options.get(aspect, {})}
     options = {k: v.replace("{{aspect}}", aspect) if isinstance(v, str) else v
                for k, v in merged.items()}
-    if n_members and not options.get("count"):
+    if n_members and not options.get("count") and "count" in get_parser(prompt.parser).options:
         options["count"] = n_members
     return options
 
