@@ -43,7 +43,7 @@ rescore: install
 	$(BIN)/judge rescore $(JOB_FILE) $(MODEL_ARGS) $(ARGS)
 
 lint: install
-	$(BIN)/ruff check runner tests bench
+	$(BIN)/ruff check runner tests bench tools
 	$(BIN)/lint-imports
 
 typecheck: install
@@ -56,8 +56,8 @@ bench: install
 	$(BIN)/python bench/run.py --out bench/results.json
 
 fmt: install
-	$(BIN)/ruff format runner tests bench
-	$(BIN)/ruff check --fix runner tests bench
+	$(BIN)/ruff format runner tests bench tools
+	$(BIN)/ruff check --fix runner tests bench tools
 
 check: lint typecheck test
 

@@ -5,7 +5,9 @@
 - correlations.csv: judge (LLM judges `model/prompt`, every metric column, `iaa`) against
   human at sample, dataset and system level, per subset, with bootstrap CIs.
 - summary.csv: per data set x prompt x aspect x model: n, mean, std, failures by type.
-- report.md: the correlation tables, judges as rows, and failure counts.
+- report.md: the correlation tables, judges as rows, failure counts, and any battles.
+- battle.csv (a prompt with order = "both"): per judge and model pair, wins, ties and
+  inconsistent verdicts over the two orders (runner.battle).
 - manifest.json: job sha256, versions, times, counts, usage, estimated cost.
 """
 
@@ -25,6 +27,7 @@ from typing import Any
 
 import orjson
 
+from runner.battle import BATTLE_COLUMNS, Battles, battle_markdown
 from runner.datasets import Item
 from runner.expand import Expansion
 from runner.judgments import Judgment
@@ -196,37 +199,45 @@ def summary(tables: Tables) -> list[dict[str, Any]]:
 
 
 def leaderboard(tables: Tables) -> tuple[list[str], list[dict[str, Any]]]:
-    """Per judge and judged system: n items, items failed, and each aspect's mean.
+    """Per judge and judged system: n items, items failed, each aspect's mean, then the mean
+    of each automatic metric the items carry (Item.metrics["*"], e.g. a generation stage's).
 
     An item any of whose aspects has no score is counted in `failed` and left out of every
-    mean (the Korean chat study's rule), so all columns average the same items.
+    aspect mean (the Korean chat study's rule), so those columns average the same items. An
+    item's aspects are those it has tasks for (per-category aspects: only its category's).
+    Metric means cover every item of the system that has the metric.
     """
     per_item: dict[tuple[str, str, str], dict[str, float | None]] = defaultdict(dict)
-    systems: dict[tuple[str, str, str], str] = {}
+    items: dict[tuple[str, str, str], Item] = {}
     aspects: list[str] = []
     for (dataset, item_id, prompt, aspect, model), cell in tables.cells.items():
         judge = f"{model}/{prompt}"
         per_item[dataset, judge, item_id][aspect] = cell.score
-        systems[dataset, judge, item_id] = cell.item.system
+        items[dataset, judge, item_id] = cell.item
         if aspect not in aspects:
             aspects.append(aspect)
-    board: dict[tuple[str, str], list[dict[str, float | None]]] = defaultdict(list)
-    for key, scores in per_item.items():
-        board[key[1], systems[key]].append(scores)
+    board: dict[tuple[str, str], list[tuple[str, str, str]]] = defaultdict(list)
+    for key in per_item:
+        board[key[1], items[key].system].append(key)
+    metric_names = sorted({m for it in items.values() for m in it.metrics.get("*", {})})
     rows = []
-    for (judge, system), items in board.items():
-        complete = [s for s in items if all(s.get(a) is not None for a in aspects)]
-        row: dict[str, Any] = {"judge": judge, "model": system, "n": len(items),
-                               "failed": len(items) - len(complete)}
+    for (judge, system), keys in board.items():
+        complete = [per_item[k] for k in keys if None not in per_item[k].values()]
+        row: dict[str, Any] = {"judge": judge, "model": system, "n": len(keys),
+                               "failed": len(keys) - len(complete)}
         for a in aspects:
-            values = [s[a] for s in complete if s[a] is not None]
+            values = [v for s in complete if (v := s.get(a)) is not None]
             row[a] = round(statistics.fmean(values), 4) if values else None
+        for m in metric_names:
+            values = [v for k in keys if (v := items[k].metrics.get("*", {}).get(m)) is not None]
+            row[m] = round(statistics.fmean(values), 4) if values else None
         rows.append(row)
+    columns = ["n", "failed", *aspects, *metric_names]
     if len({r["judge"] for r in rows}) == 1:  # one judge: the study's own layout
         for r in rows:
             del r["judge"]
-        return ["model", "n", "failed", *aspects], rows
-    return ["judge", "model", "n", "failed", *aspects], rows
+        return ["model", *columns], rows
+    return ["judge", "model", *columns], rows
 
 
 def _csv(columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> bytes:
@@ -287,14 +298,19 @@ def write_reports(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgm
                   manifest: Mapping[str, Any], notes: Sequence[str] = ()) -> Tables:
     """Write every report file; the manifest last, so its presence means the set is complete."""
     buffer = io.BytesIO()
-    tables = collect(judgments, buffer)
+    battles = Battles(expansion)
+    tables = collect(battles.watch(judgments), buffer)
     write_atomic(out_dir / "judgments.jsonl", buffer.getvalue())
     write_atomic(out_dir / "scores.csv", _scores_csv(tables))
     corr = correlations(expansion, tables)
     write_atomic(out_dir / "correlations.csv", _csv(CORRELATION_COLUMNS, corr))
     summ = summary(tables)
     write_atomic(out_dir / "summary.csv", _csv(SUMMARY_COLUMNS, summ))
-    write_atomic(out_dir / "report.md", _markdown(expansion, corr, summ, notes).encode())
+    battle_rows = battles.rows()
+    write_atomic(out_dir / "report.md", (_markdown(expansion, corr, summ, notes)
+                                         + battle_markdown(battle_rows)).encode())
+    if battles.enabled:
+        write_atomic(out_dir / "battle.csv", _csv(BATTLE_COLUMNS, battle_rows))
     if expansion.job.leaderboard:
         write_atomic(out_dir / "leaderboard.csv", _csv(*leaderboard(tables)))
     write_atomic(out_dir / "manifest.json",
