@@ -29,7 +29,6 @@ from runner.cache import Cache
 from runner.errors import ConfigError, DataError, RunnerError
 from runner.execute import RunStats
 from runner.imports import import_answers
-from runner.job import Job
 from runner.judgments import judge
 from runner.progress import Progress
 from runner.reduce import compare as compare_judges
@@ -44,6 +43,7 @@ from runner.session import (
     select,
     serving,
 )
+from runner.spec import Job
 
 DEFAULT_DATA_DIR = Path.home() / ".cache" / "judge-runner" / "data"
 

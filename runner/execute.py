@@ -24,8 +24,8 @@ from runner.cache import Cache
 from runner.client import post_chat
 from runner.errors import APIError, AuthError, RequestError, RetryableError
 from runner.expand import Task, estimate_cost
-from runner.job import Limits, ModelSpec
 from runner.limiter import Limiter
+from runner.spec import Limits, ModelSpec
 
 __all__ = ["Endpoint", "RunStats", "backoff", "execute"]
 

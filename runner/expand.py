@@ -22,7 +22,7 @@ import orjson
 from runner import datasets, metrics
 from runner.datasets import FieldMap, Item
 from runner.errors import ConfigError
-from runner.job import PLACEHOLDER, GenerateSpec, Job, ModelSpec, PromptSpec, placeholders
+from runner.spec import PLACEHOLDER, GenerateSpec, Job, ModelSpec, PromptSpec, placeholders
 
 __all__ = ["Expansion", "Task", "cache_key", "estimate_cost", "prepare", "render"]
 

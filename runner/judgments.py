@@ -14,8 +14,8 @@ from typing import Any
 from runner.cache import Cache
 from runner.datasets import Item
 from runner.expand import Expansion, Task
-from runner.job import PromptSpec
 from runner.parse import Choice, Combined, Failure, Scores, check_options, combine, get_parser
+from runner.spec import PromptSpec
 
 __all__ = ["Judgment", "aspect_key", "choices", "judge"]
 

@@ -26,8 +26,9 @@ from runner.cache import Cache
 from runner.errors import ConfigError, MissingKeyError
 from runner.execute import Endpoint, RunStats, execute
 from runner.expand import Expansion, estimate_cost, prepare
-from runner.job import Job, ModelSpec, load_job, parse_model_spec
+from runner.job import load_job
 from runner.judgments import choices
+from runner.spec import Job, ModelSpec, parse_model_spec
 
 __all__ = ["ModelPlan", "Selection", "answer_text", "check_budget", "check_keys", "estimate",
            "manifest", "run_pool", "select", "serving"]

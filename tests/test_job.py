@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from runner.errors import ConfigError
-from runner.job import OPENAI_BASE_URL, Job, Limits, load_job, parse_model_spec
+from runner.job import load_job
+from runner.spec import OPENAI_BASE_URL, Job, Limits, parse_model_spec
 from tests.conftest import ROOT, JobWriter
 
 PROMPT = "Rate {{output}} for {{aspect}}.\n"

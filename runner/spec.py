@@ -1,0 +1,255 @@
+"""The job's value objects: frozen, keyword-only dataclasses, each field documented where it
+is declared. `runner.job` builds them from a job file; every later stage reads them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from runner.errors import ConfigError
+
+__all__ = [
+    "LEVELS",
+    "METHODS",
+    "PLACEHOLDER",
+    "POLICIES",
+    "DatasetSpec",
+    "GenerateSpec",
+    "ImportSpec",
+    "Job",
+    "Limits",
+    "ModelSpec",
+    "PromptSpec",
+    "parse_model_spec",
+    "placeholders",
+]
+
+OPENAI_BASE_URL = "https://api.openai.com/v1"
+PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+# Request parameters the runner sets itself: a job may not override them.
+RESERVED_PARAMS = frozenset({"model", "messages", "stream"})
+POLICIES = ("skip", "zero")
+LEVELS = ("sample", "dataset", "system")
+METHODS = ("pearson", "spearman", "kendall")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Limits:
+    """How hard the runner may push one endpoint. None of these enter the cache key."""
+
+    concurrency: int = 16
+    """Requests in flight at once (workers in the pool)."""
+    rpm: float | None = None
+    """Requests per minute per model; None = unlimited."""
+    tpm: float | None = None
+    """Tokens per minute per model (prompt estimate + max_tokens x n); None = unlimited."""
+    max_retries: int = 6
+    """Retries per task after the first attempt, for retryable failures."""
+    timeout_s: float = 60.0
+    """Per-request timeout in seconds."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelSpec:
+    """A judge model and where it is served."""
+
+    name: str
+    """The job's name for this judge (table key), used in reports as `name/prompt`."""
+    spec: str
+    """`openai:NAME`, `local:NAME`, or a bare model name served at `base_url`."""
+    model: str
+    """The model name sent in the request body."""
+    kind: str
+    """"openai", "local" or "compatible"."""
+    base_url: str | None
+    """Endpoint root ending in /v1; None for local models until their server starts."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """Name of the environment variable holding the key (never the key itself)."""
+    key_required: bool = False
+    params: Mapping[str, Any] = field(default_factory=dict)
+    """Request parameters for every prompt sent to this model (prompt params win)."""
+    rpm: float | None = None
+    tpm: float | None = None
+    price: tuple[float, float] | None = None
+    """USD per 1M (input, output) tokens; None = look up the built-in table."""
+
+    @property
+    def endpoint(self) -> str:
+        """The endpoint's identity in cache keys: stable even when a local port changes."""
+        if self.kind == "local":
+            return self.spec
+        assert self.base_url is not None
+        return self.base_url.rstrip("/")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DatasetSpec:
+    """A registered data set by name, or a user's own file with a field mapping."""
+
+    name: str
+    path: Path | None = None
+    fields: Mapping[str, Any] = field(default_factory=dict)
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PromptSpec:
+    """A prompt template with its parser, aspects and request parameters."""
+
+    name: str
+    templates: Mapping[str, str]
+    """Template text by key: "aspect", "aspect@subset", "*@subset" or "*" (most specific wins)."""
+    system: str | None
+    parser: str
+    parser_options: Mapping[str, Any]
+    aspect_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """aspect -> parser options that override parser_options for that aspect."""
+    aspects: tuple[str, ...]
+    datasets: tuple[str, ...]
+    """Data sets this prompt applies to (names); empty = every data set of the job."""
+    params: Mapping[str, Any]
+    models: tuple[str, ...] = ()
+    """Judge models for this prompt (names); empty = every model that is not a generator."""
+    samples: int = 1
+    """Independent calls per task (each its own cache key); use params.n for one call."""
+    per: str = "item"
+    """"item": one request per output; "group": one request scoring all outputs of a group,
+    listed as {{outputs}} ("Output 1: ..."), parsed back per output (parser `outputs`)."""
+    output_field: str = "output"
+    """In group mode, the item field listed in {{outputs}}."""
+    when_empty: Mapping[str, str] = field(default_factory=dict)
+    """field -> template text used instead when that item field is empty."""
+    order: str = "given"
+    """Group mode: "given" lists the members in data order; "both" also sends the request with
+    the members reversed (a position swap: another body, another key, its own task)."""
+    join: Mapping[str, tuple[tuple[str, ...], str]] = field(default_factory=dict)
+    """template field -> (fields, separator): the non-empty ones of `fields` joined, e.g.
+    ColossalAI's question = instruction, plus "\\n" + input when there is an input."""
+    requires: tuple[str, ...] = ()
+    """Fields that must be non-empty (after `join`) for the prompt to apply to an item."""
+
+    def template(self, aspect: str, subset: str = "",
+                 fields: Mapping[str, str] | None = None) -> str | None:
+        """The template for one aspect and subset; None = this aspect does not apply there
+        (e.g. templates keyed "correctness@closed_qa" only, or a required field is empty)."""
+        if fields is not None and any(not fields.get(f, "").strip() for f in self.requires):
+            return None
+        for name, text in self.when_empty.items():
+            if fields is not None and not fields.get(name, "x").strip():
+                return text
+        for key in (f"{aspect}@{subset}", f"*@{subset}", aspect, "*"):
+            if key in self.templates:
+                return self.templates[key]
+        return None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GenerateSpec:
+    """A generation stage: candidate models answer a data set's items through the same runner
+    and cache; their answers become a new data set (`name`) that prompts can judge."""
+
+    name: str
+    """The derived data set: one item per (source item, candidate model), system = model."""
+    dataset: str
+    templates: Mapping[str, str]
+    """As a prompt's templates: "*" or "*@subset" (e.g. one per category)."""
+    system: str | None
+    models: tuple[str, ...]
+    into: str = "output"
+    """The template field the answer lands in (`field` in the job file)."""
+    params: Mapping[str, Any] = field(default_factory=dict)
+    when_empty: Mapping[str, str] = field(default_factory=dict)
+    join: Mapping[str, tuple[tuple[str, ...], str]] = field(default_factory=dict)
+    metrics: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Automatic metrics of each answer (runner.metrics names) by subset, "*" = any other."""
+    language: str = "en"
+    """Tokenization of the metrics: "en" or "zh"."""
+    reference: tuple[str, ...] = ()
+    """Source fields whose first non-empty one is the answer's reference: the metrics compare
+    against it, and generated items carry it as the `reference` field (when set)."""
+
+    def prompt(self) -> PromptSpec:
+        """The generation request as a prompt (parser unused), for the expander."""
+        return PromptSpec(name=f"generate:{self.name}", templates=self.templates,
+                          system=self.system, parser="number", parser_options={},
+                          aspects=("answer",), datasets=(self.dataset,), params=self.params,
+                          when_empty=self.when_empty, join=self.join)
+
+    def metric_names(self, subset: str) -> tuple[str, ...]:
+        return self.metrics.get(subset, self.metrics.get("*", ()))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ImportSpec:
+    """Recorded judge answers to store under the job's own requests (`judge import`)."""
+
+    dataset: str
+    prompt: str
+    model: str
+    field: str
+    """The item field (Item.extra) holding the recorded answer text."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Job:
+    """A whole job, validated."""
+
+    name: str
+    path: Path
+    datasets: tuple[DatasetSpec, ...]
+    prompts: tuple[PromptSpec, ...]
+    models: tuple[ModelSpec, ...]
+    limits: Limits
+    output_dir: Path
+    policy: str = "skip"
+    """Sample-level treatment of a group where one side is constant: skip or zero."""
+    bootstrap: int = 1000
+    seed: int = 0
+    levels: tuple[str, ...] = LEVELS
+    """Correlation levels to report: sample, dataset, system."""
+    methods: tuple[str, ...] = METHODS
+    """Correlation coefficients: pearson, spearman, kendall (system level adds
+    pairwise_accuracy)."""
+    imports: tuple[ImportSpec, ...] = ()
+    generate: tuple[GenerateSpec, ...] = ()
+    leaderboard: bool = False
+    """Also write leaderboard.csv: per judged system, the mean of each aspect."""
+
+    def with_models(self, models: tuple[ModelSpec, ...]) -> Job:
+        return replace(self, models=models)
+
+    def with_limits(self, **changes: Any) -> Job:
+        return replace(self, limits=replace(self.limits, **changes))
+
+
+def parse_model_spec(spec: str, *, name: str | None = None, base_url: str | None = None,
+                     api_key_env: str = "OPENAI_API_KEY", **extra: Any) -> ModelSpec:
+    """Turn `openai:NAME`, `local:NAME` or a bare `NAME` into a ModelSpec.
+
+    A bare name needs `base_url` (from the job, `--base-url` or `OPENAI_BASE_URL`); a key is
+    sent if one is set. `openai:` always needs a key.
+    """
+    prefix, _, rest = spec.partition(":")
+    if prefix in ("openai", "local") and not rest.strip():
+        raise ConfigError(f"model spec {spec!r} names no model: use {prefix}:NAME, e.g. "
+                          "openai:gpt-4o-mini or local:smollm2")
+    if rest and prefix == "openai":
+        return ModelSpec(name=name or spec, spec=spec, model=rest, kind="openai",
+                         base_url=base_url or OPENAI_BASE_URL, api_key_env=api_key_env,
+                         key_required=True, **extra)
+    if rest and prefix == "local":
+        return ModelSpec(name=name or spec, spec=spec, model=rest, kind="local", base_url=None,
+                         api_key_env=api_key_env, **extra)
+    if not spec.strip():
+        raise ConfigError("model spec is empty: use openai:NAME, local:NAME or a model name")
+    return ModelSpec(name=name or spec, spec=spec, model=spec, kind="compatible",
+                     base_url=base_url, api_key_env=api_key_env, **extra)
+
+
+def placeholders(template: str) -> set[str]:
+    """The `{{name}}` placeholders of a template."""
+    return set(PLACEHOLDER.findall(template))
