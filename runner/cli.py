@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import csv
 import dataclasses
 import hashlib
 import io
@@ -31,8 +30,7 @@ from runner.execute import RunStats
 from runner.imports import import_answers
 from runner.judgments import judge
 from runner.progress import Progress
-from runner.reduce import compare as compare_judges
-from runner.report import collect, judge_rows, write_atomic, write_reports
+from runner.report import collect, write_comparison, write_reports
 from runner.session import (
     Selection,
     check_budget,
@@ -340,22 +338,7 @@ def compare(job: str, models: tuple[str, ...], base_url: str | None, limit: int 
     sel = _select(job, models, base_url, limit, cache_dir, out)
     with Cache(sel.cache_dir) as c:
         tables = collect(judge(sel.expansion, c), io.BytesIO())
-    rows = []
-    for (dataset, aspect), by_judge in judge_rows(sel.expansion, tables).items():
-        missing = [j for j in judges if j not in by_judge]
-        if missing:
-            raise ConfigError(f"{sel.job.path}: no judge {missing[0]!r} for {dataset}/{aspect}; "
-                              f"judges there: {', '.join(sorted(by_judge))}")
-        levels = [lvl for lvl in sel.job.levels if lvl != "system"] or ["sample", "dataset"]
-        for cmp in compare_judges(by_judge[judges[0]], by_judge[judges[1]],
-                                  policy=sel.job.policy, levels=levels,
-                                  methods=sel.job.methods, n_boot=sel.job.bootstrap,
-                                  seed=sel.job.seed):
-            rows.append({"dataset": dataset, "aspect": aspect, "a": judges[0], "b": judges[1],
-                         "level": cmp.level, "method": cmp.method, "subset": cmp.subset,
-                         "value_a": cmp.judge_a, "value_b": cmp.judge_b, "diff": cmp.diff,
-                         "ci_low": cmp.ci_low, "ci_high": cmp.ci_high, "p_value": cmp.p_value,
-                         "n_groups": cmp.n_groups})
+    rows = write_comparison(sel.out_dir, sel.expansion, tables, judges)
     shown = ["dataset", "aspect", "level", "method", "subset", "value_a", "value_b", "diff",
              "ci_low", "ci_high", "p_value"]
     click.echo(f"A = {judges[0]}, B = {judges[1]}")
@@ -363,16 +346,6 @@ def compare(job: str, models: tuple[str, ...], base_url: str | None, limit: int 
     for r in rows:
         click.echo(" ".join(f"{r[c]:>9.3f}" if isinstance(r[c], float) else f"{r[c]!s:>9}"
                             for c in shown))
-    write_atomic(sel.out_dir / "compare.csv", _csv_bytes(rows))
-
-
-def _csv_bytes(rows: list[dict[str, Any]]) -> bytes:
-    buffer = io.StringIO()
-    if rows:
-        writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
-    return buffer.getvalue().encode()
 
 
 @cli.command("import")

@@ -29,12 +29,14 @@ import orjson
 
 from runner.battle import BATTLE_COLUMNS, Battles, battle_markdown
 from runner.datasets import Item
+from runner.errors import ConfigError
 from runner.expand import Expansion
 from runner.judgments import Judgment
 from runner.parse import get_parser
-from runner.reduce import Correlation, Row, correlate
+from runner.reduce import Correlation, Row, compare, correlate
 
-__all__ = ["Tables", "collect", "correlations", "judge_rows", "write_atomic", "write_reports"]
+__all__ = ["Tables", "collect", "correlations", "judge_rows", "write_atomic", "write_comparison",
+           "write_reports"]
 
 CORRELATION_COLUMNS = ["dataset", "aspect", "judge", "level", "method", "subset", "value",
                        "n_groups", "n_items", "ci_low", "ci_high"]
@@ -238,6 +240,31 @@ def leaderboard(tables: Tables) -> tuple[list[str], list[dict[str, Any]]]:
             del r["judge"]
         return ["model", *columns], rows
     return ["judge", "model", *columns], rows
+
+
+COMPARE_COLUMNS = ["dataset", "aspect", "a", "b", "level", "method", "subset", "value_a",
+                   "value_b", "diff", "ci_low", "ci_high", "p_value", "n_groups"]
+
+
+def write_comparison(out_dir: Path, expansion: Expansion, tables: Tables,
+                     judges: tuple[str, str]) -> list[dict[str, Any]]:
+    """compare.csv: judge A against judge B, paired bootstrap, per data set and aspect."""
+    job, rows = expansion.job, []
+    levels = [lvl for lvl in job.levels if lvl != "system"] or ["sample", "dataset"]
+    for (dataset, aspect), by_judge in judge_rows(expansion, tables).items():
+        missing = [j for j in judges if j not in by_judge]
+        if missing:
+            raise ConfigError(f"{job.path}: no judge {missing[0]!r} for {dataset}/{aspect}; "
+                              f"judges there: {', '.join(sorted(by_judge))}")
+        for c in compare(by_judge[judges[0]], by_judge[judges[1]], policy=job.policy,
+                         levels=levels, methods=job.methods, n_boot=job.bootstrap, seed=job.seed):
+            rows.append({"dataset": dataset, "aspect": aspect, "a": judges[0], "b": judges[1],
+                         "level": c.level, "method": c.method, "subset": c.subset,
+                         "value_a": c.judge_a, "value_b": c.judge_b, "diff": c.diff,
+                         "ci_low": c.ci_low, "ci_high": c.ci_high, "p_value": c.p_value,
+                         "n_groups": c.n_groups})
+    write_atomic(out_dir / "compare.csv", _csv(COMPARE_COLUMNS, rows))
+    return rows
 
 
 def _csv(columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> bytes:
