@@ -37,6 +37,7 @@ OUTPUT_N = re.compile(r"output_([1-9][0-9]*)")
 # [models.NAME] price = {input = .., output = ..}. Unknown models are estimated at 0 and flagged.
 PRICES: Mapping[str, tuple[float, float]] = {
     "gpt-4o": (2.50, 10.00),
+    "gpt-4o-2024-05-13": (5.00, 15.00),
     "gpt-4o-mini": (0.15, 0.60),
     "gpt-4.1": (2.00, 8.00),
     "gpt-4.1-mini": (0.40, 1.60),

@@ -14,6 +14,7 @@ import asyncio
 import collections
 import hashlib
 import random
+import re
 import threading
 import time
 import warnings
@@ -27,10 +28,31 @@ from aiohttp import web
 FAULTS = ("429", "500", "drop", "malformed", "hang", "401", "400")
 
 
+_OUTPUT_LINE = re.compile(r"^Output (\d+):", re.MULTILINE)
+_FORM_LINE = re.compile(r"^- ([A-Z][A-Za-z ]+) \(1-5\):", re.MULTILINE)
+
+
 def default_reply(body: dict[str, Any]) -> str:
-    """A deterministic answer: 1-5 stars from the hash of the user message."""
+    """A deterministic answer, from the hash of the user message, in the shape the prompt asks
+    for: "Output N ... Score:" blocks (TST), a filled "- Metric (1-5):" form (Korean chat),
+    two scores on the first line (battles), or "N stars" (1-5) otherwise."""
     text = body["messages"][-1]["content"]
-    stars = int(hashlib.sha256(text.encode()).hexdigest(), 16) % 5 + 1
+    digest = int(hashlib.sha256(text.encode()).hexdigest(), 16)
+    if "stars" not in text:  # generation stages: two candidates must not answer alike
+        digest ^= int(hashlib.sha256(str(body.get("model")).encode()).hexdigest(), 16)
+    stars = digest % 5 + 1
+    outputs = sorted({int(n) for n in _OUTPUT_LINE.findall(text)})
+    if outputs:
+        return "\n".join(
+            f"Output {n}\nScore: {(digest >> n) % 101}\nContent: {(digest >> n) % 97}\n"
+            f"Style: {(digest >> n) % 89}\nFluency: {(digest >> n) % 83}\nExplanation: fine"
+            for n in outputs)
+    fields = list(dict.fromkeys(_FORM_LINE.findall(text)))
+    if "scores ONLY" in text and len(fields) > 1:
+        return "\n".join(f"- {name} (1-5): {(digest >> i) % 5 + 1}"
+                         for i, name in enumerate(fields))
+    if "AI助手" in text or "Assistant 1" in text or "AI assistant" in text.lower():
+        return f"{digest % 10 + 1} {(digest >> 4) % 10 + 1}\nBoth answers were considered."
     return f"{stars} stars"
 
 
