@@ -32,8 +32,10 @@ from runner.datasets import Item
 from runner.errors import ConfigError
 from runner.expand import Expansion
 from runner.judgments import Judgment
+from runner.local import LOCAL_MODELS
 from runner.parse import get_parser
 from runner.reduce import Correlation, Row, compare, correlate
+from runner.spec import Job
 
 __all__ = ["Tables", "collect", "correlations", "judge_rows", "write_atomic", "write_comparison",
            "write_reports"]
@@ -277,10 +279,19 @@ def _csv(columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> bytes:
     return out.getvalue().encode()
 
 
+def _local_notes(job: Job) -> list[str]:
+    """Say plainly what a small local judge is for."""
+    return [f"**Judge `{m.name}` ({m.spec}) is {LOCAL_MODELS[m.model].description}**, run "
+            "through llama.cpp on this machine. It checks the pipeline end to end (client, "
+            "limiter, cache, parser, reducer); it is not a research-grade judge, and its "
+            "correlations below are shown as they come out.\n"
+            for m in job.models if m.kind == "local" and m.model in LOCAL_MODELS]
+
+
 def _markdown(expansion: Expansion, corr: list[dict[str, Any]],
               summ: list[dict[str, Any]], notes: Sequence[str]) -> str:
     job = expansion.job
-    lines = [f"# {job.name}", "", *notes, ""]
+    lines = [f"# {job.name}", "", *notes, *_local_notes(job), ""]
     parsers = sorted({f"{p.parser} {get_parser(p.parser).version}" for p in job.prompts})
     lines += [f"Parsers: {', '.join(parsers)}. Sample-level policy for constant groups: "
               f"`{job.policy}`. 95% bootstrap CIs ({job.bootstrap} resamples) are in "
