@@ -1,0 +1,1 @@
+"""Benchmarks of judge-runner: `python bench/run.py --out bench/results.json` (see README.md)."""

@@ -1,0 +1,129 @@
+"""The request loops under test, each timed from its first request to its last answer.
+
+- `runner_loop`: `runner.execute.execute` with a fresh cache, as `judge run` drives it.
+- `bare_loop`: N aiohttp workers posting the same bodies through one ClientSession.
+- `openai_loop`: N workers calling `openai.AsyncOpenAI().chat.completions.create`.
+
+All three use `concurrency` requests in flight and stop dispatching at `deadline_s`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import openai
+import orjson
+
+from runner.cache import Cache
+from runner.execute import Endpoint, execute
+from runner.expand import Task
+from runner.job import Job
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Answers received in `seconds`; `errors` counts failed requests (retries included)."""
+
+    answers: int
+    seconds: float
+    errors: int = 0
+
+    @property
+    def rate(self) -> float:
+        return self.answers / self.seconds if self.seconds > 0 else 0.0
+
+
+CacheFactory = Callable[[Path], Cache]
+
+
+def _connector(concurrency: int) -> aiohttp.TCPConnector:
+    # As runner.cli does: one connection per worker, no per-host cap.
+    return aiohttp.TCPConnector(limit=concurrency, limit_per_host=0)
+
+
+async def runner_loop(tasks: Iterable[Task], job: Job, cache_dir: Path, *, deadline_s: float,
+                      cache_factory: CacheFactory = Cache) -> Timing:
+    """Drive `execute` over `tasks` into a cache at `cache_dir`, timed until the cache is closed
+    (a write-behind cache stores its last answers there). The stop event (the first Ctrl-C) is
+    set at the deadline: in-flight requests finish, nothing new starts."""
+    endpoints = {m.name: Endpoint(model=m, base_url=m.base_url or "") for m in job.models}
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    cache = cache_factory(cache_dir)
+    async with aiohttp.ClientSession(connector=_connector(job.limits.concurrency)) as session:
+        handle = loop.call_later(deadline_s, stop.set)
+        started = time.perf_counter()
+        try:
+            stats = await execute(tasks, cache=cache, session=session, endpoints=endpoints,
+                                  limits=job.limits, stop=stop)
+        finally:
+            cache.close()
+        seconds = time.perf_counter() - started
+        handle.cancel()
+    return Timing(stats.api_calls, seconds, stats.retries + len(stats.failures))
+
+
+async def bare_loop(bodies: Sequence[bytes], url: str, *, concurrency: int,
+                    deadline_s: float) -> Timing:
+    """The floor: post each body, read and decode the answer, nothing else."""
+    headers = {"Content-Type": "application/json"}
+    todo = iter(bodies)
+    answers = errors = 0
+    loop = asyncio.get_running_loop()
+
+    async def worker(session: aiohttp.ClientSession, deadline: float) -> None:
+        nonlocal answers, errors
+        for body in todo:
+            if loop.time() > deadline:
+                return
+            async with session.post(url, data=body, headers=headers) as resp:
+                raw = await resp.read()
+                if resp.status != 200:
+                    errors += 1
+                    continue
+            orjson.loads(raw)
+            answers += 1
+
+    async with aiohttp.ClientSession(connector=_connector(concurrency)) as session:
+        started = time.perf_counter()
+        deadline = loop.time() + deadline_s
+        await asyncio.gather(*(worker(session, deadline) for _ in range(concurrency)))
+        seconds = time.perf_counter() - started
+    return Timing(answers, seconds, errors)
+
+
+async def openai_loop(bodies: Sequence[bytes], url: str, *, concurrency: int,
+                      deadline_s: float, transport: str = "default") -> Timing:
+    """The openai SDK with its default (httpx2) or aiohttp transport; SDK retries off."""
+    http_client: Any = (openai.DefaultAioHttpClient() if transport == "aiohttp"
+                        else openai.DefaultAsyncHttpxClient())
+    requests = [orjson.loads(b) for b in bodies]
+    todo = iter(requests)
+    answers = errors = 0
+    loop = asyncio.get_running_loop()
+
+    async def worker(client: Any, deadline: float) -> None:
+        nonlocal answers, errors
+        for request in todo:
+            if loop.time() > deadline:
+                return
+            try:
+                await client.chat.completions.create(**request)
+            except openai.APIError:
+                errors += 1
+                continue
+            answers += 1
+
+    async with openai.AsyncOpenAI(base_url=url, api_key="bench", max_retries=0,
+                                  http_client=http_client) as client:
+        started = time.perf_counter()
+        deadline = loop.time() + deadline_s
+        await asyncio.gather(*(worker(client, deadline) for _ in range(concurrency)))
+        seconds = time.perf_counter() - started
+    return Timing(answers, seconds, errors)

@@ -1,0 +1,117 @@
+"""Run the judge-runner benchmarks and write their figures to a JSON file.
+
+    .venv/bin/python bench/run.py --out bench/results.json          # all five, ~6-8 min
+    .venv/bin/python bench/run.py --quick                           # smaller, no 60 s rate test
+    .venv/bin/python bench/run.py --only throughput --only cached   # a selection
+
+Every fake server runs in its own process on 127.0.0.1; every loop is bounded in count and time.
+See bench/README.md for what each figure means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import orjson  # noqa: E402
+
+from bench import cached, common, memory, ratelimit, throughput  # noqa: E402
+
+Bench = Callable[[Path, bool], dict[str, Any]]
+BENCHMARKS: dict[str, Bench] = {
+    "throughput": throughput.zero_latency,
+    "latency": throughput.high_latency,
+    "cached": cached.cached_rerun,
+    "ratelimit": ratelimit.rate_limit,
+    "plan_memory": memory.plan_memory,
+}
+# What the table shows for each: (label, key in the result, format)
+HEADLINES: dict[str, list[tuple[str, str, str]]] = {
+    "throughput": [("runner / bare aiohttp, 64 in flight", "runner_over_bare", "{:.2f}x"),
+                   ("runner + write-behind cache / bare", "runner_writebehind_over_bare",
+                    "{:.2f}x"),
+                   ("runner + in-memory cache / bare", "runner_memorycache_over_bare",
+                    "{:.2f}x"),
+                   ("openai SDK (default) / bare", "openai_default_over_bare", "{:.2f}x"),
+                   ("openai SDK (aiohttp) / bare", "openai_aiohttp_over_bare", "{:.2f}x")],
+    "latency": [("runner req/s, 256 in flight, 200 ms", "runner_rate", "{:.0f}/s"),
+                ("bare aiohttp req/s, same", "bare_rate", "{:.0f}/s")],
+    "cached": [("judge run, 100k tasks all cached", "run_seconds", "{:.1f} s"),
+               ("judge rescore rate", "rescore_tasks_per_s", "{:.0f} tasks/s")],
+    "ratelimit": [("429s received at 600 rpm", "received_429", "{}"),
+                  ("accepted in first 60 s window", "achieved_per_min", "{}/min"),
+                  ("steady rate", "steady_rate_per_min", "{}/min")],
+    "plan_memory": [("judge plan peak RSS, 1M tasks", "max_rss_mb", "{:.0f} MB")],
+}
+
+
+def _run_one(name: str, quick: bool) -> dict[str, Any]:
+    started, load = time.perf_counter(), common.load_avg()
+    try:
+        with tempfile.TemporaryDirectory(prefix=f"judge-bench-{name}-") as work:
+            result = BENCHMARKS[name](Path(work), quick)
+    except Exception as exc:  # one broken benchmark must not hide the others' figures
+        traceback.print_exc()
+        result = {"error": f"{type(exc).__name__}: {exc}", "pass": False}
+    result["elapsed_s"] = round(time.perf_counter() - started, 1)
+    result["load_avg_before_after"] = [load, common.load_avg()]
+    return result
+
+
+def _verdict(result: dict[str, Any]) -> str:
+    if "error" in result:
+        return "ERROR"
+    return {True: "PASS", False: "FAIL", None: "n/a"}[result.get("pass")]
+
+
+def _table(results: dict[str, dict[str, Any]]) -> str:
+    rows = [("benchmark", "figure", "value", "target", "result")]
+    for name, result in results.items():
+        for i, (label, key, fmt) in enumerate(HEADLINES[name]):
+            value = result.get(key)
+            shown = "-" if value is None else fmt.format(value)
+            first = i == 0
+            rows.append((name if first else "", label, shown,
+                         str(result.get("target", "")) if first else "",
+                         _verdict(result) if first else ""))
+    widths = [max(len(r[c]) for r in rows) for c in range(5)]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True))
+                     .rstrip() for row in rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, help="write the figures here (JSON)")
+    parser.add_argument("--quick", action="store_true",
+                        help="smaller runs (~1-2 min); skips the 60 s rate-limit test; "
+                             "targets are not judged on scaled-down jobs")
+    parser.add_argument("--only", action="append", choices=list(BENCHMARKS),
+                        help="run only this benchmark (repeatable)")
+    args = parser.parse_args()
+    names = args.only or [n for n in BENCHMARKS if not (args.quick and n == "ratelimit")]
+    started = time.time()
+    results: dict[str, dict[str, Any]] = {}
+    for name in names:
+        print(f"[bench] {name} ...", file=sys.stderr, flush=True)
+        results[name] = _run_one(name, args.quick)
+        print(f"[bench] {name}: {_verdict(results[name])} in {results[name]['elapsed_s']} s",
+              file=sys.stderr, flush=True)
+    document = {"timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+                "elapsed_s": round(time.time() - started, 1), "quick": args.quick,
+                "machine": common.machine(), "benchmarks": results}
+    print(_table(results))
+    if args.out:
+        args.out.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")
+        print(f"figures: {args.out}")
+
+
+if __name__ == "__main__":
+    main()
