@@ -23,9 +23,6 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import sacrebleu
-from rouge_score import rouge_scorer, tokenizers
-
 __all__ = ["LANGUAGES", "METRICS", "NEEDS_REFERENCE", "bleu", "chrf", "compute", "distinct",
            "overlap", "rouge", "tokens"]
 
@@ -54,16 +51,22 @@ def tokens(text: str, language: str) -> list[str]:
 
 def bleu(hypothesis: str, reference: str, language: str) -> float:
     """Sentence BLEU (sacrebleu defaults: 4-grams, exp smoothing), 0-100."""
+    import sacrebleu
+
     tokenize = "zh" if language == "zh" else "13a"
     return float(sacrebleu.sentence_bleu(hypothesis, [reference], tokenize=tokenize).score)
 
 
 def chrf(hypothesis: str, reference: str) -> float:
     """Sentence chrF (sacrebleu defaults: character 6-grams, beta 2), 0-100."""
+    import sacrebleu
+
     return float(sacrebleu.sentence_chrf(hypothesis, [reference]).score)
 
 
-class _Tokenizer(tokenizers.Tokenizer):  # type: ignore[misc]
+class _Tokenizer:
+    """Our tokens for rouge-score (it only calls `tokenize`)."""
+
     def __init__(self, language: str) -> None:
         self.language = language
 
@@ -71,8 +74,15 @@ class _Tokenizer(tokenizers.Tokenizer):  # type: ignore[misc]
         return tokens(text, self.language)
 
 
+# sacrebleu and rouge-score are imported where a metric is computed, not with this module:
+# rouge-score pulls in nltk (~1.5 s and ~100 MB at start-up), and most commands of most jobs
+# compute no metric.
+
+
 @functools.lru_cache(maxsize=4)
 def _scorer(language: str) -> Any:
+    from rouge_score import rouge_scorer
+
     return rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"],
                                     tokenizer=_Tokenizer(language))
 
