@@ -12,10 +12,14 @@ later requests.
 from __future__ import annotations
 
 import asyncio
+import collections
 
 from aiolimiter import AsyncLimiter
 
 __all__ = ["Limiter"]
+
+WINDOW_S = 60.0
+MARGIN_S = 0.05  # clock skew and transit between our send and the server's count
 
 
 class Limiter:
@@ -29,6 +33,11 @@ class Limiter:
         self._tokens = AsyncLimiter(tpm / 60, 1) if tpm else None
         self._token_rate = tpm / 60 if tpm else 0.0
         self._lock = asyncio.Lock()
+        # Send times of the last `rpm` requests: the bucket alone admits its capacity on top of
+        # the rate (610 in the first minute at 600 rpm), and an API counts any 60 s window.
+        self._window = max(1, int(rpm)) if rpm else 0
+        self._sent: collections.deque[float] = collections.deque(maxlen=self._window or 1)
+        self._window_lock = asyncio.Lock()
         self._credit = 0.0  # > 0: tokens reserved but unused; < 0: tokens used beyond reservations
 
     async def acquire(self, tokens: int) -> None:
@@ -38,6 +47,18 @@ class Limiter:
         if self._tokens is not None:
             async with self._lock:
                 await self._take(tokens)
+        if self._window:
+            await self._within_window()
+
+    async def _within_window(self) -> None:
+        """Wait until fewer than `rpm` requests went out in the last 60 s, then count this one.
+        The check and the record have no await between them."""
+        loop = asyncio.get_running_loop()
+        async with self._window_lock:  # first come, first served
+            while len(self._sent) == self._window and \
+                    (wait := self._sent[0] + WINDOW_S + MARGIN_S - loop.time()) > 0:
+                await asyncio.sleep(wait)
+            self._sent.append(loop.time())
 
     async def _take(self, tokens: float) -> None:
         assert self._tokens is not None

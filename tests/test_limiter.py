@@ -12,7 +12,7 @@ from unittest import mock
 
 import pytest
 
-from runner.limiter import Limiter
+from runner.limiter import MARGIN_S, Limiter
 
 
 class MockLoopTime:
@@ -92,8 +92,11 @@ async def test_rpm_bucket_is_per_second(clock: MockLoopTime, recorder: Recorder)
         await clock.advance(second, step=0.05)
         assert 10 * second + 9 <= len(recorder.done) <= 10 * second + 10
     await clock.advance(59.99, step=0.05)
-    # the whole first minute: the rate plus one second's bucket, never 2 x 600
-    assert len(recorder.done) <= 600 + 10
+    # the whole first minute: never more than rpm in any 60 s window (the bucket alone
+    # would admit its one-second capacity on top: 610)
+    assert len(recorder.done) == 600
+    await clock.advance(60.0 + MARGIN_S + 0.01, step=0.01)  # the first ten leave the window
+    assert len(recorder.done) == 610
     assert recorder.done == [str(n) for n in range(len(recorder.done))]  # in order
 
 
@@ -109,7 +112,7 @@ async def test_rpm_below_one_per_second(clock: MockLoopTime, recorder: Recorder,
     for k in range(1, 4):
         await clock.advance(k * gap - 0.02, step=0.1)
         assert len(recorder.done) == k
-        await clock.advance(k * gap + 0.02)
+        await clock.advance(k * gap + k * MARGIN_S + 0.02)  # at rpm 1, the window's margin
         assert len(recorder.done) == k + 1
 
 
