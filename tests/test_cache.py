@@ -55,6 +55,15 @@ def test_persists_across_reopen(cache_dir: Path) -> None:
         assert cache.get(_key(999)) == big
 
 
+def test_writes_reach_the_os_without_fsync(cache_dir: Path) -> None:
+    """synchronous=OFF: a killed process loses nothing (tests/test_resume.py kills -9); only
+    an OS crash could. The setting is persisted for every later handle."""
+    with Cache(cache_dir) as cache:
+        cache.put(_key(0), _record(0))
+    with diskcache.Cache(str(cache_dir)) as raw:
+        assert raw.sqlite_synchronous == 0
+
+
 def test_eviction_is_off(cache_dir: Path) -> None:
     with Cache(cache_dir) as cache:
         cache.put(_key(0), _record(0))
