@@ -68,11 +68,11 @@ def _data_dir() -> Path:
 
 
 def _select(job_arg: str, models: tuple[str, ...], base_url: str | None, limit: int | None,
-            cache_dir: str | None, out: str | None) -> Selection:
+            cache_dir: str | None, out: str | None, stream: bool = False) -> Selection:
     return select(_job_path(job_arg), models=models, base_url=base_url, limit=limit,
                   cache_dir=Path(cache_dir or os.environ.get("JUDGE_CACHE_DIR") or "cache"),
                   out=Path(out) if out else None, data_dir=_data_dir(),
-                  env_base_url=os.environ.get("OPENAI_BASE_URL"))
+                  env_base_url=os.environ.get("OPENAI_BASE_URL"), stream=stream)
 
 
 def _key_reader(name: str) -> Callable[[], str | None]:
@@ -284,7 +284,7 @@ def plan(job: str, models: tuple[str, ...], base_url: str | None, limit: int | N
     `price = {input = .., output = ..}`; completion tokens are counted at max_tokens x n,
     an upper bound.
     """
-    sel = _select(job, models, base_url, limit, cache_dir, out)
+    sel = _select(job, models, base_url, limit, cache_dir, out, stream=True)
     plans = estimate(sel)
     echo = click.echo
     echo(f"job {sel.job.name}: {sum(len(v) for v in sel.expansion.items.values())} items, "
@@ -306,7 +306,7 @@ def plan(job: str, models: tuple[str, ...], base_url: str | None, limit: int | N
 def status(job: str, models: tuple[str, ...], base_url: str | None, limit: int | None,
            cache_dir: str | None, out: str | None) -> None:
     """How far a job is: tasks cached now, and the last run's manifest counts. No network."""
-    sel = _select(job, models, base_url, limit, cache_dir, out)
+    sel = _select(job, models, base_url, limit, cache_dir, out, stream=True)
     with Cache(sel.cache_dir) as cache:
         total = cached = 0
         for task in itertools.chain(sel.expansion.generation_tasks(), sel.expansion.tasks()):

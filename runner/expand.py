@@ -11,11 +11,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import orjson
 
@@ -171,8 +171,39 @@ class Expansion:
                               ) from None
 
 
-def prepare(job: Job, data_dir: Path, *, limit: int | None = None) -> Expansion:
-    """Load every data set of the job and check each template against its fields."""
+class _Reread(Sequence[Item]):
+    """A data set read again from its file on every pass, never held in memory (`plan` over
+    a million tasks). Indexing reads up to the item; len() reads it all."""
+
+    def __init__(self, read: Callable[[], Iterable[Item]], limit: int | None) -> None:
+        self.read, self.limit = read, limit
+
+    def __iter__(self) -> Iterator[Item]:
+        stream = iter(self.read())
+        return islice(stream, self.limit) if self.limit is not None else stream
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    @overload
+    def __getitem__(self, i: int) -> Item: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[Item]: ...
+    def __getitem__(self, i: int | slice) -> Item | Sequence[Item]:
+        if isinstance(i, slice) or i < 0:
+            return list(self)[i]
+        return next(islice(iter(self), i, None))
+
+
+def prepare(job: Job, data_dir: Path, *, limit: int | None = None,
+            stream: bool = False) -> Expansion:
+    """Load every data set of the job and check each template against its fields.
+
+    With `stream`, a job with no group prompts and no generation stage keeps no item in
+    memory: every pass over the tasks reads the files again, and `item()` lookups are not
+    available (for `plan` and `status`, which make one pass).
+    """
+    stream = stream and not job.generate and all(p.per == "item" for p in job.prompts)
     items: dict[str, Sequence[Item]] = {}
     lower: dict[str, frozenset[str]] = {}
     for position, spec in enumerate(job.datasets):
@@ -182,17 +213,19 @@ def prepare(job: Job, data_dir: Path, *, limit: int | None = None) -> Expansion:
                                   "which does not exist; fix the path (relative to the job file)")
             fields = _field_map(job, spec.name, spec.fields)
             lower[spec.name] = frozenset(fields.lower_is_better)
-            stream = datasets.load_file(spec.path, fields, dataset=spec.name)
+            read = functools.partial(datasets.load_file, spec.path, fields, dataset=spec.name)
         else:
             if spec.name not in datasets.REGISTRY:
                 known = ", ".join(sorted(datasets.REGISTRY))
                 raise ConfigError(f"{job.path}: datasets: {spec.name!r} is not a registered data "
                                   f"set ({known}); or give path = \"your.jsonl\" and fields")
             lower[spec.name] = datasets.REGISTRY[spec.name].lower_is_better
-            stream = datasets.load(spec.name, data_dir, options=spec.options)
-        items[spec.name] = list(islice(stream, limit) if limit is not None else stream)
+            read = functools.partial(datasets.load, spec.name, data_dir, options=spec.options)
+        source = _Reread(read, limit)
+        items[spec.name] = source if stream else list(source)
     _check_templates(job, items)
-    index = {(it.dataset, it.item_id): it for its in items.values() for it in its}
+    index = {} if stream else {(it.dataset, it.item_id): it for its in items.values()
+                               for it in its}
     return Expansion(job=job, items=items, index=index, lower_is_better=lower)
 
 
@@ -229,7 +262,8 @@ def _field_map(job: Job, name: str, fields: Mapping[str, Any]) -> FieldMap:
 
 
 def _check_templates(job: Job, items: Mapping[str, Sequence[Item]]) -> None:
-    fields = {name: set(its[0].fields) for name, its in items.items() if its}
+    first = {name: next(iter(its), None) for name, its in items.items()}
+    fields = {name: set(it.fields) for name, it in first.items() if it is not None}
     for g in job.generate:
         fields[g.name] = fields.get(g.dataset, set()) | {g.into} | (
             {"reference"} if g.reference else set())

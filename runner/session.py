@@ -84,13 +84,14 @@ def answer_text(record: Mapping[str, Any] | None) -> str | None:
 
 def select(job_path: Path, *, models: tuple[str, ...] = (), base_url: str | None = None,
            limit: int | None = None, cache_dir: Path, out: Path | None = None,
-           data_dir: Path, env_base_url: str | None = None) -> Selection:
-    """Load, resolve and expand a job; generated data sets come from the cache as it is."""
+           data_dir: Path, env_base_url: str | None = None, stream: bool = False) -> Selection:
+    """Load, resolve and expand a job; generated data sets come from the cache as it is.
+    `stream`: one pass over the tasks is all the caller needs (see expand.prepare)."""
     job = load_job(job_path)
     job = job.with_models(resolve_models(job, models, base_url, env_base_url))
     if models:  # prompts' own judge lists name the replaced models
         job = replace(job, prompts=tuple(replace(p, models=()) for p in job.prompts))
-    expansion = prepare(job, data_dir, limit=limit)
+    expansion = prepare(job, data_dir, limit=limit, stream=stream)
     sel = Selection(job=job, expansion=expansion, cache_dir=cache_dir,
                     out_dir=out if out is not None else job.output_dir)
     return derive(sel) if job.generate else sel
@@ -189,12 +190,12 @@ class ModelPlan:
 def estimate(sel: Selection) -> list[ModelPlan]:
     """Per model: tasks, cache hits, repeats, calls to make and their tokens. No network."""
     plans = {m.name: ModelPlan(model=m) for m in sel.job.models}
-    seen: set[str] = set()
+    seen: set[int] = set()
     with Cache(sel.cache_dir) as cache:
         for task in itertools.chain(sel.expansion.generation_tasks(), sel.expansion.tasks()):
             plan = plans[task.model]
             plan.tasks += 1
-            short = task.key[:24]  # 96 bits: enough to spot repeats, half the memory
+            short = int(task.key[:16], 16)  # 64 bits spot repeats; an int costs less memory
             if short in seen:
                 plan.repeats += 1
             elif task.key in cache:
