@@ -30,7 +30,7 @@ from runner.execute import RunStats
 from runner.imports import import_answers
 from runner.judgments import judge
 from runner.progress import Progress
-from runner.report import collect, write_comparison, write_reports
+from runner.report import Tables, collect, write_comparison, write_reports
 from runner.session import (
     Selection,
     check_budget,
@@ -264,14 +264,17 @@ def rescore(job: str, models: tuple[str, ...], base_url: str | None, limit: int 
 
 
 def _rescore(sel: Selection, started: float) -> None:
-    stats = RunStats(total=sel.expansion.count())
+    """Reports from the cache alone: one pass, the counts taken as the judgments go by."""
+    stats, command = RunStats(), " ".join(["judge", *sys.argv[1:]])
+
+    def counted(tables: Tables) -> dict[str, Any]:
+        stats.total, stats.missing = tables.tasks, tables.missing
+        stats.cache_hits = tables.tasks - len(tables.missing)
+        return manifest(sel, stats, started, command)
+
     with Cache(sel.cache_dir) as cache:
-        for task in sel.expansion.tasks():
-            if task.key in cache:
-                stats.cache_hits += 1
-            else:
-                stats.missing.append(task.key)
-    _finish(sel, stats, started, " ".join(["judge", *sys.argv[1:]]))
+        write_reports(sel.out_dir, sel.expansion, judge(sel.expansion, cache), counted)
+    _summarise(sel, stats, command)
 
 
 @cli.command()

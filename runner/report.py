@@ -20,7 +20,7 @@ import os
 import statistics
 import tempfile
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,6 +79,11 @@ class Tables:
     cells: dict[tuple[str, str, str, str, str], _Cell] = field(default_factory=dict)
     """(dataset, item_id, prompt, aspect, model) -> samples."""
     judgments: int = 0
+    tasks: int = 0
+    """Distinct tasks judged (a group task yields one judgment per output)."""
+    missing: list[str] = field(default_factory=list)
+    """Keys of the tasks that have no cached answer."""
+    seen: set[str] = field(default_factory=set)
 
 
 def _judgment_line(j: Judgment) -> bytes:
@@ -104,6 +109,11 @@ def collect(judgments: Iterable[Judgment], jsonl: io.BufferedIOBase) -> Tables:
         if j.error is not None:
             cell.errors.append(j.error["type"])
         tables.judgments += 1
+        if t.key not in tables.seen:
+            tables.seen.add(t.key)
+            tables.tasks += 1
+            if j.raw is None:
+                tables.missing.append(t.key)
     return tables
 
 
@@ -333,8 +343,10 @@ def _table(dataset: str, aspect: str, rows: list[dict[str, Any]]) -> list[str]:
 
 
 def write_reports(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgment],
-                  manifest: Mapping[str, Any], notes: Sequence[str] = ()) -> Tables:
-    """Write every report file; the manifest last, so its presence means the set is complete."""
+                  manifest: Mapping[str, Any] | Callable[[Tables], Mapping[str, Any]],
+                  notes: Sequence[str] = ()) -> Tables:
+    """Write every report file; the manifest last, so its presence means the set is complete.
+    `manifest` may be built from the gathered tables (counts known only after the pass)."""
     buffer = io.BytesIO()
     battles = Battles(expansion)
     tables = collect(battles.watch(judgments), buffer)
@@ -351,6 +363,8 @@ def write_reports(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgm
         write_atomic(out_dir / "battle.csv", _csv(BATTLE_COLUMNS, battle_rows))
     if expansion.job.leaderboard:
         write_atomic(out_dir / "leaderboard.csv", _csv(*leaderboard(tables)))
+    if callable(manifest):
+        manifest = manifest(tables)
     write_atomic(out_dir / "manifest.json",
                  orjson.dumps(manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
     return tables
