@@ -27,6 +27,7 @@ from runner import datasets
 from runner.cache import Cache
 from runner.errors import ConfigError, DataError, RunnerError
 from runner.execute import RunStats
+from runner.expand import Task
 from runner.imports import import_answers
 from runner.judgments import judge
 from runner.progress import Progress
@@ -81,7 +82,7 @@ def _key_reader(name: str) -> Callable[[], str | None]:
 
 
 async def _run_async(sel: Selection, served: Job, cache: Cache, opts: dict[str, Any],
-                     progress: Progress) -> tuple[RunStats, Selection]:
+                     progress: Progress, judged: list[Task]) -> tuple[RunStats, Selection]:
     """Run the pool under a two-phase Ctrl-C: stop dispatching, then cancel."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -101,7 +102,7 @@ async def _run_async(sel: Selection, served: Job, cache: Cache, opts: dict[str, 
     try:
         return await run_pool(sel, served, cache, stop=stop, key_reader=_key_reader,
                               offline=opts["offline"], budget=opts["budget"],
-                              on_progress=progress.update)
+                              on_progress=progress.update, judged=judged)
     finally:
         loop.remove_signal_handler(signal.SIGINT)
 
@@ -187,8 +188,9 @@ def run(job: str, models: tuple[str, ...], base_url: str | None, limit: int | No
         check_budget(sel.job, opts["budget"])
         if not opts["yes"] and sys.stdin.isatty():
             _confirm(sel)
-    stats, sel = _execute(sel, opts)
-    _finish(sel, stats, started, " ".join(["judge", *sys.argv[1:]]))
+    judged: list[Task] = []
+    stats, sel = _execute(sel, opts, judged)
+    _finish(sel, stats, started, " ".join(["judge", *sys.argv[1:]]), judged)
 
 
 def _confirm(sel: Selection) -> None:
@@ -203,12 +205,13 @@ def _confirm(sel: Selection) -> None:
         raise click.Abort()
 
 
-def _execute(sel: Selection, opts: dict[str, Any]) -> tuple[RunStats, Selection]:
-    progress = Progress(sys.stderr, total=sel.expansion.count())
+def _execute(sel: Selection, opts: dict[str, Any],
+             judged: list[Task]) -> tuple[RunStats, Selection]:
+    progress = Progress(sys.stderr, total=0)  # grows with each stage's task count
     started = contextlib.nullcontext(sel.job) if opts["offline"] else serving(sel.job)
     with Cache(sel.cache_dir) as cache, started as served:
         try:
-            return asyncio.run(_run_async(sel, served, cache, opts, progress))
+            return asyncio.run(_run_async(sel, served, cache, opts, progress, judged))
         except asyncio.CancelledError:
             # The second Ctrl-C cancelled the pool; every answer received is already cached.
             raise KeyboardInterrupt from None
@@ -216,11 +219,12 @@ def _execute(sel: Selection, opts: dict[str, Any]) -> tuple[RunStats, Selection]
             progress.close()
 
 
-def _finish(sel: Selection, stats: RunStats, started: float, command: str) -> None:
+def _finish(sel: Selection, stats: RunStats, started: float, command: str,
+            judged: list[Task]) -> None:
     with Cache(sel.cache_dir) as cache:
         write_reports(sel.out_dir, sel.expansion,
                       judge(sel.expansion, cache, failures=stats.failures,
-                            fresh=frozenset(stats.called)),
+                            fresh=frozenset(stats.called), tasks=judged),
                       manifest(sel, stats, started, command))
     _summarise(sel, stats, command)
 

@@ -354,18 +354,27 @@ def cache_key(endpoint: str, body: Mapping[str, Any], sample: int) -> str:
     return hashlib.sha256(canonical).hexdigest()
 
 
+def _key(endpoint: bytes, canonical_body: bytes, sample: int) -> str:
+    """cache_key from the body's canonical bytes (sorted keys), without serialising it again:
+    the same bytes orjson writes for {"endpoint", "request", "sample"} with sorted keys."""
+    return hashlib.sha256(b'{"endpoint":%s,"request":%s,"sample":%d}'
+                          % (endpoint, canonical_body, sample)).hexdigest()
+
+
 def _tasks(item: Item, values: Mapping[str, str], members: tuple[str, ...],
            prompt: PromptSpec, aspect: str, models: Sequence[ModelSpec]) -> Iterator[Task]:
     item_id = item.group if members else item.item_id
     values = {**values, "aspect": aspect}
     for model in models:
         body = request_body(prompt, model, values, aspect, item.subset)
-        raw = orjson.dumps(body)
+        # Sent with sorted keys too: one serialisation serves the request and the key.
+        raw = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+        endpoint = orjson.dumps(model.endpoint)
         chars = sum(len(m["content"]) for m in body["messages"])
         reserve = int(body.get("max_tokens") or body.get("max_completion_tokens")
                       or DEFAULT_MAX_TOKENS) * int(body.get("n", 1))
         for sample in range(prompt.samples):
-            yield Task(key=cache_key(model.endpoint, body, sample), dataset=item.dataset,
+            yield Task(key=_key(endpoint, raw, sample), dataset=item.dataset,
                        item_id=item_id, prompt=prompt.name, aspect=aspect, model=model.name,
                        sample=sample, body=raw, prompt_tokens=chars // CHARS_PER_TOKEN + 8,
                        max_tokens=reserve, members=members)

@@ -7,7 +7,7 @@ never a score; a task with no cached answer is an `api` failure.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,12 +59,14 @@ def choices(response: Mapping[str, Any]) -> list[Choice]:
 
 
 def judge(expansion: Expansion, cache: Cache, *, failures: Mapping[str, str] | None = None,
-          fresh: frozenset[str] = frozenset()) -> Iterator[Judgment]:
-    """Parse every task's cached answer; `failures` (key -> message) explains missing ones."""
+          fresh: frozenset[str] = frozenset(),
+          tasks: Iterable[Task] | None = None) -> Iterator[Judgment]:
+    """Parse every task's cached answer; `failures` (key -> message) explains missing ones.
+    `tasks`: the expansion's tasks if the caller kept them (a run does), else expanded anew."""
     failures = failures or {}
     prompts = {p.name: p for p in expansion.job.prompts}
     settings: dict[tuple[str, str, int], dict[str, Any]] = {}
-    for task in expansion.tasks():
+    for task in expansion.tasks() if tasks is None else tasks:
         members = task.members or (task.item_id,)
         record = cache.get(task.key)
         for position, item_id in enumerate(members, 1):

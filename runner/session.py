@@ -25,7 +25,7 @@ from runner import local
 from runner.cache import Cache
 from runner.errors import ConfigError, MissingKeyError
 from runner.execute import Endpoint, RunStats, execute
-from runner.expand import Expansion, estimate_cost, prepare
+from runner.expand import Expansion, Task, estimate_cost, prepare
 from runner.job import load_job
 from runner.judgments import choices
 from runner.spec import Job, ModelSpec, parse_model_spec
@@ -141,10 +141,11 @@ def serving(job: Job) -> Iterator[Job]:
 
 async def run_pool(sel: Selection, served: Job, cache: Cache, *, stop: Any,
                    key_reader: Callable[[str], Callable[[], str | None]], offline: bool,
-                   budget: float | None, on_progress: Callable[[RunStats], None]
-                   ) -> tuple[RunStats, Selection]:
+                   budget: float | None, on_progress: Callable[[RunStats], None],
+                   judged: list[Task]) -> tuple[RunStats, Selection]:
     """Generation stage (if any), then every judge task. `served` is sel.job with local
-    servers' base URLs. Returns the counters and the selection with generated data sets."""
+    servers' base URLs. Returns the counters and the selection with generated data sets;
+    `judged` receives the judge tasks (without bodies) as they are dispatched."""
     endpoints = {m.name: Endpoint(model=m, base_url=m.base_url or "",
                                   api_key=key_reader(m.api_key_env)) for m in served.models}
     limits = sel.job.limits
@@ -161,8 +162,16 @@ async def run_pool(sel: Selection, served: Job, cache: Cache, *, stop: Any,
                 return stats, sel
             sel = derive(sel)  # judge what the generators answered
         stats.total += sel.expansion.count()
-        await execute(sel.expansion.tasks(), **run)
+        await execute(_kept(sel.expansion.tasks(), judged), **run)
     return stats, sel
+
+
+def _kept(tasks: Iterator[Task], into: list[Task]) -> Iterator[Task]:
+    """Pass tasks through, keeping each without its body: the reports judge these afterwards
+    instead of expanding the job a second time."""
+    for task in tasks:
+        into.append(replace(task, body=b""))
+        yield task
 
 
 @dataclass(slots=True)

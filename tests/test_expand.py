@@ -9,12 +9,13 @@ import types
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from runner.errors import ConfigError
-from runner.expand import Expansion, Task, cache_key, prepare
+from runner.expand import Expansion, Task, _key, cache_key, prepare
 from runner.job import load_job
 from tests.conftest import ROOT, JobWriter
 
@@ -290,3 +291,12 @@ def test_key_changes_with_endpoint_and_model(params: dict[str, Any], x: str, y: 
     body = _body(params)
     assert (cache_key(x, body, 0) == cache_key(y, body, 0)) == (x == y)
     assert (cache_key("e", _body(params, x), 0) == cache_key("e", _body(params, y), 0)) == (x == y)
+
+
+@given(PARAMS, st.text(max_size=20), st.integers(0, 100))
+def test_task_keys_equal_cache_key(params: dict[str, Any], endpoint: str, sample: int) -> None:
+    """Tasks build their key from the body's canonical bytes without a second serialisation;
+    it must be the very same sha256 as cache_key's."""
+    body = _body(params)
+    canonical = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+    assert _key(orjson.dumps(endpoint), canonical, sample) == cache_key(endpoint, body, sample)
