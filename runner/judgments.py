@@ -7,8 +7,9 @@ never a score; a task with no cached answer is an `api` failure.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from runner.cache import Cache
@@ -19,6 +20,10 @@ from runner.spec import PromptSpec
 
 __all__ = ["Judgment", "aspect_key", "choices", "judge"]
 
+READ_BATCH = 256  # answers read from the cache in one query
+MEMO_TEXT = 256  # answers up to this long are parsed once per distinct text
+MEMO_SIZE = 200_000
+ParseFunc = Callable[[Choice, Mapping[str, Any]], "Scores | Failure"]
 NOT_CACHED = ("no cached answer: the task was not run yet, failed, or was left out by "
               "--offline/--budget/Ctrl-C; `judge run` calls it")
 
@@ -63,27 +68,77 @@ def judge(expansion: Expansion, cache: Cache, *, failures: Mapping[str, str] | N
           tasks: Iterable[Task] | None = None) -> Iterator[Judgment]:
     """Parse every task's cached answer; `failures` (key -> message) explains missing ones.
     `tasks`: the expansion's tasks if the caller kept them (a run does), else expanded anew."""
-    failures = failures or {}
-    prompts = {p.name: p for p in expansion.job.prompts}
-    settings: dict[tuple[str, str, int], dict[str, Any]] = {}
-    for task in expansion.tasks() if tasks is None else tasks:
+    context = _Context(expansion, {p.name: p for p in expansion.job.prompts}, {},
+                       failures or {}, fresh)
+    stream = iter(expansion.tasks() if tasks is None else tasks)
+    while batch := list(itertools.islice(stream, READ_BATCH)):
+        records = cache.get_many([t.key for t in batch])  # a query per batch, not per task
+        for task in batch:
+            yield from context.judged(task, records.get(task.key))
+
+
+@dataclass(slots=True)
+class _Context:
+    """What judging every task of a job shares."""
+
+    expansion: Expansion
+    prompts: Mapping[str, PromptSpec]
+    settings: dict[tuple[str, str, int], dict[str, Any]]
+    """Checked, merged parser options per (prompt, aspect, group size): built once each."""
+    failures: Mapping[str, str]
+    fresh: frozenset[str]
+    memo: dict[tuple[tuple[str, str, int], str, str | None], Scores | Failure] = field(
+        default_factory=dict)
+    """Parsers are pure: a short answer seen before ("4 stars") is not parsed again."""
+
+    def parse(self, at: tuple[str, str, int], func: ParseFunc, options: Mapping[str, Any],
+              choice: Choice) -> Scores | Failure:
+        if choice.logprobs is not None or len(choice.text) > MEMO_TEXT:
+            return func(choice, options)
+        key = (at, choice.text, choice.finish_reason)
+        if (result := self.memo.get(key)) is None:
+            result = func(choice, options)
+            if len(self.memo) < MEMO_SIZE:
+                self.memo[key] = result
+        return result
+
+    def judged(self, task: Task, record: Mapping[str, Any] | None) -> Iterator[Judgment]:
+        """The judgments of one task: one, or one per output of a group."""
         members = task.members or (task.item_id,)
-        record = cache.get(task.key)
         for position, item_id in enumerate(members, 1):
-            item = expansion.item(task.dataset, item_id)
+            item = self.expansion.item(task.dataset, item_id)
             if record is None:
-                message = failures.get(task.key, NOT_CACHED)
+                message = self.failures.get(task.key, NOT_CACHED)
                 yield Judgment(task=task, item=item, score=None, values={}, raw=None,
                                error={"type": "api", "message": message}, cached=False,
                                usage=None)
                 continue
-            prompt = prompts[task.prompt]
+            prompt = self.prompts[task.prompt]
             at = (task.prompt, task.aspect, len(task.members))
-            if at not in settings:  # check and merge the options once, not per answer
-                settings[at] = _checked(prompt, task.aspect, len(task.members))
-            yield _parsed(task, item, prompt, settings[at], record,
-                          cached=task.key not in fresh,
-                          position=position if task.members else None)
+            if at not in self.settings:
+                self.settings[at] = _checked(prompt, task.aspect, len(task.members))
+            yield self.parsed(task, item, prompt, at, record,
+                              position=position if task.members else None)
+
+    def parsed(self, task: Task, item: Item, prompt: PromptSpec, at: tuple[str, str, int],
+               record: Mapping[str, Any], position: int | None) -> Judgment:
+        func, options = get_parser(prompt.parser).func, self.settings[at]
+        got = choices(record["response"])
+        combined = combine([self.parse(at, func, options, c) for c in got])
+        texts = [c.text for c in got]
+        raw: str | list[str] = texts[0] if len(texts) == 1 else texts
+        key = str(position) if position is not None else None
+        score = combined.values.get(key) if key is not None else _score(combined, task.aspect)
+        error = None
+        if combined.failure is not None:
+            error = {"type": combined.failure.type, "message": combined.failure.message}
+        elif score is None:
+            error = {"type": "parse", "message": "the answer has no score for aspect "
+                     f"{task.aspect!r} (found: {', '.join(sorted(combined.values)) or 'nothing'})"}
+        return Judgment(task=task, item=item, score=score, values=combined.values, raw=raw,
+                        error=error, cached=task.key not in self.fresh,
+                        usage=record.get("usage"), n_parsed=combined.n_parsed,
+                        n_failed=combined.n_failed + combined.n_refused)
 
 
 def parser_options(prompt: PromptSpec, aspect: str, n_members: int) -> dict[str, Any]:
@@ -103,27 +158,6 @@ def _checked(prompt: PromptSpec, aspect: str, n_members: int) -> dict[str, Any]:
     options = parser_options(prompt, aspect, n_members)
     check_options(parser, options)
     return {**parser.options, **options}
-
-
-def _parsed(task: Task, item: Item, prompt: PromptSpec, options: Mapping[str, Any],
-            record: Mapping[str, Any], *, cached: bool, position: int | None) -> Judgment:
-    func = get_parser(prompt.parser).func
-    got = choices(record["response"])
-    results: list[Scores | Failure] = [func(c, options) for c in got]
-    combined = combine(results)
-    texts = [c.text for c in got]
-    raw: str | list[str] = texts[0] if len(texts) == 1 else texts
-    key = str(position) if position is not None else None
-    score = combined.values.get(key) if key is not None else _score(combined, task.aspect)
-    error = None
-    if combined.failure is not None:
-        error = {"type": combined.failure.type, "message": combined.failure.message}
-    elif score is None:
-        error = {"type": "parse", "message": f"the answer has no score for aspect {task.aspect!r}"
-                 f" (found: {', '.join(sorted(combined.values)) or 'nothing'})"}
-    return Judgment(task=task, item=item, score=score, values=combined.values, raw=raw,
-                    error=error, cached=cached, usage=record.get("usage"),
-                    n_parsed=combined.n_parsed, n_failed=combined.n_failed + combined.n_refused)
 
 
 def _score(combined: Combined, aspect: str) -> float | None:

@@ -170,7 +170,7 @@ def _kept(tasks: Iterator[Task], into: list[Task]) -> Iterator[Task]:
     """Pass tasks through, keeping each without its body: the reports judge these afterwards
     instead of expanding the job a second time."""
     for task in tasks:
-        into.append(replace(task, body=b""))
+        into.append(task.without_body())
         yield task
 
 
