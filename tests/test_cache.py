@@ -123,3 +123,22 @@ def test_unopenable_directory(tmp_path: Path) -> None:
     blocker.write_text("not a folder")
     with pytest.raises(CacheError, match=r"cannot open the cache.*--cache-dir"):
         Cache(blocker / "cache")
+
+
+def test_batched_lookups_agree_with_single_ones(cache_dir: Path) -> None:
+    """has_many/get_many read in chunks straight from diskcache's table; they must see what
+    `in` and get() see, large records kept as files included."""
+    big = _record(0, "x" * 100_000)
+    with Cache(cache_dir) as cache:
+        for n in range(1, 1200, 2):  # odd keys stored: more than two query chunks
+            cache.put(_key(n), _record(n))
+        cache.put(_key(0), big)
+        asked = [_key(n) for n in range(1200)]
+        found = cache.has_many(asked)
+        assert found == {k for k in asked if k in cache}
+        assert len(found) == 601
+        records = cache.get_many(asked)
+        assert records.keys() == found
+        assert records[_key(0)] == big
+        assert all(records[_key(n)] == cache.get(_key(n)) for n in range(1, 1200, 2))
+        assert cache.has_many([]) == set() and cache.get_many([]) == {}
