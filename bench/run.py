@@ -11,6 +11,7 @@ See bench/README.md for what each figure means.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -23,7 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import orjson  # noqa: E402
 
-from bench import cached, common, memory, ratelimit, throughput  # noqa: E402
+from bench import cached, common, local, memory, ratelimit, throughput  # noqa: E402
+
+DATA_DIR = Path(os.environ.get("JUDGE_DATA_DIR")
+                or Path(__file__).resolve().parents[2] / "shared" / "datasets")
 
 Bench = Callable[[Path, bool], dict[str, Any]]
 BENCHMARKS: dict[str, Bench] = {
@@ -32,6 +36,7 @@ BENCHMARKS: dict[str, Bench] = {
     "cached": cached.cached_rerun,
     "ratelimit": ratelimit.rate_limit,
     "plan_memory": memory.plan_memory,
+    "local": lambda work, quick: local.local_judge(work, quick, DATA_DIR),
 }
 # What the table shows for each: (label, key in the result, format)
 HEADLINES: dict[str, list[tuple[str, str, str]]] = {
@@ -50,6 +55,8 @@ HEADLINES: dict[str, list[tuple[str, str, str]]] = {
                   ("accepted in first 60 s window", "achieved_per_min", "{}/min"),
                   ("steady rate", "steady_rate_per_min", "{}/min")],
     "plan_memory": [("judge plan peak RSS, 1M tasks", "max_rss_mb", "{:.0f} MB")],
+    "local": [("local:smollm2 calls/s, prompt cache off", "calls_per_s_cache_off", "{}"),
+              ("local:smollm2 calls/s, prompt cache on", "calls_per_s_cache_on", "{}")],
 }
 
 
