@@ -250,7 +250,8 @@ def test_judge_run_with_the_local_judge_then_a_rerun_makes_no_call(tmp_path: Pat
         assert done.returncode == 0, done.stderr
         manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
         assert manifest["counts"]["api_calls"] == expected_calls
-    lines = [json.loads(line) for line in (tmp_path / "out" / "judgments.jsonl").open()]
+    lines = [json.loads(line)
+             for line in (tmp_path / "out" / "judgments.jsonl").read_text().splitlines()]
     assert len(lines) == 2
     # Each answer is a score or a recorded failure with its raw text, never silently dropped.
     for line in lines:
