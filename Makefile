@@ -49,7 +49,7 @@ lint: install
 typecheck: install
 	$(BIN)/mypy runner
 
-test: install lint
+test: install lint typecheck
 	$(BIN)/pytest -q $(ARGS)
 
 bench: install
