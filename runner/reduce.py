@@ -16,9 +16,14 @@ Items whose judge score is missing (None/NaN, a parse failure) are dropped first
 
 Bootstrap: groups are drawn with replacement (within each subset, for "all"). One matrix of
 draw counts per selection, seeded, is shared by every method and level, so paired judges see
-the same resamples. Point values come from scipy; resampled dataset-level values are the
-same statistics written as weighted sums over the drawn groups, which is what makes 1,000
-resamples cheap (the tests check them against scipy on explicitly resampled rows).
+the same resamples. Point values come from scipy (sample-level Kendall over groups of up to 64
+items: scipy's counts and arithmetic, vectorised, the same bits); resampled dataset-level values
+are the same statistics written as weighted sums over the drawn groups, which is what makes 1,000
+resamples cheap (the tests check them against scipy on explicitly resampled rows). Kendall's
+concordance sum is quadratic in the draw counts; runner._kendall evaluates it exactly, by a merge
+sort over the distinct (judge, human) cells planned once per selection (per resample
+O(cells x log2(distinct values of the side with fewer))) or, when cheaper (few groups, both
+sides near-continuous), by a groups x groups matrix of at most 4,096 groups.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy import sparse, stats
 
+from runner import _kendall
 from runner.errors import ConfigError, DataError
 
 __all__ = ["Comparison", "Correlation", "Row", "compare", "correlate"]
@@ -44,6 +50,8 @@ LEVELS = ("sample", "dataset", "system")
 METHODS = ("pearson", "spearman", "kendall", "pairwise_accuracy")
 # Largest number of float64 cells held in one temporary array (32 MiB).
 _CELLS = 1 << 22
+# Groups up to this size get sample-level Kendall from pair counts, not a scipy call each.
+_SHORT = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +179,8 @@ def _scipy_rows(method: str, xs: FloatArray, ys: FloatArray) -> FloatArray:
     elif method == "spearman":  # what spearmanr computes: Pearson on average ranks
         r = stats.pearsonr(stats.rankdata(xs, axis=1), stats.rankdata(ys, axis=1),
                            axis=1).statistic
+    elif xs.shape[1] <= _SHORT:  # scipy's kendalltau calls itself once per row
+        r = _kendall.tau_b_rows(xs, ys)
     else:
         r = stats.kendalltau(xs, ys, axis=1).statistic
     return np.asarray(r, dtype=np.float64)
@@ -220,29 +230,6 @@ def _table(v: npt.NDArray[Any], gid: IntArray,
     return table, uniq, value.ravel()
 
 
-def _pair_signs(d: _Data) -> FloatArray:
-    """G x G sums of sign(xi - xj) * sign(yi - yj) over item pairs (i in g, j in h).
-
-    For a resample drawing group g c_g times, c'Sc is twice tau-b's numerator over its
-    pooled items: copies of one item tie on both sides and add nothing.
-    """
-    starts, n_groups = d.edges[:-1], len(d.edges) - 1
-    step, out = max(1, _CELLS // max(len(d.x), 1)), np.zeros((n_groups, n_groups))
-    g0 = 0
-    while g0 < n_groups:  # rows: a block of whole groups; columns: from the block on
-        g1 = max(g0 + 1, int(np.searchsorted(d.edges, d.edges[g0] + step, side="right")) - 1)
-        lo, hi = d.edges[g0], d.edges[g1]
-        # int8 signs are exact and 8x lighter than float differences
-        sx = (d.x[lo:hi, None] > d.x[lo:]).view(np.int8) - (d.x[lo:hi, None] < d.x[lo:])
-        sy = (d.y[lo:hi, None] > d.y[lo:]).view(np.int8) - (d.y[lo:hi, None] < d.y[lo:])
-        cols = np.add.reduceat(sx * sy, starts[g0:] - lo, axis=1, dtype=np.int64)
-        out[g0:g1, g0:] = np.add.reduceat(cols, starts[g0:g1] - lo, axis=0)
-        g0 = g1
-    upper = np.triu_indices(n_groups, 1)
-    out.T[upper] = out[upper]  # symmetric: fill the skipped lower triangle
-    return out
-
-
 @dataclass(frozen=True, slots=True)
 class _Pooled:
     """Per-group summaries of one selection, enough to pool any resample's items."""
@@ -253,20 +240,22 @@ class _Pooled:
     txy: sparse.csr_array  # (G, K) items per distinct (x, y) cell
     cx: IntArray  # (K,) x value index of each cell; likewise cy
     cy: IntArray
-    signs: FloatArray | None  # (G, G) from _pair_signs, if kendall is wanted
+    kendall: _kendall.Pairs | None  # concordance sums, if kendall is wanted
 
 
-def _summarise(d: _Data, sel: _Selection, signs: FloatArray | None) -> _Pooled:
+def _summarise(d: _Data, sel: _Selection, kendall: int | None) -> _Pooled:
+    """kendall: None, or the number of resamples Kendall's sums will be wanted for."""
     i0, i1, n_groups = int(d.edges[sel.g0]), int(d.edges[sel.g1]), sel.g1 - sel.g0
-    a, c = d.x[i0:i1] - d.x[i0:i1].mean(), d.y[i0:i1] - d.y[i0:i1].mean()
+    x, y, edges = d.x[i0:i1], d.y[i0:i1], d.edges[sel.g0:sel.g1 + 1] - i0
+    a, c = x - x.mean(), y - y.mean()
     parts = np.stack([np.ones_like(a), a, c, a * a, c * c, a * c], axis=1)
-    gid = np.repeat(np.arange(n_groups), np.diff(d.edges[sel.g0:sel.g1 + 1]))
-    tx, _, ux = _table(d.x[i0:i1], gid, n_groups)
-    ty, _, uy = _table(d.y[i0:i1], gid, n_groups)
+    gid = np.repeat(np.arange(n_groups), np.diff(edges))
+    tx, _, ux = _table(x, gid, n_groups)
+    ty, _, uy = _table(y, gid, n_groups)
     txy, cells, _ = _table(ux * ty.shape[1] + uy, gid, n_groups)
-    return _Pooled(np.add.reduceat(parts, d.edges[sel.g0:sel.g1] - i0, axis=0), tx, ty, txy,
-                   cells // ty.shape[1], cells % ty.shape[1],
-                   None if signs is None else signs[sel.g0:sel.g1, sel.g0:sel.g1])
+    cx, cy = cells // ty.shape[1], cells % ty.shape[1]
+    return _Pooled(np.add.reduceat(parts, edges[:-1], axis=0), tx, ty, txy, cx, cy,
+                   None if kendall is None else _kendall.pairs(x, y, edges, cx, cy, kendall))
 
 
 def _boot_chunk(p: _Pooled, methods: Sequence[str], c: FloatArray) -> dict[str, FloatArray]:
@@ -290,17 +279,17 @@ def _boot_chunk(p: _Pooled, methods: Sequence[str], c: FloatArray) -> dict[str, 
             # sum of squared deviations of average ranks: (n^3 - sum of tie sizes cubed) / 12
             out["spearman"] = 12 * cov / np.sqrt((n * n * n - (wx2 * wx).sum(axis=0)) *
                                                  (n * n * n - (wy2 * wy).sum(axis=0)))
-        if "kendall" in methods and p.signs is not None:
+        if p.kendall is not None:
             untied_x, untied_y = n * n - wx2.sum(axis=0), n * n - wy2.sum(axis=0)
-            out["kendall"] = ((c @ p.signs) * c).sum(axis=1) / np.sqrt(untied_x * untied_y)
+            out["kendall"] = p.kendall.sums(c, p.txy) / np.sqrt(untied_x * untied_y)
     undefined = ((wx > 0).sum(axis=0) < 2) | ((wy > 0).sum(axis=0) < 2)  # a constant side
     return {m: np.where(undefined, np.nan, r) for m, r in out.items()}
 
 
-def _boot_pooled(d: _Data, sel: _Selection, methods: Sequence[str], counts: FloatArray,
-                 signs: FloatArray | None) -> dict[str, FloatArray]:
+def _boot_pooled(d: _Data, sel: _Selection, methods: Sequence[str],
+                 counts: FloatArray) -> dict[str, FloatArray]:
     """The pooled coefficient per resample of sel's groups, resamples taken in chunks."""
-    p = _summarise(d, sel, signs)
+    p = _summarise(d, sel, len(counts) if "kendall" in methods else None)
     width = max(p.tx.shape[1], p.ty.shape[1], p.txy.shape[1], 1)
     step = max(1, _CELLS // 8 // width)
     chunks = [_boot_chunk(p, methods, counts[b:b + step]) for b in range(0, len(counts), step)]
@@ -326,8 +315,6 @@ def _level_stats(d: _Data, level: str, methods: Sequence[str], policy: str, n_bo
     methods = [m for m in methods if m != "pairwise_accuracy"]
     sizes = np.diff(d.edges)
     coefs = {m: _group_coefs(d, m) for m in methods} if level == "sample" else {}
-    signs = (_pair_signs(d) if level == "dataset" and "kendall" in methods and n_boot
-             else None)
     for sel in _selections(d):
         counts = _counts(sel.strata, n_boot, seed) if n_boot and sel.g1 > sel.g0 else None
         if level == "sample":
@@ -336,7 +323,7 @@ def _level_stats(d: _Data, level: str, methods: Sequence[str], policy: str, n_bo
                                       policy)
             continue
         i0, i1 = int(d.edges[sel.g0]), int(d.edges[sel.g1])
-        boots = {} if counts is None else _boot_pooled(d, sel, methods, counts, signs)
+        boots = {} if counts is None else _boot_pooled(d, sel, methods, counts)
         for m in methods:
             value = _pooled(m, d.x[i0:i1], d.y[i0:i1])
             yield sel, m, _Stat(value, boots.get(m), sel.g1 - sel.g0, i1 - i0)

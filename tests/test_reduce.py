@@ -12,15 +12,18 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from runner import _kendall
 from runner.errors import ConfigError, DataError
 from runner.reduce import (
     Correlation,
     Row,
     _boot_pooled,
     _counts,
-    _pair_signs,
+    _Data,
     _prepare,
+    _Selection,
     _selections,
+    _summarise,
     compare,
     correlate,
 )
@@ -190,10 +193,9 @@ def test_dataset_bootstrap_equals_scipy_on_resampled_rows(discrete: bool) -> Non
                 float(rng.integers(1, 4)) if discrete else float(rng.random()),
                 float(rng.integers(1, 5))) for g in range(24) for s in range(rng.integers(1, 6))]
     d = _prepare(rows)
-    signs = _pair_signs(d)
     for sel in _selections(d):
         counts = _counts(sel.strata, 40, 1)
-        boots = _boot_pooled(d, sel, ("pearson", "spearman", "kendall"), counts, signs)
+        boots = _boot_pooled(d, sel, ("pearson", "spearman", "kendall"), counts)
         for b, row in enumerate(counts):
             idx = np.concatenate([np.arange(d.edges[g], d.edges[g + 1])
                                   for g in range(sel.g0, sel.g1)
@@ -202,6 +204,97 @@ def test_dataset_bootstrap_equals_scipy_on_resampled_rows(discrete: bool) -> Non
             for m in SCIPY:
                 want = math.nan if np.ptp(x) == 0 or np.ptp(y) == 0 else scipy_value(m, x, y)
                 assert boots[m][b] == pytest.approx(want, abs=1e-12, nan_ok=True)
+
+
+def pair_signs(d: _Data, g0: int, g1: int) -> np.ndarray[Any, np.dtype[np.float64]]:
+    """The definition, item pair by item pair: groups x groups sums of
+    sign(xi - xj) * sign(yi - yj), so that c'Sc is P (tau-b's numerator x 2) for draw counts c."""
+    i0, i1 = d.edges[g0], d.edges[g1]
+    x, y = d.x[i0:i1], d.y[i0:i1]
+    signs = np.sign(x[:, None] - x) * np.sign(y[:, None] - y)
+    starts = d.edges[g0:g1] - i0
+    return np.add.reduceat(np.add.reduceat(signs, starts, axis=0), starts, axis=1)
+
+
+def varied(rng: np.random.Generator, n_groups: int, x_values: int, y_values: int) -> list[Row]:
+    """Groups of 1-9 items (a third singletons), two subsets; a side with 0 values is
+    continuous, else drawn from that many values (ties)."""
+    def draw(values: int) -> float:
+        return float(rng.random()) if values == 0 else float(rng.integers(0, values))
+    sizes = np.where(rng.random(n_groups) < 1 / 3, 1, rng.integers(1, 10, n_groups))
+    return [Row(f"g{g}", f"s{s}", "ab"[g % 2], draw(x_values), draw(y_values))
+            for g in range(n_groups) for s in range(sizes[g])]
+
+
+def both_ways(d: _Data, g0: int, g1: int, c: np.ndarray[Any, np.dtype[np.float64]]
+              ) -> list[np.ndarray[Any, np.dtype[np.float64]]]:
+    """P for draw counts c by merges over the cells and by the groups x groups matrix."""
+    i0, i1 = d.edges[g0], d.edges[g1]
+    p = _summarise(d, _Selection("", g0, g1, (g1 - g0,)), None)
+    merges = _kendall.Pairs(merges=_kendall.plan(p.cx, p.cy))
+    direct = _kendall.Pairs(signs=_kendall.group_signs(d.x[i0:i1], d.y[i0:i1],
+                                                       d.edges[g0:g1 + 1] - i0))
+    return [merges.sums(c, p.txy), direct.sums(c, p.txy)]
+
+
+@pytest.mark.parametrize(("x_values", "y_values"),
+                         [(5, 0), (0, 5), (3, 40), (40, 3), (0, 0), (2, 2), (101, 9), (1, 6)])
+def test_kendall_pair_sums_equal_the_direct_quadratic_form(x_values: int, y_values: int) -> None:
+    rng = np.random.default_rng(x_values * 1000 + y_values)
+    for trial in range(4):
+        d = _prepare(varied(rng, int(rng.integers(1, 80)), x_values, y_values))
+        for sel in _selections(d):
+            c = _counts(sel.strata, 60, trial)
+            want = ((c @ pair_signs(d, sel.g0, sel.g1)) * c).sum(axis=1)
+            for got in both_ways(d, sel.g0, sel.g1, c):
+                np.testing.assert_array_equal(got, want)  # whole numbers: exact
+
+
+def test_kendall_pair_sums_on_singleton_groups_of_a_larger_set() -> None:
+    rng = np.random.default_rng(13)
+    n = 1500  # continuous human against a 1-5 judge, every group a single item
+    rows = [Row(f"g{i}", "s", "", float(rng.integers(1, 6)), float(rng.random()))
+            for i in range(n)]
+    d = _prepare(rows)
+    c = _counts((n,), 8, 0)
+    want = ((c @ pair_signs(d, 0, n)) * c).sum(axis=1)
+    for got in both_ways(d, 0, n, c):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_kendall_way_is_chosen_by_cost() -> None:
+    rng = np.random.default_rng(14)
+    def way(n: int, group: int, judge: Callable[[], float]) -> str:
+        d = _prepare([Row(f"g{i // group}", "s", "", judge(), float(rng.random()))
+                      for i in range(n)])
+        p = _summarise(d, _selections(d)[0], 1000)
+        assert p.kendall is not None
+        return "matrix" if p.kendall.signs is not None else "merges"
+    assert way(1000, 5, lambda: float(rng.random())) == "matrix"  # few groups, continuous
+    assert way(6000, 6, lambda: float(rng.random())) == "matrix"
+    assert way(6000, 6, lambda: float(rng.integers(1, 6))) == "merges"  # a 1-5 judge
+    assert way(6000, 1, lambda: float(rng.random())) == "merges"  # too many groups
+
+
+def test_counts_are_the_seeded_group_draws() -> None:
+    for strata in [(1,), (7,), (5, 1, 12), (300, 200)]:
+        rng = np.random.default_rng(9)  # the definition: each stratum's draws, one after another
+        want = np.concatenate([np.stack([np.bincount(row, minlength=k)
+                                         for row in rng.integers(0, k, size=(50, k))])
+                               for k in strata], axis=1)
+        got = _counts(strata, 50, 9)
+        assert got.dtype == np.float64
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("m", [2, 3, 8, 17, 64])
+def test_sample_kendall_is_scipy_bit_for_bit(m: int) -> None:
+    rng = np.random.default_rng(m)
+    xs = rng.integers(1, 6, (500, m)).astype(float)
+    ys = np.where(rng.random((500, m)) < 0.5, rng.integers(1, 4, (500, m)), rng.random((500, m)))
+    ok = (np.ptp(xs, axis=1) > 0) & (np.ptp(ys, axis=1) > 0)
+    want = [stats.kendalltau(x, y).statistic for x, y in zip(xs[ok], ys[ok], strict=True)]
+    assert _kendall.tau_b_rows(xs[ok], ys[ok]).tolist() == want
 
 
 def test_undefined_values_are_none() -> None:
