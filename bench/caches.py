@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,9 @@ class WriteBehindCache(Cache):
 
     def __contains__(self, key: str) -> bool:
         return key in self._pending or super().__contains__(key)
+
+    def has_many(self, keys: Sequence[str]) -> set[str]:
+        return {k for k in keys if k in self._pending} | super().has_many(keys)
 
     def get(self, key: str) -> dict[str, Any] | None:
         raw = self._pending.get(key)
@@ -99,6 +102,9 @@ class MemoryCache(Cache):
 
     def __contains__(self, key: str) -> bool:
         return key in self._records
+
+    def has_many(self, keys: Sequence[str]) -> set[str]:
+        return {k for k in keys if k in self._records}
 
     def get(self, key: str) -> dict[str, Any] | None:
         raw = self._records.get(key)
