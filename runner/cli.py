@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import gc
 import hashlib
 import io
 import itertools
@@ -467,4 +468,8 @@ def datasets_verify(names: tuple[str, ...]) -> None:
 
 def main() -> None:
     """Console entry point."""
+    # A job holds hundreds of thousands of small long-lived objects (items, tasks, judgments)
+    # and makes few cycles: at the default thresholds the collector rescans them all the
+    # time (a fully cached 100k-task run: 7.7 s -> 6.0 s with these).
+    gc.set_threshold(100_000, 50, 100)
     cli()
