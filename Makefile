@@ -5,8 +5,12 @@ BIN := $(VENV)/bin
 JOB ?= openmeva
 MODEL ?=
 ARGS ?=
+# The project's shared copy of the benchmark data, when there is one; otherwise judge uses
+# ~/.cache/judge-runner/data and downloads a data set on first use.
+ifneq ($(wildcard ../shared/datasets),)
 JUDGE_DATA_DIR ?= $(abspath ../shared/datasets)
 export JUDGE_DATA_DIR
+endif
 
 JOB_FILE := $(if $(wildcard $(JOB)),$(JOB),jobs/$(JOB).toml)
 MODEL_ARGS := $(if $(MODEL),--model $(MODEL),)

@@ -30,6 +30,7 @@ from runner.errors import ConfigError, DataError, RunnerError
 from runner.execute import RunStats
 from runner.expand import Task
 from runner.imports import import_answers
+from runner.job import load_job
 from runner.judgments import judge
 from runner.progress import Progress
 from runner.report import Tables, collect, write_comparison, write_reports
@@ -179,6 +180,7 @@ def run(job: str, models: tuple[str, ...], base_url: str | None, limit: int | No
     unless --yes.
     """
     started = time.time()
+    _fetch_missing(_job_path(job))
     sel = _select(job, models, base_url, limit, cache_dir, out)
     limits = {k: v for k, v in (("concurrency", opts["concurrency"]), ("rpm", opts["rpm"]),
                                 ("tpm", opts["tpm"]), ("max_retries", opts["max_retries"]),
@@ -192,6 +194,22 @@ def run(job: str, models: tuple[str, ...], base_url: str | None, limit: int | No
     judged: list[Task] = []
     stats, sel = _execute(sel, opts, judged)
     _finish(sel, stats, started, " ".join(["judge", *sys.argv[1:]]), judged)
+
+
+def _fetch_missing(job_path: Path) -> None:
+    """First use of a registered data set: download it from its upstream commit into
+    JUDGE_DATA_DIR and check every file's sha256 (other commands only point at the fix)."""
+    try:
+        specs = load_job(job_path).datasets
+    except RunnerError:
+        return  # _select reports it
+    for name in [d.name for d in specs if d.path is None and d.name in datasets.REGISTRY]:
+        missing = [f for f in datasets.REGISTRY[name].files
+                   if not (_data_dir() / f.path).is_file()]
+        if missing:
+            click.echo(f"data set {name}: {len(missing)} file(s) not in {_data_dir()}; "
+                       "downloading from upstream and checking sha256 (first use)", err=True)
+            datasets.fetch(name, _data_dir(), mirror=os.environ.get("JUDGE_DATA_MIRROR"))
 
 
 def _confirm(sel: Selection) -> None:
