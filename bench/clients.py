@@ -23,7 +23,7 @@ import orjson
 from runner.cache import Cache
 from runner.execute import Endpoint, execute
 from runner.expand import Task
-from runner.job import Job
+from runner.spec import Job
 
 
 @dataclass(frozen=True)

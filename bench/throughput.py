@@ -22,7 +22,8 @@ from typing import Any
 
 from bench import cached, caches, clients, common
 from runner.expand import Task, prepare
-from runner.job import Job, load_job
+from runner.job import load_job
+from runner.spec import Job
 
 ASPECTS = ("coherence", "consistency", "fluency", "relevance")
 Loop = Callable[[Path], Coroutine[Any, Any, clients.Timing]]

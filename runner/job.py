@@ -19,7 +19,6 @@ from runner.parse import check_options, get_parser
 from runner.spec import (
     LEVELS,
     METHODS,
-    PLACEHOLDER,
     POLICIES,
     RESERVED_PARAMS,
     DatasetSpec,
@@ -30,22 +29,9 @@ from runner.spec import (
     ModelSpec,
     PromptSpec,
     parse_model_spec,
-    placeholders,
 )
 
-__all__ = [
-    "PLACEHOLDER",
-    "DatasetSpec",
-    "GenerateSpec",
-    "ImportSpec",
-    "Job",
-    "Limits",
-    "ModelSpec",
-    "PromptSpec",
-    "load_job",
-    "parse_model_spec",
-    "placeholders",
-]
+__all__ = ["load_job"]
 
 
 class _Reader:

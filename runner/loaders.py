@@ -240,6 +240,13 @@ def _csv_rows(path: Path) -> _Rows:
         raise DataError(f"{path}: not valid UTF-8 CSV ({exc}); fix the file") from None
 
 
+def _pickled_dict(files: Sequence[Path], dataset: str) -> tuple[Path, dict[Any, Any]]:
+    """BARTScore's data.pkl of the data set: a dict at the top level (restricted unpickler)."""
+    path = _pick(files, "data.pkl")
+    with _record(path, "the top level", dataset):
+        return path, _obj(_read_pickle(path, dataset), "the top level")
+
+
 def _json_list(files: Sequence[Path], pattern: str, dataset: str) -> tuple[Path, list[Any]]:
     """The data set's file matching `pattern`, read as a JSON list of records."""
     path = _pick(files, pattern)
@@ -324,9 +331,7 @@ def _tst_line(dataset: str, line: int, rows: Mapping[str, dict[Any, Any]]) -> li
 
 def summeval(files: Sequence[Path], dataset: str) -> Iterator[Item]:
     """SummEval: one item per (document, system), 100 x 16 = 1600."""
-    path = _pick(files, "data.pkl")
-    with _record(path, "the top level", dataset):
-        docs = _obj(_read_pickle(path, dataset), "the top level")
+    path, docs = _pickled_dict(files, dataset)
     for doc_id, raw in docs.items():
         with _record(path, f"document {doc_id!r}", dataset):
             doc = _obj(raw, "the document")
@@ -344,9 +349,7 @@ def summeval(files: Sequence[Path], dataset: str) -> Iterator[Item]:
 
 def bagel(files: Sequence[Path], dataset: str) -> Iterator[Item]:
     """BAGEL: one item per output, 404 (202 meaning representations, 2 outputs each)."""
-    path = _pick(files, "data.pkl")
-    with _record(path, "the top level", dataset):
-        outputs = _obj(_read_pickle(path, dataset), "the top level")
+    path, outputs = _pickled_dict(files, dataset)
     for key, raw in outputs.items():
         with _record(path, f"item {key!r}", dataset):
             record = _obj(raw, "the item")

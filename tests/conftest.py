@@ -13,6 +13,10 @@ import pytest
 from tests.fakeserver import Script, ThreadedServer
 
 ROOT = Path(__file__).resolve().parents[1]
+# No test may reach the internet: a registered data set missing from JUDGE_DATA_DIR would be
+# downloaded by `judge run`, so every download goes to a closed loopback port unless a test
+# serves its own mirror (tests/test_first_use.py).
+os.environ.setdefault("JUDGE_DATA_MIRROR", "http://127.0.0.1:9")
 DATA_DIR = Path(os.environ.get("JUDGE_DATA_DIR") or ROOT.parent / "shared" / "datasets")
 
 

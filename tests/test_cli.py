@@ -283,13 +283,31 @@ def test_bad_job_is_one_error_line_exit_2_and_no_call(
 def test_registered_data_set_not_downloaded_names_the_file_and_the_fix(
         server: ThreadedServer, invoke: Any, tmp_path: Path) -> None:
     empty = tmp_path / "data"
-    result = invoke("run", OPENMEVA, "--limit", 5, "--base-url", server.url, "--model", "fake",
+    result = invoke("plan", OPENMEVA, "--limit", 5, "--base-url", server.url, "--model", "fake",
                     "--cache-dir", tmp_path / "cache", env={"JUDGE_DATA_DIR": str(empty)})
 
     assert result.exit_code == 2
     line = error_line(result.stderr)
     assert line.startswith(f"Error: {empty / 'openmeva'}"), line
     assert "judge datasets fetch openmeva" in line
+    assert server.state.requests == 0
+
+
+def test_run_whose_data_set_cannot_be_downloaded_makes_no_call(
+        server: ThreadedServer, invoke: Any, tmp_path: Path) -> None:
+    """`run` downloads a missing set first; the mirror (a closed 127.0.0.1 port) fails."""
+    empty = tmp_path / "data"
+    result = invoke("run", OPENMEVA, "--limit", 5, "--base-url", server.url, "--model", "fake",
+                    "--cache-dir", tmp_path / "cache",
+                    env={"JUDGE_DATA_DIR": str(empty), "JUDGE_DATA_MIRROR": "http://127.0.0.1:9"})
+
+    assert result.exit_code == 2
+    first, line = result.stderr.strip().splitlines()  # the notice, then one error line
+    assert first.startswith("data set openmeva: 1 file(s) not in")
+    assert line.startswith("Error: http://127.0.0.1:9/krystalan/"), line
+    assert line.endswith("openmeva/data/openmeva.json was not written; check the network or "
+                         "pass a mirror")
+    assert not list(empty.rglob("*.json"))
     assert server.state.requests == 0
 
 

@@ -25,9 +25,9 @@ from runner import metrics
 from runner.cli import cli
 from runner.errors import ConfigError
 from runner.expand import Expansion, prepare
-from runner.job import Job
 from runner.job import load_job as _load_job
 from runner.session import resolve_models
+from runner.spec import Job
 from tests.fakeserver import Script, ThreadedServer
 
 ROOT = Path(__file__).resolve().parents[1]

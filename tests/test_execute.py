@@ -21,7 +21,8 @@ from runner import execute as execute_module
 from runner.cache import Cache
 from runner.execute import Endpoint, RunStats, backoff, execute
 from runner.expand import Task, estimate_cost, prepare
-from runner.job import Job, Limits, load_job
+from runner.job import load_job
+from runner.spec import Job, Limits
 from tests.conftest import ROOT, JobWriter
 from tests.fakeserver import ThreadedServer
 

@@ -67,12 +67,18 @@ def test_job_runs_against_the_fake_server(job: str, tmp_path: Path,
     assert server.state.answered == calls  # the rerun is all cache hits
 
 
-def test_tst_group_requests_score_every_output(tmp_path: Path, server: ThreadedServer) -> None:
+def _run_job(job: str, limit: int, server: ThreadedServer, tmp_path: Path) -> Path:
+    """`judge run jobs/JOB.toml` against the fake server; returns the report folder."""
     out = tmp_path / "out"
-    done = _judge("run", str(ROOT / "jobs" / "tst-formality.toml"), "--limit", "18", "--model",
+    done = _judge("run", str(ROOT / "jobs" / f"{job}.toml"), "--limit", str(limit), "--model",
                   "fake", "--base-url", server.url, "--cache-dir", str(tmp_path / "c"),
                   "--out", str(out), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
+    return out
+
+
+def test_tst_group_requests_score_every_output(tmp_path: Path, server: ThreadedServer) -> None:
+    out = _run_job("tst-formality", 18, server, tmp_path)
     # 2 sources x (3 single-dimension requests + 1 multi-dimension request), each 9 outputs.
     assert server.state.answered == 8
     lines = [json.loads(line) for line in (out / "judgments.jsonl").read_text().splitlines()]
@@ -85,11 +91,7 @@ def test_tst_group_requests_score_every_output(tmp_path: Path, server: ThreadedS
 
 
 def test_korean_chat_generates_then_judges(tmp_path: Path, server: ThreadedServer) -> None:
-    out = tmp_path / "out"
-    done = _judge("run", str(ROOT / "jobs" / "korean-chat.toml"), "--limit", "3", "--model",
-                  "fake", "--base-url", server.url, "--cache-dir", str(tmp_path / "c"),
-                  "--out", str(out), cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
+    out = _run_job("korean-chat", 3, server, tmp_path)
     # 3 instructions x 2 candidates answered, then 6 judge calls (five aspects, one request).
     assert server.state.answered == 12
     board = list(csv.DictReader((out / "leaderboard.csv").read_text().splitlines()))
