@@ -12,9 +12,10 @@ Only successful responses are stored; the API key is never part of a record.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import diskcache
 import orjson
@@ -26,6 +27,7 @@ __all__ = ["Cache"]
 NEVER = 2**62  # size limit no cache reaches: eviction stays off
 
 
+T = TypeVar("T")
 CHUNK = 500  # keys per query: under SQLite's 999-parameter limit on old builds
 
 
@@ -72,6 +74,15 @@ class Cache:
                 f"SELECT key FROM Cache WHERE raw = 1 AND key IN ({_marks(chunk)})", chunk)
             found.update(row[0] for row in rows)
         return found
+
+    def marked(self, things: Iterable[T], key: Callable[[T], str]
+               ) -> Iterator[tuple[T, bool]]:
+        """Each of `things` with whether its key is stored, looked up CHUNK at a time."""
+        stream = iter(things)
+        while batch := list(itertools.islice(stream, CHUNK)):
+            found = self.has_many([key(t) for t in batch])
+            for thing in batch:
+                yield thing, key(thing) in found
 
     def get_many(self, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
         """Records of the stored keys among `keys`, read in batches (see has_many)."""

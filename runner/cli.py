@@ -12,7 +12,7 @@ import dataclasses
 import gc
 import hashlib
 import io
-import itertools
+import operator
 import os
 import signal
 import sys
@@ -36,6 +36,7 @@ from runner.progress import Progress
 from runner.report import Tables, collect, write_comparison, write_reports
 from runner.session import (
     Selection,
+    all_tasks,
     check_budget,
     check_keys,
     estimate,
@@ -335,9 +336,9 @@ def status(job: str, models: tuple[str, ...], base_url: str | None, limit: int |
     sel = _select(job, models, base_url, limit, cache_dir, out, stream=True)
     with Cache(sel.cache_dir) as cache:
         total = cached = 0
-        for task in itertools.chain(sel.expansion.generation_tasks(), sel.expansion.tasks()):
+        for _, hit in cache.marked(all_tasks(sel.expansion), operator.attrgetter("key")):
             total += 1
-            cached += task.key in cache
+            cached += hit
     click.echo(f"job {sel.job.name}: {cached}/{total} tasks cached, {total - cached} to call")
     manifest = sel.out_dir / "manifest.json"
     if manifest.exists():

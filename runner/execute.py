@@ -11,10 +11,10 @@ Ctrl-C) cancels them.
 from __future__ import annotations
 
 import asyncio
-import itertools
+import operator
 import random
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +32,6 @@ __all__ = ["Endpoint", "RunStats", "backoff", "execute"]
 
 BACKOFF_BASE_S = 1.0
 BACKOFF_CAP_S = 60.0
-LOOKUP_BATCH = 256  # tasks whose cache state is read in one query
 
 
 @dataclass(slots=True)
@@ -211,19 +210,10 @@ async def execute(tasks: Iterable[Task], *, cache: Cache, session: aiohttp.Clien
     return stats
 
 
-def _with_cache_state(tasks: Iterable[Task], cache: Cache) -> Iterator[tuple[Task, bool]]:
-    """Each task with whether its answer was cached: looked up a batch at a time."""
-    stream = iter(tasks)
-    while batch := list(itertools.islice(stream, LOOKUP_BATCH)):
-        found = cache.has_many([t.key for t in batch])
-        for task in batch:
-            yield task, task.key in found
-
-
 async def _dispatch(tasks: Iterable[Task], pool: _Pool, queue: asyncio.Queue[Task | None], *,
                     offline: bool, budget: float | None) -> None:
     stats, seen = pool.stats, set()
-    for task, cached in _with_cache_state(tasks, pool.cache):
+    for task, cached in pool.cache.marked(tasks, operator.attrgetter("key")):
         if task.key in seen:  # e.g. two parsers over one request: one call serves both
             stats.duplicates += 1
             continue

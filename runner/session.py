@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import importlib.metadata
 import itertools
+import operator
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -30,8 +31,8 @@ from runner.job import load_job
 from runner.judgments import choices
 from runner.spec import Job, ModelSpec, parse_model_spec
 
-__all__ = ["ModelPlan", "Selection", "answer_text", "check_budget", "check_keys", "estimate",
-           "manifest", "run_pool", "select", "serving"]
+__all__ = ["ModelPlan", "Selection", "all_tasks", "answer_text", "check_budget", "check_keys",
+           "estimate", "manifest", "run_pool", "select", "serving"]
 
 PACKAGES = ("judge-runner", "aiohttp", "openai", "aiolimiter", "diskcache", "orjson", "scipy",
             "click")
@@ -196,18 +197,23 @@ class ModelPlan:
         return estimate_cost(self.model, self.prompt_tokens, self.completion_tokens)
 
 
+def all_tasks(expansion: Expansion) -> Iterator[Task]:
+    """Generation tasks, then judge tasks (those over generated answers once they exist)."""
+    return itertools.chain(expansion.generation_tasks(), expansion.tasks())
+
+
 def estimate(sel: Selection) -> list[ModelPlan]:
     """Per model: tasks, cache hits, repeats, calls to make and their tokens. No network."""
     plans = {m.name: ModelPlan(model=m) for m in sel.job.models}
     seen: set[int] = set()
     with Cache(sel.cache_dir) as cache:
-        for task in itertools.chain(sel.expansion.generation_tasks(), sel.expansion.tasks()):
+        for task, cached in cache.marked(all_tasks(sel.expansion), operator.attrgetter("key")):
             plan = plans[task.model]
             plan.tasks += 1
             short = int(task.key[:16], 16)  # 64 bits spot repeats; an int costs less memory
             if short in seen:
                 plan.repeats += 1
-            elif task.key in cache:
+            elif cached:
                 plan.cached += 1
             else:
                 plan.prompt_tokens += task.prompt_tokens
