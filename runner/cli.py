@@ -30,11 +30,11 @@ from runner.errors import ConfigError, DataError, RunnerError
 from runner.execute import RunStats
 from runner.expand import Task
 from runner.imports import import_answers
-from runner.job import load_job
 from runner.judgments import judge
 from runner.progress import Progress
 from runner.report import Tables, collect, write_comparison, write_reports
 from runner.session import (
+    Download,
     Selection,
     all_tasks,
     check_budget,
@@ -72,11 +72,13 @@ def _data_dir() -> Path:
 
 
 def _select(job_arg: str, models: tuple[str, ...], base_url: str | None, limit: int | None,
-            cache_dir: str | None, out: str | None, stream: bool = False) -> Selection:
+            cache_dir: str | None, out: str | None, stream: bool = False,
+            download: Download | None = None) -> Selection:
     return select(_job_path(job_arg), models=models, base_url=base_url, limit=limit,
                   cache_dir=Path(cache_dir or os.environ.get("JUDGE_CACHE_DIR") or "cache"),
                   out=Path(out) if out else None, data_dir=_data_dir(),
-                  env_base_url=os.environ.get("OPENAI_BASE_URL"), stream=stream)
+                  env_base_url=os.environ.get("OPENAI_BASE_URL"), stream=stream,
+                  download=download)
 
 
 def _key_reader(name: str) -> Callable[[], str | None]:
@@ -181,8 +183,9 @@ def run(job: str, models: tuple[str, ...], base_url: str | None, limit: int | No
     unless --yes.
     """
     started = time.time()
-    _fetch_missing(_job_path(job))
-    sel = _select(job, models, base_url, limit, cache_dir, out)
+    sel = _select(job, models, base_url, limit, cache_dir, out,
+                  download=Download(mirror=os.environ.get("JUDGE_DATA_MIRROR"),
+                                    notify=_notify_download))
     limits = {k: v for k, v in (("concurrency", opts["concurrency"]), ("rpm", opts["rpm"]),
                                 ("tpm", opts["tpm"]), ("max_retries", opts["max_retries"]),
                                 ("timeout_s", opts["timeout"])) if v is not None}
@@ -197,20 +200,9 @@ def run(job: str, models: tuple[str, ...], base_url: str | None, limit: int | No
     _finish(sel, stats, started, " ".join(["judge", *sys.argv[1:]]), judged)
 
 
-def _fetch_missing(job_path: Path) -> None:
-    """First use of a registered data set: download it from its upstream commit into
-    JUDGE_DATA_DIR and check every file's sha256 (other commands only point at the fix)."""
-    try:
-        specs = load_job(job_path).datasets
-    except RunnerError:
-        return  # _select reports it
-    for name in [d.name for d in specs if d.path is None and d.name in datasets.REGISTRY]:
-        missing = [f for f in datasets.REGISTRY[name].files
-                   if not (_data_dir() / f.path).is_file()]
-        if missing:
-            click.echo(f"data set {name}: {len(missing)} file(s) not in {_data_dir()}; "
-                       "downloading from upstream and checking sha256 (first use)", err=True)
-            datasets.fetch(name, _data_dir(), mirror=os.environ.get("JUDGE_DATA_MIRROR"))
+def _notify_download(name: str, missing: int) -> None:
+    click.echo(f"data set {name}: {missing} file(s) not in {_data_dir()}; downloading from "
+               "upstream and checking sha256 (first use)", err=True)
 
 
 def _confirm(sel: Selection) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 
 import aiohttp
 
-from runner import local
+from runner import datasets, local
 from runner.cache import Cache
 from runner.errors import ConfigError, MissingKeyError
 from runner.execute import Endpoint, RunStats, execute
@@ -31,8 +31,8 @@ from runner.job import load_job
 from runner.judgments import choices
 from runner.spec import Job, ModelSpec, parse_model_spec
 
-__all__ = ["ModelPlan", "Selection", "all_tasks", "answer_text", "check_budget", "check_keys",
-           "estimate", "manifest", "run_pool", "select", "serving"]
+__all__ = ["Download", "ModelPlan", "Selection", "all_tasks", "answer_text", "check_budget",
+           "check_keys", "estimate", "manifest", "run_pool", "select", "serving"]
 
 PACKAGES = ("judge-runner", "aiohttp", "openai", "aiolimiter", "diskcache", "orjson", "scipy",
             "click")
@@ -83,12 +83,24 @@ def answer_text(record: Mapping[str, Any] | None) -> str | None:
     return got[0].text if got else None
 
 
+@dataclass(frozen=True, slots=True)
+class Download:
+    """Fetch missing registered data sets before expanding (`judge run`, first use)."""
+
+    mirror: str | None
+    notify: Callable[[str, int], None]
+    """Called with the data set's name and its number of missing files, before fetching."""
+
+
 def select(job_path: Path, *, models: tuple[str, ...] = (), base_url: str | None = None,
            limit: int | None = None, cache_dir: Path, out: Path | None = None,
-           data_dir: Path, env_base_url: str | None = None, stream: bool = False) -> Selection:
+           data_dir: Path, env_base_url: str | None = None, stream: bool = False,
+           download: Download | None = None) -> Selection:
     """Load, resolve and expand a job; generated data sets come from the cache as it is.
     `stream`: one pass over the tasks is all the caller needs (see expand.prepare)."""
     job = load_job(job_path)
+    if download is not None:
+        _download(job, data_dir, download)
     job = job.with_models(resolve_models(job, models, base_url, env_base_url))
     if models:  # prompts' own judge lists name the replaced models
         job = replace(job, prompts=tuple(replace(p, models=()) for p in job.prompts))
@@ -96,6 +108,16 @@ def select(job_path: Path, *, models: tuple[str, ...] = (), base_url: str | None
     sel = Selection(job=job, expansion=expansion, cache_dir=cache_dir,
                     out_dir=out if out is not None else job.output_dir)
     return derive(sel) if job.generate else sel
+
+
+def _download(job: Job, data_dir: Path, download: Download) -> None:
+    """Registered data sets of the job with files missing from `data_dir`: fetched from their
+    pinned upstream URLs, every file checked against its sha256."""
+    for name in [d.name for d in job.datasets if d.path is None and d.name in datasets.REGISTRY]:
+        missing = [f for f in datasets.REGISTRY[name].files if not (data_dir / f.path).is_file()]
+        if missing:
+            download.notify(name, len(missing))
+            datasets.fetch(name, data_dir, mirror=download.mirror)
 
 
 def derive(sel: Selection) -> Selection:
