@@ -152,10 +152,15 @@ def _generate(root: _Reader, index: int, table: Any, datasets: tuple[DatasetSpec
     return GenerateSpec(name=r.get("name", str, required=True), dataset=source,
                         templates=_templates(r, ("*",)), system=r.get("system", str),
                         models=candidates, into=r.get("field", str, "output"), params=params,
-                        when_empty={f: _read_template(r, f"when_empty.{f}", path)
-                                    for f, path in r.get("when_empty", dict, {}).items()},
+                        when_empty=_when_empty(r),
                         join=_join(r), metrics=_metric_table(r), language=language,
                         reference=_names(r, "reference"))
+
+
+def _when_empty(r: _Reader) -> dict[str, str]:
+    """when_empty = {field = "template file"}: the template used when that field is empty."""
+    return {f: _read_template(r, f"when_empty.{f}", path)
+            for f, path in r.get("when_empty", dict, {}).items()}
 
 
 def _names(r: _Reader, key: str) -> tuple[str, ...]:
@@ -299,8 +304,7 @@ def _prompt(root: _Reader, index: int, table: Mapping[str, Any],
             check_options(get_parser(parser_name), {**probe, **extra})
     except ConfigError as exc:
         raise r.error("parser", f"is wrong: {exc}") from None
-    when_empty = {f: _read_template(r, f"when_empty.{f}", path)
-                  for f, path in r.get("when_empty", dict, {}).items()}
+    when_empty = _when_empty(r)
     return PromptSpec(name=name, templates=templates, system=system, per=per,
                       output_field=r.get("output_field", str, "output"), when_empty=when_empty,
                       parser=parser_name, parser_options=parser_opts,
