@@ -13,6 +13,7 @@ Only successful responses are stored; the API key is never part of a record.
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -22,12 +23,20 @@ import orjson
 
 from runner.errors import CacheError
 
-__all__ = ["Cache"]
+__all__ = ["Cache", "answer_record"]
 
 NEVER = 2**62  # size limit no cache reaches: eviction stays off
 
 
 T = TypeVar("T")
+
+
+def answer_record(*, body: bytes, endpoint: str, response: Mapping[str, Any],
+                  usage: Mapping[str, Any], latency_s: float, source: str) -> dict[str, Any]:
+    """The one shape of a stored answer (see the module docstring): `body` is the request as
+    sent, `source` "api" or "import:<where>"."""
+    return {"request": orjson.loads(body), "endpoint": endpoint, "response": response,
+            "usage": usage, "latency_s": latency_s, "time": time.time(), "source": source}
 CHUNK = 500  # keys per query: under SQLite's 999-parameter limit on old builds
 
 

@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-import orjson
 
-from runner.cache import Cache
+from runner.cache import Cache, answer_record
 from runner.client import post_chat
 from runner.errors import APIError, AuthError, RequestError, RetryableError
 from runner.expand import Task, estimate_cost
@@ -163,10 +162,10 @@ class _Pool:
                latency_s: float) -> None:
         usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
         assert isinstance(usage, dict)
-        self.cache.put(task.key, {"request": orjson.loads(task.body),
-                                  "endpoint": endpoint.model.endpoint, "response": data,
-                                  "usage": usage, "latency_s": latency_s,
-                                  "time": time.time(), "source": "api"})
+        self.cache.put(task.key, answer_record(body=task.body,
+                                               endpoint=endpoint.model.endpoint,
+                                               response=data, usage=usage, latency_s=latency_s,
+                                               source="api"))
         prompt = int(usage.get("prompt_tokens") or 0)
         completion = int(usage.get("completion_tokens") or 0)
         self.limiters[task.model].reconcile(task.prompt_tokens + task.max_tokens,

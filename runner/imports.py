@@ -8,12 +8,9 @@ runs the real parsers and reducer over it, and a later `judge run` never pays fo
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
-import orjson
-
-from runner.cache import Cache
+from runner.cache import Cache, answer_record
 from runner.errors import ConfigError
 from runner.expand import Expansion
 
@@ -29,11 +26,11 @@ class ImportStats:
 
 
 def _record(body: bytes, endpoint: str, text: str, source: str) -> dict[str, object]:
-    return {"request": orjson.loads(body), "endpoint": endpoint, "usage": {}, "latency_s": 0.0,
-            "time": time.time(), "source": source,
-            "response": {"object": "chat.completion", "choices": [
-                {"index": 0, "finish_reason": "stop",
-                 "message": {"role": "assistant", "content": text}}]}}
+    """A recorded answer as the chat completion it would have been."""
+    response = {"object": "chat.completion", "choices": [
+        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}]}
+    return answer_record(body=body, endpoint=endpoint, response=response, usage={},
+                         latency_s=0.0, source=source)
 
 
 def import_answers(expansion: Expansion, cache: Cache, *, force: bool = False) -> ImportStats:
