@@ -18,9 +18,9 @@ import diskcache
 import orjson
 
 from bench import common
-from runner.cache import NEVER
+from runner.execute.cache import NEVER
 from runner.expand import Task, prepare
-from runner.job import load_job
+from runner.job.load import load_job
 from tests.fakeserver import default_reply
 
 ASPECTS = ("coherence", "consistency", "fluency", "relevance")
@@ -49,7 +49,7 @@ def prefill(job_path: Path, cache_dir: Path) -> int:
     """Store an answer for every task of the job; returns the number of entries."""
     job = load_job(job_path)
     endpoints = {m.name: m.endpoint for m in job.models}
-    # The same settings as runner.cache.Cache: no eviction, a limit nobody reaches.
+    # The same settings as runner.execute.cache.Cache: no eviction, a limit nobody reaches.
     disk = diskcache.Cache(str(cache_dir), eviction_policy="none", size_limit=NEVER,
                            cull_limit=0)
     try:

@@ -1,7 +1,7 @@
 """Cache variants for the throughput benchmark, and the cost of storing one answer.
 
 - `WriteBehindCache`: the fix the throughput figures point to, measured here before anyone
-  changes runner/. `runner.cache.Cache.put` runs one sqlite transaction per answer on the
+  changes runner/. `runner.execute.cache.Cache.put` runs one sqlite transaction per answer on the
   event-loop thread, and every ~1,000 WAL pages sqlite checkpoints and fdatasyncs, stalling
   every request in flight for milliseconds. `WriteBehindCache` keeps the interface but hands
   encoded records to one writer thread that stores them in batches (one transaction each): the
@@ -22,15 +22,15 @@ from typing import Any
 
 import orjson
 
-from runner.cache import Cache
 from runner.errors import CacheError
+from runner.execute.cache import Cache
 
 FLUSH_S = 0.05  # the writer wakes at least this often
 BATCH = 512  # records per transaction, at most
 
 
 class WriteBehindCache(Cache):
-    """`runner.cache.Cache` with `put` moved to a batching writer thread."""
+    """`runner.execute.cache.Cache` with `put` moved to a batching writer thread."""
 
     def __init__(self, directory: Path) -> None:
         super().__init__(directory)

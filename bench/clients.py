@@ -1,6 +1,6 @@
 """The request loops under test, each timed from its first request to its last answer.
 
-- `runner_loop`: `runner.execute.execute` with a fresh cache, as `judge run` drives it.
+- `runner_loop`: `runner.execute.pool.execute` with a fresh cache, as `judge run` drives it.
 - `bare_loop`: N aiohttp workers posting the same bodies through one ClientSession.
 - `openai_loop`: N workers calling `openai.AsyncOpenAI().chat.completions.create`.
 
@@ -20,10 +20,10 @@ import aiohttp
 import openai
 import orjson
 
-from runner.cache import Cache
-from runner.execute import Endpoint, execute
+from runner.execute.cache import Cache
+from runner.execute.pool import Endpoint, execute
 from runner.expand import Task
-from runner.spec import Job
+from runner.job.spec import Job
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ CacheFactory = Callable[[Path], Cache]
 
 
 def _connector(concurrency: int) -> aiohttp.TCPConnector:
-    # As runner.cli does: one connection per worker, no per-host cap.
+    # As runner.cli.main does: one connection per worker, no per-host cap.
     return aiohttp.TCPConnector(limit=concurrency, limit_per_host=0)
 
 

@@ -17,9 +17,9 @@ from typing import Any
 import aiohttp
 import orjson
 
-from runner.datasets import load
+from runner.data.datasets import load
+from runner.execute.local import LocalServer
 from runner.expand import render
-from runner.local import LocalServer
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "prompts" / "wang2023" / "openmeva.txt"

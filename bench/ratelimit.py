@@ -16,7 +16,7 @@ from typing import Any
 
 from bench import clients, common
 from runner.expand import prepare
-from runner.job import load_job
+from runner.job.load import load_job
 
 RPM = 600
 TOLERANCE = 0.03

@@ -27,7 +27,7 @@ import orjson  # noqa: E402
 
 from bench import cached, common, local, memory, ratelimit, throughput  # noqa: E402
 
-# The same collector thresholds as `judge` itself (runner.cli.main), for every loop measured
+# The same collector thresholds as `judge` itself (runner.cli.main.main), for every loop measured
 # in this process, the bare ones included.
 gc.set_threshold(100_000, 50, 100)
 

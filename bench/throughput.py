@@ -22,8 +22,8 @@ from typing import Any
 
 from bench import cached, caches, clients, common
 from runner.expand import Task, prepare
-from runner.job import load_job
-from runner.spec import Job
+from runner.job.load import load_job
+from runner.job.spec import Job
 
 ASPECTS = ("coherence", "consistency", "fluency", "relevance")
 Loop = Callable[[Path], Coroutine[Any, Any, clients.Timing]]
@@ -109,7 +109,8 @@ def zero_latency(work: Path, quick: bool) -> dict[str, Any]:
     return {
         "setup": {"concurrency": concurrency, "requests_per_run": len(tasks), "rounds": rounds,
                   "deadline_s": deadline, "body_bytes": len(bodies[0]),
-                  "cache": "fresh runner.cache.Cache per run, in a temp dir on the same disk"},
+                  "cache": "fresh runner.execute.cache.Cache per run, in a temp dir on the "
+                           "same disk"},
         "target": "runner/bare >= 0.8",
         "runner_over_bare": ratio,
         "pass": ratio >= 0.8,

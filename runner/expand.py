@@ -19,10 +19,11 @@ from typing import Any, overload
 
 import orjson
 
-from runner import datasets, metrics
-from runner.datasets import FieldMap, Item
+from runner.data import datasets
+from runner.data.datasets import FieldMap, Item
 from runner.errors import ConfigError
-from runner.spec import PLACEHOLDER, GenerateSpec, Job, ModelSpec, PromptSpec, placeholders
+from runner.job.spec import PLACEHOLDER, GenerateSpec, Job, ModelSpec, PromptSpec, placeholders
+from runner.parse import metrics
 
 __all__ = ["Expansion", "Task", "cache_key", "estimate_cost", "prepare", "render"]
 

@@ -1,4 +1,5 @@
-"""Tests for runner.cache: a real diskcache under tmp_path, round trips, reopen, no eviction."""
+"""Tests for runner.execute.cache: a real diskcache under tmp_path, round trips, reopen, no
+eviction."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from typing import Any
 import diskcache
 import pytest
 
-from runner.cache import NEVER, Cache
 from runner.errors import CacheError
+from runner.execute.cache import NEVER, Cache
 
 
 def _key(n: int) -> str:

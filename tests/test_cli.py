@@ -23,7 +23,7 @@ import orjson
 import pytest
 from click.testing import CliRunner, Result
 
-from runner.cli import cli
+from runner.cli.main import cli
 from tests.fakeserver import ThreadedServer
 
 ROOT = Path(__file__).resolve().parents[1]

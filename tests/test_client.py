@@ -1,4 +1,5 @@
-"""Tests for runner.client against the fake server on 127.0.0.1: status mapping, waits, faults."""
+"""Tests for runner.execute.client against the fake server on 127.0.0.1: status mapping, waits,
+faults."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ import orjson
 import pytest
 from multidict import CIMultiDict
 
-from runner.client import MAX_WAIT_S, post_chat, retry_after
 from runner.errors import APIError, AuthError, RequestError, RetryableError
+from runner.execute.client import MAX_WAIT_S, post_chat, retry_after
 from tests.fakeserver import ThreadedServer
 
 BODY = {"model": "judge", "messages": [{"role": "user", "content": "Rate {this}."}],

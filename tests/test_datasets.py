@@ -1,4 +1,4 @@
-"""Tests for runner.datasets: registered sets on the real files, user files, pickles, fetch."""
+"""Tests for runner.data.datasets: registered sets on the real files, user files, pickles, fetch."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from runner.datasets import (
+from runner.data.datasets import (
     REGISTRY,
     FieldMap,
     Item,

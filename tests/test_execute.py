@@ -1,4 +1,4 @@
-"""Tests for runner.execute: the worker pool against the fake server, with a real cache.
+"""Tests for runner.execute.pool: the worker pool against the fake server, with a real cache.
 
 Every run is bounded: `asyncio.timeout` around it, a handful of tasks, small server latencies,
 and fast retries (the backoff constants are patched down, Retry-After is a few milliseconds).
@@ -17,12 +17,12 @@ from typing import Any
 import aiohttp
 import pytest
 
-from runner import execute as execute_module
-from runner.cache import Cache
-from runner.execute import Endpoint, RunStats, backoff, execute
+from runner.execute import pool as execute_module
+from runner.execute.cache import Cache
+from runner.execute.pool import Endpoint, RunStats, backoff, execute
 from runner.expand import Task, estimate_cost, prepare
-from runner.job import load_job
-from runner.spec import Job, Limits
+from runner.job.load import load_job
+from runner.job.spec import Job, Limits
 from tests.conftest import ROOT, JobWriter
 from tests.fakeserver import ThreadedServer
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from runner.errors import ConfigError
 from runner.expand import Expansion, Task, _key, cache_key, prepare
-from runner.job import load_job
+from runner.job.load import load_job
 from tests.conftest import ROOT, JobWriter
 
 # Data fields full of braces, and even placeholders, that must reach the judge as written.

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.datasets import REGISTRY
+from runner.data.datasets import REGISTRY
 from tests.conftest import DATA_DIR, ROOT
 from tests.fakeserver import ThreadedServer
 

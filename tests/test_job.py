@@ -1,4 +1,5 @@
-"""Tests for runner.job: job files load into frozen dataclasses; bad input names file and key."""
+"""Tests for runner.job.load: job files load into frozen dataclasses; bad input names file and
+key."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from runner.errors import ConfigError
-from runner.job import load_job
-from runner.spec import OPENAI_BASE_URL, Job, Limits, parse_model_spec
+from runner.job.load import load_job
+from runner.job.spec import OPENAI_BASE_URL, Job, Limits, parse_model_spec
 from tests.conftest import ROOT, JobWriter
 
 PROMPT = "Rate {{output}} for {{aspect}}.\n"

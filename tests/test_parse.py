@@ -1,4 +1,4 @@
-"""Tests for runner.parse: example tables per parser, recorded judge answers, properties."""
+"""Tests for runner.parse.parsers: example tables per parser, recorded judge answers, properties."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from runner.errors import ConfigError
-from runner.parse import (
+from runner.parse.parsers import (
     PARSERS,
     Choice,
     Combined,

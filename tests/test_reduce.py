@@ -1,4 +1,4 @@
-"""runner.reduce on small synthetic data, cross-checked against direct scipy calls."""
+"""runner.reduce.correlate on small synthetic data, cross-checked against direct scipy calls."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from runner import _kendall
 from runner.errors import ConfigError, DataError
-from runner.reduce import (
+from runner.reduce import _kendall
+from runner.reduce.correlate import (
     Correlation,
     Row,
     _boot_pooled,

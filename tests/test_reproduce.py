@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from runner import datasets
-from runner.reduce import Correlation, Row, correlate
+from runner.data import datasets
+from runner.reduce.correlate import Correlation, Row, correlate
 
 DATA_DIR = Path(os.environ.get("JUDGE_DATA_DIR")
                 or Path(__file__).resolve().parents[2] / "shared" / "datasets")

@@ -67,7 +67,8 @@ REF_ANSWER_CORRECTNESS = {"en": "\nA correct answer is as follows:\n\n{answer}\n
                           "cn": "\n标准答案如下：\n\n{answer}\n\n"}
 FOR_THE_GIVEN_ANSWER = {"en": "{metric} (1-5) (directly give the score for the given answer):",
                         "cn": "{metric} (1-5) (直接对给定答案打分)"}
-# ColossalAI's automatic metric names -> runner.metrics names (BERTScore needs a model: left out).
+# ColossalAI's automatic metric names -> runner.parse.metrics names (BERTScore needs a model:
+# left out).
 METRICS = {"BLEU": "bleu", "ROUGE": "rouge", "Distinct": "distinct", "CHRF": "chrf",
            "Precision": "overlap", "Recall": "overlap", "F1 score": "overlap"}
 

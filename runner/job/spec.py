@@ -1,5 +1,5 @@
 """The job's value objects: frozen, keyword-only dataclasses, each field documented where it
-is declared. `runner.job` builds them from a job file; every later stage reads them.
+is declared. `runner.job.load` builds them from a job file; every later stage reads them.
 """
 
 from __future__ import annotations
@@ -165,7 +165,7 @@ class GenerateSpec:
     when_empty: Mapping[str, str] = field(default_factory=dict)
     join: Mapping[str, tuple[tuple[str, ...], str]] = field(default_factory=dict)
     metrics: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    """Automatic metrics of each answer (runner.metrics names) by subset, "*" = any other."""
+    """Automatic metrics of each answer (runner.parse.metrics names) by subset, "*" = any other."""
     language: str = "en"
     """Tokenization of the metrics: "en" or "zh"."""
     reference: tuple[str, ...] = ()

@@ -2,7 +2,7 @@
 
 Each loader takes the absolute paths of its data set's registered files (in registry
 order) and the data set name, and yields `Item`s in file order. Loaders never download
-and never hash; `runner.datasets` checks that the files exist before calling them.
+and never hash; `runner.data.datasets` checks that the files exist before calling them.
 
 Invariants every loader keeps (tested in tests/test_datasets.py):
 - `item_id` is unique within the data set and derived only from upstream ids and names,

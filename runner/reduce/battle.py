@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from runner.expand import Expansion
-from runner.judgments import Judgment
+from runner.reduce.judgments import Judgment
 
 __all__ = ["BATTLE_COLUMNS", "Battles", "battle_markdown"]
 

@@ -20,12 +20,12 @@ from typing import Any
 
 import aiohttp
 
-from runner.cache import Cache, answer_record
-from runner.client import post_chat
 from runner.errors import APIError, AuthError, RequestError, RetryableError
+from runner.execute.cache import Cache, answer_record
+from runner.execute.client import post_chat
+from runner.execute.limiter import Limiter
 from runner.expand import Task, estimate_cost
-from runner.limiter import Limiter
-from runner.spec import Limits, ModelSpec
+from runner.job.spec import Limits, ModelSpec
 
 __all__ = ["Endpoint", "RunStats", "backoff", "execute"]
 

@@ -1,4 +1,4 @@
-"""Read a job file (TOML) into the value objects of `runner.spec`, validating everything
+"""Read a job file (TOML) into the value objects of `runner.job.spec`, validating everything
 before any call.
 
 A job names data sets, prompts (template, parser, aspects, request params), judge models and
@@ -14,9 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import ConfigError
-from runner.metrics import LANGUAGES, METRICS
-from runner.parse import check_options, get_parser
-from runner.spec import (
+from runner.job.spec import (
     LEVELS,
     METHODS,
     POLICIES,
@@ -30,6 +28,8 @@ from runner.spec import (
     PromptSpec,
     parse_model_spec,
 )
+from runner.parse.metrics import LANGUAGES, METRICS
+from runner.parse.parsers import check_options, get_parser
 
 __all__ = ["load_job"]
 

@@ -12,11 +12,19 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from runner.cache import Cache
-from runner.datasets import Item
+from runner.data.datasets import Item
+from runner.execute.cache import Cache
 from runner.expand import Expansion, Task
-from runner.parse import Choice, Combined, Failure, Scores, check_options, combine, get_parser
-from runner.spec import PromptSpec
+from runner.job.spec import PromptSpec
+from runner.parse.parsers import (
+    Choice,
+    Combined,
+    Failure,
+    Scores,
+    check_options,
+    combine,
+    get_parser,
+)
 
 __all__ = ["Judgment", "aspect_key", "choices", "judge"]
 

@@ -24,16 +24,8 @@ from typing import Any
 import click
 import orjson
 
-from runner import datasets
-from runner.cache import Cache
-from runner.errors import ConfigError, DataError, RunnerError
-from runner.execute import RunStats
-from runner.expand import Task
-from runner.imports import import_answers
-from runner.judgments import judge
-from runner.progress import Progress
-from runner.report import Tables, collect, write_comparison, write_reports
-from runner.session import (
+from runner.cli.progress import Progress
+from runner.cli.session import (
     Download,
     Selection,
     all_tasks,
@@ -45,7 +37,15 @@ from runner.session import (
     select,
     serving,
 )
-from runner.spec import Job
+from runner.data import datasets
+from runner.errors import ConfigError, DataError, RunnerError
+from runner.execute.cache import Cache
+from runner.execute.imports import import_answers
+from runner.execute.pool import RunStats
+from runner.expand import Task
+from runner.job.spec import Job
+from runner.reduce.judgments import judge
+from runner.report.write import Tables, collect, write_comparison, write_reports
 
 DEFAULT_DATA_DIR = Path.home() / ".cache" / "judge-runner" / "data"
 

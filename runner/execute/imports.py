@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runner.cache import Cache, answer_record
 from runner.errors import ConfigError
+from runner.execute.cache import Cache, answer_record
 from runner.expand import Expansion
 
 __all__ = ["ImportStats", "import_answers"]

@@ -27,9 +27,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, BinaryIO
 
-from runner import loaders
+from runner.data import loaders
+from runner.data.loaders import Item, read_records, safe_unpickle
 from runner.errors import ConfigError, DataError
-from runner.loaders import Item, read_records, safe_unpickle
 
 __all__ = ["REGISTRY", "DatasetInfo", "FieldMap", "Item", "RemoteFile", "fetch", "load",
            "load_file", "safe_unpickle", "verify"]
@@ -81,7 +81,8 @@ class FieldMap:
 
 
 def _read_registry() -> dict[str, DatasetInfo]:
-    table = tomllib.loads(resources.files("runner").joinpath("registry.toml").read_text("utf-8"))
+    registry = resources.files("runner.data").joinpath("registry.toml")
+    table = tomllib.loads(registry.read_text("utf-8"))
     return {name: DatasetInfo(
         name=name, description=entry["description"], license=entry["license"],
         files=tuple(RemoteFile(**file) for file in entry["files"]),

@@ -20,8 +20,8 @@ the same resamples. Point values come from scipy (sample-level Kendall over grou
 items: scipy's counts and arithmetic, vectorised, the same bits); resampled dataset-level values
 are the same statistics written as weighted sums over the drawn groups, which is what makes 1,000
 resamples cheap (the tests check them against scipy on explicitly resampled rows). Kendall's
-concordance sum is quadratic in the draw counts; runner._kendall evaluates it exactly, by a merge
-sort over the distinct (judge, human) cells planned once per selection (per resample
+concordance sum is quadratic in the draw counts; runner.reduce._kendall evaluates it exactly,
+by a merge sort over the distinct (judge, human) cells planned once per selection (per resample
 O(cells x log2(distinct values of the side with fewer))) or, when cheaper (few groups, both
 sides near-continuous), by a groups x groups matrix of at most 4,096 groups.
 """
@@ -37,8 +37,8 @@ import numpy as np
 import numpy.typing as npt
 from scipy import sparse, stats
 
-from runner import _kendall
 from runner.errors import ConfigError, DataError
+from runner.reduce import _kendall
 
 __all__ = ["Comparison", "Correlation", "Row", "compare", "correlate"]
 

@@ -11,7 +11,7 @@ from typing import TextIO
 
 from tqdm import tqdm
 
-from runner.execute import RunStats
+from runner.execute.pool import RunStats
 
 __all__ = ["Progress"]
 

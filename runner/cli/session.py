@@ -22,14 +22,15 @@ from typing import Any
 
 import aiohttp
 
-from runner import datasets, local
-from runner.cache import Cache
+from runner.data import datasets
 from runner.errors import ConfigError, MissingKeyError
-from runner.execute import Endpoint, RunStats, execute
+from runner.execute import local
+from runner.execute.cache import Cache
+from runner.execute.pool import Endpoint, RunStats, execute
 from runner.expand import Expansion, Task, estimate_cost, prepare
-from runner.job import load_job
-from runner.judgments import choices
-from runner.spec import Job, ModelSpec, parse_model_spec
+from runner.job.load import load_job
+from runner.job.spec import Job, ModelSpec, parse_model_spec
+from runner.reduce.judgments import choices
 
 __all__ = ["Download", "ModelPlan", "Selection", "all_tasks", "answer_text", "check_budget",
            "check_keys", "estimate", "manifest", "run_pool", "select", "serving"]

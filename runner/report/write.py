@@ -7,7 +7,7 @@
 - summary.csv: per data set x prompt x aspect x model: n, mean, std, failures by type.
 - report.md: the correlation tables, judges as rows, failure counts, and any battles.
 - battle.csv (a prompt with order = "both"): per judge and model pair, wins, ties and
-  inconsistent verdicts over the two orders (runner.battle).
+  inconsistent verdicts over the two orders (runner.reduce.battle).
 - manifest.json: job sha256, versions, times, counts, usage, estimated cost.
 """
 
@@ -27,15 +27,15 @@ from typing import Any
 
 import orjson
 
-from runner.battle import BATTLE_COLUMNS, Battles, battle_markdown
-from runner.datasets import Item
+from runner.data.datasets import Item
 from runner.errors import ConfigError
+from runner.execute.local import LOCAL_MODELS
 from runner.expand import Expansion
-from runner.judgments import Judgment
-from runner.local import LOCAL_MODELS
-from runner.parse import get_parser
-from runner.reduce import Correlation, Row, compare, correlate
-from runner.spec import Job
+from runner.job.spec import Job
+from runner.parse.parsers import get_parser
+from runner.reduce.battle import BATTLE_COLUMNS, Battles, battle_markdown
+from runner.reduce.correlate import Correlation, Row, compare, correlate
+from runner.reduce.judgments import Judgment
 
 __all__ = ["Tables", "collect", "correlations", "judge_rows", "write_atomic", "write_comparison",
            "write_reports"]

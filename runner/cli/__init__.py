@@ -1,0 +1,1 @@
+"""The `judge` command on top of the pipeline: click commands, the session, progress."""

@@ -1,0 +1,1 @@
+"""Data sets: the registry of upstream files and loaders of their formats."""

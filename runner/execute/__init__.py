@@ -1,0 +1,1 @@
+"""The execute stage: cache, client, limiter, local servers and the worker pool."""

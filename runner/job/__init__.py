@@ -1,0 +1,1 @@
+"""The job stage: job files read into frozen value objects (`spec`, `load`)."""

@@ -1,0 +1,1 @@
+"""Pure, versioned parsers of judge answers and automatic metrics of answers."""

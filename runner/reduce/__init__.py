@@ -1,0 +1,1 @@
+"""The reduce stage: judgments from cached answers, correlations, battles."""

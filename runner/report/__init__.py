@@ -1,0 +1,1 @@
+"""The report stage: JSONL, CSV and markdown reports."""
