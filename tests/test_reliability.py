@@ -1,0 +1,277 @@
+"""Judge reliability: agreement, position and length bias, Williams test, power planning.
+
+Values are checked against published worked examples (Krippendorff 2011; Steiger 1980 as
+computed by psych::r.test), hand computations written out below, and the real data sets run
+through the real CLI against the fake server.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import krippendorff
+import numpy as np
+import pytest
+from scipy import stats
+
+from runner.reduce.reliability import (
+    alpha,
+    correlation,
+    partial,
+    permutation_p,
+    plan_power,
+    weighted_kappa,
+    williams,
+)
+from tests.fakeserver import Script, ThreadedServer
+from tests.test_cli import clean_env, run_judge
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Krippendorff (2011), "Computing Krippendorff's Alpha-Reliability", section C: 4 observers x
+# 12 units with missing values. Published: nominal 0.743, ordinal 0.815, interval 0.849.
+KRIPPENDORFF_2011 = [
+    [1, 2, 3, 3, 2, 1, 4, 1, 2, None, None, None],
+    [1, 2, 3, 3, 2, 2, 4, 1, 2, 5, None, 3],
+    [None, 3, 3, 3, 2, 3, 4, 2, 2, 5, 1, None],
+    [1, 2, 3, 3, 2, 4, 4, 1, 2, 5, 1, None],
+]
+
+
+@pytest.mark.parametrize(("level", "published"), [
+    ("nominal", 0.743), ("ordinal", 0.815), ("interval", 0.849)])
+def test_alpha_matches_krippendorffs_worked_example(level: Any, published: float) -> None:
+    value = alpha(KRIPPENDORFF_2011, level)
+    assert value is not None and round(value, 3) == published
+
+
+def test_alpha_undefined_and_unpairable_units() -> None:
+    assert alpha([[3, 3, 3], [3, 3, 3]]) is None  # no variation: alpha is 0/0
+    assert alpha([[1, 2, 3]]) is None  # one coder
+    # a unit coded once is not pairable and changes nothing
+    with_single = [row + [v] for row, v in zip(KRIPPENDORFF_2011, (5, None, None, None),
+                                                   strict=True)]
+    assert alpha(with_single, "interval") == alpha(KRIPPENDORFF_2011, "interval")
+    with pytest.raises(ValueError, match="level must be one of"):
+        alpha(KRIPPENDORFF_2011, "cardinal")  # type: ignore[arg-type]
+
+
+def test_weighted_kappa_by_hand() -> None:
+    # a = 1 1 2 2 3 3, b = 1 2 2 3 3 3 (n = 6). Observed disagreements: (1,2) and (2,3), each
+    # 1/6 with weight 1 (linear and quadratic): D_o = 1/3. Margins: a = (1/3, 1/3, 1/3),
+    # b = (1/6, 2/6, 3/6). Expected, quadratic: 1/3 x [(2/6 + 12/6) + (1/6 + 3/6) + (4/6 +
+    # 2/6)] = 1/3 x 4 = 4/3, kappa = 1 - (1/3)/(4/3) = 0.75. Linear: 1/3 x [(2/6 + 6/6) +
+    # (1/6 + 3/6) + (2/6 + 2/6)] = 8/9, kappa = 1 - (1/3)/(8/9) = 0.625.
+    a, b = [1, 1, 2, 2, 3, 3], [1, 2, 2, 3, 3, 3]
+    assert weighted_kappa(a, b, "quadratic") == pytest.approx(0.75)
+    assert weighted_kappa(a, b, "linear") == pytest.approx(0.625)
+    assert weighted_kappa(a, a) == pytest.approx(1.0)
+    assert weighted_kappa([1.5, 2], [1, 2]) is None  # not an integer scale
+    assert weighted_kappa([2, 2], [2, 2]) is None  # no expected disagreement
+
+
+def test_quadratic_kappa_is_close_to_interval_alpha_on_many_items() -> None:
+    # Both are 1 - observed/expected squared differences; they differ only in how the
+    # expected part pools the two raters' margins, which vanishes for similar margins.
+    rng = np.random.default_rng(1)
+    truth = rng.integers(1, 6, 2000)
+    a = np.clip(truth + rng.integers(-1, 2, 2000), 1, 5).tolist()
+    b = np.clip(truth + rng.integers(-1, 2, 2000), 1, 5).tolist()
+    kappa, alpha_interval = weighted_kappa(a, b), alpha([a, b], "interval")
+    assert kappa is not None and alpha_interval is not None
+    assert kappa == pytest.approx(alpha_interval, abs=0.01)
+
+
+def test_williams_matches_steiger_example() -> None:
+    # Steiger (1980) case A as in psych::r.test(n = 103, r12 = .4, r13 = .5, r23 = .1):
+    # "t value -0.89 with probability < 0.37".
+    result = williams(0.4, 0.5, 0.1, 103)
+    assert result is not None
+    t, p = result
+    assert round(t, 2) == -0.89 and round(p, 2) == 0.37
+    t_swapped, p_swapped = williams(0.5, 0.4, 0.1, 103) or (0.0, 0.0)
+    assert t_swapped == pytest.approx(-t) and p_swapped == pytest.approx(p)
+    # The more the two judges agree with each other, the stronger the same difference.
+    assert (williams(0.4, 0.5, 0.8, 103) or (0, 1))[1] < p
+    assert williams(0.4, 0.5, 0.1, 3) is None
+
+
+def test_partial_correlation_equals_correlation_of_residuals() -> None:
+    rng = np.random.default_rng(2)
+    z = rng.normal(size=300)
+    x, y = z + rng.normal(size=300), 0.5 * z + rng.normal(size=300)
+    rx = x - np.polyval(np.polyfit(z, x, 1), z)
+    ry = y - np.polyval(np.polyfit(z, y, 1), z)
+    assert partial("pearson", x.tolist(), y.tolist(), z.tolist()) == pytest.approx(
+        float(stats.pearsonr(rx, ry)[0]))
+    raw = correlation("pearson", x, y)
+    assert raw is not None and raw > 0.2  # shared z makes x and y correlate...
+    assert abs(partial("pearson", x.tolist(), y.tolist(), z.tolist()) or 1) < 0.15  # ...not more
+
+
+def test_permutation_test_separates_only_different_judges() -> None:
+    rng = np.random.default_rng(3)
+    human = rng.normal(size=200)
+    good, noisy = human + 0.3 * rng.normal(size=200), human + 3 * rng.normal(size=200)
+    p_diff = permutation_p("pearson", good, noisy, human, 999, seed=1)
+    p_same = permutation_p("spearman", good, 2 * good + 1, human, 999, seed=1)
+    assert p_diff is not None and p_diff <= 0.002
+    assert p_same == 1.0  # the same judge on another scale: every permutation ties
+    assert permutation_p("kendall", good[:30], noisy[:30], human[:30], 99) is not None
+
+
+def test_power_plan_scales_and_checks_the_ci_width() -> None:
+    rng = np.random.default_rng(4)
+    human = rng.normal(size=400)
+    a, b = human + rng.normal(size=400), human + 1.5 * rng.normal(size=400)
+    pilot = plan_power(a, b, human, method="pearson", width=0.1, seed=0)
+    assert pilot is not None and pilot.n_pilot == 400
+    assert pilot.n_for_width == math.ceil(400 * (pilot.width_pilot / 0.1) ** 2)
+    assert pilot.width_check is not None and pilot.width_check == pytest.approx(0.1, rel=0.15)
+    same = plan_power(a, b, human, method="pearson", width=pilot.width_pilot, seed=0)
+    assert same is not None and abs(same.n_for_width - 400) <= 1
+    assert pilot.n_to_separate is not None and pilot.n_to_separate < pilot.n_for_width
+    assert plan_power(a[:5], b[:5], human[:5], method="pearson", width=0.1) is None
+
+
+# ---------------------------------------------------------------- real data, real CLI
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with path.open(encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module")
+def tst_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """tst-formality's first 10 source sentences (90 outputs), both judges, fake server."""
+    from tests.conftest import DATA_DIR
+    tmp = tmp_path_factory.mktemp("tst")
+    with ThreadedServer(Script()) as server:
+        where = ["--model", "fake", "--base-url", server.url, "--limit", 90, "--cache-dir",
+                 tmp / "cache", "--out", tmp / "out"]
+        env = clean_env(DATA_DIR)
+        ran = run_judge("run", "tst-formality", *where, "--yes", env=env, cwd=ROOT)
+        assert ran.returncode == 0, ran.stderr
+        compared = run_judge("compare", "tst-formality", *where[:-2], "--out", tmp / "cmp",
+                             "--judges", "fake/single", "fake/multi", "--permutations", 200,
+                             env=env, cwd=ROOT)
+        assert compared.returncode == 0, compared.stderr
+        assert "williams_p" in compared.stdout and "permutation_p" in compared.stdout
+        planned = run_judge("plan", "tst-formality", *where, "--power", "fake/single",
+                            "fake/multi", "--width", 0.2, env=env, cwd=ROOT)
+        assert planned.returncode == 0, planned.stderr
+        (tmp / "plan.txt").write_text(planned.stdout)
+        assert server.state.requests == 40  # compare and plan made no call
+    return tmp
+
+
+def annotator_votes(aspect: str, lines: int) -> list[tuple[float, float]]:
+    """Both annotators' scores, read straight from the released file (lines in file order,
+    systems in file order, as the loader's items)."""
+    from tests.conftest import DATA_DIR
+    name = {"content": "content.src"}.get(aspect, aspect)
+    path = DATA_DIR / "tst_formality" / "chatgpt" / f"{name}.json"
+    rows = [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
+    return [(s["human_1"], s["human_2"]) for row in rows[:lines] for s in row["sys"].values()]
+
+
+def test_tst_annotators_agreement_from_the_released_file(tst_run: Path) -> None:
+    rows = read_csv(tst_run / "out" / "reliability.csv")
+    got = {(r["aspect"], r["statistic"]): r for r in rows if r["a"] == "annotators"}
+    for aspect in ("content", "style", "fluency"):
+        votes = np.array(annotator_votes(aspect, 10)).T
+        for level in ("ordinal", "interval"):
+            row = got[aspect, f"alpha_{level}"]
+            expected = krippendorff.alpha(reliability_data=votes, level_of_measurement=level)
+            assert float(row["value"]) == pytest.approx(expected)
+            assert row["n"] == "90" and row["b"] == "2 annotators"
+    # The two annotators agree far better than the fake judge agrees with either of them.
+    judge_rows = [r for r in rows if r["figure"] == "agreement" and r["a"] == "fake/single"
+                  and r["statistic"] == "alpha_interval"]
+    assert {r["b"] for r in judge_rows} >= {"annotator 1", "annotator 2", "human"}
+    assert max(float(r["value"]) for r in judge_rows) < float(
+        got["content", "alpha_interval"]["value"])
+    assert "## Reliability" in (tst_run / "out" / "report.md").read_text("utf-8")
+
+
+def test_tst_length_and_position_rows(tst_run: Path) -> None:
+    rows = read_csv(tst_run / "out" / "reliability.csv")
+    scores = [r for r in read_csv(tst_run / "out" / "scores.csv")
+              if r["prompt"] == "single" and r["aspect"] == "style"]
+    from tests.conftest import DATA_DIR
+    path = DATA_DIR / "tst_formality" / "chatgpt" / "style.json"
+    lines = path.read_text("utf-8").splitlines()[:10]
+    outputs = {f"{i}:{system}": s["out"] for i, line in enumerate(lines)
+               for system, s in json.loads(line)["sys"].items()}
+    judge = [float(r["judge_score"]) for r in scores]
+    human = [float(r["human_score"]) for r in scores]
+    chars = [float(len(outputs[r["item_id"]])) for r in scores]
+
+    def value(a: str, b: str, statistic: str) -> float:
+        [row] = [r for r in rows if (r["aspect"], r["figure"], r["a"], r["b"], r["statistic"])
+                 == ("style", "length", a, b, statistic)]
+        return float(row["value"])
+
+    assert value("fake/single", "length (chars)", "spearman") == pytest.approx(
+        float(stats.spearmanr(judge, chars)[0]))
+    assert value("human", "length (chars)", "spearman") == pytest.approx(
+        float(stats.spearmanr(human, chars)[0]))
+    # partial Pearson by its definition, from three scipy Pearson coefficients
+    rxy, rxz, ryz = (float(stats.pearsonr(x, y)[0]) for x, y in
+                     ((judge, human), (judge, chars), (human, chars)))
+    assert value("fake/single", "human | length (chars)", "partial_pearson") == pytest.approx(
+        (rxy - rxz * ryz) / math.sqrt((1 - rxz ** 2) * (1 - ryz ** 2)))
+    # group prompts: the mean score of each of the nine positions, over the 10 sentences
+    by_position = [r for r in rows if r["figure"] == "position" and r["a"] == "fake/single"
+                   and r["aspect"] == "style" and r["statistic"] == "mean_score"]
+    assert [r["b"] for r in by_position] == [f"position {i}" for i in range(1, 10)]
+    assert all(r["n"] == "10" for r in by_position)
+    assert sum(float(r["value"]) for r in by_position) / 9 == pytest.approx(
+        sum(judge) / len(judge))
+
+
+def test_compare_adds_williams_and_permutation(tst_run: Path) -> None:
+    rows = read_csv(tst_run / "cmp" / "compare.csv")
+    scores = read_csv(tst_run / "out" / "scores.csv")
+    for r in rows:
+        if r["level"] != "dataset":
+            assert r["williams_p"] == r["permutation_p"] == ""
+            continue
+        cells = {(s["item_id"], s["prompt"]): s for s in scores if s["aspect"] == r["aspect"]}
+        ids = sorted({i for i, p in cells if p == "single"})
+        a = [float(cells[i, "single"]["judge_score"]) for i in ids]
+        b = [float(cells[i, "multi"]["judge_score"]) for i in ids]
+        h = [float(cells[i, "single"]["human_score"]) for i in ids]
+        tau = [float(stats.kendalltau(x, y)[0]) for x, y in ((a, h), (b, h), (a, b))]
+        expected = williams(*tau, len(ids))
+        assert expected is not None
+        assert float(r["williams_t"]) == pytest.approx(expected[0])
+        assert float(r["williams_p"]) == pytest.approx(expected[1])
+        assert 1 / 201 <= float(r["permutation_p"]) <= 1
+
+
+def test_plan_power_on_the_pilot(tst_run: Path) -> None:
+    rows = read_csv(tst_run / "out" / "power.csv")
+    assert {r["aspect"] for r in rows} == {"content", "style", "fluency"}
+    for r in rows:
+        assert r["n_pilot"] == "90" and r["method"] == "pearson"
+        assert int(r["n_for_width"]) == math.ceil(90 * (float(r["ci_width_pilot"]) / 0.2) ** 2)
+    text = (tst_run / "plan.txt").read_text()
+    assert "target 95% CI width of A - B: 0.2" in text and "items to separate A and B" in text
+
+
+def test_plan_power_unknown_judge_is_one_error_line(tst_run: Path) -> None:
+    from tests.conftest import DATA_DIR
+    result = run_judge("plan", "tst-formality", "--model", "fake", "--base-url",
+                       "http://127.0.0.1:9/v1", "--limit", 90, "--cache-dir", tst_run / "cache",
+                       "--out", tst_run / "x", "--power", "fake/single", "nobody/none",
+                       env=clean_env(DATA_DIR), cwd=ROOT)
+    assert result.returncode == 2
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("Error: jobs/tst-formality.toml: --power names no "
+                           "judge 'nobody/none'; judges in the cache: ")
+    assert "fake/single" in line
