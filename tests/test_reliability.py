@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from runner.reduce.reliability import (
 )
 from tests.fakeserver import Script, ThreadedServer
 from tests.test_cli import clean_env, run_judge
+from tests.test_colossalai import BATTLE_MARK, answers_in, fake_reply
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -275,3 +277,103 @@ def test_plan_power_unknown_judge_is_one_error_line(tst_run: Path) -> None:
     assert line.startswith("Error: jobs/tst-formality.toml: --power names no "
                            "judge 'nobody/none'; judges in the cache: ")
     assert "fake/single" in line
+
+
+def test_colossalai_battles_in_both_orders(data_dir: Path, tmp_path: Path) -> None:
+    """The ColossalAI battle prompt, both orders, fake judge: on the first question it always
+    prefers position 1 (a flip); the figures are recomputed from the requests it answered."""
+    bodies: list[dict[str, Any]] = []
+
+    def reply(body: dict[str, Any]) -> str:
+        bodies.append(body)
+        return fake_reply(body)
+
+    with ThreadedServer(Script(reply=reply)) as server:
+        ran = run_judge("run", ROOT / "jobs" / "colossalai-en.toml", "--base-url", server.url,
+                        "--limit", 8, "--cache-dir", tmp_path / "cache", "--model", "fake",
+                        "--out", tmp_path / "out", "--yes", "--rpm", 60000,
+                        env=clean_env(data_dir), cwd=ROOT)
+    assert ran.returncode == 0, ran.stderr
+    first = second = 0
+    position_scores: dict[int, list[float]] = defaultdict(list)
+    verdicts: dict[str, list[str]] = defaultdict(list)
+    for body in bodies:
+        text = body["messages"][-1]["content"]
+        if not BATTLE_MARK.search(text):
+            continue
+        s1, s2 = map(float, fake_reply(body).split("\n")[0].split())
+        a1, a2 = answers_in(text)
+        first, second = first + (s1 > s2), second + (s1 < s2)
+        position_scores[1].append(s1)
+        position_scores[2].append(s2)
+        verdicts[text.split("\n")[1]].append("tie" if s1 == s2 else a1 if s1 > s2 else a2)
+    assert len(verdicts) == 8 and all(len(v) == 2 for v in verdicts.values())
+    flips = sum(len(set(v)) > 1 for v in verdicts.values())
+    assert flips >= 1  # the biased question
+
+    rows = {(r["statistic"], r["b"]): r for r in read_csv(tmp_path / "out" / "reliability.csv")
+            if r["figure"] == "position" and r["a"] == "fake/battle"}
+    assert float(rows["flip_rate", ""]["value"]) == pytest.approx(flips / 8)
+    assert rows["flip_rate", ""]["n"] == "8"
+    win = rows["first_position_win_rate", ""]
+    assert int(win["n"]) == first + second
+    assert float(win["value"]) == pytest.approx(first / (first + second))
+    assert float(win["p_value"]) == pytest.approx(
+        stats.binomtest(first, first + second, 0.5).pvalue)
+    for position in (1, 2):
+        row = rows["mean_score", f"position {position}"]
+        assert float(row["value"]) == pytest.approx(np.mean(position_scores[position]))
+    # battle.csv's inconsistent verdicts are the same flips
+    [battle] = read_csv(tmp_path / "out" / "battle.csv")
+    assert int(battle["inconsistent"]) == flips
+
+
+def test_self_consistency_across_samples(write_job: Any, tmp_path: Path,
+                                         data_dir: Path) -> None:
+    """samples = 3: three calls per item whose stars vary; alpha across the three samples is
+    krippendorff's over the samples x items table read back from judgments.jsonl."""
+    calls = iter(range(10_000))
+
+    def reply(body: dict[str, Any]) -> str:
+        n = next(calls)
+        return f"{(n * 7 + len(body['messages'][-1]['content'])) % 5 + 1} stars"
+
+    rows = [{"id": str(i), "text": "x" * i, "score": i % 5} for i in range(12)]
+    job = write_job(SAMPLES_JOB, rows=rows, files={"p.txt": "Rate {{text}} in stars"})
+    with ThreadedServer(Script(reply=reply)) as server:
+        ran = run_judge("run", job, "--base-url", server.url, "--cache-dir", tmp_path / "cache",
+                        "--out", tmp_path / "out", "--yes", env=clean_env(data_dir), cwd=ROOT)
+    assert ran.returncode == 0, ran.stderr
+    table: dict[int, dict[str, float]] = defaultdict(dict)
+    for line in (tmp_path / "out" / "judgments.jsonl").read_text().splitlines():
+        j = json.loads(line)
+        table[j["sample"]][j["item_id"]] = j["score"]
+    assert sorted(table) == [0, 1, 2]
+    ids = sorted(table[0])
+    data = [[table[s][i] for i in ids] for s in range(3)]
+    [row] = [r for r in read_csv(tmp_path / "out" / "reliability.csv")
+             if r["figure"] == "self_consistency" and r["statistic"] == "alpha_interval"]
+    assert (row["a"], row["b"], row["n"]) == ("fake/stars", "3 samples", "12")
+    assert float(row["value"]) == pytest.approx(
+        krippendorff.alpha(reliability_data=data, level_of_measurement="interval"))
+
+
+SAMPLES_JOB = """
+[[datasets]]
+name = "mine"
+path = "data.jsonl"
+[datasets.fields]
+id = "id"
+text = { text = "text" }
+human = { quality = "score" }
+
+[[prompts]]
+name = "stars"
+template = "p.txt"
+parser = "stars"
+aspects = ["quality"]
+samples = 3
+
+[models.fake]
+spec = "fake"
+"""
