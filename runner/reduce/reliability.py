@@ -31,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy import stats
 
+from runner.expand import Expansion
 from runner.reduce.judgments import Judgment
 
 __all__ = ["PowerPlan", "Positions", "alpha", "correlation", "partial", "permutation_p",
@@ -222,19 +223,34 @@ class Positions:
     """Collects, while the reports stream the judgments, what position and self-consistency
     figures need: group prompts' scores by order and member, and every judge's samples."""
 
-    def __init__(self) -> None:
+    def __init__(self, expansion: Expansion) -> None:
+        job = expansion.job
+        self.sampled = frozenset(p.name for p in job.prompts if p.samples > 1)
+        """Prompts with several samples a task: only their scores are kept for
+        self-consistency, so a large single-sample job pays one set lookup a judgment."""
         self.groups: dict[tuple[str, str, str, str], _Orders] = defaultdict(dict)
         self.samples: dict[tuple[str, str, str], dict[str, dict[int, list[float]]]] = (
             defaultdict(lambda: defaultdict(lambda: defaultdict(list))))
-        """(judge, dataset, aspect) -> item id -> sample index -> scores (one per order)."""
+        """(judge, dataset, aspect) -> item id -> sample -> scores (one per order). A sample is
+        a task's sample index, or with n > 1 choices an answer (sample index x n + choice)."""
 
     def watch(self, judgments: Iterable[Judgment]) -> Iterator[Judgment]:
         """Pass every judgment through, keeping its score."""
         for j in judgments:
             t = j.task
+            if t.prompt not in self.sampled and not t.members and not j.choice_scores:
+                yield j
+                continue
             judge = f"{t.model}/{t.prompt}"
-            if j.score is not None:
-                self.samples[judge, t.dataset, t.aspect][j.item.item_id][t.sample].append(j.score)
+            if j.choice_scores:  # n choices in one answer: coder = (sample, choice)
+                kept = self.samples[judge, t.dataset, t.aspect][j.item.item_id]
+                n = len(j.choice_scores)
+                for c, score in enumerate(j.choice_scores):
+                    if score is not None:
+                        kept[t.sample * n + c].append(score)
+            elif j.score is not None and t.prompt in self.sampled:
+                self.samples[judge, t.dataset, t.aspect][j.item.item_id][t.sample].append(
+                    j.score)
             if t.members:
                 orders = self.groups[judge, t.dataset, t.aspect, t.item_id]
                 scores = orders.setdefault(t.members, {}).setdefault(j.item.item_id, [])

@@ -357,7 +357,7 @@ def write_reports(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgm
     `manifest` may be built from the gathered tables (counts known only after the pass)."""
     buffer = io.BytesIO()
     battles = Battles(expansion)
-    positions = Positions()
+    positions = Positions(expansion)
     judgments = positions.watch(judgments)
     tables = collect(battles.watch(judgments), buffer)
     write_atomic(out_dir / "judgments.jsonl", buffer.getvalue())
