@@ -28,7 +28,7 @@ from runner.reduce.reliability import (
     weighted_kappa,
     williams,
 )
-from tests.fakeserver import Script, ThreadedServer
+from tests.fakeserver import CHOICE_SEP, Script, ThreadedServer
 from tests.test_cli import clean_env, run_judge
 from tests.test_colossalai import BATTLE_MARK, answers_in, fake_reply
 
@@ -158,6 +158,9 @@ def tst_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         env = clean_env(DATA_DIR)
         ran = run_judge("run", "tst-formality", *where, "--yes", env=env, cwd=ROOT)
         assert ran.returncode == 0, ran.stderr
+        rescored = run_judge("rescore", "tst-formality", *where[:-2], "--out", tmp / "rescored",
+                             env=env, cwd=ROOT)
+        assert rescored.returncode == 0, rescored.stderr
         compared = run_judge("compare", "tst-formality", *where[:-2], "--out", tmp / "cmp",
                              "--judges", "fake/single", "fake/multi", "--permutations", 200,
                              env=env, cwd=ROOT)
@@ -198,6 +201,9 @@ def test_tst_annotators_agreement_from_the_released_file(tst_run: Path) -> None:
     assert max(float(r["value"]) for r in judge_rows) < float(
         got["content", "alpha_interval"]["value"])
     assert "## Reliability" in (tst_run / "out" / "report.md").read_text("utf-8")
+    # rescore writes the same figures from the cache
+    assert (tst_run / "rescored" / "reliability.csv").read_bytes() == (
+        tst_run / "out" / "reliability.csv").read_bytes()
 
 
 def test_tst_length_and_position_rows(tst_run: Path) -> None:
@@ -377,3 +383,36 @@ samples = 3
 [models.fake]
 spec = "fake"
 """
+
+
+def test_self_consistency_across_choices_of_one_answer(write_job: Any, tmp_path: Path,
+                                                       data_dir: Path) -> None:
+    """params.n = 4 (G-Eval's sampling): each of the 4 choices is a sample; one choice that
+    does not parse is missing, not a score."""
+    def reply(body: dict[str, Any]) -> str:
+        k = len(body["messages"][-1]["content"])
+        texts = [f"{(k + c * (k % 3)) % 5 + 1} stars" for c in range(4)]
+        if k % 4 == 0:
+            texts[3] = "no idea"
+        return CHOICE_SEP.join(texts)
+
+    rows = [{"id": str(i), "text": "x" * i, "score": i % 5} for i in range(16)]
+    job = write_job(SAMPLES_JOB.replace("samples = 3", "params = { n = 4 }"), rows=rows,
+                    files={"p.txt": "Rate {{text}} in stars"})
+    with ThreadedServer(Script(reply=reply)) as server:
+        ran = run_judge("run", job, "--base-url", server.url, "--cache-dir", tmp_path / "cache",
+                        "--out", tmp_path / "out", "--yes", env=clean_env(data_dir), cwd=ROOT)
+    assert ran.returncode == 0, ran.stderr
+    table: list[list[float | None]] = [[], [], [], []]
+    for line in (tmp_path / "out" / "judgments.jsonl").read_text().splitlines():
+        j = json.loads(line)
+        assert len(j["raw"]) == 4
+        for c, text in enumerate(j["raw"]):
+            table[c].append(float(text[0]) if text[0].isdigit() else None)
+    assert sum(v is None for v in table[3]) == 4  # messages of 16, 20, 24, 28 characters
+    data = [[np.nan if v is None else v for v in row] for row in table]
+    [row] = [r for r in read_csv(tmp_path / "out" / "reliability.csv")
+             if r["figure"] == "self_consistency" and r["statistic"] == "alpha_ordinal"]
+    assert (row["a"], row["b"], row["n"]) == ("fake/stars", "4 samples", "16")
+    assert float(row["value"]) == pytest.approx(
+        krippendorff.alpha(reliability_data=data, level_of_measurement="ordinal"))
