@@ -416,3 +416,22 @@ def test_self_consistency_across_choices_of_one_answer(write_job: Any, tmp_path:
     assert (row["a"], row["b"], row["n"]) == ("fake/stars", "4 samples", "16")
     assert float(row["value"]) == pytest.approx(
         krippendorff.alpha(reliability_data=data, level_of_measurement="ordinal"))
+
+
+def test_interval_alpha_in_closed_form_matches_the_package() -> None:
+    from runner.reduce.reliability import _interval_alpha
+    table = np.array(KRIPPENDORFF_2011, dtype=float)
+    table = table[:, np.sum(~np.isnan(table), axis=0) >= 2]
+    assert round(_interval_alpha(table), 3) == 0.849
+    rng = np.random.default_rng(5)
+    noisy = rng.normal(size=(3, 50)) + rng.normal(size=50)
+    noisy[rng.random((3, 50)) < 0.2] = np.nan
+    noisy = noisy[:, np.sum(~np.isnan(noisy), axis=0) >= 2]
+    assert _interval_alpha(noisy) == pytest.approx(
+        krippendorff.alpha(reliability_data=noisy, level_of_measurement="interval"))
+    # continuous scores (more than MAX_VALUES distinct values): interval only, and fast
+    continuous = (rng.normal(size=5000) + rng.normal(size=(2, 5000))).tolist()
+    assert alpha(continuous, "ordinal") is None
+    assert alpha(continuous, "interval") == pytest.approx(
+        _interval_alpha(np.array(continuous)))
+    assert weighted_kappa([0, 5000], [0, 1]) is None  # 5,001 categories

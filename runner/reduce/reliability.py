@@ -40,24 +40,46 @@ __all__ = ["PowerPlan", "Positions", "alpha", "correlation", "partial", "permuta
 FloatArray = npt.NDArray[np.float64]
 Level = Literal["nominal", "ordinal", "interval", "ratio"]
 LEVELS: tuple[Level, ...] = get_args(Level)
+MAX_VALUES = 1000  # above this many distinct values: interval alpha in closed form, else None
+MAX_CATEGORIES = 1000  # weighted kappa's k x k table
 
 
 def alpha(table: Sequence[Sequence[float | None]], level: Level = "interval") -> float | None:
     """Krippendorff's alpha of a coders x units table (None = missing).
 
     Units coded by fewer than two coders do not count (Krippendorff 2011). None when fewer
-    than two units are pairable or every pairable value is the same (alpha undefined).
+    than two units are pairable or every pairable value is the same (alpha undefined), and
+    for levels other than interval when there are more than MAX_VALUES distinct values
+    (continuous scores: the package's tables would grow as values^2).
     """
     if level not in LEVELS:
         raise ValueError(f"level must be one of {', '.join(LEVELS)} (got {level!r})")
-    data = np.array([[np.nan if v is None else v for v in row] for row in table], dtype=float)
+    data = np.array(table, dtype=float)  # None becomes NaN
     if data.ndim != 2 or data.shape[0] < 2:
         return None
     pairable = data[:, np.sum(~np.isnan(data), axis=0) >= 2]
     values = pairable[~np.isnan(pairable)]
-    if pairable.shape[1] < 2 or np.unique(values).size < 2:
+    distinct = np.unique(values).size
+    if pairable.shape[1] < 2 or distinct < 2:
         return None
+    if distinct > MAX_VALUES:  # the package builds values x values and units x values tables
+        return _interval_alpha(pairable) if level == "interval" else None
     return float(krippendorff.alpha(reliability_data=pairable, level_of_measurement=level))
+
+
+def _interval_alpha(data: FloatArray) -> float:
+    """Interval alpha without a coincidence matrix: with squared differences, both
+    disagreements are sums of squares. Ordered pairs within a unit of m values sum to
+    2 (m S2 - S1^2); D_o = sum over units of that / (m - 1), / n; D_e = the same over all
+    n pairable values, / (n (n - 1))."""
+    present = ~np.isnan(data)
+    m = present.sum(axis=0).astype(float)
+    v = np.where(present, data, 0.0)
+    s1, s2 = v.sum(axis=0), (v ** 2).sum(axis=0)
+    n = float(m.sum())
+    observed = float((2 * (m * s2 - s1 ** 2) / (m - 1)).sum()) / n
+    expected = 2 * (n * float(s2.sum()) - float(s1.sum()) ** 2) / (n * (n - 1))
+    return 1 - observed / expected
 
 
 def weighted_kappa(a: Sequence[float], b: Sequence[float],
@@ -65,17 +87,19 @@ def weighted_kappa(a: Sequence[float], b: Sequence[float],
     """Cohen's weighted kappa of two raters over the same items, categories = the integers
     from the smallest to the largest value seen: 1 - sum(w * observed) / sum(w * expected),
     w = |i - j| (linear) or (i - j)^2 (quadratic). None when a value is not an integer, the
-    lists differ in length, or the expected disagreement is 0."""
+    range spans more than MAX_CATEGORIES, the lists differ in length, or the expected
+    disagreement is 0."""
     if weights not in ("linear", "quadratic") or len(a) != len(b) or not a:
         return None
-    if any(float(v) != int(v) for v in (*a, *b)):
+    xa, xb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if not (np.all(xa == np.round(xa)) and np.all(xb == np.round(xb))):
         return None
-    lo = int(min(*a, *b))
-    k = int(max(*a, *b)) - lo + 1
-    observed = np.zeros((k, k))
-    for x, y in zip(a, b, strict=True):
-        observed[int(x) - lo, int(y) - lo] += 1
-    observed /= observed.sum()
+    lo = int(min(xa.min(), xb.min()))
+    k = int(max(xa.max(), xb.max())) - lo + 1
+    if k > MAX_CATEGORIES:
+        return None
+    cells = (xa.astype(np.intp) - lo) * k + (xb.astype(np.intp) - lo)
+    observed = np.bincount(cells, minlength=k * k).reshape(k, k) / xa.size
     expected = np.outer(observed.sum(axis=1), observed.sum(axis=0))
     diff = np.abs(np.subtract.outer(np.arange(k), np.arange(k))).astype(float)
     w = diff if weights == "linear" else diff ** 2
