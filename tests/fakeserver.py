@@ -119,11 +119,17 @@ class State:
 STATE = web.AppKey("state", State)
 
 
+# A reply made of texts joined by CHOICE_SEP gives each of the n choices its own text, in turn.
+CHOICE_SEP = "\x1e"
+
+
 def _completion(body: dict[str, Any], text: str, logprobs: bool) -> dict[str, Any]:
     n = int(body.get("n", 1))
+    texts = text.split(CHOICE_SEP)
     prompt_tokens = sum(len(m["content"]) for m in body["messages"]) // 4
     choices = []
     for i in range(n):
+        text = texts[i % len(texts)]
         choice: dict[str, Any] = {"index": i, "finish_reason": "stop",
                                   "message": {"role": "assistant", "content": text}}
         if logprobs or body.get("logprobs"):

@@ -45,7 +45,23 @@ from runner.execute.pool import RunStats
 from runner.expand import Task
 from runner.job.spec import Job
 from runner.reduce.judgments import judge
-from runner.report.write import Tables, collect, write_comparison, write_reports
+from runner.report.reliability import (
+    POWER_COLUMNS,
+    SIGNIFICANCE_COLUMNS,
+    csv_bytes,
+    power_lines,
+    power_rows,
+    significance,
+)
+from runner.report.write import (
+    COMPARE_COLUMNS,
+    Tables,
+    collect,
+    judge_rows,
+    write_atomic,
+    write_comparison,
+    write_reports,
+)
 
 DEFAULT_DATA_DIR = Path.home() / ".cache" / "judge-runner" / "data"
 
@@ -295,14 +311,30 @@ def _rescore(sel: Selection, started: float) -> None:
 
 @cli.command()
 @_common
+@click.option("--power", nargs=2, metavar="A B",
+              help="Sample-size planning from this (pilot) run's cache: items needed to "
+                   "separate judges A and B, e.g. --power fake/stars fake/geval --width 0.1. "
+                   "Writes power.csv.")
+@click.option("--width", type=click.FloatRange(min=0, min_open=True), default=0.1,
+              show_default=True, help="With --power: the wanted width of the 95% CI of the "
+                                      "difference of the two correlations.")
 def plan(job: str, models: tuple[str, ...], base_url: str | None, limit: int | None,
-         cache_dir: str | None, out: str | None) -> None:
+         cache_dir: str | None, out: str | None, power: tuple[str, str] | None,
+         width: float) -> None:
     """Show tasks, cache hits, calls to make, estimated tokens and cost. No network.
 
     Costs come from a built-in table of list prices (USD per 1M tokens) or the job's
     `price = {input = .., output = ..}`; completion tokens are counted at max_tokens x n,
     an upper bound.
+
+    With --power A B (e.g. `judge plan openmeva --power fake/stars fake/geval --width 0.1`),
+    plan instead reads the cached pilot run and prints, per data set, aspect and method, how
+    many items a study needs for a 95% CI of corr(A) - corr(B) that wide, and for one that
+    excludes 0 at the pilot's difference (bootstrap over the pilot's items).
     """
+    if power:
+        _plan_power(_select(job, models, base_url, limit, cache_dir, out), power, width)
+        return
     sel = _select(job, models, base_url, limit, cache_dir, out, stream=True)
     plans = estimate(sel)
     echo = click.echo
@@ -346,25 +378,54 @@ def status(job: str, models: tuple[str, ...], base_url: str | None, limit: int |
 @click.option("--judges", nargs=2, required=True, metavar="A B",
               help="Two judges as named in correlations.csv: `model/prompt` for LLM judges, or "
                    "a metric column such as rouge1-f.")
+@click.option("--permutations", type=click.IntRange(min=0), default=0, metavar="N",
+              help="Also a paired permutation test with N permutations at dataset level, "
+                   "e.g. --permutations 10000 (column permutation_p).")
 def compare(job: str, models: tuple[str, ...], base_url: str | None, limit: int | None,
-            cache_dir: str | None, out: str | None, judges: tuple[str, str]) -> None:
+            cache_dir: str | None, out: str | None, judges: tuple[str, str],
+            permutations: int) -> None:
     """Paired bootstrap test of the difference between two judges' correlations with humans.
 
     Both judges are scored on the same resampled groups (sample and dataset level), from the
     cache only (no network). Writes compare.csv next to the reports and prints the table:
-    diff = A - B with its 95% CI and a two-sided p-value.
+    diff = A - B with its 95% CI and a two-sided p-value. At dataset level, also Williams'
+    test of the two dependent correlations with the human (williams_t, williams_p, two-sided)
+    and, with --permutations N, a paired permutation test (permutation_p), e.g.
+    `judge compare tst-formality --judges gpt35/single gpt35/multi --permutations 10000`.
     """
     sel = _select(job, models, base_url, limit, cache_dir, out)
     with Cache(sel.cache_dir) as c:
         tables = collect(judge(sel.expansion, c), io.BytesIO())
     rows = write_comparison(sel.out_dir, sel.expansion, tables, judges)
+    rows = significance(rows, judge_rows(sel.expansion, tables), judges,
+                        permutations=permutations, seed=sel.job.seed)
+    write_atomic(sel.out_dir / "compare.csv",
+                 csv_bytes([*COMPARE_COLUMNS, *SIGNIFICANCE_COLUMNS], rows))
     shown = ["dataset", "aspect", "level", "method", "subset", "value_a", "value_b", "diff",
              "ci_low", "ci_high", "p_value"]
+    shown += ["williams_p", *(["permutation_p"] if permutations else [])]
     click.echo(f"A = {judges[0]}, B = {judges[1]}")
     click.echo(" ".join(f"{c:>9}" for c in shown))
     for r in rows:
         click.echo(" ".join(f"{r[c]:>9.3f}" if isinstance(r[c], float) else f"{r[c]!s:>9}"
                             for c in shown))
+
+
+def _plan_power(sel: Selection, judges: tuple[str, str], width: float) -> None:
+    """judge plan --power: power.csv and its table, from the cached pilot."""
+    with Cache(sel.cache_dir) as c:
+        tables = collect(judge(sel.expansion, c), io.BytesIO())
+    by_data = judge_rows(sel.expansion, tables)
+    for name in judges:
+        if not any(name in judges_there for judges_there in by_data.values()):
+            found = sorted({j for d in by_data.values() for j in d})
+            raise ConfigError(f"{sel.job.path}: --power names no judge {name!r}; judges in "
+                              f"the cache: {', '.join(found) or 'none (run the pilot first)'}")
+    methods = [m for m in ("pearson", "spearman") if m in sel.job.methods] or ["pearson"]
+    rows = power_rows(by_data, judges, width=width, methods=methods, seed=sel.job.seed)
+    write_atomic(sel.out_dir / "power.csv", csv_bytes(POWER_COLUMNS, rows))
+    for line in power_lines(rows, judges, width):
+        click.echo(line)
 
 
 @cli.command("import")

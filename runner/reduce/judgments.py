@@ -53,6 +53,9 @@ class Judgment:
     usage: Mapping[str, Any] | None
     n_parsed: int = 0
     n_failed: int = 0
+    choice_scores: tuple[float | None, ...] = ()
+    """With n > 1 choices in one answer: each choice's own score (None where it failed), in
+    choice order, for self-consistency; empty for a single choice."""
 
 
 def aspect_key(aspect: str) -> str:
@@ -132,7 +135,8 @@ class _Context:
                record: Mapping[str, Any], position: int | None) -> Judgment:
         func, options = get_parser(prompt.parser).func, self.settings[at]
         got = choices(record["response"])
-        combined = combine([self.parse(at, func, options, c) for c in got])
+        results = [self.parse(at, func, options, c) for c in got]
+        combined = combine(results)
         texts = [c.text for c in got]
         raw: str | list[str] = texts[0] if len(texts) == 1 else texts
         key = str(position) if position is not None else None
@@ -146,7 +150,17 @@ class _Context:
         return Judgment(task=task, item=item, score=score, values=combined.values, raw=raw,
                         error=error, cached=task.key not in self.fresh,
                         usage=record.get("usage"), n_parsed=combined.n_parsed,
-                        n_failed=combined.n_failed + combined.n_refused)
+                        n_failed=combined.n_failed + combined.n_refused,
+                        choice_scores=_choice_scores(results, key, task.aspect))
+
+
+def _choice_scores(results: list[Scores | Failure], key: str | None,
+                   aspect: str) -> tuple[float | None, ...]:
+    """Each choice's score when an answer has several (see Judgment.choice_scores)."""
+    if len(results) < 2:
+        return ()
+    return tuple(None if isinstance(r, Failure) else r.values.get(key) if key is not None
+                 else _score(Combined(r.values, 1, 0, 0, None), aspect) for r in results)
 
 
 def parser_options(prompt: PromptSpec, aspect: str, n_members: int) -> dict[str, Any]:

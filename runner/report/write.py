@@ -8,6 +8,8 @@
 - report.md: the correlation tables, judges as rows, failure counts, and any battles.
 - battle.csv (a prompt with order = "both"): per judge and model pair, wins, ties and
   inconsistent verdicts over the two orders (runner.reduce.battle).
+- reliability.csv: agreement, self-consistency, position and length bias
+  (runner.report.reliability).
 - manifest.json: job sha256, versions, times, counts, usage, estimated cost.
 """
 
@@ -36,6 +38,12 @@ from runner.parse.parsers import get_parser
 from runner.reduce.battle import BATTLE_COLUMNS, Battles, battle_markdown
 from runner.reduce.correlate import Correlation, Row, compare, correlate
 from runner.reduce.judgments import Judgment
+from runner.reduce.reliability import Positions
+from runner.report.reliability import (
+    RELIABILITY_COLUMNS,
+    reliability_markdown,
+    reliability_rows,
+)
 
 __all__ = ["Tables", "collect", "correlations", "judge_rows", "write_atomic", "write_comparison",
            "write_reports"]
@@ -349,6 +357,8 @@ def write_reports(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgm
     `manifest` may be built from the gathered tables (counts known only after the pass)."""
     buffer = io.BytesIO()
     battles = Battles(expansion)
+    positions = Positions(expansion)
+    judgments = positions.watch(judgments)
     tables = collect(battles.watch(judgments), buffer)
     write_atomic(out_dir / "judgments.jsonl", buffer.getvalue())
     write_atomic(out_dir / "scores.csv", _scores_csv(tables))
@@ -357,8 +367,11 @@ def write_reports(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgm
     summ = summary(tables)
     write_atomic(out_dir / "summary.csv", _csv(SUMMARY_COLUMNS, summ))
     battle_rows = battles.rows()
+    reliability = reliability_rows(expansion, tables.cells, positions)
     write_atomic(out_dir / "report.md", (_markdown(expansion, corr, summ, notes)
-                                         + battle_markdown(battle_rows)).encode())
+                                         + battle_markdown(battle_rows)
+                                         + reliability_markdown(reliability)).encode())
+    write_atomic(out_dir / "reliability.csv", _csv(RELIABILITY_COLUMNS, reliability))
     if battles.enabled:
         write_atomic(out_dir / "battle.csv", _csv(BATTLE_COLUMNS, battle_rows))
     if expansion.job.leaderboard:

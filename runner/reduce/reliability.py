@@ -1,0 +1,347 @@
+"""Is the judge reliable? Agreement, position and length bias, significance, sample sizes.
+
+Pure functions over scores already judged (zero calls):
+
+* alpha: Krippendorff's alpha (the `krippendorff` package) over a coders x units table with
+  missing values; weighted_kappa: Cohen's kappa with linear or quadratic weights, for two
+  raters on an integer scale.
+* Positions: collects the scores of group prompts by the position each member was shown in,
+  and pair verdicts per order, so position_rows can report the share of pairs whose verdict
+  flips when the order is swapped, the first-position win rate (binomial test against 1/2) and
+  the mean score by position. It also keeps every sample of every judge for self-consistency.
+* partial: the correlation of judge and human controlling for a third variable (length).
+* williams: Williams' t for two dependent correlations sharing one variable (Steiger 1980,
+  eq. 7; Graham & Baldwin 2014), and permutation_p, a paired permutation test.
+* plan_power: how many items a study needs so that the 95% bootstrap CI of the difference of
+  two judges' correlations is a chosen width, from a pilot.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+import krippendorff
+import numpy as np
+import numpy.typing as npt
+from scipy import stats
+
+from runner.expand import Expansion
+from runner.reduce.judgments import Judgment
+
+__all__ = ["PowerPlan", "Positions", "alpha", "correlation", "partial", "permutation_p",
+           "plan_power", "weighted_kappa", "williams"]
+
+FloatArray = npt.NDArray[np.float64]
+Level = Literal["nominal", "ordinal", "interval", "ratio"]
+LEVELS: tuple[Level, ...] = get_args(Level)
+MAX_VALUES = 1000  # above this many distinct values: interval alpha in closed form, else None
+MAX_CATEGORIES = 1000  # weighted kappa's k x k table
+
+
+def alpha(table: Sequence[Sequence[float | None]], level: Level = "interval") -> float | None:
+    """Krippendorff's alpha of a coders x units table (None = missing).
+
+    Units coded by fewer than two coders do not count (Krippendorff 2011). None when fewer
+    than two units are pairable or every pairable value is the same (alpha undefined), and
+    for levels other than interval when there are more than MAX_VALUES distinct values
+    (continuous scores: the package's tables would grow as values^2).
+    """
+    if level not in LEVELS:
+        raise ValueError(f"level must be one of {', '.join(LEVELS)} (got {level!r})")
+    data = np.array(table, dtype=float)  # None becomes NaN
+    if data.ndim != 2 or data.shape[0] < 2:
+        return None
+    pairable = data[:, np.sum(~np.isnan(data), axis=0) >= 2]
+    values = pairable[~np.isnan(pairable)]
+    distinct = np.unique(values).size
+    if pairable.shape[1] < 2 or distinct < 2:
+        return None
+    if distinct > MAX_VALUES:  # the package builds values x values and units x values tables
+        return _interval_alpha(pairable) if level == "interval" else None
+    return float(krippendorff.alpha(reliability_data=pairable, level_of_measurement=level))
+
+
+def _interval_alpha(data: FloatArray) -> float:
+    """Interval alpha without a coincidence matrix: with squared differences, both
+    disagreements are sums of squares. Ordered pairs within a unit of m values sum to
+    2 (m S2 - S1^2); D_o = sum over units of that / (m - 1), / n; D_e = the same over all
+    n pairable values, / (n (n - 1))."""
+    present = ~np.isnan(data)
+    m = present.sum(axis=0).astype(float)
+    v = np.where(present, data, 0.0)
+    s1, s2 = v.sum(axis=0), (v ** 2).sum(axis=0)
+    n = float(m.sum())
+    observed = float((2 * (m * s2 - s1 ** 2) / (m - 1)).sum()) / n
+    expected = 2 * (n * float(s2.sum()) - float(s1.sum()) ** 2) / (n * (n - 1))
+    return 1 - observed / expected
+
+
+def weighted_kappa(a: Sequence[float], b: Sequence[float],
+                   weights: str = "quadratic") -> float | None:
+    """Cohen's weighted kappa of two raters over the same items, categories = the integers
+    from the smallest to the largest value seen: 1 - sum(w * observed) / sum(w * expected),
+    w = |i - j| (linear) or (i - j)^2 (quadratic). None when a value is not an integer, the
+    range spans more than MAX_CATEGORIES, the lists differ in length, or the expected
+    disagreement is 0."""
+    if weights not in ("linear", "quadratic") or len(a) != len(b) or not a:
+        return None
+    xa, xb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if not (np.all(xa == np.round(xa)) and np.all(xb == np.round(xb))):
+        return None
+    lo = int(min(xa.min(), xb.min()))
+    k = int(max(xa.max(), xb.max())) - lo + 1
+    if k > MAX_CATEGORIES:
+        return None
+    cells = (xa.astype(np.intp) - lo) * k + (xb.astype(np.intp) - lo)
+    observed = np.bincount(cells, minlength=k * k).reshape(k, k) / xa.size
+    expected = np.outer(observed.sum(axis=1), observed.sum(axis=0))
+    diff = np.abs(np.subtract.outer(np.arange(k), np.arange(k))).astype(float)
+    w = diff if weights == "linear" else diff ** 2
+    disagreement = float((w * expected).sum())
+    return None if disagreement == 0 else 1 - float((w * observed).sum()) / disagreement
+
+
+def correlation(method: str, x: Sequence[float] | FloatArray,
+                y: Sequence[float] | FloatArray) -> float | None:
+    """scipy's pearson / spearman / kendall (tau-b); None when undefined."""
+    xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if xs.size < 3 or np.ptp(xs) == 0 or np.ptp(ys) == 0:
+        return None
+    func = {"pearson": stats.pearsonr, "spearman": stats.spearmanr,
+            "kendall": stats.kendalltau}[method]
+    value = float(func(xs, ys)[0])  # type: ignore[operator]
+    return None if math.isnan(value) else value
+
+
+def partial(method: str, x: Sequence[float], y: Sequence[float],
+            z: Sequence[float]) -> float | None:
+    """Correlation of x and y controlling for z: (r_xy - r_xz r_yz) / sqrt((1 - r_xz^2)
+    (1 - r_yz^2)), each r by `method` (pearson, or spearman: the partial rank correlation)."""
+    rxy, rxz, ryz = correlation(method, x, y), correlation(method, x, z), correlation(method, y, z)
+    if rxy is None:
+        return None
+    rxz, ryz = rxz or 0.0, ryz or 0.0  # a constant z explains nothing
+    denominator = math.sqrt((1 - rxz ** 2) * (1 - ryz ** 2))
+    return None if denominator == 0 else (rxy - rxz * ryz) / denominator
+
+
+def williams(r12: float, r13: float, r23: float, n: int) -> tuple[float, float] | None:
+    """Williams' t for H0: rho12 = rho13, where variable 1 (the human) is shared and r23 is
+    the two judges' correlation with each other; df = n - 3 (Steiger 1980 eq. 7). Returns
+    (t, two-sided p); None when n < 4 or the correlation matrix is singular."""
+    k = 1 - r12 ** 2 - r13 ** 2 - r23 ** 2 + 2 * r12 * r13 * r23
+    if n < 4 or k <= 0:
+        return None
+    t = (r12 - r13) * math.sqrt((n - 1) * (1 + r23)) / math.sqrt(
+        2 * k * (n - 1) / (n - 3) + ((r12 + r13) ** 2 / 4) * (1 - r23) ** 3)
+    return t, float(2 * stats.t.sf(abs(t), n - 3))
+
+
+def permutation_p(method: str, a: Sequence[float], b: Sequence[float], human: Sequence[float],
+                  n_perm: int, seed: int = 0) -> float | None:
+    """Paired permutation test of corr(a, human) - corr(b, human): each item's two judge
+    scores are swapped with probability 1/2 (after each judge is standardised, so scales do not
+    matter); two-sided p = (1 + #|diff*| >= |diff|) / (1 + n_perm)."""
+    xa, xb, h = (np.asarray(v, dtype=float) for v in (a, b, human))
+    if xa.size < 3 or np.ptp(xa) == 0 or np.ptp(xb) == 0 or np.ptp(h) == 0 or n_perm < 1:
+        return None
+    if method != "pearson":  # rank methods: permute the ranks
+        xa, xb, h = stats.rankdata(xa), stats.rankdata(xb), stats.rankdata(h)
+    za, zb = (xa - xa.mean()) / xa.std(), (xb - xb.mean()) / xb.std()
+    observed = _diff(method, za[None, :], zb[None, :], h)[0]
+    rng = np.random.default_rng(seed)
+    extreme = 0
+    for start in range(0, n_perm, 256):
+        swap = rng.random((min(256, n_perm - start), za.size)) < 0.5
+        pa, pb = np.where(swap, zb, za), np.where(swap, za, zb)
+        extreme += int(np.sum(np.abs(_diff(method, pa, pb, h)) >= abs(observed) - 1e-12))
+    return (1 + extreme) / (1 + n_perm)
+
+
+def _diff(method: str, a: FloatArray, b: FloatArray, h: FloatArray) -> FloatArray:
+    """corr(a_i, h) - corr(b_i, h) for each row i (pearson on values or on ranks; kendall)."""
+    if method == "kendall":
+        return np.array([stats.kendalltau(ra, h)[0] - stats.kendalltau(rb, h)[0]
+                         for ra, rb in zip(a, b, strict=True)])
+    return _rows_pearson(a, h) - _rows_pearson(b, h)
+
+
+def _rows_pearson(x: FloatArray, y: FloatArray) -> FloatArray:
+    xc = x - x.mean(axis=1, keepdims=True)
+    yc = y - y.mean()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out: FloatArray = (xc @ yc) / np.sqrt((xc ** 2).sum(axis=1) * (yc ** 2).sum())
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class PowerPlan:
+    """Items needed to separate two judges' correlations, from a pilot (dataset level)."""
+
+    method: str  # pearson | spearman
+    n_pilot: int
+    diff: float  # corr(A, human) - corr(B, human) on the pilot
+    width_pilot: float  # width of the pilot's 95% bootstrap CI of diff
+    width: float  # the target width
+    n_for_width: int  # items for a 95% CI of the target width (CI width ~ 1/sqrt(n))
+    width_check: float | None  # bootstrap width with n_for_width items drawn from the pilot
+    n_to_separate: int | None  # items for a CI half-width below |diff| (None: diff is 0)
+
+
+def plan_power(a: Sequence[float], b: Sequence[float], human: Sequence[float], *,
+               method: str, width: float, n_boot: int = 500, seed: int = 0,
+               check_limit: int = 20_000) -> PowerPlan | None:
+    """Bootstrap the pilot's items to get the CI width of the difference, scale by 1/sqrt(n)
+    to the target width, then check by a bootstrap at that size (up to `check_limit` items).
+    None when the pilot has fewer than 10 items or a constant judge."""
+    xa, xb, h = (np.asarray(v, dtype=float) for v in (a, b, human))
+    if method not in ("pearson", "spearman") or xa.size < 10 or width <= 0:
+        return None
+    if method == "spearman":
+        xa, xb, h = stats.rankdata(xa), stats.rankdata(xb), stats.rankdata(h)
+    diff = correlation("pearson", xa, h), correlation("pearson", xb, h)
+    if diff[0] is None or diff[1] is None:
+        return None
+    rng = np.random.default_rng(seed)
+    w0 = _boot_width(xa, xb, h, xa.size, n_boot, rng)
+    d = diff[0] - diff[1]
+    n_width = max(4, math.ceil(xa.size * (w0 / width) ** 2))
+    check = _boot_width(xa, xb, h, n_width, n_boot, rng) if n_width <= check_limit else None
+    n_sep = math.ceil(xa.size * (w0 / (2 * abs(d))) ** 2) if abs(d) > 1e-12 else None
+    return PowerPlan(method, int(xa.size), d, w0, width, n_width, check, n_sep)
+
+
+def _boot_width(a: FloatArray, b: FloatArray, h: FloatArray, m: int, n_boot: int,
+                rng: np.random.Generator) -> float:
+    """Width of the 95% percentile interval of the difference over n_boot draws of m items."""
+    diffs: list[FloatArray] = []
+    per = max(1, (1 << 22) // max(m, 1))
+    for start in range(0, n_boot, per):
+        idx = rng.integers(0, a.size, size=(min(per, n_boot - start), m))
+        ha = h[idx]
+        d = _pearson_pairs(a[idx], ha) - _pearson_pairs(b[idx], ha)
+        diffs.append(d[~np.isnan(d)])
+    dist = np.concatenate(diffs)
+    return float(np.percentile(dist, 97.5) - np.percentile(dist, 2.5)) if dist.size else math.nan
+
+
+def _pearson_pairs(x: FloatArray, y: FloatArray) -> FloatArray:
+    xc, yc = x - x.mean(axis=1, keepdims=True), y - y.mean(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out: FloatArray = (xc * yc).sum(axis=1) / np.sqrt((xc ** 2).sum(axis=1)
+                                                          * (yc ** 2).sum(axis=1))
+    return out
+
+
+# (judge, dataset, aspect, group) -> order (member ids as sent) -> member -> scores
+_Orders = dict[tuple[str, ...], dict[str, list[float]]]
+
+
+class Positions:
+    """Collects, while the reports stream the judgments, what position and self-consistency
+    figures need: group prompts' scores by order and member, and every judge's samples."""
+
+    def __init__(self, expansion: Expansion) -> None:
+        job = expansion.job
+        self.sampled = frozenset(p.name for p in job.prompts if p.samples > 1)
+        """Prompts with several samples a task: only their scores are kept for
+        self-consistency, so a large single-sample job pays one set lookup a judgment."""
+        self.groups: dict[tuple[str, str, str, str], _Orders] = defaultdict(dict)
+        self.samples: dict[tuple[str, str, str], dict[str, dict[int, list[float]]]] = (
+            defaultdict(lambda: defaultdict(lambda: defaultdict(list))))
+        """(judge, dataset, aspect) -> item id -> sample -> scores (one per order). A sample is
+        a task's sample index, or with n > 1 choices an answer (sample index x n + choice)."""
+
+    def watch(self, judgments: Iterable[Judgment]) -> Iterator[Judgment]:
+        """Pass every judgment through, keeping its score."""
+        for j in judgments:
+            t = j.task
+            if t.prompt not in self.sampled and not t.members and not j.choice_scores:
+                yield j
+                continue
+            judge = f"{t.model}/{t.prompt}"
+            if j.choice_scores:  # n choices in one answer: coder = (sample, choice)
+                kept = self.samples[judge, t.dataset, t.aspect][j.item.item_id]
+                n = len(j.choice_scores)
+                for c, score in enumerate(j.choice_scores):
+                    if score is not None:
+                        kept[t.sample * n + c].append(score)
+            elif j.score is not None and t.prompt in self.sampled:
+                self.samples[judge, t.dataset, t.aspect][j.item.item_id][t.sample].append(
+                    j.score)
+            if t.members:
+                orders = self.groups[judge, t.dataset, t.aspect, t.item_id]
+                scores = orders.setdefault(t.members, {}).setdefault(j.item.item_id, [])
+                if j.score is not None:
+                    scores.append(j.score)
+            yield j
+
+    def self_consistency(self) -> Iterator[tuple[tuple[str, str, str], list[list[float | None]]]]:
+        """Per judge with several samples: the samples x items table for alpha."""
+        for key, items in self.samples.items():
+            n = max((len(s) for s in items.values()), default=0)
+            if n < 2:
+                continue
+            ids = sorted(items)
+            yield key, [[statistics.fmean(items[i][s]) if items[i].get(s) else None
+                         for i in ids] for s in sorted({s for i in ids for s in items[i]})]
+
+    def position_rows(self) -> list[dict[str, Any]]:
+        """reliability.csv rows of figure `position`, per judge, data set and aspect."""
+        tally: dict[tuple[str, str, str], dict[str, Any]] = {}
+        for (judge, dataset, aspect, _group), orders in self.groups.items():
+            t = tally.setdefault((judge, dataset, aspect), {
+                "first": 0, "second": 0, "ties": 0, "pairs": 0, "flips": 0,
+                "by_position": defaultdict(list)})
+            _tally_group(t, orders)
+        rows = []
+        for (judge, dataset, aspect), t in tally.items():
+            rows += _position_rows(judge, dataset, aspect, t)
+        return rows
+
+
+def _tally_group(t: dict[str, Any], orders: _Orders) -> None:
+    """Add one group: every pair of members, in every order that scored both."""
+    verdicts: dict[tuple[str, str], list[str]] = defaultdict(list)  # one per order
+    for order, scores in orders.items():
+        for position, member in enumerate(order, 1):
+            if scores.get(member):
+                t["by_position"][position].append(statistics.fmean(scores[member]))
+        for first, second in itertools.combinations(order, 2):
+            if not scores.get(first) or not scores.get(second):
+                continue
+            s1, s2 = statistics.fmean(scores[first]), statistics.fmean(scores[second])
+            t["first" if s1 > s2 else "second" if s1 < s2 else "ties"] += 1
+            pair = (min(first, second), max(first, second))
+            verdicts[pair].append("tie" if s1 == s2 else first if s1 > s2 else second)
+    for seen in verdicts.values():
+        if len(seen) >= 2:  # the pair was scored in at least two orders
+            t["pairs"] += 1
+            t["flips"] += len(set(seen)) > 1
+
+
+def _position_rows(judge: str, dataset: str, aspect: str, t: Mapping[str, Any]
+                   ) -> list[dict[str, Any]]:
+    def row(statistic: str, value: float | None, n: int, p: float | None = None,
+            b: str = "") -> dict[str, Any]:
+        return {"dataset": dataset, "aspect": aspect, "figure": "position", "a": judge,
+                "b": b, "statistic": statistic, "value": value, "n": n, "p_value": p}
+
+    out = []
+    if t["pairs"]:
+        out.append(row("flip_rate", t["flips"] / t["pairs"], t["pairs"]))
+    decisive = t["first"] + t["second"]
+    if decisive:
+        p = float(stats.binomtest(t["first"], decisive, 0.5).pvalue)
+        out.append(row("first_position_win_rate", t["first"] / decisive, decisive, p))
+    for position in sorted(t["by_position"]):
+        scores = t["by_position"][position]
+        out.append(row("mean_score", statistics.fmean(scores), len(scores),
+                       b=f"position {position}"))
+    return out

@@ -1,0 +1,274 @@
+"""reliability.csv, its report.md section, compare.csv's Williams and permutation columns, and
+`judge plan --power`: the figures of runner.reduce.reliability laid out per data set and aspect.
+
+reliability.csv columns: dataset, aspect, figure (agreement | self_consistency | position |
+length), a, b (what is compared with what), statistic, value, n (units, pairs or items it
+is computed from), p_value (where the statistic has a test).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from runner.data.datasets import Item
+from runner.expand import Expansion
+from runner.reduce.correlate import Row
+from runner.reduce.reliability import (
+    LEVELS,
+    Positions,
+    alpha,
+    correlation,
+    partial,
+    permutation_p,
+    plan_power,
+    weighted_kappa,
+    williams,
+)
+
+__all__ = ["POWER_COLUMNS", "RELIABILITY_COLUMNS", "SIGNIFICANCE_COLUMNS", "csv_bytes",
+           "power_lines", "power_rows", "reliability_markdown", "reliability_rows", "significance"]
+
+RELIABILITY_COLUMNS = ["dataset", "aspect", "figure", "a", "b", "statistic", "value", "n",
+                       "p_value"]
+SIGNIFICANCE_COLUMNS = ["williams_t", "williams_p", "permutation_p"]
+POWER_COLUMNS = ["dataset", "aspect", "method", "n_pilot", "diff", "ci_width_pilot",
+                 "target_width", "n_for_width", "width_check", "n_to_separate"]
+ANSWER_FIELDS = ("output", "answer", "response", "summary")  # the judged text, first found
+_Cells = Mapping[tuple[str, str, str, str, str], Any]  # Tables.cells
+
+
+def csv_bytes(columns: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> bytes:
+    """A CSV table; None is an empty cell, floats keep full precision."""
+    out = io.StringIO()
+    w = csv.DictWriter(out, fieldnames=list(columns), lineterminator="\n", extrasaction="ignore")
+    w.writeheader()
+    for row in rows:
+        w.writerow({k: "" if v is None or (isinstance(v, float) and math.isnan(v)) else
+                    repr(v) if isinstance(v, float) else v for k, v in row.items()})
+    return out.getvalue().encode()
+
+
+def _row(dataset: str, aspect: str, figure: str, a: str, b: str, statistic: str,
+         value: float | None, n: int, p: float | None = None) -> dict[str, Any]:
+    return {"dataset": dataset, "aspect": aspect, "figure": figure, "a": a, "b": b,
+            "statistic": statistic, "value": value, "n": n, "p_value": p}
+
+
+def _agreement(dataset: str, aspect: str, a: str, b: str,
+               pairs: Sequence[tuple[float, float]]) -> list[dict[str, Any]]:
+    """alpha (ordinal, interval) and, on integer scales, quadratic-weighted kappa."""
+    xs, ys = [p[0] for p in pairs], [p[1] for p in pairs]
+    out = [_row(dataset, aspect, "agreement", a, b, f"alpha_{level}", alpha([xs, ys], level),
+                len(pairs)) for level in LEVELS[1:3]]
+    if (kappa := weighted_kappa(xs, ys)) is not None:
+        out.append(_row(dataset, aspect, "agreement", a, b, "kappa_quadratic", kappa, len(pairs)))
+    return out
+
+
+def _by_judge(cells: _Cells) -> dict[tuple[str, str], dict[str, dict[str, tuple[Item, float]]]]:
+    """(dataset, aspect) -> LLM judge -> item id -> (item, score), scored cells only."""
+    out: dict[tuple[str, str], dict[str, dict[str, tuple[Item, float]]]] = defaultdict(
+        lambda: defaultdict(dict))
+    for (dataset, item_id, prompt, aspect, model), cell in cells.items():
+        if cell.score is not None:
+            out[dataset, aspect][f"{model}/{prompt}"][item_id] = (cell.item, cell.score)
+    return out
+
+
+def _annotator_rows(dataset: str, aspect: str, items: Sequence[Item]) -> list[dict[str, Any]]:
+    """The data's own agreement: every annotator together (alpha), and kappa for two."""
+    votes = [it.annotators[aspect] for it in items if len(it.annotators.get(aspect, ())) >= 2]
+    if not votes:
+        return []
+    k = max(len(v) for v in votes)
+    table = [[v[c] if c < len(v) else None for v in votes] for c in range(k)]
+    out = [_row(dataset, aspect, "agreement", "annotators", f"{k} annotators", f"alpha_{lvl}",
+                alpha(table, lvl), len(votes)) for lvl in LEVELS[1:3]]
+    first, second = ([v for v in col if v is not None] for col in table[:2])
+    if k == 2 and (kappa := weighted_kappa(first, second)) is not None:
+        out.append(_row(dataset, aspect, "agreement", "annotators", "2 annotators",
+                        "kappa_quadratic", kappa, len(votes)))
+    return out
+
+
+def _judge_agreement(dataset: str, aspect: str,
+                     judges: Mapping[str, Mapping[str, tuple[Item, float]]]
+                     ) -> list[dict[str, Any]]:
+    out = []
+    for judge, scored in judges.items():
+        k = max((len(it.annotators.get(aspect, ())) for it, _ in scored.values()), default=0)
+        for c in range(k):
+            pairs = [(s, it.annotators[aspect][c]) for it, s in scored.values()
+                     if len(it.annotators.get(aspect, ())) > c]
+            out += _agreement(dataset, aspect, judge, f"annotator {c + 1}", pairs)
+        human = [(s, it.human[aspect]) for it, s in scored.values() if aspect in it.human]
+        if human:
+            out += _agreement(dataset, aspect, judge, "human", human)
+    names = sorted(judges)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            pairs = [(s, judges[b][item_id][1]) for item_id, (_, s) in judges[a].items()
+                     if item_id in judges[b]]
+            out += _agreement(dataset, aspect, a, b, pairs)
+    return out
+
+
+def _answer(item: Item) -> str | None:
+    return next((item.fields[f] for f in ANSWER_FIELDS if item.fields.get(f)), None)
+
+
+def _length_rows(dataset: str, aspect: str,
+                 judges: Mapping[str, Mapping[str, tuple[Item, float]]]) -> list[dict[str, Any]]:
+    """Spearman of score with answer length (characters, whitespace tokens), the human's
+    alongside, and the judge-human Pearson / Spearman before and after controlling for length."""
+    out = []
+    human_done = False
+    for judge, scored in judges.items():
+        rows = [(s, it.human[aspect], _answer(it)) for it, s in scored.values()
+                if aspect in it.human and _answer(it) is not None]
+        if len(rows) < 3:
+            continue
+        score, human = [r[0] for r in rows], [r[1] for r in rows]
+        chars = [float(len(r[2] or "")) for r in rows]
+        tokens = [float(len((r[2] or "").split())) for r in rows]
+        series = [(judge, score)] + ([] if human_done else [("human", human)])
+        human_done = True
+        for name, values in series:
+            for unit, length in (("chars", chars), ("tokens", tokens)):
+                out.append(_row(dataset, aspect, "length", name, f"length ({unit})",
+                                "spearman", correlation("spearman", values, length), len(rows)))
+        for method in ("pearson", "spearman"):
+            out.append(_row(dataset, aspect, "length", judge, "human", method,
+                            correlation(method, score, human), len(rows)))
+            out.append(_row(dataset, aspect, "length", judge, "human | length (chars)",
+                            f"partial_{method}", partial(method, score, human, chars), len(rows)))
+    return out
+
+
+def reliability_rows(expansion: Expansion, cells: _Cells,
+                     positions: Positions) -> list[dict[str, Any]]:
+    """Every reliability.csv row: agreement, self-consistency, position, length."""
+    out: list[dict[str, Any]] = []
+    by_judge = _by_judge(cells)
+    keys = list(dict.fromkeys([*by_judge, *((d, a) for (d, a) in _annotated(expansion))]))
+    for dataset, aspect in keys:
+        items = expansion.items.get(dataset, [])
+        out += _annotator_rows(dataset, aspect, items)
+        out += _judge_agreement(dataset, aspect, by_judge.get((dataset, aspect), {}))
+        out += _length_rows(dataset, aspect, by_judge.get((dataset, aspect), {}))
+    for (judge, dataset, aspect), table in positions.self_consistency():
+        for level in LEVELS[1:3]:
+            units = sum(sum(v is not None for v in col) >= 2 for col in zip(*table, strict=True))
+            out.append(_row(dataset, aspect, "self_consistency", judge, f"{len(table)} samples",
+                            f"alpha_{level}", alpha(table, level), units))
+    return out + positions.position_rows()
+
+
+def _annotated(expansion: Expansion) -> list[tuple[str, str]]:
+    """(dataset, aspect) pairs whose items carry two or more annotators."""
+    seen: dict[tuple[str, str], None] = {}
+    for dataset, items in expansion.items.items():
+        for it in items:
+            for aspect, votes in it.annotators.items():
+                if len(votes) >= 2:
+                    seen[dataset, aspect] = None
+    return list(seen)
+
+
+def reliability_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
+    """report.md's reliability section (empty when there is nothing to show)."""
+    if not rows:
+        return ""
+    lines = ["", "## Reliability", "",
+             "Agreement: Krippendorff's alpha and quadratic-weighted kappa; self-consistency: "
+             "alpha across a judge's samples; position: verdict flips when the order is "
+             "swapped, first-position win rate (binomial test against 1/2), mean score by "
+             "position; length: score vs answer length, and judge-human correlation "
+             "controlling for length. All of it is in reliability.csv.", "",
+             "| dataset | aspect | figure | a | b | statistic | value | n | p |",
+             "|---|---|---|---|---|---|---:|---:|---:|"]
+    for r in rows:
+        value = "" if r["value"] is None else f"{r['value']:.3f}"
+        p = "" if r["p_value"] is None else f"{r['p_value']:.3g}"
+        lines.append(f"| {r['dataset']} | {r['aspect']} | {r['figure']} | {r['a']} | {r['b']} "
+                     f"| {r['statistic']} | {value} | {r['n']} | {p} |")
+    return "\n".join(lines) + "\n"
+
+
+def _matched(a: Sequence[Row], b: Sequence[Row], subset: str
+             ) -> tuple[list[float], list[float], list[float]]:
+    """Scores of items both judges scored (matched on group, system, subset), and the human."""
+    def ok(r: Row) -> bool:
+        return r.judge is not None and not math.isnan(r.judge) and subset in ("all", r.subset)
+    index = {(r.group, r.system, r.subset): r for r in b if ok(r)}
+    pairs = [(r, index[k]) for r in a if ok(r) and (k := (r.group, r.system, r.subset)) in index]
+    return ([float(p[0].judge) for p in pairs if p[0].judge is not None],
+            [float(p[1].judge) for p in pairs if p[1].judge is not None],
+            [p[0].human for p in pairs])
+
+
+def significance(rows: Sequence[dict[str, Any]], by_data: Mapping[tuple[str, str],
+                 Mapping[str, Sequence[Row]]], judges: tuple[str, str], *,
+                 permutations: int = 0, seed: int = 0) -> list[dict[str, Any]]:
+    """compare.csv rows with williams_t, williams_p and permutation_p added at dataset level
+    (empty at sample level): Williams' test on r(A, human), r(B, human), r(A, B) over the
+    items both judges scored, and, with `permutations`, a paired permutation test."""
+    out = []
+    for r in rows:
+        extra: dict[str, Any] = dict.fromkeys(SIGNIFICANCE_COLUMNS)
+        if r["level"] == "dataset" and r["method"] in ("pearson", "spearman", "kendall"):
+            data = by_data[r["dataset"], r["aspect"]]
+            xa, xb, h = _matched(data[judges[0]], data[judges[1]], r["subset"])
+            r12, r13, r23 = (correlation(r["method"], x, y) for x, y in ((xa, h), (xb, h),
+                                                                          (xa, xb)))
+            if r12 is not None and r13 is not None and r23 is not None:
+                if (w := williams(r12, r13, r23, len(h))) is not None:
+                    extra["williams_t"], extra["williams_p"] = w
+            if permutations:
+                extra["permutation_p"] = permutation_p(r["method"], xa, xb, h, permutations,
+                                                       seed)
+        out.append({**r, **extra})
+    return out
+
+
+def power_rows(by_data: Mapping[tuple[str, str], Mapping[str, Sequence[Row]]],
+               judges: tuple[str, str], *, width: float, methods: Sequence[str],
+               n_boot: int = 500, seed: int = 0) -> list[dict[str, Any]]:
+    """`judge plan --power`: per data set, aspect and method, the pilot's figures and the
+    items needed (runner.reduce.reliability.plan_power)."""
+    out = []
+    for (dataset, aspect), data in by_data.items():
+        if judges[0] not in data or judges[1] not in data:
+            continue
+        xa, xb, h = _matched(data[judges[0]], data[judges[1]], "all")
+        for method in methods:
+            plan = plan_power(xa, xb, h, method=method, width=width, n_boot=n_boot, seed=seed)
+            if plan is not None:
+                out.append({"dataset": dataset, "aspect": aspect, "method": method,
+                            "n_pilot": plan.n_pilot, "diff": plan.diff,
+                            "ci_width_pilot": plan.width_pilot, "target_width": plan.width,
+                            "n_for_width": plan.n_for_width, "width_check": plan.width_check,
+                            "n_to_separate": plan.n_to_separate})
+    return out
+
+
+def power_lines(rows: Sequence[Mapping[str, Any]], judges: tuple[str, str],
+                width: float) -> list[str]:
+    """What `judge plan --power` prints."""
+    lines = [f"A = {judges[0]}, B = {judges[1]}; target 95% CI width of A - B: {width}"]
+    for r in rows:
+        check = ("" if r["width_check"] is None
+                 else f" (bootstrap at that size: {r['width_check']:.3f})")
+        sep = "never (no difference)" if r["n_to_separate"] is None else r["n_to_separate"]
+        lines.append(f"{r['dataset']}/{r['aspect']} {r['method']}: pilot n {r['n_pilot']}, "
+                     f"diff {r['diff']:+.3f}, CI width {r['ci_width_pilot']:.3f}; "
+                     f"{r['n_for_width']} items for width {width}{check}; {sep} items to "
+                     "separate A and B")
+    if len(lines) == 1:
+        lines.append("no data set and aspect has both judges with 10 or more common items")
+    return lines
