@@ -43,8 +43,8 @@ def is_archive(location: str | Path) -> bool:
     return str(location).endswith((".jsonl", ".jsonl.gz"))
 
 
-def _open(path: Path, mode: str) -> IO[bytes]:
-    if path.suffix == ".gz":
+def _open(path: Path, mode: str, gz: bool) -> IO[bytes]:
+    if gz:
         return gzip.open(path, mode + "b")  # type: ignore[return-value]
     return path.open(mode + "b")
 
@@ -83,7 +83,7 @@ def write_archive(src: CacheBackend, path: Path,
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     written = 0
     try:
-        with _open(tmp, "w") as out:
+        with _open(tmp, "w", gz=path.name.endswith(".gz")) as out:
             for key, record in _records(src):
                 out.write(orjson.dumps({"key": key, "record": record}) + b"\n")
                 written += 1
@@ -118,7 +118,7 @@ def _parsed(path: Path, number: int, line: bytes) -> tuple[str, dict[str, Any]]:
 def read_archive(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     """(key, record) of each line of a JSONL archive; DataError names the file and line."""
     try:
-        with _open(path, "r") as lines:
+        with _open(path, "r", gz=path.name.endswith(".gz")) as lines:
             for number, line in enumerate(lines, 1):
                 if line.strip():
                     yield _parsed(path, number, line)
