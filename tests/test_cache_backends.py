@@ -147,6 +147,23 @@ def test_pg_many_openers_at_once_create_the_schema_once(pg_url: str) -> None:
     assert errors == []
 
 
+def test_pg_reconnects_once_when_the_server_drops_the_connection(pg_url: str) -> None:
+    """A server restart or failover mid-run: the next put and read go through on a new
+    connection, and nothing is lost."""
+    with PgCache(pg_url) as cache:
+        cache.put(_key(1), _record(1))
+        for round_ in range(2):
+            with psycopg.connect(pg_url, autocommit=True) as admin:
+                killed = admin.execute(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()").fetchone()
+            assert killed == (1,)
+            call = (lambda: cache.put(_key(2), _record(2))) if round_ == 0 else \
+                (lambda: cache.get_many([_key(1), _key(2)]))
+            call()
+        assert cache.get_many([_key(1), _key(2)]) == {_key(1): _record(1), _key(2): _record(2)}
+
+
 def test_pg_unreachable_server_is_one_line_without_the_password(pg_cluster: Any) -> None:
     from tests.pgserver import free_port
     url = f"postgresql://judge:hunter2@127.0.0.1:{free_port()}/judge"

@@ -426,7 +426,7 @@ def import_(job: str, limit: int | None, cache_dir: str | None, out: str | None,
 
 @cli.group()
 def cache() -> None:
-    """Inspect the response cache."""
+    """Inspect the response cache; copy it between folders, PostgreSQL and JSONL archives."""
 
 
 @cache.command("stats")

@@ -15,7 +15,8 @@ Inserts are `ON CONFLICT DO NOTHING`: two workers that answer the same key never
 anything, and the first stored answer wins (a put never replaces a record, unlike diskcache's).
 psycopg 3 in autocommit mode, synchronous: `put` stays a plain call, so the pool keeps no `await`
 between receiving an answer and storing it. The schema is created on first use under an
-advisory lock (many shards start at once) and its version is checked on every open.
+advisory lock (many shards start at once) and its version is checked on every open. A
+connection the server drops (restart, failover, idle timeout) is opened again once per call.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ CONNECT_TIMEOUT_S = 10
 LOCK_ID = 0x6A75646765  # "judge": the advisory lock the schema is created under
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 SCHEMA: tuple[LiteralString, ...] = (
     "CREATE TABLE IF NOT EXISTS judge_cache_meta (name text PRIMARY KEY, value text NOT NULL)",
@@ -68,16 +70,38 @@ class PgCache:
         except psycopg.ProgrammingError:
             raise CacheError("--cache / JUDGE_CACHE_URL is not a valid PostgreSQL URL; write it "
                              "as postgresql://USER@HOST:PORT/DBNAME") from None
-        try:
-            self._conn = psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
-        except psycopg.Error as exc:
-            raise CacheError(f"{self.location}: cannot connect to the cache ({self._clean(exc)}); "
-                             "check --cache / JUDGE_CACHE_URL and that the server is up") from None
+        self._url = url
+        self._conn = self._connect()
         try:
             self._ensure_schema()
         except BaseException:
             self._conn.close()
             raise
+
+    def _connect(self) -> psycopg.Connection[tuple[Any, ...]]:
+        try:
+            return psycopg.connect(self._url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+        except psycopg.Error as exc:
+            raise CacheError(f"{self.location}: cannot connect to the cache ({self._clean(exc)}); "
+                             "check --cache / JUDGE_CACHE_URL and that the server is up") from None
+
+    def _call(self, what: str, call: Callable[[], R]) -> R:
+        """`call()`; once more on a new connection if the server dropped this one (a restart,
+        a failover, an idle timeout): every statement here is a read or an idempotent insert,
+        so running it twice is safe. Any other failure is a CacheError."""
+        try:
+            return call()
+        except psycopg.OperationalError as exc:
+            if not self._conn.broken:
+                raise self._fail(what, exc) from None
+        except psycopg.Error as exc:
+            raise self._fail(what, exc) from None
+        self._conn.close()
+        self._conn = self._connect()
+        try:
+            return call()
+        except psycopg.Error as exc:
+            raise self._fail(what, exc) from None
 
     def _clean(self, exc: Exception) -> str:
         text = " ".join(str(exc).split())
@@ -104,11 +128,11 @@ class PgCache:
                              "another database")
 
     def _rows(self, what: str, sql: LiteralString, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        try:
+        def rows() -> list[tuple[Any, ...]]:
             with self._conn.cursor(binary=True) as cur:
                 return cur.execute(sql, params).fetchall()
-        except psycopg.Error as exc:
-            raise self._fail(what, exc) from None
+
+        return self._call(what, rows)
 
     def __contains__(self, key: str) -> bool:
         return bool(self._rows("a lookup", "SELECT 1 FROM judge_cache WHERE key = %s", (key,)))
@@ -148,12 +172,10 @@ class PgCache:
 
     def put(self, key: str, record: Mapping[str, Any]) -> None:
         """Store a record unless the key has one already (the first answer wins)."""
-        try:
-            self._conn.execute("INSERT INTO judge_cache (key, record, source) "
-                               "VALUES (%s, %s, %s) ON CONFLICT (key) DO NOTHING",
-                               (key, orjson.dumps(record), str(record.get("source", ""))))
-        except psycopg.Error as exc:
-            raise self._fail(f"storing {key}", exc) from None
+        row = (key, orjson.dumps(record), str(record.get("source", "")))
+        self._call(f"storing {key}", lambda: self._conn.execute(
+            "INSERT INTO judge_cache (key, record, source) VALUES (%s, %s, %s) "
+            "ON CONFLICT (key) DO NOTHING", row))
 
     def keys(self) -> Iterator[str]:
         """Every key in key order, CHUNK a query (keyset paging: no long transaction)."""
