@@ -136,3 +136,16 @@ def test_the_password_in_a_cache_url_never_reaches_output_or_manifest(
     assert manifest(out)["cache_url"] == pg_url.replace("postgres@", "postgres:***@")
     for text in (stats.output, done.output, *(p.read_text() for p in out.iterdir())):
         assert "hunter2" not in text
+
+
+def test_judge_cache_url_from_the_environment(invoke: Any, tmp_path: Path, pg_url: str,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    _fill(tmp_path / "a", 7)
+    assert invoke("cache", "export", pg_url, "--cache-dir", tmp_path / "a").exit_code == 0
+    monkeypatch.setenv("JUDGE_CACHE_URL", pg_url)
+    done = invoke("cache", "stats")
+    assert done.exit_code == 0 and done.output.startswith(f"{pg_url}: 7 entries, ")
+    # --cache wins over the environment
+    monkeypatch.setenv("JUDGE_CACHE_URL", "not-a-url")
+    assert invoke("cache", "stats", "--cache", pg_url).exit_code == 0
+    assert invoke("cache", "stats").exit_code == 2
