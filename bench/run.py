@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import orjson  # noqa: E402
 
+import bench.pgcache as pgcache  # noqa: E402
 from bench import cached, common, local, memory, ratelimit, throughput  # noqa: E402
 
 # The same collector thresholds as `judge` itself (runner.cli.main.main), for every loop measured
@@ -42,6 +43,7 @@ BENCHMARKS: dict[str, Bench] = {
     "ratelimit": ratelimit.rate_limit,
     "plan_memory": memory.plan_memory,
     "local": lambda work, quick: local.local_judge(work, quick, DATA_DIR),
+    "pgcache": pgcache.pg_cache,
 }
 # What the table shows for each: (label, key in the result, format)
 HEADLINES: dict[str, list[tuple[str, str, str]]] = {
@@ -62,6 +64,10 @@ HEADLINES: dict[str, list[tuple[str, str, str]]] = {
     "plan_memory": [("judge plan peak RSS, 1M tasks", "max_rss_mb", "{:.0f} MB")],
     "local": [("local:smollm2 calls/s, prompt cache off", "calls_per_s_cache_off", "{}"),
               ("local:smollm2 calls/s, prompt cache on", "calls_per_s_cache_on", "{}")],
+    "pgcache": [("PostgreSQL / diskcache, batched lookups (worst)", "pg_over_disk_worst",
+                 "{:.2f}x"),
+                ("4 shards on one PostgreSQL, 0-latency fake", "shard_tasks_per_s",
+                 "{} tasks/s")],
 }
 
 

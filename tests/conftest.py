@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.fakeserver import Script, ThreadedServer
+from tests.pgserver import pg_cluster, pg_url  # noqa: F401  (fixtures: a PostgreSQL server)
 
 ROOT = Path(__file__).resolve().parents[1]
 # No test may reach the internet: a registered data set missing from JUDGE_DATA_DIR would be

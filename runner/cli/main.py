@@ -24,6 +24,7 @@ from typing import Any
 import click
 import orjson
 
+from runner.cli.cachecmds import cache_option, cache_url, export_command, import_command
 from runner.cli.progress import Progress
 from runner.cli.session import (
     Download,
@@ -33,15 +34,17 @@ from runner.cli.session import (
     check_keys,
     estimate,
     manifest,
+    open_selected,
     run_pool,
     select,
     serving,
 )
 from runner.data import datasets
 from runner.errors import ConfigError, DataError, RunnerError
-from runner.execute.cache import Cache
+from runner.execute.backend import CacheBackend, open_cache, redact
 from runner.execute.imports import import_answers
 from runner.execute.pool import RunStats
+from runner.execute.shard import Shard, split_limits
 from runner.expand import Task
 from runner.job.spec import Job
 from runner.reduce.judgments import judge
@@ -94,7 +97,7 @@ def _select(job_arg: str, models: tuple[str, ...], base_url: str | None, limit: 
                   cache_dir=Path(cache_dir or os.environ.get("JUDGE_CACHE_DIR") or "cache"),
                   out=Path(out) if out else None, data_dir=_data_dir(),
                   env_base_url=os.environ.get("OPENAI_BASE_URL"), stream=stream,
-                  download=download)
+                  download=download, cache_url=cache_url())
 
 
 def _key_reader(name: str) -> Callable[[], str | None]:
@@ -102,7 +105,7 @@ def _key_reader(name: str) -> Callable[[], str | None]:
     return lambda: os.environ.get(name) or None
 
 
-async def _run_async(sel: Selection, served: Job, cache: Cache, opts: dict[str, Any],
+async def _run_async(sel: Selection, served: Job, cache: CacheBackend, opts: dict[str, Any],
                      progress: Progress, judged: list[Task]) -> tuple[RunStats, Selection]:
     """Run the pool under a two-phase Ctrl-C: stop dispatching, then cancel."""
     stop = asyncio.Event()
@@ -143,6 +146,7 @@ def _common(f: Callable[..., Any]) -> Callable[..., Any]:
                                          "default ./cache]."),
         click.option("--out", help="Report folder [default: the job's output_dir, "
                                    "runs/<job>]."),
+        cache_option,
     ]
     for option in reversed(options):
         f = option(f)
@@ -189,6 +193,11 @@ def cli() -> None:
 @click.option("--budget", type=click.FloatRange(min=0), metavar="USD",
               help="Stop dispatching before the estimated spend would pass USD.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask before paid calls.")
+@click.option("--shard", metavar="I/N",
+              help="Run only shard I of N (0-based, split by cache key) against a shared "
+                   "--cache; rpm/tpm of the job are divided by N (--rpm/--tpm are this "
+                   "shard's own). Then build the reports once with `judge rescore`. "
+                   "E.g. --shard 0/4.")
 def run(job: str, models: tuple[str, ...], base_url: str | None, limit: int | None,
         cache_dir: str | None, out: str | None, **opts: Any) -> None:
     """Call the judge for every task not yet cached, then write the reports.
@@ -205,6 +214,9 @@ def run(job: str, models: tuple[str, ...], base_url: str | None, limit: int | No
     limits = {k: v for k, v in (("concurrency", opts["concurrency"]), ("rpm", opts["rpm"]),
                                 ("tpm", opts["tpm"]), ("max_retries", opts["max_retries"]),
                                 ("timeout_s", opts["timeout"])) if v is not None}
+    if opts["shard"]:
+        shard = Shard.parse(opts["shard"])
+        sel = dataclasses.replace(sel, shard=shard, job=split_limits(sel.job, shard.count))
     sel = dataclasses.replace(sel, job=sel.job.with_limits(**limits))
     if not opts["offline"]:
         check_keys(sel.job, os.environ)
@@ -213,7 +225,27 @@ def run(job: str, models: tuple[str, ...], base_url: str | None, limit: int | No
             _confirm(sel)
     judged: list[Task] = []
     stats, sel = _execute(sel, opts, judged)
+    if sel.shard is not None:  # one shard's reports would be partial: rescore builds them
+        _summarise_shard(sel, stats, " ".join(["judge", *sys.argv[1:]]))
     _finish(sel, stats, started, " ".join(["judge", *sys.argv[1:]]), judged)
+
+
+def _summarise_shard(sel: Selection, stats: RunStats, command: str) -> None:
+    """A shard's counts and the command that builds the reports; exits like run."""
+    click.echo(f"shard {sel.shard}: {stats.total} tasks: {stats.cache_hits} cached, "
+               f"{stats.api_calls} called, {stats.retries} retries, {len(stats.failures)} "
+               f"failed, {len(stats.missing)} not run", err=True)
+    if stats.fatal:
+        raise UsageError(f"the server refused the credentials, run stopped: {stats.fatal}")
+    for key, reason in list(stats.failures.items())[:20]:
+        click.echo(f"failed {key[:12]}: {reason}", err=True)
+    if stats.interrupted:
+        click.echo(f"interrupted: {len(stats.missing)} tasks left; rerun to resume: {command}",
+                   err=True)
+        sys.exit(130)
+    click.echo(f"no reports written for one shard: when every shard is done, run `judge rescore "
+               f"{sel.job.path}` with the same --cache", err=True)
+    sys.exit(1 if stats.failures else 0)
 
 
 def _notify_download(name: str, missing: int) -> None:
@@ -237,7 +269,7 @@ def _execute(sel: Selection, opts: dict[str, Any],
              judged: list[Task]) -> tuple[RunStats, Selection]:
     progress = Progress(sys.stderr, total=0)  # grows with each stage's task count
     started = contextlib.nullcontext(sel.job) if opts["offline"] else serving(sel.job)
-    with Cache(sel.cache_dir) as cache, started as served:
+    with open_selected(sel) as cache, started as served:
         try:
             return asyncio.run(_run_async(sel, served, cache, opts, progress, judged))
         except asyncio.CancelledError:
@@ -249,7 +281,7 @@ def _execute(sel: Selection, opts: dict[str, Any],
 
 def _finish(sel: Selection, stats: RunStats, started: float, command: str,
             judged: list[Task]) -> None:
-    with Cache(sel.cache_dir) as cache:
+    with open_selected(sel) as cache:
         write_reports(sel.out_dir, sel.expansion,
                       judge(sel.expansion, cache, failures=stats.failures,
                             fresh=frozenset(stats.called), tasks=judged),
@@ -304,7 +336,7 @@ def _rescore(sel: Selection, started: float) -> None:
         stats.cache_hits = tables.tasks - len(tables.missing)
         return manifest(sel, stats, started, command)
 
-    with Cache(sel.cache_dir) as cache:
+    with open_selected(sel) as cache:
         write_reports(sel.out_dir, sel.expansion, judge(sel.expansion, cache), counted)
     _summarise(sel, stats, command)
 
@@ -358,7 +390,7 @@ def status(job: str, models: tuple[str, ...], base_url: str | None, limit: int |
            cache_dir: str | None, out: str | None) -> None:
     """How far a job is: tasks cached now, and the last run's manifest counts. No network."""
     sel = _select(job, models, base_url, limit, cache_dir, out, stream=True)
-    with Cache(sel.cache_dir) as cache:
+    with open_selected(sel) as cache:
         total = cached = 0
         for _, hit in cache.marked(all_tasks(sel.expansion), operator.attrgetter("key")):
             total += 1
@@ -394,7 +426,7 @@ def compare(job: str, models: tuple[str, ...], base_url: str | None, limit: int 
     `judge compare tst-formality --judges gpt35/single gpt35/multi --permutations 10000`.
     """
     sel = _select(job, models, base_url, limit, cache_dir, out)
-    with Cache(sel.cache_dir) as c:
+    with open_selected(sel) as c:
         tables = collect(judge(sel.expansion, c), io.BytesIO())
     rows = write_comparison(sel.out_dir, sel.expansion, tables, judges)
     rows = significance(rows, judge_rows(sel.expansion, tables), judges,
@@ -435,6 +467,7 @@ def _plan_power(sel: Selection, judges: tuple[str, str], width: float) -> None:
 @click.option("--cache-dir", help="Response cache folder [env JUDGE_CACHE_DIR; default ./cache].")
 @click.option("--out", help="Report folder [default: the job's output_dir, runs/<job>].")
 @click.option("--force", is_flag=True, help="Overwrite answers already in the cache.")
+@cache_option
 def import_(job: str, limit: int | None, cache_dir: str | None, out: str | None,
             force: bool) -> None:
     """Store a study's recorded judge answers ([[imports]] in the job) in the cache.
@@ -445,7 +478,7 @@ def import_(job: str, limit: int | None, cache_dir: str | None, out: str | None,
     """
     started = time.time()
     sel = _select(job, (), None, limit, cache_dir, out)
-    with Cache(sel.cache_dir) as c:
+    with open_selected(sel) as c:
         counts = import_answers(sel.expansion, c, force=force)
     click.echo(f"imported {counts.stored} answers ({counts.already_cached} already cached, "
                f"{counts.without_answer} tasks without a recorded answer)", err=True)
@@ -454,19 +487,29 @@ def import_(job: str, limit: int | None, cache_dir: str | None, out: str | None,
 
 @cli.group()
 def cache() -> None:
-    """Inspect the response cache."""
+    """Inspect the response cache; copy it between folders, PostgreSQL and JSONL archives."""
 
 
 @cache.command("stats")
 @click.option("--cache-dir", help="Response cache folder [env JUDGE_CACHE_DIR; default ./cache].")
+@cache_option
 def cache_stats(cache_dir: str | None) -> None:
     """Entries and size of the cache."""
+    if url := cache_url():
+        with open_cache(url) as shared:
+            s = shared.stats()
+        click.echo(f"{redact(url)}: {s['entries']} entries, {s['bytes'] / 1e6:.1f} MB")
+        return
     path = Path(cache_dir or os.environ.get("JUDGE_CACHE_DIR") or "cache")
     if not path.exists():
         raise ConfigError(f"{path}: no cache here; pass --cache-dir or set JUDGE_CACHE_DIR")
-    with Cache(path) as c:
+    with open_cache(path) as c:
         s = c.stats()
     click.echo(f"{path}: {s['entries']} entries, {s['bytes'] / 1e6:.1f} MB")
+
+
+cache.add_command(export_command)
+cache.add_command(import_command)
 
 
 @cache.command("explain")
@@ -480,7 +523,7 @@ def cache_explain(job: str, models: tuple[str, ...], base_url: str | None, limit
     """
     sel = _select(job, models, base_url, limit, cache_dir, out)
     found = False
-    with Cache(sel.cache_dir) as c:
+    with open_selected(sel) as c:
         endpoints = {m.name: m.endpoint for m in sel.job.models}
         for task in sel.expansion.tasks():
             if task.item_id != item_id:

@@ -25,8 +25,9 @@ import aiohttp
 from runner.data import datasets
 from runner.errors import ConfigError, MissingKeyError
 from runner.execute import local
-from runner.execute.cache import Cache
+from runner.execute.backend import CacheBackend, is_url, open_cache, redact
 from runner.execute.pool import Endpoint, RunStats, execute
+from runner.execute.shard import Shard
 from runner.expand import Expansion, Task, estimate_cost, prepare
 from runner.job.load import load_job
 from runner.job.spec import Job, ModelSpec, parse_model_spec
@@ -49,6 +50,15 @@ class Selection:
     out_dir: Path
     missing_answers: int = 0
     """Generation tasks with no cached answer yet (their items are not judged yet)."""
+    cache_url: str | None = None
+    """A shared cache (postgresql://...) used instead of cache_dir; see open_selected."""
+    shard: Shard | None = None
+    """`judge run --shard I/N`: only this shard's tasks are run."""
+
+
+def open_selected(sel: Selection) -> CacheBackend:
+    """The selection's cache: the shared database when a URL was given, else the folder."""
+    return open_cache(sel.cache_url if sel.cache_url and is_url(sel.cache_url) else sel.cache_dir)
 
 
 def _with(m: ModelSpec, **changes: Any) -> ModelSpec:
@@ -96,7 +106,7 @@ class Download:
 def select(job_path: Path, *, models: tuple[str, ...] = (), base_url: str | None = None,
            limit: int | None = None, cache_dir: Path, out: Path | None = None,
            data_dir: Path, env_base_url: str | None = None, stream: bool = False,
-           download: Download | None = None) -> Selection:
+           download: Download | None = None, cache_url: str | None = None) -> Selection:
     """Load, resolve and expand a job; generated data sets come from the cache as it is.
     `stream`: one pass over the tasks is all the caller needs (see expand.prepare)."""
     job = load_job(job_path)
@@ -107,7 +117,7 @@ def select(job_path: Path, *, models: tuple[str, ...] = (), base_url: str | None
         job = replace(job, prompts=tuple(replace(p, models=()) for p in job.prompts))
     expansion = prepare(job, data_dir, limit=limit, stream=stream)
     sel = Selection(job=job, expansion=expansion, cache_dir=cache_dir,
-                    out_dir=out if out is not None else job.output_dir)
+                    out_dir=out if out is not None else job.output_dir, cache_url=cache_url)
     return derive(sel) if job.generate else sel
 
 
@@ -123,7 +133,7 @@ def _download(job: Job, data_dir: Path, download: Download) -> None:
 
 def derive(sel: Selection) -> Selection:
     """Rebuild the generated data sets from the answers now in the cache."""
-    with Cache(sel.cache_dir) as cache:
+    with open_selected(sel) as cache:
         expansion, missing = sel.expansion.with_generated(
             lambda task: answer_text(cache.get(task.key)))
     return replace(sel, expansion=expansion, missing_answers=missing)
@@ -163,7 +173,7 @@ def serving(job: Job) -> Iterator[Job]:
         yield job.with_models(tuple(models))
 
 
-async def run_pool(sel: Selection, served: Job, cache: Cache, *, stop: Any,
+async def run_pool(sel: Selection, served: Job, cache: CacheBackend, *, stop: Any,
                    key_reader: Callable[[str], Callable[[], str | None]], offline: bool,
                    budget: float | None, on_progress: Callable[[RunStats], None],
                    judged: list[Task]) -> tuple[RunStats, Selection]:
@@ -180,14 +190,28 @@ async def run_pool(sel: Selection, served: Job, cache: Cache, *, stop: Any,
                "stop": stop, "offline": offline, "budget": budget, "stats": stats,
                "on_progress": on_progress}
         if sel.job.generate:
-            stats.total += sum(1 for _ in sel.expansion.generation_tasks())
-            await execute(sel.expansion.generation_tasks(), **run)
+            stats.total += sum(1 for _ in _mine(sel, sel.expansion.generation_tasks()))
+            await execute(_mine(sel, sel.expansion.generation_tasks()), **run)
             if stop.is_set():
                 return stats, sel
             sel = derive(sel)  # judge what the generators answered
-        stats.total += sel.expansion.count()
-        await execute(_kept(sel.expansion.tasks(), judged), **run)
+        stats.total += sel.expansion.count() if sel.shard is None else 0
+        await execute(_kept(_mine(sel, sel.expansion.tasks(), stats), judged), **run)
     return stats, sel
+
+
+def _mine(sel: Selection, tasks: Iterator[Task], stats: RunStats | None = None
+          ) -> Iterator[Task]:
+    """The tasks of this run's shard (all without --shard); with `stats`, each shard task adds
+    one to stats.total as it passes (counting them first would expand the job twice)."""
+    if sel.shard is None:
+        return tasks
+
+    def seen() -> None:
+        if stats is not None:
+            stats.total += 1
+
+    return sel.shard.tasks(tasks, seen)
 
 
 def _kept(tasks: Iterator[Task], into: list[Task]) -> Iterator[Task]:
@@ -229,7 +253,7 @@ def estimate(sel: Selection) -> list[ModelPlan]:
     """Per model: tasks, cache hits, repeats, calls to make and their tokens. No network."""
     plans = {m.name: ModelPlan(model=m) for m in sel.job.models}
     seen: set[int] = set()
-    with Cache(sel.cache_dir) as cache:
+    with open_selected(sel) as cache:
         for task, cached in cache.marked(all_tasks(sel.expansion), operator.attrgetter("key")):
             plan = plans[task.model]
             plan.tasks += 1
@@ -263,7 +287,8 @@ def manifest(sel: Selection, stats: RunStats | None, started: float,
             "usage": {"prompt_tokens": stats.prompt_tokens if stats else 0,
                       "completion_tokens": stats.completion_tokens if stats else 0},
             "estimated_cost_usd": round(stats.cost, 6) if stats else 0.0,
-            "cache_dir": str(sel.cache_dir)}
+            "cache_dir": str(sel.cache_dir),
+            **({"cache_url": redact(sel.cache_url)} if sel.cache_url else {})}
 
 
 def _iso(t: float) -> str:

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from runner.errors import ConfigError
-from runner.execute.cache import Cache, answer_record
+from runner.execute.backend import CacheBackend
+from runner.execute.cache import answer_record
 from runner.expand import Expansion
 
 __all__ = ["ImportStats", "import_answers"]
@@ -33,7 +34,8 @@ def _record(body: bytes, endpoint: str, text: str, source: str) -> dict[str, obj
                          latency_s=0.0, source=source)
 
 
-def import_answers(expansion: Expansion, cache: Cache, *, force: bool = False) -> ImportStats:
+def import_answers(expansion: Expansion, cache: CacheBackend, *,
+                   force: bool = False) -> ImportStats:
     """Store every recorded answer the job's imports declare; returns the counts."""
     job, stats = expansion.job, ImportStats()
     if not job.imports:

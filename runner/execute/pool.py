@@ -21,7 +21,8 @@ from typing import Any
 import aiohttp
 
 from runner.errors import APIError, AuthError, RequestError, RetryableError
-from runner.execute.cache import Cache, answer_record
+from runner.execute.backend import CacheBackend
+from runner.execute.cache import answer_record
 from runner.execute.client import post_chat
 from runner.execute.limiter import Limiter
 from runner.expand import Task, estimate_cost
@@ -93,7 +94,7 @@ def backoff(attempt: int, retry_after: float | None = None) -> float:
 class _Pool:
     """Shared state of the workers: endpoints, limiters, the pool-wide 429 pause."""
 
-    def __init__(self, cache: Cache, session: aiohttp.ClientSession,
+    def __init__(self, cache: CacheBackend, session: aiohttp.ClientSession,
                  endpoints: Mapping[str, Endpoint], limits: Limits, stop: asyncio.Event,
                  stats: RunStats, on_progress: Callable[[RunStats], None]) -> None:
         self.cache, self.session, self.endpoints = cache, session, endpoints
@@ -178,7 +179,7 @@ class _Pool:
         self.on_progress(self.stats)
 
 
-async def execute(tasks: Iterable[Task], *, cache: Cache, session: aiohttp.ClientSession,
+async def execute(tasks: Iterable[Task], *, cache: CacheBackend, session: aiohttp.ClientSession,
                   endpoints: Mapping[str, Endpoint], limits: Limits,
                   stop: asyncio.Event | None = None, offline: bool = False,
                   budget: float | None = None, total: int = 0, stats: RunStats | None = None,

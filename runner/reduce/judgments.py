@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runner.data.datasets import Item
-from runner.execute.cache import Cache
+from runner.execute.backend import CacheBackend
 from runner.expand import Expansion, Task
 from runner.job.spec import PromptSpec
 from runner.parse.parsers import (
@@ -74,7 +74,7 @@ def choices(response: Mapping[str, Any]) -> list[Choice]:
     return out
 
 
-def judge(expansion: Expansion, cache: Cache, *, failures: Mapping[str, str] | None = None,
+def judge(expansion: Expansion, cache: CacheBackend, *, failures: Mapping[str, str] | None = None,
           fresh: frozenset[str] = frozenset(),
           tasks: Iterable[Task] | None = None) -> Iterator[Judgment]:
     """Parse every task's cached answer; `failures` (key -> message) explains missing ones.

@@ -1,0 +1,86 @@
+"""What the rest of judge-runner needs from a response cache, and the one way to open one.
+
+Two backends keep the same records under the same keys (see runner/execute/cache.py for the
+record): `Cache`, a diskcache folder on one machine (the default), and `PgCache`, one
+PostgreSQL table shared by many machines (runner/execute/pgcache.py). `open_cache` picks by the
+location: a `postgresql://` or `postgres://` URL, or a folder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from runner.execute.cache import Cache
+
+__all__ = ["CacheBackend", "is_url", "open_cache", "redact"]
+
+T = TypeVar("T")
+SCHEMES = ("postgresql://", "postgres://")
+
+
+class CacheBackend(Protocol):
+    """Response records by cache key: exactly what the pool, the reducer and the cli use."""
+
+    def __contains__(self, key: str) -> bool: ...
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        """The record stored under `key`, or None."""
+        ...
+
+    def has_many(self, keys: Sequence[str]) -> set[str]:
+        """The keys among `keys` that are stored (batched: one query per chunk)."""
+        ...
+
+    def marked(self, things: Iterable[T], key: Callable[[T], str]
+               ) -> Iterator[tuple[T, bool]]:
+        """Each of `things` with whether its key is stored, looked up a chunk at a time."""
+        ...
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """Records of the stored keys among `keys`, read in batches."""
+        ...
+
+    def put(self, key: str, record: Mapping[str, Any]) -> None:
+        """Store a record, a plain call (no await: a cancel cannot split answer and store);
+        raises CacheError if the store refuses it."""
+        ...
+
+    def keys(self) -> Iterator[str]: ...
+
+    def stats(self) -> dict[str, int]:
+        """{"entries": n, "bytes": size on disk}."""
+        ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> CacheBackend: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+def is_url(location: str | Path) -> bool:
+    return isinstance(location, str) and location.startswith(SCHEMES)
+
+
+def redact(url: str) -> str:
+    """The URL without its password (for the manifest and messages): secrets never leave."""
+    parts = urlsplit(url)
+    query = urlencode([(k, "***" if k == "password" else v) for k, v in parse_qsl(parts.query)])
+    netloc = parts.netloc
+    if parts.password is not None:
+        user = f"{parts.username}:***@" if parts.username else ":***@"
+        netloc = user + netloc.rsplit("@", 1)[1]
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+def open_cache(location: str | Path) -> CacheBackend:
+    """A PostgreSQL cache for a `postgresql://` URL, else the diskcache folder `location`."""
+    if is_url(location):
+        # Imported on first use of a URL, not at start-up (and not to dodge a cycle): psycopg
+        # takes ~0.25 s to import, which every `judge` command on a diskcache would pay.
+        from runner.execute.pgcache import PgCache
+        return PgCache(str(location))
+    return Cache(Path(location))

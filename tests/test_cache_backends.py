@@ -1,0 +1,182 @@
+"""The cache contract, run against both backends: a real diskcache under tmp_path and a real
+PostgreSQL server on 127.0.0.1 (tests/pgserver.py), plus what only the PostgreSQL one does."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from runner.errors import CacheError
+from runner.execute import pgcache
+from runner.execute.backend import CacheBackend, open_cache, redact
+from runner.execute.cache import Cache
+from runner.execute.pgcache import PgCache
+
+Opener = Callable[[], CacheBackend]
+
+
+def _key(n: int) -> str:
+    return hashlib.sha256(str(n).encode()).hexdigest()
+
+
+def _record(n: int, text: str = "4 stars", source: str = "api") -> dict[str, Any]:
+    return {"request": {"model": "m", "messages": [{"role": "user", "content": f"q{n}"}]},
+            "endpoint": "http://127.0.0.1:1/v1",
+            "response": {"choices": [{"index": 0, "message": {"role": "assistant",
+                                                              "content": text}}]},
+            "usage": {"prompt_tokens": 12, "completion_tokens": 3}, "latency_s": 0.25,
+            "time": 1_700_000_000.5, "source": source}
+
+
+@pytest.fixture(params=["diskcache", "postgresql"])
+def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
+    """Opens the same cache again each call: a folder, or a fresh PostgreSQL database."""
+    location: str | Path = (tmp_path / "cache" if request.param == "diskcache"
+                            else request.getfixturevalue("pg_url"))
+    return lambda: open_cache(location)
+
+
+def test_open_cache_picks_the_backend_by_location(opener: Opener) -> None:
+    with opener() as cache:
+        assert isinstance(cache, (Cache, PgCache))
+        assert cache.get(_key(0)) is None and _key(0) not in cache
+
+
+def test_round_trip_keeps_every_character(opener: Opener) -> None:
+    # NUL is legal in a model's output; JSONB would refuse it, bytea keeps it.
+    text = "é ✓ {\"a\": 1} \x00 end \U0001F600"
+    with opener() as cache:
+        cache.put(_key(1), _record(1, text))
+        assert _key(1) in cache
+        assert cache.get(_key(1)) == _record(1, text)
+        assert cache.get(_key(2)) is None
+
+
+def test_batched_lookups_across_chunks(opener: Opener) -> None:
+    """has_many, marked and get_many past one query's chunk (500 disk, 2000 PostgreSQL)."""
+    keys = [_key(n) for n in range(4500)]
+    with opener() as cache:
+        for n in range(0, 4500, 3):
+            cache.put(keys[n], _record(n))
+        stored = set(keys[::3])
+        assert cache.has_many(keys) == stored
+        marked = list(cache.marked(range(4500), lambda n: keys[n]))
+        assert [n for n, _ in marked] == list(range(4500))  # order kept
+        assert [n for n, hit in marked if hit] == list(range(0, 4500, 3))
+        got = cache.get_many(keys[:3000])
+        assert set(got) == {k for k in keys[:3000] if k in stored}
+        assert got[keys[2997]] == _record(2997)
+        assert cache.has_many([]) == set() and cache.get_many([]) == {}
+
+
+def test_persists_across_reopen_with_every_key_listed(opener: Opener) -> None:
+    with opener() as cache:
+        for n in range(2100):  # past one PostgreSQL page of keys()
+            cache.put(_key(n), _record(n))
+        cache.put(_key(9999), _record(9999, "x" * 100_000))  # a large record
+    with opener() as cache:
+        assert sorted(cache.keys()) == sorted([_key(n) for n in range(2100)] + [_key(9999)])
+        assert cache.stats()["entries"] == 2101 and cache.stats()["bytes"] > 100_000
+        assert cache.get(_key(9999)) == _record(9999, "x" * 100_000)
+
+
+def test_two_writers_of_the_same_keys_leave_whole_records(opener: Opener) -> None:
+    """Two workers (own handles, own threads) answering the same 300 keys: every key ends
+    with one of the two complete records, never a mix, nothing lost."""
+    def write(text: str) -> None:
+        with opener() as cache:
+            for n in range(300):
+                cache.put(_key(n), _record(n, text))
+
+    threads = [threading.Thread(target=write, args=(t,)) for t in ("A", "B")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    with opener() as cache:
+        got = cache.get_many([_key(n) for n in range(300)])
+        assert len(got) == 300
+        assert all(got[_key(n)] in (_record(n, "A"), _record(n, "B")) for n in range(300))
+
+
+# ---------------------------------------------------------------- PostgreSQL only
+
+def test_pg_first_answer_wins_and_source_is_a_column(pg_url: str) -> None:
+    with PgCache(pg_url) as cache:
+        cache.put(_key(1), _record(1, "first", source="import:x/y"))
+        cache.put(_key(1), _record(1, "second"))  # ON CONFLICT DO NOTHING
+        assert cache.get(_key(1)) == _record(1, "first", source="import:x/y")
+    with psycopg.connect(pg_url) as conn:
+        rows = conn.execute("SELECT key, source FROM judge_cache").fetchall()
+        version = conn.execute("SELECT value FROM judge_cache_meta "
+                               "WHERE name = 'schema_version'").fetchone()
+    assert rows == [(_key(1), "import:x/y")]
+    assert version == (str(pgcache.SCHEMA_VERSION),)
+
+
+def test_pg_schema_of_another_version_is_refused(pg_url: str) -> None:
+    PgCache(pg_url).close()  # creates the schema
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("UPDATE judge_cache_meta SET value = '99' WHERE name = 'schema_version'")
+    with pytest.raises(CacheError, match=r"schema version 99, this judge-runner reads "
+                                         r"version 1; upgrade judge-runner"):
+        PgCache(pg_url)
+
+
+def test_pg_many_openers_at_once_create_the_schema_once(pg_url: str) -> None:
+    """Shards start together: concurrent first opens must not collide creating the tables."""
+    errors: list[BaseException] = []
+
+    def open_close() -> None:
+        try:
+            PgCache(pg_url).close()
+        except BaseException as exc:  # noqa: BLE001 - collected for the assert below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_close) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+
+
+def test_pg_reconnects_once_when_the_server_drops_the_connection(pg_url: str) -> None:
+    """A server restart or failover mid-run: the next put and read go through on a new
+    connection, and nothing is lost."""
+    with PgCache(pg_url) as cache:
+        cache.put(_key(1), _record(1))
+        for round_ in range(2):
+            with psycopg.connect(pg_url, autocommit=True) as admin:
+                killed = admin.execute(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()").fetchone()
+            assert killed == (1,)
+            call = (lambda: cache.put(_key(2), _record(2))) if round_ == 0 else \
+                (lambda: cache.get_many([_key(1), _key(2)]))
+            call()
+        assert cache.get_many([_key(1), _key(2)]) == {_key(1): _record(1), _key(2): _record(2)}
+
+
+def test_pg_unreachable_server_is_one_line_without_the_password(pg_cluster: Any) -> None:
+    from tests.pgserver import free_port
+    url = f"postgresql://judge:hunter2@127.0.0.1:{free_port()}/judge"
+    with pytest.raises(CacheError) as info:
+        PgCache(url)
+    message = str(info.value)
+    assert "hunter2" not in message and "\n" not in message
+    assert message.startswith(f"postgresql://judge@127.0.0.1:{url.split(':')[3].split('/')[0]}"
+                              "/judge: cannot connect to the cache")
+    assert "check --cache / JUDGE_CACHE_URL" in message
+
+
+def test_redact_hides_passwords_in_the_url_and_its_query() -> None:
+    assert redact("postgresql://u:pw@h:5/db?password=pw2&sslmode=require") == \
+        "postgresql://u:***@h:5/db?password=%2A%2A%2A&sslmode=require"
+    assert redact("postgresql://u@h/db") == "postgresql://u@h/db"
