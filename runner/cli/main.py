@@ -445,7 +445,7 @@ def compare(job: str, models: tuple[str, ...], base_url: str | None, limit: int 
 
 def _plan_power(sel: Selection, judges: tuple[str, str], width: float) -> None:
     """judge plan --power: power.csv and its table, from the cached pilot."""
-    with Cache(sel.cache_dir) as c:
+    with open_selected(sel) as c:
         tables = collect(judge(sel.expansion, c), io.BytesIO())
     by_data = judge_rows(sel.expansion, tables)
     for name in judges:
