@@ -24,6 +24,7 @@ from typing import Any
 import click
 import orjson
 
+from runner.cli.batches import Batched, batch_stage, batches, merge
 from runner.cli.progress import Progress
 from runner.cli.session import (
     Download,
@@ -39,6 +40,7 @@ from runner.cli.session import (
 )
 from runner.data import datasets
 from runner.errors import ConfigError, DataError, RunnerError
+from runner.execute.batch import MAX_REQUESTS, batch_cost
 from runner.execute.cache import Cache
 from runner.execute.imports import import_answers
 from runner.execute.pool import RunStats
@@ -107,7 +109,8 @@ async def _run_async(sel: Selection, served: Job, cache: Cache, opts: dict[str, 
     try:
         return await run_pool(sel, served, cache, stop=stop, key_reader=_key_reader,
                               offline=opts["offline"], budget=opts["budget"],
-                              on_progress=progress.update, judged=judged)
+                              on_progress=progress.update, judged=judged,
+                              hold=opts.get("hold", frozenset()))
     finally:
         loop.remove_signal_handler(signal.SIGINT)
 
@@ -173,6 +176,23 @@ def cli() -> None:
 @click.option("--budget", type=click.FloatRange(min=0), metavar="USD",
               help="Stop dispatching before the estimated spend would pass USD.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask before paid calls.")
+@click.option("--batch", is_flag=True,
+              help="Send what misses the cache through the provider's Batch API (half price, "
+                   "answered within 24 h; every model, else only those with mode = \"batch\"), "
+                   "e.g. judge run summeval --batch")
+@click.option("--no-wait", is_flag=True,
+              help="With --batch: submit and exit; a later `judge run JOB --batch` collects "
+                   "what is done, e.g. judge run summeval --batch --no-wait")
+@click.option("--batch-fallback", type=click.Choice(["batch", "online"]), default="batch",
+              show_default=True,
+              help="Where requests a batch failed or let expire go: one new batch per run, or "
+                   "the online pool, e.g. --batch-fallback online")
+@click.option("--batch-size", type=click.IntRange(1, MAX_REQUESTS), default=MAX_REQUESTS,
+              show_default=True, help="Most requests per batch file (files are also split at "
+                                      "200 MB), e.g. --batch-size 10000")
+@click.option("--poll-interval", type=click.FloatRange(min=0, min_open=True), default=30.0,
+              show_default=True, metavar="S",
+              help="Seconds between polls of open batches, e.g. --poll-interval 60")
 def run(job: str, models: tuple[str, ...], base_url: str | None, limit: int | None,
         cache_dir: str | None, out: str | None, **opts: Any) -> None:
     """Call the judge for every task not yet cached, then write the reports.
@@ -195,9 +215,14 @@ def run(job: str, models: tuple[str, ...], base_url: str | None, limit: int | No
         check_budget(sel.job, opts["budget"])
         if not opts["yes"] and sys.stdin.isatty():
             _confirm(sel)
+    batched = batch_stage(sel, opts)
+    if batched is not None:
+        sel, opts["hold"] = batched.sel, batched.hold
     judged: list[Task] = []
     stats, sel = _execute(sel, opts, judged)
-    _finish(sel, stats, started, " ".join(["judge", *sys.argv[1:]]), judged)
+    if batched is not None:
+        merge(stats, batched)
+    _finish(sel, stats, started, " ".join(["judge", *sys.argv[1:]]), judged, batched)
 
 
 def _notify_download(name: str, missing: int) -> None:
@@ -232,12 +257,15 @@ def _execute(sel: Selection, opts: dict[str, Any],
 
 
 def _finish(sel: Selection, stats: RunStats, started: float, command: str,
-            judged: list[Task]) -> None:
+            judged: list[Task], batched: Batched | None = None) -> None:
+    made = manifest(sel, stats, started, command)
+    if batched is not None:
+        made["batch"] = batched.stats.as_dict()
     with Cache(sel.cache_dir) as cache:
         write_reports(sel.out_dir, sel.expansion,
                       judge(sel.expansion, cache, failures=stats.failures,
                             fresh=frozenset(stats.called), tasks=judged),
-                      manifest(sel, stats, started, command))
+                      made)
     _summarise(sel, stats, command)
 
 
@@ -310,6 +338,8 @@ def plan(job: str, models: tuple[str, ...], base_url: str | None, limit: int | N
          f"{len(sel.job.prompts)} prompts, {len(sel.job.models)} models")
     for p in plans:
         price = "price unknown: set price in the job" if p.cost is None else f"~${p.cost:.4f}"
+        if p.cost is not None and p.model.kind != "local":
+            price += f", batch ~${batch_cost(p.model, p.cost) or 0:.4f}"
         echo(f"  {p.model.name} ({p.model.spec}): {p.tasks} tasks, {p.cached} cached, "
              f"{p.repeats} repeat an earlier request, {p.calls} to call, ~{p.prompt_tokens} "
              f"prompt + <={p.completion_tokens} completion tokens, {price}")
@@ -389,6 +419,9 @@ def import_(job: str, limit: int | None, cache_dir: str | None, out: str | None,
     click.echo(f"imported {counts.stored} answers ({counts.already_cached} already cached, "
                f"{counts.without_answer} tasks without a recorded answer)", err=True)
     _rescore(sel, started)
+
+
+cli.add_command(batches(_common, _select))
 
 
 @cli.group()
