@@ -7,7 +7,7 @@ it one step: validating -> in_progress -> finalizing -> completed (or `expired`,
 the requests answered); `hold` keeps every batch in_progress until released. Answers are the
 fake chat server's own, so a batch answer equals an online one. It counts batch creations per
 custom_id, and can refuse creates with 429 or fail chosen requests. Run alone (for the
-benchmark) as `python tests/fakebatch.py --port P`.
+benchmark) as `python -m tests.fakebatch --port P`.
 """
 
 from __future__ import annotations
@@ -67,6 +67,8 @@ class BatchState:
         self.refused = 0
         self.polls = 0
         self.uploads = 0
+        self.auth: list[str | None] = []
+        """The Authorization header of every create."""
         self.ids = itertools.count(1)
 
 
@@ -113,6 +115,7 @@ async def _create(request: web.Request) -> web.Response:
         state.script.create_429 -= 1
         state.refused += 1
         return _error(429, "Too many batches being created", retry_after=0.05)
+    state.auth.append(request.headers.get("Authorization"))
     body = orjson.loads(await request.read())
     data = state.files.get(body.get("input_file_id"))
     if data is None or body.get("endpoint") != "/v1/chat/completions":

@@ -14,9 +14,16 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import pytest
 
+from runner.errors import ConfigError
+from runner.execute.batch import BatchOptions, BatchRun, _body_of, batch_cost, request_line
 from runner.execute.cache import Cache
+from runner.execute.ledger import Ledger
+from runner.expand import Task
+from runner.job.load import load_job
+from tests.conftest import JobWriter
 from tests.fakebatch import BatchServer
 from tests.test_cli import (
     OPENMEVA,
@@ -72,6 +79,10 @@ def test_batch_run_splits_files_stores_answers_and_an_online_rerun_calls_nothing
     batch = manifest(tmp_path / "out")["batch"]
     assert batch["batches_created"] == 3 and batch["collected"] == LIMIT
     assert batch["pending"] == 0 and batch["failed"] == 0
+    assert manifest(tmp_path / "out")["batch_answers"] == LIMIT
+    assert {j["source"] for j in lines} == set(sources.values())
+    assert "20 judgments read answers from 3 provider batch(es)" in \
+        (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
     scores = [j["score"] for j in lines]
 
     online = _run(tmp_path, data_dir, *_args(fake, tmp_path)[:-3])  # the same, without --batch
@@ -84,6 +95,7 @@ def test_batch_run_splits_files_stores_answers_and_an_online_rerun_calls_nothing
                    tmp_path / "out")
     assert rescore.returncode == 0, rescore.stderr
     assert [j["score"] for j in judgments(tmp_path / "out")] == scores
+    assert manifest(tmp_path / "out")["batch_answers"] == LIMIT
 
 
 def test_kill_9_after_submit_then_rerun_reattaches_and_submits_nothing_twice(
@@ -115,6 +127,21 @@ def test_kill_9_after_submit_then_rerun_reattaches_and_submits_nothing_twice(
     assert manifest(tmp_path / "out")["batch"]["batches_attached"] == 3
     assert all(j["score"] is not None for j in judgments(tmp_path / "out"))
     assert fake.state.requests == 0
+
+
+def test_the_key_reaches_the_provider_and_nothing_else(
+        fake: BatchServer, tmp_path: Path, data_dir: Path) -> None:
+    secret = "sk-batch-secret-0123456789"
+
+    run = run_judge(*_args(fake, tmp_path), env=clean_env(data_dir, OPENAI_API_KEY=secret),
+                    cwd=tmp_path)
+
+    assert run.returncode == 0, run.stderr
+    assert fake.batch.auth == [f"Bearer {secret}"]
+    assert secret not in run.stdout + run.stderr
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert any(p.name == "batches.sqlite" for p in written)
+    assert not [p for p in written if secret.encode() in p.read_bytes()]
 
 
 def test_killed_between_create_and_ledger_update_attaches_to_the_created_batch(
@@ -272,3 +299,74 @@ def test_batch_mode_for_a_local_model_is_a_configuration_error(
     assert run.returncode == 2, run.stderr
     line = error_line(run.stderr)
     assert "local model, which has no Batch API" in line and "drop --batch" in line
+
+
+_MINI = """
+[[datasets]]
+name = "mine"
+path = "data.jsonl"
+fields = { id = "id", text = { output = "output" }, human = { overall = "score" } }
+
+[[prompts]]
+name = "stars"
+template = "prompt.txt"
+parser = "stars"
+aspects = ["overall"]
+
+[models.judge]
+spec = "openai:gpt-4o-mini"
+"""
+
+
+def test_job_file_reads_mode_and_batch_discount(write_job: JobWriter) -> None:
+    path = write_job(_MINI + 'mode = "batch"\nbatch_discount = 0.25\n',
+                     rows=[{"id": "a", "output": "x", "score": 1}],
+                     files={"prompt.txt": "Rate {{output}}."})
+    model = load_job(path).models[0]
+    assert (model.mode, model.batch_discount) == ("batch", 0.25)
+    assert batch_cost(model, 2.0) == pytest.approx(1.5)
+    default = load_job(write_job(_MINI)).models[0]
+    assert (default.mode, default.batch_discount) == ("online", 0.5)
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ('mode = "async"', 'models.judge.mode must be "online" or "batch" (got \'async\')'),
+    ("batch_discount = 1", "models.judge.batch_discount must be the share of the online price "
+                           "saved, from 0 up to (not including) 1"),
+])
+def test_bad_batch_settings_name_the_key_and_the_fix(write_job: JobWriter, line: str,
+                                                     message: str) -> None:
+    path = write_job(_MINI + line + "\n", rows=[{"id": "a", "output": "x", "score": 1}],
+                     files={"prompt.txt": "Rate {{output}}."})
+    with pytest.raises(ConfigError) as err:
+        load_job(path)
+    assert message in str(err.value) and str(path) in str(err.value)
+
+
+def test_request_lines_carry_the_exact_body_and_split_at_the_byte_limit(
+        tmp_path: Path) -> None:
+    body = b'{"messages":[{"content":"x \\"quoted\\"","role":"user"}],"model":"m"}'
+    task = Task(dataset="d", item_id="1", prompt="p", aspect="a", model="judge", sample=0,
+                key="k" * 64, body=body, prompt_tokens=1, max_tokens=1)
+    line = request_line(task)
+    parsed = orjson.loads(line)
+    assert parsed["custom_id"] == "k" * 64 and parsed["url"] == "/v1/chat/completions"
+    assert orjson.dumps(parsed["body"]) == body
+    assert _body_of(line) == ("k" * 64, body)
+    tasks = [Task(**{**_fields(task), "key": f"{i:064d}"}) for i in range(7)]
+    with Cache(tmp_path / "c") as cache, Ledger(tmp_path / "c") as ledger:
+        run = BatchRun(cache=cache, ledger=ledger, providers={}, job="j", say=lambda s: None,
+                       options=BatchOptions(max_bytes=3 * len(line), max_requests=100))
+        run.files.mkdir(parents=True)
+        parts = list(run._write("judge", tasks))
+        by_requests = BatchRun(cache=cache, ledger=ledger, providers={}, job="j",
+                               say=lambda s: None, options=BatchOptions(max_requests=2))
+        counted = list(by_requests._write("judge", tasks))
+    assert [len(keys) for _, keys in parts] == [3, 3, 1]
+    assert all(path.stat().st_size <= 3 * len(line) for path, _ in parts)
+    assert b"".join(p.read_bytes() for p, _ in parts) == b"".join(map(request_line, tasks))
+    assert [len(keys) for _, keys in counted] == [2, 2, 2, 1]
+
+
+def _fields(task: Task) -> dict[str, object]:
+    return {f: getattr(task, f) for f in Task.__dataclass_fields__}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,9 +24,10 @@ from runner.execute.cache import Cache
 from runner.execute.ledger import Ledger
 from runner.execute.pool import RunStats
 from runner.job.spec import Job
+from runner.reduce.judgments import Judgment
 
-__all__ = ["BATCH_KINDS", "Batched", "batch_models", "batch_stage", "batches", "merge",
-           "run_batches"]
+__all__ = ["BATCH_KINDS", "BatchAnswers", "Batched", "batch_models", "batch_stage", "batches",
+           "merge", "run_batches"]
 
 BATCH_KINDS = ("openai", "compatible")
 
@@ -123,6 +124,28 @@ def merge(stats: RunStats, batched: Batched) -> None:
     stats.prompt_tokens += b.prompt_tokens
     stats.completion_tokens += b.completion_tokens
     stats.cost += b.cost
+
+
+class BatchAnswers:
+    """Counts, as the reports stream the judgments by, the answers that came from a batch."""
+
+    def __init__(self) -> None:
+        self.answers = 0
+        self.batches: set[str] = set()
+        self.notes: list[str] = []
+        """report.md's notes: filled once the judgments have all gone by, which write_reports
+        does before it writes report.md."""
+
+    def watch(self, judgments: Iterable[Judgment]) -> Iterator[Judgment]:
+        for j in judgments:
+            if j.source is not None and j.source.startswith("batch:"):
+                self.answers += 1
+                self.batches.add(j.source[6:])
+            yield j
+        if self.answers:
+            self.notes.append(f"{self.answers} judgments read answers from {len(self.batches)} "
+                              "provider batch(es) (Batch API, batch price); `source` in "
+                              "judgments.jsonl says which.")
 
 
 def _age(seconds: float) -> str:

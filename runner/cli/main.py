@@ -24,7 +24,7 @@ from typing import Any
 import click
 import orjson
 
-from runner.cli.batches import Batched, batch_stage, batches, merge
+from runner.cli.batches import BatchAnswers, Batched, batch_stage, batches, merge
 from runner.cli.progress import Progress
 from runner.cli.session import (
     Download,
@@ -258,14 +258,14 @@ def _execute(sel: Selection, opts: dict[str, Any],
 
 def _finish(sel: Selection, stats: RunStats, started: float, command: str,
             judged: list[Task], batched: Batched | None = None) -> None:
-    made = manifest(sel, stats, started, command)
+    made, answers = manifest(sel, stats, started, command), BatchAnswers()
     if batched is not None:
         made["batch"] = batched.stats.as_dict()
     with Cache(sel.cache_dir) as cache:
         write_reports(sel.out_dir, sel.expansion,
-                      judge(sel.expansion, cache, failures=stats.failures,
-                            fresh=frozenset(stats.called), tasks=judged),
-                      made)
+                      answers.watch(judge(sel.expansion, cache, failures=stats.failures,
+                                          fresh=frozenset(stats.called), tasks=judged)),
+                      lambda _: {**made, "batch_answers": answers.answers}, answers.notes)
     _summarise(sel, stats, command)
 
 
@@ -310,14 +310,16 @@ def rescore(job: str, models: tuple[str, ...], base_url: str | None, limit: int 
 def _rescore(sel: Selection, started: float) -> None:
     """Reports from the cache alone: one pass, the counts taken as the judgments go by."""
     stats, command = RunStats(), " ".join(["judge", *sys.argv[1:]])
+    answers = BatchAnswers()
 
     def counted(tables: Tables) -> dict[str, Any]:
         stats.total, stats.missing = tables.tasks, tables.missing
         stats.cache_hits = tables.tasks - len(tables.missing)
-        return manifest(sel, stats, started, command)
+        return {**manifest(sel, stats, started, command), "batch_answers": answers.answers}
 
     with Cache(sel.cache_dir) as cache:
-        write_reports(sel.out_dir, sel.expansion, judge(sel.expansion, cache), counted)
+        write_reports(sel.out_dir, sel.expansion, answers.watch(judge(sel.expansion, cache)),
+                      counted, answers.notes)
     _summarise(sel, stats, command)
 
 

@@ -53,6 +53,8 @@ class Judgment:
     usage: Mapping[str, Any] | None
     n_parsed: int = 0
     n_failed: int = 0
+    source: str | None = None
+    """Where the answer came from: "api", "batch:<batch id>", "import:<file>"; None if none."""
 
 
 def aspect_key(aspect: str) -> str:
@@ -146,7 +148,8 @@ class _Context:
         return Judgment(task=task, item=item, score=score, values=combined.values, raw=raw,
                         error=error, cached=task.key not in self.fresh,
                         usage=record.get("usage"), n_parsed=combined.n_parsed,
-                        n_failed=combined.n_failed + combined.n_refused)
+                        n_failed=combined.n_failed + combined.n_refused,
+                        source=record.get("source"))
 
 
 def parser_options(prompt: PromptSpec, aspect: str, n_members: int) -> dict[str, Any]:
