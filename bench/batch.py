@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import resource
 import subprocess
 import sys
 import tempfile
@@ -81,6 +82,7 @@ async def _measure(work: Path, requests: int, url: str) -> dict[str, Any]:
     sel = select(job, cache_dir=work / "cache", data_dir=work)
     tasks = list(sel.expansion.tasks())
     model = sel.job.models[0]
+    rss = {"after_expand": _rss_mb()}
     with Cache(work / "cache") as cache, Ledger(work / "cache") as ledger:
         run = BatchRun(cache=cache, ledger=ledger, job="bench", options=BatchOptions(poll_s=0.2),
                        providers={model.name: Provider(model=model, base_url=url)},
@@ -90,6 +92,7 @@ async def _measure(work: Path, requests: int, url: str) -> dict[str, Any]:
             started = time.perf_counter()
             await run.submit(apis, {model.name: tasks})
             submit_s = time.perf_counter() - started
+            rss["after_submit"] = _rss_mb()
             bytes_sent = sum(len(t.body) for t in tasks)
             del tasks
             for row in ledger.pending():  # let the fake finish each batch (server time)
@@ -99,9 +102,15 @@ async def _measure(work: Path, requests: int, url: str) -> dict[str, Any]:
             started = time.perf_counter()
             await run.settle(apis, wait=False)
             ingest_s = time.perf_counter() - started
+            rss["after_ingest"] = _rss_mb()
     return {"submit_s": round(submit_s, 2), "ingest_s": round(ingest_s, 2),
             "batches": len(run.stats.created), "collected": len(run.stats.collected),
-            "request_body_mb": round(bytes_sent / 1e6, 1)}
+            "request_body_mb": round(bytes_sent / 1e6, 1), "peak_rss_mb_by_phase": rss}
+
+
+def _rss_mb() -> float:
+    """Peak RSS of this process so far (Linux: ru_maxrss in KiB), MB."""
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6, 1)
 
 
 def main() -> None:

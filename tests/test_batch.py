@@ -25,6 +25,7 @@ from runner.expand import Task
 from runner.job.load import load_job
 from tests.conftest import JobWriter
 from tests.fakebatch import BatchServer
+from tests.fakeserver import ThreadedServer
 from tests.test_cli import (
     OPENMEVA,
     SUBPROCESS_TIMEOUT_S,
@@ -370,3 +371,17 @@ def test_request_lines_carry_the_exact_body_and_split_at_the_byte_limit(
 
 def _fields(task: Task) -> dict[str, object]:
     return {f: getattr(task, f) for f in Task.__dataclass_fields__}
+
+
+def test_a_server_without_a_batch_api_is_a_configuration_error(
+        tmp_path: Path, data_dir: Path) -> None:
+    with ThreadedServer() as plain:  # chat completions only: /v1/files is a 404
+        run = _run(tmp_path, data_dir, "run", OPENMEVA, "--limit", 2, "--base-url", plain.url,
+                   "--model", "fake", "--batch", "--cache-dir", tmp_path / "cache",
+                   "--out", tmp_path / "out")
+        assert plain.state.requests == 0
+
+    assert run.returncode == 2, run.stderr
+    line = error_line(run.stderr.split("\n", 1)[1])  # after the "N requests in 1 file" line
+    assert "cannot run in batch mode, the server refused the batch file upload" in line
+    assert "HTTP 404" in line and "run it online" in line

@@ -26,7 +26,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from runner.errors import APIError, AuthError
+from runner.errors import APIError, AuthError, ConfigError, RequestError
 from runner.execute.batch_api import CHAT_URL, OpenAIBatches
 from runner.execute.cache import Cache, answer_record
 from runner.execute.ledger import LIVE, BatchRow, Ledger
@@ -208,7 +208,13 @@ class BatchRun:
 
     async def _submit_one(self, api: OpenAIBatches, provider: Provider, path: Path,
                           keys: list[str]) -> None:
-        file_id = await api.upload(path)
+        try:
+            file_id = await api.upload(path)
+        except RequestError as exc:  # 404/405: the server has no Files API
+            path.unlink(missing_ok=True)
+            raise ConfigError(f"{provider.base_url}: model {provider.model.name!r} cannot run in "
+                              f"batch mode, the server refused the batch file upload ({exc}); "
+                              "run it online (drop --batch / mode = \"batch\")") from None
         path.rename(self.files / f"{file_id}.jsonl")
         self.ledger.reserve(file_id=file_id, job=self.job, model=provider.model.name,
                             endpoint=provider.model.endpoint, keys=keys)
