@@ -70,6 +70,8 @@ def test_batch_run_splits_files_stores_answers_and_an_online_rerun_calls_nothing
     assert first.returncode == 0, first.stderr
     assert fake.batch.creates == 3  # 20 requests, at most 8 a file
     assert "fake: 20 requests in 3 batch file(s)" in first.stderr
+    assert "batch: 3 batch(es) made this run, 0 from earlier runs; 20 answers collected, " \
+           "0 failed, 0 pending" in first.stderr
     assert set(fake.batch.creations.values()) == {1} and len(fake.batch.creations) == LIMIT
     assert fake.state.requests == 0  # no online call
     lines = judgments(tmp_path / "out")

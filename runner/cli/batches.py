@@ -88,6 +88,9 @@ def run_batches(sel: Selection, names: tuple[str, ...], options: BatchOptions) -
             asyncio.run(run.run(sel.expansion.generation_tasks()))
             sel = derive(sel)
         asyncio.run(run.run(sel.expansion.tasks()))
+    say(f"{len(stats.created)} batch(es) made this run, {stats.attached} from earlier runs; "
+        f"{len(stats.collected)} answers collected, {len(stats.failures)} failed, "
+        f"{len(stats.pending)} pending; ~${stats.cost:.4f} at the batch price")
     hold = set(stats.pending)
     if options.fallback == "batch":
         hold |= set(stats.failures)
