@@ -387,3 +387,48 @@ def test_a_server_without_a_batch_api_is_a_configuration_error(
     line = error_line(run.stderr.split("\n", 1)[1])  # after the "N requests in 1 file" line
     assert "cannot run in batch mode, the server refused the batch file upload" in line
     assert "HTTP 404" in line and "run it online" in line
+
+
+def test_a_generation_stage_then_its_judges_both_go_through_batches(
+        fake: BatchServer, write_job: JobWriter, tmp_path: Path, data_dir: Path) -> None:
+    job = write_job(f"""
+[[datasets]]
+name = "qs"
+path = "data.jsonl"
+fields = {{ id = "id", text = {{ question = "question" }} }}
+
+[[generate]]
+name = "answers"
+dataset = "qs"
+models = ["cand"]
+template = "q.txt"
+
+[[prompts]]
+name = "rate"
+template = "rate.txt"
+parser = "stars"
+aspects = ["overall"]
+datasets = ["answers"]
+models = ["judge"]
+
+[models.cand]
+spec = "cand"
+base_url = "{fake.url}"
+
+[models.judge]
+spec = "judge"
+base_url = "{fake.url}"
+""", rows=[{"id": f"q{i}", "question": f"What is {i} + {i}?"} for i in range(6)],
+        files={"q.txt": "{{question}}", "rate.txt": "Rate in stars: {{output}}"})
+
+    run = _run(tmp_path, data_dir, "run", job, "--batch", "--poll-interval", 0.05,
+               "--cache-dir", tmp_path / "cache", "--out", tmp_path / "out")
+
+    assert run.returncode == 0, run.stderr
+    assert fake.batch.creates == 2 and fake.state.requests == 0  # answers, then their judges
+    lines = judgments(tmp_path / "out")
+    assert len(lines) == 6 and all(j["score"] is not None for j in lines)
+    # 6 answers; judge requests that repeat (two answers alike) are one request
+    assert len(fake.batch.creations) == 6 + len({j["key"] for j in lines})
+    assert set(fake.batch.creations.values()) == {1}
+    assert all(j["source"].startswith("batch:") for j in lines)
