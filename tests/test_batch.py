@@ -24,7 +24,7 @@ from runner.execute.ledger import Ledger
 from runner.expand import Task
 from runner.job.load import load_job
 from tests.conftest import JobWriter
-from tests.fakebatch import BatchServer
+from tests.fakebatch import BatchServer, run_all
 from tests.fakeserver import ThreadedServer
 from tests.test_cli import (
     OPENMEVA,
@@ -432,3 +432,22 @@ base_url = "{fake.url}"
     assert len(fake.batch.creations) == 6 + len({j["key"] for j in lines})
     assert set(fake.batch.creations.values()) == {1}
     assert all(j["source"].startswith("batch:") for j in lines)
+
+
+def test_a_collect_that_resubmits_expired_requests_reports_them_pending_not_failed(
+        fake: BatchServer, tmp_path: Path, data_dir: Path) -> None:
+    fake.batch.script.expire = True
+    assert _run(tmp_path, data_dir, *_args(fake, tmp_path, "--no-wait")).returncode == 0
+    run_all(fake.batch)  # the batch expires with half of its requests answered
+    fake.batch.script.expire = False
+
+    collect = _run(tmp_path, data_dir, *_args(fake, tmp_path, "--no-wait"))
+
+    assert collect.returncode == 0, collect.stderr  # the unrun half is in a new batch
+    assert fake.batch.creates == 2
+    batch = manifest(tmp_path / "out")["batch"]
+    assert (batch["collected"], batch["pending"], batch["failed"]) == (10, 10, 0)
+    last = _run(tmp_path, data_dir, *_args(fake, tmp_path))
+    assert last.returncode == 0, last.stderr
+    assert fake.batch.creates == 2
+    assert all(j["score"] is not None for j in judgments(tmp_path / "out"))

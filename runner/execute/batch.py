@@ -230,6 +230,8 @@ class BatchRun:
             return
         self.ledger.attach(file_id, str(batch["id"]), str(batch.get("status", "validating")))
         self.stats.created.append(str(batch["id"]))
+        for key in keys:  # an earlier batch's failure, now retried: not a failure of this run
+            self.stats.failures.pop(key, None)
         self.say(f"submitted batch {batch['id']} ({len(keys)} requests)")
 
     # ------------------------------------------------------------------ settle
