@@ -451,3 +451,17 @@ def test_a_collect_that_resubmits_expired_requests_reports_them_pending_not_fail
     assert last.returncode == 0, last.stderr
     assert fake.batch.creates == 2
     assert all(j["score"] is not None for j in judgments(tmp_path / "out"))
+
+
+def test_budget_with_batch_mode_is_refused_before_anything_is_sent(
+        fake: BatchServer, tmp_path: Path, data_dir: Path) -> None:
+    job = _job_with_model(tmp_path, OPENMEVA.read_text(encoding="utf-8"),
+                          f'spec = "fake"\nbase_url = "{fake.url}"\nmode = "batch"\n'
+                          "price = { input = 1.0, output = 2.0 }\n")
+
+    run = _run(tmp_path, data_dir, "run", job, "--limit", 2, "--budget", 1,
+               "--cache-dir", tmp_path / "cache", "--out", tmp_path / "out")
+
+    assert run.returncode == 2, run.stderr
+    assert "--budget is not supported with batch mode yet" in error_line(run.stderr)
+    assert fake.batch.uploads == 0 and fake.state.requests == 0

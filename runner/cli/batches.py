@@ -103,6 +103,9 @@ def run_batches(sel: Selection, names: tuple[str, ...], options: BatchOptions) -
 def batch_stage(sel: Selection, opts: dict[str, Any]) -> Batched | None:
     """`judge run`'s batch stage from its options; None when no model runs in batch mode."""
     names = batch_models(sel.job, opts["batch"])
+    if names and opts["budget"] is not None and not opts["offline"]:
+        raise ConfigError(f"{sel.job.path}: --budget is not supported with batch mode yet (a "
+                          "batch is paid as a whole); drop --budget, or check `judge plan` first")
     if not names or opts["offline"]:
         if opts["no_wait"] and not names:
             raise ConfigError(f"{sel.job.path}: --no-wait needs --batch or a model with mode = "
