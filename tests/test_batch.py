@@ -17,12 +17,14 @@ from pathlib import Path
 import orjson
 import pytest
 
+from runner.cli.batches import batch_models
 from runner.errors import ConfigError
 from runner.execute.batch import BatchOptions, BatchRun, _body_of, batch_cost, request_line
 from runner.execute.cache import Cache
 from runner.execute.ledger import Ledger
 from runner.expand import Task
 from runner.job.load import load_job
+from runner.job.spec import ModelSpec
 from tests.conftest import JobWriter
 from tests.fakebatch import BatchServer, run_all
 from tests.fakeserver import ThreadedServer
@@ -465,3 +467,16 @@ def test_budget_with_batch_mode_is_refused_before_anything_is_sent(
     assert run.returncode == 2, run.stderr
     assert "--budget is not supported with batch mode yet" in error_line(run.stderr)
     assert fake.batch.uploads == 0 and fake.state.requests == 0
+
+
+def test_native_provider_models_get_a_not_yet_error_for_batch_mode(write_job: JobWriter) -> None:
+    job = load_job(write_job(_MINI, rows=[{"id": "a", "output": "x", "score": 1}],
+                             files={"prompt.txt": "Rate {{output}}."}))
+    claude = ModelSpec(name="claude", spec="anthropic:claude-3-5-haiku", model="claude-3-5-haiku",
+                       kind="anthropic", base_url="https://api.anthropic.com/v1")
+    mixed = job.with_models((*job.models, claude))
+
+    assert batch_models(job, everyone=True) == ("judge",)
+    with pytest.raises(ConfigError, match="batch mode is not yet supported for anthropic models"):
+        batch_models(mixed, everyone=True)
+    assert batch_models(mixed, everyone=False) == ()  # no model asks for batch mode
