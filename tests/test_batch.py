@@ -86,6 +86,7 @@ def test_batch_run_splits_files_stores_answers_and_an_online_rerun_calls_nothing
     assert batch["pending"] == 0 and batch["failed"] == 0
     assert manifest(tmp_path / "out")["batch_answers"] == LIMIT
     assert {j["source"] for j in lines} == set(sources.values())
+    assert not list((tmp_path / "cache" / "batch-files").iterdir())  # removed once collected
     assert "20 judgments read answers from 3 provider batch(es)" in \
         (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
     scores = [j["score"] for j in lines]

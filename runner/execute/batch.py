@@ -179,6 +179,8 @@ class BatchRun:
     async def submit(self, apis: Mapping[str, OpenAIBatches],
                      by_model: Mapping[str, list[Task]]) -> None:
         self.files.mkdir(parents=True, exist_ok=True)
+        for stale in self.files.glob("upload-*.jsonl"):  # a run killed while uploading
+            stale.unlink(missing_ok=True)
         for name, tasks in by_model.items():
             parts = list(self._write(name, tasks))
             self.say(f"{name}: {len(tasks)} requests in {len(parts)} batch file(s)")
@@ -190,8 +192,8 @@ class BatchRun:
         opts, part = self.options, 0
         start = 0
         while start < len(tasks):
-            path = self.files / f"{name.replace('/', '_').replace(':', '_')}-{time.time_ns()}" \
-                                f"-{part}.jsonl"
+            path = self.files / f"upload-{name.replace('/', '_').replace(':', '_')}-" \
+                                f"{time.time_ns()}-{part}.jsonl"
             keys: list[str] = []
             size = 0
             with path.open("wb") as out:
