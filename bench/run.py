@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import orjson  # noqa: E402
 
 import bench.pgcache as pgcache  # noqa: E402
-from bench import cached, common, local, memory, ratelimit, throughput  # noqa: E402
+from bench import batch, cached, common, local, memory, ratelimit, throughput  # noqa: E402
 
 # The same collector thresholds as `judge` itself (runner.cli.main.main), for every loop measured
 # in this process, the bare ones included.
@@ -44,6 +44,7 @@ BENCHMARKS: dict[str, Bench] = {
     "plan_memory": memory.plan_memory,
     "local": lambda work, quick: local.local_judge(work, quick, DATA_DIR),
     "pgcache": pgcache.pg_cache,
+    "batch": batch.batch_job,
 }
 # What the table shows for each: (label, key in the result, format)
 HEADLINES: dict[str, list[tuple[str, str, str]]] = {
@@ -62,6 +63,9 @@ HEADLINES: dict[str, list[tuple[str, str, str]]] = {
                   ("accepted in first 60 s window", "achieved_per_min", "{}/min"),
                   ("steady rate", "steady_rate_per_min", "{}/min")],
     "plan_memory": [("judge plan peak RSS, 1M tasks", "max_rss_mb", "{:.0f} MB")],
+    "batch": [("write + upload + submit (100k; 10k --quick)", "submit_s", "{} s"),
+              ("ingest the answers into the cache", "ingest_s", "{} s"),
+              ("peak RSS", "max_rss_mb", "{} MB")],
     "local": [("local:smollm2 calls/s, prompt cache off", "calls_per_s_cache_off", "{}"),
               ("local:smollm2 calls/s, prompt cache on", "calls_per_s_cache_on", "{}")],
     "pgcache": [("PostgreSQL / diskcache, batched lookups (worst)", "pg_over_disk_worst",

@@ -462,10 +462,11 @@ def test_plan_counts_tasks_cached_answers_and_cost_without_network(
     assert head == "job openmeva: 50 items, 1 prompts, 1 models"
     m = re.fullmatch(r"  openai:gpt-4o-mini \(openai:gpt-4o-mini\): 50 tasks, 0 cached, 0 repeat "
                      r"an earlier request, 50 to call, ~(\d+) prompt \+ <=1600 completion tokens, "
-                     r"~\$(\d+\.\d{4})", row)
+                     r"~\$(\d+\.\d{4}), batch ~\$(\d+\.\d{4})", row)
     assert m, row
     cost = (int(m[1]) * 0.15 + 1600 * 0.60) / 1e6
     assert m[2] == f"{cost:.4f}" and total == f"total: ~${cost:.4f}"
+    assert m[3] == f"{cost / 2:.4f}"  # the Batch API's price: half
     assert ": 50 tasks, 10 cached, 0 repeat an earlier request, 40 to call, " in partly.stdout
 
 

@@ -24,6 +24,7 @@ from typing import Any
 import click
 import orjson
 
+from runner.cli.batches import BatchAnswers, Batched, batch_stage, batches, merge
 from runner.cli.cachecmds import cache_option, cache_url, export_command, import_command
 from runner.cli.progress import Progress
 from runner.cli.session import (
@@ -42,6 +43,7 @@ from runner.cli.session import (
 from runner.data import datasets
 from runner.errors import ConfigError, DataError, RunnerError
 from runner.execute.backend import CacheBackend, open_cache, redact
+from runner.execute.batch import MAX_REQUESTS, batch_cost
 from runner.execute.imports import import_answers
 from runner.execute.pool import RunStats
 from runner.execute.shard import Shard, split_limits
@@ -126,7 +128,8 @@ async def _run_async(sel: Selection, served: Job, cache: CacheBackend, opts: dic
     try:
         return await run_pool(sel, served, cache, stop=stop, key_reader=_key_reader,
                               offline=opts["offline"], budget=opts["budget"],
-                              on_progress=progress.update, judged=judged)
+                              on_progress=progress.update, judged=judged,
+                              hold=opts.get("hold", frozenset()))
     finally:
         loop.remove_signal_handler(signal.SIGINT)
 
@@ -198,6 +201,23 @@ def cli() -> None:
                    "--cache; rpm/tpm of the job are divided by N (--rpm/--tpm are this "
                    "shard's own). Then build the reports once with `judge rescore`. "
                    "E.g. --shard 0/4.")
+@click.option("--batch", is_flag=True,
+              help="Send what misses the cache through the provider's Batch API (half price, "
+                   "answered within 24 h; every model, else only those with mode = \"batch\"), "
+                   "e.g. judge run summeval --batch")
+@click.option("--no-wait", is_flag=True,
+              help="With --batch: submit and exit; a later `judge run JOB --batch` collects "
+                   "what is done, e.g. judge run summeval --batch --no-wait")
+@click.option("--batch-fallback", type=click.Choice(["batch", "online"]), default="batch",
+              show_default=True,
+              help="Where requests a batch failed or let expire go: one new batch per run, or "
+                   "the online pool, e.g. --batch-fallback online")
+@click.option("--batch-size", type=click.IntRange(1, MAX_REQUESTS), default=MAX_REQUESTS,
+              show_default=True, help="Most requests per batch file (files are also split at "
+                                      "200 MB), e.g. --batch-size 10000")
+@click.option("--poll-interval", type=click.FloatRange(min=0, min_open=True), default=30.0,
+              show_default=True, metavar="S",
+              help="Seconds between polls of open batches, e.g. --poll-interval 60")
 def run(job: str, models: tuple[str, ...], base_url: str | None, limit: int | None,
         cache_dir: str | None, out: str | None, **opts: Any) -> None:
     """Call the judge for every task not yet cached, then write the reports.
@@ -223,11 +243,16 @@ def run(job: str, models: tuple[str, ...], base_url: str | None, limit: int | No
         check_budget(sel.job, opts["budget"])
         if not opts["yes"] and sys.stdin.isatty():
             _confirm(sel)
+    batched = batch_stage(sel, opts)
+    if batched is not None:
+        sel, opts["hold"] = batched.sel, batched.hold
     judged: list[Task] = []
     stats, sel = _execute(sel, opts, judged)
+    if batched is not None:
+        merge(stats, batched)
     if sel.shard is not None:  # one shard's reports would be partial: rescore builds them
         _summarise_shard(sel, stats, " ".join(["judge", *sys.argv[1:]]))
-    _finish(sel, stats, started, " ".join(["judge", *sys.argv[1:]]), judged)
+    _finish(sel, stats, started, " ".join(["judge", *sys.argv[1:]]), judged, batched)
 
 
 def _summarise_shard(sel: Selection, stats: RunStats, command: str) -> None:
@@ -280,12 +305,15 @@ def _execute(sel: Selection, opts: dict[str, Any],
 
 
 def _finish(sel: Selection, stats: RunStats, started: float, command: str,
-            judged: list[Task]) -> None:
+            judged: list[Task], batched: Batched | None = None) -> None:
+    made, answers = manifest(sel, stats, started, command), BatchAnswers()
+    if batched is not None:
+        made["batch"] = batched.stats.as_dict()
     with open_selected(sel) as cache:
         write_reports(sel.out_dir, sel.expansion,
-                      judge(sel.expansion, cache, failures=stats.failures,
-                            fresh=frozenset(stats.called), tasks=judged),
-                      manifest(sel, stats, started, command))
+                      answers.watch(judge(sel.expansion, cache, failures=stats.failures,
+                                          fresh=frozenset(stats.called), tasks=judged)),
+                      lambda _: {**made, "batch_answers": answers.answers}, answers.notes)
     _summarise(sel, stats, command)
 
 
@@ -330,14 +358,16 @@ def rescore(job: str, models: tuple[str, ...], base_url: str | None, limit: int 
 def _rescore(sel: Selection, started: float) -> None:
     """Reports from the cache alone: one pass, the counts taken as the judgments go by."""
     stats, command = RunStats(), " ".join(["judge", *sys.argv[1:]])
+    answers = BatchAnswers()
 
     def counted(tables: Tables) -> dict[str, Any]:
         stats.total, stats.missing = tables.tasks, tables.missing
         stats.cache_hits = tables.tasks - len(tables.missing)
-        return manifest(sel, stats, started, command)
+        return {**manifest(sel, stats, started, command), "batch_answers": answers.answers}
 
     with open_selected(sel) as cache:
-        write_reports(sel.out_dir, sel.expansion, judge(sel.expansion, cache), counted)
+        write_reports(sel.out_dir, sel.expansion, answers.watch(judge(sel.expansion, cache)),
+                      counted, answers.notes)
     _summarise(sel, stats, command)
 
 
@@ -374,6 +404,8 @@ def plan(job: str, models: tuple[str, ...], base_url: str | None, limit: int | N
          f"{len(sel.job.prompts)} prompts, {len(sel.job.models)} models")
     for p in plans:
         price = "price unknown: set price in the job" if p.cost is None else f"~${p.cost:.4f}"
+        if p.cost is not None and p.model.kind != "local":
+            price += f", batch ~${batch_cost(p.model, p.cost) or 0:.4f}"
         echo(f"  {p.model.name} ({p.model.spec}): {p.tasks} tasks, {p.cached} cached, "
              f"{p.repeats} repeat an earlier request, {p.calls} to call, ~{p.prompt_tokens} "
              f"prompt + <={p.completion_tokens} completion tokens, {price}")
@@ -483,6 +515,9 @@ def import_(job: str, limit: int | None, cache_dir: str | None, out: str | None,
     click.echo(f"imported {counts.stored} answers ({counts.already_cached} already cached, "
                f"{counts.without_answer} tasks without a recorded answer)", err=True)
     _rescore(sel, started)
+
+
+cli.add_command(batches(_common, _select))
 
 
 @cli.group()

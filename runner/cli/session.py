@@ -176,10 +176,12 @@ def serving(job: Job) -> Iterator[Job]:
 async def run_pool(sel: Selection, served: Job, cache: CacheBackend, *, stop: Any,
                    key_reader: Callable[[str], Callable[[], str | None]], offline: bool,
                    budget: float | None, on_progress: Callable[[RunStats], None],
-                   judged: list[Task]) -> tuple[RunStats, Selection]:
+                   judged: list[Task], hold: frozenset[str] = frozenset()
+                   ) -> tuple[RunStats, Selection]:
     """Generation stage (if any), then every judge task. `served` is sel.job with local
     servers' base URLs. Returns the counters and the selection with generated data sets;
-    `judged` receives the judge tasks (without bodies) as they are dispatched."""
+    `judged` receives the judge tasks (without bodies) as they are dispatched; keys in `hold`
+    (held by a provider batch) are never called: they count as not run."""
     endpoints = {m.name: Endpoint(model=m, base_url=m.base_url or "",
                                   api_key=key_reader(m.api_key_env)) for m in served.models}
     limits = sel.job.limits
@@ -191,12 +193,13 @@ async def run_pool(sel: Selection, served: Job, cache: CacheBackend, *, stop: An
                "on_progress": on_progress}
         if sel.job.generate:
             stats.total += sum(1 for _ in _mine(sel, sel.expansion.generation_tasks()))
-            await execute(_mine(sel, sel.expansion.generation_tasks()), **run)
+            await execute(_held(_mine(sel, sel.expansion.generation_tasks()), hold, stats), **run)
             if stop.is_set():
                 return stats, sel
             sel = derive(sel)  # judge what the generators answered
         stats.total += sel.expansion.count() if sel.shard is None else 0
-        await execute(_kept(_mine(sel, sel.expansion.tasks(), stats), judged), **run)
+        await execute(_held(_kept(_mine(sel, sel.expansion.tasks(), stats), judged), hold, stats),
+                      **run)
     return stats, sel
 
 
@@ -220,6 +223,15 @@ def _kept(tasks: Iterator[Task], into: list[Task]) -> Iterator[Task]:
     for task in tasks:
         into.append(task.without_body())
         yield task
+
+
+def _held(tasks: Iterator[Task], hold: frozenset[str], stats: RunStats) -> Iterator[Task]:
+    """Tasks whose key a provider batch holds are left out (not run), the rest pass."""
+    for task in tasks:
+        if task.key in hold:
+            stats.missing.append(task.key)
+        else:
+            yield task
 
 
 @dataclass(slots=True)

@@ -346,7 +346,8 @@ def _model(r: _Reader, key: str, table: Any) -> ModelSpec:
     if not isinstance(table, dict):
         raise r.error(key, "must be a table like [models.judge] with spec = \"...\"")
     m = r.child(key, table)
-    m.check_keys({"spec", "base_url", "api_key_env", "params", "rpm", "tpm", "price"})
+    m.check_keys({"spec", "base_url", "api_key_env", "params", "rpm", "tpm", "price", "mode",
+                  "batch_discount"})
     price = m.get("price", dict)
     if price is not None:
         mp = m.child("price", price)
@@ -360,8 +361,21 @@ def _model(r: _Reader, key: str, table: Any) -> ModelSpec:
         return parse_model_spec(spec, name=key, base_url=m.get("base_url", str),
                                 api_key_env=m.get("api_key_env", str, "OPENAI_API_KEY"),
                                 params=params, rpm=m.positive("rpm", None, float),
-                                tpm=m.positive("tpm", None, float), price=price)
+                                tpm=m.positive("tpm", None, float), price=price,
+                                **_batch_options(m))
     except ConfigError as exc:
         raise m.error("spec", str(exc)) from None
 
 
+
+
+def _batch_options(m: _Reader) -> dict[str, Any]:
+    """`mode = "online" | "batch"` and `batch_discount` (0 <= share saved < 1)."""
+    mode = m.get("mode", str, "online")
+    if mode not in ("online", "batch"):
+        raise m.error("mode", f'must be "online" or "batch" (got {mode!r})')
+    discount = float(m.get("batch_discount", (int, float), 0.5))
+    if not 0 <= discount < 1:
+        raise m.error("batch_discount", "must be the share of the online price saved, from 0 "
+                      f"up to (not including) 1, e.g. 0.5 (got {discount})")
+    return {"mode": mode, "batch_discount": discount}

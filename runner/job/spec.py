@@ -76,6 +76,10 @@ class ModelSpec:
     tpm: float | None = None
     price: tuple[float, float] | None = None
     """USD per 1M (input, output) tokens; None = look up the built-in table."""
+    mode: str = "online"
+    """"online" (the pool) or "batch" (the provider's Batch API; `judge run --batch` for all)."""
+    batch_discount: float = 0.5
+    """Share of the online price a batch answer saves (OpenAI and Anthropic: 0.5)."""
 
     @property
     def endpoint(self) -> str:

@@ -56,6 +56,8 @@ class Judgment:
     choice_scores: tuple[float | None, ...] = ()
     """With n > 1 choices in one answer: each choice's own score (None where it failed), in
     choice order, for self-consistency; empty for a single choice."""
+    source: str | None = None
+    """Where the answer came from: "api", "batch:<batch id>", "import:<file>"; None if none."""
 
 
 def aspect_key(aspect: str) -> str:
@@ -151,7 +153,8 @@ class _Context:
                         error=error, cached=task.key not in self.fresh,
                         usage=record.get("usage"), n_parsed=combined.n_parsed,
                         n_failed=combined.n_failed + combined.n_refused,
-                        choice_scores=_choice_scores(results, key, task.aspect))
+                        choice_scores=_choice_scores(results, key, task.aspect),
+                        source=record.get("source"))
 
 
 def _choice_scores(results: list[Scores | Failure], key: str | None,

@@ -101,7 +101,7 @@ def _judgment_line(j: Judgment) -> bytes:
         "subset": it.subset, "prompt": t.prompt, "aspect": t.aspect, "model": t.model,
         "sample": t.sample, "key": t.key, "score": j.score, "values": j.values, "raw": j.raw,
         "error": j.error, "cached": j.cached, "usage": j.usage,
-        "n_parsed": j.n_parsed, "n_failed": j.n_failed}) + b"\n"
+        "n_parsed": j.n_parsed, "n_failed": j.n_failed, "source": j.source}) + b"\n"
 
 
 def collect(judgments: Iterable[Judgment], jsonl: io.BufferedIOBase) -> Tables:

@@ -1,0 +1,201 @@
+"""The batch side of `judge run` (--batch, mode = "batch"), and the `judge batches` command.
+
+`run_batches` runs before the online pool: it settles the ledger, submits what misses the
+cache for the batch-mode models, and (unless --no-wait) polls and collects. It returns the keys
+the online pool must leave alone: those still in a live batch, and failed ones unless
+--batch-fallback online hands them to the pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import click
+
+from runner.cli.session import Selection, derive, open_selected
+from runner.errors import ConfigError
+from runner.execute.batch import BatchOptions, BatchRun, BatchStats, Provider
+from runner.execute.ledger import Ledger
+from runner.execute.pool import RunStats
+from runner.job.spec import Job
+from runner.reduce.judgments import Judgment
+
+__all__ = ["BATCH_KINDS", "BatchAnswers", "Batched", "batch_models", "batch_stage", "batches",
+           "merge", "run_batches"]
+
+BATCH_KINDS = ("openai", "compatible")
+
+
+def batch_models(job: Job, everyone: bool) -> tuple[str, ...]:
+    """The models whose tasks go through a Batch API: all with --batch, else mode = "batch"."""
+    names = []
+    for m in job.models:
+        if not (everyone or m.mode == "batch"):
+            continue
+        if m.kind == "local":
+            raise ConfigError(f"{job.path}: model {m.name!r} ({m.spec}) is a local model, which "
+                              "has no Batch API: drop --batch and set mode = \"batch\" only on "
+                              "API models")
+        if m.kind not in BATCH_KINDS:
+            raise ConfigError(f"{job.path}: model {m.name!r} ({m.spec}): batch mode is not yet "
+                              f"supported for {m.kind} models (only openai: and OpenAI-"
+                              "compatible ones); run it online (drop --batch / mode)")
+        names.append(m.name)
+    return tuple(names)
+
+
+def _providers(job: Job, names: tuple[str, ...]) -> dict[str, Provider]:
+    out = {}
+    for m in job.models:
+        if m.name in names:
+            out[m.name] = Provider(model=m, base_url=m.base_url or "",
+                                   api_key=_key_reader(m.api_key_env))
+    return out
+
+
+def _key_reader(name: str) -> Callable[[], str | None]:
+    """The key, read from the environment at call time; never stored."""
+    return lambda: os.environ.get(name) or None
+
+
+@dataclass(slots=True)
+class Batched:
+    """The batch stage's outcome for the rest of `judge run`."""
+
+    stats: BatchStats
+    sel: Selection
+    hold: frozenset[str]
+    """Keys the online pool must not call."""
+
+
+def run_batches(sel: Selection, names: tuple[str, ...], options: BatchOptions) -> Batched:
+    """Generation stage then judges (over what the generators have answered so far)."""
+    stats = BatchStats()
+
+    def say(line: str) -> None:
+        click.echo(f"batch: {line}", err=True)
+
+    with open_selected(sel) as cache, Ledger(sel.cache_dir) as ledger:
+        run = BatchRun(cache=cache, ledger=ledger, providers=_providers(sel.job, names),
+                       job=sel.job.name, options=options, say=say, stats=stats)
+        if sel.job.generate:
+            asyncio.run(run.run(sel.expansion.generation_tasks()))
+            sel = derive(sel)
+        asyncio.run(run.run(sel.expansion.tasks()))
+    say(f"{len(stats.created)} batch(es) made this run, {stats.attached} from earlier runs; "
+        f"{len(stats.collected)} answers collected, {len(stats.failures)} failed, "
+        f"{len(stats.pending)} pending; ~${stats.cost:.4f} at the batch price")
+    hold = set(stats.pending)
+    if options.fallback == "batch":
+        hold |= set(stats.failures)
+    if stats.pending:
+        say(f"{len(stats.pending)} requests are in open batches; `judge run {sel.job.path} "
+            "--batch` collects them when they are done (`judge batches` shows their state)")
+    return Batched(stats=stats, sel=sel, hold=frozenset(hold))
+
+
+def batch_stage(sel: Selection, opts: dict[str, Any]) -> Batched | None:
+    """`judge run`'s batch stage from its options; None when no model runs in batch mode."""
+    names = batch_models(sel.job, opts["batch"])
+    if names and opts["budget"] is not None and not opts["offline"]:
+        raise ConfigError(f"{sel.job.path}: --budget is not supported with batch mode yet (a "
+                          "batch is paid as a whole); drop --budget, or check `judge plan` first")
+    if not names or opts["offline"]:
+        if opts["no_wait"] and not names:
+            raise ConfigError(f"{sel.job.path}: --no-wait needs --batch or a model with mode = "
+                              "\"batch\"; e.g. judge run JOB --batch --no-wait")
+        return None
+    return run_batches(sel, names, BatchOptions(
+        wait=not opts["no_wait"], fallback=opts["batch_fallback"], poll_s=opts["poll_interval"],
+        max_requests=opts["batch_size"], max_retries=sel.job.limits.max_retries))
+
+
+def merge(stats: RunStats, batched: Batched) -> None:
+    """Fold the batch stage into the run's counters: tasks the pool left alone because a batch
+    failed them are failures with the batch's reason; answers collected from a batch in this run
+    are fresh (not cached before), their tokens and cost counted at the batch price."""
+    b = batched.stats
+    missing = set(stats.missing)
+    for key, reason in b.failures.items():
+        if key in missing:
+            stats.failures.setdefault(key, reason)
+    stats.missing = [k for k in stats.missing if k not in stats.failures]
+    stats.called |= b.collected
+    stats.prompt_tokens += b.prompt_tokens
+    stats.completion_tokens += b.completion_tokens
+    stats.cost += b.cost
+
+
+class BatchAnswers:
+    """Counts, as the reports stream the judgments by, the answers that came from a batch."""
+
+    def __init__(self) -> None:
+        self.answers = 0
+        self.batches: set[str] = set()
+        self.notes: list[str] = []
+        """report.md's notes: filled once the judgments have all gone by, which write_reports
+        does before it writes report.md."""
+
+    def watch(self, judgments: Iterable[Judgment]) -> Iterator[Judgment]:
+        for j in judgments:
+            if j.source is not None and j.source.startswith("batch:"):
+                self.answers += 1
+                self.batches.add(j.source[6:])
+            yield j
+        if self.answers:
+            self.notes.append(f"{self.answers} judgments read answers from {len(self.batches)} "
+                              "provider batch(es) (Batch API, batch price); `source` in "
+                              "judgments.jsonl says which.")
+
+
+def _age(seconds: float) -> str:
+    if seconds < 3600:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+def batches(common: Callable[..., Any], select_args: Callable[..., Selection]) -> click.Command:
+    """The `judge batches` command, with the task-selection options `common` adds."""
+
+    @click.command("batches")
+    @common
+    @click.option("--cancel", is_flag=True, help="Cancel every live batch of the job (their "
+                  "finished requests are still collected by the next `judge run --batch`).")
+    def command(job: str, models: tuple[str, ...], base_url: str | None, limit: int | None,
+                cache_dir: str | None, out: str | None, cancel: bool) -> None:
+        """List the job's provider batches: id, model, state, requests, completed, failed, age.
+
+        Live batches are refreshed from the provider first. The ledger lives in the cache
+        directory (batches.sqlite).
+
+        \b
+        Example:
+          judge batches summeval             state of every batch `judge run --batch` made
+          judge batches summeval --cancel    cancel the live ones
+        """
+        sel = select_args(job, models, base_url, limit, cache_dir, out)
+        names = tuple(m.name for m in sel.job.models if m.kind in BATCH_KINDS)
+        with open_selected(sel) as cache, Ledger(sel.cache_dir) as ledger:
+            run = BatchRun(cache=cache, ledger=ledger, providers=_providers(sel.job, names),
+                           job=sel.job.name, options=BatchOptions(), say=lambda s: None)
+            live_before = sum(r.live for r in ledger.rows(sel.job.name))
+            rows = asyncio.run(run.status(cancel=cancel))
+        if not rows:
+            click.echo(f"job {sel.job.name}: no batches in {sel.cache_dir}")
+            return
+        click.echo(f"{'batch':<32} {'model':<16} {'state':<12} {'requests':>8} "
+                   f"{'completed':>9} {'failed':>6} {'age':>6} collected")
+        now = time.time()
+        for r in rows:
+            click.echo(f"{r.batch_id or '(submitting)':<32} {r.model:<16} {r.state:<12} "
+                       f"{r.requests:>8} {r.completed:>9} {r.failed:>6} "
+                       f"{_age(now - r.created):>6} {'yes' if r.ingested else 'no'}")
+        if cancel:
+            click.echo(f"cancel requested for {live_before} live batch(es)")
+
+    return command

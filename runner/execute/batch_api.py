@@ -1,0 +1,162 @@
+"""OpenAI's Files and Batches endpoints over aiohttp: upload, create, get, find, cancel, read.
+
+The same endpoints serve any OpenAI-compatible server that implements them (vLLM's batch
+runner, LiteLLM's proxy). Statuses map to the error tree the way the chat client maps them:
+429, 408, 409, 5xx and connection errors are retried here with capped backoff (Retry-After is
+a floor); 401/403 are AuthError; anything else is a RequestError with the server's message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+from runner.errors import APIError, AuthError, RequestError, RetryableError
+from runner.execute.client import retry_after
+from runner.execute.pool import backoff
+
+__all__ = ["CHAT_URL", "OpenAIBatches"]
+
+CHAT_URL = "/v1/chat/completions"
+COMPLETION_WINDOW = "24h"
+_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=300)
+
+
+class OpenAIBatches:
+    """One endpoint's Files + Batches API (base_url ends in /v1)."""
+
+    def __init__(self, session: aiohttp.ClientSession, base_url: str,
+                 api_key: Callable[[], str | None], max_retries: int = 6) -> None:
+        self.session, self.base = session, base_url.rstrip("/")
+        self.api_key, self.max_retries = api_key, max_retries
+
+    async def upload(self, path: Path) -> str:
+        """Upload a request file (purpose "batch"), streamed from disk; returns its file id."""
+
+        def form() -> aiohttp.FormData:
+            data = aiohttp.FormData()
+            data.add_field("purpose", "batch")
+            data.add_field("file", path.open("rb"), filename=path.name,
+                           content_type="application/jsonl")
+            return data
+
+        got = await self._call("POST", "/files", form=form)
+        return str(got["id"])
+
+    async def create(self, file_id: str) -> dict[str, Any]:
+        return await self._call("POST", "/batches", json={
+            "input_file_id": file_id, "endpoint": CHAT_URL,
+            "completion_window": COMPLETION_WINDOW})
+
+    async def get(self, batch_id: str) -> dict[str, Any]:
+        return await self._call("GET", f"/batches/{batch_id}")
+
+    async def cancel(self, batch_id: str) -> dict[str, Any]:
+        return await self._call("POST", f"/batches/{batch_id}/cancel")
+
+    async def find(self, file_id: str, pages: int = 50) -> dict[str, Any] | None:
+        """The batch created over `file_id`, if any (newest first, 100 a page)."""
+        after: str | None = None
+        for _ in range(pages):
+            query = "?limit=100" + (f"&after={after}" if after else "")
+            page = await self._call("GET", f"/batches{query}")
+            for batch in page.get("data") or []:
+                if batch.get("input_file_id") == file_id:
+                    return dict(batch)
+            if not page.get("has_more") or not page.get("data"):
+                return None
+            after = str(page["data"][-1]["id"])
+        return None
+
+    async def lines(self, file_id: str) -> AsyncIterator[bytes]:
+        """The lines of a file (output, error or input), streamed."""
+        for attempt in range(self.max_retries + 1):
+            try:
+                async with self.session.get(f"{self.base}/files/{file_id}/content",
+                                            headers=self._headers(), timeout=_TIMEOUT) as resp:
+                    if resp.status != 200:
+                        raise _error(resp.status, await resp.read(), resp.headers)
+                    buffer = b""
+                    async for chunk in resp.content.iter_chunked(1 << 20):
+                        buffer += chunk
+                        *done, buffer = buffer.split(b"\n")
+                        for line in done:
+                            if line.strip():
+                                yield line
+                    if buffer.strip():
+                        yield buffer
+                    return
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                if attempt == self.max_retries:
+                    raise RetryableError(f"{self.base}/files/{file_id}/content: {exc}") from None
+            except RetryableError as exc:
+                if attempt == self.max_retries:
+                    raise
+                await asyncio.sleep(backoff(attempt, exc.retry_after))
+
+    def _headers(self) -> dict[str, str]:
+        key = self.api_key()
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+    async def _call(self, method: str, path: str, *, json: Any = None,
+                    form: Callable[[], aiohttp.FormData] | None = None) -> dict[str, Any]:
+        error: APIError | None = None
+        for attempt in range(self.max_retries + 1):
+            try:
+                return await self._once(method, path, json, form)
+            except RetryableError as exc:
+                error = exc
+                if attempt < self.max_retries:
+                    await asyncio.sleep(backoff(attempt, exc.retry_after))
+        assert error is not None
+        raise error
+
+    async def _once(self, method: str, path: str, json: Any,
+                    form: Callable[[], aiohttp.FormData] | None) -> dict[str, Any]:
+        headers = self._headers()
+        data: Any = None
+        if json is not None:
+            data, headers["Content-Type"] = orjson.dumps(json), "application/json"
+        elif form is not None:
+            data = form()
+        try:
+            async with self.session.request(method, self.base + path, data=data,
+                                            headers=headers, timeout=_TIMEOUT) as resp:
+                raw = await resp.read()
+                if resp.status != 200:
+                    raise _error(resp.status, raw, resp.headers, f"{method} {path}")
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise RetryableError(f"{method} {self.base}{path}: connection error: "
+                                 f"{type(exc).__name__}: {exc}") from None
+        finally:
+            if form is not None and data is not None:
+                for field in data._fields:  # close the uploaded file's handle
+                    if hasattr(field[2], "close"):
+                        field[2].close()
+        try:
+            got = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise RetryableError(f"{method} {path}: malformed body {raw[:80]!r}") from None
+        if not isinstance(got, dict):
+            raise RetryableError(f"{method} {path}: malformed body {raw[:80]!r}")
+        return got
+
+
+def _error(status: int, raw: bytes, headers: Any, what: str = "") -> APIError:
+    try:
+        body = orjson.loads(raw)
+        message = str(body["error"]["message"]) if isinstance(body, dict) else str(body)
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        message = raw.decode("utf-8", "replace")[:300]
+    text = f"{what}: HTTP {status}: {message}".lstrip(": ")
+    if status in (401, 403):
+        return AuthError(text + " (check the API key and its permissions)", status=status)
+    if status in (408, 409, 429) or status >= 500:
+        return RetryableError(text, status=status,
+                              retry_after=retry_after(headers, rate_limited=status == 429))
+    return RequestError(text, status=status)
