@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import orjson  # noqa: E402
 
 from bench import cached, common, local, memory, ratelimit, throughput  # noqa: E402
+from bench import reliability as reliability_bench  # noqa: E402
 
 # The same collector thresholds as `judge` itself (runner.cli.main.main), for every loop measured
 # in this process, the bare ones included.
@@ -42,6 +43,7 @@ BENCHMARKS: dict[str, Bench] = {
     "ratelimit": ratelimit.rate_limit,
     "plan_memory": memory.plan_memory,
     "local": lambda work, quick: local.local_judge(work, quick, DATA_DIR),
+    "reliability": reliability_bench.reliability,
 }
 # What the table shows for each: (label, key in the result, format)
 HEADLINES: dict[str, list[tuple[str, str, str]]] = {
@@ -60,6 +62,10 @@ HEADLINES: dict[str, list[tuple[str, str, str]]] = {
                   ("accepted in first 60 s window", "achieved_per_min", "{}/min"),
                   ("steady rate", "steady_rate_per_min", "{}/min")],
     "plan_memory": [("judge plan peak RSS, 1M tasks", "max_rss_mb", "{:.0f} MB")],
+    "reliability": [("reliability_rows over the cached job", "reliability_rows_s", "{:.2f} s"),
+                    ("collect, without the watcher", "collect_s", "{:.2f} s"),
+                    ("collect, with the watcher", "collect_with_watcher_s", "{:.2f} s"),
+                    ("1,000 permutations, all pooled", "permutation_1000_s", "{:.2f} s")],
     "local": [("local:smollm2 calls/s, prompt cache off", "calls_per_s_cache_off", "{}"),
               ("local:smollm2 calls/s, prompt cache on", "calls_per_s_cache_on", "{}")],
 }
