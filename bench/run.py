@@ -27,6 +27,7 @@ import orjson  # noqa: E402
 
 import bench.pgcache as pgcache  # noqa: E402
 from bench import batch, cached, common, local, memory, ratelimit, throughput  # noqa: E402
+from bench import reliability as reliability_bench  # noqa: E402
 
 # The same collector thresholds as `judge` itself (runner.cli.main.main), for every loop measured
 # in this process, the bare ones included.
@@ -45,6 +46,7 @@ BENCHMARKS: dict[str, Bench] = {
     "local": lambda work, quick: local.local_judge(work, quick, DATA_DIR),
     "pgcache": pgcache.pg_cache,
     "batch": batch.batch_job,
+    "reliability": reliability_bench.reliability,
 }
 # What the table shows for each: (label, key in the result, format)
 HEADLINES: dict[str, list[tuple[str, str, str]]] = {
@@ -66,6 +68,10 @@ HEADLINES: dict[str, list[tuple[str, str, str]]] = {
     "batch": [("write + upload + submit (100k; 10k --quick)", "submit_s", "{} s"),
               ("ingest the answers into the cache", "ingest_s", "{} s"),
               ("peak RSS", "max_rss_mb", "{} MB")],
+    "reliability": [("reliability_rows over the cached job", "reliability_rows_s", "{:.2f} s"),
+                    ("collect, without the watcher", "collect_s", "{:.2f} s"),
+                    ("collect, with the watcher", "collect_with_watcher_s", "{:.2f} s"),
+                    ("1,000 permutations, all pooled", "permutation_1000_s", "{:.2f} s")],
     "local": [("local:smollm2 calls/s, prompt cache off", "calls_per_s_cache_off", "{}"),
               ("local:smollm2 calls/s, prompt cache on", "calls_per_s_cache_on", "{}")],
     "pgcache": [("PostgreSQL / diskcache, batched lookups (worst)", "pg_over_disk_worst",

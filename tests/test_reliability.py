@@ -28,6 +28,7 @@ from runner.reduce.reliability import (
     weighted_kappa,
     williams,
 )
+from tests.conftest import DATA_DIR
 from tests.fakeserver import CHOICE_SEP, Script, ThreadedServer
 from tests.test_cli import clean_env, run_judge
 from tests.test_colossalai import BATTLE_MARK, answers_in, fake_reply
@@ -150,7 +151,6 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 @pytest.fixture(scope="module")
 def tst_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """tst-formality's first 10 source sentences (90 outputs), both judges, fake server."""
-    from tests.conftest import DATA_DIR
     tmp = tmp_path_factory.mktemp("tst")
     with ThreadedServer(Script()) as server:
         where = ["--model", "fake", "--base-url", server.url, "--limit", 90, "--cache-dir",
@@ -177,7 +177,6 @@ def tst_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def annotator_votes(aspect: str, lines: int) -> list[tuple[float, float]]:
     """Both annotators' scores, read straight from the released file (lines in file order,
     systems in file order, as the loader's items)."""
-    from tests.conftest import DATA_DIR
     name = {"content": "content.src"}.get(aspect, aspect)
     path = DATA_DIR / "tst_formality" / "chatgpt" / f"{name}.json"
     rows = [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
@@ -210,7 +209,6 @@ def test_tst_length_and_position_rows(tst_run: Path) -> None:
     rows = read_csv(tst_run / "out" / "reliability.csv")
     scores = [r for r in read_csv(tst_run / "out" / "scores.csv")
               if r["prompt"] == "single" and r["aspect"] == "style"]
-    from tests.conftest import DATA_DIR
     path = DATA_DIR / "tst_formality" / "chatgpt" / "style.json"
     lines = path.read_text("utf-8").splitlines()[:10]
     outputs = {f"{i}:{system}": s["out"] for i, line in enumerate(lines)
@@ -273,7 +271,6 @@ def test_plan_power_on_the_pilot(tst_run: Path) -> None:
 
 
 def test_plan_power_unknown_judge_is_one_error_line(tst_run: Path) -> None:
-    from tests.conftest import DATA_DIR
     result = run_judge("plan", "tst-formality", "--model", "fake", "--base-url",
                        "http://127.0.0.1:9/v1", "--limit", 90, "--cache-dir", tst_run / "cache",
                        "--out", tst_run / "x", "--power", "fake/single", "nobody/none",

@@ -8,7 +8,8 @@ Pure functions over scores already judged (zero calls):
 * Positions: collects the scores of group prompts by the position each member was shown in,
   and pair verdicts per order, so position_rows can report the share of pairs whose verdict
   flips when the order is swapped, the first-position win rate (binomial test against 1/2) and
-  the mean score by position. It also keeps every sample of every judge for self-consistency.
+  the mean score by position. It also keeps the samples of sampled prompts (`samples = k`,
+  and the n choices of one answer) for self-consistency.
 * partial: the correlation of judge and human controlling for a third variable (length).
 * williams: Williams' t for two dependent correlations sharing one variable (Steiger 1980,
   eq. 7; Graham & Baldwin 2014), and permutation_p, a paired permutation test.

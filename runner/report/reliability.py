@@ -118,24 +118,30 @@ def _judge_agreement(dataset: str, aspect: str,
     return out
 
 
-def _answer(item: Item) -> str | None:
-    return next((item.fields[f] for f in ANSWER_FIELDS if item.fields.get(f)), None)
+def _length(item: Item, memo: dict[int, tuple[float, float] | None]) -> tuple[float, float] | None:
+    """The answer's (characters, whitespace tokens), once per item (memo by id: every judge and
+    aspect asks again); None when the item has no answer field."""
+    key = id(item)
+    if key not in memo:
+        text = next((item.fields[f] for f in ANSWER_FIELDS if item.fields.get(f)), None)
+        memo[key] = None if text is None else (float(len(text)), float(len(text.split())))
+    return memo[key]
 
 
 def _length_rows(dataset: str, aspect: str,
-                 judges: Mapping[str, Mapping[str, tuple[Item, float]]]) -> list[dict[str, Any]]:
+                 judges: Mapping[str, Mapping[str, tuple[Item, float]]],
+                 memo: dict[int, tuple[float, float] | None]) -> list[dict[str, Any]]:
     """Spearman of score with answer length (characters, whitespace tokens), the human's
     alongside, and the judge-human Pearson / Spearman before and after controlling for length."""
     out = []
     human_done = False
     for judge, scored in judges.items():
-        rows = [(s, it.human[aspect], _answer(it)) for it, s in scored.values()
-                if aspect in it.human and _answer(it) is not None]
+        rows = [(s, it.human[aspect], size) for it, s in scored.values()
+                if aspect in it.human and (size := _length(it, memo)) is not None]
         if len(rows) < 3:
             continue
         score, human = [r[0] for r in rows], [r[1] for r in rows]
-        chars = [float(len(r[2] or "")) for r in rows]
-        tokens = [float(len((r[2] or "").split())) for r in rows]
+        chars, tokens = [r[2][0] for r in rows], [r[2][1] for r in rows]
         series = [(judge, score)] + ([] if human_done else [("human", human)])
         human_done = True
         for name, values in series:
@@ -155,12 +161,13 @@ def reliability_rows(expansion: Expansion, cells: _Cells,
     """Every reliability.csv row: agreement, self-consistency, position, length."""
     out: list[dict[str, Any]] = []
     by_judge = _by_judge(cells)
+    memo: dict[int, tuple[float, float] | None] = {}
     keys = list(dict.fromkeys([*by_judge, *((d, a) for (d, a) in _annotated(expansion))]))
     for dataset, aspect in keys:
         items = expansion.items.get(dataset, [])
         out += _annotator_rows(dataset, aspect, items)
         out += _judge_agreement(dataset, aspect, by_judge.get((dataset, aspect), {}))
-        out += _length_rows(dataset, aspect, by_judge.get((dataset, aspect), {}))
+        out += _length_rows(dataset, aspect, by_judge.get((dataset, aspect), {}), memo)
     for (judge, dataset, aspect), table in positions.self_consistency():
         for level in LEVELS[1:3]:
             units = sum(sum(v is not None for v in col) >= 2 for col in zip(*table, strict=True))
