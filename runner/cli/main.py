@@ -24,6 +24,7 @@ from typing import Any
 import click
 import orjson
 
+from runner.cli import views
 from runner.cli.progress import Progress
 from runner.cli.session import (
     Download,
@@ -389,6 +390,10 @@ def import_(job: str, limit: int | None, cache_dir: str | None, out: str | None,
     click.echo(f"imported {counts.stored} answers ({counts.already_cached} already cached, "
                f"{counts.without_answer} tasks without a recorded answer)", err=True)
     _rescore(sel, started)
+
+
+cli.add_command(views.report)
+cli.add_command(views.view)
 
 
 @cli.group()

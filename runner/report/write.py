@@ -8,6 +8,7 @@
 - report.md: the correlation tables, judges as rows, failure counts, and any battles.
 - battle.csv (a prompt with order = "both"): per judge and model pair, wins, ties and
   inconsistent verdicts over the two orders (runner.reduce.battle).
+- report.html: one self-contained page with plots and an item browser (runner.report.html).
 - manifest.json: job sha256, versions, times, counts, usage, estimated cost.
 """
 
@@ -36,6 +37,9 @@ from runner.parse.parsers import get_parser
 from runner.reduce.battle import BATTLE_COLUMNS, Battles, battle_markdown
 from runner.reduce.correlate import Correlation, Row, compare, correlate
 from runner.reduce.judgments import Judgment
+from runner.report.browser import ItemRows
+from runner.report.html import render
+from runner.report.pagedata import page_data
 
 __all__ = ["Tables", "collect", "correlations", "judge_rows", "write_atomic", "write_comparison",
            "write_reports"]
@@ -349,7 +353,8 @@ def write_reports(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgm
     `manifest` may be built from the gathered tables (counts known only after the pass)."""
     buffer = io.BytesIO()
     battles = Battles(expansion)
-    tables = collect(battles.watch(judgments), buffer)
+    rows = ItemRows()
+    tables = collect(rows.watch(battles.watch(judgments)), buffer)
     write_atomic(out_dir / "judgments.jsonl", buffer.getvalue())
     write_atomic(out_dir / "scores.csv", _scores_csv(tables))
     corr = correlations(expansion, tables)
@@ -365,6 +370,9 @@ def write_reports(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgm
         write_atomic(out_dir / "leaderboard.csv", _csv(*leaderboard(tables)))
     if callable(manifest):
         manifest = manifest(tables)
+    write_atomic(out_dir / "report.html", render(page_data(
+        expansion, judge_rows(expansion, tables), corr, summ, battle_rows,
+        leaderboard(tables) if expansion.job.leaderboard else None, manifest, rows)))
     write_atomic(out_dir / "manifest.json",
                  orjson.dumps(manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
     return tables
