@@ -80,6 +80,8 @@ class ItemRows:
     examples: dict[tuple[str, str, str, str, str], list[str]] = field(default_factory=dict)
     """(dataset, prompt, aspect, model, failure type) -> the first raw answers."""
     _rng: random.Random = field(default_factory=random.Random)
+    _pooled: int = 0
+    """Rows pooled so far: the heap's tie-breaker (rows themselves do not compare)."""
 
     def watch(self, judgments: Iterable[Judgment]) -> Iterator[Judgment]:
         """Pass the judgments through, keeping rows as they go by."""
@@ -112,17 +114,17 @@ class ItemRows:
             if len(self.failures) < quarter:
                 self.failures.append(row)
             return
+        self._pooled += 1
         diff = row.diff
         if diff is not None:
-            entry = (diff, self.seen, row)
+            entry = (diff, self._pooled, row)
             if len(self.top) < self.cap - 2 * quarter:
                 heapq.heappush(self.top, entry)
             elif entry[:2] > self.top[0][:2]:
                 heapq.heapreplace(self.top, entry)
-        n = self.seen
         if len(self.sample) < quarter:
             self.sample.append(row)
-        elif (i := self._rng.randrange(n)) < quarter:
+        elif (i := self._rng.randrange(self._pooled)) < quarter:
             self.sample[i] = row
 
     def rows(self) -> list[Row]:
@@ -131,7 +133,7 @@ class ItemRows:
             kept = list(self.everything)
         else:
             kept = [r for _, _, r in self.top] + self.failures + self.sample
-        unique = list({r.key + "\0" + r.item: r for r in kept}.values())
+        unique = list({id(r): r for r in kept}.values())  # a row can be in two pools
         unique.sort(key=lambda r: (-(r.diff if r.diff is not None else -1.0), r.status == "ok"))
         return unique
 
