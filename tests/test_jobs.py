@@ -66,6 +66,8 @@ def test_job_runs_against_the_fake_server(job: str, tmp_path: Path,
         assert (out / name).exists(), name
     page = read_page_data(out / "report.html")
     assert page["job"] and page["datasets"] and len(page["items"]["rows"]) == len(lines)
+    prompts = page["items"]["prompts"]  # a run keeps no bodies: the page rebuilt each prompt
+    assert all("[user]" in prompts[row[-1]] for row in page["items"]["rows"])
     again = _judge(*args, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert server.state.answered == calls  # the rerun is all cache hits

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import random
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +45,7 @@ class Row:
     key: str
     group: str
     body: bytes
+    grouped: bool = False  # the task listed the whole group (its members) in one prompt
 
     @property
     def diff(self) -> float | None:
@@ -53,14 +54,18 @@ class Row:
         return abs(self.score - self.human)
 
 
+def _text(raw: str | list[str] | None) -> str:
+    return raw if isinstance(raw, str) else "\n\n---\n\n".join(raw or [])
+
+
 def _row(j: Judgment) -> Row:
     t, it = j.task, j.item
-    raw = j.raw if isinstance(j.raw, str) or j.raw is None else "\n\n---\n\n".join(j.raw)
+    raw = _text(j.raw)
     return Row(dataset=t.dataset, item=it.item_id, system=it.system, aspect=t.aspect,
                judge=f"{t.model}/{t.prompt}", score=j.score, human=it.human.get(t.aspect),
                status=j.error["type"] if j.error else "ok",
                message=j.error["message"] if j.error else "", raw=(raw or "")[:RAW_CHARS],
-               key=t.key, group=it.group, body=t.body)
+               key=t.key, group=it.group, body=t.body, grouped=bool(t.members))
 
 
 @dataclass(slots=True)
@@ -91,41 +96,42 @@ class ItemRows:
             yield j
 
     def add(self, j: Judgment) -> None:
-        row = _row(j)
         self.seen += 1
-        if row.status != "ok":
-            t = j.task
-            got = self.examples.setdefault((t.dataset, t.prompt, t.aspect, t.model, row.status),
-                                           [])
+        if j.error is not None:
+            t, kind = j.task, j.error["type"]
+            got = self.examples.setdefault((t.dataset, t.prompt, t.aspect, t.model, kind), [])
             if len(got) < EXAMPLES:
-                got.append(row.raw[:600] if row.raw else row.message)
+                got.append(_text(j.raw)[:600] or j.error["message"])
         if self.seen <= self.cap:
-            self.everything.append(row)
+            self.everything.append(_row(j))
             return
         if self.everything:
             pending, self.everything = self.everything, []
             for r in pending:
-                self._pool(r)
-        self._pool(row)
+                self._place(r.status, r.diff, lambda r=r: r)  # type: ignore[misc]
+        human = j.item.human.get(j.task.aspect)
+        diff = None if j.score is None or human is None else abs(j.score - human)
+        self._place("ok" if j.error is None else j.error["type"], diff, lambda: _row(j))
 
-    def _pool(self, row: Row) -> None:
+    def _place(self, status: str, diff: float | None, make: Callable[[], Row]) -> None:
+        """Put a row in the pools that want it; `make` builds it only if one does (most
+        judgments of a large job go by without a row)."""
         quarter = self.cap // 4
-        if row.status != "ok":
+        if status != "ok":
             if len(self.failures) < quarter:
-                self.failures.append(row)
+                self.failures.append(make())
             return
         self._pooled += 1
-        diff = row.diff
+        row = None
         if diff is not None:
-            entry = (diff, self._pooled, row)
             if len(self.top) < self.cap - 2 * quarter:
-                heapq.heappush(self.top, entry)
-            elif entry[:2] > self.top[0][:2]:
-                heapq.heapreplace(self.top, entry)
+                heapq.heappush(self.top, (diff, self._pooled, row := make()))
+            elif diff > self.top[0][0]:
+                heapq.heapreplace(self.top, (diff, self._pooled, row := make()))
         if len(self.sample) < quarter:
-            self.sample.append(row)
-        elif (i := self._rng.randrange(self._pooled)) < quarter:
-            self.sample[i] = row
+            self.sample.append(row or make())
+        elif (i := int(self._rng.random() * self._pooled)) < quarter:  # randrange: 5x slower
+            self.sample[i] = row or make()
 
     def rows(self) -> list[Row]:
         """The kept rows, largest disagreement first, each once."""
@@ -143,11 +149,15 @@ class ItemRows:
 
 
 def with_bodies(rows: list[Row], expansion: Expansion) -> list[Row]:
-    """Fill in the request bodies a run did not keep, expanding only the rows' groups."""
-    missing = {(r.dataset, r.group) for r in rows if not r.body}
+    """Fill in the request bodies a run did not keep, expanding only the rows' items (and the
+    whole group of a row whose prompt listed its group)."""
+    missing = [r for r in rows if not r.body]
     if not missing:
         return rows
-    items = {name: [it for it in items if (name, it.group) in missing]
+    wanted = {(r.dataset, r.item) for r in missing if not r.grouped}
+    groups = {(r.dataset, r.group) for r in missing if r.grouped}
+    items = {name: [it for it in items
+                    if (name, it.item_id) in wanted or (name, it.group) in groups]
              for name, items in expansion.items.items()}
     partial = dataclasses.replace(expansion, items=items)
     bodies = {t.key: t.body for t in partial.tasks()}

@@ -9,12 +9,10 @@ are reduced here, so the page stays small whatever the job's size: a scatter of 
 
 from __future__ import annotations
 
-import itertools
-import math
-import statistics
-from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+import numpy as np
 
 from runner.expand import Expansion
 from runner.reduce.correlate import Row
@@ -41,10 +39,9 @@ def page_data(expansion: Expansion, series: Mapping[tuple[str, str], Mapping[str
             "aspect": aspect,
             "correlations": [dict(r) for r in corr
                              if r["dataset"] == dataset and r["aspect"] == aspect],
-            "scatter": {name: _scatter([(r.judge, r.human) for r in data])
-                        for name, data in llm.items()},
-            "distribution": {name: _counts([r.judge for r in data]) for name, data in llm.items()},
-            "human": _counts([r.human for r in next(iter(judges.values()), [])]),
+            "scatter": {name: _scatter(data) for name, data in llm.items()},
+            "distribution": {name: _counts(_arrays(data)[0]) for name, data in llm.items()},
+            "human": _counts(_arrays(next(iter(judges.values()), []))[1]),
             "systems": {name: _systems(data) for name, data in llm.items()},
         })
     for s in summ:
@@ -73,86 +70,78 @@ def page_data(expansion: Expansion, series: Mapping[tuple[str, str], Mapping[str
     }
 
 
-def _finite(values: Sequence[float | None]) -> list[float]:
-    return [v for v in values if v is not None and not math.isnan(v)]
+def _arrays(data: Sequence[Row]) -> tuple[Any, Any]:
+    """Judge and human scores as float arrays (NaN where the judge gave none)."""
+    judge = np.array([np.nan if r.judge is None else r.judge for r in data], dtype=float)
+    human = np.array([r.human for r in data], dtype=float)
+    return judge, human
 
 
-def _scatter(pairs: Sequence[tuple[float | None, float | None]]) -> dict[str, Any]:
+def _scatter(data: Sequence[Row]) -> dict[str, Any]:
     """Judge (x) against human (y): the points, or a 2-D histogram, with the least-squares
     line of human on judge."""
-    xy = [(x, y) for x, y in pairs if x is not None and y is not None
-          and not math.isnan(x) and not math.isnan(y)]
-    out: dict[str, Any] = {"n": len(xy), "fit": _fit(xy)}
-    if len(xy) <= MAX_POINTS:
-        out["points"] = [[round(x, 4), round(y, 4)] for x, y in xy]
+    x, y = _arrays(data)
+    ok = ~(np.isnan(x) | np.isnan(y))
+    x, y = x[ok], y[ok]
+    out: dict[str, Any] = {"n": int(x.size), "fit": _fit(x, y)}
+    if x.size <= MAX_POINTS:
+        out["points"] = np.round(np.column_stack([x, y]), 4).tolist()
         return out
-    xs, ys = _edges([x for x, _ in xy]), _edges([y for _, y in xy])
-    cells = Counter((_bin(x, xs), _bin(y, ys)) for x, y in xy)
-    out["hist"] = {"x": xs, "y": ys, "cells": [[i, j, c] for (i, j), c in cells.items()]}
+    xs, ys = _edges(x), _edges(y)
+    grid, _, _ = np.histogram2d(x, y, bins=[xs, ys])
+    i, j = np.nonzero(grid)
+    out["hist"] = {"x": xs.tolist(), "y": ys.tolist(),
+                   "cells": np.column_stack([i, j, grid[i, j]]).astype(int).tolist()}
     return out
 
 
-def _fit(xy: Sequence[tuple[float, float]]) -> list[float] | None:
-    if len(xy) < 2 or len({x for x, _ in xy}) < 2:
+def _fit(x: Any, y: Any) -> list[float] | None:
+    if x.size < 2 or np.ptp(x) == 0:
         return None
-    slope, intercept = statistics.linear_regression([x for x, _ in xy], [y for _, y in xy])
-    return [slope, intercept]
+    slope, intercept = np.polyfit(x, y, 1)
+    return [float(slope), float(intercept)]
 
 
-def _edges(values: Sequence[float]) -> list[float]:
+def _edges(values: Any) -> Any:
     """Bin edges: one bin per distinct value on an integer-like scale, else BINS equal bins."""
-    distinct = sorted(set(values))
-    if len(distinct) <= 2 * BINS:
-        steps = [b - a for a, b in itertools.pairwise(distinct)] or [1.0]
-        half = min(steps) / 2
-        return [v - half for v in distinct] + [distinct[-1] + half]
-    lo, hi = distinct[0], distinct[-1]
-    return [lo + (hi - lo) * i / BINS for i in range(BINS + 1)]
+    distinct = np.unique(values)
+    if distinct.size <= 2 * BINS:
+        half = float(np.min(np.diff(distinct))) / 2 if distinct.size > 1 else 0.5
+        return np.append(distinct - half, distinct[-1] + half)
+    return np.linspace(distinct[0], distinct[-1], BINS + 1)
 
 
-def _bin(value: float, edges: Sequence[float]) -> int:
-    lo, hi = 0, len(edges) - 2
-    while lo < hi:  # the last edge <= value, clamped to the bins
-        mid = (lo + hi + 1) // 2
-        if edges[mid] <= value:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
-def _counts(values: Sequence[float | None]) -> dict[str, Any]:
+def _counts(values: Any) -> dict[str, Any]:
     """Counts per distinct value (few values) or per bin, plus the missing count."""
-    finite = _finite(values)
-    out: dict[str, Any] = {"missing": len(values) - len(finite)}
-    if not finite:
+    finite = values[~np.isnan(values)]
+    out: dict[str, Any] = {"missing": int(values.size - finite.size)}
+    if not finite.size:
         out["edges"], out["counts"] = [], []
         return out
     edges = _edges(finite)
-    counts = [0] * (len(edges) - 1)
-    for v in finite:
-        counts[_bin(v, edges)] += 1
-    out["edges"], out["counts"] = [round(e, 6) for e in edges], counts
+    counts, _ = np.histogram(finite, bins=edges)
+    out["edges"], out["counts"] = np.round(edges, 6).tolist(), counts.tolist()
     return out
 
 
 def _systems(data: Sequence[Row]) -> dict[str, Any]:
     """Per system: judge and human means (and judge sd); and the pairwise accuracy of the
     judge's system ranking against the humans' (pairs the humans do not tie)."""
-    by: dict[str, tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
-    for r in data:
-        if r.system and r.judge is not None and not math.isnan(r.judge):
-            by[r.system][0].append(r.judge)
-            by[r.system][1].append(r.human)
-    systems: list[dict[str, Any]] = [{"system": s, "n": len(j), "judge": statistics.fmean(j),
-                "judge_sd": statistics.stdev(j) if len(j) > 1 else 0.0,
-                "human": statistics.fmean(h)} for s, (j, h) in sorted(by.items())]
-    agree = total = 0
-    for a, b in itertools.combinations(systems, 2):
-        dh = a["human"] - b["human"]
-        if dh == 0:
-            continue
-        total += 1
-        agree += (a["judge"] - b["judge"]) * dh > 0
-    return {"rows": systems, "pairs": total,
+    judge, human = _arrays(data)
+    names = np.array([r.system for r in data], dtype=object)
+    ok = ~np.isnan(judge) & (names != "")
+    if not ok.any():
+        return {"rows": [], "pairs": 0, "pairwise_accuracy": None}
+    systems, index = np.unique(names[ok].astype(str), return_inverse=True)
+    n = np.bincount(index)
+    mj = np.bincount(index, judge[ok]) / n
+    mh = np.bincount(index, human[ok]) / n
+    var = np.bincount(index, (judge[ok] - mj[index]) ** 2) / np.maximum(n - 1, 1)
+    rows = [{"system": str(s), "n": int(k), "judge": float(a), "judge_sd": float(np.sqrt(v)),
+             "human": float(h)} for s, k, a, v, h in zip(systems, n, mj, var, mh, strict=True)]
+    dj, dh = np.subtract.outer(mj, mj), np.subtract.outer(mh, mh)
+    upper = np.triu(np.ones_like(dh, dtype=bool), 1) & (dh != 0)
+    total = int(upper.sum())
+    agree = int(((dj * dh) > 0)[upper].sum())
+    return {"rows": rows, "pairs": total,
             "pairwise_accuracy": agree / total if total else None}

@@ -180,10 +180,14 @@ def judge_rows(expansion: Expansion, tables: Tables) -> dict[tuple[str, str], di
     return out
 
 
-def correlations(expansion: Expansion, tables: Tables) -> list[dict[str, Any]]:
-    """Every judge against human, per data set and aspect, as correlations.csv rows."""
+def correlations(expansion: Expansion, tables: Tables,
+                 series: Mapping[tuple[str, str], Mapping[str, list[Row]]] | None = None
+                 ) -> list[dict[str, Any]]:
+    """Every judge against human, per data set and aspect, as correlations.csv rows.
+    `series`: judge_rows(expansion, tables) if the caller has it already."""
     job, rows = expansion.job, []
-    for (dataset, aspect), judges in judge_rows(expansion, tables).items():
+    series = judge_rows(expansion, tables) if series is None else series
+    for (dataset, aspect), judges in series.items():
         for judge, data in judges.items():
             for c in correlate(data, policy=job.policy, levels=job.levels, methods=job.methods,
                                n_boot=job.bootstrap, seed=job.seed):
@@ -357,7 +361,8 @@ def write_reports(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgm
     tables = collect(rows.watch(battles.watch(judgments)), buffer)
     write_atomic(out_dir / "judgments.jsonl", buffer.getvalue())
     write_atomic(out_dir / "scores.csv", _scores_csv(tables))
-    corr = correlations(expansion, tables)
+    series = judge_rows(expansion, tables)
+    corr = correlations(expansion, tables, series)
     write_atomic(out_dir / "correlations.csv", _csv(CORRELATION_COLUMNS, corr))
     summ = summary(tables)
     write_atomic(out_dir / "summary.csv", _csv(SUMMARY_COLUMNS, summ))
@@ -371,7 +376,7 @@ def write_reports(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgm
     if callable(manifest):
         manifest = manifest(tables)
     write_atomic(out_dir / "report.html", render(page_data(
-        expansion, judge_rows(expansion, tables), corr, summ, battle_rows,
+        expansion, series, corr, summ, battle_rows,
         leaderboard(tables) if expansion.job.leaderboard else None, manifest, rows)))
     write_atomic(out_dir / "manifest.json",
                  orjson.dumps(manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
