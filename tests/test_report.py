@@ -187,6 +187,7 @@ def test_item_browser_filters_and_opens_a_row(run: dict[str, Path], browser: Any
     page.select_option("#item-filter-status", "parse")
     rows.first.click()
     assert page.is_visible("#item-detail")
+    assert "null" not in page.inner_text("#item-detail")  # no missing part shown as "null"
     assert PAYLOAD in page.inner_text("#item-detail pre.raw")  # shown as text
     assert "stars" in page.inner_text("#item-detail pre.prompt")
     assert page.evaluate("window.__pwned") is None  # and never run

@@ -103,11 +103,17 @@ def _fit(x: Any, y: Any) -> list[float] | None:
 
 
 def _edges(values: Any) -> Any:
-    """Bin edges: one bin per distinct value on an integer-like scale, else BINS equal bins."""
+    """Bin edges: one bin per step of a regular scale (1-5 stars, halves), else BINS equal
+    bins."""
     distinct = np.unique(values)
-    if distinct.size <= 2 * BINS:
-        half = float(np.min(np.diff(distinct))) / 2 if distinct.size > 1 else 0.5
-        return np.append(distinct - half, distinct[-1] + half)
+    if distinct.size == 1:
+        return np.array([distinct[0] - 0.5, distinct[0] + 0.5])
+    step = float(np.min(np.diff(distinct)))
+    span = (distinct[-1] - distinct[0]) / step
+    on_grid = np.allclose((distinct - distinct[0]) / step,
+                          np.round((distinct - distinct[0]) / step), atol=0.1)
+    if on_grid and span < 2 * BINS:
+        return distinct[0] - step / 2 + step * np.arange(round(span) + 2)
     return np.linspace(distinct[0], distinct[-1], BINS + 1)
 
 

@@ -322,7 +322,7 @@
     const selects = {};
     const controls = el("div", { class: "controls" }, search);
     for (const c of ["dataset", "aspect", "judge", "status"]) {
-      const sel = el("select", { id: `item-filter-${c}` }, el("option", { value: "", text: `all ${c}s` }));
+      const sel = el("select", { id: `item-filter-${c}` }, el("option", { value: "", text: `all ${c === "status" ? "statuses" : c + "s"}` }));
       for (const v of [...new Set(I.rows.map(r => r[idx[c]]))].sort()) sel.append(el("option", { value: v, text: v }));
       selects[c] = sel; controls.append(sel);
     }
@@ -341,11 +341,12 @@
     function open(r, tr) {
       body.querySelectorAll("tr.open").forEach(x => x.classList.remove("open"));
       tr.classList.add("open");
-      detail.replaceChildren(
+      detail.replaceChildren(...[
         el("h4", { text: `${r[idx.dataset]} / ${r[idx.item]} / ${r[idx.aspect]} / ${r[idx.judge]}: judge ${fmt(r[idx.score])}, human ${fmt(r[idx.human])}, ${r[idx.status]}` }),
         r[idx.message] ? el("div", { class: "note", text: r[idx.message] }) : null,
         el("h4", { text: "Raw answer" }), el("pre", { class: "raw", text: r[idx.raw] || "(none)" }),
-        el("h4", { text: "Prompt sent" }), el("pre", { class: "prompt", text: I.prompts[r[idx.prompt]] || "(not available)" }));
+        el("h4", { text: "Prompt sent" }), el("pre", { class: "prompt", text: I.prompts[r[idx.prompt]] || "(not available)" })]
+        .filter(x => x !== null));
       detail.hidden = false;
     }
     function draw() {
