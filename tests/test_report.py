@@ -254,3 +254,49 @@ def test_small_jobs_keep_every_row() -> None:
     rows = ItemRows(cap=40)
     list(rows.watch(_judgment(i, float(i % 5), 3.0) for i in range(40)))
     assert not rows.capped and len(rows.rows()) == 40
+
+
+# --- the other sections, and a large job's 2-D histogram, in the browser ---------------------
+
+@pytest.mark.parametrize(("job", "section"), [("colossalai-en", "#battles"),
+                                              ("korean-chat", "#leaderboard")])
+def test_battles_and_leaderboard_render(job: str, section: str, browser: Any,
+                                        tmp_path: Path) -> None:
+    from tests.test_colossalai import fake_reply
+
+    with ThreadedServer(Script(reply=fake_reply)) as server:
+        done = _judge("run", str(ROOT / "jobs" / f"{job}.toml"), "--limit", "5", "--model",
+                      "fake", "--base-url", server.url, "--cache-dir", str(tmp_path / "cache"),
+                      "--out", str(tmp_path / "out"), "--yes", "--rpm", "60000", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    page, errors = _open(browser, tmp_path / "out" / "report.html")
+    cells = page.locator(f"{section} table td")
+    assert cells.count() > 4 and any(t.strip() for t in cells.all_inner_texts())
+    if job.startswith("colossalai"):
+        assert "inconsistent" in page.inner_text(section)
+    page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
+    assert errors == []
+    page.close()
+
+
+def test_large_scatter_is_a_2d_histogram(run: dict[str, Path], browser: Any,
+                                         tmp_path: Path) -> None:
+    import random
+
+    from runner.reduce.correlate import Row
+    from runner.report.pagedata import MAX_POINTS, _scatter
+
+    rng = random.Random(1)
+    rows = [Row(group=str(i // 10), system="s", subset="", judge=float(rng.randint(1, 5)),
+                human=rng.random() * 4 + 1) for i in range(MAX_POINTS * 3)]
+    big = _scatter(rows)
+    assert "points" not in big and big["n"] == MAX_POINTS * 3
+    assert sum(c for _, _, c in big["hist"]["cells"]) == MAX_POINTS * 3
+    assert len(big["hist"]["x"]) == 6  # one bin per star: 0.5 .. 5.5
+    data = read_page_data(run["out"] / "report.html")
+    data["datasets"][0]["aspects"][0]["scatter"]["fake/stars"] = big
+    (tmp_path / "big.html").write_bytes(render(data))
+    page, errors = _open(browser, tmp_path / "big.html")
+    assert page.locator("svg .cell").count() == len(big["hist"]["cells"])
+    assert errors == []
+    page.close()
