@@ -269,11 +269,15 @@ def test_battles_and_leaderboard_render(job: str, section: str, browser: Any,
                       "fake", "--base-url", server.url, "--cache-dir", str(tmp_path / "cache"),
                       "--out", str(tmp_path / "out"), "--yes", "--rpm", "60000", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
+    data = read_page_data(tmp_path / "out" / "report.html")
+    prompts = data["items"]["prompts"]  # generated answers' judge prompts rebuilt too
+    assert data["items"]["rows"] and all("[user]" in prompts[r[-1]] for r in data["items"]["rows"])
     page, errors = _open(browser, tmp_path / "out" / "report.html")
     cells = page.locator(f"{section} table td")
     assert cells.count() > 4 and any(t.strip() for t in cells.all_inner_texts())
     if job.startswith("colossalai"):
         assert "inconsistent" in page.inner_text(section)
+        assert "No human ratings" in page.inner_text("#ds-0")
     page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
     assert errors == []
     page.close()

@@ -49,8 +49,9 @@ def _select(job: str, models: tuple[str, ...], base_url: str | None, limit: int 
 @click.argument("job")
 @click.option("--model", "models", multiple=True, metavar="SPEC",
               help="Judge model, replacing the job's (as for `judge run`). Repeatable.")
-@click.option("--base-url", help="OpenAI-compatible endpoint for bare model names "
-                                 "[env OPENAI_BASE_URL]; only part of the cache key here.")
+@click.option("--base-url", help="The endpoint the run used for bare model names, e.g. "
+                                 "http://127.0.0.1:8000/v1 [env OPENAI_BASE_URL]: it is part "
+                                 "of the cache key, nothing is called.")
 @click.option("--limit", type=click.IntRange(min=1),
               help="Only the first N items of each data set, in file order.")
 @click.option("--cache-dir", help="Response cache folder [env JUDGE_CACHE_DIR; default ./cache].")

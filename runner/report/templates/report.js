@@ -254,6 +254,7 @@
   }
   function dataset(d, i) {
     const s = section(`ds-${i}`, `Data set: ${d.name}`);
+    if (!d.aspects.length) s.append(el("p", { class: "note", text: "No human ratings in this data set, so no correlations: see the failures, battles, leaderboard and item browser below." }));
     for (const a of d.aspects) {
       s.append(el("h3", { text: `${d.name}: ${a.aspect}` }));
       s.append(el("h4", { text: "Correlation with human ratings (best judge per column in bold; iaa = annotator 2 vs annotator 1)" }));
