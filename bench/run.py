@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import orjson  # noqa: E402
 
 import bench.pgcache as pgcache  # noqa: E402
-from bench import batch, cached, common, local, memory, ratelimit, throughput  # noqa: E402
+from bench import batch, cached, common, local, memory, ratelimit, report, throughput  # noqa: E402
 from bench import reliability as reliability_bench  # noqa: E402
 
 # The same collector thresholds as `judge` itself (runner.cli.main.main), for every loop measured
@@ -47,6 +47,7 @@ BENCHMARKS: dict[str, Bench] = {
     "pgcache": pgcache.pg_cache,
     "batch": batch.batch_job,
     "reliability": reliability_bench.reliability,
+    "report": report.report_page,
 }
 # What the table shows for each: (label, key in the result, format)
 HEADLINES: dict[str, list[tuple[str, str, str]]] = {
@@ -78,6 +79,9 @@ HEADLINES: dict[str, list[tuple[str, str, str]]] = {
                  "{:.2f}x"),
                 ("4 shards on one PostgreSQL, 0-latency fake", "shard_tasks_per_s",
                  "{} tasks/s")],
+    "report": [("report.html for 100k judgments: added time", "html_seconds", "{:.2f} s"),
+               ("report.html size", "page_mb", "{:.2f} MB"),
+               ("report.html drawn in chromium", "browser_load_seconds", "{:.2f} s")],
 }
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from runner.report.html import read_page_data
 from tests.conftest import DATA_DIR, ROOT
 from tests.fakeserver import ThreadedServer
 
@@ -60,8 +61,13 @@ def test_job_runs_against_the_fake_server(job: str, tmp_path: Path,
     assert lines and all(line["model"] == "fake" for line in lines)
     scored = [line for line in lines if line["score"] is not None]
     assert len(scored) >= len(lines) / 2, [line["error"] for line in lines][:3]
-    for name in ("scores.csv", "correlations.csv", "summary.csv", "report.md", "manifest.json"):
+    for name in ("scores.csv", "correlations.csv", "summary.csv", "report.md", "manifest.json",
+                 "report.html"):
         assert (out / name).exists(), name
+    page = read_page_data(out / "report.html")
+    assert page["job"] and page["datasets"] and len(page["items"]["rows"]) == len(lines)
+    prompts = page["items"]["prompts"]  # a run keeps no bodies: the page rebuilt each prompt
+    assert all("[user]" in prompts[row[-1]] for row in page["items"]["rows"])
     again = _judge(*args, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert server.state.answered == calls  # the rerun is all cache hits

@@ -24,6 +24,7 @@ from typing import Any
 import click
 import orjson
 
+from runner.cli import views
 from runner.cli.batches import BatchAnswers, Batched, batch_stage, batches, merge
 from runner.cli.cachecmds import cache_option, cache_url, export_command, import_command
 from runner.cli.progress import Progress
@@ -518,6 +519,8 @@ def import_(job: str, limit: int | None, cache_dir: str | None, out: str | None,
 
 
 cli.add_command(batches(_common, _select))
+cli.add_command(views.report)
+cli.add_command(views.view)
 
 
 @cli.group()

@@ -10,6 +10,7 @@
   inconsistent verdicts over the two orders (runner.reduce.battle).
 - reliability.csv: agreement, self-consistency, position and length bias
   (runner.report.reliability).
+- report.html: one self-contained page with plots and an item browser (runner.report.html).
 - manifest.json: job sha256, versions, times, counts, usage, estimated cost.
 """
 
@@ -39,6 +40,9 @@ from runner.reduce.battle import BATTLE_COLUMNS, Battles, battle_markdown
 from runner.reduce.correlate import Correlation, Row, compare, correlate
 from runner.reduce.judgments import Judgment
 from runner.reduce.reliability import Positions
+from runner.report.browser import ItemRows
+from runner.report.html import render
+from runner.report.pagedata import page_data
 from runner.report.reliability import (
     RELIABILITY_COLUMNS,
     reliability_markdown,
@@ -184,10 +188,14 @@ def judge_rows(expansion: Expansion, tables: Tables) -> dict[tuple[str, str], di
     return out
 
 
-def correlations(expansion: Expansion, tables: Tables) -> list[dict[str, Any]]:
-    """Every judge against human, per data set and aspect, as correlations.csv rows."""
+def correlations(expansion: Expansion, tables: Tables,
+                 series: Mapping[tuple[str, str], Mapping[str, list[Row]]] | None = None
+                 ) -> list[dict[str, Any]]:
+    """Every judge against human, per data set and aspect, as correlations.csv rows.
+    `series`: judge_rows(expansion, tables) if the caller has it already."""
     job, rows = expansion.job, []
-    for (dataset, aspect), judges in judge_rows(expansion, tables).items():
+    series = judge_rows(expansion, tables) if series is None else series
+    for (dataset, aspect), judges in series.items():
         for judge, data in judges.items():
             for c in correlate(data, policy=job.policy, levels=job.levels, methods=job.methods,
                                n_boot=job.bootstrap, seed=job.seed):
@@ -358,11 +366,12 @@ def write_reports(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgm
     buffer = io.BytesIO()
     battles = Battles(expansion)
     positions = Positions(expansion)
-    judgments = positions.watch(judgments)
-    tables = collect(battles.watch(judgments), buffer)
+    rows = ItemRows()
+    tables = collect(rows.watch(battles.watch(positions.watch(judgments))), buffer)
     write_atomic(out_dir / "judgments.jsonl", buffer.getvalue())
     write_atomic(out_dir / "scores.csv", _scores_csv(tables))
-    corr = correlations(expansion, tables)
+    series = judge_rows(expansion, tables)
+    corr = correlations(expansion, tables, series)
     write_atomic(out_dir / "correlations.csv", _csv(CORRELATION_COLUMNS, corr))
     summ = summary(tables)
     write_atomic(out_dir / "summary.csv", _csv(SUMMARY_COLUMNS, summ))
@@ -378,6 +387,9 @@ def write_reports(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgm
         write_atomic(out_dir / "leaderboard.csv", _csv(*leaderboard(tables)))
     if callable(manifest):
         manifest = manifest(tables)
+    write_atomic(out_dir / "report.html", render(page_data(
+        expansion, series, corr, summ, battle_rows,
+        leaderboard(tables) if expansion.job.leaderboard else None, manifest, rows)))
     write_atomic(out_dir / "manifest.json",
                  orjson.dumps(manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
     return tables

@@ -1,0 +1,180 @@
+"""The item browser's rows: chosen while the judgments stream by, with the prompt sent.
+
+A job of 100,000 judgments cannot embed every row (and its prompt) in one page that opens
+fast, so `ItemRows` keeps at most `cap` rows: every row when the job is small, else the
+largest judge-human disagreements, the failures and a seeded sample of the rest. The page
+says which. Rows keep their task's request body when the judgments carry it (`judge
+rescore`, `judge report`); a run keeps its tasks without bodies, so the bodies of the kept
+rows are rebuilt from the expansion, over the kept rows' groups only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import random
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from runner.expand import Expansion
+from runner.reduce.judgments import Judgment
+
+__all__ = ["ItemRows", "Row"]
+
+RAW_CHARS = 4000  # a raw answer is cut here in the page (judgments.jsonl has it whole)
+EXAMPLES = 3  # example raw answers per (dataset, prompt, aspect, model, failure type)
+
+
+@dataclass(slots=True)
+class Row:
+    """One judgment as the item browser shows it."""
+
+    dataset: str
+    item: str
+    system: str
+    aspect: str
+    judge: str
+    score: float | None
+    human: float | None
+    status: str  # "ok" | "parse" | "refusal" | "api"
+    message: str
+    raw: str
+    key: str
+    group: str
+    body: bytes
+    grouped: bool = False  # the task listed the whole group (its members) in one prompt
+
+    @property
+    def diff(self) -> float | None:
+        if self.score is None or self.human is None:
+            return None
+        return abs(self.score - self.human)
+
+
+def _text(raw: str | list[str] | None) -> str:
+    return raw if isinstance(raw, str) else "\n\n---\n\n".join(raw or [])
+
+
+def _row(j: Judgment) -> Row:
+    t, it = j.task, j.item
+    raw = _text(j.raw)
+    return Row(dataset=t.dataset, item=it.item_id, system=it.system, aspect=t.aspect,
+               judge=f"{t.model}/{t.prompt}", score=j.score, human=it.human.get(t.aspect),
+               status=j.error["type"] if j.error else "ok",
+               message=j.error["message"] if j.error else "", raw=(raw or "")[:RAW_CHARS],
+               key=t.key, group=it.group, body=t.body, grouped=bool(t.members))
+
+
+@dataclass(slots=True)
+class ItemRows:
+    """Keeps the rows the page embeds; see the module docstring for which."""
+
+    cap: int = 2000
+    seed: int = 0
+    seen: int = 0
+    everything: list[Row] = field(default_factory=list)
+    """All rows while there are at most `cap`; then emptied into the three pools."""
+    top: list[tuple[float, int, Row]] = field(default_factory=list)
+    """Min-heap of (|judge - human|, arrival, row): the largest disagreements."""
+    failures: list[Row] = field(default_factory=list)
+    sample: list[Row] = field(default_factory=list)
+    """Reservoir sample of the scored rows."""
+    examples: dict[tuple[str, str, str, str, str], list[str]] = field(default_factory=dict)
+    """(dataset, prompt, aspect, model, failure type) -> the first raw answers."""
+    _rng: random.Random = field(default_factory=random.Random)
+    _pooled: int = 0
+    """Rows pooled so far: the heap's tie-breaker (rows themselves do not compare)."""
+
+    def watch(self, judgments: Iterable[Judgment]) -> Iterator[Judgment]:
+        """Pass the judgments through, keeping rows as they go by."""
+        self._rng.seed(self.seed)
+        for j in judgments:
+            self.add(j)
+            yield j
+
+    def add(self, j: Judgment) -> None:
+        self.seen += 1
+        if j.error is not None:
+            t, kind = j.task, j.error["type"]
+            got = self.examples.setdefault((t.dataset, t.prompt, t.aspect, t.model, kind), [])
+            if len(got) < EXAMPLES:
+                got.append(_text(j.raw)[:600] or j.error["message"])
+        if self.seen <= self.cap:
+            self.everything.append(_row(j))
+            return
+        if self.everything:
+            pending, self.everything = self.everything, []
+            for r in pending:
+                self._place(r.status, r.diff, lambda r=r: r)  # type: ignore[misc]
+        human = j.item.human.get(j.task.aspect)
+        diff = None if j.score is None or human is None else abs(j.score - human)
+        self._place("ok" if j.error is None else j.error["type"], diff, lambda: _row(j))
+
+    def _place(self, status: str, diff: float | None, make: Callable[[], Row]) -> None:
+        """Put a row in the pools that want it; `make` builds it only if one does (most
+        judgments of a large job go by without a row)."""
+        quarter = self.cap // 4
+        if status != "ok":
+            if len(self.failures) < quarter:
+                self.failures.append(make())
+            return
+        self._pooled += 1
+        row = None
+        if diff is not None:
+            if len(self.top) < self.cap - 2 * quarter:
+                heapq.heappush(self.top, (diff, self._pooled, row := make()))
+            elif diff > self.top[0][0]:
+                heapq.heapreplace(self.top, (diff, self._pooled, row := make()))
+        if len(self.sample) < quarter:
+            self.sample.append(row or make())
+        elif (i := int(self._rng.random() * self._pooled)) < quarter:  # randrange: 5x slower
+            self.sample[i] = row or make()
+
+    def rows(self) -> list[Row]:
+        """The kept rows, largest disagreement first, each once."""
+        if self.everything or self.seen <= self.cap:
+            kept = list(self.everything)
+        else:
+            kept = [r for _, _, r in self.top] + self.failures + self.sample
+        unique = list({id(r): r for r in kept}.values())  # a row can be in two pools
+        unique.sort(key=lambda r: (-(r.diff if r.diff is not None else -1.0), r.status == "ok"))
+        return unique
+
+    @property
+    def capped(self) -> bool:
+        return self.seen > self.cap
+
+
+def with_bodies(rows: list[Row], expansion: Expansion) -> list[Row]:
+    """Fill in the request bodies a run did not keep, expanding only the rows' items (and the
+    whole group of a row whose prompt listed its group)."""
+    missing = [r for r in rows if not r.body]
+    if not missing:
+        return rows
+    wanted = {(r.dataset, r.item) for r in missing if not r.grouped}
+    groups = {(r.dataset, r.group) for r in missing if r.grouped}
+    items = {name: [it for it in items
+                    if (name, it.item_id) in wanted or (name, it.group) in groups]
+             for name, items in expansion.items.items()}
+    partial = dataclasses.replace(expansion, items=items)
+    bodies = {t.key: t.body for t in partial.tasks()}
+    return [r if r.body else dataclasses.replace(r, body=bodies.get(r.key, b"")) for r in rows]
+
+
+def prompt_text(body: bytes) -> str:
+    """The messages of a request body as the reader wants to see them: role, then content."""
+    if not body:
+        return ""
+    request: dict[str, Any] = orjson.loads(body)
+    parts = []
+    for m in request.get("messages") or []:
+        content = m.get("content")
+        if isinstance(content, list):
+            content = "\n".join(str(c.get("text", "")) for c in content if isinstance(c, dict))
+        parts.append(f"[{m.get('role', '?')}]\n{content}")
+    params = {k: v for k, v in request.items() if k != "messages"}
+    return "\n\n".join(parts) + "\n\n[parameters] " + orjson.dumps(
+        params, option=orjson.OPT_SORT_KEYS).decode()

@@ -1,0 +1,306 @@
+"""report.html and the paper figures, end to end: the real `judge` CLI against the fake server,
+a real cache on disk, and the page opened in Debian's chromium (driven by playwright, whose
+wheel carries only the driver; `playwright install` is never run)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runner.report.html import embed_json, read_page_data, render
+from tests.conftest import DATA_DIR, ROOT
+from tests.fakeserver import Script, ThreadedServer, default_reply
+
+JUDGE = str(Path(sys.executable).parent / "judge")
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+PAYLOAD = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
+
+
+def hostile_reply(body: dict[str, Any]) -> str:
+    """A quarter of the answers refuse, a quarter do not parse, a quarter score; all three
+    carry a script. The last quarter is the fake server's usual answer."""
+    text = body["messages"][-1]["content"]
+    digest = int(hashlib.sha256(text.encode()).hexdigest(), 16)
+    if digest % 4 == 0:
+        return f"I cannot rate this. {PAYLOAD}"
+    if digest % 4 == 1:
+        return f"Hmm, hard to say. {PAYLOAD}"
+    if digest % 4 == 2:
+        return f"{default_reply(body)} {PAYLOAD}"
+    return default_reply(body)
+
+
+def _judge(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL")}
+    env["JUDGE_DATA_DIR"] = str(DATA_DIR)
+    return subprocess.run([JUDGE, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=180, check=False)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+    """openmeva, 40 items, against the hostile fake server; then `judge report --figures`."""
+    if not (DATA_DIR / "openmeva").exists():
+        pytest.skip(f"no openmeva data in {DATA_DIR}")
+    tmp = tmp_path_factory.mktemp("report")
+    with ThreadedServer(Script(reply=hostile_reply)) as server:
+        common = ["--limit", "40", "--model", "fake", "--base-url", server.url,
+                  "--cache-dir", str(tmp / "cache"), "--out", str(tmp / "out")]
+        done = _judge("run", str(ROOT / "jobs" / "openmeva.toml"), *common, cwd=tmp)
+        assert done.returncode == 0, done.stderr  # unparsable answers are not API failures
+        calls = server.state.answered
+        assert (tmp / "out" / "report.html").exists()
+        (tmp / "out" / "report.html").unlink()
+        report = _judge("report", str(ROOT / "jobs" / "openmeva.toml"), *common,
+                        "--figures", str(tmp / "figs"), cwd=tmp)
+        assert report.returncode == 0, report.stderr
+        assert server.state.answered == calls  # report made no call
+    yield {"out": tmp / "out", "figs": tmp / "figs", "tmp": tmp}
+
+
+def test_page_is_self_contained_and_holds_every_section(run: dict[str, Path]) -> None:
+    text = (run["out"] / "report.html").read_text()
+    start = text.index('<script type="application/json" id="report-data">')
+    shell = text[:start] + text[text.index("</script>", start):]  # the page without its data
+    assert "https://" not in shell and "http://" not in shell.replace(
+        "http://www.w3.org/2000/svg", ""), "the page must fetch nothing"
+    assert "<script src" not in text and "<link" not in text and "@import" not in text
+    data = read_page_data(run["out"] / "report.html")
+    (ds,) = data["datasets"]
+    assert ds["name"] == "openmeva"
+    aspect = ds["aspects"][0]
+    judges = {r["judge"] for r in aspect["correlations"]}
+    assert "fake/stars" in judges and len(judges) > 5  # the metrics are judges too
+    scatter = aspect["scatter"]["fake/stars"]
+    assert 0 < scatter["n"] <= 40 and len(scatter["points"]) == scatter["n"]
+    assert aspect["systems"]["fake/stars"]["pairs"] > 0
+    assert {f["type"] for f in data["failures"]} == {"parse", "refusal"}
+    assert all(PAYLOAD in e for f in data["failures"] for e in f["examples"])
+    items = data["items"]
+    assert not items["capped"] and len(items["rows"]) == items["seen"] == 40
+    diffs = [r[7] for r in items["rows"] if r[7] is not None]
+    assert diffs == sorted(diffs, reverse=True)  # largest disagreement first
+    prompt = items["prompts"][items["rows"][0][11]]
+    assert "[user]" in prompt and "stars" in prompt  # the exact prompt sent
+
+
+def test_json_block_cannot_close_the_script() -> None:
+    text = embed_json({"a": "</script><script>alert(1)</script>", "b": "x & y > z"})
+    assert "<" not in text and ">" not in text and "&" not in text
+    page = render({"job": "</title><script>alert(1)</script>", "x": "</script>"}).decode()
+    assert page.count("</script>") == 2  # the data block's and the renderer's own
+    assert "<title>&lt;/title&gt;" in page
+
+
+def test_figures_are_png_and_svg(run: dict[str, Path]) -> None:
+    figs = run["figs"]
+    kinds = {"table", "forest", "scatter", "distribution", "systems"}
+    for kind in kinds:
+        png = figs / f"{kind}_openmeva_overall.png"
+        svg = figs / f"{kind}_openmeva_overall.svg"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000, kind
+        assert "<svg" in svg.read_text()[:2000], kind
+    assert "fake/stars" in (figs / "forest_openmeva_overall.svg").read_text()
+
+
+def test_view_prints_the_path_and_names_a_missing_report(run: dict[str, Path]) -> None:
+    job = str(ROOT / "jobs" / "openmeva.toml")
+    done = _judge("view", job, "--out", str(run["out"]), "--print", cwd=run["tmp"])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str((run["out"] / "report.html").resolve())
+    missing = _judge("view", job, "--out", str(run["tmp"] / "nowhere"), cwd=run["tmp"])
+    assert missing.returncode == 2
+    assert "no report yet; run `judge report" in missing.stderr
+    assert missing.stderr.startswith("Error: ")
+
+
+# --- in a real browser ---------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not CHROMIUM.exists():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{CHROMIUM} is missing: .ci/run installs Debian's chromium")
+        pytest.skip(f"{CHROMIUM} not installed (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        yield b
+        b.close()
+
+
+def _open(browser: Any, page_path: Path) -> tuple[Any, list[str]]:
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    # Nothing may leave the page: any request other than the file itself fails the test.
+    page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(
+        "file://") else (errors.append(f"request {route.request.url}"), route.abort())[1])
+    page.goto(page_path.as_uri())
+    page.wait_for_selector("body[data-rendered=true]", timeout=20_000)
+    return page, errors
+
+
+def test_page_renders_in_chromium(run: dict[str, Path], browser: Any, tmp_path: Path) -> None:
+    page, errors = _open(browser, run["out"] / "report.html")
+    assert page.locator("svg").count() >= 5
+    assert page.locator("#ds-0 svg .point").count() >= 40  # scatter points, forest points
+    assert page.locator("svg .ci-bar").count() > 5
+    assert page.locator("svg .fit").count() == 1
+    assert page.locator("svg .bar").count() > 3
+    assert page.locator("table.corr td.best").count() > 0
+    assert page.locator("#failures pre.example").count() > 0
+    page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
+    assert (tmp_path / "report.png").stat().st_size > 10_000
+    assert errors == []
+    page.close()
+
+
+def test_item_browser_filters_and_opens_a_row(run: dict[str, Path], browser: Any) -> None:
+    page, errors = _open(browser, run["out"] / "report.html")
+    rows = page.locator("#items-table tbody tr")
+    assert rows.count() == 40
+    page.select_option("#item-filter-status", "parse")
+    parse = rows.count()
+    assert 0 < parse < 40
+    assert all(t == "parse" for t in rows.locator("td:nth-child(9)").all_inner_texts())
+    page.select_option("#item-filter-status", "")
+    system = rows.first.locator("td:nth-child(3)").inner_text()
+    page.fill("#item-search", system)
+    assert 0 < rows.count() < 40
+    assert all(s == system for s in rows.locator("td:nth-child(3)").all_inner_texts())
+    page.fill("#item-search", "no such thing anywhere")
+    assert rows.count() == 0
+    assert "0 of 40 rows match" in page.inner_text("#item-count")
+    page.fill("#item-search", "")
+    page.select_option("#item-filter-status", "parse")
+    rows.first.click()
+    assert page.is_visible("#item-detail")
+    assert "null" not in page.inner_text("#item-detail")  # no missing part shown as "null"
+    assert PAYLOAD in page.inner_text("#item-detail pre.raw")  # shown as text
+    assert "stars" in page.inner_text("#item-detail pre.prompt")
+    assert page.evaluate("window.__pwned") is None  # and never run
+    assert errors == []
+    page.close()
+
+
+def test_script_in_a_data_field_is_text(run: dict[str, Path], browser: Any,
+                                        tmp_path: Path) -> None:
+    data = read_page_data(run["out"] / "report.html")
+    data["job"] = PAYLOAD
+    data["datasets"][0]["name"] = PAYLOAD
+    data["items"]["rows"][0][2] = PAYLOAD  # a system name
+    data["summary"][0]["prompt"] = PAYLOAD
+    page_path = tmp_path / "hostile.html"
+    page_path.write_bytes(render(data))
+    page, errors = _open(browser, page_path)
+    assert page.evaluate("window.__pwned") is None
+    assert PAYLOAD in page.inner_text("#title")
+    assert PAYLOAD in page.inner_text("#items-table")
+    assert PAYLOAD in page.inner_text("#failures")
+    # A broken image would be a console error, if it had been parsed as HTML.
+    assert errors == []
+    page.close()
+
+
+# --- the item browser's cap ----------------------------------------------------------------
+
+def _judgment(i: int, score: float | None, human: float) -> Any:
+    from runner.data.datasets import Item
+    from runner.expand import Task
+    from runner.reduce.judgments import Judgment
+
+    item = Item(dataset="d", item_id=f"i{i}", group=f"g{i}", system=f"s{i % 3}", subset="",
+                fields={}, human={"a": human}, annotators={}, metrics={})
+    task = Task(key=f"k{i}", dataset="d", item_id=f"i{i}", prompt="p", aspect="a", model="m",
+                sample=0, body=b'{"messages": [{"role": "user", "content": "rate"}]}',
+                prompt_tokens=1, max_tokens=1)
+    error = None if score is not None else {"type": "parse", "message": "no score"}
+    return Judgment(task=task, item=item, score=score, values={}, raw=f"answer {i}",
+                    error=error, cached=True, usage=None)
+
+
+def test_item_rows_keep_top_disagreements_failures_and_a_sample() -> None:
+    from runner.report.browser import ItemRows
+
+    rows = ItemRows(cap=40)
+    judgments = [_judgment(i, None if i % 50 == 7 else float(i % 5), 2.0 + (i == 977) * 100)
+                 for i in range(1000)]
+    assert list(rows.watch(judgments)) == judgments  # passed through untouched
+    kept = rows.rows()
+    assert rows.capped and rows.seen == 1000 and len(kept) <= 40
+    assert kept[0].item == "i977"  # the largest disagreement, first
+    failed = [r for r in kept if r.status == "parse"]
+    assert len(failed) == 10  # a quarter of the cap
+    top = [r for r in kept if r.diff is not None][:20]
+    assert all(r.diff is not None and r.diff >= 2.0 for r in top)
+    assert len({id(r) for r in kept}) == len(kept)
+
+
+def test_small_jobs_keep_every_row() -> None:
+    from runner.report.browser import ItemRows
+
+    rows = ItemRows(cap=40)
+    list(rows.watch(_judgment(i, float(i % 5), 3.0) for i in range(40)))
+    assert not rows.capped and len(rows.rows()) == 40
+
+
+# --- the other sections, and a large job's 2-D histogram, in the browser ---------------------
+
+@pytest.mark.parametrize(("job", "section"), [("colossalai-en", "#battles"),
+                                              ("korean-chat", "#leaderboard")])
+def test_battles_and_leaderboard_render(job: str, section: str, browser: Any,
+                                        tmp_path: Path) -> None:
+    from tests.test_colossalai import fake_reply
+
+    with ThreadedServer(Script(reply=fake_reply)) as server:
+        done = _judge("run", str(ROOT / "jobs" / f"{job}.toml"), "--limit", "5", "--model",
+                      "fake", "--base-url", server.url, "--cache-dir", str(tmp_path / "cache"),
+                      "--out", str(tmp_path / "out"), "--yes", "--rpm", "60000", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    data = read_page_data(tmp_path / "out" / "report.html")
+    prompts = data["items"]["prompts"]  # generated answers' judge prompts rebuilt too
+    assert data["items"]["rows"] and all("[user]" in prompts[r[-1]] for r in data["items"]["rows"])
+    page, errors = _open(browser, tmp_path / "out" / "report.html")
+    cells = page.locator(f"{section} table td")
+    assert cells.count() > 4 and any(t.strip() for t in cells.all_inner_texts())
+    if job.startswith("colossalai"):
+        assert "inconsistent" in page.inner_text(section)
+        assert "No human ratings" in page.inner_text("#ds-0")
+    page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
+    assert errors == []
+    page.close()
+
+
+def test_large_scatter_is_a_2d_histogram(run: dict[str, Path], browser: Any,
+                                         tmp_path: Path) -> None:
+    import random
+
+    from runner.reduce.correlate import Row
+    from runner.report.pagedata import MAX_POINTS, _scatter
+
+    rng = random.Random(1)
+    rows = [Row(group=str(i // 10), system="s", subset="", judge=float(rng.randint(1, 5)),
+                human=rng.random() * 4 + 1) for i in range(MAX_POINTS * 3)]
+    big = _scatter(rows)
+    assert "points" not in big and big["n"] == MAX_POINTS * 3
+    assert sum(c for _, _, c in big["hist"]["cells"]) == MAX_POINTS * 3
+    assert len(big["hist"]["x"]) == 6  # one bin per star: 0.5 .. 5.5
+    data = read_page_data(run["out"] / "report.html")
+    data["datasets"][0]["aspects"][0]["scatter"]["fake/stars"] = big
+    (tmp_path / "big.html").write_bytes(render(data))
+    page, errors = _open(browser, tmp_path / "big.html")
+    assert page.locator("svg .cell").count() == len(big["hist"]["cells"])
+    assert errors == []
+    page.close()
