@@ -31,7 +31,7 @@ from typing import Any
 
 from runner.errors import RetryableError
 from runner.execute.limiter import Limiter
-from runner.execute.providers import Provider, advertised, provider
+from runner.execute.providers import Advertised, Provider, advertised, provider
 from runner.job.spec import Limits, ModelSpec
 
 __all__ = ["Fleet", "Replica", "fleet_for"]
@@ -160,22 +160,23 @@ class Fleet:
 
     def _learn(self, replica: Replica, headers: Mapping[str, str]) -> None:
         """Pace to the limits the first answer announces (only those no one set)."""
-        limits = advertised(headers)
-        if limits is None:
-            return
+        limits = advertised(headers) or Advertised(None, None)
         learn_rpm, learn_tpm = replica.learn
+        for name, learning in (("rpm", learn_rpm), ("tpm", learn_tpm)):
+            if learning:  # the first answer decides: a server that announces nothing has none
+                replica.counts[name] = "none"
         if learn_rpm and limits.rpm:
             replica.rpm = limits.rpm
-            replica.counts["rpm"] = f"{limits.rpm:g} (learned)"
+            replica.counts["rpm"] = f"{limits.rpm:.0f} (learned)"
         if learn_tpm and limits.tpm:
             replica.tpm = limits.tpm
-            replica.counts["tpm"] = f"{limits.tpm:g} (learned)"
+            replica.counts["tpm"] = f"{limits.tpm:.0f} (learned)"
         replica.learn = (False, False)
         rpm = limits.rpm if learn_rpm and limits.rpm else replica.own[0]
         tpm = limits.tpm if learn_tpm and limits.tpm else replica.own[1]
-        if rpm or tpm:
+        if (learn_rpm and limits.rpm) or (learn_tpm and limits.tpm):
             replica.limiter = Limiter(rpm, tpm)
-        self._weights()
+            self._weights()
 
 
 def fleet_for(model: ModelSpec, base_url: str, api_key: Callable[[], str | None],
@@ -204,5 +205,5 @@ def fleet_for(model: ModelSpec, base_url: str, api_key: Callable[[], str | None]
 
 def _shown(limit: float | None, learning: bool) -> str:
     if limit is not None:
-        return f"{limit:g}"
+        return f"{limit:.0f}"
     return "learning" if learning else "none"
