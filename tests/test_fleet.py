@@ -207,3 +207,17 @@ def test_cli_run_shows_and_records_per_endpoint_counts(write_job: JobWriter, tmp
     # none, so nothing was learned).
     assert f"judge[127.0.0.1:{a.port} {a.state.answered} rpm=6000, " \
            f"127.0.0.1:{b.port} {b.state.answered}]" in result.stderr
+
+
+def test_cli_names_a_missing_replica_key_before_any_call(write_job: JobWriter, tmp_path: Path,
+                                                        data_dir: Path) -> None:
+    with servers(1, latency_s=0.0) as (a,):
+        toml = JOB.replace('spec = "fleet-judge"', 'spec = "openai:gpt-4o-mini"')
+        job = fleet_job(write_job, [f'{{base_url = "{a.url}", api_key_env = "KEY_A"}}',
+                                    f'{{base_url = "{a.url}", api_key_env = "KEY_B"}}'], 3, toml)
+        result = run_judge("run", job.path, "--cache-dir", tmp_path / "cache",
+                           env=clean_env(data_dir, KEY_A="sk-a"), cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip() == (f"Error: {job.path}: model 'judge' endpoint {a.url} needs "
+                                     "an API key: set KEY_B (no call was made)")
+    assert a.state.requests == 0

@@ -254,3 +254,28 @@ def test_endpoints_default_to_the_models_key_variable(write_job: JobWriter) -> N
     assert [(e.base_url, e.api_key_env, e.rpm) for e in fleet] == [
         ("http://a/v1", "ANTHROPIC_API_KEY", None), ("http://b/v1", "KEY_B", 60)]
     assert job.models[0].endpoint == "fleet:anthropic"
+
+
+async def test_two_keys_for_one_url_are_two_replicas(
+        write_job: JobWriter, provider_server: ProviderServer, cache_dir: Path) -> None:
+    url = provider_server.root + "/v1"
+    job = make_job(write_job, "anthropic:claude-x", url, n=8,
+                   extra=f'endpoints = [{{base_url = "{url}", api_key_env = "KEY_A"}}, '
+                         f'{{base_url = "{url}", api_key_env = "KEY_B"}}]')
+    expansion = prepare(job, ROOT)
+    keys = {"KEY_A": "sk-a-SECRET", "KEY_B": "sk-b-SECRET"}
+    endpoints = {m.name: Endpoint(model=m, base_url=m.base_url or "",
+                                  key_reader=lambda name: lambda: keys[name])
+                 for m in job.models}
+    with Cache(cache_dir) as cache:
+        async with aiohttp.ClientSession() as session, asyncio.timeout(RUN_TIMEOUT_S):
+            stats = await execute(expansion.tasks(), cache=cache, session=session,
+                                  endpoints=endpoints, limits=Limits(concurrency=4),
+                                  total=expansion.count())
+        got = records(job, cache)
+    sent = [s.headers["x-api-key"] for s in provider_server.fake.seen]
+    assert stats.api_calls == 8 and set(sent) == set(keys.values())
+    labels = {f"{url} [KEY_A]", f"{url} [KEY_B]"}
+    assert set(stats.endpoints["judge"]) == labels
+    assert {r["replica"] for r in got} <= labels
+    assert all("SECRET" not in orjson.dumps(r).decode() for r in got)

@@ -186,11 +186,14 @@ def fleet_for(model: ModelSpec, base_url: str, api_key: Callable[[], str | None]
     `counts` receives each replica's counters, by label."""
     model_rpm, model_tpm = model.rpm or limits.rpm, model.tpm or limits.tpm
     replicas = []
+    urls = [e.base_url for e in model.endpoints]
     targets = [(e.base_url, e.rpm, e.tpm,
-                key_reader(e.api_key_env) if key_reader is not None else api_key)
-               for e in model.endpoints] or [(base_url, None, None, api_key)]
-    for url, rpm, tpm, key in targets:
-        label = url.rstrip("/")
+                key_reader(e.api_key_env) if key_reader is not None else api_key,
+                # two keys for one URL: the variable's name (never the key) tells them apart
+                f" [{e.api_key_env}]" if urls.count(e.base_url) > 1 else "")
+               for e in model.endpoints] or [(base_url, None, None, api_key, "")]
+    for url, rpm, tpm, key, suffix in targets:
+        label = url.rstrip("/") + suffix
         learn = (rpm is None and model_rpm is None, tpm is None and model_tpm is None)
         route = provider(model.kind, url, model=model.model, api_version=model.api_version)
         replica = Replica(label=label, api_key=key, rpm=rpm or model_rpm, tpm=tpm or model_tpm,
