@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import orjson  # noqa: E402
 
-from bench import cached, common, local, memory, ratelimit, throughput  # noqa: E402
+from bench import cached, common, fleet, local, memory, ratelimit, throughput  # noqa: E402
 
 # The same collector thresholds as `judge` itself (runner.cli.main.main), for every loop measured
 # in this process, the bare ones included.
@@ -42,6 +42,7 @@ BENCHMARKS: dict[str, Bench] = {
     "ratelimit": ratelimit.rate_limit,
     "plan_memory": memory.plan_memory,
     "local": lambda work, quick: local.local_judge(work, quick, DATA_DIR),
+    "fleet": fleet.fleet_throughput,
 }
 # What the table shows for each: (label, key in the result, format)
 HEADLINES: dict[str, list[tuple[str, str, str]]] = {
@@ -62,6 +63,10 @@ HEADLINES: dict[str, list[tuple[str, str, str]]] = {
     "plan_memory": [("judge plan peak RSS, 1M tasks", "max_rss_mb", "{:.0f} MB")],
     "local": [("local:smollm2 calls/s, prompt cache off", "calls_per_s_cache_off", "{}"),
               ("local:smollm2 calls/s, prompt cache on", "calls_per_s_cache_on", "{}")],
+    "fleet": [("8 endpoints, 200 ms: answers/s over ideal", "over_ideal", "{:.2f}"),
+              ("answers/s", "rate", "{:.0f}/s"),
+              ("runner / bare aiohttp loop, same servers", "runner_over_bare", "{:.2f}x"),
+              ("busiest replica's share / even share", "max_share_over_even", "{:.2f}")],
 }
 
 
