@@ -19,6 +19,7 @@ import aiohttp
 import orjson
 import pytest
 
+from runner.execute import fleet as fleet_module
 from runner.execute import pool as pool_module
 from runner.execute.cache import Cache
 from runner.execute.pool import Endpoint, RunStats, execute
@@ -81,7 +82,8 @@ def fleet_job(write_job: JobWriter, entries: list[str], n: int, toml: str = JOB)
     return load_job(path)
 
 
-async def run(job: Job, cache: Cache, **limits: Any) -> RunStats:
+async def run(job: Job, cache: Cache, stop: asyncio.Event | None = None,
+              **limits: Any) -> RunStats:
     expansion = prepare(job, ROOT)
     endpoints = {m.name: Endpoint(model=m, base_url=m.base_url or "",
                                   key_reader=lambda name: lambda: None) for m in job.models}
@@ -89,7 +91,7 @@ async def run(job: Job, cache: Cache, **limits: Any) -> RunStats:
         return await execute(expansion.tasks(), cache=cache, session=session,
                              endpoints=endpoints,
                              limits=Limits(**{"concurrency": 12, "max_retries": 6, **limits}),
-                             total=expansion.count())
+                             total=expansion.count(), stop=stop)
 
 
 async def test_four_replicas_one_killed_mid_run(write_job: JobWriter, cache_dir: Path) -> None:
@@ -221,3 +223,44 @@ def test_cli_names_a_missing_replica_key_before_any_call(write_job: JobWriter, t
     assert result.stderr.strip() == (f"Error: {job.path}: model 'judge' endpoint {a.url} needs "
                                      "an API key: set KEY_B (no call was made)")
     assert a.state.requests == 0
+
+
+async def test_a_failing_replica_cools_down_and_is_probed_back(
+        write_job: JobWriter, cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fleet_module, "COOLDOWN_S", 0.3)
+    with servers(2, latency_s=0.02) as (a, b):
+        a.state.script.queue = ["500"] * 3  # a 5xx streak, then healthy again
+        job = fleet_job(write_job, [f'{{base_url = "{a.url}"}}', f'{{base_url = "{b.url}"}}'],
+                        160)
+        with Cache(cache_dir) as cache:
+            stats = await run(job, cache, concurrency=4)
+    assert (stats.api_calls, stats.failures) == (160, {})
+    counts = stats.endpoints["judge"][a.url]
+    assert (counts["failures"], counts["cooldowns"], counts["state"]) == (3, 1, "up")
+    out_at = max(replied for _, replied, outcome in a.state.log if outcome == "500")
+    arrivals = sorted(t for t, _, _ in a.state.log)
+    # Nothing sent during the cool-down (a request already on its way may land just after).
+    assert not [t for t in arrivals if out_at + 0.02 < t < out_at + 0.25]
+    back = [t for t in arrivals if t >= out_at + 0.25]
+    assert len(back) >= 10  # probed back, then routed to again
+    assert sum(1 for t in back if t < back[0] + 0.015) == 1  # one probe first (20 ms latency)
+
+
+async def test_stop_while_every_replica_is_out_sends_nothing_more(
+        write_job: JobWriter, cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fleet_module, "COOLDOWN_S", 30.0)
+    monkeypatch.setattr(fleet_module, "STOP_CHECK_S", 0.05)
+    with servers(2, latency_s=0.0) as (a, b):
+        for s in (a, b):
+            s.state.script.faults = {"500": 1.0}
+        job = fleet_job(write_job, [f'{{base_url = "{a.url}"}}', f'{{base_url = "{b.url}"}}'],
+                        6)
+        stop = asyncio.Event()
+        asyncio.get_running_loop().call_later(0.5, stop.set)
+        started = time.monotonic()
+        with Cache(cache_dir) as cache:
+            stats = await run(job, cache, concurrency=2, stop=stop)
+    assert time.monotonic() - started < 3  # not the 30 s cool-down
+    assert stats.interrupted and stats.api_calls == 0
+    assert a.state.requests + b.state.requests <= 2 * (fleet_module.STREAK + 1)
+    assert {c["state"] for c in stats.endpoints["judge"].values()} == {"out"}

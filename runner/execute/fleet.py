@@ -40,6 +40,7 @@ STREAK = 3
 """Consecutive connection errors / 5xx that take a replica out."""
 COOLDOWN_S = 2.0
 COOLDOWN_CAP_S = 60.0
+STOP_CHECK_S = 0.5  # how soon a stop (Ctrl-C) is seen while every replica is out
 
 
 @dataclass(slots=True, eq=False)
@@ -103,14 +104,19 @@ class Fleet:
             return None
         return min(usable, key=lambda r: (r.in_flight + 1) / self.weight[id(r)])
 
-    async def acquire(self, tokens: int, avoid: Replica | None = None) -> Replica:
+    async def acquire(self, tokens: int, avoid: Replica | None = None,
+                      stop: asyncio.Event | None = None) -> Replica | None:
         """Route one request carrying `tokens` tokens: wait for a usable replica, then for its
-        limiter. The replica counts the request in flight until `release`."""
+        limiter. The replica counts the request in flight until `release`. None: `stop` was
+        set while every replica was out."""
         while (replica := self.pick(avoid)) is None:
+            if stop is not None and stop.is_set():
+                return None
             wait = min(r.out_until for r in self.replicas) - self.loop.time()
             self.changed.clear()
             try:  # a probe that succeeds frees its replica before the earliest cool-down ends
-                await asyncio.wait_for(self.changed.wait(), timeout=max(wait, 0.01))
+                await asyncio.wait_for(self.changed.wait(),
+                                       timeout=min(max(wait, 0.01), STOP_CHECK_S))
             except TimeoutError:
                 pass
         replica.in_flight += 1
@@ -130,9 +136,12 @@ class Fleet:
     def succeeded(self, replica: Replica, headers: Mapping[str, str], reserved: int,
                   used: int | None) -> None:
         replica.in_flight -= 1
-        replica.streak, replica.cooldown = 0, COOLDOWN_S
         replica.counts["calls"] += 1
-        replica.counts["state"] = "up"
+        # An answer to a request sent before the replica was taken out does not bring it
+        # back: only a probe after the cool-down does.
+        if replica.out_until <= self.loop.time():
+            replica.streak, replica.cooldown = 0, COOLDOWN_S
+            replica.counts["state"] = "up"
         if replica.limiter is not None:
             replica.limiter.reconcile(reserved, used)
         if any(replica.learn):
@@ -197,7 +206,7 @@ def fleet_for(model: ModelSpec, base_url: str, api_key: Callable[[], str | None]
         learn = (rpm is None and model_rpm is None, tpm is None and model_tpm is None)
         route = provider(model.kind, url, model=model.model, api_version=model.api_version)
         replica = Replica(label=label, api_key=key, rpm=rpm or model_rpm, tpm=tpm or model_tpm,
-                          learn=learn, own=(rpm, tpm), provider=route,
+                          learn=learn, own=(rpm, tpm), provider=route, cooldown=COOLDOWN_S,
                           limiter=Limiter(rpm, tpm) if rpm or tpm else None)
         replica.counts = counts.setdefault(label, {
             "calls": 0, "failures": 0, "cooldowns": 0, "state": "up",

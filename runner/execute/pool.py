@@ -128,10 +128,12 @@ class _Pool:
                 return
             await self.wait_pause()
             await self.limiters[task.model].acquire(task.prompt_tokens + task.max_tokens)
-            replica = await fleet.acquire(task.prompt_tokens + task.max_tokens, avoid)
+            replica = await fleet.acquire(task.prompt_tokens + task.max_tokens, avoid,
+                                          self.stop)
             await self.wait_pause()  # a 429 may have come while this worker sat in the limiter
-            if self.stop.is_set():  # stopped during the pause or in the limiter: send nothing
-                fleet.release(replica)
+            if self.stop.is_set() or replica is None:  # stopped while waiting: send nothing
+                if replica is not None:
+                    fleet.release(replica)
                 self.stats.missing.append(task.key)
                 return
             self.stats.attempts += 1
