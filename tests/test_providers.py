@@ -28,6 +28,7 @@ from runner.job.spec import Job, Limits, parse_model_spec
 from runner.reduce.judgments import choices
 from tests.conftest import ROOT, JobWriter
 from tests.fakeproviders import Fake, ProviderServer
+from tests.test_cli import clean_env, run_judge
 
 KEY = "sk-ant-test-9Zq1secretSECRET"
 RUN_TIMEOUT_S = 20.0
@@ -279,3 +280,31 @@ async def test_two_keys_for_one_url_are_two_replicas(
     assert set(stats.endpoints["judge"]) == labels
     assert {r["replica"] for r in got} <= labels
     assert all("SECRET" not in orjson.dumps(r).decode() for r in got)
+
+
+# ------------------------------------------------------------------------ through the CLI
+
+def test_cli_runs_an_anthropic_judge_and_never_writes_its_key(
+        write_job: JobWriter, provider_server: ProviderServer, tmp_path: Path,
+        data_dir: Path) -> None:
+    job = make_job(write_job, "anthropic:claude-3-5-haiku-latest", provider_server.root + "/v1",
+                   n=4)
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    env = {k: v for k, v in clean_env(data_dir).items() if k != "ANTHROPIC_API_KEY"}
+    missing = run_judge("run", job.path, "--cache-dir", cache, "--out", out, env=env,
+                        cwd=tmp_path)
+    assert missing.returncode == 2 and provider_server.fake.seen == []
+    assert missing.stderr.strip() == (
+        f"Error: {job.path}: model 'judge' (anthropic:claude-3-5-haiku-latest) needs an API "
+        "key: set ANTHROPIC_API_KEY (no call was made)")
+    result = run_judge("run", job.path, "--cache-dir", cache, "--out", out,
+                       env={**env, "ANTHROPIC_API_KEY": KEY}, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert len(provider_server.fake.seen) == 4
+    assert {s.headers["x-api-key"] for s in provider_server.fake.seen} == {KEY}
+    lines = [orjson.loads(line) for line in (out / "judgments.jsonl").read_bytes().splitlines()]
+    assert len(lines) == 4 and all(1 <= line["score"] <= 5 for line in lines)
+    assert sum(line["usage"]["completion_tokens"] for line in lines) == 28
+    written = b"".join(p.read_bytes() for folder in (out, cache) for p in folder.rglob("*")
+                       if p.is_file())
+    assert KEY.encode() not in written and KEY not in result.stderr + result.stdout
