@@ -126,14 +126,8 @@ class _Pool:
             if self.stop.is_set():  # not started, or between retries: left for the rerun
                 self.stats.missing.append(task.key)
                 return
-            await self.wait_pause()
-            await self.limiters[task.model].acquire(task.prompt_tokens + task.max_tokens)
-            replica = await fleet.acquire(task.prompt_tokens + task.max_tokens, avoid,
-                                          self.stop)
-            await self.wait_pause()  # a 429 may have come while this worker sat in the limiter
-            if self.stop.is_set() or replica is None:  # stopped while waiting: send nothing
-                if replica is not None:
-                    fleet.release(replica)
+            replica = await self._route(task, fleet, avoid)
+            if replica is None:  # stopped while waiting: send nothing
                 self.stats.missing.append(task.key)
                 return
             self.stats.attempts += 1
@@ -173,6 +167,18 @@ class _Pool:
             await asyncio.wait_for(self.stop.wait(), timeout=delay)
         except TimeoutError:
             pass
+
+    async def _route(self, task: Task, fleet: Fleet, avoid: Replica | None) -> Replica | None:
+        """Wait for the pool's pause, the model's limiter and a replica (and its limiter);
+        None when the run stopped meanwhile."""
+        await self.wait_pause()
+        await self.limiters[task.model].acquire(task.prompt_tokens + task.max_tokens)
+        replica = await fleet.acquire(task.prompt_tokens + task.max_tokens, avoid, self.stop)
+        await self.wait_pause()  # a 429 may have come while this worker sat in the limiter
+        if self.stop.is_set() and replica is not None:
+            fleet.release(replica)
+            return None
+        return replica
 
     async def _post(self, task: Task, replica: Replica) -> Response:
         """One attempt at `replica`, in its provider's dialect (runner.execute.providers)."""
