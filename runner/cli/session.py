@@ -268,7 +268,7 @@ def manifest(sel: Selection, stats: RunStats | None, started: float,
             "usage": {"prompt_tokens": stats.prompt_tokens if stats else 0,
                       "completion_tokens": stats.completion_tokens if stats else 0},
             "estimated_cost_usd": round(stats.cost, 6) if stats else 0.0,
-            "endpoints": stats.endpoints if stats else {},
+            "endpoints": stats.endpoint_counts() if stats else {},
             "cache_dir": str(sel.cache_dir)}
 
 

@@ -82,6 +82,14 @@ class RunStats:
     def done(self) -> int:
         return self.cache_hits + self.api_calls + self.duplicates
 
+    def endpoint_counts(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """`endpoints` without the replicas this run never called (an all-cached run has none,
+        so its manifest matches what rescore writes)."""
+        used = {model: {url: dict(c) for url, c in replicas.items()
+                        if c["calls"] or c["failures"]}
+                for model, replicas in self.endpoints.items()}
+        return {model: replicas for model, replicas in used.items() if replicas}
+
     def as_dict(self) -> dict[str, Any]:
         return {"tasks": self.total, "cache_hits": self.cache_hits, "api_calls": self.api_calls,
                 "attempts": self.attempts, "retries": self.retries,
