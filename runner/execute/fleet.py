@@ -64,6 +64,8 @@ class Replica:
     streak: int = 0
     out_until: float = 0.0
     cooldown: float = COOLDOWN_S
+    weight: float = 1.0
+    """Its share of the fleet's capacity (rpm, or the mean of the known ones)."""
     counts: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -81,28 +83,33 @@ class Fleet:
     def __init__(self, replicas: list[Replica]) -> None:
         assert replicas
         self.replicas = replicas
+        self.several = len(replicas) > 1
         self.loop = asyncio.get_running_loop()
         self.changed = asyncio.Event()  # set when a replica frees up or comes back
         self._weights()
 
-    @property
-    def several(self) -> bool:
-        return len(self.replicas) > 1
-
     def _weights(self) -> None:
         known = [r.rpm for r in self.replicas if r.rpm]
         default = sum(known) / len(known) if known else 1.0
-        self.weight = {id(r): r.rpm or default for r in self.replicas}
+        for r in self.replicas:
+            r.weight = r.rpm or default
 
     def pick(self, avoid: Replica | None = None) -> Replica | None:
-        """The usable replica with the most free capacity (None: all out)."""
+        """The usable replica with the most free capacity (None: all out). On the hot path:
+        one pass, no allocation."""
+        if not self.several:
+            return self.replicas[0]
         now = self.loop.time()
-        usable = [r for r in self.replicas if not self.several or r.usable(now)]
-        if avoid is not None and len(usable) > 1 and avoid in usable:
-            usable.remove(avoid)
-        if not usable:
-            return None
-        return min(usable, key=lambda r: (r.in_flight + 1) / self.weight[id(r)])
+        best, lowest = None, float("inf")
+        for r in self.replicas:
+            if r is avoid or r.out_until > now or (r.streak >= STREAK and r.in_flight):
+                continue
+            load = (r.in_flight + 1) / r.weight
+            if load < lowest:
+                best, lowest = r, load
+        if best is None and avoid is not None and avoid.usable(now):
+            return avoid  # the only one up: retry where it failed
+        return best
 
     async def acquire(self, tokens: int, avoid: Replica | None = None,
                       stop: asyncio.Event | None = None) -> Replica | None:
