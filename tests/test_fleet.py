@@ -264,3 +264,19 @@ async def test_stop_while_every_replica_is_out_sends_nothing_more(
     assert stats.interrupted and stats.api_calls == 0
     assert a.state.requests + b.state.requests <= 2 * (fleet_module.STREAK + 1)
     assert {c["state"] for c in stats.endpoints["judge"].values()} == {"out"}
+
+
+async def test_a_429_rests_only_that_replica(write_job: JobWriter, cache_dir: Path) -> None:
+    with servers(2, latency_s=0.01) as (a, b):
+        a.state.script.queue = ["429"]
+        a.state.script.retry_after = 0.4
+        job = fleet_job(write_job, [f'{{base_url = "{a.url}"}}', f'{{base_url = "{b.url}"}}'],
+                        60)
+        with Cache(cache_dir) as cache:
+            stats = await run(job, cache, concurrency=2)
+    assert (stats.api_calls, stats.failures) == (60, {})
+    limited = next(replied for _, replied, outcome in a.state.log if outcome == "429")
+    assert not [t for t, _, _ in a.state.log if limited + 0.02 < t < limited + 0.35]
+    # b kept answering meanwhile: no pool-wide pause
+    assert len([t for t, _, _ in b.state.log if limited < t < limited + 0.35]) >= 5
+    assert stats.endpoints["judge"][a.url]["cooldowns"] == 0
