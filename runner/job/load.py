@@ -375,8 +375,6 @@ def _model(r: _Reader, key: str, table: Any) -> ModelSpec:
         raise m.error("spec", str(exc)) from None
 
 
-
-
 def _endpoints(m: _Reader, spec: str) -> tuple[EndpointSpec, ...]:
     """`endpoints = [{base_url = ..., api_key_env = ..., rpm = ..., tpm = ...}, ...]`: the
     replicas of a fleet; each key variable defaults to the model's (or its provider's)."""
