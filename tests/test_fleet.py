@@ -280,3 +280,14 @@ async def test_a_429_rests_only_that_replica(write_job: JobWriter, cache_dir: Pa
     # b kept answering meanwhile: no pool-wide pause
     assert len([t for t, _, _ in b.state.log if limited < t < limited + 0.35]) >= 5
     assert stats.endpoints["judge"][a.url]["cooldowns"] == 0
+
+
+async def test_effective_limits_say_where_they_come_from(write_job: JobWriter) -> None:
+    job = fleet_job(write_job, ['{base_url = "http://127.0.0.1:9/v1", rpm = 60}',
+                                '{base_url = "http://127.0.0.1:10/v1"}'], 1,
+                    JOB + "rpm = 600\n")
+    counts: dict[str, dict[str, Any]] = {}
+    fleet_module.fleet_for(job.models[0], "", lambda: None, lambda name: lambda: None,
+                           Limits(tpm=1000), counts)
+    assert [(c["rpm"], c["tpm"]) for c in counts.values()] == [
+        ("60", "1000 (model)"), ("600 (model)", "1000 (model)")]

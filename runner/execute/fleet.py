@@ -217,12 +217,16 @@ def fleet_for(model: ModelSpec, base_url: str, api_key: Callable[[], str | None]
                           limiter=Limiter(rpm, tpm) if rpm or tpm else None)
         replica.counts = counts.setdefault(label, {
             "calls": 0, "failures": 0, "cooldowns": 0, "state": "up",
-            "rpm": _shown(rpm or model_rpm, learn[0]), "tpm": _shown(tpm or model_tpm, learn[1])})
+            "rpm": _shown(rpm, model_rpm, learn[0], len(targets)),
+            "tpm": _shown(tpm, model_tpm, learn[1], len(targets))})
         replicas.append(replica)
     return Fleet(replicas)
 
 
-def _shown(limit: float | None, learning: bool) -> str:
-    if limit is not None:
-        return f"{limit:.0f}"
+def _shown(own: float | None, model: float | None, learning: bool, replicas: int) -> str:
+    """A replica's effective limit for the progress line and manifest."""
+    if own is not None:
+        return f"{own:.0f}"
+    if model is not None:  # the model's (or job's) limit: in a fleet, shared by all replicas
+        return f"{model:.0f}" + (" (model)" if replicas > 1 else "")
     return "learning" if learning else "none"
