@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import orjson  # noqa: E402
 
 import bench.pgcache as pgcache  # noqa: E402
-from bench import batch, cached, common, local, memory, ratelimit, report, throughput  # noqa: E402
+from bench import batch, cached, common, fleet, local, memory, ratelimit, report, throughput  # noqa: E402
 from bench import reliability as reliability_bench  # noqa: E402
 
 # The same collector thresholds as `judge` itself (runner.cli.main.main), for every loop measured
@@ -48,6 +48,7 @@ BENCHMARKS: dict[str, Bench] = {
     "batch": batch.batch_job,
     "reliability": reliability_bench.reliability,
     "report": report.report_page,
+    "fleet": fleet.fleet_throughput,
 }
 # What the table shows for each: (label, key in the result, format)
 HEADLINES: dict[str, list[tuple[str, str, str]]] = {
@@ -82,6 +83,10 @@ HEADLINES: dict[str, list[tuple[str, str, str]]] = {
     "report": [("report.html for 100k judgments: added time", "html_seconds", "{:.2f} s"),
                ("report.html size", "page_mb", "{:.2f} MB"),
                ("report.html drawn in chromium", "browser_load_seconds", "{:.2f} s")],
+    "fleet": [("8 endpoints, 200 ms: answers/s over ideal", "over_ideal", "{:.2f}"),
+              ("answers/s", "rate", "{:.0f}/s"),
+              ("runner / bare aiohttp loop, same servers", "runner_over_bare", "{:.2f}x"),
+              ("busiest replica's share / even share", "max_share_over_even", "{:.2f}")],
 }
 
 

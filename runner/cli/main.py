@@ -140,8 +140,10 @@ def _common(f: Callable[..., Any]) -> Callable[..., Any]:
     options = [
         click.argument("job"),
         click.option("--model", "models", multiple=True, metavar="SPEC",
-                     help="Judge model, replacing the job's: openai:NAME, local:NAME, or a "
-                          "NAME served at --base-url. Repeatable."),
+                     help="Judge model, replacing the job's: openai:NAME, anthropic:NAME, "
+                          "gemini:NAME, azure:DEPLOYMENT (with --base-url RESOURCE_URL), "
+                          "local:NAME, or a NAME served at --base-url. Repeatable, e.g. "
+                          "--model anthropic:claude-3-5-haiku-latest --model openai:gpt-4o-mini."),
         click.option("--base-url", help="OpenAI-compatible endpoint for bare model names, "
                                         "e.g. http://127.0.0.1:8000/v1 [env OPENAI_BASE_URL]."),
         click.option("--limit", type=click.IntRange(min=1),

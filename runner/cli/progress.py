@@ -45,6 +45,8 @@ class Progress:
         fields = {"cached": stats.cache_hits, "calls/s": f"{stats.api_calls / elapsed:.1f}",
                   "tok/min": f"{tokens * 60 / elapsed:.0f}", "retries": stats.retries,
                   "failed": len(stats.failures)}
+        if endpoints := fleet_summary(stats):
+            fields["endpoints"] = endpoints
         finished = stats.done + len(stats.failures)
         if self.bar is not None:
             self.bar.n = finished
@@ -67,3 +69,18 @@ class Progress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+def fleet_summary(stats: RunStats) -> str:
+    """Per model, each replica's calls (and "out" while cooling down) and its effective
+    limits, e.g. `judge[127.0.0.1:8001 120 rpm=600 (learned), 127.0.0.1:8002 31 out]`."""
+    models = []
+    for model, replicas in stats.endpoints.items():
+        parts = []
+        for label, c in replicas.items():
+            text = f"{label.split('://')[-1].split('/')[0]} {c['calls']}"
+            text += " out" if c["state"] == "out" else ""
+            text += "".join(f" {k}={c[k]}" for k in ("rpm", "tpm") if c[k] != "none")
+            parts.append(text)
+        models.append(f"{model}[{', '.join(parts)}]")
+    return " ".join(models)

@@ -145,6 +145,10 @@ def check_keys(job: Job, environ: Mapping[str, str]) -> None:
         if m.key_required and not environ.get(m.api_key_env):
             raise MissingKeyError(f"{job.path}: model {m.name!r} ({m.spec}) needs an API key: "
                                   f"set {m.api_key_env} (no call was made)")
+        for e in m.endpoints if m.key_required else ():  # a fleet: each replica's own key
+            if not environ.get(e.api_key_env):
+                raise MissingKeyError(f"{job.path}: model {m.name!r} endpoint {e.base_url} "
+                                      f"needs an API key: set {e.api_key_env} (no call was made)")
 
 
 def check_budget(job: Job, budget: float | None) -> None:
@@ -183,7 +187,8 @@ async def run_pool(sel: Selection, served: Job, cache: CacheBackend, *, stop: An
     `judged` receives the judge tasks (without bodies) as they are dispatched; keys in `hold`
     (held by a provider batch) are never called: they count as not run."""
     endpoints = {m.name: Endpoint(model=m, base_url=m.base_url or "",
-                                  api_key=key_reader(m.api_key_env)) for m in served.models}
+                                  api_key=key_reader(m.api_key_env), key_reader=key_reader)
+                 for m in served.models}
     limits = sel.job.limits
     connector = aiohttp.TCPConnector(limit=limits.concurrency, limit_per_host=0)
     stats = RunStats()
@@ -299,6 +304,7 @@ def manifest(sel: Selection, stats: RunStats | None, started: float,
             "usage": {"prompt_tokens": stats.prompt_tokens if stats else 0,
                       "completion_tokens": stats.completion_tokens if stats else 0},
             "estimated_cost_usd": round(stats.cost, 6) if stats else 0.0,
+            "endpoints": stats.endpoint_counts() if stats else {},
             "cache_dir": str(sel.cache_dir),
             **({"cache_url": redact(sel.cache_url)} if sel.cache_url else {})}
 

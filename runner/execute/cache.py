@@ -32,11 +32,16 @@ T = TypeVar("T")
 
 
 def answer_record(*, body: bytes, endpoint: str, response: Mapping[str, Any],
-                  usage: Mapping[str, Any], latency_s: float, source: str) -> dict[str, Any]:
+                  usage: Mapping[str, Any], latency_s: float, source: str,
+                  replica: str | None = None) -> dict[str, Any]:
     """The one shape of a stored answer (see the module docstring): `body` is the request as
-    sent, `source` "api" or "import:<where>"."""
-    return {"request": orjson.loads(body), "endpoint": endpoint, "response": response,
-            "usage": usage, "latency_s": latency_s, "time": time.time(), "source": source}
+    sent, `source` "api" or "import:<where>", `replica` the base URL that answered (a record
+    field, never part of the key: a fleet change keeps every answer)."""
+    record = {"request": orjson.loads(body), "endpoint": endpoint, "response": response,
+              "usage": usage, "latency_s": latency_s, "time": time.time(), "source": source}
+    if replica is not None:
+        record["replica"] = replica
+    return record
 CHUNK = 500  # keys per query: under SQLite's 999-parameter limit on old builds
 
 

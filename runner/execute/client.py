@@ -7,10 +7,12 @@ decides what to do about it.
 
 from __future__ import annotations
 
+import datetime
 import email.utils
 import re
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -18,7 +20,7 @@ import orjson
 
 from runner.errors import APIError, AuthError, RequestError, RetryableError
 
-__all__ = ["Response", "post_chat", "retry_after"]
+__all__ = ["Response", "post_chat", "retry_after", "send"]
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 REQUEST_STATUS = frozenset({400, 404, 413, 422})
@@ -34,6 +36,8 @@ class Response:
 
     data: dict[str, Any]
     latency_s: float
+    headers: Mapping[str, str] = field(default_factory=dict)
+    """The response headers (case-insensitive), e.g. for the limits a server announces."""
 
 
 async def post_chat(session: aiohttp.ClientSession, url: str, body: bytes, *,
@@ -56,9 +60,30 @@ async def post_chat(session: aiohttp.ClientSession, url: str, body: bytes, *,
     return Response(data=_decode(raw), latency_s=time.monotonic() - started)
 
 
-def _decode(raw: bytes) -> dict[str, Any]:
+async def send(session: aiohttp.ClientSession, url: str, body: bytes, *,
+               headers: Mapping[str, str], timeout_s: float,
+               decode: Callable[[Any], Any] = lambda data: data) -> Response:
+    """post_chat for any provider: the caller builds the URL, headers and body
+    (runner.execute.providers), `decode` turns the answer into chat-completions JSON before it
+    is checked. Errors are classified exactly as for post_chat."""
+    started = time.monotonic()
     try:
-        data = orjson.loads(raw)
+        async with session.post(url, data=body, headers=headers,
+                                timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+            raw = await resp.read()
+            if resp.status != 200:
+                raise _status_error(resp.status, raw, resp.headers)
+    except TimeoutError:
+        raise RetryableError(f"no answer within {timeout_s:g} s (timeout)") from None
+    except aiohttp.ClientError as exc:
+        raise RetryableError(f"connection error: {type(exc).__name__}: {exc}") from None
+    return Response(data=_decode(raw, decode), latency_s=time.monotonic() - started,
+                    headers=resp.headers)
+
+
+def _decode(raw: bytes, decode: Callable[[Any], Any] = lambda data: data) -> dict[str, Any]:
+    try:
+        data = decode(orjson.loads(raw))
     except orjson.JSONDecodeError:
         raise RetryableError(f"malformed response body (not JSON): {raw[:80]!r}") from None
     if not isinstance(data, dict) or not isinstance(data.get("choices"), list) \
@@ -126,8 +151,24 @@ def _advised(headers: Any, rate_limited: bool) -> float | None:
         return None
     resets = [_duration(headers.get(h)) for h in
               ("x-ratelimit-reset-requests", "x-ratelimit-reset-tokens")]
+    # Anthropic's resets are RFC 3339 times ("2026-11-23T08:00:30Z"), not durations.
+    resets += [_until(headers.get(f"anthropic-ratelimit-{h}-reset"))
+               for h in ("requests", "tokens", "input-tokens", "output-tokens")]
     known = [r for r in resets if r is not None]
     return max(known) if known else None
+
+
+def _until(value: str | None) -> float | None:
+    """Seconds from now until an RFC 3339 time; None when absent or unreadable."""
+    if not value:
+        return None
+    try:
+        when = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    return max(0.0, when.timestamp() - time.time())
 
 
 def _duration(value: str | None) -> float | None:

@@ -23,7 +23,8 @@ import aiohttp
 from runner.errors import APIError, AuthError, RequestError, RetryableError
 from runner.execute.backend import CacheBackend
 from runner.execute.cache import answer_record
-from runner.execute.client import post_chat
+from runner.execute.client import Response, send
+from runner.execute.fleet import Fleet, Replica, fleet_for
 from runner.execute.limiter import Limiter
 from runner.expand import Task, estimate_cost
 from runner.job.spec import Limits, ModelSpec
@@ -42,6 +43,8 @@ class Endpoint:
     base_url: str
     api_key: Callable[[], str | None] = lambda: None
     """Returns the key when called (read at call time, never stored)."""
+    key_reader: Callable[[str], Callable[[], str | None]] | None = None
+    """Variable name -> key reader, for the replicas of `model.endpoints` (each its own key)."""
 
     @property
     def url(self) -> str:
@@ -73,10 +76,20 @@ class RunStats:
     interrupted: bool = False
     fatal: str | None = None
     started: float = field(default_factory=time.time)
+    endpoints: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    """model -> replica base URL -> calls, failures, cooldowns, state, rpm, tpm (the fleet's)."""
 
     @property
     def done(self) -> int:
         return self.cache_hits + self.api_calls + self.duplicates
+
+    def endpoint_counts(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """`endpoints` without the replicas this run never called (an all-cached run has none,
+        so its manifest matches what rescore writes)."""
+        used = {model: {url: dict(c) for url, c in replicas.items()
+                        if c["calls"] or c["failures"]}
+                for model, replicas in self.endpoints.items()}
+        return {model: replicas for model, replicas in used.items() if replicas}
 
     def as_dict(self) -> dict[str, Any]:
         return {"tasks": self.total, "cache_hits": self.cache_hits, "api_calls": self.api_calls,
@@ -101,6 +114,9 @@ class _Pool:
         self.limits, self.stop, self.stats, self.on_progress = limits, stop, stats, on_progress
         self.limiters = {name: Limiter(e.model.rpm or limits.rpm, e.model.tpm or limits.tpm)
                          for name, e in endpoints.items()}
+        self.fleets = {name: fleet_for(e.model, e.base_url, e.api_key, e.key_reader, limits,
+                                       stats.endpoints.setdefault(name, {}))
+                       for name, e in endpoints.items()}
         self.resume_at = 0.0
         self.loop = asyncio.get_running_loop()
 
@@ -112,42 +128,44 @@ class _Pool:
         self.resume_at = max(self.resume_at, self.loop.time() + seconds)
 
     async def run_task(self, task: Task) -> None:
-        endpoint = self.endpoints[task.model]
+        endpoint, fleet = self.endpoints[task.model], self.fleets[task.model]
         error: APIError | None = None
+        avoid: Replica | None = None  # the replica that just failed this task
         for attempt in range(self.limits.max_retries + 1):
             if self.stop.is_set():  # not started, or between retries: left for the rerun
                 self.stats.missing.append(task.key)
                 return
-            await self.wait_pause()
-            await self.limiters[task.model].acquire(task.prompt_tokens + task.max_tokens)
-            await self.wait_pause()  # a 429 may have come while this worker sat in the limiter
-            if self.stop.is_set():  # stopped during the pause or in the limiter: send nothing
+            replica = await self._route(task, fleet, avoid)
+            if replica is None:  # stopped while waiting: send nothing
                 self.stats.missing.append(task.key)
                 return
             self.stats.attempts += 1
             try:
-                response = await post_chat(self.session, endpoint.url, task.body,
-                                           api_key=endpoint.api_key(),
-                                           timeout_s=self.limits.timeout_s)
+                response = await self._post(task, replica)
             except RetryableError as exc:
-                error = exc
+                error, avoid = exc, replica
+                elsewhere = fleet.failed(replica, exc)
                 if attempt < self.limits.max_retries:
                     self.stats.retries += 1
                     delay = backoff(attempt, exc.retry_after)
-                    if exc.status == 429:
+                    if exc.status == 429 and not fleet.several:
                         self.pause(delay)
-                    await self._sleep_unless_stopped(delay)
+                    if not elsewhere:  # another replica is up: retry there at once
+                        await self._sleep_unless_stopped(delay)
                 continue
             except RequestError as exc:
+                fleet.release(replica)
                 error = exc
                 break
             except AuthError as exc:
+                fleet.release(replica)
                 self.stats.fatal = str(exc)
                 self.stop.set()
                 error = exc
                 break
             # No await from here to put: a cancel cannot split the answer from its storage.
-            self._store(task, endpoint, response.data, response.latency_s)
+            self._store(task, endpoint, response.data, response.latency_s, fleet, replica,
+                        response.headers)
             return
         assert error is not None
         self.stats.failures[task.key] = f"{error.kind}: {error}"
@@ -159,18 +177,40 @@ class _Pool:
         except TimeoutError:
             pass
 
+    async def _route(self, task: Task, fleet: Fleet, avoid: Replica | None) -> Replica | None:
+        """Wait for the pool's pause, the model's limiter and a replica (and its limiter);
+        None when the run stopped meanwhile."""
+        await self.wait_pause()
+        await self.limiters[task.model].acquire(task.prompt_tokens + task.max_tokens)
+        replica = await fleet.acquire(task.prompt_tokens + task.max_tokens, avoid, self.stop)
+        await self.wait_pause()  # a 429 may have come while this worker sat in the limiter
+        if self.stop.is_set() and replica is not None:
+            fleet.release(replica)
+            return None
+        return replica
+
+    async def _post(self, task: Task, replica: Replica) -> Response:
+        """One attempt at `replica`, in its provider's dialect (runner.execute.providers)."""
+        route = replica.provider
+        return await send(self.session, route.url, route.encode(task.body),
+                          headers=route.headers(replica.api_key()),
+                          timeout_s=self.limits.timeout_s, decode=route.decode)
+
     def _store(self, task: Task, endpoint: Endpoint, data: dict[str, Any],
-               latency_s: float) -> None:
+               latency_s: float, fleet: Fleet, replica: Replica,
+               headers: Mapping[str, str]) -> None:
         usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
         assert isinstance(usage, dict)
         self.cache.put(task.key, answer_record(body=task.body,
                                                endpoint=endpoint.model.endpoint,
                                                response=data, usage=usage, latency_s=latency_s,
-                                               source="api"))
+                                               source="api", replica=replica.label))
         prompt = int(usage.get("prompt_tokens") or 0)
         completion = int(usage.get("completion_tokens") or 0)
         self.limiters[task.model].reconcile(task.prompt_tokens + task.max_tokens,
                                             prompt + completion if usage else None)
+        fleet.succeeded(replica, headers, task.prompt_tokens + task.max_tokens,
+                        prompt + completion if usage else None)
         self.stats.api_calls += 1
         self.stats.called.add(task.key)
         self.stats.prompt_tokens += prompt

@@ -18,8 +18,10 @@ from runner.job.spec import (
     LEVELS,
     METHODS,
     POLICIES,
+    PROVIDERS,
     RESERVED_PARAMS,
     DatasetSpec,
+    EndpointSpec,
     GenerateSpec,
     ImportSpec,
     Job,
@@ -347,7 +349,7 @@ def _model(r: _Reader, key: str, table: Any) -> ModelSpec:
         raise r.error(key, "must be a table like [models.judge] with spec = \"...\"")
     m = r.child(key, table)
     m.check_keys({"spec", "base_url", "api_key_env", "params", "rpm", "tpm", "price", "mode",
-                  "batch_discount"})
+                  "batch_discount", "endpoints", "api_version"})
     price = m.get("price", dict)
     if price is not None:
         mp = m.child("price", price)
@@ -357,11 +359,18 @@ def _model(r: _Reader, key: str, table: Any) -> ModelSpec:
     params = m.get("params", dict, {})
     _check_params(m, params)
     spec = m.get("spec", str, required=True)
+    fleet = _endpoints(m, spec)
+    more: dict[str, Any] = {"endpoints": fleet} if fleet else {}
+    if "api_version" in table:
+        more["api_version"] = m.get("api_version", str)
     try:
-        return parse_model_spec(spec, name=key, base_url=m.get("base_url", str),
-                                api_key_env=m.get("api_key_env", str, "OPENAI_API_KEY"),
+        return parse_model_spec(spec, name=key,
+                                base_url=m.get("base_url", str) or (fleet[0].base_url
+                                                                    if fleet else None),
+                                api_key_env=m.get("api_key_env", str) or (
+                                    fleet[0].api_key_env if fleet else None),
                                 params=params, rpm=m.positive("rpm", None, float),
-                                tpm=m.positive("tpm", None, float), price=price,
+                                tpm=m.positive("tpm", None, float), price=price, **more,
                                 **_batch_options(m))
     except ConfigError as exc:
         raise m.error("spec", str(exc)) from None
@@ -379,3 +388,33 @@ def _batch_options(m: _Reader) -> dict[str, Any]:
         raise m.error("batch_discount", "must be the share of the online price saved, from 0 "
                       f"up to (not including) 1, e.g. 0.5 (got {discount})")
     return {"mode": mode, "batch_discount": discount}
+
+
+def _endpoints(m: _Reader, spec: str) -> tuple[EndpointSpec, ...]:
+    """`endpoints = [{base_url = ..., api_key_env = ..., rpm = ..., tpm = ...}, ...]`: the
+    replicas of a fleet; each key variable defaults to the model's (or its provider's)."""
+    entries = m.get("endpoints", list, [])
+    if "endpoints" in m.table and not entries:
+        raise m.error("endpoints", "is empty; list replicas, e.g. [{base_url = "
+                      "\"http://10.0.0.1:8000/v1\"}, {base_url = \"http://10.0.0.2:8000/v1\"}]")
+    if spec.startswith("local:") and entries:
+        raise m.error("endpoints", "cannot serve a local: model; use a bare model name")
+    prefix = spec.partition(":")[0]
+    default_env = m.get("api_key_env", str) or (PROVIDERS[prefix][2] if prefix in PROVIDERS
+                                                else "OPENAI_API_KEY")
+    out = []
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise m.error(f"endpoints[{i}]", "must be a table like {base_url = \"http://...\"}")
+        e = m.child(f"endpoints[{i}]", entry)
+        e.check_keys({"base_url", "api_key_env", "rpm", "tpm"})
+        url = e.get("base_url", str, required=True)
+        if not url.startswith(("http://", "https://")):
+            raise e.error("base_url", f"must be an http(s) URL (got {url!r})")
+        out.append(EndpointSpec(base_url=url.rstrip("/"),
+                                api_key_env=e.get("api_key_env", str, default_env),
+                                rpm=e.positive("rpm", None, float),
+                                tpm=e.positive("tpm", None, float)))
+    if len({(x.base_url, x.api_key_env) for x in out}) < len(out):  # two keys may share a URL
+        raise m.error("endpoints", "lists the same base_url and api_key_env twice; remove one")
+    return tuple(out)

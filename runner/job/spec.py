@@ -18,6 +18,7 @@ __all__ = [
     "PLACEHOLDER",
     "POLICIES",
     "DatasetSpec",
+    "EndpointSpec",
     "GenerateSpec",
     "ImportSpec",
     "Job",
@@ -29,6 +30,16 @@ __all__ = [
 ]
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
+# Provider presets: spec prefix -> (kind, default base URL, default key variable). The kind
+# enters the cache key (runner.execute.providers builds each kind's URL, headers and body).
+PROVIDERS: Mapping[str, tuple[str, str | None, str]] = {
+    "openai": ("openai", OPENAI_BASE_URL, "OPENAI_API_KEY"),
+    "anthropic": ("anthropic", "https://api.anthropic.com/v1", "ANTHROPIC_API_KEY"),
+    "gemini": ("gemini", "https://generativelanguage.googleapis.com/v1beta/openai",
+               "GEMINI_API_KEY"),
+    "azure": ("azure", None, "AZURE_OPENAI_API_KEY"),
+}
+AZURE_API_VERSION = "2024-10-21"
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 # Request parameters the runner sets itself: a job may not override them.
 RESERVED_PARAMS = frozenset({"model", "messages", "stream"})
@@ -51,6 +62,21 @@ class Limits:
     """Retries per task after the first attempt, for retryable failures."""
     timeout_s: float = 60.0
     """Per-request timeout in seconds."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EndpointSpec:
+    """One replica of a model's fleet (`endpoints = [{base_url = ..., ...}]`). Which replica
+    answers never enters the cache key: the cache record names it instead."""
+
+    base_url: str
+    """Endpoint root (ending in /v1 for OpenAI-compatible servers; the resource URL for azure)."""
+    api_key_env: str
+    """Environment variable holding this replica's key (never the key itself)."""
+    rpm: float | None = None
+    """Requests per minute this replica may take; None = learn it from its rate-limit headers."""
+    tpm: float | None = None
+    """Tokens per minute this replica may take; None = learn it from its rate-limit headers."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -80,13 +106,23 @@ class ModelSpec:
     """"online" (the pool) or "batch" (the provider's Batch API; `judge run --batch` for all)."""
     batch_discount: float = 0.5
     """Share of the online price a batch answer saves (OpenAI and Anthropic: 0.5)."""
+    endpoints: tuple[EndpointSpec, ...] = ()
+    """A fleet serving this model (several replicas, keys or regions); empty = `base_url`."""
+    api_version: str | None = None
+    """azure: the `api-version` query parameter."""
 
     @property
     def endpoint(self) -> str:
-        """The endpoint's identity in cache keys: stable even when a local port changes."""
+        """The endpoint's identity in cache keys: stable even when a local port changes, and
+        the same whichever replica of a fleet answers. Kinds other than openai/compatible
+        carry their kind (an Anthropic answer is not an OpenAI answer to the same body)."""
         if self.kind == "local":
             return self.spec
+        if self.endpoints:
+            return f"fleet:{self.kind}"
         assert self.base_url is not None
+        if self.kind in ("anthropic", "gemini", "azure"):
+            return f"{self.kind}:{self.base_url.rstrip('/')}"
         return self.base_url.rstrip("/")
 
 
@@ -231,27 +267,35 @@ class Job:
 
 
 def parse_model_spec(spec: str, *, name: str | None = None, base_url: str | None = None,
-                     api_key_env: str = "OPENAI_API_KEY", **extra: Any) -> ModelSpec:
-    """Turn `openai:NAME`, `local:NAME` or a bare `NAME` into a ModelSpec.
+                     api_key_env: str | None = None, **extra: Any) -> ModelSpec:
+    """Turn `openai:NAME`, `anthropic:NAME`, `gemini:NAME`, `azure:DEPLOYMENT`, `local:NAME`
+    or a bare `NAME` into a ModelSpec.
 
     A bare name needs `base_url` (from the job, `--base-url` or `OPENAI_BASE_URL`); a key is
-    sent if one is set. `openai:` always needs a key.
+    sent if one is set. The provider prefixes always need a key (in their preset variable
+    unless `api_key_env` names another); azure also needs `base_url`, the resource URL.
     """
     prefix, _, rest = spec.partition(":")
-    if prefix in ("openai", "local") and not rest.strip():
+    if (prefix in PROVIDERS or prefix == "local") and not rest.strip():
         raise ConfigError(f"model spec {spec!r} names no model: use {prefix}:NAME, e.g. "
                           "openai:gpt-4o-mini or local:smollm2")
-    if rest and prefix == "openai":
-        return ModelSpec(name=name or spec, spec=spec, model=rest, kind="openai",
-                         base_url=base_url or OPENAI_BASE_URL, api_key_env=api_key_env,
-                         key_required=True, **extra)
+    if rest and prefix in PROVIDERS:
+        kind, preset_url, preset_env = PROVIDERS[prefix]
+        url = base_url or preset_url
+        if url is None and not extra.get("endpoints"):
+            raise ConfigError(f"model spec {spec!r} needs base_url = your resource URL, "
+                              "e.g. https://NAME.openai.azure.com")
+        if kind == "azure":
+            extra.setdefault("api_version", AZURE_API_VERSION)
+        return ModelSpec(name=name or spec, spec=spec, model=rest, kind=kind, base_url=url,
+                         api_key_env=api_key_env or preset_env, key_required=True, **extra)
     if rest and prefix == "local":
         return ModelSpec(name=name or spec, spec=spec, model=rest, kind="local", base_url=None,
-                         api_key_env=api_key_env, **extra)
+                         api_key_env=api_key_env or "OPENAI_API_KEY", **extra)
     if not spec.strip():
         raise ConfigError("model spec is empty: use openai:NAME, local:NAME or a model name")
     return ModelSpec(name=name or spec, spec=spec, model=spec, kind="compatible",
-                     base_url=base_url, api_key_env=api_key_env, **extra)
+                     base_url=base_url, api_key_env=api_key_env or "OPENAI_API_KEY", **extra)
 
 
 def placeholders(template: str) -> set[str]:

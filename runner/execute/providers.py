@@ -1,0 +1,160 @@
+"""What differs between providers, in one place: URL, headers, request body, answer shape.
+
+Every task carries an OpenAI chat-completions body (its cache key is built from it, together
+with the endpoint's kind). Here that body becomes the request each kind expects, and each kind's
+answer becomes the chat-completions shape the parsers read, so nothing after the client knows
+which provider answered:
+
+| kind | URL | auth header |
+|---|---|---|
+| openai, compatible, local, gemini | `{base_url}/chat/completions` | `Authorization: Bearer` |
+| azure | `{resource}/openai/deployments/{deployment}/chat/completions?api-version=V` | `api-key` |
+| anthropic | `{base_url}/messages` | `x-api-key` + `anthropic-version` |
+
+Rate-limit headers (OpenAI's `x-ratelimit-limit-*`, Anthropic's `anthropic-ratelimit-*`) are
+read here too, for limits learned from the first responses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import orjson
+
+from runner.errors import RequestError
+
+__all__ = ["ANTHROPIC_VERSION", "Advertised", "Provider", "advertised", "provider"]
+
+ANTHROPIC_VERSION = "2023-06-01"
+ANTHROPIC_MAX_TOKENS = 256  # the Messages API requires max_tokens; expand reserves the same
+# OpenAI parameters with an Anthropic equivalent; any other parameter is sent unchanged.
+_ANTHROPIC_RENAMED = {"max_completion_tokens": "max_tokens", "stop": "stop_sequences"}
+_ANTHROPIC_DROPPED = frozenset({"n", "model", "messages", "stream", "seed"})
+_FINISH = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length",
+           "tool_use": "tool_calls", "refusal": "content_filter"}
+
+
+@dataclass(frozen=True, slots=True)
+class Provider:
+    """How to reach one replica of one kind: `url`, `headers(key)`, `encode(body)` and
+    `decode(answer)` (the answer as chat-completions JSON)."""
+
+    kind: str
+    url: str
+
+    def headers(self, api_key: str | None) -> dict[str, str]:
+        headers = {"Content-Type": "application/json"}
+        if self.kind == "anthropic":
+            headers["anthropic-version"] = ANTHROPIC_VERSION
+            if api_key:
+                headers["x-api-key"] = api_key
+        elif self.kind == "azure":
+            if api_key:
+                headers["api-key"] = api_key
+        elif api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        return headers
+
+    def encode(self, body: bytes) -> bytes:
+        """The body to send: the task's own bytes, except for anthropic."""
+        return anthropic_body(body) if self.kind == "anthropic" else body
+
+    def decode(self, data: Any) -> Any:
+        """The answer in chat-completions shape (checked afterwards by the client)."""
+        if self.kind == "anthropic" and isinstance(data, dict) and "content" in data:
+            return anthropic_answer(data)
+        return data
+
+
+def provider(kind: str, base_url: str, *, model: str = "", api_version: str | None = None
+             ) -> Provider:
+    """The Provider for a replica at `base_url` serving `model` (azure: the deployment)."""
+    root = base_url.rstrip("/")
+    if kind == "anthropic":
+        return Provider(kind, root + "/messages")
+    if kind == "azure":
+        return Provider(kind, f"{root}/openai/deployments/{quote(model, safe='')}"
+                              f"/chat/completions?api-version={quote(api_version or '')}")
+    return Provider(kind, root + "/chat/completions")
+
+
+def anthropic_body(body: bytes) -> bytes:
+    """An OpenAI chat-completions body as an Anthropic Messages body: system messages move to
+    `system`, `max_tokens` is always set, `stop` becomes `stop_sequences`."""
+    request = orjson.loads(body)
+    if int(request.get("n", 1)) != 1:
+        raise RequestError("anthropic: the Messages API has no n > 1; use the prompt's "
+                           "samples = N instead of params.n")
+    system = [m["content"] for m in request["messages"] if m["role"] == "system"]
+    out: dict[str, Any] = {"model": request["model"],
+                           "messages": [m for m in request["messages"] if m["role"] != "system"]}
+    if system:
+        out["system"] = "\n\n".join(system)
+    for key, value in request.items():
+        if key not in _ANTHROPIC_DROPPED:
+            out[_ANTHROPIC_RENAMED.get(key, key)] = value
+    if isinstance(out.get("stop_sequences"), str):
+        out["stop_sequences"] = [out["stop_sequences"]]
+    out.setdefault("max_tokens", ANTHROPIC_MAX_TOKENS)
+    return orjson.dumps(out)
+
+
+def anthropic_answer(data: Mapping[str, Any]) -> dict[str, Any]:
+    """An Anthropic Messages answer as a chat completion: the text blocks joined into one
+    choice, stop_reason as finish_reason, input/output tokens as prompt/completion tokens."""
+    blocks = data.get("content") or []
+    text = "".join(b.get("text", "") for b in blocks
+                   if isinstance(b, dict) and b.get("type") == "text")
+    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    assert isinstance(usage, dict)
+    prompt = int(usage.get("input_tokens") or 0) + int(
+        usage.get("cache_read_input_tokens") or 0) + int(usage.get("cache_creation_input_tokens")
+                                                          or 0)
+    completion = int(usage.get("output_tokens") or 0)
+    reason = data.get("stop_reason")
+    return {"id": data.get("id"), "object": "chat.completion", "model": data.get("model"),
+            "choices": [{"index": 0, "finish_reason": _FINISH.get(str(reason), reason),
+                         "message": {"role": "assistant", "content": text}}],
+            "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                      "total_tokens": prompt + completion},
+            "provider": {"kind": "anthropic", "stop_reason": reason,
+                         "stop_sequence": data.get("stop_sequence")}}
+
+
+@dataclass(frozen=True, slots=True)
+class Advertised:
+    """Limits a server announced in its response headers (None: not announced)."""
+
+    rpm: float | None
+    tpm: float | None
+
+
+_LIMIT_HEADERS = (
+    ("x-ratelimit-limit-requests", "x-ratelimit-limit-tokens"),
+    ("anthropic-ratelimit-requests-limit", "anthropic-ratelimit-tokens-limit"),
+)
+
+
+def advertised(headers: Mapping[str, str]) -> Advertised | None:
+    """The request and token limits in a response's headers: OpenAI's (also vLLM gateways,
+    Azure, Gemini) or Anthropic's. OpenAI's and Anthropic's are per minute."""
+    rpm = tpm = None
+    for requests, tokens in _LIMIT_HEADERS:
+        rpm = rpm or _positive(headers.get(requests))
+        tpm = tpm or _positive(headers.get(tokens))
+    if tpm is None:  # Anthropic may split tokens into input and output limits
+        tpm = _positive(headers.get("anthropic-ratelimit-input-tokens-limit"))
+    return None if rpm is None and tpm is None else Advertised(rpm, tpm)
+
+
+def _positive(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return number if number > 0 else None
