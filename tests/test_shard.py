@@ -14,7 +14,7 @@ import pytest
 
 from runner.errors import ConfigError
 from runner.execute.shard import Shard, split_limits
-from runner.job.spec import Job, Limits, parse_model_spec
+from runner.job.spec import EndpointSpec, Job, Limits, parse_model_spec
 from tests.fakeserver import ThreadedServer
 from tests.test_cli import (
     OPENMEVA,
@@ -64,6 +64,17 @@ def test_split_limits_divides_the_job_and_each_model_rate() -> None:
     assert (split.limits.rpm, split.limits.tpm, split.limits.concurrency) == (250, 10_000, 8)
     assert [(m.rpm, m.tpm) for m in split.models] == [(150, None), (None, None)]
 
+
+
+def test_split_limits_divides_each_fleet_replica_rate_too() -> None:
+    fleet = (EndpointSpec(base_url="http://127.0.0.1:1/v1", api_key_env="K1", rpm=800, tpm=8_000),
+             EndpointSpec(base_url="http://127.0.0.1:2/v1", api_key_env="K2"))
+    model = parse_model_spec("fake", name="a", base_url="http://127.0.0.1:1/v1", endpoints=fleet)
+    job = Job(path=Path("j.toml"), name="j", models=(model,), datasets=(), prompts=(),
+              output_dir=Path("out"), limits=Limits())
+    (split,) = split_limits(job, 4).models
+    assert [(e.rpm, e.tpm) for e in split.endpoints] == [(200, 2_000), (None, None)]
+    assert [e.base_url for e in split.endpoints] == [e.base_url for e in fleet]
 
 # ---------------------------------------------------------------- 4 processes, one cache
 

@@ -59,9 +59,14 @@ def _share(value: float | None, count: int) -> float | None:
 
 
 def split_limits(job: Job, count: int) -> Job:
-    """The job with every rpm and tpm (its [limits] and each model's) divided by `count`: N
-    shards together then stay within what one process was allowed."""
-    models = tuple(replace(m, rpm=_share(m.rpm, count), tpm=_share(m.tpm, count))
+    """The job with every rpm and tpm (its [limits], each model's and each fleet replica's)
+    divided by `count`: N shards together then stay within what one process was allowed.
+    Limits a replica announces in its headers (learned limits) are learned by each process on
+    its own: with --shard, set rpm/tpm in the job to split them."""
+    models = tuple(replace(m, rpm=_share(m.rpm, count), tpm=_share(m.tpm, count),
+                           endpoints=tuple(replace(e, rpm=_share(e.rpm, count),
+                                                   tpm=_share(e.tpm, count))
+                                           for e in m.endpoints))
                    for m in job.models)
     return job.with_models(models).with_limits(rpm=_share(job.limits.rpm, count),
                                                tpm=_share(job.limits.tpm, count))
