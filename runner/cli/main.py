@@ -35,6 +35,7 @@ from runner.cli.session import (
     check_budget,
     check_keys,
     estimate,
+    job_path,
     manifest,
     open_selected,
     run_pool,
@@ -78,16 +79,6 @@ class UsageError(click.ClickException):
     exit_code = 2
 
 
-def _job_path(job: str) -> Path:
-    path = Path(job)
-    if path.suffix == ".toml" or path.exists():
-        return path
-    named = Path("jobs") / f"{job}.toml"
-    if not named.exists():
-        raise ConfigError(f"{job}: no such job file, and no jobs/{job}.toml; pass a path or a "
-                          "name under jobs/")
-    return named
-
 
 def _data_dir() -> Path:
     return Path(os.environ.get("JUDGE_DATA_DIR") or DEFAULT_DATA_DIR)
@@ -96,7 +87,7 @@ def _data_dir() -> Path:
 def _select(job_arg: str, models: tuple[str, ...], base_url: str | None, limit: int | None,
             cache_dir: str | None, out: str | None, stream: bool = False,
             download: Download | None = None) -> Selection:
-    return select(_job_path(job_arg), models=models, base_url=base_url, limit=limit,
+    return select(job_path(job_arg), models=models, base_url=base_url, limit=limit,
                   cache_dir=Path(cache_dir or os.environ.get("JUDGE_CACHE_DIR") or "cache"),
                   out=Path(out) if out else None, data_dir=_data_dir(),
                   env_base_url=os.environ.get("OPENAI_BASE_URL"), stream=stream,
@@ -358,8 +349,10 @@ def rescore(job: str, models: tuple[str, ...], base_url: str | None, limit: int 
     _rescore(_select(job, models, base_url, limit, cache_dir, out), time.time())
 
 
-def _rescore(sel: Selection, started: float) -> None:
-    """Reports from the cache alone: one pass, the counts taken as the judgments go by."""
+def _rescore(sel: Selection, started: float,
+             then: Callable[[], None] = lambda: None) -> None:
+    """Reports from the cache alone: one pass, the counts taken as the judgments go by;
+    `then` runs once they are written, before the summary (which may exit)."""
     stats, command = RunStats(), " ".join(["judge", *sys.argv[1:]])
     answers = BatchAnswers()
 
@@ -371,6 +364,7 @@ def _rescore(sel: Selection, started: float) -> None:
     with open_selected(sel) as cache:
         write_reports(sel.out_dir, sel.expansion, answers.watch(judge(sel.expansion, cache)),
                       counted, answers.notes)
+    then()
     _summarise(sel, stats, command)
 
 
@@ -495,6 +489,32 @@ def _plan_power(sel: Selection, judges: tuple[str, str], width: float) -> None:
         click.echo(line)
 
 
+@cli.command()
+@_common
+@click.option("--figures", "figures_dir", metavar="DIR",
+              help="Also write the key plots as PNG and SVG for a paper into DIR, e.g. "
+                   "--figures runs/openmeva/figures.")
+def report(job: str, models: tuple[str, ...], base_url: str | None, limit: int | None,
+           cache_dir: str | None, out: str | None, figures_dir: str | None) -> None:
+    """Rebuild every report, report.html included, from the cache alone (no call).
+
+    \b
+    Examples:
+      judge report openmeva                       rewrite runs/openmeva/ (report.html, CSVs)
+      judge report openmeva --figures figs/       ... and figs/*.png, figs/*.svg for a paper
+    Takes the same --model/--limit (and --cache) as the run that filled the cache.
+    """
+    sel = _select(job, models, base_url, limit, cache_dir, out)
+
+    def figures() -> None:
+        click.echo(f"report: {sel.out_dir / 'report.html'}", err=True)
+        if figures_dir:
+            count = views.figures(sel.out_dir, Path(figures_dir))
+            click.echo(f"{count} figures in {figures_dir}/ (PNG and SVG)", err=True)
+
+    _rescore(sel, time.time(), figures)
+
+
 @cli.command("import")
 @click.argument("job")
 @click.option("--limit", type=click.IntRange(min=1),
@@ -521,7 +541,6 @@ def import_(job: str, limit: int | None, cache_dir: str | None, out: str | None,
 
 
 cli.add_command(batches(_common, _select))
-cli.add_command(views.report)
 cli.add_command(views.view)
 
 

@@ -34,7 +34,7 @@ from runner.job.spec import Job, ModelSpec, parse_model_spec
 from runner.reduce.judgments import choices
 
 __all__ = ["Download", "ModelPlan", "Selection", "all_tasks", "answer_text", "check_budget",
-           "check_keys", "estimate", "manifest", "run_pool", "select", "serving"]
+           "check_keys", "estimate", "job_path", "manifest", "run_pool", "select", "serving"]
 
 PACKAGES = ("judge-runner", "aiohttp", "openai", "aiolimiter", "diskcache", "orjson", "scipy",
             "click")
@@ -54,6 +54,18 @@ class Selection:
     """A shared cache (postgresql://...) used instead of cache_dir; see open_selected."""
     shard: Shard | None = None
     """`judge run --shard I/N`: only this shard's tasks are run."""
+
+
+def job_path(job: str) -> Path:
+    """A job file path, or the name of one under jobs/ (`openmeva` -> jobs/openmeva.toml)."""
+    path = Path(job)
+    if path.suffix == ".toml" or path.exists():
+        return path
+    named = Path("jobs") / f"{job}.toml"
+    if not named.exists():
+        raise ConfigError(f"{job}: no such job file, and no jobs/{job}.toml; pass a path or a "
+                          "name under jobs/")
+    return named
 
 
 def open_selected(sel: Selection) -> CacheBackend:
