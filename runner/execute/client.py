@@ -42,22 +42,12 @@ class Response:
 
 async def post_chat(session: aiohttp.ClientSession, url: str, body: bytes, *,
                     api_key: str | None, timeout_s: float) -> Response:
-    """Send one request; return the parsed body or raise an APIError subclass."""
+    """Send one OpenAI-style request (Bearer key); return the parsed body or raise an APIError
+    subclass."""
     headers = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
-    started = time.monotonic()
-    try:
-        async with session.post(url, data=body, headers=headers,
-                                timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
-            raw = await resp.read()
-            if resp.status != 200:
-                raise _status_error(resp.status, raw, resp.headers)
-    except TimeoutError:
-        raise RetryableError(f"no answer within {timeout_s:g} s (timeout)") from None
-    except aiohttp.ClientError as exc:
-        raise RetryableError(f"connection error: {type(exc).__name__}: {exc}") from None
-    return Response(data=_decode(raw), latency_s=time.monotonic() - started)
+    return await send(session, url, body, headers=headers, timeout_s=timeout_s)
 
 
 async def send(session: aiohttp.ClientSession, url: str, body: bytes, *,
