@@ -6,7 +6,8 @@ The fake (tests/fakebatch.py) runs in its own process. A child process (this fil
 
 - `submit_s`: write the request files (50,000 requests a file) and upload and submit them;
 - `ingest_s`: once the fake has answered, one settle pass: read the output files, match each
-  answer to its request and store it in a fresh on-disk cache (100,000 Cache.put).
+  answer to its request and store it in a fresh on-disk cache (Cache.put_many: 500 answers
+  a SQLite transaction).
 
 Target: each under 10 s. `--quick` (bench/run.py --quick) uses 10,000 requests.
 """

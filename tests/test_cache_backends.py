@@ -180,3 +180,87 @@ def test_redact_hides_passwords_in_the_url_and_its_query() -> None:
     assert redact("postgresql://u:pw@h:5/db?password=pw2&sslmode=require") == \
         "postgresql://u:***@h:5/db?password=%2A%2A%2A&sslmode=require"
     assert redact("postgresql://u@h/db") == "postgresql://u@h/db"
+
+
+# ---------------------------------------------------------------- put_many (both backends)
+
+def _chunk(cache: CacheBackend) -> int:
+    """Records per put_many transaction of this backend."""
+    return pgcache.CHUNK if isinstance(cache, PgCache) else 500
+
+
+def _refuse(cache: CacheBackend, key: str) -> None:
+    """A trigger in the store itself that refuses to insert `key`: a real refused write."""
+    if isinstance(cache, PgCache):
+        with psycopg.connect(cache._url, autocommit=True) as conn:
+            conn.execute("CREATE FUNCTION refuse() RETURNS trigger AS $$ BEGIN "
+                         "RAISE EXCEPTION 'refused by test'; END $$ LANGUAGE plpgsql")
+            conn.execute(f"CREATE TRIGGER refuse BEFORE INSERT ON judge_cache FOR EACH ROW "
+                         f"WHEN (NEW.key = '{key}') EXECUTE FUNCTION refuse()")
+    else:
+        assert isinstance(cache, Cache)
+        cache._disk._sql(f"CREATE TRIGGER refuse BEFORE INSERT ON Cache WHEN NEW.key = '{key}' "
+                         "BEGIN SELECT RAISE(ABORT, 'refused by test'); END")
+
+
+def test_put_many_round_trips_across_chunk_boundaries(opener: Opener) -> None:
+    with opener() as cache:
+        size = _chunk(cache)
+        for total in (0, 1, size - 1, size, size + 1):
+            base = 100_000 * (total + 1)
+            given = cache.put_many((_key(base + n), _record(base + n)) for n in range(total))
+            assert given == total
+            keys = [_key(base + n) for n in range(total)]
+            assert cache.get_many(keys) == {_key(base + n): _record(base + n)
+                                            for n in range(total)}
+        cache.put_many([(_key(7), _record(7, "é \x00 ✓"))])
+    with opener() as cache:  # committed: still there after reopening
+        assert cache.get(_key(7)) == _record(7, "é \x00 ✓")
+        assert cache.stats()["entries"] == 3 * _chunk(cache) + 2  # 0+1+(c-1)+c+(c+1), and 7
+
+
+def test_put_many_duplicates_within_one_call_follow_put(opener: Opener) -> None:
+    """diskcache replaces (the last record of a key stays), PostgreSQL keeps the first: the
+    same as two puts."""
+    with opener() as cache:
+        cache.put(_key(1), _record(1, "stored before"))
+        cache.put_many([(_key(1), _record(1, "A")), (_key(2), _record(2, "A")),
+                        (_key(2), _record(2, "B")), (_key(3), _record(3, "A"))])
+        got = cache.get_many([_key(1), _key(2), _key(3)])
+        if isinstance(cache, PgCache):
+            assert got == {_key(1): _record(1, "stored before"), _key(2): _record(2, "A"),
+                           _key(3): _record(3, "A")}
+        else:
+            assert got == {_key(1): _record(1, "A"), _key(2): _record(2, "B"),
+                           _key(3): _record(3, "A")}
+        assert cache.stats()["entries"] == 3
+
+
+def test_pg_put_many_first_answer_wins_across_calls(pg_url: str) -> None:
+    with PgCache(pg_url) as cache:
+        cache.put_many((_key(n), _record(n, "first", source="batch:b1")) for n in range(3000))
+        cache.put_many((_key(n), _record(n, "second")) for n in range(2500, 3500))
+        got = cache.get_many([_key(n) for n in range(3500)])
+    assert all(got[_key(n)] == _record(n, "first", source="batch:b1") for n in range(3000))
+    assert all(got[_key(n)] == _record(n, "second") for n in range(3000, 3500))
+    with psycopg.connect(pg_url) as conn:
+        sources = dict(conn.execute("SELECT source, count(*) FROM judge_cache "
+                                    "GROUP BY source").fetchall())
+    assert sources == {"batch:b1": 3000, "api": 500}
+
+
+def test_put_many_refused_write_is_a_cache_error_and_keeps_earlier_chunks(
+        opener: Opener) -> None:
+    """A refused record fails its whole chunk (one transaction) with a CacheError naming the
+    cache; chunks committed before it stay stored."""
+    with opener() as cache:
+        size = _chunk(cache)
+        _refuse(cache, _key(size + 5))
+        with pytest.raises(CacheError) as info:
+            cache.put_many((_key(n), _record(n)) for n in range(3 * size))
+        location = cache.location if isinstance(cache, PgCache) else str(cache.directory)
+        assert str(info.value).startswith(f"{location}: ")
+        assert "refused by test" in str(info.value) and "rerun" in str(info.value)
+        assert "\n" not in str(info.value)
+        stored = cache.has_many([_key(n) for n in range(3 * size)])
+    assert stored == {_key(n) for n in range(size)}

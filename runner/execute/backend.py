@@ -48,6 +48,12 @@ class CacheBackend(Protocol):
         raises CacheError if the store refuses it."""
         ...
 
+    def put_many(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
+        """Store many (key, record) pairs with put's semantics, one transaction per chunk;
+        returns how many were given. A kill -9 loses at most the chunk being written; raises
+        CacheError if the store refuses a chunk."""
+        ...
+
     def keys(self) -> Iterator[str]: ...
 
     def stats(self) -> dict[str, int]:

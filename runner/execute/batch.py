@@ -39,6 +39,8 @@ __all__ = ["MAX_BYTES", "MAX_REQUESTS", "BatchOptions", "BatchRun", "BatchStats"
 
 MAX_REQUESTS = 50_000
 MAX_BYTES = 200 * 1024 * 1024
+STORE_CHUNK = 2000  # answers handed to put_many at once (a kill -9 loses no more: the batch
+# is marked collected only after all are stored, so the next run ingests it again)
 FILES = "batch-files"  # request files kept in the cache dir until their batch is ingested
 _PREFIX = b'{"custom_id":"'
 _MIDDLE = b'","method":"POST","url":"' + CHAT_URL.encode() + b'","body":'
@@ -289,11 +291,7 @@ class BatchRun:
             return
         bodies = await self._bodies(api, fresh)
         provider = self._by_endpoint[fresh.endpoint]
-        answered: set[str] = set()
-        for file_id in (fresh.output_file, fresh.error_file):
-            if file_id:
-                async for line in api.lines(file_id):
-                    answered.add(self._line(line, fresh, provider, bodies))
+        answered = await self._store_outputs(api, fresh, provider, bodies)
         for key in keys - answered:
             if key not in self.cache:
                 self.stats.failures[key] = f"batch {fresh.batch_id} {fresh.state}: no result " \
@@ -302,6 +300,27 @@ class BatchRun:
         (self.files / f"{row.file_id}.jsonl").unlink(missing_ok=True)
         self.say(f"collected batch {fresh.batch_id} ({fresh.state}): {fresh.completed} "
                  f"answered, {len(keys) - fresh.completed} failed or not run")
+
+    async def _store_outputs(self, api: OpenAIBatches, row: BatchRow, provider: Provider,
+                             bodies: Mapping[str, bytes]) -> set[str]:
+        """Store the answers of the batch's output and error files, STORE_CHUNK per
+        put_many (one transaction: a put each made 100k answers take ~60 s); returns the keys
+        that had a line. Every answer is stored before this returns, so before the ledger
+        marks the batch collected."""
+        answered: set[str] = set()
+        pending: list[tuple[str, dict[str, Any]]] = []
+        for file_id in (row.output_file, row.error_file):
+            if file_id:
+                async for line in api.lines(file_id):
+                    key, record = self._line(line, row, provider, bodies)
+                    answered.add(key)
+                    if record is not None:
+                        pending.append((key, record))
+                    if len(pending) >= STORE_CHUNK:
+                        self.cache.put_many(pending)
+                        pending = []
+        self.cache.put_many(pending)
+        return answered
 
     async def _bodies(self, api: OpenAIBatches, row: BatchRow) -> dict[str, bytes]:
         """custom_id -> request body: from our copy of the request file, else the provider's."""
@@ -319,8 +338,9 @@ class BatchRun:
         return bodies
 
     def _line(self, line: bytes, row: BatchRow, provider: Provider,
-              bodies: Mapping[str, bytes]) -> str:
-        """Store one output line's answer, or record its error; returns its key."""
+              bodies: Mapping[str, bytes]) -> tuple[str, dict[str, Any] | None]:
+        """One output line's key and the record to store for it, or None after recording its
+        error."""
         obj = orjson.loads(line)
         key = str(obj.get("custom_id"))
         response = obj.get("response") or {}
@@ -334,13 +354,12 @@ class BatchRun:
             else:
                 reason = f"HTTP {response.get('status_code')}: no answer in the response"
             self.stats.failures[key] = f"batch {row.batch_id}: {reason}"
-            return key
+            return key, None
         assert isinstance(data, dict)
         usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
         assert isinstance(usage, dict)
-        self.cache.put(key, answer_record(body=bodies[key], endpoint=row.endpoint, response=data,
-                                          usage=usage, latency_s=0.0,
-                                          source=f"batch:{row.batch_id}"))
+        record = answer_record(body=bodies[key], endpoint=row.endpoint, response=data,
+                               usage=usage, latency_s=0.0, source=f"batch:{row.batch_id}")
         self.stats.failures.pop(key, None)
         self.stats.collected.add(key)
         prompt, completion = int(usage.get("prompt_tokens") or 0), \
@@ -349,7 +368,7 @@ class BatchRun:
         self.stats.completion_tokens += completion
         self.stats.cost += batch_cost(provider.model,
                                       estimate_cost(provider.model, prompt, completion)) or 0.0
-        return key
+        return key, record
 
 
 def _answer(data: Any) -> bool:

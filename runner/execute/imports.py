@@ -8,6 +8,7 @@ runs the real parsers and reducer over it, and a later `judge run` never pays fo
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from runner.errors import ConfigError
@@ -16,6 +17,8 @@ from runner.execute.cache import answer_record
 from runner.expand import Expansion
 
 __all__ = ["ImportStats", "import_answers"]
+
+STORE_CHUNK = 2000  # answers handed to put_many at once: a transaction per chunk, not per answer
 
 
 @dataclass(slots=True)
@@ -44,6 +47,7 @@ def import_answers(expansion: Expansion, cache: CacheBackend, *,
     endpoints = {m.name: m.endpoint for m in job.models}
     wanted = {(i.dataset, i.prompt, i.model): i.field for i in job.imports}
     seen: set[str] = set()
+    pending: list[tuple[str, Mapping[str, object]]] = []  # stored STORE_CHUNK at a time
     for task in expansion.tasks():
         field = wanted.get((task.dataset, task.prompt, task.model))
         if field is None or task.key in seen:  # aspects of one form share one request
@@ -59,7 +63,10 @@ def import_answers(expansion: Expansion, cache: CacheBackend, *,
         if task.key in cache and not force:
             stats.already_cached += 1
             continue
-        cache.put(task.key, _record(task.body, endpoints[task.model], text,
-                                    f"import:{task.dataset}/{field}"))
-        stats.stored += 1
+        pending.append((task.key, _record(task.body, endpoints[task.model], text,
+                                          f"import:{task.dataset}/{field}")))
+        if len(pending) >= STORE_CHUNK:
+            stats.stored += cache.put_many(pending)
+            pending = []
+    stats.stored += cache.put_many(pending)
     return stats

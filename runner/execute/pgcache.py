@@ -21,6 +21,7 @@ connection the server drops (restart, failover, idle timeout) is opened again on
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, LiteralString, TypeVar
@@ -176,6 +177,27 @@ class PgCache:
         self._call(f"storing {key}", lambda: self._conn.execute(
             "INSERT INTO judge_cache (key, record, source) VALUES (%s, %s, %s) "
             "ON CONFLICT (key) DO NOTHING", row))
+
+    def put_many(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
+        """Store many records, CHUNK per INSERT (one statement, so one transaction, in
+        autocommit mode) unless a key has one already: the first answer wins, also between
+        duplicates within one call. Returns the number given. Each committed chunk is durable:
+        a kill -9 mid-way loses at most the chunk being written, and a rerun stores it."""
+        stream, given = iter(items), 0
+        while chunk := list(itertools.islice(stream, CHUNK)):
+            columns = ([k for k, _ in chunk], [orjson.dumps(r) for _, r in chunk],
+                       [str(r.get("source", "")) for _, r in chunk])
+            self._call(f"storing {len(chunk)} answers", functools.partial(
+                self._insert_many, columns))
+            given += len(chunk)
+        return given
+
+    def _insert_many(self, columns: tuple[list[str], list[bytes], list[str]]) -> None:
+        # unnest keeps the given order, so ON CONFLICT DO NOTHING keeps the first of two
+        # records of one key within a chunk too.
+        self._conn.execute("INSERT INTO judge_cache (key, record, source) SELECT * FROM "
+                           "unnest(%s::text[], %s::bytea[], %s::text[]) "
+                           "ON CONFLICT (key) DO NOTHING", columns)
 
     def keys(self) -> Iterator[str]:
         """Every key in key order, CHUNK a query (keyset paging: no long transaction)."""

@@ -54,12 +54,10 @@ def _store(pairs: Iterator[tuple[str, dict[str, Any]]], dst: CacheBackend,
     stats = TransferStats()
     while batch := list(itertools.islice(pairs, BATCH)):
         there = dst.has_many([k for k, _ in batch])
-        for key, record in batch:
-            if key in there:
-                stats.already += 1
-            else:
-                dst.put(key, record)
-                stats.copied += 1
+        fresh = [(key, record) for key, record in batch if key not in there]
+        dst.put_many(fresh)  # one transaction per chunk, not one per record
+        stats.copied += len(fresh)
+        stats.already += len(batch) - len(fresh)
         progress(len(batch))
     return stats
 
