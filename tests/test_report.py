@@ -375,3 +375,20 @@ def test_reliability_says_why_a_figure_is_missing(run: dict[str, Path], browser:
     assert page.locator("#reliability td[data-key]").count() == len(rel["rows"])
     assert errors == []
     page.close()
+
+
+def test_script_in_a_reliability_row_is_text(run: dict[str, Path], browser: Any,
+                                             tmp_path: Path) -> None:
+    data = read_page_data(run["out"] / "report.html")
+    rel = data["reliability"][0]
+    rel["rows"][0]["a"] = PAYLOAD  # a judge name
+    rel["rows"][0]["b"] = PAYLOAD
+    rel["notes"].append(PAYLOAD)
+    page_path = tmp_path / "hostile-reliability.html"
+    page_path.write_bytes(render(data))
+    assert PAYLOAD not in page_path.read_text()  # escaped in the JSON block
+    page, errors = _open(browser, page_path)
+    assert page.evaluate("window.__pwned") is None
+    assert page.inner_text("#reliability").count(PAYLOAD) >= 3  # row, column, note
+    assert errors == []
+    page.close()
