@@ -22,9 +22,11 @@ from runner.expand import prepare
 from runner.job.load import load_job
 from runner.reduce.battle import Battles
 from runner.reduce.judgments import judge
+from runner.reduce.reliability import Positions
 from runner.report.browser import ItemRows
 from runner.report.html import render
 from runner.report.pagedata import page_data
+from runner.report.reliability import reliability_rows
 from runner.report.write import collect, correlations, judge_rows, summary
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -67,12 +69,14 @@ def report_page(work: Path, quick: bool) -> dict[str, Any]:
     for _ in rows.watch(judgments):
         pass
     watch_s = time.perf_counter() - started
-    tables = collect(battles.watch(judgments), _Sink())
+    positions = Positions(expansion)
+    tables = collect(battles.watch(positions.watch(judgments)), _Sink())
     series = judge_rows(expansion, tables)  # shared with correlations.csv: not added work
     corr, summ = correlations(expansion, tables, series), summary(tables)
+    reliability = reliability_rows(expansion, tables.cells, positions)  # reliability.csv's
     started = time.perf_counter()
     data = page_data(expansion, series, corr, summ, battles.rows(), None,
-                     {"job": expansion.job.name}, rows)
+                     {"job": expansion.job.name}, rows, reliability)
     page = render(data)
     path = work / "report.html"
     path.write_bytes(page)
@@ -81,7 +85,8 @@ def report_page(work: Path, quick: bool) -> dict[str, Any]:
     size_mb = len(page) / 1e6
     return {
         "setup": {"judgments": len(judgments), "items": items, "aspects": len(ASPECTS),
-                  "rows_embedded": len(data["items"]["rows"])},
+                  "rows_embedded": len(data["items"]["rows"]),
+                  "reliability_rows": len(reliability)},
         "target": f"page < {TARGET_MB:g} MB, drawn in chromium < {TARGET_LOAD_S:g} s",
         "html_seconds": round(watch_s + build_s, 2),
         "keep_rows_seconds": round(watch_s, 2),

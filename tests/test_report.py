@@ -304,3 +304,91 @@ def test_large_scatter_is_a_2d_histogram(run: dict[str, Path], browser: Any,
     assert page.locator("svg .cell").count() == len(big["hist"]["cells"])
     assert errors == []
     page.close()
+
+
+# --- the Reliability section: reliability.csv's rows, in chromium --------------------------
+
+def _rendered_reliability(page: Any) -> dict[str, tuple[str, str]]:
+    """data-key (dataset, aspect, figure, a, b, statistic joined by NUL) -> (shown value, n)."""
+    found = page.evaluate(
+        """() => [...document.querySelectorAll('#reliability td[data-key]')].map(
+            td => [td.dataset.key, td.querySelector('span.v').textContent, td.dataset.n])""")
+    keys = [k for k, _, _ in found]
+    assert len(keys) == len(set(keys)), "a reliability row is shown twice"
+    return {k: (v, n) for k, v, n in found}
+
+
+def _shown(value: str) -> str:
+    """What report.js's fmt shows for a reliability.csv value."""
+    if value == "":
+        return ""
+    v = float(value)
+    return str(int(v)) if v.is_integer() else f"{v:.3f}"
+
+
+@pytest.mark.parametrize(("job", "limit", "figures"), [
+    ("tst-formality", "90", {"agreement", "length", "position"}),
+    ("colossalai-en", "5", {"position"}),
+])
+def test_reliability_section_matches_reliability_csv(job: str, limit: str, figures: set[str],
+                                                     browser: Any, tmp_path: Path) -> None:
+    import csv
+
+    from tests.test_colossalai import fake_reply
+
+    script = Script(reply=fake_reply) if job.startswith("colossalai") else Script()
+    with ThreadedServer(script) as server:
+        done = _judge("run", str(ROOT / "jobs" / f"{job}.toml"), "--limit", limit, "--model",
+                      "fake", "--base-url", server.url, "--cache-dir", str(tmp_path / "cache"),
+                      "--out", str(tmp_path / "out"), "--yes", "--rpm", "60000", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    with (tmp_path / "out" / "reliability.csv").open(encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert figures <= {r["figure"] for r in rows}
+    if job == "tst-formality":  # two annotators: their own agreement is a row
+        assert any(r["a"] == "annotators" for r in rows)
+    page, errors = _open(browser, tmp_path / "out" / "report.html")
+    shown = _rendered_reliability(page)
+    expected = {"\0".join(r[c] for c in ("dataset", "aspect", "figure", "a", "b", "statistic")):
+                (_shown(r["value"]), r["n"]) for r in rows}
+    assert shown == expected  # every row once, same value and n, nothing else
+    text = page.inner_text("#reliability")
+    assert "Reliability" in page.inner_text("#nav")
+    if job == "colossalai-en":  # battles only: the missing figures say why
+        assert "no inter-annotator agreement" in text or "no agreement to compute" in text
+        assert "first_position_win_rate" in text
+    else:
+        assert "no self-consistency" in text  # one sample per judgment
+    assert errors == []
+    page.close()
+
+
+def test_reliability_says_why_a_figure_is_missing(run: dict[str, Path], browser: Any) -> None:
+    """openmeva: one human score per item, one sample, no order swaps."""
+    (rel,) = read_page_data(run["out"] / "report.html")["reliability"]
+    assert rel["dataset"] == "openmeva" and rel["rows"]
+    assert not any(r["a"] == "annotators" for r in rel["rows"])
+    page, errors = _open(browser, run["out"] / "report.html")
+    notes = page.locator("#reliability .rel-note").all_inner_texts()
+    assert "agreement: one annotator per item: no inter-annotator agreement" in notes
+    assert any("no self-consistency" in n for n in notes)
+    assert page.locator("#reliability td[data-key]").count() == len(rel["rows"])
+    assert errors == []
+    page.close()
+
+
+def test_script_in_a_reliability_row_is_text(run: dict[str, Path], browser: Any,
+                                             tmp_path: Path) -> None:
+    data = read_page_data(run["out"] / "report.html")
+    rel = data["reliability"][0]
+    rel["rows"][0]["a"] = PAYLOAD  # a judge name
+    rel["rows"][0]["b"] = PAYLOAD
+    rel["notes"].append(PAYLOAD)
+    page_path = tmp_path / "hostile-reliability.html"
+    page_path.write_bytes(render(data))
+    assert PAYLOAD not in page_path.read_text()  # escaped in the JSON block
+    page, errors = _open(browser, page_path)
+    assert page.evaluate("window.__pwned") is None
+    assert page.inner_text("#reliability").count(PAYLOAD) >= 3  # row, column, note
+    assert errors == []
+    page.close()

@@ -17,6 +17,7 @@ import numpy as np
 from runner.expand import Expansion
 from runner.reduce.correlate import Row
 from runner.report.browser import ItemRows, prompt_text, with_bodies
+from runner.report.relpage import reliability_page
 
 __all__ = ["page_data"]
 
@@ -28,8 +29,10 @@ def page_data(expansion: Expansion, series: Mapping[tuple[str, str], Mapping[str
               corr: Sequence[Mapping[str, Any]],
               summ: Sequence[Mapping[str, Any]], battles: Sequence[Mapping[str, Any]],
               board: tuple[list[str], list[dict[str, Any]]] | None,
-              manifest: Mapping[str, Any], rows: ItemRows) -> dict[str, Any]:
-    """Everything the page shows, as plain JSON-able values."""
+              manifest: Mapping[str, Any], rows: ItemRows,
+              reliability: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    """Everything the page shows, as plain JSON-able values. `reliability` is
+    reliability.csv's rows, shown as they are."""
     job = expansion.job
     datasets: dict[str, dict[str, Any]] = {}
     for (dataset, aspect), judges in series.items():
@@ -60,6 +63,7 @@ def page_data(expansion: Expansion, series: Mapping[tuple[str, str], Mapping[str
                       "type": k[4], "examples": v} for k, v in rows.examples.items()],
         "battles": [dict(b) for b in battles],
         "leaderboard": {"columns": board[0], "rows": board[1]} if board else None,
+        "reliability": reliability_page(expansion, reliability),
         "items": {"seen": rows.seen, "capped": rows.capped, "cap": rows.cap,
                   "columns": ["dataset", "item", "system", "aspect", "judge", "score",
                               "human", "diff", "status", "message", "raw", "prompt"],

@@ -389,7 +389,8 @@ def write_reports(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgm
         manifest = manifest(tables)
     write_atomic(out_dir / "report.html", render(page_data(
         expansion, series, corr, summ, battle_rows,
-        leaderboard(tables) if expansion.job.leaderboard else None, manifest, rows)))
+        leaderboard(tables) if expansion.job.leaderboard else None, manifest, rows,
+        reliability)))
     write_atomic(out_dir / "manifest.json",
                  orjson.dumps(manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
     return tables

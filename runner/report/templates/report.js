@@ -287,6 +287,57 @@
     }
   }
 
+  // --- reliability (reliability.csv's rows, pivoted: judges as rows) -----------------------
+  const REL = [["agreement", "Agreement: Krippendorff's alpha and quadratic-weighted kappa of each judge with each annotator, the human mean and the other judges; 'annotators' = the annotators' own agreement",
+                r => `${r.b}: ${r.statistic}`],
+               ["self_consistency", "Self-consistency: alpha across a judge's samples of the same item",
+                r => `${r.statistic} (${r.b})`],
+               ["position", "Position bias: verdict flip rate when the order is swapped, first-position win rate (p: binomial test against 1/2), mean score by position",
+                r => r.b ? `${r.statistic} (${r.b})` : r.statistic],
+               ["length", "Length bias: Spearman of score with answer length; judge-human correlation before and after controlling for length",
+                r => `${r.statistic} vs ${r.b}`]];
+  function relTable(rows, colOf) {
+    const cols = [...new Set(rows.map(colOf))], judges = [...new Set(rows.map(r => r.a))];
+    const cell = new Map(rows.map(r => [`${r.a}\u0000${colOf(r)}`, r]));
+    const t = el("table", { class: "rel" });
+    t.append(el("thead", {}, el("tr", {}, el("th", { text: "judge" }), ...cols.map(c => el("th", { text: c })))));
+    const body = el("tbody");
+    for (const j of judges) {
+      const tr = el("tr", {}, el("td", { text: j }));
+      for (const c of cols) {
+        const r = cell.get(`${j}\u0000${c}`), td = el("td", { class: "num" });
+        if (r) {
+          td.setAttribute("data-key", [r.dataset, r.aspect, r.figure, r.a, r.b, r.statistic].join("\u0000"));
+          td.setAttribute("data-n", r.n);
+          td.append(el("span", { class: "v", text: fmt(r.value) }));
+          td.append(el("div", { class: "ci", text: `n=${r.n}` + (r.p_value === null ? "" : `, p=${r.p_value.toPrecision(3)}`) }));
+        }
+        tr.append(td);
+      }
+      body.append(tr);
+    }
+    t.append(body);
+    return t;
+  }
+  function reliability() {
+    const R = D.reliability || [];
+    if (!R.length) return;
+    const s = section("reliability", "Reliability");
+    s.append(el("p", { class: "note", text: "The rows of reliability.csv, per data set and aspect (n: units, pairs or items each figure is computed from)." }));
+    for (const d of R) {
+      const h = put(s, el("h3", { text: `Reliability: ${d.dataset}` }));
+      h.setAttribute("data-dataset", d.dataset);
+      for (const n of d.notes) s.append(el("p", { class: "note rel-note", text: n }));
+      for (const aspect of [...new Set(d.rows.map(r => r.aspect))]) {
+        for (const [figure, caption, colOf] of REL) {
+          const rows = d.rows.filter(r => r.aspect === aspect && r.figure === figure);
+          if (!rows.length) continue;
+          s.append(el("h4", { text: `${aspect}: ${caption}` }), relTable(rows, colOf));
+        }
+      }
+    }
+  }
+
   // --- failures, battles, leaderboard ---------------------------------------------------
   function failures() {
     const s = section("failures", "Failures");
@@ -381,6 +432,7 @@
   document.getElementById("loading").remove();
   summary();
   D.datasets.forEach(dataset);
+  reliability();
   failures();
   battles();
   leaderboard();
