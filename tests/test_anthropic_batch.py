@@ -154,24 +154,26 @@ def test_kill_9_after_submit_then_rerun_reattaches_with_one_creation_per_key(
     assert fake.anth.online == 0
 
 
-def test_killed_between_create_and_recording_the_id_reattaches_by_count_and_time(
+def test_killed_between_create_and_recording_the_ids_reattaches_each_to_its_own_batch(
         fake: AnthropicBatchServer, job: Path, tmp_path: Path, data_dir: Path) -> None:
     fake.anth.hold = True
-    first = _run(tmp_path, data_dir, job, "--batch", "--batch-size", 6, "--no-wait")
+    first = _run(tmp_path, data_dir, job, "--batch", "--batch-size", 5, "--no-wait")
     assert first.returncode == 0, first.stderr
-    assert fake.anth.creates == 2  # 6 + 4 requests: told apart by their counts
+    assert fake.anth.creates == 2  # 5 + 5 requests: the same count, told apart by time
     # What a kill right after the create leaves: the rows reserved, their batch ids never written.
     with sqlite3.connect(tmp_path / "cache" / "batches.sqlite") as db:
-        ids = dict(db.execute("SELECT requests, batch_id FROM batches").fetchall())
+        ids = db.execute("SELECT file_id, batch_id FROM batches ORDER BY file_id").fetchall()
         db.execute("UPDATE batches SET batch_id = NULL, state = 'submitting'")
     fake.anth.hold = False
 
-    rerun = _run(tmp_path, data_dir, job, "--batch", "--batch-size", 6)
+    rerun = _run(tmp_path, data_dir, job, "--batch", "--batch-size", 5)
 
     assert rerun.returncode == 0, rerun.stderr
     assert fake.anth.creates == 2 and set(fake.anth.creations.values()) == {1}
     with sqlite3.connect(tmp_path / "cache" / "batches.sqlite") as db:
-        assert dict(db.execute("SELECT requests, batch_id FROM batches").fetchall()) == ids
+        assert db.execute("SELECT file_id, batch_id FROM batches ORDER BY file_id"
+                          ).fetchall() == ids  # each row re-attached to its own batch
+    assert len({batch for _, batch in ids}) == 2
     assert all(j["score"] is not None for j in judgments(tmp_path / "out"))
 
 

@@ -12,7 +12,8 @@ errored, canceled and expired results become error lines with their reason.
 
 Re-attaching after a kill between create and recording the id: `find` lists
 `GET /v1/messages/batches` (newest first) and takes the oldest batch created no earlier than
-the request file was named (less CLOCK_SKEW_S) whose request count equals the file's.
+the request file was named (less CLOCK_SKEW_S) whose request count equals the file's and
+whose id the ledger does not already hold.
 """
 
 from __future__ import annotations
@@ -42,9 +43,10 @@ class AnthropicBatches(OpenAIBatches):
     """One Anthropic endpoint's Message Batches API (base_url ends in /v1)."""
 
     def __init__(self, session: aiohttp.ClientSession, base_url: str,
-                 api_key: Callable[[], str | None], files: Path, max_retries: int = 6) -> None:
+                 api_key: Callable[[], str | None], files: Path, max_retries: int = 6,
+                 known: Callable[[], set[str]] = set) -> None:
         super().__init__(session, base_url, api_key, max_retries)
-        self.files = files
+        self.files, self.known = files, known  # known: batch ids the ledger already holds
 
     async def upload(self, path: Path) -> str:
         """No upload: a local id `anthropic-<ns>-<requests>` for the file batch.py keeps."""
@@ -65,8 +67,11 @@ class AnthropicBatches(OpenAIBatches):
                 parts += [b'{"custom_id":', orjson.dumps(key), b',"params":',
                           anthropic_body(body), b"}"]
         parts.append(b"]}")
-        return _as_openai(await self._call("POST", "/messages/batches",
-                                           raw=b"".join(parts)))
+        body = b"".join(parts)
+        if len(body) > MAX_BYTES or (len(parts) - 2) // 5 > MAX_REQUESTS:
+            raise RequestError(f"{file_id}: {len(body)} bytes is over Message Batches' limit of "
+                               f"{MAX_BYTES} (or {MAX_REQUESTS} requests); lower --batch-size")
+        return _as_openai(await self._call("POST", "/messages/batches", raw=body))
 
     async def get(self, batch_id: str) -> dict[str, Any]:
         return _as_openai(await self._call("GET", f"/messages/batches/{batch_id}"))
@@ -82,6 +87,7 @@ class AnthropicBatches(OpenAIBatches):
         except ValueError:
             return None
         best: tuple[float, dict[str, Any]] | None = None
+        taken = self.known()
         after: str | None = None
         for _ in range(pages):
             query = "?limit=100" + (f"&after_id={after}" if after else "")
@@ -90,6 +96,7 @@ class AnthropicBatches(OpenAIBatches):
                 created = _timestamp(batch.get("created_at"))
                 total = sum(int(v or 0) for v in (batch.get("request_counts") or {}).values())
                 if created is not None and created >= since and total == requests \
+                        and batch.get("id") not in taken \
                         and (best is None or created < best[0]):
                     best = (created, dict(batch))
             if not page.get("has_more") or not page.get("data"):

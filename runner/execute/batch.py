@@ -155,7 +155,8 @@ class BatchRun:
         """The Batch API client for a provider's kind (anthropic: Message Batches)."""
         if p.model.kind == "anthropic":
             return AnthropicBatches(session, p.base_url, p.api_key, self.files,
-                                    self.options.max_retries)
+                                    self.options.max_retries, known=lambda: {
+                                        r.batch_id for r in self.ledger.rows() if r.batch_id})
         return OpenAIBatches(session, p.base_url, p.api_key, self.options.max_retries)
 
     async def status(self, *, cancel: bool = False) -> list[BatchRow]:
