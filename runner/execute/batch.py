@@ -5,7 +5,9 @@ One request line: `{"custom_id": <cache key>, "method": "POST", "url": "/v1/chat
 "body": <the exact body the online pool would send>}`. An answer is stored with
 `answer_record(source="batch:<batch id>")`, so parsers, rescore and online reruns see an
 ordinary cache entry. Each model's requests are split into files of at most
-`max_requests` lines and MAX_BYTES bytes (OpenAI: 50,000 and 200 MB).
+`max_requests` lines and MAX_BYTES bytes (OpenAI: 50,000 and 200 MB). The provider's API is
+OpenAIBatches, or for anthropic models runner.execute.anthropic_batch.AnthropicBatches, which
+sends the same request files as Message Batches behind the same interface.
 
 Crash safety (see runner.execute.ledger): upload -> `reserve` (durable) -> create ->
 `attach` (durable). A later run first settles the ledger (attaches to a batch created just
