@@ -470,14 +470,18 @@ def test_budget_with_batch_mode_is_refused_before_anything_is_sent(
     assert fake.batch.uploads == 0 and fake.state.requests == 0
 
 
-def test_native_provider_models_get_a_not_yet_error_for_batch_mode(write_job: JobWriter) -> None:
+def test_gemini_and_azure_models_get_a_not_yet_error_for_batch_mode(write_job: JobWriter) -> None:
     job = load_job(write_job(_MINI, rows=[{"id": "a", "output": "x", "score": 1}],
                              files={"prompt.txt": "Rate {{output}}."}))
     claude = ModelSpec(name="claude", spec="anthropic:claude-3-5-haiku", model="claude-3-5-haiku",
                        kind="anthropic", base_url="https://api.anthropic.com/v1")
-    mixed = job.with_models((*job.models, claude))
+    gemini = ModelSpec(name="gemini", spec="gemini:gemini-2.0-flash", model="gemini-2.0-flash",
+                       kind="gemini", base_url="https://example.invalid/v1beta/openai")
+    mixed = job.with_models((*job.models, claude, gemini))
 
     assert batch_models(job, everyone=True) == ("judge",)
-    with pytest.raises(ConfigError, match="batch mode is not yet supported for anthropic models"):
+    assert batch_models(job.with_models((*job.models, claude)), everyone=True) == (
+        "judge", "claude")  # anthropic: Message Batches
+    with pytest.raises(ConfigError, match="batch mode is not yet supported for gemini models"):
         batch_models(mixed, everyone=True)
     assert batch_models(mixed, everyone=False) == ()  # no model asks for batch mode

@@ -28,7 +28,7 @@ from runner.reduce.judgments import Judgment
 __all__ = ["BATCH_KINDS", "BatchAnswers", "Batched", "batch_models", "batch_stage", "batches",
            "merge", "run_batches"]
 
-BATCH_KINDS = ("openai", "compatible")
+BATCH_KINDS = ("openai", "compatible", "anthropic")
 
 
 def batch_models(job: Job, everyone: bool) -> tuple[str, ...]:
@@ -43,8 +43,8 @@ def batch_models(job: Job, everyone: bool) -> tuple[str, ...]:
                               "API models")
         if m.kind not in BATCH_KINDS:
             raise ConfigError(f"{job.path}: model {m.name!r} ({m.spec}): batch mode is not yet "
-                              f"supported for {m.kind} models (only openai: and OpenAI-"
-                              "compatible ones); run it online (drop --batch / mode)")
+                              f"supported for {m.kind} models (only openai:, anthropic: and "
+                              "OpenAI-compatible ones); run it online (drop --batch / mode)")
         names.append(m.name)
     return tuple(names)
 

@@ -5,7 +5,9 @@ One request line: `{"custom_id": <cache key>, "method": "POST", "url": "/v1/chat
 "body": <the exact body the online pool would send>}`. An answer is stored with
 `answer_record(source="batch:<batch id>")`, so parsers, rescore and online reruns see an
 ordinary cache entry. Each model's requests are split into files of at most
-`max_requests` lines and MAX_BYTES bytes (OpenAI: 50,000 and 200 MB).
+`max_requests` lines and MAX_BYTES bytes (OpenAI: 50,000 and 200 MB). The provider's API is
+OpenAIBatches, or for anthropic models runner.execute.anthropic_batch.AnthropicBatches, which
+sends the same request files as Message Batches behind the same interface.
 
 Crash safety (see runner.execute.ledger): upload -> `reserve` (durable) -> create ->
 `attach` (durable). A later run first settles the ledger (attaches to a batch created just
@@ -27,6 +29,7 @@ import aiohttp
 import orjson
 
 from runner.errors import APIError, AuthError, ConfigError, RequestError
+from runner.execute.anthropic_batch import AnthropicBatches
 from runner.execute.backend import CacheBackend
 from runner.execute.batch_api import CHAT_URL, OpenAIBatches
 from runner.execute.cache import answer_record
@@ -133,8 +136,7 @@ class BatchRun:
             if task.model in self.providers:
                 mine.setdefault(task.key, task)
         async with aiohttp.ClientSession() as session:
-            apis = {name: OpenAIBatches(session, p.base_url, p.api_key, self.options.max_retries)
-                    for name, p in self.providers.items()}
+            apis = {name: self._api(session, p) for name, p in self.providers.items()}
             await self.settle(apis, wait=False)
             skip = set(self.stats.failures) if self.options.fallback == "online" else set()
             await self.submit(apis, self._missing(mine, skip))
@@ -153,13 +155,19 @@ class BatchRun:
         self.stats.pending |= {k for k in mine if k in held}
         return self.stats
 
+    def _api(self, session: aiohttp.ClientSession, p: Provider) -> OpenAIBatches:
+        """The Batch API client for a provider's kind (anthropic: Message Batches)."""
+        if p.model.kind == "anthropic":
+            return AnthropicBatches(session, p.base_url, p.api_key, self.files,
+                                    self.options.max_retries, known=lambda: {
+                                        r.batch_id for r in self.ledger.rows() if r.batch_id})
+        return OpenAIBatches(session, p.base_url, p.api_key, self.options.max_retries)
+
     async def status(self, *, cancel: bool = False) -> list[BatchRow]:
         """This job's batches, the live ones refreshed from the provider (cancelled first when
         `cancel`)."""
         async with aiohttp.ClientSession() as session:
-            apis = {p.model.endpoint: OpenAIBatches(session, p.base_url, p.api_key,
-                                                    self.options.max_retries)
-                    for p in self.providers.values()}
+            apis = {p.model.endpoint: self._api(session, p) for p in self.providers.values()}
             for row in self.ledger.rows(self.job):
                 api = apis.get(row.endpoint)
                 if not row.live or api is None:

@@ -75,10 +75,15 @@ class OpenAIBatches:
 
     async def lines(self, file_id: str) -> AsyncIterator[bytes]:
         """The lines of a file (output, error or input), streamed."""
+        async for line in self._stream(f"{self.base}/files/{file_id}/content"):
+            yield line
+
+    async def _stream(self, url: str) -> AsyncIterator[bytes]:
+        """The non-empty lines of a GET `url`, streamed, retried like the other calls."""
         for attempt in range(self.max_retries + 1):
             try:
-                async with self.session.get(f"{self.base}/files/{file_id}/content",
-                                            headers=self._headers(), timeout=_TIMEOUT) as resp:
+                async with self.session.get(url, headers=self._headers(),
+                                            timeout=_TIMEOUT) as resp:
                     if resp.status != 200:
                         raise _error(resp.status, await resp.read(), resp.headers)
                     buffer = b""
@@ -93,7 +98,7 @@ class OpenAIBatches:
                     return
             except (aiohttp.ClientError, TimeoutError) as exc:
                 if attempt == self.max_retries:
-                    raise RetryableError(f"{self.base}/files/{file_id}/content: {exc}") from None
+                    raise RetryableError(f"{url}: {exc}") from None
             except RetryableError as exc:
                 if attempt == self.max_retries:
                     raise
@@ -104,11 +109,13 @@ class OpenAIBatches:
         return {"Authorization": f"Bearer {key}"} if key else {}
 
     async def _call(self, method: str, path: str, *, json: Any = None,
-                    form: Callable[[], aiohttp.FormData] | None = None) -> dict[str, Any]:
+                    form: Callable[[], aiohttp.FormData] | None = None,
+                    raw: bytes | None = None) -> dict[str, Any]:
         error: APIError | None = None
         for attempt in range(self.max_retries + 1):
             try:
-                return await self._once(method, path, json, form)
+                return await self._once(method, path, orjson.Fragment(raw) if raw is not None
+                                        else json, form)
             except RetryableError as exc:
                 error = exc
                 if attempt < self.max_retries:
