@@ -38,7 +38,9 @@ def answer_record(*, body: bytes, endpoint: str, response: Mapping[str, Any],
     """The one shape of a stored answer (see the module docstring): `body` is the request as
     sent, `source` "api" or "import:<where>", `replica` the base URL that answered (a record
     field, never part of the key: a fleet change keeps every answer)."""
-    record = {"request": orjson.loads(body), "endpoint": endpoint, "response": response,
+    # The body is already compact JSON: a Fragment embeds its bytes as they are, where
+    # loads-then-dumps cost a parse and a serialisation per answer (a third of batch ingest).
+    record = {"request": orjson.Fragment(body), "endpoint": endpoint, "response": response,
               "usage": usage, "latency_s": latency_s, "time": time.time(), "source": source}
     if replica is not None:
         record["replica"] = replica
