@@ -25,7 +25,7 @@ import orjson
 import psycopg
 
 from bench import common
-from runner.execute.backend import CacheBackend, open_cache
+from runner.execute.backend import CacheBackend, marked, open_cache
 from tests.pgserver import PgCluster, find_bindir
 
 TARGET_RATIO = 3.0
@@ -58,7 +58,7 @@ def _fill_disk(folder: Path, keys: list[str]) -> None:
 
 def _time(cache: CacheBackend, keys: list[str]) -> dict[str, float]:
     started = time.perf_counter()
-    hits = sum(hit for _, hit in cache.marked(keys, lambda k: k))
+    hits = sum(hit for _, hit in marked(cache, keys, lambda k: k))
     marked_s = time.perf_counter() - started
     started = time.perf_counter()
     read = sum(len(cache.get_many(keys[i:i + 1000])) for i in range(0, len(keys), 1000))

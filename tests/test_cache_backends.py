@@ -14,7 +14,7 @@ import pytest
 
 from runner.errors import CacheError
 from runner.execute import pgcache
-from runner.execute.backend import CacheBackend, open_cache, redact
+from runner.execute.backend import CacheBackend, marked, open_cache, redact
 from runner.execute.cache import Cache
 from runner.execute.pgcache import PgCache
 
@@ -66,9 +66,9 @@ def test_batched_lookups_across_chunks(opener: Opener) -> None:
             cache.put(keys[n], _record(n))
         stored = set(keys[::3])
         assert cache.has_many(keys) == stored
-        marked = list(cache.marked(range(4500), lambda n: keys[n]))
-        assert [n for n, _ in marked] == list(range(4500))  # order kept
-        assert [n for n, hit in marked if hit] == list(range(0, 4500, 3))
+        flagged = list(marked(cache, range(4500), lambda n: keys[n]))
+        assert [n for n, _ in flagged] == list(range(4500))  # order kept
+        assert [n for n, hit in flagged if hit] == list(range(0, 4500, 3))
         got = cache.get_many(keys[:3000])
         assert set(got) == {k for k in keys[:3000] if k in stored}
         assert got[keys[2997]] == _record(2997)

@@ -44,7 +44,7 @@ from runner.cli.session import (
 )
 from runner.data import datasets
 from runner.errors import ConfigError, DataError, RunnerError
-from runner.execute.backend import CacheBackend, open_cache, redact
+from runner.execute.backend import CacheBackend, marked, open_cache, redact
 from runner.execute.batch import MAX_REQUESTS, batch_cost
 from runner.execute.imports import import_answers
 from runner.execute.pool import RunStats
@@ -421,7 +421,7 @@ def status(job: str, models: tuple[str, ...], base_url: str | None, limit: int |
     sel = _select(job, models, base_url, limit, cache_dir, out, stream=True)
     with open_selected(sel) as cache:
         total = cached = 0
-        for _, hit in cache.marked(all_tasks(sel.expansion), operator.attrgetter("key")):
+        for _, hit in marked(cache, all_tasks(sel.expansion), operator.attrgetter("key")):
             total += 1
             cached += hit
     click.echo(f"job {sel.job.name}: {cached}/{total} tasks cached, {total - cached} to call")

@@ -25,7 +25,7 @@ import aiohttp
 from runner.data import datasets
 from runner.errors import ConfigError, MissingKeyError
 from runner.execute import local
-from runner.execute.backend import CacheBackend, is_url, open_cache, redact
+from runner.execute.backend import CacheBackend, is_url, marked, open_cache, redact
 from runner.execute.pool import Endpoint, RunStats, execute
 from runner.execute.shard import Shard
 from runner.expand import Expansion, Task, estimate_cost, prepare
@@ -283,7 +283,7 @@ def estimate(sel: Selection) -> list[ModelPlan]:
     plans = {m.name: ModelPlan(model=m) for m in sel.job.models}
     seen: set[int] = set()
     with open_selected(sel) as cache:
-        for task, cached in cache.marked(all_tasks(sel.expansion), operator.attrgetter("key")):
+        for task, cached in marked(cache, all_tasks(sel.expansion), operator.attrgetter("key")):
             plan = plans[task.model]
             plan.tasks += 1
             short = int(task.key[:16], 16)  # 64 bits spot repeats; an int costs less memory

@@ -8,6 +8,7 @@ location: a `postgresql://` or `postgres://` URL, or a folder.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -15,9 +16,10 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from runner.execute.cache import Cache
 
-__all__ = ["CacheBackend", "is_url", "open_cache", "redact"]
+__all__ = ["CacheBackend", "is_url", "marked", "open_cache", "redact"]
 
 T = TypeVar("T")
+LOOKUP_BATCH = 2000  # things per has_many call (each backend chunks its own queries)
 SCHEMES = ("postgresql://", "postgres://")
 
 
@@ -32,11 +34,6 @@ class CacheBackend(Protocol):
 
     def has_many(self, keys: Sequence[str]) -> set[str]:
         """The keys among `keys` that are stored (batched: one query per chunk)."""
-        ...
-
-    def marked(self, things: Iterable[T], key: Callable[[T], str]
-               ) -> Iterator[tuple[T, bool]]:
-        """Each of `things` with whether its key is stored, looked up a chunk at a time."""
         ...
 
     def get_many(self, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -66,6 +63,17 @@ class CacheBackend(Protocol):
 
     def __exit__(self, *exc: object) -> None: ...
 
+
+def marked(cache: CacheBackend, things: Iterable[T], key: Callable[[T], str]
+           ) -> Iterator[tuple[T, bool]]:
+    """Each of `things` with whether its key is stored in `cache`, in order, looked up
+    LOOKUP_BATCH at a time through has_many (one query per chunk, where `in` makes one each):
+    the pool's, plan's and status's cache-state lookup, the same for every backend."""
+    stream = iter(things)
+    while batch := list(itertools.islice(stream, LOOKUP_BATCH)):
+        found = cache.has_many([key(t) for t in batch])
+        for thing in batch:
+            yield thing, key(thing) in found
 
 def is_url(location: str | Path) -> bool:
     return isinstance(location, str) and location.startswith(SCHEMES)

@@ -30,7 +30,7 @@ import orjson
 
 from runner.errors import APIError, AuthError, ConfigError, RequestError
 from runner.execute.anthropic_batch import AnthropicBatches
-from runner.execute.backend import CacheBackend
+from runner.execute.backend import CacheBackend, marked
 from runner.execute.batch_api import CHAT_URL, OpenAIBatches
 from runner.execute.cache import answer_record
 from runner.execute.ledger import LIVE, BatchRow, Ledger
@@ -180,7 +180,7 @@ class BatchRun:
     def _missing(self, mine: Mapping[str, Task], skip: set[str]) -> dict[str, list[Task]]:
         held = self.ledger.held()
         by_model: dict[str, list[Task]] = {}
-        for task, cached in self.cache.marked(list(mine.values()), _key):
+        for task, cached in marked(self.cache, list(mine.values()), _key):
             if not cached and task.key not in held and task.key not in skip:
                 by_model.setdefault(task.model, []).append(task)
         return by_model

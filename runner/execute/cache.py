@@ -15,9 +15,9 @@ from __future__ import annotations
 import itertools
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import diskcache
 import orjson
@@ -29,7 +29,6 @@ __all__ = ["Cache", "answer_record"]
 NEVER = 2**62  # size limit no cache reaches: eviction stays off
 
 
-T = TypeVar("T")
 
 
 def answer_record(*, body: bytes, endpoint: str, response: Mapping[str, Any],
@@ -91,15 +90,6 @@ class Cache:
                 f"SELECT key FROM Cache WHERE raw = 1 AND key IN ({_marks(chunk)})", chunk)
             found.update(row[0] for row in rows)
         return found
-
-    def marked(self, things: Iterable[T], key: Callable[[T], str]
-               ) -> Iterator[tuple[T, bool]]:
-        """Each of `things` with whether its key is stored, looked up CHUNK at a time."""
-        stream = iter(things)
-        while batch := list(itertools.islice(stream, CHUNK)):
-            found = self.has_many([key(t) for t in batch])
-            for thing in batch:
-                yield thing, key(thing) in found
 
     def get_many(self, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
         """Records of the stored keys among `keys`, read in batches (see has_many)."""

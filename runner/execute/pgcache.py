@@ -39,7 +39,6 @@ CHUNK = 2000  # keys per query: one round trip per chunk, where `in` would make 
 CONNECT_TIMEOUT_S = 10
 LOCK_ID = 0x6A75646765  # "judge": the advisory lock the schema is created under
 
-T = TypeVar("T")
 R = TypeVar("R")
 
 SCHEMA: tuple[LiteralString, ...] = (
@@ -151,15 +150,6 @@ class PgCache:
             found.update(row[0] for row in self._rows(
                 "a lookup", "SELECT key FROM judge_cache WHERE key = ANY(%s)", (chunk,)))
         return found
-
-    def marked(self, things: Iterable[T], key: Callable[[T], str]
-               ) -> Iterator[tuple[T, bool]]:
-        """Each of `things` with whether its key is stored, looked up CHUNK at a time."""
-        stream = iter(things)
-        while batch := list(itertools.islice(stream, CHUNK)):
-            found = self.has_many([key(t) for t in batch])
-            for thing in batch:
-                yield thing, key(thing) in found
 
     def get_many(self, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
         """Records of the stored keys among `keys`, CHUNK keys a query."""

@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 
 from runner.errors import APIError, AuthError, RequestError, RetryableError
-from runner.execute.backend import CacheBackend
+from runner.execute.backend import CacheBackend, marked
 from runner.execute.cache import answer_record
 from runner.execute.client import Response, send
 from runner.execute.fleet import Fleet, Replica, fleet_for
@@ -253,7 +253,7 @@ async def execute(tasks: Iterable[Task], *, cache: CacheBackend, session: aiohtt
 async def _dispatch(tasks: Iterable[Task], pool: _Pool, queue: asyncio.Queue[Task | None], *,
                     offline: bool, budget: float | None) -> None:
     stats, seen = pool.stats, set()
-    for task, cached in pool.cache.marked(tasks, operator.attrgetter("key")):
+    for task, cached in marked(pool.cache, tasks, operator.attrgetter("key")):
         if task.key in seen:  # e.g. two parsers over one request: one call serves both
             stats.duplicates += 1
             continue
