@@ -64,9 +64,9 @@ from runner.report.write import (
     COMPARE_COLUMNS,
     Tables,
     collect,
+    comparison,
     judge_rows,
     write_atomic,
-    write_comparison,
     write_reports,
 )
 
@@ -457,8 +457,8 @@ def compare(job: str, models: tuple[str, ...], base_url: str | None, limit: int 
     sel = _select(job, models, base_url, limit, cache_dir, out)
     with open_selected(sel) as c:
         tables = collect(judge(sel.expansion, c), io.BytesIO())
-    rows = write_comparison(sel.out_dir, sel.expansion, tables, judges)
-    rows = significance(rows, judge_rows(sel.expansion, tables), judges,
+    series = judge_rows(sel.expansion, tables)
+    rows = significance(comparison(sel.expansion, series, judges), series, judges,
                         permutations=permutations, seed=sel.job.seed)
     write_atomic(sel.out_dir / "compare.csv",
                  csv_bytes([*COMPARE_COLUMNS, *SIGNIFICANCE_COLUMNS], rows))

@@ -49,7 +49,7 @@ from runner.report.reliability import (
     reliability_rows,
 )
 
-__all__ = ["Tables", "collect", "correlations", "judge_rows", "write_atomic", "write_comparison",
+__all__ = ["Tables", "collect", "comparison", "correlations", "judge_rows", "write_atomic",
            "write_reports"]
 
 CORRELATION_COLUMNS = ["dataset", "aspect", "judge", "level", "method", "subset", "value",
@@ -274,12 +274,13 @@ COMPARE_COLUMNS = ["dataset", "aspect", "a", "b", "level", "method", "subset", "
                    "value_b", "diff", "ci_low", "ci_high", "p_value", "n_groups"]
 
 
-def write_comparison(out_dir: Path, expansion: Expansion, tables: Tables,
-                     judges: tuple[str, str]) -> list[dict[str, Any]]:
-    """compare.csv: judge A against judge B, paired bootstrap, per data set and aspect."""
+def comparison(expansion: Expansion, series: Mapping[tuple[str, str], dict[str, list[Row]]],
+               judges: tuple[str, str]) -> list[dict[str, Any]]:
+    """compare.csv's rows (COMPARE_COLUMNS): judge A against judge B, paired bootstrap, per data
+    set and aspect, over `series` (judge_rows of the collected tables)."""
     job, rows = expansion.job, []
     levels = [lvl for lvl in job.levels if lvl != "system"] or ["sample", "dataset"]
-    for (dataset, aspect), by_judge in judge_rows(expansion, tables).items():
+    for (dataset, aspect), by_judge in series.items():
         missing = [j for j in judges if j not in by_judge]
         if missing:
             raise ConfigError(f"{job.path}: no judge {missing[0]!r} for {dataset}/{aspect}; "
@@ -291,7 +292,6 @@ def write_comparison(out_dir: Path, expansion: Expansion, tables: Tables,
                          "value_a": c.judge_a, "value_b": c.judge_b, "diff": c.diff,
                          "ci_low": c.ci_low, "ci_high": c.ci_high, "p_value": c.p_value,
                          "n_groups": c.n_groups})
-    write_atomic(out_dir / "compare.csv", _csv(COMPARE_COLUMNS, rows))
     return rows
 
 
