@@ -1,8 +1,8 @@
 """Benchmarks 1 and 2: the runner's request path against a bare aiohttp loop.
 
 1. Zero-latency server, 64 in flight: runner / bare aiohttp (target >= 0.8), also the openai SDK
-   (default and aiohttp transports), and the runner with `bench.caches.WriteBehindCache` (the
-   proposed cache fix) and with `bench.caches.MemoryCache` (no disk: the pool's own cost).
+   (default and aiohttp transports), and the runner with `bench.caches.MemoryCache` (no disk:
+   the pool's own cost).
    Loops alternate within each round in a rotating order; the figure is the median over rounds
    of runner/bare measured back to back. `cache_store_us` times storing one answer.
 2. 200 ms server latency, 256 in flight: runner requests/s against 0.9 x 256 / 0.2 (1,152/s).
@@ -92,8 +92,6 @@ def zero_latency(work: Path, quick: bool) -> dict[str, Any]:
             "bare": lambda _: clients.bare_loop(bodies, url, concurrency=concurrency,
                                                 deadline_s=deadline),
             "runner": lambda d: clients.runner_loop(tasks, job, d, deadline_s=deadline),
-            "runner_writebehind": lambda d: clients.runner_loop(
-                tasks, job, d, deadline_s=deadline, cache_factory=caches.WriteBehindCache),
             "runner_memorycache": lambda d: clients.runner_loop(
                 tasks, job, d, deadline_s=deadline, cache_factory=caches.MemoryCache),
         }
@@ -114,7 +112,6 @@ def zero_latency(work: Path, quick: bool) -> dict[str, Any]:
         "target": "runner/bare >= 0.8",
         "runner_over_bare": ratio,
         "pass": ratio >= 0.8,
-        "runner_writebehind_over_bare": _ratio(runs, "runner_writebehind"),
         "runner_memorycache_over_bare": _ratio(runs, "runner_memorycache"),
         "cache_store_us": caches.put_cost(work / "put-cost", [
             (t.key, cached.record(t, job.models[0].endpoint)) for t in tasks[:4000]]),

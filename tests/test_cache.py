@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import diskcache
+import orjson
 import pytest
 
 from runner.errors import CacheError
@@ -143,3 +144,33 @@ def test_batched_lookups_agree_with_single_ones(cache_dir: Path) -> None:
         assert records[_key(0)] == big
         assert all(records[_key(n)] == cache.get(_key(n)) for n in range(1, 1200, 2))
         assert cache.has_many([]) == set() and cache.get_many([]) == {}
+
+
+def test_put_many_writes_rows_as_diskcache_set_does(cache_dir: Path) -> None:
+    """put_many writes inline records with its own upsert: diskcache itself must read them
+    back, count them and measure them exactly as if its `set` had stored them, and replacing a
+    record kept as a file must remove that file."""
+    big = _record(0, "x" * 100_000)
+    records = [(_key(n), _record(n)) for n in range(1, 1200)] + [(_key(0), big)]
+    with Cache(cache_dir / "set") as reference:
+        for key, record in records:
+            reference.put(key, record)
+        expected = reference.stats()
+    with Cache(cache_dir / "many") as cache:
+        assert cache.put_many(records) == len(records)
+        assert cache.stats() == expected  # entry count and volume kept by diskcache's triggers
+        plain = diskcache.Cache(str(cache_dir / "many"))
+        try:
+            for key, record in records:
+                assert orjson.loads(plain.get(key)) == record
+        finally:
+            plain.close()
+        files = list((cache_dir / "many").rglob("*.val"))
+        assert len(files) == 1  # the big record, as diskcache stores it
+        # A later record of a key replaces the earlier one, within a call and across calls;
+        # a small record over a big one removes the big one's file.
+        cache.put_many([(_key(5), _record(5, "2 stars")), (_key(5), _record(5, "3 stars")),
+                        (_key(0), _record(0, "1 star"))])
+        assert cache.get(_key(5)) == _record(5, "3 stars")
+        assert cache.get(_key(0)) == _record(0, "1 star")
+        assert not files[0].exists() and cache.stats()["entries"] == len(records)

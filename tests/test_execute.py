@@ -17,6 +17,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from runner.errors import CacheError
 from runner.execute import pool as execute_module
 from runner.execute.cache import Cache
 from runner.execute.pool import Endpoint, RunStats, backoff, execute
@@ -301,23 +302,83 @@ async def test_budget_stops_dispatch_before_the_estimate(
     assert stats.committed_cost == pytest.approx(sum(costs[:7])) and stats.committed_cost <= budget
 
 
+class _Recording(Cache):
+    """A real diskcache that records each put_many call (one per event-loop turn) and can be
+    told to refuse every write from the `fail_from`-th call on."""
+
+    def __init__(self, directory: Path, fail_from: int | None = None) -> None:
+        super().__init__(directory)
+        self.batches: list[list[str]] = []
+        self.fail_from = fail_from
+
+    def put_many(self, items: Iterable[tuple[str, Any]]) -> int:
+        items = list(items)
+        self.batches.append([key for key, _ in items])
+        if self.fail_from is not None and len(self.batches) >= self.fail_from:
+            raise CacheError(f"{self.directory}: could not store {len(items)} answers (disk full)")
+        return super().put_many(items)
+
+
+async def test_answers_count_only_once_committed_in_one_transaction_per_turn(
+        study: Callable[..., Study], server: ThreadedServer, tmp_path: Path) -> None:
+    """Group commit: every progress report sees only answers already in the cache, and answers
+    arriving together share a transaction."""
+    s = study(64)
+    server.state.script.latency_s = 0.05
+    cache = _Recording(tmp_path / "cache")
+    unstored: list[int] = []
+
+    def progress(stats: RunStats) -> None:
+        unstored.append(len(stats.called - cache.has_many(list(stats.called))))
+
+    stats = await s.run(cache, on_progress=progress, limits={"concurrency": 16})
+    cache.close()
+    assert stats.api_calls == 64 and unstored and max(unstored) == 0
+    assert sorted(k for batch in cache.batches for k in batch) == sorted(s.keys)
+    assert len(cache.batches) < 64  # 16 answers arrive together every 50 ms
+
+
+async def test_a_refused_commit_stops_the_run_and_counts_nothing_it_held(
+        study: Callable[..., Study], server: ThreadedServer, tmp_path: Path) -> None:
+    s = study(24)
+    server.state.script.latency_s = 0.02
+    cache = _Recording(tmp_path / "cache", fail_from=2)
+    stats = RunStats()
+    with pytest.raises(CacheError, match="disk full"):
+        await s.run(cache, stats=stats)
+    refused = set(cache.batches[1])
+    stored = set(cache.batches[0])
+    assert stats.called == stored and stats.api_calls == len(stored)
+    assert refused <= set(stats.missing) and not refused & stats.called
+    assert cache.has_many(s.keys) == stored
+    cache.close()
+    with Cache(tmp_path / "cache") as again:  # the rerun asks for everything not stored
+        rerun = await s.run(again)
+        assert rerun.cache_hits == len(stored) and rerun.api_calls == 24 - len(stored)
+
+
 async def test_stop_event_lets_in_flight_finish(study: Callable[..., Study],
                                                 server: ThreadedServer, cache: Cache) -> None:
     s = study(20)
     server.state.script.latency_s = 0.1
     stop = asyncio.Event()
+    sent_at_stop: list[int] = []
 
     def progress(stats: RunStats) -> None:
-        if stats.api_calls:
-            stop.set()  # the first Ctrl-C, as the first answer arrives
+        if stats.api_calls and not stop.is_set():
+            stop.set()  # the first Ctrl-C, as the first answer is stored
+            sent_at_stop.append(stats.attempts)
 
     stats = await s.run(cache, stop=stop, on_progress=progress)
     assert stats.interrupted and stats.fatal is None and stats.failures == {}
-    assert stats.api_calls == 4 == server.state.requests  # the 4 in flight finished, no more
-    assert cache.stats()["entries"] == 4 and len(stats.missing) == 16
+    # Those in flight at the stop finished and were stored; nothing was sent after it.
+    sent = sent_at_stop[0]
+    assert 4 <= sent < 20 and stats.api_calls == sent == server.state.requests
+    assert cache.stats()["entries"] == sent and len(stats.missing) == 20 - sent
     assert set(stats.missing) | stats.called == set(s.keys)
     rerun = await s.run(cache)
-    assert rerun.cache_hits == 4 and rerun.api_calls == 16 and server.state.requests == 20
+    assert rerun.cache_hits == sent and rerun.api_calls == 20 - sent
+    assert server.state.requests == 20
 
 
 async def test_stop_during_a_429_pause(study: Callable[..., Study], server: ThreadedServer,

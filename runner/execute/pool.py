@@ -1,8 +1,12 @@
 """The worker pool: cache hit, or limiter -> POST -> store, with retries and a clean stop.
 
 One dispatcher walks the task stream (skipping cache hits and duplicate keys) into a bounded
-queue; N workers drain it. A response is stored the moment it arrives, with no `await` between
-receiving it and `cache.put`, so a cancel can never leave an answer paid for but not stored.
+queue; N workers drain it. A response is handed to the store the moment it arrives, with no
+`await` in between (group commit, `_Commits`): the answers that arrive in one turn of the event
+loop are written in one transaction at the end of that turn, and an answer counts as done (in
+the counters, the progress line and the manifest) only once its transaction is committed. A
+kill -9 loses at most the answers of the turn in progress, which were never counted; a cancel
+or an error stores whatever was received before `execute` returns or raises.
 A 429 pauses dispatch for the whole pool for the advised time. Setting `stop` (the first Ctrl-C)
 stops dispatching and retrying; in-flight requests finish. Cancelling the caller (the second
 Ctrl-C) cancels them.
@@ -104,6 +108,47 @@ def backoff(attempt: int, retry_after: float | None = None) -> float:
     return max(delay, retry_after) if retry_after is not None else delay
 
 
+class _Commits:
+    """Group commit: answers handed over in one event-loop turn, stored in one transaction.
+
+    `add` queues an answer and, for the first of a turn, schedules `flush` with call_soon, so
+    the flush runs after every callback already due: all the answers that arrived together. A
+    transaction costs ~50 us whatever its size; one per answer was a third of the client's CPU at
+    zero latency. `on_stored` runs for each answer after its commit, never before. A failed
+    commit (whatever the error: an exception in a loop callback would only be logged) leaves its
+    answers uncounted (the rerun asks again), stops the run, and is raised by `execute` once the
+    workers are done.
+    """
+
+    def __init__(self, cache: CacheBackend, loop: asyncio.AbstractEventLoop,
+                 on_stored: Callable[[Task, dict[str, Any]], None],
+                 on_failed: Callable[[list[Task]], None]) -> None:
+        self.cache, self.loop = cache, loop
+        self.on_stored, self.on_failed = on_stored, on_failed
+        self.pending: list[tuple[Task, dict[str, Any], dict[str, Any]]] = []
+        self.error: Exception | None = None
+        """The first failed commit's error (a CacheError when the disk refused)."""
+
+    def add(self, task: Task, record: dict[str, Any], usage: dict[str, Any]) -> None:
+        if not self.pending:
+            self.loop.call_soon(self.flush)
+        self.pending.append((task, record, usage))
+
+    def flush(self) -> None:
+        """Store what is pending now (also called directly when `execute` ends)."""
+        batch, self.pending = self.pending, []
+        if not batch:
+            return
+        try:
+            self.cache.put_many((task.key, record) for task, record, _ in batch)
+        except Exception as exc:  # noqa: BLE001 - a callback's error would only be logged
+            self.error = self.error or exc
+            self.on_failed([task for task, _, _ in batch])
+            return
+        for task, _, usage in batch:
+            self.on_stored(task, usage)
+
+
 class _Pool:
     """Shared state of the workers: endpoints, limiters, the pool-wide 429 pause."""
 
@@ -119,6 +164,7 @@ class _Pool:
                        for name, e in endpoints.items()}
         self.resume_at = 0.0
         self.loop = asyncio.get_running_loop()
+        self.commits = _Commits(cache, self.loop, self._stored, self._not_stored)
 
     async def wait_pause(self) -> None:
         while (delay := self.resume_at - self.loop.time()) > 0 and not self.stop.is_set():
@@ -201,22 +247,30 @@ class _Pool:
                headers: Mapping[str, str]) -> None:
         usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
         assert isinstance(usage, dict)
-        self.cache.put(task.key, answer_record(body=task.body,
-                                               endpoint=endpoint.model.endpoint,
-                                               response=data, usage=usage, latency_s=latency_s,
-                                               source="api", replica=replica.label))
+        self.commits.add(task, answer_record(body=task.body, endpoint=endpoint.model.endpoint,
+                                             response=data, usage=usage, latency_s=latency_s,
+                                             source="api", replica=replica.label), usage)
+        used = (int(usage.get("prompt_tokens") or 0)
+                + int(usage.get("completion_tokens") or 0)) if usage else None
+        self.limiters[task.model].reconcile(task.prompt_tokens + task.max_tokens, used)
+        fleet.succeeded(replica, headers, task.prompt_tokens + task.max_tokens, used)
+
+    def _stored(self, task: Task, usage: dict[str, Any]) -> None:
+        """An answer's transaction committed: now it counts."""
         prompt = int(usage.get("prompt_tokens") or 0)
         completion = int(usage.get("completion_tokens") or 0)
-        self.limiters[task.model].reconcile(task.prompt_tokens + task.max_tokens,
-                                            prompt + completion if usage else None)
-        fleet.succeeded(replica, headers, task.prompt_tokens + task.max_tokens,
-                        prompt + completion if usage else None)
         self.stats.api_calls += 1
         self.stats.called.add(task.key)
         self.stats.prompt_tokens += prompt
         self.stats.completion_tokens += completion
-        self.stats.cost += estimate_cost(endpoint.model, prompt, completion) or 0.0
+        self.stats.cost += estimate_cost(self.endpoints[task.model].model,
+                                         prompt, completion) or 0.0
         self.on_progress(self.stats)
+
+    def _not_stored(self, tasks: list[Task]) -> None:
+        """A commit failed: its answers are not stored, so they are left for the rerun."""
+        self.stats.missing.extend(task.key for task in tasks)
+        self.stop.set()
 
 
 async def execute(tasks: Iterable[Task], *, cache: CacheBackend, session: aiohttp.ClientSession,
@@ -237,15 +291,20 @@ async def execute(tasks: Iterable[Task], *, cache: CacheBackend, session: aiohtt
         while (task := await queue.get()) is not None:
             await pool.run_task(task)
 
-    async with asyncio.TaskGroup() as group:
-        for _ in range(limits.concurrency):
-            group.create_task(worker())
-        await _dispatch(tasks, pool, queue, offline=offline, budget=budget)
-        # Sentinels only after a normal end. On a cancel or a worker's error the TaskGroup
-        # cancels the workers itself; putting into a full queue then would hang (nobody drains
-        # it) or wait for in-flight requests the cancel is meant to abandon.
-        for _ in range(limits.concurrency):
-            await queue.put(None)
+    try:
+        async with asyncio.TaskGroup() as group:
+            for _ in range(limits.concurrency):
+                group.create_task(worker())
+            await _dispatch(tasks, pool, queue, offline=offline, budget=budget)
+            # Sentinels only after a normal end. On a cancel or a worker's error the TaskGroup
+            # cancels the workers itself; putting into a full queue then would hang (nobody
+            # drains it) or wait for in-flight requests the cancel is meant to abandon.
+            for _ in range(limits.concurrency):
+                await queue.put(None)
+    finally:
+        pool.commits.flush()  # answers received in the last turn, or before a cancel
+    if pool.commits.error is not None:
+        raise pool.commits.error
     stats.interrupted = stop.is_set() and stats.fatal is None
     return stats
 
