@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import email.utils
+import functools
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -59,7 +60,7 @@ async def send(session: aiohttp.ClientSession, url: str, body: bytes, *,
     started = time.monotonic()
     try:
         async with session.post(url, data=body, headers=headers,
-                                timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+                                timeout=_timeout(timeout_s)) as resp:
             raw = await resp.read()
             if resp.status != 200:
                 raise _status_error(resp.status, raw, resp.headers)
@@ -69,6 +70,12 @@ async def send(session: aiohttp.ClientSession, url: str, body: bytes, *,
         raise RetryableError(f"connection error: {type(exc).__name__}: {exc}") from None
     return Response(data=_decode(raw, decode), latency_s=time.monotonic() - started,
                     headers=resp.headers)
+
+
+@functools.lru_cache(maxsize=8)
+def _timeout(total_s: float) -> aiohttp.ClientTimeout:
+    """One (immutable) timeout object per value, not one per request."""
+    return aiohttp.ClientTimeout(total=total_s)
 
 
 def _decode(raw: bytes, decode: Callable[[Any], Any] = lambda data: data) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """The worker pool: cache hit, or limiter -> POST -> store, with retries and a clean stop.
 
-One dispatcher walks the task stream (skipping cache hits and duplicate keys) into a bounded
-queue; N workers drain it. A response is handed to the store the moment it arrives, with no
+N workers pull from one stream of the tasks to call (cache hits and duplicate keys skipped,
+looked up in batches). A response is handed to the store the moment it arrives, with no
 `await` in between (group commit, `_Commits`): the answers that arrive in one turn of the event
 loop are written in one transaction at the end of that turn, and an answer counts as done (in
 the counters, the progress line and the manifest) only once its transaction is committed. A
@@ -18,7 +18,7 @@ import asyncio
 import operator
 import random
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -165,6 +165,8 @@ class _Pool:
         self.resume_at = 0.0
         self.loop = asyncio.get_running_loop()
         self.commits = _Commits(cache, self.loop, self._stored, self._not_stored)
+        self.identity = {name: e.model.endpoint for name, e in endpoints.items()}
+        """model -> the endpoint recorded with its answers (a property computed once, here)."""
 
     async def wait_pause(self) -> None:
         while (delay := self.resume_at - self.loop.time()) > 0 and not self.stop.is_set():
@@ -174,7 +176,7 @@ class _Pool:
         self.resume_at = max(self.resume_at, self.loop.time() + seconds)
 
     async def run_task(self, task: Task) -> None:
-        endpoint, fleet = self.endpoints[task.model], self.fleets[task.model]
+        fleet = self.fleets[task.model]
         error: APIError | None = None
         avoid: Replica | None = None  # the replica that just failed this task
         for attempt in range(self.limits.max_retries + 1):
@@ -209,8 +211,8 @@ class _Pool:
                 self.stop.set()
                 error = exc
                 break
-            # No await from here to put: a cancel cannot split the answer from its storage.
-            self._store(task, endpoint, response.data, response.latency_s, fleet, replica,
+            # No await from here to the hand-over: a cancel cannot split an answer from its store.
+            self._store(task, response.data, response.latency_s, fleet, replica,
                         response.headers)
             return
         assert error is not None
@@ -242,12 +244,12 @@ class _Pool:
                           headers=route.headers(replica.api_key()),
                           timeout_s=self.limits.timeout_s, decode=route.decode)
 
-    def _store(self, task: Task, endpoint: Endpoint, data: dict[str, Any],
+    def _store(self, task: Task, data: dict[str, Any],
                latency_s: float, fleet: Fleet, replica: Replica,
                headers: Mapping[str, str]) -> None:
         usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
         assert isinstance(usage, dict)
-        self.commits.add(task, answer_record(body=task.body, endpoint=endpoint.model.endpoint,
+        self.commits.add(task, answer_record(body=task.body, endpoint=self.identity[task.model],
                                              response=data, usage=usage, latency_s=latency_s,
                                              source="api", replica=replica.label), usage)
         used = (int(usage.get("prompt_tokens") or 0)
@@ -285,22 +287,19 @@ async def execute(tasks: Iterable[Task], *, cache: CacheBackend, session: aiohtt
     stats = stats if stats is not None else RunStats(total=total)  # or add to a run's counters
     stop = stop or asyncio.Event()
     pool = _Pool(cache, session, endpoints, limits, stop, stats, on_progress)
-    queue: asyncio.Queue[Task | None] = asyncio.Queue(maxsize=limits.concurrency * 2)
+    # One stream of the tasks to call, pulled by every worker: a plain generator (no await
+    # inside, so one worker's `next` ends before another's starts). A dispatcher task feeding
+    # a queue cost a task switch per answer at zero latency.
+    todo = _to_call(tasks, pool, offline=offline, budget=budget)
 
     async def worker() -> None:
-        while (task := await queue.get()) is not None:
+        for task in todo:
             await pool.run_task(task)
 
     try:
         async with asyncio.TaskGroup() as group:
             for _ in range(limits.concurrency):
                 group.create_task(worker())
-            await _dispatch(tasks, pool, queue, offline=offline, budget=budget)
-            # Sentinels only after a normal end. On a cancel or a worker's error the TaskGroup
-            # cancels the workers itself; putting into a full queue then would hang (nobody
-            # drains it) or wait for in-flight requests the cancel is meant to abandon.
-            for _ in range(limits.concurrency):
-                await queue.put(None)
     finally:
         pool.commits.flush()  # answers received in the last turn, or before a cancel
     if pool.commits.error is not None:
@@ -309,8 +308,10 @@ async def execute(tasks: Iterable[Task], *, cache: CacheBackend, session: aiohtt
     return stats
 
 
-async def _dispatch(tasks: Iterable[Task], pool: _Pool, queue: asyncio.Queue[Task | None], *,
-                    offline: bool, budget: float | None) -> None:
+def _to_call(tasks: Iterable[Task], pool: _Pool, *, offline: bool, budget: float | None
+             ) -> Iterator[Task]:
+    """The tasks to send, in order: cache hits and repeated keys counted and skipped; once the
+    run stops (or is offline, or over budget) the rest are listed as missing, not sent."""
     stats, seen = pool.stats, set()
     for task, cached in marked(pool.cache, tasks, operator.attrgetter("key")):
         if task.key in seen:  # e.g. two parsers over one request: one call serves both
@@ -332,4 +333,4 @@ async def _dispatch(tasks: Iterable[Task], pool: _Pool, queue: asyncio.Queue[Tas
                 stats.missing.append(task.key)
                 continue
             stats.committed_cost += cost
-        await queue.put(task)
+        yield task
