@@ -151,13 +151,25 @@ async def test_all_answered_cached_and_rerun_makes_no_calls(
 
 
 async def test_duplicate_keys_are_called_once(study: Callable[..., Study],
-                                              server: ThreadedServer, cache: Cache) -> None:
+                                              server: ThreadedServer, cache: Cache,
+                                              tmp_path: Path) -> None:
     s = study(10, JOB + SECOND_PROMPT)
     tasks = list(s.tasks())
     assert len(tasks) == 20 and len({t.key for t in tasks}) == 10  # parser is not in the key
     stats = await s.run(cache)
     assert (stats.api_calls, stats.duplicates, stats.done) == (10, 10, 20)
     assert server.state.requests == 10 and set(server.state.bodies.values()) == {1}
+    # Rerun: the repeats are found cached now, and still counted as repeats, not hits.
+    again = await s.run(cache)
+    assert (again.cache_hits, again.duplicates, again.api_calls, again.done) == (10, 10, 0, 20)
+    # Half the keys stored beforehand: each key is still one hit or one call, plus a repeat.
+    with Cache(tmp_path / "half") as half:
+        first = {}
+        for task in tasks:
+            first.setdefault(task.key, task)
+        await s.run(half, tasks=list(first.values())[:5])
+        mixed = await s.run(half)
+        assert (mixed.cache_hits, mixed.api_calls, mixed.duplicates) == (5, 5, 10)
 
 
 async def test_concurrency_limit_holds(study: Callable[..., Study], server: ThreadedServer,

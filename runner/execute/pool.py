@@ -14,6 +14,7 @@ Ctrl-C) cancels them.
 
 from __future__ import annotations
 
+import array
 import asyncio
 import operator
 import random
@@ -311,17 +312,25 @@ async def execute(tasks: Iterable[Task], *, cache: CacheBackend, session: aiohtt
 def _to_call(tasks: Iterable[Task], pool: _Pool, *, offline: bool, budget: float | None
              ) -> Iterator[Task]:
     """The tasks to send, in order: cache hits and repeated keys counted and skipped; once the
-    run stops (or is offline, or over budget) the rest are listed as missing, not sent."""
-    stats, seen = pool.stats, set()
+    run stops (or is offline, or over budget) the rest are listed as missing, not sent.
+
+    Memory stays flat over a cached run: only keys not in the cache (sent or missing) are kept
+    in a set, to never send one twice. A repeat of a cached key is told apart afterwards from
+    a 64-bit hash of every key (8 bytes a task in an array; two different keys of a 10M-task
+    job share a hash with probability ~3e-6, which would count one task as a repeat)."""
+    stats, uncached, hashes = pool.stats, set(), array.array("q")
+    repeats_of_uncached = 0
     for task, cached in marked(pool.cache, tasks, operator.attrgetter("key")):
-        if task.key in seen:  # e.g. two parsers over one request: one call serves both
-            stats.duplicates += 1
-            continue
-        seen.add(task.key)
+        hashes.append(hash(task.key))
         if cached:
             stats.cache_hits += 1
             pool.on_progress(stats)
             continue
+        if task.key in uncached:  # e.g. two parsers over one request: one call serves both
+            stats.duplicates += 1
+            repeats_of_uncached += 1
+            continue
+        uncached.add(task.key)
         if offline or pool.stop.is_set() or stats.budget_stopped:
             stats.missing.append(task.key)
             continue
@@ -334,3 +343,16 @@ def _to_call(tasks: Iterable[Task], pool: _Pool, *, offline: bool, budget: float
                 continue
             stats.committed_cost += cost
         yield task
+    # Repeats found cached (of a cached key, or of one stored since it was sent) were counted
+    # as hits: they are repeats.
+    extra = len(hashes) - _distinct(hashes) - repeats_of_uncached
+    stats.cache_hits -= extra
+    stats.duplicates += extra
+
+
+def _distinct(hashes: array.array[int]) -> int:
+    if len(hashes) < 2:
+        return len(hashes)
+    import numpy as np  # here, not at start-up: only a run that reaches its end needs it
+
+    return int(np.unique(np.frombuffer(hashes, dtype=np.int64)).size)
