@@ -10,7 +10,9 @@ answer on disk:
 - `cookbook`: bench/peers/cookbook_pattern.py, our re-implementation of the OpenAI cookbook's
   parallel-processor pattern (not the cookbook's script), answers appended to a JSONL file;
 - `inspect_ai`: bench/peers/inspect_generate.py, an inspect eval with the generate() solver
-  over the same messages, answers in its eval log.
+  over the same messages, answers in its eval log;
+- `cookbook_nosleep` (diagnostic, no target): the cookbook pattern without its 1 ms pause per
+  main-loop pass, a variant of ours that shows how much of the pattern's time is that pause.
 
 The peers run in their own venv (`JUDGE_PEERS_VENV`, default
 ~/.cache/judge-runner/bench-peers-venv), created here with `python -m venv` and pip at pinned
@@ -29,7 +31,6 @@ import gzip
 import hashlib
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -127,17 +128,27 @@ def _seed_tiktoken() -> str | None:
     return None
 
 
+def _create_venv() -> str | None:
+    """`python -m venv`, clearing a broken venv but never a folder that is not one."""
+    folder = venv_dir()
+    clear = (folder / "pyvenv.cfg").exists()
+    if not clear and folder.exists() and any(folder.iterdir()):
+        return f"{folder} exists and is not a venv: set JUDGE_PEERS_VENV to another folder"
+    try:
+        subprocess.run([sys.executable, "-m", "venv", *(["--clear"] if clear else []),
+                        str(folder)], check=True, capture_output=True, timeout=300)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"python -m venv {folder} failed: {exc}"
+    return None
+
+
 def ensure_peers() -> dict[str, Any]:
     """Create or reuse the peers venv; returns what is usable, why not, versions, setup time."""
     started, status = time.perf_counter(), {}
     have = installed()
     if not venv_python().exists():
-        shutil.rmtree(venv_dir(), ignore_errors=True)
-        try:
-            subprocess.run([sys.executable, "-m", "venv", str(venv_dir())], check=True,
-                           capture_output=True, timeout=300)
-        except (OSError, subprocess.SubprocessError) as exc:
-            reason = f"python -m venv {venv_dir()} failed: {exc}"
+        reason = _create_venv()
+        if reason:
             return {"available": {p: reason for p in PINS}, "setup_s": 0.0, "versions": {}}
         have = {}
     for peer, pins in PINS.items():

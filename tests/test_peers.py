@@ -63,3 +63,14 @@ def test_a_peer_that_cannot_install_is_skipped_with_the_reason(
         assert setup["available"][peer].startswith("pip install --quiet"), setup
         assert "exited 1" in setup["available"][peer]
     assert peers.installed() == {"cookbook": False, "inspect_ai": False}
+
+
+def test_a_folder_that_is_not_a_venv_is_left_alone(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "notes.txt").write_text("keep me", encoding="utf-8")
+    monkeypatch.setenv("JUDGE_PEERS_VENV", str(tmp_path))
+    setup = peers.ensure_peers()
+    assert setup["available"]["cookbook"] == (
+        f"{tmp_path} exists and is not a venv: set JUDGE_PEERS_VENV to another folder")
+    assert (tmp_path / "notes.txt").read_text(encoding="utf-8") == "keep me"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
