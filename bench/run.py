@@ -27,6 +27,7 @@ import orjson  # noqa: E402
 
 import bench.pgcache as pgcache  # noqa: E402
 from bench import batch, cached, common, fleet, local, memory, ratelimit, report, throughput  # noqa: E402
+from bench import peers as peers_bench  # noqa: E402
 from bench import reliability as reliability_bench  # noqa: E402
 
 # The same collector thresholds as `judge` itself (runner.cli.main.main), for every loop measured
@@ -49,6 +50,7 @@ BENCHMARKS: dict[str, Bench] = {
     "reliability": reliability_bench.reliability,
     "report": report.report_page,
     "fleet": fleet.fleet_throughput,
+    "peers": peers_bench.peer_comparison,
 }
 # What the table shows for each: (label, key in the result, format)
 HEADLINES: dict[str, list[tuple[str, str, str]]] = {
@@ -85,6 +87,19 @@ HEADLINES: dict[str, list[tuple[str, str, str]]] = {
               ("answers/s", "rate", "{:.0f}/s"),
               ("runner / bare aiohttp loop, same servers", "runner_over_bare", "{:.2f}x"),
               ("busiest replica's share / even share", "max_share_over_even", "{:.2f}")],
+    "peers": [("judge-runner / cookbook pattern, 0 ms, 64", "cookbook_0ms", "{:.2f}x"),
+              ("judge-runner / inspect_ai, 0 ms, 64", "inspect_ai_0ms", "{:.2f}x"),
+              ("judge-runner / cookbook pattern, 200 ms, 256", "cookbook_200ms", "{:.2f}x"),
+              ("judge-runner / inspect_ai, 200 ms, 256", "inspect_ai_200ms", "{:.2f}x"),
+              ("judge run / cookbook process, 0 ms", "cookbook_0ms_process", "{:.2f}x"),
+              ("judge run / inspect process, 0 ms", "inspect_ai_0ms_process", "{:.2f}x"),
+              ("judge run / cookbook process, 200 ms", "cookbook_200ms_process", "{:.2f}x"),
+              ("judge run / inspect process, 200 ms", "inspect_ai_200ms_process", "{:.2f}x"),
+              ("diagnostic: / cookbook pattern without its 1 ms pause, 0 ms",
+               "cookbook_nosleep_0ms", "{:.2f}x"),
+              ("diagnostic: / the same, 200 ms", "cookbook_nosleep_200ms", "{:.2f}x"),
+              ("judge-runner answers/s, 0 ms", "runner_rate_0ms", "{}/s"),
+              ("judge-runner answers/s, 200 ms", "runner_rate_200ms", "{}/s")],
 }
 
 
