@@ -23,16 +23,17 @@ import itertools
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, Literal, get_args
 
 import krippendorff
 import numpy as np
 import numpy.typing as npt
-from scipy import stats
 
 from runner.expand import Expansion
+from runner.reduce import _coef
 from runner.reduce.judgments import Judgment
 
 __all__ = ["PowerPlan", "Positions", "alpha", "correlation", "partial", "permutation_p",
@@ -114,9 +115,9 @@ def correlation(method: str, x: Sequence[float] | FloatArray,
     xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if xs.size < 3 or np.ptp(xs) == 0 or np.ptp(ys) == 0:
         return None
-    func = {"pearson": stats.pearsonr, "spearman": stats.spearmanr,
-            "kendall": stats.kendalltau}[method]
-    value = float(func(xs, ys)[0])  # type: ignore[operator]
+    funcs: dict[str, Callable[[FloatArray, FloatArray], Any]] = {
+        "pearson": _coef.pearson, "spearman": _coef.spearman, "kendall": _coef.kendall}
+    value = float(funcs[method](xs, ys))
     return None if math.isnan(value) else value
 
 
@@ -141,7 +142,7 @@ def williams(r12: float, r13: float, r23: float, n: int) -> tuple[float, float] 
         return None
     t = (r12 - r13) * math.sqrt((n - 1) * (1 + r23)) / math.sqrt(
         2 * k * (n - 1) / (n - 3) + ((r12 + r13) ** 2 / 4) * (1 - r23) ** 3)
-    return t, float(2 * stats.t.sf(abs(t), n - 3))
+    return t, float(2 * _scipy_stats().t.sf(abs(t), n - 3))
 
 
 def permutation_p(method: str, a: Sequence[float], b: Sequence[float], human: Sequence[float],
@@ -153,7 +154,7 @@ def permutation_p(method: str, a: Sequence[float], b: Sequence[float], human: Se
     if xa.size < 3 or np.ptp(xa) == 0 or np.ptp(xb) == 0 or np.ptp(h) == 0 or n_perm < 1:
         return None
     if method != "pearson":  # rank methods: permute the ranks
-        xa, xb, h = stats.rankdata(xa), stats.rankdata(xb), stats.rankdata(h)
+        xa, xb, h = _coef.rankdata(xa), _coef.rankdata(xb), _coef.rankdata(h)
     za, zb = (xa - xa.mean()) / xa.std(), (xb - xb.mean()) / xb.std()
     observed = _diff(method, za[None, :], zb[None, :], h)[0]
     rng = np.random.default_rng(seed)
@@ -168,7 +169,7 @@ def permutation_p(method: str, a: Sequence[float], b: Sequence[float], human: Se
 def _diff(method: str, a: FloatArray, b: FloatArray, h: FloatArray) -> FloatArray:
     """corr(a_i, h) - corr(b_i, h) for each row i (pearson on values or on ranks; kendall)."""
     if method == "kendall":
-        return np.array([stats.kendalltau(ra, h)[0] - stats.kendalltau(rb, h)[0]
+        return np.array([_coef.kendall(ra, h) - _coef.kendall(rb, h)
                          for ra, rb in zip(a, b, strict=True)])
     return _rows_pearson(a, h) - _rows_pearson(b, h)
 
@@ -179,6 +180,13 @@ def _rows_pearson(x: FloatArray, y: FloatArray) -> FloatArray:
     with np.errstate(invalid="ignore", divide="ignore"):
         out: FloatArray = (xc @ yc) / np.sqrt((xc ** 2).sum(axis=1) * (yc ** 2).sum())
     return out
+
+
+def _scipy_stats() -> ModuleType:
+    """scipy.stats, imported on first use (position rows, Williams' test): importing it
+    costs 0.7-1.5 s of CPU, more than the correlations of a 100,000-task run."""
+    import scipy.stats
+    return scipy.stats
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,7 +213,7 @@ def plan_power(a: Sequence[float], b: Sequence[float], human: Sequence[float], *
     if method not in ("pearson", "spearman") or xa.size < 10 or width <= 0:
         return None
     if method == "spearman":
-        xa, xb, h = stats.rankdata(xa), stats.rankdata(xb), stats.rankdata(h)
+        xa, xb, h = _coef.rankdata(xa), _coef.rankdata(xb), _coef.rankdata(h)
     diff = correlation("pearson", xa, h), correlation("pearson", xb, h)
     if diff[0] is None or diff[1] is None:
         return None
@@ -339,7 +347,7 @@ def _position_rows(judge: str, dataset: str, aspect: str, t: Mapping[str, Any]
         out.append(row("flip_rate", t["flips"] / t["pairs"], t["pairs"]))
     decisive = t["first"] + t["second"]
     if decisive:
-        p = float(stats.binomtest(t["first"], decisive, 0.5).pvalue)
+        p = float(_scipy_stats().binomtest(t["first"], decisive, 0.5).pvalue)
         out.append(row("first_position_win_rate", t["first"] / decisive, decisive, p))
     for position in sorted(t["by_position"]):
         scores = t["by_position"][position]
