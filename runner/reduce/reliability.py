@@ -121,11 +121,13 @@ def correlation(method: str, x: Sequence[float] | FloatArray,
     return None if math.isnan(value) else value
 
 
-def partial(method: str, x: Sequence[float], y: Sequence[float],
-            z: Sequence[float]) -> float | None:
+def partial(method: str, x: Sequence[float], y: Sequence[float], z: Sequence[float],
+            corr: Callable[[str, Sequence[float], Sequence[float]], float | None] = correlation
+            ) -> float | None:
     """Correlation of x and y controlling for z: (r_xy - r_xz r_yz) / sqrt((1 - r_xz^2)
-    (1 - r_yz^2)), each r by `method` (pearson, or spearman: the partial rank correlation)."""
-    rxy, rxz, ryz = correlation(method, x, y), correlation(method, x, z), correlation(method, y, z)
+    (1 - r_yz^2)), each r by `method` (pearson, or spearman: the partial rank correlation);
+    `corr` computes them (correlation, or a caller's memo of it)."""
+    rxy, rxz, ryz = corr(method, x, y), corr(method, x, z), corr(method, y, z)
     if rxy is None:
         return None
     rxz, ryz = rxz or 0.0, ryz or 0.0  # a constant z explains nothing
