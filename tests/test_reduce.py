@@ -236,7 +236,7 @@ def both_ways(d: _Data, g0: int, g1: int, c: np.ndarray[Any, np.dtype[np.float64
     merges = _kendall.Pairs(merges=_kendall.plan(p.cx, p.cy))
     direct = _kendall.Pairs(signs=_kendall.group_signs(d.x[i0:i1], d.y[i0:i1],
                                                        d.edges[g0:g1 + 1] - i0))
-    return [merges.sums(c, p.txy), direct.sums(c, p.txy)]
+    return [merges.sums(c, p.txy.drawn(c)), direct.sums(c, p.txy.drawn(c))]
 
 
 @pytest.mark.parametrize(("x_values", "y_values"),

@@ -112,12 +112,12 @@ class Pairs:
     merges: tuple[_Merge, ...] = ()
     signs: FloatArray | None = None
 
-    def sums(self, c: FloatArray, cells: Counts) -> FloatArray:
-        """P per resample, for draw counts c (resamples x groups) of groups holding
-        ``cells`` (groups x cells) items per distinct (x, y) cell."""
+    def sums(self, c: FloatArray, drawn: FloatArray) -> FloatArray:
+        """P per resample, for draw counts c (resamples x groups) that draw ``drawn`` (cells
+        x resamples) items of each distinct (x, y) cell."""
         if self.signs is not None:
             return np.asarray(((c @ self.signs) * c).sum(axis=1), dtype=np.float64)
-        return merge_sums(self.merges, cells.drawn(c))
+        return merge_sums(self.merges, drawn)
 
 
 def pairs(x: FloatArray, y: FloatArray, edges: IntArray, cx: IntArray, cy: IntArray,

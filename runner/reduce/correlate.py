@@ -271,12 +271,22 @@ class _Pooled:
     """Per-group summaries of one selection, enough to pool any resample's items."""
 
     moments: FloatArray  # (G, 6) sums of 1, x, y, x^2, y^2, xy (x, y centred)
-    tx: _kendall.Counts  # (G, Ux) items per distinct x value; likewise ty
-    ty: _kendall.Counts
     txy: _kendall.Counts  # (G, K) items per distinct (x, y) cell
-    cx: IntArray  # (K,) x value index of each cell; likewise cy
+    cx: IntArray  # (K,) x value index of each cell (cells are in x order); likewise cy
     cy: IntArray
+    x_starts: IntArray  # (Ux,) where each x value's cells begin
+    y_order: IntArray  # (K,) the cells in y order, and where each y value's begin
+    y_starts: IntArray
     kendall: _kendall.Pairs | None  # concordance sums, if kendall is wanted
+
+    def drawn(self, c: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """Items drawn by resamples c per distinct x value, y value and (x, y) cell, each
+        (values, resamples): the cells' counts, summed by x and by y (whole numbers, so
+        exactly the per-value tables' products)."""
+        wxy = self.txy.drawn(c)
+        wx = np.add.reduceat(wxy, self.x_starts, axis=0)
+        wy = np.add.reduceat(wxy[self.y_order], self.y_starts, axis=0)
+        return wx, wy, wxy
 
 
 def _summarise(d: _Data, sel: _Selection, kendall: int | None) -> _Pooled:
@@ -286,11 +296,15 @@ def _summarise(d: _Data, sel: _Selection, kendall: int | None) -> _Pooled:
     a, c = x - x.mean(), y - y.mean()
     parts = np.stack([np.ones_like(a), a, c, a * a, c * c, a * c], axis=1)
     gid = np.repeat(np.arange(n_groups), np.diff(edges))
-    tx, _, ux = _table(x, gid, n_groups)
-    ty, _, uy = _table(y, gid, n_groups)
-    txy, cells, _ = _table(ux * ty.shape[1] + uy, gid, n_groups)
-    cx, cy = cells // ty.shape[1], cells % ty.shape[1]
-    return _Pooled(np.add.reduceat(parts, edges[:-1], axis=0), tx, ty, txy, cx, cy,
+    ux = np.unique(x, return_inverse=True)[1].ravel()
+    y_values, uy = np.unique(y, return_inverse=True)
+    n_y = len(y_values)
+    txy, cells, _ = _table(ux * n_y + uy.ravel(), gid, n_groups)
+    cx, cy = cells // n_y, cells % n_y  # cells sorted by x, then y
+    y_order = np.argsort(cy, kind="stable")
+    return _Pooled(np.add.reduceat(parts, edges[:-1], axis=0), txy, cx, cy,
+                   np.flatnonzero(np.r_[True, cx[1:] != cx[:-1]]), y_order,
+                   np.flatnonzero(np.r_[True, np.diff(cy[y_order]) != 0]),
                    None if kendall is None else _kendall.pairs(x, y, edges, cx, cy, kendall))
 
 
@@ -299,7 +313,7 @@ def _boot_chunk(p: _Pooled, methods: Sequence[str], c: FloatArray) -> dict[str, 
 
     Weights are laid out (values, resamples) so that cumsum and gathers run along rows.
     """
-    wx, wy = p.tx.drawn(c), p.ty.drawn(c)
+    wx, wy, wxy = p.drawn(c)
     out: dict[str, FloatArray] = {}
     with np.errstate(divide="ignore", invalid="ignore"):
         if "pearson" in methods:
@@ -311,13 +325,13 @@ def _boot_chunk(p: _Pooled, methods: Sequence[str], c: FloatArray) -> dict[str, 
             rx = np.cumsum(wx, axis=0) - (wx - 1) / 2  # average rank of each distinct value
             ry = np.cumsum(wy, axis=0) - (wy - 1) / 2
             centre = n * ((n + 1) / 2) ** 2  # the ranks' mean is (n + 1) / 2 exactly
-            cov = (p.txy.drawn(c) * rx[p.cx] * ry[p.cy]).sum(axis=0) - centre
+            cov = (wxy * rx[p.cx] * ry[p.cy]).sum(axis=0) - centre
             # sum of squared deviations of average ranks: (n^3 - sum of tie sizes cubed) / 12
             out["spearman"] = 12 * cov / np.sqrt((n * n * n - (wx2 * wx).sum(axis=0)) *
                                                  (n * n * n - (wy2 * wy).sum(axis=0)))
         if p.kendall is not None:
             untied_x, untied_y = n * n - wx2.sum(axis=0), n * n - wy2.sum(axis=0)
-            out["kendall"] = p.kendall.sums(c, p.txy) / np.sqrt(untied_x * untied_y)
+            out["kendall"] = p.kendall.sums(c, wxy) / np.sqrt(untied_x * untied_y)
     undefined = ((wx > 0).sum(axis=0) < 2) | ((wy > 0).sum(axis=0) < 2)  # a constant side
     return {m: np.where(undefined, np.nan, r) for m, r in out.items()}
 
@@ -326,7 +340,7 @@ def _boot_pooled(d: _Data, sel: _Selection, methods: Sequence[str],
                  counts: FloatArray) -> dict[str, FloatArray]:
     """The pooled coefficient per resample of sel's groups, resamples taken in chunks."""
     p = _summarise(d, sel, len(counts) if "kendall" in methods else None)
-    width = max(p.tx.shape[1], p.ty.shape[1], p.txy.shape[1], 1)
+    width = max(p.txy.shape[1], 1)  # at least as many cells as x or y values
     step = max(1, _CELLS // 8 // width)
     chunks = [_boot_chunk(p, methods, counts[b:b + step]) for b in range(0, len(counts), step)]
     return {m: np.concatenate([ch[m] for ch in chunks]) for m in methods}

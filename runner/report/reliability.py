@@ -101,7 +101,8 @@ def _judge_agreement(dataset: str, aspect: str,
                      ) -> list[dict[str, Any]]:
     out = []
     for judge, scored in judges.items():
-        k = max((len(it.annotators.get(aspect, ())) for it, _ in scored.values()), default=0)
+        k = max((len(votes) for it, _ in scored.values()
+                 if it.annotators and (votes := it.annotators.get(aspect))), default=0)
         for c in range(k):
             pairs = [(s, it.annotators[aspect][c]) for it, s in scored.values()
                      if len(it.annotators.get(aspect, ())) > c]
@@ -136,8 +137,12 @@ def _length_rows(dataset: str, aspect: str,
     out = []
     human_done = False
     for judge, scored in judges.items():
-        rows = [(s, it.human[aspect], size) for it, s in scored.values()
-                if aspect in it.human and (size := _length(it, memo)) is not None]
+        rows = []
+        for it, s in scored.values():
+            if aspect in it.human:
+                size = memo[id(it)] if id(it) in memo else _length(it, memo)
+                if size is not None:
+                    rows.append((s, it.human[aspect], size))
         if len(rows) < 3:
             continue
         score, human = [r[0] for r in rows], [r[1] for r in rows]
