@@ -77,11 +77,9 @@ class Task:
 
     def without_body(self) -> Task:
         """This task without its request body, to keep many in memory (4x faster than
-        dataclasses.replace)."""
-        return Task(key=self.key, dataset=self.dataset, item_id=self.item_id,
-                    prompt=self.prompt, aspect=self.aspect, model=self.model,
-                    sample=self.sample, body=b"", prompt_tokens=self.prompt_tokens,
-                    max_tokens=self.max_tokens, members=self.members)
+        dataclasses.replace; positional arguments, in field order, cost half of keywords)."""
+        return Task(self.key, self.dataset, self.item_id, self.prompt, self.aspect, self.model,
+                    self.sample, b"", self.prompt_tokens, self.max_tokens, self.members)
 
 
 @dataclass(frozen=True, slots=True)

@@ -337,3 +337,10 @@ def test_task_body_is_the_serialised_request(params: dict[str, Any], before: str
     assert body["messages"][-1]["content"] == (before + after + "{{output}}" + after
                                                + "overall")
     assert tasks[0].key == cache_key(model.endpoint, body, 0)
+
+
+def test_without_body_keeps_every_other_field(write_job: JobWriter) -> None:
+    for task in _expand(write_job).tasks():
+        kept = task.without_body()
+        assert kept.body == b"" and task.body
+        assert dataclasses.replace(task, body=b"") == kept
