@@ -66,7 +66,45 @@ def alpha(table: Sequence[Sequence[float | None]], level: Level = "interval") ->
         return None
     if distinct > MAX_VALUES:  # the package builds values x values and units x values tables
         return _interval_alpha(pairable) if level == "interval" else None
-    return float(krippendorff.alpha(reliability_data=pairable, level_of_measurement=level))
+    return _krippendorff(pairable, level)
+
+
+def _krippendorff(data: FloatArray, level: Level) -> float:
+    """krippendorff.alpha(reliability_data=data, level_of_measurement=level) with the
+    package's own arithmetic, but its coincidence matrix summed over the pairs of values each
+    unit has (the package builds a units x values x values array: about a second a call for a
+    0-100 scale over a few thousand units). tests/test_reliability.py checks the bits."""
+    domain = np.unique(data[~np.isnan(data)])
+    n_units, n_values = data.shape[1], len(domain)
+    coder, unit = np.nonzero(~np.isnan(data))
+    cell = unit * n_values + np.searchsorted(domain, data[coder, unit])
+    counts = np.bincount(cell, minlength=n_units * n_values).reshape(n_units, n_values)
+    o = _coincidences(counts)
+    n_v = o.sum(axis=0)
+    package = krippendorff.krippendorff
+    e: FloatArray = package._random_coincidences(n_v)
+    d: FloatArray = package._distances(domain, package._distance_metric(level), n_v)
+    return float(1 - (o * d).sum() / (e * d).sum())
+
+
+def _coincidences(counts: npt.NDArray[np.int64]) -> FloatArray:
+    """The package's coincidence matrix of a units x values table of counts: per unit,
+    (c_v c_w - [v = w] c_v) / (m_u - 1), summed over the units in order (the same additions
+    as the package's sum over its first axis; the units' zero terms left out)."""
+    n_values = counts.shape[1]
+    pairable = np.maximum(counts.sum(axis=1), 2)
+    unit, value = np.nonzero(counts)  # by unit, then value
+    per_unit = np.bincount(unit, minlength=len(counts))
+    reps = per_unit[unit]  # each entry meets every entry of its unit, itself included
+    left = np.repeat(np.arange(len(unit)), reps)
+    start = (np.cumsum(per_unit) - per_unit)[unit[left]]
+    right = start + np.arange(len(left)) - np.repeat(np.cumsum(reps) - reps, reps)
+    c = counts[unit, value].astype(np.float64)
+    pair = c[left] * c[right] - np.where(left == right, c[left], 0.0)
+    weight = pair / (pairable[unit[left]] - 1)
+    summed = np.bincount(value[left] * n_values + value[right], weights=weight,
+                         minlength=n_values * n_values)  # float64 with weights
+    return np.asarray(summed, dtype=np.float64).reshape(n_values, n_values)
 
 
 def _interval_alpha(data: FloatArray) -> float:
