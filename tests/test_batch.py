@@ -17,9 +17,16 @@ from pathlib import Path
 import orjson
 import pytest
 
-from runner.cli.batches import batch_models
+from runner.cli.batches import MAX_BATCH_REQUESTS, batch_models
 from runner.errors import ConfigError
-from runner.execute.batch import BatchOptions, BatchRun, _body_of, batch_cost, request_line
+from runner.execute.batch import (
+    MAX_REQUESTS,
+    BatchOptions,
+    BatchRun,
+    _body_of,
+    batch_cost,
+    request_line,
+)
 from runner.execute.cache import Cache
 from runner.execute.ledger import Ledger
 from runner.expand import Task
@@ -485,3 +492,9 @@ def test_gemini_and_azure_models_get_a_not_yet_error_for_batch_mode(write_job: J
     with pytest.raises(ConfigError, match="batch mode is not yet supported for gemini models"):
         batch_models(mixed, everyone=True)
     assert batch_models(mixed, everyone=False) == ()  # no model asks for batch mode
+
+
+def test_the_batch_size_option_allows_what_a_batch_file_holds() -> None:
+    """`judge run --batch-size` is bounded without importing runner.execute.batch (aiohttp)
+    at start-up: its limit must stay the batch module's."""
+    assert MAX_BATCH_REQUESTS == MAX_REQUESTS

@@ -556,3 +556,36 @@ def test_every_command_has_help(path: tuple[str, ...], invoke: Any) -> None:
     assert result.stdout.startswith(f"Usage: cli {' '.join(path)}".rstrip() + " ")
     first_line = command.help.strip().splitlines()[0].strip()
     assert first_line[:40] in " ".join(result.stdout.split())
+
+
+# ---------------------------------------------------------------- start-up: lazy imports
+
+HEAVY = ("numpy", "scipy", "aiohttp", "tqdm", "matplotlib", "psycopg")
+# Runs the CLI in a fresh interpreter, then names the heavy modules it had to import.
+PROBE = ("import sys\nfrom runner.cli.main import cli\ntry:\n"
+         "    cli.main(sys.argv[1:], prog_name='judge', standalone_mode=False)\nfinally:\n"
+         f"    print('imported:', *[m for m in {HEAVY!r} if m in sys.modules], file=sys.stderr)")
+
+
+@pytest.mark.parametrize(("args", "wanted"), [
+    (("--help",), set()),
+    (("plan", "{job}", "--limit", "3", "--base-url", "{url}"), set()),
+    (("status", "{job}", "--limit", "3", "--base-url", "{url}"), set()),
+    (("datasets", "list"), set()),
+    (("rescore", "{job}", "--limit", "3", "--base-url", "{url}"), {"numpy", "aiohttp"}),
+    (("run", "{job}", "--limit", "3", "--base-url", "{url}"), {"numpy", "aiohttp", "tqdm"}),
+])
+def test_commands_import_only_what_they_use(args: tuple[str, ...], wanted: set[str],
+                                            tmp_path: Path, data_dir: Path) -> None:
+    """scipy.stats alone took 0.7-1.5 s to import; no command pays for what it does not use
+    (rescore needs aiohttp only for runner.execute.pool's RunStats)."""
+    job = write_job(tmp_path)
+    with ThreadedServer() as server:
+        argv = [a.format(job=job, url=server.url) for a in args]
+        proc = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True,
+                              text=True, env=clean_env(data_dir), cwd=tmp_path,
+                              timeout=SUBPROCESS_TIMEOUT_S, check=False)
+    assert proc.returncode == 0, proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line.startswith("imported:"), proc.stderr
+    assert set(line.split()[1:]) == wanted

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -14,8 +15,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from runner.data.datasets import Item
 from runner.errors import ConfigError
-from runner.expand import Expansion, Task, _key, cache_key, prepare
+from runner.expand import (
+    Expansion,
+    Task,
+    _Frames,
+    _key,
+    _tasks,
+    cache_key,
+    prepare,
+    request_body,
+)
 from runner.job.load import load_job
 from tests.conftest import ROOT, JobWriter
 
@@ -300,3 +311,36 @@ def test_task_keys_equal_cache_key(params: dict[str, Any], endpoint: str, sample
     body = _body(params)
     canonical = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
     assert _key(orjson.dumps(endpoint), canonical, sample) == cache_key(endpoint, body, sample)
+
+
+# ------------------------------------------------- hypothesis: bodies cut from a frame
+
+TEXT = st.text(alphabet=st.sampled_from(list("ab {}\"\\\n\x00é✓")), max_size=30)
+
+
+@given(PARAMS, TEXT, TEXT, st.booleans())
+def test_task_body_is_the_serialised_request(params: dict[str, Any], before: str, after: str,
+                                             system: bool) -> None:
+    """Tasks splice the rendered contents into bytes serialised once per (prompt, model); the
+    result must be the very bytes of serialising the whole request body with sorted keys."""
+    job = load_job(ROOT / "jobs" / "openmeva.toml")
+    template = before + "{{ output }}" + after + "{{aspect}}"
+    prompt = dataclasses.replace(job.prompts[0], params=params, templates={"*": template},
+                                 system=before + "{{aspect}}" if system else None)
+    model = job.models[0]
+    values = {"output": after + "{{output}}", "aspect": "overall"}
+    item = Item(dataset="d", item_id="i", group="g", system="s", subset="", fields=values,
+                human={}, annotators={}, metrics={}, extra={})
+    tasks = list(_tasks(item, values, (), prompt, "overall", template, [model], _Frames()))
+    body = request_body(prompt, model, values, "overall")
+    assert [t.body for t in tasks] == [orjson.dumps(body, option=orjson.OPT_SORT_KEYS)]
+    assert body["messages"][-1]["content"] == (before + after + "{{output}}" + after
+                                               + "overall")
+    assert tasks[0].key == cache_key(model.endpoint, body, 0)
+
+
+def test_without_body_keeps_every_other_field(write_job: JobWriter) -> None:
+    for task in _expand(write_job).tasks():
+        kept = task.without_body()
+        assert kept.body == b"" and task.body
+        assert dataclasses.replace(task, body=b"") == kept

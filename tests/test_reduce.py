@@ -10,10 +10,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
 from runner.errors import ConfigError, DataError
-from runner.reduce import _kendall
+from runner.reduce import _coef, _kendall
 from runner.reduce.correlate import (
     Correlation,
     Row,
@@ -234,7 +236,7 @@ def both_ways(d: _Data, g0: int, g1: int, c: np.ndarray[Any, np.dtype[np.float64
     merges = _kendall.Pairs(merges=_kendall.plan(p.cx, p.cy))
     direct = _kendall.Pairs(signs=_kendall.group_signs(d.x[i0:i1], d.y[i0:i1],
                                                        d.edges[g0:g1 + 1] - i0))
-    return [merges.sums(c, p.txy), direct.sums(c, p.txy)]
+    return [merges.sums(c, p.txy.drawn(c)), direct.sums(c, p.txy.drawn(c))]
 
 
 @pytest.mark.parametrize(("x_values", "y_values"),
@@ -384,3 +386,61 @@ def test_pairwise_accuracy_counts_every_pair() -> None:
     want = sum(np.sign(mx[i] - mx[j]) == np.sign(my[i] - my[j]) for i, j in pairs) / len(pairs)
     got = by_key(correlate(rows, levels=("system",), n_boot=0))
     assert got["system", "pairwise_accuracy", "all"].value == pytest.approx(want)
+
+
+# ------------------------------------- scipy's statistics in numpy (runner.reduce._coef)
+
+FINITE = st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False)
+SAMPLES = st.integers(2, 60).flatmap(lambda n: st.tuples(
+    st.lists(FINITE | st.sampled_from([1.0, 2.0, 3.0]), min_size=n, max_size=n),
+    st.lists(st.integers(1, 5).map(float) | FINITE, min_size=n, max_size=n)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(SAMPLES)
+def test_coef_is_scipy_bit_for_bit(sample: tuple[list[float], list[float]]) -> None:
+    """Point values are _coef's, not scipy's: the same float operations must give the same
+    bits, ties, two points and large values included."""
+    x, y = np.array(sample[0]), np.array(sample[1])
+    assert _coef.rankdata(x).tolist() == stats.rankdata(x).tolist()
+    if np.ptp(x) == 0 or np.ptp(y) == 0:
+        return
+    assert float(_coef.pearson(x, y)) == float(stats.pearsonr(x, y).statistic)
+    assert _coef.spearman(x, y) == float(stats.spearmanr(x, y).statistic)
+    assert _coef.kendall(x, y) == float(stats.kendalltau(x, y).statistic)
+
+
+@pytest.mark.parametrize("m", [2, 3, 9, 65])
+def test_coef_rows_are_scipy_bit_for_bit(m: int) -> None:
+    rng = np.random.default_rng(m)
+    xs = rng.integers(1, 6, (300, m)).astype(float)
+    ys = np.where(rng.random((300, m)) < 0.5, rng.integers(1, 4, (300, m)), rng.random((300, m)))
+    ok = (np.ptp(xs, axis=1) > 0) & (np.ptp(ys, axis=1) > 0)
+    xs, ys = xs[ok], ys[ok]
+    np.testing.assert_array_equal(_coef.rankdata(ys), stats.rankdata(ys, axis=1))
+    np.testing.assert_array_equal(_coef.pearson(xs, ys), stats.pearsonr(xs, ys, axis=1).statistic)
+    assert np.isnan(_coef.pearson(np.ones((1, m)), ys[:1])).all()
+
+
+def test_kendall_of_large_continuous_samples_is_scipy_bit_for_bit() -> None:
+    rng = np.random.default_rng(3)
+    x, y = rng.random(20_000), rng.random(20_000) + rng.integers(0, 3, 20_000)
+    assert _coef.kendall(x, y) == stats.kendalltau(x, y).statistic
+    assert _coef.kendall(x.round(2), y) == stats.kendalltau(x.round(2), y).statistic
+
+
+@pytest.mark.parametrize("cells", [1 << 22, 50])
+def test_counts_drawn_are_table_times_draws(cells: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whole table or non-zero entries (a small _CELLS forces the entries), the same counts."""
+    monkeypatch.setattr(_kendall, "_CELLS", cells)
+    rng = np.random.default_rng(5)
+    group, value = rng.integers(0, 30, 400), rng.integers(0, 17, 400)
+    value[:17] = np.arange(17)  # every value occurs
+    table = np.zeros((30, 17))
+    np.add.at(table, (group, value), 1)
+    counts = _kendall.counts(value, group, (30, 17))
+    assert (counts.table is None) == (cells == 50)
+    c = _counts((30,), 25, 2)
+    got = counts.drawn(c)
+    assert got.flags.c_contiguous
+    np.testing.assert_array_equal(got, table.T @ c.T)

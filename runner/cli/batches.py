@@ -13,20 +13,27 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from runner.cli.session import Selection, derive, open_selected
 from runner.errors import ConfigError
-from runner.execute.batch import BatchOptions, BatchRun, BatchStats, Provider
 from runner.execute.ledger import Ledger
-from runner.execute.pool import RunStats
 from runner.job.spec import Job
 from runner.reduce.judgments import Judgment
 
-__all__ = ["BATCH_KINDS", "BatchAnswers", "Batched", "batch_models", "batch_stage", "batches",
-           "merge", "run_batches"]
+if TYPE_CHECKING:
+    from runner.execute.batch import BatchOptions, BatchStats, Provider
+    from runner.execute.pool import RunStats
+
+# runner.execute.batch (and with it aiohttp, ~0.15 s) is imported by the functions that run
+# batches, not here: every `judge` command imports this module to register `judge batches`.
+MAX_BATCH_REQUESTS = 50_000
+"""runner.execute.batch.MAX_REQUESTS (tests/test_batch.py checks): the --batch-size limit."""
+
+__all__ = ["BATCH_KINDS", "MAX_BATCH_REQUESTS", "BatchAnswers", "Batched", "batch_models",
+           "batch_stage", "batches", "merge", "run_batches"]
 
 BATCH_KINDS = ("openai", "compatible", "anthropic")
 
@@ -50,6 +57,7 @@ def batch_models(job: Job, everyone: bool) -> tuple[str, ...]:
 
 
 def _providers(job: Job, names: tuple[str, ...]) -> dict[str, Provider]:
+    from runner.execute.batch import Provider
     out = {}
     for m in job.models:
         if m.name in names:
@@ -75,6 +83,7 @@ class Batched:
 
 def run_batches(sel: Selection, names: tuple[str, ...], options: BatchOptions) -> Batched:
     """Generation stage then judges (over what the generators have answered so far)."""
+    from runner.execute.batch import BatchRun, BatchStats
     stats = BatchStats()
 
     def say(line: str) -> None:
@@ -110,6 +119,7 @@ def batch_stage(sel: Selection, opts: dict[str, Any]) -> Batched | None:
             raise ConfigError(f"{sel.job.path}: --no-wait needs --batch or a model with mode = "
                               "\"batch\"; e.g. judge run JOB --batch --no-wait")
         return None
+    from runner.execute.batch import BatchOptions
     return run_batches(sel, names, BatchOptions(
         wait=not opts["no_wait"], fallback=opts["batch_fallback"], poll_s=opts["poll_interval"],
         max_requests=opts["batch_size"], max_retries=sel.job.limits.max_retries))
@@ -178,6 +188,7 @@ def batches(common: Callable[..., Any], select_args: Callable[..., Selection]) -
           judge batches summeval             state of every batch `judge run --batch` made
           judge batches summeval --cancel    cancel the live ones
         """
+        from runner.execute.batch import BatchOptions, BatchRun
         sel = select_args(job, models, base_url, limit, cache_dir, out)
         names = tuple(m.name for m in sel.job.models if m.kind in BATCH_KINDS)
         with open_selected(sel) as cache, Ledger(sel.cache_dir) as ledger:

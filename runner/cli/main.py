@@ -19,15 +19,21 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import orjson
 
 from runner.cli import views
-from runner.cli.batches import BatchAnswers, Batched, batch_stage, batches, merge
+from runner.cli.batches import (
+    MAX_BATCH_REQUESTS,
+    BatchAnswers,
+    Batched,
+    batch_stage,
+    batches,
+    merge,
+)
 from runner.cli.cachecmds import cache_option, cache_url, export_command, import_command
-from runner.cli.progress import Progress
 from runner.cli.session import (
     Download,
     Selection,
@@ -45,30 +51,20 @@ from runner.cli.session import (
 from runner.data import datasets
 from runner.errors import ConfigError, DataError, RunnerError
 from runner.execute.backend import CacheBackend, marked, open_cache, redact
-from runner.execute.batch import MAX_REQUESTS, batch_cost
 from runner.execute.imports import import_answers
-from runner.execute.pool import RunStats
 from runner.execute.shard import Shard, split_limits
 from runner.expand import Task
 from runner.job.spec import Job
 from runner.reduce.judgments import judge
-from runner.report.reliability import (
-    POWER_COLUMNS,
-    SIGNIFICANCE_COLUMNS,
-    csv_bytes,
-    power_lines,
-    power_rows,
-    significance,
-)
-from runner.report.write import (
-    COMPARE_COLUMNS,
-    Tables,
-    collect,
-    comparison,
-    judge_rows,
-    write_atomic,
-    write_reports,
-)
+
+if TYPE_CHECKING:
+    from runner.cli.progress import Progress
+    from runner.execute.pool import RunStats
+    from runner.report.write import Tables
+
+# The reports (numpy, ~0.15 s to import), the pool (aiohttp, ~0.15 s) and the progress bar
+# (tqdm) are imported inside the commands that use them, not here: `judge --help`, `plan`,
+# `status`, `datasets` and `cache` never pay for them.
 
 DEFAULT_DATA_DIR = Path.home() / ".cache" / "judge-runner" / "data"
 
@@ -206,9 +202,10 @@ def cli() -> None:
               show_default=True,
               help="Where requests a batch failed or let expire go: one new batch per run, or "
                    "the online pool, e.g. --batch-fallback online")
-@click.option("--batch-size", type=click.IntRange(1, MAX_REQUESTS), default=MAX_REQUESTS,
-              show_default=True, help="Most requests per batch file (files are also split at "
-                                      "200 MB), e.g. --batch-size 10000")
+@click.option("--batch-size", type=click.IntRange(1, MAX_BATCH_REQUESTS),
+              default=MAX_BATCH_REQUESTS, show_default=True,
+              help="Most requests per batch file (files are also split at 200 MB), e.g. "
+                   "--batch-size 10000")
 @click.option("--poll-interval", type=click.FloatRange(min=0, min_open=True), default=30.0,
               show_default=True, metavar="S",
               help="Seconds between polls of open batches, e.g. --poll-interval 60")
@@ -286,6 +283,7 @@ def _confirm(sel: Selection) -> None:
 
 def _execute(sel: Selection, opts: dict[str, Any],
              judged: list[Task]) -> tuple[RunStats, Selection]:
+    from runner.cli.progress import Progress
     progress = Progress(sys.stderr, total=0)  # grows with each stage's task count
     started = contextlib.nullcontext(sel.job) if opts["offline"] else serving(sel.job)
     with open_selected(sel) as cache, started as served:
@@ -300,6 +298,7 @@ def _execute(sel: Selection, opts: dict[str, Any],
 
 def _finish(sel: Selection, stats: RunStats, started: float, command: str,
             judged: list[Task], batched: Batched | None = None) -> None:
+    from runner.report.write import write_reports
     made, answers = manifest(sel, stats, started, command), BatchAnswers()
     if batched is not None:
         made["batch"] = batched.stats.as_dict()
@@ -353,6 +352,8 @@ def _rescore(sel: Selection, started: float,
              then: Callable[[], None] = lambda: None) -> None:
     """Reports from the cache alone: one pass, the counts taken as the judgments go by;
     `then` runs once they are written, before the summary (which may exit)."""
+    from runner.execute.pool import RunStats
+    from runner.report.write import write_reports
     stats, command = RunStats(), " ".join(["judge", *sys.argv[1:]])
     answers = BatchAnswers()
 
@@ -402,6 +403,7 @@ def plan(job: str, models: tuple[str, ...], base_url: str | None, limit: int | N
     for p in plans:
         price = "price unknown: set price in the job" if p.cost is None else f"~${p.cost:.4f}"
         if p.cost is not None and p.model.kind != "local":
+            from runner.execute.batch import batch_cost  # aiohttp: only for a priced model
             price += f", batch ~${batch_cost(p.model, p.cost) or 0:.4f}"
         echo(f"  {p.model.name} ({p.model.spec}): {p.tasks} tasks, {p.cached} cached, "
              f"{p.repeats} repeat an earlier request, {p.calls} to call, ~{p.prompt_tokens} "
@@ -454,6 +456,8 @@ def compare(job: str, models: tuple[str, ...], base_url: str | None, limit: int 
     and, with --permutations N, a paired permutation test (permutation_p), e.g.
     `judge compare tst-formality --judges gpt35/single gpt35/multi --permutations 10000`.
     """
+    from runner.report.reliability import SIGNIFICANCE_COLUMNS, csv_bytes, significance
+    from runner.report.write import COMPARE_COLUMNS, collect, comparison, judge_rows, write_atomic
     sel = _select(job, models, base_url, limit, cache_dir, out)
     with open_selected(sel) as c:
         tables = collect(judge(sel.expansion, c), io.BytesIO())
@@ -474,6 +478,8 @@ def compare(job: str, models: tuple[str, ...], base_url: str | None, limit: int 
 
 def _plan_power(sel: Selection, judges: tuple[str, str], width: float) -> None:
     """judge plan --power: power.csv and its table, from the cached pilot."""
+    from runner.report.reliability import POWER_COLUMNS, csv_bytes, power_lines, power_rows
+    from runner.report.write import collect, judge_rows, write_atomic
     with open_selected(sel) as c:
         tables = collect(judge(sel.expansion, c), io.BytesIO())
     by_data = judge_rows(sel.expansion, tables)

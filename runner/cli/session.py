@@ -18,20 +18,20 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
-
-import aiohttp
+from typing import TYPE_CHECKING, Any
 
 from runner.data import datasets
 from runner.errors import ConfigError, MissingKeyError
 from runner.execute import local
 from runner.execute.backend import CacheBackend, is_url, marked, open_cache, redact
-from runner.execute.pool import Endpoint, RunStats, execute
 from runner.execute.shard import Shard
 from runner.expand import Expansion, Task, estimate_cost, prepare
 from runner.job.load import load_job
 from runner.job.spec import Job, ModelSpec, parse_model_spec
 from runner.reduce.judgments import choices
+
+if TYPE_CHECKING:
+    from runner.execute.pool import RunStats
 
 __all__ = ["Download", "ModelPlan", "Selection", "all_tasks", "answer_text", "check_budget",
            "check_keys", "estimate", "job_path", "manifest", "run_pool", "select", "serving"]
@@ -198,6 +198,11 @@ async def run_pool(sel: Selection, served: Job, cache: CacheBackend, *, stop: An
     servers' base URLs. Returns the counters and the selection with generated data sets;
     `judged` receives the judge tasks (without bodies) as they are dispatched; keys in `hold`
     (held by a provider batch) are never called: they count as not run."""
+    # Here, not at the top: aiohttp costs ~0.15 s to import, which plan, status and the
+    # report commands would pay for nothing.
+    import aiohttp
+
+    from runner.execute.pool import Endpoint, RunStats, execute
     endpoints = {m.name: Endpoint(model=m, base_url=m.base_url or "",
                                   api_key=key_reader(m.api_key_env), key_reader=key_reader)
                  for m in served.models}

@@ -34,9 +34,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from scipy import sparse
 
-__all__ = ["Pairs", "pairs", "tau_b_rows"]
+__all__ = ["Counts", "Pairs", "concordance", "counts", "pairs", "tau_b_rows"]
 
 IntArray = npt.NDArray[np.intp]
 FloatArray = npt.NDArray[np.float64]
@@ -63,18 +62,62 @@ class _Merge:
 
 
 @dataclass(frozen=True, slots=True)
+class Counts:
+    """A groups x values table of item counts (how many of group g's items have value v).
+
+    Kept whole when it has at most _CELLS cells (a few distinct values: scores on a scale),
+    else as its non-zero entries sorted by value (near-continuous values). Either way
+    `drawn` gives exact whole numbers, so the two forms give the same bits.
+    """
+
+    shape: tuple[int, int]
+    table: FloatArray | None  # (G, U), or None: the entries below
+    group: IntArray  # each entry's group, entries ordered by value
+    count: FloatArray  # each entry's items
+    starts: IntArray  # where each value's entries begin (every value has one)
+
+    def drawn(self, c: FloatArray) -> FloatArray:
+        """(U, R) C-ordered: items of each value drawn by each resample's draw counts c
+        (R x G), i.e. table.T @ c.T."""
+        if self.table is not None:
+            return np.ascontiguousarray((c @ self.table).T)
+        out = np.empty((self.shape[1], len(c)))
+        step = max(1, _CELLS // max(len(self.group), 1))
+        for r in range(0, len(c), step):
+            block = c[r:r + step, self.group] * self.count
+            out[:, r:r + step] = np.add.reduceat(block, self.starts, axis=1).T
+        return out
+
+
+def counts(value: IntArray, group: IntArray, shape: tuple[int, int]) -> Counts:
+    """The Counts of items with value indices `value` in groups `group` (every value index
+    below shape[1] occurs)."""
+    n_groups, n_values = shape
+    if n_groups * n_values <= _CELLS:
+        table = np.bincount(group * n_values + value, minlength=n_groups * n_values)
+        empty = np.empty(0, dtype=np.intp)
+        return Counts(shape, table.reshape(shape).astype(np.float64), empty,
+                      np.empty(0), empty)
+    keys, items = np.unique(value.astype(np.int64) * n_groups + group, return_counts=True)
+    values = keys // n_groups
+    starts = np.flatnonzero(np.r_[True, values[1:] != values[:-1]])
+    return Counts(shape, None, (keys % n_groups).astype(np.intp), items.astype(np.float64),
+                  starts)
+
+
+@dataclass(frozen=True, slots=True)
 class Pairs:
     """How to get P: merges over the cells, or the groups x groups matrix."""
 
     merges: tuple[_Merge, ...] = ()
     signs: FloatArray | None = None
 
-    def sums(self, c: FloatArray, cells: sparse.csr_array) -> FloatArray:
-        """P per resample, for draw counts c (resamples x groups) of groups holding
-        ``cells`` (groups x cells) items per distinct (x, y) cell."""
+    def sums(self, c: FloatArray, drawn: FloatArray) -> FloatArray:
+        """P per resample, for draw counts c (resamples x groups) that draw ``drawn`` (cells
+        x resamples) items of each distinct (x, y) cell."""
         if self.signs is not None:
             return np.asarray(((c @ self.signs) * c).sum(axis=1), dtype=np.float64)
-        return merge_sums(self.merges, np.asarray(cells.T @ c.T))
+        return merge_sums(self.merges, drawn)
 
 
 def pairs(x: FloatArray, y: FloatArray, edges: IntArray, cx: IntArray, cy: IntArray,
@@ -115,14 +158,25 @@ def plan(x: IntArray, y: IntArray) -> tuple[_Merge, ...]:
 
 def merge_sums(merges: tuple[_Merge, ...], m: FloatArray) -> FloatArray:
     """P(m) for each column of m (cells x weightings, whole numbers)."""
-    counts = m.astype(np.int64)  # exact, and integer running sums are twice as fast
-    out = np.zeros(m.shape[1], dtype=np.int64)
+    return 2 * _merged(merges, m.astype(np.int64)).astype(np.float64)
+
+
+def concordance(x: IntArray, y: IntArray, weight: npt.NDArray[np.int64]) -> int:
+    """Concordant minus discordant pairs of items, exactly, for items in distinct cells with
+    level indices x, y holding `weight` items each (P / 2 for one weighting)."""
+    return int(_merged(plan(x, y), np.asarray(weight, dtype=np.int64)[:, None])[0])
+
+
+def _merged(merges: tuple[_Merge, ...], counts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """P / 2 per column of counts (cells x weightings): int64 is exact, and integer running
+    sums are twice as fast as float ones."""
+    out = np.zeros(counts.shape[1], dtype=np.int64)
     for mg in merges:
-        run = np.zeros((len(mg.left) + 1, m.shape[1]), dtype=np.int64)
+        run = np.zeros((len(mg.left) + 1, counts.shape[1]), dtype=np.int64)
         np.cumsum(counts[mg.left], axis=0, out=run[1:])
         signed = run[mg.below] + run[mg.upto] - run[mg.start] - run[mg.end]
         out += np.einsum("kr,kr->r", counts[mg.right], signed)
-    return 2 * out.astype(np.float64)
+    return out
 
 
 def group_signs(x: FloatArray, y: FloatArray, edges: IntArray) -> FloatArray:

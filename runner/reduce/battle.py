@@ -47,7 +47,11 @@ class Battles:
         return bool(self.prompts)
 
     def watch(self, judgments: Iterable[Judgment]) -> Iterator[Judgment]:
-        """Pass every judgment through, keeping the scores of the battle prompts."""
+        """Pass every judgment through, keeping the scores of the battle prompts (a job
+        without one: the judgments themselves, no extra step per judgment)."""
+        return self._watch(judgments) if self.prompts else iter(judgments)
+
+    def _watch(self, judgments: Iterable[Judgment]) -> Iterator[Judgment]:
         for j in judgments:
             t = j.task
             if t.prompt in self.prompts and t.members:

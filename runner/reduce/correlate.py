@@ -16,10 +16,12 @@ Items whose judge score is missing (None/NaN, a parse failure) are dropped first
 
 Bootstrap: groups are drawn with replacement (within each subset, for "all"). One matrix of
 draw counts per selection, seeded, is shared by every method and level, so paired judges see
-the same resamples. Point values come from scipy (sample-level Kendall over groups of up to 64
-items: scipy's counts and arithmetic, vectorised, the same bits); resampled dataset-level values
-are the same statistics written as weighted sums over the drawn groups, which is what makes 1,000
-resamples cheap (the tests check them against scipy on explicitly resampled rows). Kendall's
+the same resamples. Point values are scipy.stats' statistics, computed by runner.reduce._coef
+with scipy's own operations in numpy (the same bits, without importing scipy; sample-level
+Kendall over groups of up to 64 items: scipy's counts and arithmetic, vectorised); resampled
+dataset-level values are the same statistics written as weighted sums over the drawn groups,
+which is what makes 1,000 resamples cheap (the tests check them against scipy on explicitly
+resampled rows). Kendall's
 concordance sum is quadratic in the draw counts; runner.reduce._kendall evaluates it exactly,
 by a merge sort over the distinct (judge, human) cells planned once per selection (per resample
 O(cells x log2(distinct values of the side with fewer))) or, when cheaper (few groups, both
@@ -35,10 +37,9 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from scipy import sparse, stats
 
 from runner.errors import ConfigError, DataError
-from runner.reduce import _kendall
+from runner.reduce import _coef, _kendall
 
 __all__ = ["Comparison", "Correlation", "Row", "compare", "correlate"]
 
@@ -52,6 +53,10 @@ METHODS = ("pearson", "spearman", "kendall", "pairwise_accuracy")
 _CELLS = 1 << 22
 # Groups up to this size get sample-level Kendall from pair counts, not a scipy call each.
 _SHORT = 64
+# Draw counts kept for reuse (see _counts): (strata, n_boot, seed) -> counts, at most this many
+# float64 cells in all (64 MiB).
+_KEPT_CELLS = 1 << 23
+_DRAWN: dict[tuple[tuple[int, ...], int, int], FloatArray] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,22 +137,37 @@ def _usable(r: Row) -> bool:
 
 
 def _prepare(rows: Sequence[Row]) -> _Data:
-    usable = [r for r in rows if _usable(r)]
-    subsets = tuple(dict.fromkeys(r.subset for r in usable))  # in order of first appearance
+    """Usable rows (finite judge and human) in (subset, group) order: subsets and groups in
+    order of first appearance among them, each group's items in row order."""
+    # Columns first, then numpy: None (a failed judge) becomes NaN in a float array.
+    x = np.array([r.judge for r in rows], dtype=np.float64)
+    y = np.array([r.human for r in rows], dtype=np.float64)
+    ok = np.flatnonzero(np.isfinite(x) & np.isfinite(y))
+    keys: dict[tuple[str, str], int] = {}
+    code = np.array([keys.setdefault((r.subset, r.group), len(keys)) for r in rows],
+                    dtype=np.intp)[ok]
+    names = list(keys)
+    # groups ranked by first appearance among the usable rows; subsets likewise
+    first_code, first_at = np.unique(code, return_index=True)
+    appearance = first_code[np.argsort(first_at)]
+    group_rank = np.empty(len(names), dtype=np.intp)
+    group_rank[appearance] = np.arange(len(appearance))
+    subsets = tuple(dict.fromkeys(names[c][0] for c in appearance))
     if "all" in subsets:
         raise DataError('subset name "all" is reserved for the overall value; rename the subset')
-    rank = {k: i for i, k in enumerate(dict.fromkeys((r.subset, r.group) for r in usable))}
-    kept = sorted(usable, key=lambda r: (subsets.index(r.subset), rank[r.subset, r.group]))
-    systems = {s: i for i, s in enumerate(sorted({r.system for r in kept}))}
-    firsts = [i for i, r in enumerate(kept)
-              if i == 0 or (r.subset, r.group) != (kept[i - 1].subset, kept[i - 1].group)]
-    group_subsets = [kept[i].subset for i in firsts]
+    subset_of = {s: i for i, s in enumerate(subsets)}
+    group_subset = np.array([subset_of.get(n[0], -1) for n in names], dtype=np.intp)
+    perm = np.lexsort((group_rank[code], group_subset[code]))  # stable: row order inside
+    order, kept = ok[perm], code[perm]
+    firsts = np.flatnonzero(np.r_[True, kept[1:] != kept[:-1]]) if len(kept) else kept
+    system_names = [rows[i].system for i in order]
+    systems = {s: i for i, s in enumerate(sorted(set(system_names)))}
+    bounds = np.searchsorted(group_subset[kept[firsts]], np.arange(len(subsets)))
     return _Data(
-        x=np.array([r.judge for r in kept], dtype=np.float64),
-        y=np.array([r.human for r in kept], dtype=np.float64),
-        system=np.array([systems[r.system] for r in kept], dtype=np.intp),
-        edges=np.array([*firsts, len(kept)], dtype=np.intp),
-        bounds=np.array([*(group_subsets.index(s) for s in subsets), len(firsts)], dtype=np.intp),
+        x=x[order], y=y[order],
+        system=np.array([systems[s] for s in system_names], dtype=np.intp),
+        edges=np.r_[firsts, len(kept)].astype(np.intp),
+        bounds=np.r_[bounds, len(firsts)].astype(np.intp),
         subsets=subsets,
     )
 
@@ -173,16 +193,15 @@ def _check(policy: str, levels: Sequence[str], methods: Sequence[str], n_boot: i
 
 
 def _scipy_rows(method: str, xs: FloatArray, ys: FloatArray) -> FloatArray:
-    """One coefficient per row of xs/ys (no row constant)."""
+    """One coefficient per row of xs/ys (no row constant), as scipy.stats computes it."""
     if method == "pearson":
-        r = stats.pearsonr(xs, ys, axis=1).statistic
+        r = _coef.pearson(xs, ys)
     elif method == "spearman":  # what spearmanr computes: Pearson on average ranks
-        r = stats.pearsonr(stats.rankdata(xs, axis=1), stats.rankdata(ys, axis=1),
-                           axis=1).statistic
+        r = _coef.pearson(_coef.rankdata(xs), _coef.rankdata(ys))
     elif xs.shape[1] <= _SHORT:  # scipy's kendalltau calls itself once per row
         r = _kendall.tau_b_rows(xs, ys)
     else:
-        r = stats.kendalltau(xs, ys, axis=1).statistic
+        r = np.array([_coef.kendall(x, y) for x, y in zip(xs, ys, strict=True)])
     return np.asarray(r, dtype=np.float64)
 
 
@@ -205,14 +224,31 @@ def _pooled(method: str, x: FloatArray, y: FloatArray) -> float | None:
     if len(x) < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
         return None
     if method == "pearson":
-        return float(stats.pearsonr(x, y).statistic)
+        return float(_coef.pearson(x, y))
     if method == "spearman":
-        return float(stats.spearmanr(x, y).statistic)
-    return float(stats.kendalltau(x, y).statistic)
+        return _coef.spearman(x, y)
+    return _coef.kendall(x, y)
 
 
 def _counts(strata: tuple[int, ...], n_boot: int, seed: int) -> FloatArray:
-    """(n_boot, sum(strata)) times each group is drawn, each stratum drawn within itself."""
+    """(n_boot, sum(strata)) times each group is drawn, each stratum drawn within itself.
+
+    Read-only, and remembered (up to _KEPT_CELLS cells in all): every judge and aspect of a
+    data set, at sample and dataset level, resamples the same groups with the same seed, and
+    drawing them is most of a 1,000-resample bootstrap's time."""
+    key = (strata, n_boot, seed)
+    if (kept := _DRAWN.get(key)) is not None:
+        return kept
+    counts = _draw(strata, n_boot, seed)
+    counts.flags.writeable = False
+    if counts.size <= _KEPT_CELLS:
+        while _DRAWN and sum(c.size for c in _DRAWN.values()) + counts.size > _KEPT_CELLS:
+            del _DRAWN[next(iter(_DRAWN))]  # the oldest first
+        _DRAWN[key] = counts
+    return counts
+
+
+def _draw(strata: tuple[int, ...], n_boot: int, seed: int) -> FloatArray:
     rng = np.random.default_rng(seed)
     blocks = []
     for k in strata:
@@ -222,12 +258,12 @@ def _counts(strata: tuple[int, ...], n_boot: int, seed: int) -> FloatArray:
 
 
 def _table(v: npt.NDArray[Any], gid: IntArray,
-           n_groups: int) -> tuple[sparse.csr_array, npt.NDArray[Any], IntArray]:
-    """Sparse (G, U) count of each group's items per distinct value of v; the U values; and
-    each item's value index."""
+           n_groups: int) -> tuple[_kendall.Counts, npt.NDArray[Any], IntArray]:
+    """(G, U) count of each group's items per distinct value of v; the U values; and each
+    item's value index."""
     uniq, value = np.unique(v, return_inverse=True)
-    table = sparse.csr_array((np.ones(len(v)), (gid, value.ravel())), shape=(n_groups, len(uniq)))
-    return table, uniq, value.ravel()
+    value = value.ravel()
+    return _kendall.counts(value, gid, (n_groups, len(uniq))), uniq, value
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,12 +271,22 @@ class _Pooled:
     """Per-group summaries of one selection, enough to pool any resample's items."""
 
     moments: FloatArray  # (G, 6) sums of 1, x, y, x^2, y^2, xy (x, y centred)
-    tx: sparse.csr_array  # (G, Ux) items per distinct x value; likewise ty
-    ty: sparse.csr_array
-    txy: sparse.csr_array  # (G, K) items per distinct (x, y) cell
-    cx: IntArray  # (K,) x value index of each cell; likewise cy
+    txy: _kendall.Counts  # (G, K) items per distinct (x, y) cell
+    cx: IntArray  # (K,) x value index of each cell (cells are in x order); likewise cy
     cy: IntArray
+    x_starts: IntArray  # (Ux,) where each x value's cells begin
+    y_order: IntArray  # (K,) the cells in y order, and where each y value's begin
+    y_starts: IntArray
     kendall: _kendall.Pairs | None  # concordance sums, if kendall is wanted
+
+    def drawn(self, c: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """Items drawn by resamples c per distinct x value, y value and (x, y) cell, each
+        (values, resamples): the cells' counts, summed by x and by y (whole numbers, so
+        exactly the per-value tables' products)."""
+        wxy = self.txy.drawn(c)
+        wx = np.add.reduceat(wxy, self.x_starts, axis=0)
+        wy = np.add.reduceat(wxy[self.y_order], self.y_starts, axis=0)
+        return wx, wy, wxy
 
 
 def _summarise(d: _Data, sel: _Selection, kendall: int | None) -> _Pooled:
@@ -250,11 +296,15 @@ def _summarise(d: _Data, sel: _Selection, kendall: int | None) -> _Pooled:
     a, c = x - x.mean(), y - y.mean()
     parts = np.stack([np.ones_like(a), a, c, a * a, c * c, a * c], axis=1)
     gid = np.repeat(np.arange(n_groups), np.diff(edges))
-    tx, _, ux = _table(x, gid, n_groups)
-    ty, _, uy = _table(y, gid, n_groups)
-    txy, cells, _ = _table(ux * ty.shape[1] + uy, gid, n_groups)
-    cx, cy = cells // ty.shape[1], cells % ty.shape[1]
-    return _Pooled(np.add.reduceat(parts, edges[:-1], axis=0), tx, ty, txy, cx, cy,
+    ux = np.unique(x, return_inverse=True)[1].ravel()
+    y_values, uy = np.unique(y, return_inverse=True)
+    n_y = len(y_values)
+    txy, cells, _ = _table(ux * n_y + uy.ravel(), gid, n_groups)
+    cx, cy = cells // n_y, cells % n_y  # cells sorted by x, then y
+    y_order = np.argsort(cy, kind="stable")
+    return _Pooled(np.add.reduceat(parts, edges[:-1], axis=0), txy, cx, cy,
+                   np.flatnonzero(np.r_[True, cx[1:] != cx[:-1]]), y_order,
+                   np.flatnonzero(np.r_[True, np.diff(cy[y_order]) != 0]),
                    None if kendall is None else _kendall.pairs(x, y, edges, cx, cy, kendall))
 
 
@@ -263,7 +313,7 @@ def _boot_chunk(p: _Pooled, methods: Sequence[str], c: FloatArray) -> dict[str, 
 
     Weights are laid out (values, resamples) so that cumsum and gathers run along rows.
     """
-    wx, wy = np.asarray(p.tx.T @ c.T), np.asarray(p.ty.T @ c.T)
+    wx, wy, wxy = p.drawn(c)
     out: dict[str, FloatArray] = {}
     with np.errstate(divide="ignore", invalid="ignore"):
         if "pearson" in methods:
@@ -275,13 +325,13 @@ def _boot_chunk(p: _Pooled, methods: Sequence[str], c: FloatArray) -> dict[str, 
             rx = np.cumsum(wx, axis=0) - (wx - 1) / 2  # average rank of each distinct value
             ry = np.cumsum(wy, axis=0) - (wy - 1) / 2
             centre = n * ((n + 1) / 2) ** 2  # the ranks' mean is (n + 1) / 2 exactly
-            cov = (np.asarray(p.txy.T @ c.T) * rx[p.cx] * ry[p.cy]).sum(axis=0) - centre
+            cov = (wxy * rx[p.cx] * ry[p.cy]).sum(axis=0) - centre
             # sum of squared deviations of average ranks: (n^3 - sum of tie sizes cubed) / 12
             out["spearman"] = 12 * cov / np.sqrt((n * n * n - (wx2 * wx).sum(axis=0)) *
                                                  (n * n * n - (wy2 * wy).sum(axis=0)))
         if p.kendall is not None:
             untied_x, untied_y = n * n - wx2.sum(axis=0), n * n - wy2.sum(axis=0)
-            out["kendall"] = p.kendall.sums(c, p.txy) / np.sqrt(untied_x * untied_y)
+            out["kendall"] = p.kendall.sums(c, wxy) / np.sqrt(untied_x * untied_y)
     undefined = ((wx > 0).sum(axis=0) < 2) | ((wy > 0).sum(axis=0) < 2)  # a constant side
     return {m: np.where(undefined, np.nan, r) for m, r in out.items()}
 
@@ -290,7 +340,7 @@ def _boot_pooled(d: _Data, sel: _Selection, methods: Sequence[str],
                  counts: FloatArray) -> dict[str, FloatArray]:
     """The pooled coefficient per resample of sel's groups, resamples taken in chunks."""
     p = _summarise(d, sel, len(counts) if "kendall" in methods else None)
-    width = max(p.tx.shape[1], p.ty.shape[1], p.txy.shape[1], 1)
+    width = max(p.txy.shape[1], 1)  # at least as many cells as x or y values
     step = max(1, _CELLS // 8 // width)
     chunks = [_boot_chunk(p, methods, counts[b:b + step]) for b in range(0, len(counts), step)]
     return {m: np.concatenate([ch[m] for ch in chunks]) for m in methods}

@@ -28,7 +28,7 @@ from runner.parse.parsers import (
 
 __all__ = ["Judgment", "aspect_key", "choices", "judge"]
 
-READ_BATCH = 256  # answers read from the cache in one query
+READ_BATCH = 128  # answers read from the cache in one query
 MEMO_TEXT = 256  # answers up to this long are parsed once per distinct text
 MEMO_SIZE = 200_000
 ParseFunc = Callable[[Choice, Mapping[str, Any]], "Scores | Failure"]
@@ -84,10 +84,20 @@ def judge(expansion: Expansion, cache: CacheBackend, *, failures: Mapping[str, s
     context = _Context(expansion, {p.name: p for p in expansion.job.prompts}, {},
                        failures or {}, fresh)
     stream = iter(expansion.tasks() if tasks is None else tasks)
+    item = expansion.item
     while batch := list(itertools.islice(stream, READ_BATCH)):
         records = cache.get_many([t.key for t in batch])  # a query per batch, not per task
         for task in batch:
-            yield from context.judged(task, records.get(task.key))
+            record = records.get(task.key)
+            if task.members or record is None:
+                yield from context.judged(task, record)
+            else:  # the usual case, without the generator
+                yield context.parsed(task, item(task.dataset, task.item_id), record, None)
+
+
+# What a short single-choice answer gives a task, by (prompt, aspect, group size), position,
+# text and finish_reason: score, values, error, parsed and failed samples.
+_Outcome = tuple[float | None, Mapping[str, float], Mapping[str, str] | None, int, int]
 
 
 @dataclass(slots=True)
@@ -96,13 +106,16 @@ class _Context:
 
     expansion: Expansion
     prompts: Mapping[str, PromptSpec]
-    settings: dict[tuple[str, str, int], dict[str, Any]]
-    """Checked, merged parser options per (prompt, aspect, group size): built once each."""
+    settings: dict[tuple[str, str, int], tuple[ParseFunc, dict[str, Any]]]
+    """Parser and checked, merged options per (prompt, aspect, group size): built once each."""
     failures: Mapping[str, str]
     fresh: frozenset[str]
     memo: dict[tuple[tuple[str, str, int], str, str | None], Scores | Failure] = field(
         default_factory=dict)
     """Parsers are pure: a short answer seen before ("4 stars") is not parsed again."""
+    outcomes: dict[tuple[tuple[str, str, int], int | None, str, str | None], _Outcome] = field(
+        default_factory=dict)
+    """Nor is what follows from it (combined, score, error) worked out again."""
 
     def parse(self, at: tuple[str, str, int], func: ParseFunc, options: Mapping[str, Any],
               choice: Choice) -> Scores | Failure:
@@ -126,35 +139,54 @@ class _Context:
                                error={"type": "api", "message": message}, cached=False,
                                usage=None)
                 continue
-            prompt = self.prompts[task.prompt]
-            at = (task.prompt, task.aspect, len(task.members))
-            if at not in self.settings:
-                self.settings[at] = _checked(prompt, task.aspect, len(task.members))
-            yield self.parsed(task, item, prompt, at, record,
-                              position=position if task.members else None)
+            yield self.parsed(task, item, record, position if task.members else None)
 
-    def parsed(self, task: Task, item: Item, prompt: PromptSpec, at: tuple[str, str, int],
-               record: Mapping[str, Any], position: int | None) -> Judgment:
-        func, options = get_parser(prompt.parser).func, self.settings[at]
-        got = choices(record["response"])
-        results = [self.parse(at, func, options, c) for c in got]
-        combined = combine(results)
-        texts = [c.text for c in got]
-        raw: str | list[str] = texts[0] if len(texts) == 1 else texts
-        key = str(position) if position is not None else None
-        score = combined.values.get(key) if key is not None else _score(combined, task.aspect)
-        error = None
-        if combined.failure is not None:
-            error = {"type": combined.failure.type, "message": combined.failure.message}
-        elif score is None:
-            error = {"type": "parse", "message": "the answer has no score for aspect "
-                     f"{task.aspect!r} (found: {', '.join(sorted(combined.values)) or 'nothing'})"}
-        return Judgment(task=task, item=item, score=score, values=combined.values, raw=raw,
-                        error=error, cached=task.key not in self.fresh,
-                        usage=record.get("usage"), n_parsed=combined.n_parsed,
-                        n_failed=combined.n_failed + combined.n_refused,
-                        choice_scores=_choice_scores(results, key, task.aspect),
+    def parsed(self, task: Task, item: Item, record: Mapping[str, Any],
+               position: int | None) -> Judgment:
+        at = (task.prompt, task.aspect, len(task.members))
+        if at not in self.settings:
+            prompt = self.prompts[task.prompt]
+            self.settings[at] = (get_parser(prompt.parser).func,
+                                 _checked(prompt, task.aspect, len(task.members)))
+        got = record["response"].get("choices") or []
+        if len(got) == 1 and not got[0].get("logprobs"):  # one plain answer: memoised whole
+            text = (got[0].get("message") or {}).get("content") or ""
+            finish = got[0].get("finish_reason")
+            key = (at, position, text, finish)
+            if len(text) > MEMO_TEXT or (outcome := self.outcomes.get(key)) is None:
+                results = [self.parse(at, *self.settings[at], Choice(text, None, finish))]
+                outcome = _outcome(combine(results), task.aspect, position)
+                if len(text) <= MEMO_TEXT and len(self.outcomes) < MEMO_SIZE:
+                    self.outcomes[key] = outcome
+            score, values, error, n_parsed, n_failed = outcome
+            return Judgment(task, item, score, values, text, error, task.key not in self.fresh,
+                            record.get("usage"), n_parsed, n_failed, (), record.get("source"))
+        choices_ = choices(record["response"])
+        results = [self.parse(at, *self.settings[at], c) for c in choices_]
+        score, values, error, n_parsed, n_failed = _outcome(combine(results), task.aspect,
+                                                            position)
+        texts = [c.text for c in choices_]
+        slot = str(position) if position is not None else None
+        return Judgment(task=task, item=item, score=score, values=values,
+                        raw=texts[0] if len(texts) == 1 else texts, error=error,
+                        cached=task.key not in self.fresh, usage=record.get("usage"),
+                        n_parsed=n_parsed, n_failed=n_failed,
+                        choice_scores=_choice_scores(results, slot, task.aspect),
                         source=record.get("source"))
+
+
+def _outcome(combined: Combined, aspect: str, position: int | None) -> _Outcome:
+    """The task's score (its aspect's, or its position's in a group), and why there is none."""
+    key = str(position) if position is not None else None
+    score = combined.values.get(key) if key is not None else _score(combined, aspect)
+    error = None
+    if combined.failure is not None:
+        error = {"type": combined.failure.type, "message": combined.failure.message}
+    elif score is None:
+        error = {"type": "parse", "message": "the answer has no score for aspect "
+                 f"{aspect!r} (found: {', '.join(sorted(combined.values)) or 'nothing'})"}
+    return (score, combined.values, error, combined.n_parsed,
+            combined.n_failed + combined.n_refused)
 
 
 def _choice_scores(results: list[Scores | Failure], key: str | None,

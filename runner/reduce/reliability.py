@@ -23,16 +23,17 @@ import itertools
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, Literal, get_args
 
 import krippendorff
 import numpy as np
 import numpy.typing as npt
-from scipy import stats
 
 from runner.expand import Expansion
+from runner.reduce import _coef
 from runner.reduce.judgments import Judgment
 
 __all__ = ["PowerPlan", "Positions", "alpha", "correlation", "partial", "permutation_p",
@@ -65,7 +66,45 @@ def alpha(table: Sequence[Sequence[float | None]], level: Level = "interval") ->
         return None
     if distinct > MAX_VALUES:  # the package builds values x values and units x values tables
         return _interval_alpha(pairable) if level == "interval" else None
-    return float(krippendorff.alpha(reliability_data=pairable, level_of_measurement=level))
+    return _krippendorff(pairable, level)
+
+
+def _krippendorff(data: FloatArray, level: Level) -> float:
+    """krippendorff.alpha(reliability_data=data, level_of_measurement=level) with the
+    package's own arithmetic, but its coincidence matrix summed over the pairs of values each
+    unit has (the package builds a units x values x values array: about a second a call for a
+    0-100 scale over a few thousand units). tests/test_reliability.py checks the bits."""
+    domain = np.unique(data[~np.isnan(data)])
+    n_units, n_values = data.shape[1], len(domain)
+    coder, unit = np.nonzero(~np.isnan(data))
+    cell = unit * n_values + np.searchsorted(domain, data[coder, unit])
+    counts = np.bincount(cell, minlength=n_units * n_values).reshape(n_units, n_values)
+    o = _coincidences(counts)
+    n_v = o.sum(axis=0)
+    package = krippendorff.krippendorff
+    e: FloatArray = package._random_coincidences(n_v)
+    d: FloatArray = package._distances(domain, package._distance_metric(level), n_v)
+    return float(1 - (o * d).sum() / (e * d).sum())
+
+
+def _coincidences(counts: npt.NDArray[np.int64]) -> FloatArray:
+    """The package's coincidence matrix of a units x values table of counts: per unit,
+    (c_v c_w - [v = w] c_v) / (m_u - 1), summed over the units in order (the same additions
+    as the package's sum over its first axis; the units' zero terms left out)."""
+    n_values = counts.shape[1]
+    pairable = np.maximum(counts.sum(axis=1), 2)
+    unit, value = np.nonzero(counts)  # by unit, then value
+    per_unit = np.bincount(unit, minlength=len(counts))
+    reps = per_unit[unit]  # each entry meets every entry of its unit, itself included
+    left = np.repeat(np.arange(len(unit)), reps)
+    start = (np.cumsum(per_unit) - per_unit)[unit[left]]
+    right = start + np.arange(len(left)) - np.repeat(np.cumsum(reps) - reps, reps)
+    c = counts[unit, value].astype(np.float64)
+    pair = c[left] * c[right] - np.where(left == right, c[left], 0.0)
+    weight = pair / (pairable[unit[left]] - 1)
+    summed = np.bincount(value[left] * n_values + value[right], weights=weight,
+                         minlength=n_values * n_values)  # float64 with weights
+    return np.asarray(summed, dtype=np.float64).reshape(n_values, n_values)
 
 
 def _interval_alpha(data: FloatArray) -> float:
@@ -114,17 +153,19 @@ def correlation(method: str, x: Sequence[float] | FloatArray,
     xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if xs.size < 3 or np.ptp(xs) == 0 or np.ptp(ys) == 0:
         return None
-    func = {"pearson": stats.pearsonr, "spearman": stats.spearmanr,
-            "kendall": stats.kendalltau}[method]
-    value = float(func(xs, ys)[0])  # type: ignore[operator]
+    funcs: dict[str, Callable[[FloatArray, FloatArray], Any]] = {
+        "pearson": _coef.pearson, "spearman": _coef.spearman, "kendall": _coef.kendall}
+    value = float(funcs[method](xs, ys))
     return None if math.isnan(value) else value
 
 
-def partial(method: str, x: Sequence[float], y: Sequence[float],
-            z: Sequence[float]) -> float | None:
+def partial(method: str, x: Sequence[float], y: Sequence[float], z: Sequence[float],
+            corr: Callable[[str, Sequence[float], Sequence[float]], float | None] = correlation
+            ) -> float | None:
     """Correlation of x and y controlling for z: (r_xy - r_xz r_yz) / sqrt((1 - r_xz^2)
-    (1 - r_yz^2)), each r by `method` (pearson, or spearman: the partial rank correlation)."""
-    rxy, rxz, ryz = correlation(method, x, y), correlation(method, x, z), correlation(method, y, z)
+    (1 - r_yz^2)), each r by `method` (pearson, or spearman: the partial rank correlation);
+    `corr` computes them (correlation, or a caller's memo of it)."""
+    rxy, rxz, ryz = corr(method, x, y), corr(method, x, z), corr(method, y, z)
     if rxy is None:
         return None
     rxz, ryz = rxz or 0.0, ryz or 0.0  # a constant z explains nothing
@@ -141,7 +182,7 @@ def williams(r12: float, r13: float, r23: float, n: int) -> tuple[float, float] 
         return None
     t = (r12 - r13) * math.sqrt((n - 1) * (1 + r23)) / math.sqrt(
         2 * k * (n - 1) / (n - 3) + ((r12 + r13) ** 2 / 4) * (1 - r23) ** 3)
-    return t, float(2 * stats.t.sf(abs(t), n - 3))
+    return t, float(2 * _scipy_stats().t.sf(abs(t), n - 3))
 
 
 def permutation_p(method: str, a: Sequence[float], b: Sequence[float], human: Sequence[float],
@@ -153,7 +194,7 @@ def permutation_p(method: str, a: Sequence[float], b: Sequence[float], human: Se
     if xa.size < 3 or np.ptp(xa) == 0 or np.ptp(xb) == 0 or np.ptp(h) == 0 or n_perm < 1:
         return None
     if method != "pearson":  # rank methods: permute the ranks
-        xa, xb, h = stats.rankdata(xa), stats.rankdata(xb), stats.rankdata(h)
+        xa, xb, h = _coef.rankdata(xa), _coef.rankdata(xb), _coef.rankdata(h)
     za, zb = (xa - xa.mean()) / xa.std(), (xb - xb.mean()) / xb.std()
     observed = _diff(method, za[None, :], zb[None, :], h)[0]
     rng = np.random.default_rng(seed)
@@ -168,7 +209,7 @@ def permutation_p(method: str, a: Sequence[float], b: Sequence[float], human: Se
 def _diff(method: str, a: FloatArray, b: FloatArray, h: FloatArray) -> FloatArray:
     """corr(a_i, h) - corr(b_i, h) for each row i (pearson on values or on ranks; kendall)."""
     if method == "kendall":
-        return np.array([stats.kendalltau(ra, h)[0] - stats.kendalltau(rb, h)[0]
+        return np.array([_coef.kendall(ra, h) - _coef.kendall(rb, h)
                          for ra, rb in zip(a, b, strict=True)])
     return _rows_pearson(a, h) - _rows_pearson(b, h)
 
@@ -179,6 +220,13 @@ def _rows_pearson(x: FloatArray, y: FloatArray) -> FloatArray:
     with np.errstate(invalid="ignore", divide="ignore"):
         out: FloatArray = (xc @ yc) / np.sqrt((xc ** 2).sum(axis=1) * (yc ** 2).sum())
     return out
+
+
+def _scipy_stats() -> ModuleType:
+    """scipy.stats, imported on first use (position rows, Williams' test): importing it
+    costs 0.7-1.5 s of CPU, more than the correlations of a 100,000-task run."""
+    import scipy.stats
+    return scipy.stats
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,7 +253,7 @@ def plan_power(a: Sequence[float], b: Sequence[float], human: Sequence[float], *
     if method not in ("pearson", "spearman") or xa.size < 10 or width <= 0:
         return None
     if method == "spearman":
-        xa, xb, h = stats.rankdata(xa), stats.rankdata(xb), stats.rankdata(h)
+        xa, xb, h = _coef.rankdata(xa), _coef.rankdata(xb), _coef.rankdata(h)
     diff = correlation("pearson", xa, h), correlation("pearson", xb, h)
     if diff[0] is None or diff[1] is None:
         return None
@@ -339,7 +387,7 @@ def _position_rows(judge: str, dataset: str, aspect: str, t: Mapping[str, Any]
         out.append(row("flip_rate", t["flips"] / t["pairs"], t["pairs"]))
     decisive = t["first"] + t["second"]
     if decisive:
-        p = float(stats.binomtest(t["first"], decisive, 0.5).pvalue)
+        p = float(_scipy_stats().binomtest(t["first"], decisive, 0.5).pvalue)
         out.append(row("first_position_win_rate", t["first"] / decisive, decisive, p))
     for position in sorted(t["by_position"]):
         scores = t["by_position"][position]

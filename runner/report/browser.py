@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import random
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +58,10 @@ def _text(raw: str | list[str] | None) -> str:
     return raw if isinstance(raw, str) else "\n\n---\n\n".join(raw or [])
 
 
+def _made(row_of: Row | Judgment) -> Row:
+    return row_of if isinstance(row_of, Row) else _row(row_of)
+
+
 def _row(j: Judgment) -> Row:
     t, it = j.task, j.item
     raw = _text(j.raw)
@@ -97,41 +101,42 @@ class ItemRows:
 
     def add(self, j: Judgment) -> None:
         self.seen += 1
-        if j.error is not None:
-            t, kind = j.task, j.error["type"]
+        error = j.error
+        if error is not None:
+            t, kind = j.task, error["type"]
             got = self.examples.setdefault((t.dataset, t.prompt, t.aspect, t.model, kind), [])
             if len(got) < EXAMPLES:
-                got.append(_text(j.raw)[:600] or j.error["message"])
+                got.append(_text(j.raw)[:600] or error["message"])
         if self.seen <= self.cap:
             self.everything.append(_row(j))
             return
         if self.everything:
             pending, self.everything = self.everything, []
             for r in pending:
-                self._place(r.status, r.diff, lambda r=r: r)  # type: ignore[misc]
+                self._place(r.status, r.diff, r)
         human = j.item.human.get(j.task.aspect)
         diff = None if j.score is None or human is None else abs(j.score - human)
-        self._place("ok" if j.error is None else j.error["type"], diff, lambda: _row(j))
+        self._place("ok" if error is None else error["type"], diff, j)
 
-    def _place(self, status: str, diff: float | None, make: Callable[[], Row]) -> None:
-        """Put a row in the pools that want it; `make` builds it only if one does (most
-        judgments of a large job go by without a row)."""
+    def _place(self, status: str, diff: float | None, row_of: Row | Judgment) -> None:
+        """Put a row in the pools that want it; a judgment's row is built only if one does
+        (most judgments of a large job go by without a row)."""
         quarter = self.cap // 4
         if status != "ok":
             if len(self.failures) < quarter:
-                self.failures.append(make())
+                self.failures.append(_made(row_of))
             return
         self._pooled += 1
         row = None
         if diff is not None:
             if len(self.top) < self.cap - 2 * quarter:
-                heapq.heappush(self.top, (diff, self._pooled, row := make()))
+                heapq.heappush(self.top, (diff, self._pooled, row := _made(row_of)))
             elif diff > self.top[0][0]:
-                heapq.heapreplace(self.top, (diff, self._pooled, row := make()))
+                heapq.heapreplace(self.top, (diff, self._pooled, row := _made(row_of)))
         if len(self.sample) < quarter:
-            self.sample.append(row or make())
+            self.sample.append(row or _made(row_of))
         elif (i := int(self._rng.random() * self._pooled)) < quarter:  # randrange: 5x slower
-            self.sample[i] = row or make()
+            self.sample[i] = row or _made(row_of)
 
     def rows(self) -> list[Row]:
         """The kept rows, largest disagreement first, each once."""

@@ -12,7 +12,7 @@ import csv
 import io
 import math
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from runner.data.datasets import Item
@@ -101,7 +101,8 @@ def _judge_agreement(dataset: str, aspect: str,
                      ) -> list[dict[str, Any]]:
     out = []
     for judge, scored in judges.items():
-        k = max((len(it.annotators.get(aspect, ())) for it, _ in scored.values()), default=0)
+        k = max((len(votes) for it, _ in scored.values()
+                 if it.annotators and (votes := it.annotators.get(aspect))), default=0)
         for c in range(k):
             pairs = [(s, it.annotators[aspect][c]) for it, s in scored.values()
                      if len(it.annotators.get(aspect, ())) > c]
@@ -136,24 +137,44 @@ def _length_rows(dataset: str, aspect: str,
     out = []
     human_done = False
     for judge, scored in judges.items():
-        rows = [(s, it.human[aspect], size) for it, s in scored.values()
-                if aspect in it.human and (size := _length(it, memo)) is not None]
+        rows = []
+        for it, s in scored.values():
+            if aspect in it.human:
+                size = memo[id(it)] if id(it) in memo else _length(it, memo)
+                if size is not None:
+                    rows.append((s, it.human[aspect], size))
         if len(rows) < 3:
             continue
         score, human = [r[0] for r in rows], [r[1] for r in rows]
         chars, tokens = [r[2][0] for r in rows], [r[2][1] for r in rows]
         series = [(judge, score)] + ([] if human_done else [("human", human)])
         human_done = True
+        corr = _remembered()  # the partial correlations ask again for ones already computed
         for name, values in series:
             for unit, length in (("chars", chars), ("tokens", tokens)):
                 out.append(_row(dataset, aspect, "length", name, f"length ({unit})",
-                                "spearman", correlation("spearman", values, length), len(rows)))
+                                "spearman", corr("spearman", values, length), len(rows)))
         for method in ("pearson", "spearman"):
             out.append(_row(dataset, aspect, "length", judge, "human", method,
-                            correlation(method, score, human), len(rows)))
+                            corr(method, score, human), len(rows)))
             out.append(_row(dataset, aspect, "length", judge, "human | length (chars)",
-                            f"partial_{method}", partial(method, score, human, chars), len(rows)))
+                            f"partial_{method}", partial(method, score, human, chars, corr),
+                            len(rows)))
     return out
+
+
+def _remembered() -> Callable[[str, Sequence[float], Sequence[float]], float | None]:
+    """`correlation`, computed once per (method, x, y) for lists that stay alive meanwhile
+    (keyed by identity)."""
+    seen: dict[tuple[str, int, int], float | None] = {}
+
+    def corr(method: str, x: Sequence[float], y: Sequence[float]) -> float | None:
+        key = (method, id(x), id(y))
+        if key not in seen:
+            seen[key] = correlation(method, x, y)
+        return seen[key]
+
+    return corr
 
 
 def reliability_rows(expansion: Expansion, cells: _Cells,

@@ -78,10 +78,14 @@ class _Cell:
     item: Item
     scores: list[float] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    score: float | None = None
+    """The mean of `scores` (None if none), set by `collect` once they are all in: every
+    report reads it, several times."""
 
-    @property
-    def score(self) -> float | None:
-        return statistics.fmean(self.scores) if self.scores else None
+    def settle(self) -> None:
+        s = self.scores
+        # fmean of one value is that value as a float: the same bits, without the call
+        self.score = None if not s else float(s[0]) if len(s) == 1 else statistics.fmean(s)
 
 
 @dataclass(slots=True)
@@ -111,21 +115,25 @@ def _judgment_line(j: Judgment) -> bytes:
 def collect(judgments: Iterable[Judgment], jsonl: io.BufferedIOBase) -> Tables:
     """Stream judgments to `jsonl` and gather the per-cell scores."""
     tables = Tables()
+    cells, seen, write = tables.cells, tables.seen, jsonl.write
     for j in judgments:
-        jsonl.write(_judgment_line(j))
+        write(_judgment_line(j))
         t = j.task
-        cell = tables.cells.setdefault((t.dataset, j.item.item_id, t.prompt, t.aspect, t.model),
-                                       _Cell(j.item))
+        key = (t.dataset, j.item.item_id, t.prompt, t.aspect, t.model)
+        if (cell := cells.get(key)) is None:
+            cell = cells[key] = _Cell(j.item)
         if j.score is not None:
             cell.scores.append(j.score)
         if j.error is not None:
             cell.errors.append(j.error["type"])
         tables.judgments += 1
-        if t.key not in tables.seen:
-            tables.seen.add(t.key)
+        if t.key not in seen:
+            seen.add(t.key)
             tables.tasks += 1
             if j.raw is None:
                 tables.missing.append(t.key)
+    for cell in cells.values():
+        cell.settle()
     return tables
 
 
@@ -135,16 +143,21 @@ def _metrics(item: Item, aspect: str) -> dict[str, float]:
 
 def _scores_csv(tables: Tables) -> bytes:
     metric_names = sorted({m for (_, _, _, aspect, _), c in tables.cells.items()
-                           for m in _metrics(c.item, aspect)})
+                           if c.item.metrics for m in _metrics(c.item, aspect)})
     out = io.StringIO()
     w = csv.writer(out, lineterminator="\n")
     w.writerow(["dataset", "item_id", "group", "system", "subset", "prompt", "aspect", "model",
                 "judge_score", "human_score", *metric_names])
+    rows = []
     for (dataset, item_id, prompt, aspect, model), cell in tables.cells.items():
-        it, metrics = cell.item, _metrics(cell.item, aspect)
-        w.writerow([dataset, item_id, it.group, it.system, it.subset, prompt, aspect, model,
-                    _fmt(cell.score), _fmt(it.human.get(aspect)),
-                    *(_fmt(metrics.get(m)) for m in metric_names)])
+        it = cell.item
+        row = [dataset, item_id, it.group, it.system, it.subset, prompt, aspect, model,
+               _fmt(cell.score), _fmt(it.human.get(aspect))]
+        if metric_names:
+            metrics = _metrics(it, aspect)
+            row += [_fmt(metrics.get(m)) for m in metric_names]
+        rows.append(row)
+    w.writerows(rows)
     return out.getvalue().encode()
 
 
@@ -157,13 +170,16 @@ def _judge_series(expansion: Expansion, tables: Tables
     """(dataset, aspect) -> judge name -> [(item, judge score)], for items with a human score."""
     series: dict[tuple[str, str], dict[str, list[tuple[Item, float | None]]]] = defaultdict(
         lambda: defaultdict(list))
+    names: dict[tuple[str, str], str] = {}
     for (dataset, _, prompt, aspect, model), cell in tables.cells.items():
         if aspect in cell.item.human:
-            series[dataset, aspect][f"{model}/{prompt}"].append((cell.item, cell.score))
+            if (name := names.get((model, prompt))) is None:
+                name = names[model, prompt] = f"{model}/{prompt}"
+            series[dataset, aspect][name].append((cell.item, cell.score))
     for (dataset, aspect) in list(series):
         lower = expansion.lower_is_better.get(dataset, frozenset())
         for item in expansion.items[dataset]:
-            if aspect not in item.human:
+            if aspect not in item.human or not (item.metrics or item.annotators):
                 continue
             for name, value in _metrics(item, aspect).items():
                 series[dataset, aspect][name].append((item, -value if name in lower else value))
@@ -180,9 +196,9 @@ def judge_rows(expansion: Expansion, tables: Tables) -> dict[tuple[str, str], di
     """
     out: dict[tuple[str, str], dict[str, list[Row]]] = {}
     for (dataset, aspect), judges in _judge_series(expansion, tables).items():
-        out[dataset, aspect] = {
-            judge: [Row(group=it.group, system=it.system, subset=it.subset, judge=score,
-                        human=it.annotators[aspect][0] if judge == "iaa" else it.human[aspect])
+        out[dataset, aspect] = {  # Row(group, system, subset, judge, human), positionally
+            judge: [Row(it.group, it.system, it.subset, score,
+                        it.annotators[aspect][0] if judge == "iaa" else it.human[aspect])
                     for it, score in pairs]
             for judge, pairs in judges.items()}
     return out
