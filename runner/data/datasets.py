@@ -29,6 +29,7 @@ from typing import Any, BinaryIO
 
 from runner.data import loaders
 from runner.data.loaders import Item, read_records, safe_unpickle
+from runner.data.seen import Seen
 from runner.errors import ConfigError, DataError
 
 __all__ = ["REGISTRY", "DatasetInfo", "FieldMap", "Item", "RemoteFile", "fetch", "load",
@@ -37,6 +38,7 @@ __all__ = ["REGISTRY", "DatasetInfo", "FieldMap", "Item", "RemoteFile", "fetch",
 _RAW_PREFIX = "https://raw.githubusercontent.com"
 _CHUNK = 1 << 16
 _TIMEOUT = 60.0  # seconds per blocking socket operation, not for the whole file
+_BITS64 = (1 << 64) - 1
 _FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".json": "json"}
 
 
@@ -332,7 +334,8 @@ def load_file(path: Path, mapping: FieldMap, *, dataset: str) -> Iterator[Item]:
     _check_mapping(path, mapping)
     if not path.is_file():
         raise DataError(f"{path}: file not found; check the path in the job file")
-    return _mapped(path, read_records(path, fmt), mapping, dataset)
+    return _mapped(path, read_records(path, fmt), mapping, dataset,
+                   reread=lambda: read_records(path, fmt))
 
 
 def _check_mapping(path: Path, mapping: FieldMap) -> None:
@@ -350,18 +353,23 @@ def _check_mapping(path: Path, mapping: FieldMap) -> None:
 
 
 def _mapped(path: Path, rows: Iterator[tuple[int, str, Any]], mapping: FieldMap,
-            dataset: str) -> Iterator[Item]:
-    seen: set[str] = set()
+            dataset: str, reread: Callable[[], Iterator[tuple[int, str, Any]]]
+            ) -> Iterator[Item]:
+    # Ids seen so far, as 64-bit hashes (~12 bytes an item: a plan over 2.5M items streams
+    # them, where a set of the id strings held ~200 MB); a hash already seen is checked
+    # against the file itself, so a collision never turns into a false error.
+    seen = Seen()
     for index, where, row in rows:
         if not isinstance(row, dict):
             raise DataError(f"{where}: a {type(row).__name__}, expected an object; "
                             "each record must map column names to values")
         cell = _Cells(path, where, row, first=index == 0)
         item_id = cell.text(mapping.id, "id") if mapping.id else str(index)
-        if item_id in seen:
-            raise DataError(f"{where}: item id {item_id!r} (column {mapping.id!r}) repeats; "
-                            "ids must be unique within a data set")
-        seen.add(item_id)
+        if mapping.id and not seen.add(_id64(item_id)):
+            first = _first_with_id(reread(), mapping.id, item_id, index)
+            if first is not None:
+                raise DataError(f"{where}: item id {item_id!r} (column {mapping.id!r}) repeats "
+                                f"the one at {first}; ids must be unique within a data set")
         human, annotators = {}, {}
         for aspect, columns in mapping.human.items():
             if isinstance(columns, str):
@@ -379,6 +387,23 @@ def _mapped(path: Path, rows: Iterator[tuple[int, str, Any]], mapping: FieldMap,
                     for name, column in mapping.text.items()},
             human=human, annotators=annotators, metrics={"*": metrics} if metrics else {},
         )
+
+
+def _id64(item_id: str) -> int:
+    """An id's 64-bit hash (Python's own: per process, which is all a pass needs)."""
+    return hash(item_id) & _BITS64
+
+
+def _first_with_id(rows: Iterator[tuple[int, str, Any]], column: str, item_id: str,
+                   before: int) -> str | None:
+    """Where an earlier record (index < before) has `item_id` in `column`, or None."""
+    for index, where, row in rows:
+        if index >= before:
+            return None
+        value = row.get(column) if isinstance(row, dict) else None
+        if value is not None and not isinstance(value, bool) and str(value) == item_id:
+            return where
+    return None
 
 
 class _Cells:
