@@ -31,6 +31,7 @@ from runner.cli.progress import Progress
 from runner.cli.session import (
     Download,
     Selection,
+    TaskLog,
     all_tasks,
     check_budget,
     check_keys,
@@ -49,7 +50,6 @@ from runner.execute.batch import MAX_REQUESTS, batch_cost
 from runner.execute.imports import import_answers
 from runner.execute.pool import RunStats
 from runner.execute.shard import Shard, split_limits
-from runner.expand import Task
 from runner.job.spec import Job
 from runner.reduce.judgments import judge
 from runner.report.reliability import (
@@ -100,7 +100,7 @@ def _key_reader(name: str) -> Callable[[], str | None]:
 
 
 async def _run_async(sel: Selection, served: Job, cache: CacheBackend, opts: dict[str, Any],
-                     progress: Progress, judged: list[Task]) -> tuple[RunStats, Selection]:
+                     progress: Progress, judged: TaskLog) -> tuple[RunStats, Selection]:
     """Run the pool under a two-phase Ctrl-C: stop dispatching, then cancel."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -240,7 +240,7 @@ def run(job: str, models: tuple[str, ...], base_url: str | None, limit: int | No
     batched = batch_stage(sel, opts)
     if batched is not None:
         sel, opts["hold"] = batched.sel, batched.hold
-    judged: list[Task] = []
+    judged = TaskLog()
     stats, sel = _execute(sel, opts, judged)
     if batched is not None:
         merge(stats, batched)
@@ -285,7 +285,7 @@ def _confirm(sel: Selection) -> None:
 
 
 def _execute(sel: Selection, opts: dict[str, Any],
-             judged: list[Task]) -> tuple[RunStats, Selection]:
+             judged: TaskLog) -> tuple[RunStats, Selection]:
     progress = Progress(sys.stderr, total=0)  # grows with each stage's task count
     started = contextlib.nullcontext(sel.job) if opts["offline"] else serving(sel.job)
     with open_selected(sel) as cache, started as served:
@@ -299,7 +299,7 @@ def _execute(sel: Selection, opts: dict[str, Any],
 
 
 def _finish(sel: Selection, stats: RunStats, started: float, command: str,
-            judged: list[Task], batched: Batched | None = None) -> None:
+            judged: TaskLog, batched: Batched | None = None) -> None:
     made, answers = manifest(sel, stats, started, command), BatchAnswers()
     if batched is not None:
         made["batch"] = batched.stats.as_dict()
