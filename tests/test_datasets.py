@@ -6,6 +6,7 @@ import functools
 import hashlib
 import http.server
 import json
+import math
 import os
 import pickle
 import shutil
@@ -307,6 +308,27 @@ def test_repeated_ids_are_found_exactly_when_every_hash_collides(
     with pytest.raises(DataError, match=r"repeated\.jsonl:5: item id '7'.*repeats the one at "
                                         r".*repeated\.jsonl:3;"):
         list(load_file(repeated, MAPPING, dataset="x"))
+
+
+def test_equal_values_of_consecutive_items_are_held_once(tmp_path: Path) -> None:
+    """A run holds every item: a group's shared source text, names and scores are one object
+    each, items without annotators or metrics share one empty mapping; values stay as read."""
+    doc = "A long document. " * 50
+    rows = [{"id": f"i{n}", "doc": "d1", "sys": f"s{n % 2}", "src": doc, "out": f"o{n}",
+             "h1": 4, "h2": 5, "flu": -0.0 if n == 2 else 3.5, "bleu": 0.5, "ppl": 12.0}
+            for n in range(4)]
+    path = _write(tmp_path / "shared.jsonl", rows)
+    items = list(load_file(path, MAPPING, dataset="x"))
+    a, b, c, d = items
+    assert [it.fields["source"] for it in items] == [doc] * 4
+    assert a.fields["source"] is b.fields["source"] is d.fields["source"]
+    assert a.system is c.system and b.system is d.system and a.group is d.group
+    assert a.human["fluency"] is b.human["fluency"] and a.human == {"overall": 4.5,
+                                                                    "fluency": 3.5}
+    assert math.copysign(1, c.human["fluency"]) == -1  # -0.0 is not turned into 0.0
+    plain = list(load_file(path, FieldMap(id="id", text={"o": "out"}, human={}), dataset="x"))
+    assert plain[0].annotators == plain[0].metrics == plain[0].extra == {}
+    assert plain[0].annotators is plain[1].metrics is plain[1].extra
 
 
 def test_load_file_bad_rows(tmp_path: Path) -> None:
