@@ -7,7 +7,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runner.data.seen import Seen, key64
+from runner.data.seen import KeySet, Seen, key64
 from runner.expand import cache_key
 
 values = st.lists(st.one_of(st.integers(0, 40), st.integers(0, 2**64 - 1),
@@ -44,3 +44,16 @@ def test_key64_is_the_keys_first_64_bits() -> None:
     key = cache_key("http://x/v1", {"model": "m", "messages": []}, 0)
     assert key64(key) == int.from_bytes(bytes.fromhex(key)[:8], "big")
     assert 0 <= key64(key) < 2**64
+
+
+def test_keyset_counts_a_key_as_seen_only_when_both_halves_were_added() -> None:
+    keys = KeySet()
+    first, second = "0" * 16 + "1" * 16 + "f" * 32, "1" * 16 + "0" * 16 + "f" * 32
+    assert keys.add(first) and keys.add(second)
+    assert not keys.add(first) and first in keys
+    # the first 64 bits of an earlier key: a prefix alone would call this one seen
+    same_prefix = "0" * 16 + "2" * 16 + "f" * 32
+    assert key64(same_prefix) == key64(first)
+    assert same_prefix not in keys and keys.add(same_prefix) and not keys.add(same_prefix)
+    # both halves added, by two different keys: the (improbable) false "seen" it accepts
+    assert "0" * 16 + "0" * 16 + "e" * 32 in keys

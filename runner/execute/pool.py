@@ -20,6 +20,7 @@ from typing import Any
 
 import aiohttp
 
+from runner.data.seen import KeySet
 from runner.errors import APIError, AuthError, RequestError, RetryableError
 from runner.execute.backend import CacheBackend, marked
 from runner.execute.cache import answer_record
@@ -252,12 +253,11 @@ async def execute(tasks: Iterable[Task], *, cache: CacheBackend, session: aiohtt
 
 async def _dispatch(tasks: Iterable[Task], pool: _Pool, queue: asyncio.Queue[Task | None], *,
                     offline: bool, budget: float | None) -> None:
-    stats, seen = pool.stats, set()
+    stats, seen = pool.stats, KeySet()  # ~24 bytes a task, where a set of keys held ~150
     for task, cached in marked(pool.cache, tasks, operator.attrgetter("key")):
-        if task.key in seen:  # e.g. two parsers over one request: one call serves both
+        if not seen.add(task.key):  # e.g. two parsers over one request: one call serves both
             stats.duplicates += 1
             continue
-        seen.add(task.key)
         if cached:
             stats.cache_hits += 1
             pool.on_progress(stats)
