@@ -6,6 +6,7 @@ import functools
 import hashlib
 import http.server
 import json
+import math
 import os
 import pickle
 import shutil
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from runner.data import datasets
 from runner.data.datasets import (
     REGISTRY,
     FieldMap,
@@ -293,6 +295,42 @@ def test_load_file_missing_column(tmp_path: Path, suffix: str) -> None:
     assert "text.output" in str(info.value) and "fix the field mapping" in str(info.value)
 
 
+def test_repeated_ids_are_found_exactly_when_every_hash_collides(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ids are remembered as 64-bit hashes; a hash seen before is checked against the file,
+    so colliding hashes of distinct ids pass and only a real repeat is an error."""
+    monkeypatch.setattr(datasets, "_id64", lambda item_id: 0)
+    rows = [{**ROWS[0], "id": name} for name in ("a", "b", 7, "c")]
+    distinct = _write(tmp_path / "distinct.jsonl", rows)
+    assert [it.item_id for it in load_file(distinct, MAPPING, dataset="x")] == ["a", "b", "7",
+                                                                                "c"]
+    repeated = _write(tmp_path / "repeated.jsonl", [*rows, {**ROWS[1], "id": "7"}])
+    with pytest.raises(DataError, match=r"repeated\.jsonl:5: item id '7'.*repeats the one at "
+                                        r".*repeated\.jsonl:3;"):
+        list(load_file(repeated, MAPPING, dataset="x"))
+
+
+def test_equal_values_of_consecutive_items_are_held_once(tmp_path: Path) -> None:
+    """A run holds every item: a group's shared source text, names and scores are one object
+    each, items without annotators or metrics share one empty mapping; values stay as read."""
+    doc = "A long document. " * 50
+    rows = [{"id": f"i{n}", "doc": "d1", "sys": f"s{n % 2}", "src": doc, "out": f"o{n}",
+             "h1": 4, "h2": 5, "flu": -0.0 if n == 2 else 3.5, "bleu": 0.5, "ppl": 12.0}
+            for n in range(4)]
+    path = _write(tmp_path / "shared.jsonl", rows)
+    items = list(load_file(path, MAPPING, dataset="x"))
+    a, b, c, d = items
+    assert [it.fields["source"] for it in items] == [doc] * 4
+    assert a.fields["source"] is b.fields["source"] is d.fields["source"]
+    assert a.system is c.system and b.system is d.system and a.group is d.group
+    assert a.human["fluency"] is b.human["fluency"] and a.human == {"overall": 4.5,
+                                                                    "fluency": 3.5}
+    assert math.copysign(1, c.human["fluency"]) == -1  # -0.0 is not turned into 0.0
+    plain = list(load_file(path, FieldMap(id="id", text={"o": "out"}, human={}), dataset="x"))
+    assert plain[0].annotators == plain[0].metrics == plain[0].extra == {}
+    assert plain[0].annotators is plain[1].metrics is plain[1].extra
+
+
 def test_load_file_bad_rows(tmp_path: Path) -> None:
     later = _write(tmp_path / "later.jsonl", [ROWS[0], {k: v for k, v in ROWS[1].items()
                                                          if k != "flu"}])
@@ -302,7 +340,8 @@ def test_load_file_bad_rows(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="'good', not a finite number"):
         list(load_file(text, MAPPING, dataset="x"))
     dup = _write(tmp_path / "dup.csv", [ROWS[0], ROWS[0]])
-    with pytest.raises(DataError, match="item id 'a'.*repeats"):
+    with pytest.raises(DataError,
+                       match=r"dup\.csv:3: item id 'a'.*repeats the one at .*dup\.csv:2;"):
         list(load_file(dup, MAPPING, dataset="x"))
     with pytest.raises(DataError, match="file not found"):
         load_file(tmp_path / "absent.csv", MAPPING, dataset="x")

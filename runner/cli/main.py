@@ -37,6 +37,7 @@ from runner.cli.cachecmds import cache_option, cache_url, export_command, import
 from runner.cli.session import (
     Download,
     Selection,
+    TaskLog,
     all_tasks,
     check_budget,
     check_keys,
@@ -53,7 +54,6 @@ from runner.errors import ConfigError, DataError, RunnerError
 from runner.execute.backend import CacheBackend, marked, open_cache, redact
 from runner.execute.imports import import_answers
 from runner.execute.shard import Shard, split_limits
-from runner.expand import Task
 from runner.job.spec import Job
 from runner.reduce.judgments import judge
 
@@ -96,7 +96,7 @@ def _key_reader(name: str) -> Callable[[], str | None]:
 
 
 async def _run_async(sel: Selection, served: Job, cache: CacheBackend, opts: dict[str, Any],
-                     progress: Progress, judged: list[Task]) -> tuple[RunStats, Selection]:
+                     progress: Progress, judged: TaskLog) -> tuple[RunStats, Selection]:
     """Run the pool under a two-phase Ctrl-C: stop dispatching, then cancel."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -237,7 +237,7 @@ def run(job: str, models: tuple[str, ...], base_url: str | None, limit: int | No
     batched = batch_stage(sel, opts)
     if batched is not None:
         sel, opts["hold"] = batched.sel, batched.hold
-    judged: list[Task] = []
+    judged = TaskLog()
     stats, sel = _execute(sel, opts, judged)
     if batched is not None:
         merge(stats, batched)
@@ -282,7 +282,7 @@ def _confirm(sel: Selection) -> None:
 
 
 def _execute(sel: Selection, opts: dict[str, Any],
-             judged: list[Task]) -> tuple[RunStats, Selection]:
+             judged: TaskLog) -> tuple[RunStats, Selection]:
     from runner.cli.progress import Progress
     progress = Progress(sys.stderr, total=0)  # grows with each stage's task count
     started = contextlib.nullcontext(sel.job) if opts["offline"] else serving(sel.job)
@@ -297,7 +297,7 @@ def _execute(sel: Selection, opts: dict[str, Any],
 
 
 def _finish(sel: Selection, stats: RunStats, started: float, command: str,
-            judged: list[Task], batched: Batched | None = None) -> None:
+            judged: TaskLog, batched: Batched | None = None) -> None:
     from runner.report.write import write_reports
     made, answers = manifest(sel, stats, started, command), BatchAnswers()
     if batched is not None:

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import math
@@ -23,7 +24,7 @@ import os
 import statistics
 import tempfile
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from typing import Any
 import orjson
 
 from runner.data.datasets import Item
+from runner.data.seen import Seen, key64
 from runner.errors import ConfigError
 from runner.execute.local import LOCAL_MODELS
 from runner.expand import Expansion
@@ -60,11 +62,19 @@ SUMMARY_COLUMNS = ["dataset", "prompt", "aspect", "model", "n", "scored", "mean"
 
 def write_atomic(path: Path, data: bytes) -> None:
     """Write `data` to `path` so that readers see the old file or the new one, never half."""
+    with atomic_file(path) as f:
+        f.write(data)
+
+
+@contextlib.contextmanager
+def atomic_file(path: Path) -> Iterator[io.BufferedWriter]:
+    """A file that replaces `path` when the block ends (as write_atomic), written as the data
+    is made: no buffer holds a 10M-task run's judgments.jsonl (~4 GB) or scores.csv."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
+        with open(fd, "wb") as f:
+            yield f
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -99,7 +109,8 @@ class Tables:
     """Distinct tasks judged (a group task yields one judgment per output)."""
     missing: list[str] = field(default_factory=list)
     """Keys of the tasks that have no cached answer."""
-    seen: set[str] = field(default_factory=set)
+    seen: Seen = field(default_factory=Seen)
+    """The keys judged so far, by their first 64 bits (~12 bytes a task; see Seen)."""
 
 
 def _judgment_line(j: Judgment) -> bytes:
@@ -127,8 +138,7 @@ def collect(judgments: Iterable[Judgment], jsonl: io.BufferedIOBase) -> Tables:
         if j.error is not None:
             cell.errors.append(j.error["type"])
         tables.judgments += 1
-        if t.key not in seen:
-            seen.add(t.key)
+        if seen.add(key64(t.key)):
             tables.tasks += 1
             if j.raw is None:
                 tables.missing.append(t.key)
@@ -141,14 +151,13 @@ def _metrics(item: Item, aspect: str) -> dict[str, float]:
     return {**item.metrics.get("*", {}), **item.metrics.get(aspect, {})}
 
 
-def _scores_csv(tables: Tables) -> bytes:
+def _scores_csv(tables: Tables, binary: io.BufferedWriter) -> None:
     metric_names = sorted({m for (_, _, _, aspect, _), c in tables.cells.items()
                            if c.item.metrics for m in _metrics(c.item, aspect)})
-    out = io.StringIO()
+    out = io.TextIOWrapper(binary, encoding="utf-8", newline="")
     w = csv.writer(out, lineterminator="\n")
     w.writerow(["dataset", "item_id", "group", "system", "subset", "prompt", "aspect", "model",
                 "judge_score", "human_score", *metric_names])
-    rows = []
     for (dataset, item_id, prompt, aspect, model), cell in tables.cells.items():
         it = cell.item
         row = [dataset, item_id, it.group, it.system, it.subset, prompt, aspect, model,
@@ -156,9 +165,9 @@ def _scores_csv(tables: Tables) -> bytes:
         if metric_names:
             metrics = _metrics(it, aspect)
             row += [_fmt(metrics.get(m)) for m in metric_names]
-        rows.append(row)
-    w.writerows(rows)
-    return out.getvalue().encode()
+        w.writerow(row)
+    out.flush()
+    out.detach()  # the caller's file stays open
 
 
 def _fmt(value: float | None) -> str:
@@ -379,13 +388,13 @@ def write_reports(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgm
                   notes: Sequence[str] = ()) -> Tables:
     """Write every report file; the manifest last, so its presence means the set is complete.
     `manifest` may be built from the gathered tables (counts known only after the pass)."""
-    buffer = io.BytesIO()
     battles = Battles(expansion)
     positions = Positions(expansion)
     rows = ItemRows()
-    tables = collect(rows.watch(battles.watch(positions.watch(judgments))), buffer)
-    write_atomic(out_dir / "judgments.jsonl", buffer.getvalue())
-    write_atomic(out_dir / "scores.csv", _scores_csv(tables))
+    with atomic_file(out_dir / "judgments.jsonl") as jsonl:
+        tables = collect(rows.watch(battles.watch(positions.watch(judgments))), jsonl)
+    with atomic_file(out_dir / "scores.csv") as scores:
+        _scores_csv(tables, scores)
     series = judge_rows(expansion, tables)
     corr = correlations(expansion, tables, series)
     write_atomic(out_dir / "correlations.csv", _csv(CORRELATION_COLUMNS, corr))

@@ -1,0 +1,32 @@
+"""runner.report.write.atomic_file: reports streamed to disk replace the old file only once
+complete (judgments.jsonl and scores.csv are written that way, never held in memory)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from runner.report.write import atomic_file, write_atomic
+
+
+def test_the_old_file_stays_until_the_new_one_is_complete(tmp_path: Path) -> None:
+    path = tmp_path / "out" / "judgments.jsonl"
+    write_atomic(path, b"old\n")
+    with atomic_file(path) as f:
+        f.write(b"new 1\n")
+        f.flush()
+        assert path.read_bytes() == b"old\n"  # readers see the old file while it is written
+        f.write(b"new 2\n")
+    assert path.read_bytes() == b"new 1\nnew 2\n"
+    assert [p.name for p in path.parent.iterdir()] == ["judgments.jsonl"]
+
+
+def test_a_failure_midway_leaves_the_old_file_and_no_temp_file(tmp_path: Path) -> None:
+    path = tmp_path / "scores.csv"
+    write_atomic(path, b"old\n")
+    with pytest.raises(RuntimeError, match="judging failed"), atomic_file(path) as f:
+        f.write(b"half")
+        raise RuntimeError("judging failed")
+    assert path.read_bytes() == b"old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["scores.csv"]
