@@ -50,8 +50,8 @@ def _connector(concurrency: int) -> aiohttp.TCPConnector:
 async def runner_loop(tasks: Iterable[Task], job: Job, cache_dir: Path, *, deadline_s: float,
                       cache_factory: CacheFactory = Cache) -> Timing:
     """Drive `execute` over `tasks` into a cache at `cache_dir`, timed until the cache is closed
-    (a write-behind cache stores its last answers there). The stop event (the first Ctrl-C) is
-    set at the deadline: in-flight requests finish, nothing new starts."""
+    (the pool's last group commit is done before `execute` returns). The stop event (the first
+    Ctrl-C) is set at the deadline: in-flight requests finish, nothing new starts."""
     endpoints = {m.name: Endpoint(model=m, base_url=m.base_url or "") for m in job.models}
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
