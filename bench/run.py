@@ -1,6 +1,6 @@
 """Run the judge-runner benchmarks and write their figures to a JSON file.
 
-    .venv/bin/python bench/run.py --out bench/results.json          # all five, ~6-8 min
+    .venv/bin/python bench/run.py --out bench/results.json          # all, ~17-19 min
     .venv/bin/python bench/run.py --quick                           # smaller, no 60 s rate test
     .venv/bin/python bench/run.py --only throughput --only cached   # a selection
 
