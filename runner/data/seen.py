@@ -19,6 +19,7 @@ import numpy.typing as npt
 
 __all__ = ["KeySet", "Seen", "key64"]
 
+LOW64 = (1 << 64) - 1
 RECENT = 1 << 16  # members kept in the Python set before they move to a sorted run
 RUN = 1 << 21  # runs are merged up to this many members (16 MB; a merge holds twice that)
 BITS = 16  # bitmap bits a member at least: it doubles when members pass 1/16 of it
@@ -123,8 +124,9 @@ class KeySet:
 
     def add(self, key: str) -> bool:
         """Add `key`; True if it was not seen before."""
-        new_high = self._high.add(int(key[:16], 16))
-        new_low = self._low.add(int(key[16:32], 16))
+        value = int(key[:32], 16)
+        new_high = self._high.add(value >> 64)
+        new_low = self._low.add(value & LOW64)
         return new_high or new_low
 
     def __contains__(self, key: str) -> bool:
