@@ -1,25 +1,83 @@
-"""Benchmark 5: peak RSS of `judge plan` over a 1,000,000-task job (a subprocess, wait4 rusage).
+"""Benchmarks 5 and 5b: memory of `judge plan` and of a fully cached `judge run`.
 
-Two shapes of synthetic user JSONL (each line ~580 bytes: a ~300-character source, a
-~120-character output, ids and human scores): 250k items x 4 aspects (the target) and, in the
-full run, 100k items x 2 prompts x 5 aspects. MB here is 10^6 bytes; MiB is also recorded.
+plan_memory: peak RSS (a subprocess, wait4 rusage) of `judge plan` over synthetic user JSONL
+(each line ~580 bytes: a ~300-character source shared by the 8 systems of a group, a
+~120-character output, ids and human scores): 250k items x 4 aspects (1,000,000 tasks), in the
+full run also 100k items x 2 prompts x 5 aspects (1,000,000) and 2.5M items x 4 aspects
+(10,000,000 tasks; ~6 minutes on the 2-core machine).
+
+run_memory: peak RSS of `judge run` over the same kind of job with every answer in the cache,
+at two sizes (full: 300k and 1M tasks; --quick: 20k and 60k), and the growth per task between
+them; then, in this process under tracemalloc, what holds the memory of a 100k-task cached run
+(--quick: 20k), stage by stage, in bytes per task. The cache is pre-filled with compact records
+(the response, usage and source: all the reports read; no request copy) through Cache.put_many.
+MB here is 10^6 bytes; MiB is also recorded.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import re
+import sys
 import time
+import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import common
+import orjson
 
-TARGET_MB = 400.0
+import runner.report.write as write
+from bench import common
+from runner.cli import session
+from runner.execute.cache import Cache
+from runner.expand import Task, prepare
+from runner.job.load import load_job
+from runner.reduce.judgments import judge
+from tests.fakeserver import default_reply
+
+TARGET_MB = 500.0  # issue 13: plan and a cached run over 10,000,000 tasks
+ASPECTS = ("coherence", "consistency", "fluency", "relevance")
 SHAPES = {  # name: (items, prompts, aspects)
-    "250k_items_x_4_aspects": (250_000, 1, ("coherence", "consistency", "fluency", "relevance")),
-    "100k_items_x_2_prompts_x_5_aspects": (100_000, 2, ("coherence", "consistency", "fluency",
-                                                         "relevance", "overall")),
+    "250k_items_x_4_aspects": (250_000, 1, ASPECTS),
+    "100k_items_x_2_prompts_x_5_aspects": (100_000, 2, (*ASPECTS, "overall")),
+    "2500k_items_x_4_aspects": (2_500_000, 1, ASPECTS),
 }
+# What write_reports calls, watched one at a time under tracemalloc (absent names are skipped).
+STAGES = ("collect", "_scores_csv", "judge_rows", "correlations", "summary", "reliability_rows",
+          "leaderboard", "page_data", "render")
+
+
+# Peak RSS of a command, read by a small launcher process that forks it and reaps it with
+# wait4. A child spawned by this (large) process directly would report this process's peak
+# RSS as its own: Linux carries the parent's high-water mark into ru_maxrss across the
+# vfork/exec that subprocess uses. The figures go to the file named by argv[1]; the command
+# is killed with the launcher (common.run_child's timeout kills the launcher).
+_LAUNCH = """
+import ctypes, json, os, sys, time
+started = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    ctypes.CDLL(None).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL: dies with the launcher (timeout)
+    os.execv(sys.argv[2], sys.argv[2:])
+_, status, usage = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as out:
+    json.dump({"seconds": time.perf_counter() - started, "max_rss_kib": usage.ru_maxrss,
+               "user_s": usage.ru_utime, "sys_s": usage.ru_stime}, out)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def _child(args: list[str], *, cwd: Path, timeout_s: float) -> common.Child:
+    """common.run_child's Child for `args`, its CPU times and peak RSS its own (see _LAUNCH)."""
+    figures = cwd / ".child.rusage.json"
+    launched = common.run_child([sys.executable, "-c", _LAUNCH, str(figures), *args], cwd=cwd,
+                                timeout_s=timeout_s)
+    got = orjson.loads(figures.read_bytes()) if figures.exists() else {}
+    return common.Child(got.get("seconds", launched.seconds), launched.exit_code,
+                        got.get("user_s", 0.0), got.get("sys_s", 0.0),
+                        got.get("max_rss_kib", 0) / 1024, launched.stdout, launched.stderr)
 
 
 def _plan(work: Path, name: str, scale: float) -> dict[str, Any]:
@@ -30,17 +88,19 @@ def _plan(work: Path, name: str, scale: float) -> dict[str, Any]:
     job = common.write_job(folder, items, aspects=aspects, prompts=prompts,
                            base_url="http://127.0.0.1:9/v1")
     write_s = time.perf_counter() - started
-    child = common.run_child([common.JUDGE, "plan", str(job), "--cache-dir", str(folder / "cache")],
-                             cwd=folder, timeout_s=400)
+    child = _child([common.JUDGE, "plan", str(job), "--cache-dir", str(folder / "cache")],
+                   cwd=folder, timeout_s=1200)
     tasks = sum(int(n) for n in re.findall(r"(\d+) tasks", child.stdout))
     peak_mb = child.max_rss_mib * 2**20 / 1e6
-    return {"items": items, "tasks": tasks, "dataset_mb": round(
-                (folder / "synth.jsonl").stat().st_size / 1e6, 1),
-            "write_dataset_s": round(write_s, 1), **child.figures(),
-            "max_rss_mb": round(peak_mb, 1),
-            "tasks_per_s": round(tasks / child.seconds) if child.seconds else None,
-            "pass": child.exit_code == 0 and peak_mb < TARGET_MB,
-            "stdout": child.stdout.strip().splitlines()[-3:]}
+    result = {"items": items, "tasks": tasks, "dataset_mb": round(
+                  (folder / "synth.jsonl").stat().st_size / 1e6, 1),
+              "write_dataset_s": round(write_s, 1), **child.figures(),
+              "max_rss_mb": round(peak_mb, 1),
+              "tasks_per_s": round(tasks / child.seconds) if child.seconds else None,
+              "pass": child.exit_code == 0 and peak_mb < TARGET_MB,
+              "stdout": child.stdout.strip().splitlines()[-3:]}
+    (folder / "synth.jsonl").unlink()  # 1.4 GB at 10M tasks
+    return result
 
 
 def plan_memory(work: Path, quick: bool) -> dict[str, Any]:
@@ -48,11 +108,125 @@ def plan_memory(work: Path, quick: bool) -> dict[str, Any]:
     names = list(SHAPES)[:1] if quick else list(SHAPES)
     scale = 0.2 if quick else 1.0
     shapes = {name: _plan(work, name, scale) for name in names}
-    main = shapes[names[0]]
+    main, largest = shapes[names[0]], shapes[names[-1]]
     return {"setup": {"scale": scale, "shapes": {n: SHAPES[n][:2] + (len(SHAPES[n][2]),)
                                                  for n in names}},
-            "target": f"judge plan peak RSS < {TARGET_MB:g} MB (10^6 bytes) at 1,000,000 tasks",
+            "target": f"judge plan peak RSS < {TARGET_MB:g} MB (10^6 bytes) at 10,000,000 tasks",
             "max_rss_mb": main["max_rss_mb"],
+            "max_rss_mb_10m": None if quick else largest["max_rss_mb"],
+            "seconds_10m": None if quick else largest["seconds"],
             "pass": None if quick else all(s["pass"] for s in shapes.values()),
             "shapes": shapes,
             "command": "judge plan JOB --cache-dir CACHE"}
+
+
+def _compact(task: Task) -> dict[str, Any]:
+    """The fake server's answer as a record with only what the reports read."""
+    reply = default_reply(orjson.loads(task.body))
+    return {"response": {"choices": [{"index": 0, "finish_reason": "stop",
+                                      "message": {"role": "assistant", "content": reply}}]},
+            "usage": {"prompt_tokens": task.prompt_tokens, "completion_tokens": 3},
+            "source": "api"}
+
+
+def _cached_job(folder: Path, items: int) -> tuple[Path, dict[str, Any]]:
+    """A job of items x 4 aspects whose model is a closed port, every answer in the cache."""
+    dead = f"http://127.0.0.1:{common.free_port()}/v1"  # a cache miss would fail the run
+    started = time.perf_counter()
+    job = common.write_job(folder, items, aspects=ASPECTS, base_url=dead)
+    with Cache(folder / "cache") as cache:
+        stored = cache.put_many((t.key, _compact(t))
+                                for t in prepare(load_job(job), folder, stream=True).tasks())
+    return job, {"items": items, "tasks": items * len(ASPECTS), "cache_entries": stored,
+                 "prefill_s": round(time.perf_counter() - started, 1)}
+
+
+def _run(folder: Path, items: int) -> dict[str, Any]:
+    job, setup = _cached_job(folder, items)
+    child = _child([common.JUDGE, "run", str(job), "--cache-dir", str(folder / "cache"),
+                    "--out", str(folder / "out"), "--max-retries", "0", "--yes"], cwd=folder,
+                   timeout_s=1800)
+    peak_mb = child.max_rss_mib * 2**20 / 1e6
+    return {**setup, **child.figures(), "max_rss_mb": round(peak_mb, 1),
+            "bytes_per_task": round(peak_mb * 1e6 / setup["tasks"]),
+            "stderr_tail": child.stderr.strip().splitlines()[-2:]}
+
+
+class _Watch:
+    """Traced memory around calls of write_reports' stages: what each holds on return and at
+    its peak, over what was traced when it was called."""
+
+    def __init__(self) -> None:
+        self.stages: dict[str, dict[str, int]] = {}
+
+    def wrap(self, name: str, func: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(func)
+        def watched(*args: Any, **kwargs: Any) -> Any:
+            before = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+            try:
+                return func(*args, **kwargs)
+            finally:
+                now, peak = tracemalloc.get_traced_memory()
+                self.stages[name] = {"kept": now - before, "peak": peak - before}
+        return watched
+
+    @staticmethod
+    def traced() -> int:
+        return tracemalloc.get_traced_memory()[0]
+
+
+def _holders(folder: Path, items: int) -> dict[str, Any]:
+    """A cached run's stages in this process under tracemalloc: bytes per task each keeps."""
+    job, setup = _cached_job(folder, items)
+    tasks, watch = setup["tasks"], _Watch()
+    originals = {n: getattr(write, n) for n in STAGES if hasattr(write, n)}
+    tracemalloc.start()
+    try:
+        for name, func in originals.items():
+            setattr(write, name, watch.wrap(name, func))
+        base = watch.traced()
+        sel = session.select(job, cache_dir=folder / "cache", data_dir=folder)
+        items_b = watch.traced() - base
+        log = session.TaskLog()
+        tracemalloc.reset_peak()
+        with session.open_selected(sel) as cache:
+            asyncio.run(session.run_pool(
+                sel, sel.job, cache, stop=asyncio.Event(), key_reader=lambda _: lambda: None,
+                offline=False, budget=None, on_progress=lambda _: None, judged=log))
+            pool_peak = tracemalloc.get_traced_memory()[1] - base - items_b
+            log_b = watch.traced() - base - items_b
+            write.write_reports(folder / "out", sel.expansion, judge(sel.expansion, cache,
+                                                                      tasks=log), {})
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+        for name, func in originals.items():
+            setattr(write, name, func)
+    per = {"items (Item objects, held all run)": items_b,
+           "TaskLog (the run's tasks, for the reports)": log_b,
+           "pool, during dispatch (key hashes, lookup batches)": pool_peak - log_b}
+    for name, s in watch.stages.items():
+        per[f"{name}: kept on return"] = s["kept"]
+        per[f"{name}: peak inside"] = s["peak"]
+    return {**setup, "traced_peak_mb": round(peak / 1e6, 1),
+            "mb": {k: round(v / 1e6, 1) for k, v in per.items()},
+            "bytes_per_task": {k: round(v / tasks) for k, v in per.items()}}
+
+
+def run_memory(work: Path, quick: bool) -> dict[str, Any]:
+    """Benchmark 5b."""
+    small, large = (5_000, 15_000) if quick else (75_000, 250_000)
+    runs = {f"{items * len(ASPECTS)}_tasks": _run(work / f"run{items}", items)
+            for items in (small, large)}
+    a, b = runs.values()
+    growth = (b["max_rss_mb"] - a["max_rss_mb"]) * 1e6 / (b["tasks"] - a["tasks"])
+    projected = b["max_rss_mb"] + growth * (10_000_000 - b["tasks"]) / 1e6  # linear: a floor
+    holders = _holders(work / "holders", 5_000 if quick else 25_000)
+    return {"setup": {"sizes_tasks": [r["tasks"] for r in runs.values()]},
+            "target": f"cached judge run peak RSS < {TARGET_MB:g} MB at 10,000,000 tasks",
+            "max_rss_mb": b["max_rss_mb"], "tasks": b["tasks"],
+            "growth_bytes_per_task": round(growth), "projected_10m_mb": round(projected),
+            "pass": None if quick else projected < TARGET_MB,
+            "runs": runs, "holders": holders,
+            "command": "judge run JOB --cache-dir CACHE --out OUT --max-retries 0 --yes"}

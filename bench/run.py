@@ -1,6 +1,6 @@
 """Run the judge-runner benchmarks and write their figures to a JSON file.
 
-    .venv/bin/python bench/run.py --out bench/results.json          # all five, ~6-8 min
+    .venv/bin/python bench/run.py --out bench/results.json          # all, ~17-19 min
     .venv/bin/python bench/run.py --quick                           # smaller, no 60 s rate test
     .venv/bin/python bench/run.py --only throughput --only cached   # a selection
 
@@ -44,6 +44,7 @@ BENCHMARKS: dict[str, Bench] = {
     "cached": cached.cached_rerun,
     "ratelimit": ratelimit.rate_limit,
     "plan_memory": memory.plan_memory,
+    "run_memory": memory.run_memory,
     "local": lambda work, quick: local.local_judge(work, quick, DATA_DIR),
     "pgcache": pgcache.pg_cache,
     "batch": batch.batch_job,
@@ -66,7 +67,13 @@ HEADLINES: dict[str, list[tuple[str, str, str]]] = {
     "ratelimit": [("429s received at 600 rpm", "received_429", "{}"),
                   ("accepted in first 60 s window", "achieved_per_min", "{}/min"),
                   ("steady rate", "steady_rate_per_min", "{}/min")],
-    "plan_memory": [("judge plan peak RSS, 1M tasks", "max_rss_mb", "{:.0f} MB")],
+    "plan_memory": [("judge plan peak RSS, 1M tasks", "max_rss_mb", "{:.0f} MB"),
+                    ("judge plan peak RSS, 10M tasks", "max_rss_mb_10m", "{:.0f} MB"),
+                    ("judge plan, 10M tasks: wall time", "seconds_10m", "{:.0f} s")],
+    "run_memory": [("cached judge run peak RSS (largest size)", "max_rss_mb", "{:.0f} MB"),
+                   ("at tasks", "tasks", "{}"),
+                   ("peak growth per task", "growth_bytes_per_task", "{} B"),
+                   ("linear projection to 10M tasks", "projected_10m_mb", "{} MB")],
     "batch": [("write + upload + submit (100k; 10k --quick)", "submit_s", "{} s"),
               ("ingest the answers into the cache", "ingest_s", "{} s"),
               ("peak RSS", "max_rss_mb", "{} MB")],

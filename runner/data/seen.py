@@ -116,4 +116,3 @@ class Seen:
         position = run & np.uint64(self._mask)
         np.bitwise_or.at(bits, (position >> np.uint64(3)).astype(np.intp),
                          (np.uint8(1) << (position & np.uint64(7)).astype(np.uint8)))
-
