@@ -206,8 +206,10 @@ def phases(job: Path, cache: Path, out: Path) -> dict[str, dict[str, float]]:
         rows.watch(battles.watch(positions.watch(answers.watch(judgments)))), buffer))
     clock.timed("write judgments.jsonl", lambda: write.write_atomic(
         out / "judgments.jsonl", buffer.getvalue()))
-    clock.timed("scores.csv", lambda: write.write_atomic(out / "scores.csv",
-                                                         write._scores_csv(tables)))
+    def scores_csv() -> None:
+        with write.atomic_file(out / "scores.csv") as f:
+            write._scores_csv(tables, f)
+    clock.timed("scores.csv", scores_csv)
     series = clock.timed("judge_rows (judge vs human rows)",
                          lambda: write.judge_rows(expansion, tables))
     corr = clock.timed("correlations (1,000 bootstrap resamples)",
