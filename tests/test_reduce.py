@@ -16,6 +16,7 @@ from scipy import stats
 
 from runner.errors import ConfigError, DataError
 from runner.reduce import _coef, _kendall
+from runner.reduce import correlate as correlate_module
 from runner.reduce.correlate import (
     Correlation,
     Row,
@@ -278,7 +279,11 @@ def test_kendall_way_is_chosen_by_cost() -> None:
     assert way(6000, 1, lambda: float(rng.random())) == "merges"  # too many groups
 
 
-def test_counts_are_the_seeded_group_draws() -> None:
+@pytest.mark.parametrize("draw_cells", [1 << 20, 1, 700])  # all at once, a row, a few rows
+def test_counts_are_the_seeded_group_draws(draw_cells: int,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(correlate_module, "_DRAW_CELLS", draw_cells)
+    monkeypatch.setattr(correlate_module, "_DRAWN", {})  # nothing remembered from elsewhere
     for strata in [(1,), (7,), (5, 1, 12), (300, 200)]:
         rng = np.random.default_rng(9)  # the definition: each stratum's draws, one after another
         want = np.concatenate([np.stack([np.bincount(row, minlength=k)

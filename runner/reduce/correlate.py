@@ -56,6 +56,8 @@ _SHORT = 64
 # Draw counts kept for reuse (see _counts): (strata, n_boot, seed) -> counts, at most this many
 # float64 cells in all (64 MiB).
 _KEPT_CELLS = 1 << 23
+# Draws of one stratum taken at a time by _draw (int64, 8 MiB).
+_DRAW_CELLS = 1 << 20
 _DRAWN: dict[tuple[tuple[int, ...], int, int], FloatArray] = {}
 
 
@@ -249,12 +251,23 @@ def _counts(strata: tuple[int, ...], n_boot: int, seed: int) -> FloatArray:
 
 
 def _draw(strata: tuple[int, ...], n_boot: int, seed: int) -> FloatArray:
+    """Each stratum's n_boot x k draws, taken _DRAW_CELLS at a time straight into the result.
+
+    The generator's stream runs on across calls, so the counts are the bits of one
+    (n_boot, k) draw per stratum, without holding its int64 draws, their bincount and a
+    concatenated copy at once (~4x the result's size at its peak)."""
     rng = np.random.default_rng(seed)
-    blocks = []
+    out = np.empty((n_boot, sum(strata)), dtype=np.float64)
+    start = 0
     for k in strata:
-        draws = rng.integers(0, k, size=(n_boot, k)) + k * np.arange(n_boot)[:, None]
-        blocks.append(np.bincount(draws.ravel(), minlength=n_boot * k).reshape(n_boot, k))
-    return np.concatenate(blocks, axis=1).astype(np.float64)
+        step = max(1, _DRAW_CELLS // max(k, 1))
+        for b0 in range(0, n_boot, step):
+            rows = min(step, n_boot - b0)
+            draws = rng.integers(0, k, size=(rows, k)) + k * np.arange(rows)[:, None]
+            out[b0:b0 + rows, start:start + k] = np.bincount(
+                draws.ravel(), minlength=rows * k).reshape(rows, k)
+        start += k
+    return out
 
 
 def _table(v: npt.NDArray[Any], gid: IntArray,
