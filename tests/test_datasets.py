@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from runner.data import datasets
+from runner.data import datasets, loaders
 from runner.data.datasets import (
     REGISTRY,
     FieldMap,
@@ -283,6 +285,32 @@ def test_load_file_defaults_and_explicit_format(tmp_path: Path) -> None:
     assert loaded[0].human == {} and loaded[0].metrics == {}
     with pytest.raises(ConfigError, match=r"rows\.txt.*set format"):
         load_file(renamed, FieldMap(text={"output": "out"}, human={}), dataset="d")
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(10**30), max_value=10**30)
+    | st.floats() | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner,
+                                                                  max_size=4), max_leaves=12)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_JSON)
+def test_json_reads_exactly_what_the_standard_library_reads(value: Any) -> None:
+    """Lines go through orjson where it can: the values must be json.loads's, type and bits
+    (ints past 64 bits stay ints, NaN and Infinity and lone surrogates still load)."""
+    line = json.dumps(value).encode()
+    got, want = loaders._loads(line), json.loads(line)
+    assert repr(got) == repr(want)
+
+
+def test_user_file_values_past_orjson_load_as_json_reads_them(tmp_path: Path) -> None:
+    path = tmp_path / "odd.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"id": 123456789012345678901234567890, "out": "\\ud800", '
+                     b'"h": NaN}\n{"id": -9999999999999999999, "out": "x", "h": 1e19}\n')
+    mapping = FieldMap(text={"output": "out"}, human={}, id="id")
+    ids = [item.item_id for item in load_file(path, mapping, dataset="d")]
+    assert ids == ["123456789012345678901234567890", "-9999999999999999999"]
 
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".csv", ".json"])

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from runner.errors import DataError
 
 __all__ = ["Item", "bagel", "colossalai", "korean_chat", "openmeva", "read_records",
@@ -175,9 +177,34 @@ def _read_bytes(path: Path, fix: str) -> bytes:
         raise DataError(f"{path}: cannot read ({exc.strerror}); {fix}") from None
 
 
+def _loads(data: bytes) -> Any:
+    """JSON as the standard library reads it, through orjson where orjson can (~3x faster a
+    line). Whatever orjson refuses (NaN and Infinity, lone surrogates, a byte-order mark,
+    UTF-16, nesting past 1,024) goes to `json.loads`, which decides; so does a value orjson
+    may have read as a float where `json` keeps an int (an integer past 64 bits)."""
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
+    return value if _exact(value) else json.loads(data)
+
+
+_INT64 = 2.0**63
+
+
+def _exact(value: Any) -> bool:
+    """No float at or past 2**63 in magnitude anywhere in `value`: orjson turns an integer
+    outside [-2**63, 2**64) into a float, which `json` reads as an exact int."""
+    if type(value) is dict:
+        return all(_exact(v) for v in value.values())
+    if type(value) is list:
+        return all(_exact(v) for v in value)
+    return type(value) is not float or -_INT64 < value < _INT64
+
+
 def _read_json(path: Path, fix: str) -> Any:
     try:
-        return json.loads(_read_bytes(path, fix))
+        return _loads(_read_bytes(path, fix))
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
         raise DataError(f"{path}: not valid JSON ({exc}); {fix}") from None
 
@@ -188,7 +215,7 @@ def _jsonl(path: Path, fix: str) -> Iterator[tuple[int, Any]]:
         for number, line in enumerate(file, start=1):
             if line.strip():
                 try:
-                    yield number, json.loads(line)
+                    yield number, _loads(line)
                 except ValueError as exc:
                     raise DataError(f"{path}:{number}: not valid JSON ({exc}); {fix}") from None
 
