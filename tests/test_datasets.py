@@ -304,6 +304,11 @@ def test_json_reads_exactly_what_the_standard_library_reads(value: Any) -> None:
     assert repr(got) == repr(want)
 
 
+def test_json_nested_deeper_than_the_check_goes_loads_as_json_reads_it() -> None:
+    line = b"[" * 700 + b"1" + b"]" * 700
+    assert loaders._loads(line) == json.loads(line)
+
+
 def test_user_file_values_past_orjson_load_as_json_reads_them(tmp_path: Path) -> None:
     path = tmp_path / "odd.jsonl"
     path.write_bytes(b'\xef\xbb\xbf{"id": 123456789012345678901234567890, "out": "\\ud800", '

@@ -184,9 +184,11 @@ def _loads(data: bytes) -> Any:
     may have read as a float where `json` keeps an int (an integer past 64 bits)."""
     try:
         value = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return json.loads(data)
-    return value if _exact(value) else json.loads(data)
+        if _exact(value):
+            return value
+    except (orjson.JSONDecodeError, RecursionError):  # RecursionError: nested past ~490
+        pass
+    return json.loads(data)
 
 
 _INT64 = 2.0**63
