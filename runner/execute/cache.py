@@ -21,6 +21,7 @@ from typing import Any
 
 import diskcache
 import orjson
+from diskcache.core import MODE_RAW
 
 from runner.errors import CacheError
 
@@ -105,9 +106,12 @@ class Cache:
             rows = self._disk._sql(
                 "SELECT key, mode, filename, value FROM Cache WHERE raw = 1 AND key IN "
                 f"({_marks(chunk)})", chunk).fetchall()
+            fetch = self._disk._disk.fetch
             for key, mode, filename, value in rows:
-                # fetch() decodes inline values and reads the large ones kept as files.
-                out[key] = orjson.loads(self._disk._disk.fetch(mode, filename, value, False))
+                # An inline record is the bytes themselves (what fetch() returns for them);
+                # fetch() reads the large ones kept as files.
+                out[key] = orjson.loads(value if mode == MODE_RAW else
+                                        fetch(mode, filename, value, False))
         return out
 
     def put(self, key: str, record: Mapping[str, Any]) -> None:
