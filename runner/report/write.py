@@ -86,8 +86,11 @@ class _Cell:
     """Samples of one item x prompt x aspect x model."""
 
     item: Item
-    scores: list[float] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
+    scores: list[float] | tuple[()] = field(default_factory=list)
+    """The samples' scores while `collect` gathers them; () once settled (only their mean is
+    read afterwards, and a job's cells are most of what a run holds)."""
+    errors: tuple[str, ...] = ()
+    """Each failed sample's error type (most cells have none: no object of their own)."""
     score: float | None = None
     """The mean of `scores` (None if none), set by `collect` once they are all in: every
     report reads it, several times."""
@@ -96,6 +99,7 @@ class _Cell:
         s = self.scores
         # fmean of one value is that value as a float: the same bits, without the call
         self.score = None if not s else float(s[0]) if len(s) == 1 else statistics.fmean(s)
+        self.scores = ()
 
 
 @dataclass(slots=True)
@@ -134,9 +138,9 @@ def collect(judgments: Iterable[Judgment], jsonl: io.BufferedIOBase) -> Tables:
         if (cell := cells.get(key)) is None:
             cell = cells[key] = _Cell(j.item)
         if j.score is not None:
-            cell.scores.append(j.score)
+            cell.scores.append(j.score)  # type: ignore[union-attr]  # a list until settled
         if j.error is not None:
-            cell.errors.append(j.error["type"])
+            cell.errors += (j.error["type"],)
         tables.judgments += 1
         if seen.add(key64(t.key)):
             tables.tasks += 1
