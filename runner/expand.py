@@ -94,6 +94,11 @@ class Expansion:
     lower_is_better: Mapping[str, frozenset[str]]
     """data set name -> metric names where lower is better (the reducer negates them)."""
 
+    def __repr__(self) -> str:
+        # Not the dataclass's: that one spells out every item (35 MB for 25k items).
+        counts = ", ".join(f"{name!r}: {len(items)}" for name, items in self.items.items())
+        return f"Expansion(job={self.job.name!r}, items={{{counts}}})"
+
     def prompts_for(self, dataset: str, per: str) -> list[PromptSpec]:
         return [p for p in self.job.prompts
                 if p.per == per and (not p.datasets or dataset in p.datasets)]

@@ -24,6 +24,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from runner.cli.main import cli
+from runner.cli.session import run_async
 from tests.fakeserver import ThreadedServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -589,3 +590,21 @@ def test_commands_import_only_what_they_use(args: tuple[str, ...], wanted: set[s
     line = proc.stderr.strip().splitlines()[-1]
     assert line.startswith("imported:"), proc.stderr
     assert set(line.split()[1:]) == wanted
+
+
+def test_run_async_returns_the_result_without_formatting_it() -> None:
+    """asyncio.run on Python 3.11 formats its main task's repr, result included, on the way
+    out: a run's Selection and RunStats took 0.5 s and 70 MB at 100k tasks."""
+
+    formatted: list[bool] = []
+
+    class Loud:
+        def __repr__(self) -> str:
+            formatted.append(True)  # asyncio would swallow an exception raised here
+            return "Loud()"
+
+    async def work() -> Loud:
+        return Loud()
+
+    assert isinstance(run_async(work()), Loud)
+    assert not formatted

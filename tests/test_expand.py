@@ -252,6 +252,8 @@ def test_openmeva_registered(data_dir: Path) -> None:
     assert tasks[0].key == _canonical_key("local:smollm2", tasks[0])
     limited = prepare(job, data_dir, limit=10)
     assert [t.key for t in limited.tasks()] == [t.key for t in tasks[:10]]
+    # the items are counted, not spelled out (asyncio formats a run's result on Python 3.11)
+    assert repr(exp) == "Expansion(job='openmeva', items={'openmeva': 1000})"
 
 
 # ---------------------------------------------------------------- hypothesis: cache_key

@@ -45,6 +45,7 @@ from runner.cli.session import (
     job_path,
     manifest,
     open_selected,
+    run_async,
     run_pool,
     select,
     serving,
@@ -288,7 +289,7 @@ def _execute(sel: Selection, opts: dict[str, Any],
     started = contextlib.nullcontext(sel.job) if opts["offline"] else serving(sel.job)
     with open_selected(sel) as cache, started as served:
         try:
-            return asyncio.run(_run_async(sel, served, cache, opts, progress, judged))
+            return run_async(_run_async(sel, served, cache, opts, progress, judged))
         except asyncio.CancelledError:
             # The second Ctrl-C cancelled the pool; every answer received is already cached.
             raise KeyboardInterrupt from None

@@ -16,10 +16,10 @@ import operator
 import sys
 import time
 from array import array
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from runner.data import datasets
 from runner.data.seen import Seen, key64
@@ -36,8 +36,8 @@ if TYPE_CHECKING:
     from runner.execute.pool import RunStats
 
 __all__ = ["Download", "ModelPlan", "Selection", "TaskLog", "all_tasks", "answer_text",
-           "check_budget", "check_keys", "estimate", "job_path", "manifest", "run_pool", "select",
-           "serving"]
+           "check_budget", "check_keys", "estimate", "job_path", "manifest", "run_async",
+           "run_pool", "select", "serving"]
 
 PACKAGES = ("judge-runner", "aiohttp", "openai", "aiolimiter", "diskcache", "orjson", "scipy",
             "click")
@@ -57,6 +57,26 @@ class Selection:
     """A shared cache (postgresql://...) used instead of cache_dir; see open_selected."""
     shard: Shard | None = None
     """`judge run --shard I/N`: only this shard's tasks are run."""
+
+
+T = TypeVar("T")
+
+
+def run_async(work: Awaitable[T]) -> T:
+    """`asyncio.run(work)`, without handing asyncio its result.
+
+    On Python 3.11, asyncio.run formats the repr of its main task, result included, when it
+    restores the SIGINT handler (signal.getsignal tries the handler, a partial holding the
+    task, as a signal.Handlers value and builds the ValueError's message). A run's result
+    holds its Selection and RunStats: 0.5 s and 70 MB for a 100k-task job, growing with it."""
+    import asyncio
+    box: list[T] = []
+
+    async def main() -> None:
+        box.append(await work)
+
+    asyncio.run(main())
+    return box[0]
 
 
 def job_path(job: str) -> Path:
