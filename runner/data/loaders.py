@@ -18,7 +18,7 @@ import fnmatch
 import io
 import json
 import pickle
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -198,10 +198,19 @@ def _exact(value: Any) -> bool:
     """No float at or past 2**63 in magnitude anywhere in `value`: orjson turns an integer
     outside [-2**63, 2**64) into a float, which `json` reads as an exact int."""
     if type(value) is dict:
-        return all(_exact(v) for v in value.values())
-    if type(value) is list:
-        return all(_exact(v) for v in value)
-    return type(value) is not float or -_INT64 < value < _INT64
+        values: Iterable[Any] = value.values()
+    elif type(value) is list:
+        values = value
+    else:
+        return type(value) is not float or -_INT64 < value < _INT64
+    for v in values:  # a record's scalars checked here, without a call each
+        kind = type(v)
+        if kind is float:
+            if not -_INT64 < v < _INT64:
+                return False
+        elif (kind is dict or kind is list) and not _exact(v):
+            return False
+    return True
 
 
 def _read_json(path: Path, fix: str) -> Any:
