@@ -66,9 +66,9 @@ def run_async(work: Awaitable[T]) -> T:
     """`asyncio.run(work)`, without handing asyncio its result.
 
     On Python 3.11, asyncio.run formats the repr of its main task, result included, when it
-    restores the SIGINT handler (signal.getsignal tries the handler, a partial holding the
-    task, as a signal.Handlers value and builds the ValueError's message). A run's result
-    holds its Selection and RunStats: 0.5 s and 70 MB for a 100k-task job, growing with it."""
+    restores its SIGINT handler (signal.getsignal tries the handler, a partial holding the
+    task, as a signal.Handlers value and builds the ValueError's message). Results hold sets
+    of keys and Selections: a Selection of 25k items took 0.5 s and 70 MB to format."""
     import asyncio
     box: list[T] = []
 
