@@ -294,6 +294,50 @@ def test_counts_are_the_seeded_group_draws(draw_cells: int,
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize(("strata", "step"), [((1,), 7), ((7,), 1), ((5, 1, 12), 13),
+                                              ((300, 200), 64), ((40,), 50)])
+def test_lazy_draws_are_the_matrix_a_block_at_a_time(strata: tuple[int, ...], step: int,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A matrix too big to keep is made a block of resamples at a time: the same bits."""
+    monkeypatch.setattr(correlate_module, "_DRAW_CELLS", 90)  # the start search in chunks too
+    monkeypatch.setattr(correlate_module, "_STARTS", {})
+    want = correlate_module._draw(strata, 50, 4)
+    lazy = correlate_module._Draws(strata, 50, 4)
+    blocks = list(lazy.blocks(step))
+    assert len(lazy) == 50 and [len(b) for b in blocks][:-1] == [step] * (len(blocks) - 1)
+    np.testing.assert_array_equal(np.concatenate(blocks), want)
+    np.testing.assert_array_equal(np.concatenate(list(lazy.blocks(50))), want)  # again, whole
+
+
+def test_correlations_from_lazy_draws_equal_those_from_the_matrix(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = synthetic(5, groups=40, subsets=("p", "q"), discrete=False)
+    monkeypatch.setattr(correlate_module, "_DRAWN", {})
+    held = correlate(rows, levels=("sample", "dataset"), n_boot=300, seed=2)
+    monkeypatch.setattr(correlate_module, "_KEPT_CELLS", 0)  # every matrix made lazily
+    monkeypatch.setattr(correlate_module, "_CELLS", 700)  # in blocks of a few resamples
+    monkeypatch.setattr(correlate_module, "_DRAWN", {})
+    lazy = correlate(rows, levels=("sample", "dataset"), n_boot=300, seed=2)
+    assert not correlate_module._DRAWN
+    assert [(c.level, c.method, c.subset, c.value) for c in lazy] == [
+        (c.level, c.method, c.subset, c.value) for c in held]
+    for a, b in zip(lazy, held, strict=True):
+        assert a.ci_low == pytest.approx(b.ci_low, rel=1e-12)
+        assert a.ci_high == pytest.approx(b.ci_high, rel=1e-12)
+    # each resample's own mean, in resample order (compare pairs two judges' by position)
+    rng = np.random.default_rng(1)
+    coefs = {"pearson": np.where(rng.random(40) < 0.2, np.nan, rng.random(40)),
+             "kendall": rng.random(40)}
+    sizes = np.full(40, 5)
+    drawn = correlate_module._samples(coefs, sizes, correlate_module._Draws((25, 15), 300, 2),
+                                      "skip")
+    matrix = correlate_module._samples(coefs, sizes, correlate_module._draw((25, 15), 300, 2),
+                                       "skip")
+    for m in coefs:
+        assert drawn[m].value == matrix[m].value and drawn[m].boot is not None
+        np.testing.assert_allclose(drawn[m].boot, matrix[m].boot, rtol=1e-12)
+
+
 @pytest.mark.parametrize("m", [2, 3, 8, 17, 64])
 def test_sample_kendall_is_scipy_bit_for_bit(m: int) -> None:
     rng = np.random.default_rng(m)

@@ -31,7 +31,7 @@ sides near-continuous), by a groups x groups matrix of at most 4,096 groups.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -232,21 +232,24 @@ def _pooled(method: str, x: FloatArray, y: FloatArray) -> float | None:
     return _coef.kendall(x, y)
 
 
-def _counts(strata: tuple[int, ...], n_boot: int, seed: int) -> FloatArray:
+def _counts(strata: tuple[int, ...], n_boot: int, seed: int) -> FloatArray | _Draws:
     """(n_boot, sum(strata)) times each group is drawn, each stratum drawn within itself.
 
     Read-only, and remembered (up to _KEPT_CELLS cells in all): every judge and aspect of a
     data set, at sample and dataset level, resamples the same groups with the same seed, and
-    drawing them is most of a 1,000-resample bootstrap's time."""
+    drawing them is most of a 1,000-resample bootstrap's time. A matrix past _KEPT_CELLS
+    (past ~8,000 groups at 1,000 resamples) is never held whole: `_Draws` makes it a block
+    of resamples at a time, the same bits."""
     key = (strata, n_boot, seed)
     if (kept := _DRAWN.get(key)) is not None:
         return kept
+    if n_boot * sum(strata) > _KEPT_CELLS:
+        return _Draws(strata, n_boot, seed)
     counts = _draw(strata, n_boot, seed)
     counts.flags.writeable = False
-    if counts.size <= _KEPT_CELLS:
-        while _DRAWN and sum(c.size for c in _DRAWN.values()) + counts.size > _KEPT_CELLS:
-            del _DRAWN[next(iter(_DRAWN))]  # the oldest first
-        _DRAWN[key] = counts
+    while _DRAWN and sum(c.size for c in _DRAWN.values()) + counts.size > _KEPT_CELLS:
+        del _DRAWN[next(iter(_DRAWN))]  # the oldest first
+    _DRAWN[key] = counts
     return counts
 
 
@@ -263,11 +266,61 @@ def _draw(strata: tuple[int, ...], n_boot: int, seed: int) -> FloatArray:
         step = max(1, _DRAW_CELLS // max(k, 1))
         for b0 in range(0, n_boot, step):
             rows = min(step, n_boot - b0)
-            draws = rng.integers(0, k, size=(rows, k)) + k * np.arange(rows)[:, None]
-            out[b0:b0 + rows, start:start + k] = np.bincount(
-                draws.ravel(), minlength=rows * k).reshape(rows, k)
+            out[b0:b0 + rows, start:start + k] = _drawn(rng, k, rows)
         start += k
     return out
+
+
+def _drawn(rng: np.random.Generator, k: int, rows: int) -> npt.NDArray[np.intp]:
+    """(rows, k) counts of k groups drawn k times with replacement, per row."""
+    draws = rng.integers(0, k, size=(rows, k)) + k * np.arange(rows)[:, None]
+    return np.bincount(draws.ravel(), minlength=rows * k).reshape(rows, k)
+
+
+# Where each stratum's draws start in the seeded stream, by (strata, n_boot, seed): a few
+# hundred bytes a stratum, found with one pass over every draw.
+_STARTS: dict[tuple[tuple[int, ...], int, int], list[Mapping[str, Any]]] = {}
+
+
+class _Draws:
+    """_draw's matrix of counts, made `step` resamples at a time and never held whole.
+
+    Each stratum gets a generator that starts where that stratum's draws start in the seeded
+    stream (the stream runs on across calls, so a block of rows is the same bits as those
+    rows of one draw); finding those starts costs one pass over every draw, once per
+    (strata, n_boot, seed)."""
+
+    def __init__(self, strata: tuple[int, ...], n_boot: int, seed: int) -> None:
+        self.strata, self.n_boot = strata, n_boot
+        key = (strata, n_boot, seed)
+        if key not in _STARTS:
+            rng, starts = np.random.default_rng(seed), []
+            for k in strata:
+                starts.append(rng.bit_generator.state)
+                step = max(1, _DRAW_CELLS // k)
+                for b0 in range(0, n_boot, step):
+                    rng.integers(0, k, size=(min(step, n_boot - b0), k))
+            _STARTS[key] = starts
+        self.starts = _STARTS[key]
+
+    def __len__(self) -> int:
+        return self.n_boot
+
+    def blocks(self, step: int) -> Iterator[FloatArray]:
+        """The matrix's rows, `step` at a time, in order."""
+        rngs = []
+        for state in self.starts:
+            rng = np.random.default_rng(0)
+            rng.bit_generator.state = state
+            rngs.append(rng)
+        for b0 in range(0, self.n_boot, step):
+            rows = min(step, self.n_boot - b0)
+            block = np.empty((rows, sum(self.strata)), dtype=np.float64)
+            start = 0
+            for k, rng in zip(self.strata, rngs, strict=True):
+                block[:, start:start + k] = _drawn(rng, k, rows)
+                start += k
+            yield block
 
 
 def _table(v: npt.NDArray[Any], gid: IntArray,
@@ -349,27 +402,55 @@ def _boot_chunk(p: _Pooled, methods: Sequence[str], c: FloatArray) -> dict[str, 
     return {m: np.where(undefined, np.nan, r) for m, r in out.items()}
 
 
+def _blocks(counts: FloatArray | _Draws, step: int) -> Iterator[FloatArray]:
+    if isinstance(counts, _Draws):
+        return counts.blocks(step)
+    return (counts[b:b + step] for b in range(0, len(counts), step))
+
+
 def _boot_pooled(d: _Data, sel: _Selection, methods: Sequence[str],
-                 counts: FloatArray) -> dict[str, FloatArray]:
+                 counts: FloatArray | _Draws) -> dict[str, FloatArray]:
     """The pooled coefficient per resample of sel's groups, resamples taken in chunks."""
     p = _summarise(d, sel, len(counts) if "kendall" in methods else None)
     width = max(p.txy.shape[1], 1)  # at least as many cells as x or y values
     step = max(1, _CELLS // 8 // width)
-    chunks = [_boot_chunk(p, methods, counts[b:b + step]) for b in range(0, len(counts), step)]
+    if isinstance(counts, _Draws):  # the block of counts itself kept under _CELLS too
+        step = max(1, min(step, _CELLS // max(sum(counts.strata), 1)))
+    chunks = [_boot_chunk(p, methods, c) for c in _blocks(counts, step)]
     return {m: np.concatenate([ch[m] for ch in chunks]) for m in methods}
 
 
-def _sample(coefs: FloatArray, sizes: IntArray, counts: FloatArray | None, policy: str) -> _Stat:
-    defined = ~np.isnan(coefs)
-    used = defined if policy == "skip" else np.ones_like(defined)
-    vals = np.where(defined, coefs, 0.0)
-    k = int(used.sum())
-    boot = None
+def _samples(coefs: Mapping[str, FloatArray], sizes: IntArray,
+             counts: FloatArray | _Draws | None, policy: str) -> dict[str, _Stat]:
+    """Sample-level statistics of each method from its per-group coefficients; with counts,
+    each resample's mean over the groups it drew (one pass over the counts for every method)."""
+    used, vals = {}, {}
+    for m, c in coefs.items():
+        defined = ~np.isnan(c)
+        used[m] = defined if policy == "skip" else np.ones_like(defined)
+        vals[m] = np.where(defined, c, 0.0)
+    boots: dict[str, FloatArray] = {}
     if counts is not None:
-        den = counts @ used.astype(np.float64)  # a bool operand would skip BLAS
+        # a float operand: a bool one would skip BLAS
+        weights = {m: used[m].astype(np.float64) for m in coefs}
+        if isinstance(counts, _Draws):
+            step = max(1, _CELLS // max(sum(counts.strata), 1))
+            parts: dict[str, list[tuple[FloatArray, FloatArray]]] = {m: [] for m in coefs}
+            for block in counts.blocks(step):
+                for m in coefs:
+                    parts[m].append((block @ weights[m], block @ vals[m]))
+            sums = {m: (np.concatenate([d for d, _ in parts[m]]),
+                        np.concatenate([n for _, n in parts[m]])) for m in coefs}
+        else:
+            sums = {m: (counts @ weights[m], counts @ vals[m]) for m in coefs}
         with np.errstate(divide="ignore", invalid="ignore"):
-            boot = np.where(den > 0, (counts @ vals) / den, np.nan)
-    return _Stat(float(vals[used].mean()) if k else None, boot, k, int(sizes[used].sum()))
+            boots = {m: np.where(den > 0, num / den, np.nan) for m, (den, num) in sums.items()}
+    out = {}
+    for m in coefs:
+        k = int(used[m].sum())
+        out[m] = _Stat(float(vals[m][used[m]].mean()) if k else None, boots.get(m), k,
+                       int(sizes[used[m]].sum()))
+    return out
 
 
 def _level_stats(d: _Data, level: str, methods: Sequence[str], policy: str, n_boot: int,
@@ -381,9 +462,10 @@ def _level_stats(d: _Data, level: str, methods: Sequence[str], policy: str, n_bo
     for sel in _selections(d):
         counts = _counts(sel.strata, n_boot, seed) if n_boot and sel.g1 > sel.g0 else None
         if level == "sample":
+            stats = _samples({m: coefs[m][sel.g0:sel.g1] for m in methods},
+                             sizes[sel.g0:sel.g1], counts, policy)
             for m in methods:
-                yield sel, m, _sample(coefs[m][sel.g0:sel.g1], sizes[sel.g0:sel.g1], counts,
-                                      policy)
+                yield sel, m, stats[m]
             continue
         i0, i1 = int(d.edges[sel.g0]), int(d.edges[sel.g1])
         boots = {} if counts is None else _boot_pooled(d, sel, methods, counts)
