@@ -24,6 +24,10 @@ def _round_trip(tasks: list[Task]) -> None:
     assert len(log) == len(tasks)
     assert list(log) == [_as_logged(t) for t in tasks]
     assert list(log) == list(log)  # read twice: the log is not consumed
+    drained = log.drain()
+    assert next(drained) == _as_logged(tasks[0]) and len(log) == len(tasks)  # not yet
+    assert [_as_logged(tasks[0]), *drained] == [_as_logged(t) for t in tasks]
+    assert len(log) == 0 and list(log) == []  # emptied once read to the end
 
 
 def test_item_tasks_with_samples_prompts_and_models(write_job: JobWriter) -> None:

@@ -274,6 +274,9 @@ class TaskLog:
     """
 
     def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
         self._keys = bytearray()
         self._units: list[tuple[str, str, tuple[str, ...]]] = []
         self._unit_of = array("I")
@@ -296,6 +299,12 @@ class TaskLog:
             index = self._kind_index[kind] = len(self._kinds)
             self._kinds.append(kind)
         self._kind_of.append(index)
+
+    def drain(self) -> Iterator[Task]:
+        """The tasks once, in order; the log is emptied when they have all been read (the
+        reports read it once, and hold their own tables after it)."""
+        yield from self
+        self.clear()
 
     def __iter__(self) -> Iterator[Task]:
         keys, units, kinds = memoryview(self._keys), self._units, self._kinds
