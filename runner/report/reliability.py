@@ -70,13 +70,22 @@ def _agreement(dataset: str, aspect: str, a: str, b: str,
     return out
 
 
-def _by_judge(cells: _Cells) -> dict[tuple[str, str], dict[str, dict[str, tuple[Item, float]]]]:
-    """(dataset, aspect) -> LLM judge -> item id -> (item, score), scored cells only."""
-    out: dict[tuple[str, str], dict[str, dict[str, tuple[Item, float]]]] = defaultdict(
-        lambda: defaultdict(dict))
-    for (dataset, item_id, prompt, aspect, model), cell in cells.items():
-        if cell.score is not None:
-            out[dataset, aspect][f"{model}/{prompt}"][item_id] = (cell.item, cell.score)
+def _scored_pairs(cells: _Cells) -> list[tuple[str, str]]:
+    """The (dataset, aspect) pairs that have a scored cell, in the cells' order."""
+    return list(dict.fromkeys((dataset, aspect)
+                              for (dataset, _, _, aspect, _), cell in cells.items()
+                              if cell.score is not None))
+
+
+def _by_judge(cells: _Cells, dataset: str, aspect: str
+              ) -> dict[str, dict[str, tuple[Item, float]]]:
+    """One data set and aspect's LLM judge -> item id -> (item, score), scored cells only.
+    Built for one pair at a time (a pass over the cells each), not for all at once: at its
+    peak it held ~260 bytes a task of a 4-aspect job, more than any other report's tables."""
+    out: dict[str, dict[str, tuple[Item, float]]] = defaultdict(dict)
+    for (d, item_id, prompt, a, model), cell in cells.items():
+        if a == aspect and d == dataset and cell.score is not None:
+            out[f"{model}/{prompt}"][item_id] = (cell.item, cell.score)
     return out
 
 
@@ -181,14 +190,15 @@ def reliability_rows(expansion: Expansion, cells: _Cells,
                      positions: Positions) -> list[dict[str, Any]]:
     """Every reliability.csv row: agreement, self-consistency, position, length."""
     out: list[dict[str, Any]] = []
-    by_judge = _by_judge(cells)
+    scored = _scored_pairs(cells)
     memo: dict[int, tuple[float, float] | None] = {}
-    keys = list(dict.fromkeys([*by_judge, *((d, a) for (d, a) in _annotated(expansion))]))
+    keys = list(dict.fromkeys([*scored, *((d, a) for (d, a) in _annotated(expansion))]))
     for dataset, aspect in keys:
         items = expansion.items.get(dataset, [])
         out += _annotator_rows(dataset, aspect, items)
-        out += _judge_agreement(dataset, aspect, by_judge.get((dataset, aspect), {}))
-        out += _length_rows(dataset, aspect, by_judge.get((dataset, aspect), {}), memo)
+        judges = _by_judge(cells, dataset, aspect) if (dataset, aspect) in scored else {}
+        out += _judge_agreement(dataset, aspect, judges)
+        out += _length_rows(dataset, aspect, judges, memo)
     for (judge, dataset, aspect), table in positions.self_consistency():
         for level in LEVELS[1:3]:
             units = sum(sum(v is not None for v in col) >= 2 for col in zip(*table, strict=True))
