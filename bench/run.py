@@ -152,13 +152,20 @@ def main() -> None:
                              "targets are not judged on scaled-down jobs")
     parser.add_argument("--only", action="append", choices=list(BENCHMARKS),
                         help="run only this benchmark (repeatable)")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the other benchmarks already in --out, replacing only these "
+                             "(each benchmark's figures carry the time they were measured), "
+                             "e.g. --only peers --out bench/results.json --merge")
     args = parser.parse_args()
+    if args.merge and not args.out:
+        parser.error("--merge needs --out (the figures file to merge into)")
     names = args.only or [n for n in BENCHMARKS if not (args.quick and n == "ratelimit")]
     started = time.time()
     results: dict[str, dict[str, Any]] = {}
     for name in names:
         print(f"[bench] {name} ...", file=sys.stderr, flush=True)
-        results[name] = _run_one(name, args.quick)
+        measured = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        results[name] = {**_run_one(name, args.quick), "measured": measured}
         print(f"[bench] {name}: {_verdict(results[name])} in {results[name]['elapsed_s']} s",
               file=sys.stderr, flush=True)
     document = {"timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
@@ -166,8 +173,20 @@ def main() -> None:
                 "machine": common.machine(), "benchmarks": results}
     print(_table(results))
     if args.out:
+        if args.merge and args.out.exists():
+            document = _merged(orjson.loads(args.out.read_bytes()), document)
         args.out.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")
         print(f"figures: {args.out}")
+
+
+def _merged(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """`old`'s benchmarks with `new`'s replacing theirs; an old benchmark without its own
+    "measured" time gets its file's timestamp, so every figure still says when it was made."""
+    benchmarks = {name: {**result, "measured": result.get("measured", old.get("timestamp"))}
+                  for name, result in old.get("benchmarks", {}).items()}
+    benchmarks.update(new["benchmarks"])
+    return {**new, "timestamp": old.get("timestamp", new["timestamp"]),
+            "updated": new["timestamp"], "benchmarks": benchmarks}
 
 
 if __name__ == "__main__":
