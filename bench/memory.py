@@ -197,7 +197,7 @@ def _holders(folder: Path, items: int) -> dict[str, Any]:
             pool_peak = tracemalloc.get_traced_memory()[1] - base - items_b
             log_b = watch.traced() - base - items_b
             write.write_reports(folder / "out", sel.expansion, judge(sel.expansion, cache,
-                                                                      tasks=log), {})
+                                                                      tasks=log.drain()), {})
         peak = tracemalloc.get_traced_memory()[1] - base
     finally:
         tracemalloc.stop()
