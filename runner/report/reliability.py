@@ -146,12 +146,8 @@ def _length_rows(dataset: str, aspect: str,
     out = []
     human_done = False
     for judge, scored in judges.items():
-        rows = []
-        for it, s in scored.values():
-            if aspect in it.human:
-                size = memo[id(it)] if id(it) in memo else _length(it, memo)
-                if size is not None:
-                    rows.append((s, it.human[aspect], size))
+        rows = [(s, it.human[aspect], size) for it, s in scored.values()
+                if aspect in it.human and (size := _length(it, memo)) is not None]
         if len(rows) < 3:
             continue
         score, human = [r[0] for r in rows], [r[1] for r in rows]
