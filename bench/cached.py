@@ -1,9 +1,10 @@
 """Benchmark 3: a fully cached 100,000-task job rerun through the real CLI, then rescored.
 
-The cache is pre-filled directly (batched transactions) with the records `execute` would have
-stored for answers from tests/fakeserver.py, under the keys `runner.expand` computes. The job's
-model points at a closed 127.0.0.1 port with --max-retries 0, so any task not found in the cache
-would fail the run (exit 1) instead of being silently called.
+The cache is pre-filled through `Cache.put_many` (the pool's own store) with the records
+`execute` would have stored for answers from tests/fakeserver.py, under the keys
+`runner.expand` computes. The job's model points at a closed 127.0.0.1 port with
+--max-retries 0, so any task not found in the cache would fail the run (exit 1) instead of
+being silently called.
 
 Then `phases` profiles the same run in a fresh interpreter, one stage at a time (each stage's
 output materialised before the next starts), CPU and wall seconds per stage:
@@ -20,8 +21,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from itertools import islice
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,32 +51,18 @@ def record(task: Task, endpoint: str) -> dict[str, Any]:
             "latency_s": 0.0, "time": 0.0, "source": "api"}
 
 
-def _batches(tasks: Iterator[Task], size: int) -> Iterator[list[Task]]:
-    while batch := list(islice(tasks, size)):
-        yield batch
-
-
 def prefill(job_path: Path, cache_dir: Path) -> int:
-    """Store an answer for every task of the job; returns the number of entries."""
-    import diskcache
-    import orjson
-
-    from runner.execute.cache import NEVER
+    """Store an answer for every task of the job, as the pool stores them (`Cache.put_many`);
+    returns the number of entries."""
+    from runner.execute.cache import Cache
     from runner.expand import prepare
     from runner.job.load import load_job
     job = load_job(job_path)
     endpoints = {m.name: m.endpoint for m in job.models}
-    # The same settings as runner.execute.cache.Cache: no eviction, a limit nobody reaches.
-    disk = diskcache.Cache(str(cache_dir), eviction_policy="none", size_limit=NEVER,
-                           cull_limit=0)
-    try:
-        for batch in _batches(prepare(job, job_path.parent).tasks(), 2000):
-            with disk.transact():
-                for task in batch:
-                    disk.set(task.key, orjson.dumps(record(task, endpoints[task.model])))
-        return len(disk)
-    finally:
-        disk.close()
+    with Cache(cache_dir) as cache:
+        cache.put_many((task.key, record(task, endpoints[task.model]))
+                       for task in prepare(job, job_path.parent, stream=True).tasks())
+        return cache.stats()["entries"]
 
 
 def _counts(out: Path) -> dict[str, Any]:
