@@ -206,7 +206,45 @@ class Child:
                 "max_rss_mib": round(self.max_rss_mib, 1)}
 
 
+# A small launcher that forks the command, reaps it with wait4 and writes its figures to the
+# file named by argv[1]. A command spawned by the benchmark process directly would report that
+# (large) process's peak RSS as its own: Linux carries the parent's high-water mark into
+# ru_maxrss across the vfork/exec that subprocess uses (after run_memory's in-process part, a
+# 200k-task `judge plan` measured 276 MB that way, 167 MB through the launcher). The command
+# dies with the launcher, which run_child's timeout kills.
+_LAUNCH = """
+import ctypes, json, os, sys, time
+started = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    ctypes.CDLL(None).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL: dies with the launcher
+    try:
+        os.execvp(sys.argv[2], sys.argv[2:])
+    except OSError as exc:
+        print(f"cannot start {sys.argv[2]}: {exc}", file=sys.stderr, flush=True)
+    os._exit(127)
+_, status, usage = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as out:
+    json.dump({"seconds": time.perf_counter() - started, "max_rss_kib": usage.ru_maxrss,
+               "user_s": usage.ru_utime, "sys_s": usage.ru_stime}, out)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
 def run_child(args: list[str], *, cwd: Path, timeout_s: float) -> Child:
+    """Run a command; its wall time, CPU times and peak RSS are its own (see _LAUNCH)."""
+    figures = cwd / ".child.rusage.json"
+    figures.unlink(missing_ok=True)
+    launched = _reaped([PYTHON, "-c", _LAUNCH, str(figures), *args], cwd=cwd,
+                       timeout_s=timeout_s)
+    got = json.loads(figures.read_bytes()) if figures.exists() else {}  # none: killed
+    return Child(got.get("seconds", launched.seconds), launched.exit_code,
+                 got.get("user_s", launched.user_s), got.get("sys_s", launched.sys_s),
+                 got.get("max_rss_kib", launched.max_rss_mib * 1024) / 1024,
+                 launched.stdout, launched.stderr)
+
+
+def _reaped(args: list[str], *, cwd: Path, timeout_s: float) -> Child:
     """Run a command, reaping it with wait4 so the rusage is this child's alone."""
     out_path, err_path = cwd / ".child.out", cwd / ".child.err"
     with out_path.open("wb") as out, err_path.open("wb") as err:

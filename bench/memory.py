@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import re
-import sys
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -49,37 +48,6 @@ STAGES = ("collect", "_scores_csv", "judge_rows", "correlations", "summary", "re
           "leaderboard", "page_data", "render")
 
 
-# Peak RSS of a command, read by a small launcher process that forks it and reaps it with
-# wait4. A child spawned by this (large) process directly would report this process's peak
-# RSS as its own: Linux carries the parent's high-water mark into ru_maxrss across the
-# vfork/exec that subprocess uses. The figures go to the file named by argv[1]; the command
-# is killed with the launcher (common.run_child's timeout kills the launcher).
-_LAUNCH = """
-import ctypes, json, os, sys, time
-started = time.perf_counter()
-pid = os.fork()
-if pid == 0:
-    ctypes.CDLL(None).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL: dies with the launcher (timeout)
-    os.execv(sys.argv[2], sys.argv[2:])
-_, status, usage = os.wait4(pid, 0)
-with open(sys.argv[1], "w") as out:
-    json.dump({"seconds": time.perf_counter() - started, "max_rss_kib": usage.ru_maxrss,
-               "user_s": usage.ru_utime, "sys_s": usage.ru_stime}, out)
-sys.exit(os.waitstatus_to_exitcode(status))
-"""
-
-
-def _child(args: list[str], *, cwd: Path, timeout_s: float) -> common.Child:
-    """common.run_child's Child for `args`, its CPU times and peak RSS its own (see _LAUNCH)."""
-    figures = cwd / ".child.rusage.json"
-    launched = common.run_child([sys.executable, "-c", _LAUNCH, str(figures), *args], cwd=cwd,
-                                timeout_s=timeout_s)
-    got = orjson.loads(figures.read_bytes()) if figures.exists() else {}
-    return common.Child(got.get("seconds", launched.seconds), launched.exit_code,
-                        got.get("user_s", 0.0), got.get("sys_s", 0.0),
-                        got.get("max_rss_kib", 0) / 1024, launched.stdout, launched.stderr)
-
-
 def _plan(work: Path, name: str, scale: float) -> dict[str, Any]:
     items, prompts, aspects = SHAPES[name]
     items = int(items * scale)
@@ -88,8 +56,8 @@ def _plan(work: Path, name: str, scale: float) -> dict[str, Any]:
     job = common.write_job(folder, items, aspects=aspects, prompts=prompts,
                            base_url="http://127.0.0.1:9/v1")
     write_s = time.perf_counter() - started
-    child = _child([common.JUDGE, "plan", str(job), "--cache-dir", str(folder / "cache")],
-                   cwd=folder, timeout_s=1200)
+    child = common.run_child([common.JUDGE, "plan", str(job), "--cache-dir",
+                              str(folder / "cache")], cwd=folder, timeout_s=1200)
     tasks = sum(int(n) for n in re.findall(r"(\d+) tasks", child.stdout))
     peak_mb = child.max_rss_mib * 2**20 / 1e6
     result = {"items": items, "tasks": tasks, "dataset_mb": round(
@@ -143,9 +111,9 @@ def _cached_job(folder: Path, items: int) -> tuple[Path, dict[str, Any]]:
 
 def _run(folder: Path, items: int) -> dict[str, Any]:
     job, setup = _cached_job(folder, items)
-    child = _child([common.JUDGE, "run", str(job), "--cache-dir", str(folder / "cache"),
-                    "--out", str(folder / "out"), "--max-retries", "0", "--yes"], cwd=folder,
-                   timeout_s=1800)
+    child = common.run_child([common.JUDGE, "run", str(job), "--cache-dir",
+                              str(folder / "cache"), "--out", str(folder / "out"),
+                              "--max-retries", "0", "--yes"], cwd=folder, timeout_s=1800)
     peak_mb = child.max_rss_mib * 2**20 / 1e6
     return {**setup, **child.figures(), "max_rss_mb": round(peak_mb, 1),
             "bytes_per_task": round(peak_mb * 1e6 / setup["tasks"]),
