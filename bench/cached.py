@@ -65,15 +65,6 @@ def prefill(job_path: Path, cache_dir: Path) -> int:
         return cache.stats()["entries"]
 
 
-def _counts(out: Path) -> dict[str, Any]:
-    import orjson
-    try:
-        counts: dict[str, Any] = orjson.loads((out / "manifest.json").read_bytes())["counts"]
-        return counts
-    except (OSError, KeyError, orjson.JSONDecodeError):
-        return {}
-
-
 def cached_rerun(work: Path, quick: bool) -> dict[str, Any]:
     """Benchmark 3."""
     from bench import common
@@ -103,7 +94,7 @@ def cached_rerun(work: Path, quick: bool) -> dict[str, Any]:
                   "cache_entries": entries, "prefill_s": round(prefill_s, 1),
                   "cache_mb": round(sum(f.stat().st_size for f in cache.rglob("*")) / 1e6, 1)},
         "target": f"judge run and judge rescore (all cached) < {TARGET_S:g} s wall each",
-        "run": {**run.figures(), "counts": _counts(work / "run"),
+        "run": {**run.figures(), "counts": common.manifest_counts(work / "run"),
                 "stderr_tail": run.stderr.strip().splitlines()[-3:]},
         "run_seconds": round(run.seconds, 2),
         "rescore_seconds": round(rescore.seconds, 2),

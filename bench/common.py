@@ -268,6 +268,15 @@ def _reaped(args: list[str], *, cwd: Path, timeout_s: float) -> Child:
                  err_path.read_text(errors="replace"))
 
 
+def manifest_counts(out: Path) -> dict[str, Any]:
+    """The counts in the manifest.json of a report folder; {} when there is none."""
+    try:
+        counts: dict[str, Any] = json.loads((out / "manifest.json").read_bytes())["counts"]
+        return counts
+    except (OSError, ValueError, KeyError):
+        return {}
+
+
 def process_cpu_s(pid: int) -> float:
     """User + system CPU seconds of a running process, from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()

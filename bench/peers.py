@@ -222,10 +222,7 @@ def _cli(b: Bench) -> dict[str, Any]:
     child = common.run_child([common.JUDGE, "run", str(b.job_path), "--cache-dir",
                               str(folder / "cache"), "--out", str(folder / "out"), "--yes"],
                              cwd=folder, timeout_s=b.setting.timeout_s)
-    try:
-        counts = json.loads((folder / "out" / "manifest.json").read_text())["counts"]
-    except (OSError, ValueError, KeyError):
-        counts = {}
+    counts = common.manifest_counts(folder / "out")
     return {"seconds": round(child.seconds, 3), "process_s": round(child.seconds, 3),
             "answers": counts.get("api_calls", 0), "errors": counts.get("failures"),
             "exit_code": child.exit_code, "cpu_s": round(child.user_s + child.sys_s, 2)}
