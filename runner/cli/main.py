@@ -306,7 +306,8 @@ def _finish(sel: Selection, stats: RunStats, started: float, command: str,
     with open_selected(sel) as cache:
         write_reports(sel.out_dir, sel.expansion,
                       answers.watch(judge(sel.expansion, cache, failures=stats.failures,
-                                          fresh=frozenset(stats.called), tasks=judged.drain())),
+                                          fresh=frozenset(stats.called), tasks=judged.drain(),
+                                          count=len(judged))),
                       lambda _: {**made, "batch_answers": answers.answers}, answers.notes)
     _summarise(sel, stats, command)
 

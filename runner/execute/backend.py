@@ -15,8 +15,9 @@ from typing import Any, Protocol, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from runner.execute.cache import Cache
+from runner.execute.reader import Reader, usable
 
-__all__ = ["CacheBackend", "is_url", "marked", "open_cache", "redact"]
+__all__ = ["CacheBackend", "answers", "is_url", "marked", "open_cache", "redact"]
 
 T = TypeVar("T")
 LOOKUP_BATCH = 2000  # things per has_many call (each backend chunks its own queries)
@@ -74,6 +75,22 @@ def marked(cache: CacheBackend, things: Iterable[T], key: Callable[[T], str]
         found = cache.has_many([key(t) for t in batch])
         for thing in batch:
             yield thing, key(thing) in found
+
+def answers(cache: CacheBackend, things: Iterable[T], key: Callable[[T], str], size: int,
+            count: int) -> Iterator[tuple[list[T], dict[str, dict[str, Any]]]]:
+    """`things` (about `count` of them) in batches of `size`, each with the records of its
+    stored keys: judging's read of a run's answers. A diskcache folder read for a large job
+    goes through a reader process (runner.execute.reader), and each record is then only the
+    part judging reads of it (reader.ANSWER); otherwise one get_many a batch, whole records."""
+    stream = iter(things)
+    batches = iter(lambda: list(itertools.islice(stream, size)), [])
+    if isinstance(cache, Cache) and usable(cache, count):
+        with Reader(cache.directory) as reader:
+            yield from reader.batches(batches, key)
+        return
+    for batch in batches:
+        yield batch, cache.get_many([key(t) for t in batch])
+
 
 def is_url(location: str | Path) -> bool:
     return isinstance(location, str) and location.startswith(SCHEMES)

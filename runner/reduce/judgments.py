@@ -7,13 +7,13 @@ never a score; a task with no cached answer is an `api` failure.
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable, Iterable, Iterator, Mapping
+import operator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
 from dataclasses import dataclass, field
 from typing import Any
 
 from runner.data.datasets import Item
-from runner.execute.backend import CacheBackend
+from runner.execute.backend import CacheBackend, answers
 from runner.expand import Expansion, Task
 from runner.job.spec import PromptSpec
 from runner.parse.parsers import (
@@ -31,6 +31,7 @@ __all__ = ["Judgment", "aspect_key", "choices", "judge"]
 READ_BATCH = 128  # answers read from the cache in one query
 MEMO_TEXT = 256  # answers up to this long are parsed once per distinct text
 MEMO_SIZE = 200_000
+_KEY = operator.attrgetter("key")
 ParseFunc = Callable[[Choice, Mapping[str, Any]], "Scores | Failure"]
 NOT_CACHED = ("no cached answer: the task was not run yet, failed, or was left out by "
               "--offline/--budget/Ctrl-C; `judge run` calls it")
@@ -77,16 +78,20 @@ def choices(response: Mapping[str, Any]) -> list[Choice]:
 
 
 def judge(expansion: Expansion, cache: CacheBackend, *, failures: Mapping[str, str] | None = None,
-          fresh: frozenset[str] = frozenset(),
-          tasks: Iterable[Task] | None = None) -> Iterator[Judgment]:
+          fresh: frozenset[str] = frozenset(), tasks: Iterable[Task] | None = None,
+          count: int | None = None) -> Iterator[Judgment]:
     """Parse every task's cached answer; `failures` (key -> message) explains missing ones.
-    `tasks`: the expansion's tasks if the caller kept them (a run does), else expanded anew."""
+    `tasks`: the expansion's tasks if the caller kept them (a run does), else expanded anew;
+    `count`: how many there are, if known (else counted: it decides how answers are read)."""
     context = _Context(expansion, {p.name: p for p in expansion.job.prompts}, {},
                        failures or {}, fresh)
-    stream = iter(expansion.tasks() if tasks is None else tasks)
+    if count is None:
+        count = len(tasks) if isinstance(tasks, Sized) else expansion.count()
+    stream = expansion.tasks() if tasks is None else tasks
     item = expansion.item
-    while batch := list(itertools.islice(stream, READ_BATCH)):
-        records = cache.get_many([t.key for t in batch])  # a query per batch, not per task
+    # a query per READ_BATCH tasks, not one a task; records only judging's part of each when
+    # a reader process reads them (runner.execute.reader)
+    for batch, records in answers(cache, stream, _KEY, READ_BATCH, count):
         for task in batch:
             record = records.get(task.key)
             if task.members or record is None:

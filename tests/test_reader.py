@@ -1,0 +1,154 @@
+"""The cache reader process (runner.execute.reader): the same answers as reading the cache
+directly, in order, for every kind of record; a child that fails or dies is a CacheError naming
+why, never a hang or a silent gap; and a rescore through it writes the same reports."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from runner.cli.main import cli
+from runner.errors import CacheError
+from runner.execute import reader as reader_module
+from runner.execute.backend import answers
+from runner.execute.cache import Cache
+from runner.execute.reader import Reader, answer, usable
+from tests.conftest import DATA_DIR, ROOT
+from tests.fakeserver import ThreadedServer
+
+
+def _key(n: int) -> str:
+    return hashlib.sha256(str(n).encode()).hexdigest()
+
+
+def _record(n: int, text: str = "") -> dict[str, Any]:
+    choice: dict[str, Any] = {"index": 0, "finish_reason": "stop",
+                              "message": {"role": "assistant", "content": text or f"{n} stars"}}
+    choices = [choice]
+    if n % 5 == 0:  # several samples, one with logprobs
+        choices = [choice, {"index": 1, "finish_reason": "length",
+                            "logprobs": {"content": [{"token": "4", "logprob": -0.1}]},
+                            "message": {"role": "assistant", "content": "4"}}]
+    return {"request": {"model": "m", "messages": [{"role": "user", "content": f"q{n}"}]},
+            "endpoint": "http://127.0.0.1:1/v1",
+            "response": {"id": f"c{n}", "model": "m", "choices": choices},
+            "usage": {"prompt_tokens": n, "completion_tokens": 1, "total_tokens": n + 1},
+            "latency_s": 0.1, "time": 1.0, "source": "api" if n % 3 else f"import:{n}.jsonl"}
+
+
+@pytest.fixture
+def filled(tmp_path: Path) -> tuple[Path, dict[str, dict[str, Any]]]:
+    """A cache with every third of 600 keys missing, and one record kept as a file."""
+    stored = {_key(n): _record(n) for n in range(600) if n % 3 != 1}
+    stored[_key(0)] = _record(0, "x" * 100_000)  # over diskcache's 32 KiB: stored as a file
+    with Cache(tmp_path / "cache") as cache:
+        cache.put_many(stored.items())
+    return tmp_path / "cache", stored
+
+
+def test_batches_come_back_in_order_with_what_judging_reads(
+        filled: tuple[Path, dict[str, dict[str, Any]]]) -> None:
+    folder, stored = filled
+    asked = [_key(n) for n in range(600)]
+    batches = [asked[i:i + 7] for i in range(0, len(asked), 7)]  # many more than DEPTH
+    with Reader(folder) as reader:
+        got = list(reader.batches(iter(batches), lambda k: k))
+    assert [b for b, _ in got] == batches
+    for batch, records in got:
+        assert records == {k: answer(stored[k]) for k in batch if k in stored}
+    assert answer(stored[_key(0)])["response"]["choices"][0]["message"]["content"] == "x" * 100_000
+    assert answer(stored[_key(5)])["response"]["choices"][1]["logprobs"] is not None
+    assert "request" not in answer(stored[_key(2)])
+
+
+def test_answers_reads_through_the_reader_only_when_it_pays(
+        filled: tuple[Path, dict[str, dict[str, Any]]], monkeypatch: pytest.MonkeyPatch) -> None:
+    folder, stored = filled
+    asked = [_key(n) for n in range(600)]
+    with Cache(folder) as cache:
+        direct = list(answers(cache, asked, lambda k: k, 64, len(asked)))
+        assert direct[0][1] == cache.get_many(asked[:64])  # whole records: below MIN_TASKS
+        monkeypatch.setattr(reader_module, "MIN_TASKS", 100)
+        monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
+        through = list(answers(cache, asked, lambda k: k, 64, len(asked)))
+    assert [b for b, _ in through] == [b for b, _ in direct]
+    assert [r for _, r in through] == [{k: answer(v) for k, v in r.items()} for _, r in direct]
+
+
+def test_usable_needs_a_folder_cache_a_large_job_and_two_cores(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
+    with Cache(tmp_path / "cache") as cache:
+        assert usable(cache, reader_module.MIN_TASKS)
+        assert not usable(cache, reader_module.MIN_TASKS - 1)
+        assert not usable(object(), 10**7)  # another backend (PostgreSQL): read directly
+        monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0}, raising=False)
+        assert not usable(cache, 10**7)
+
+
+def test_a_child_that_cannot_open_the_cache_says_why(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with Reader(blocker / "cache") as reader, pytest.raises(
+            CacheError, match=r"reader process stopped \(CacheError: .*cannot open the cache"):
+        list(reader.batches(iter([[_key(1)]]), lambda k: k))
+
+
+def test_a_killed_child_is_an_error_not_a_hang_or_a_gap(
+        filled: tuple[Path, dict[str, dict[str, Any]]]) -> None:
+    folder, _ = filled
+    batches = iter([[_key(n)] for n in range(100)])
+    with Reader(folder) as reader:
+        stream = reader.batches(batches, lambda k: k)
+        next(stream)
+        reader._child.kill()
+        with pytest.raises(CacheError, match="reader process stopped"):
+            list(stream)
+
+
+def test_leaving_early_ends_the_child(filled: tuple[Path, dict[str, dict[str, Any]]]) -> None:
+    """Replies the parent never reads fill the pipe; closing must still end the child at once
+    (its blocked write fails), not after the 10 s it is given before a kill."""
+    folder, _ = filled
+    reader = Reader(folder)
+    stream = reader.batches(iter([[_key(n)] * 400 for n in range(50)]), lambda k: k)
+    next(stream)
+    stream.close()
+    started = time.monotonic()
+    reader.close()
+    assert time.monotonic() - started < 5
+    assert reader._child.returncode in (0, 1)  # ended itself: not killed (-9)
+
+
+def test_rescore_through_the_reader_writes_the_same_reports(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    job = ROOT / "jobs" / "openmeva.toml"
+    monkeypatch.setenv("JUDGE_DATA_DIR", str(DATA_DIR))
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "JUDGE_CACHE_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    where = ["--limit", "30", "--cache-dir", str(tmp_path / "cache")]
+    with ThreadedServer() as server:
+        ran = CliRunner().invoke(cli, ["run", str(job), *where, "--base-url", server.url,
+                                       "--model", "fake", "--out", str(tmp_path / "ran"),
+                                       "--yes"], catch_exceptions=False)
+        assert ran.exit_code == 0, ran.output
+        called, made = server.state.requests, {}
+        for name, minimum in (("direct", 10**9), ("reader", 1)):
+            monkeypatch.setattr(reader_module, "MIN_TASKS", minimum)
+            monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
+            out = tmp_path / name
+            done = CliRunner().invoke(cli, ["rescore", str(job), *where, "--model", "fake",
+                                            "--base-url", server.url, "--out", str(out)],
+                                      catch_exceptions=False)
+            assert done.exit_code == 0, done.output
+            made[name] = {f.name: f.read_bytes() for f in out.iterdir()
+                          if f.suffix in {".csv", ".jsonl"}}
+        assert server.state.requests == called > 0  # rescoring calls nothing
+    assert made["reader"] == made["direct"]
+    assert len(made["reader"]["judgments.jsonl"].splitlines()) >= 30
