@@ -204,4 +204,6 @@ def phases(job: Path, cache: Path, out: Path) -> dict[str, dict[str, float]]:
 
 
 if __name__ == "__main__":
+    from bench.common import compile_runner
+    compile_runner()
     print(json.dumps(phases(*map(Path, sys.argv[1:4])), indent=1))

@@ -161,6 +161,7 @@ def main() -> None:
         parser.error("--merge needs --out (the figures file to merge into)")
     names = args.only or [n for n in BENCHMARKS if not (args.quick and n == "ratelimit")]
     started = time.time()
+    common.compile_runner()
     results: dict[str, dict[str, Any]] = {}
     for name in names:
         print(f"[bench] {name} ...", file=sys.stderr, flush=True)
