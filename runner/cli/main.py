@@ -654,4 +654,9 @@ def main() -> None:
     # and makes few cycles: at the default thresholds the collector rescans them all the
     # time (a fully cached 100k-task run: 7.7 s -> 6.0 s with these).
     gc.set_threshold(100_000, 50, 100)
+    # numpy's and scipy's OpenBLAS each start a thread per core, which spin between calls:
+    # on a 2-core machine they took as much CPU again as the reports' own work, and a
+    # process with threads cannot fork a report onto the other core (runner.report.aside).
+    # The bootstrap's matrix products gained nothing from them. A user's setting stands.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     cli()

@@ -42,6 +42,7 @@ from runner.reduce.battle import BATTLE_COLUMNS, Battles, battle_markdown
 from runner.reduce.correlate import Correlation, Row, compare, correlate
 from runner.reduce.judgments import Judgment
 from runner.reduce.reliability import Positions
+from runner.report.aside import Aside
 from runner.report.browser import ItemRows
 from runner.report.html import render
 from runner.report.pagedata import page_data
@@ -397,6 +398,9 @@ def write_reports(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgm
     rows = ItemRows()
     with atomic_file(out_dir / "judgments.jsonl") as jsonl:
         tables = collect(rows.watch(battles.watch(positions.watch(judgments))), jsonl)
+    # reliability.csv's rows on the other core (a third of the reports' time) while the
+    # others are written here
+    reliable = Aside(lambda: reliability_rows(expansion, tables.cells, positions))
     with atomic_file(out_dir / "scores.csv") as scores:
         _scores_csv(tables, scores)
     series = judge_rows(expansion, tables)
@@ -405,7 +409,7 @@ def write_reports(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgm
     summ = summary(tables)
     write_atomic(out_dir / "summary.csv", _csv(SUMMARY_COLUMNS, summ))
     battle_rows = battles.rows()
-    reliability = reliability_rows(expansion, tables.cells, positions)
+    reliability = reliable.result()
     write_atomic(out_dir / "report.md", (_markdown(expansion, corr, summ, notes)
                                          + battle_markdown(battle_rows)
                                          + reliability_markdown(reliability)).encode())

@@ -1,0 +1,92 @@
+"""Work set aside: a report computed in a forked child on the machine's other core while this
+process writes the others.
+
+The reports of a large run are built from tables of ~100 bytes a task that only a fork shares
+for free (copy-on-write): sending them to a fresh process would cost more than the work. So
+`Aside` forks where that is safe, and computes in place where it is not:
+
+- only on Linux (macOS's system libraries are not fork-safe), with os.fork;
+- only while this process has one thread: a fork copies a lock held by another thread, locked
+  forever in the child. `judge` starts with OPENBLAS_NUM_THREADS=1 (runner.cli.main), so that
+  numpy and scipy start no threads of their own; a process with threads (a test's server, a
+  user's BLAS threads) computes in place.
+
+The child runs the function, pickles its result or exception to a pipe and leaves with
+os._exit: no atexit handler, no flush of the parent's buffers, no cleanup of shared objects. A
+child that dies without a result (killed, out of memory) is not an error: the work is done again
+in place.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+import threading
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+__all__ = ["Aside", "forkable"]
+
+T = TypeVar("T")
+
+
+def forkable() -> bool:
+    """Whether forking this process now is safe (see the module docstring)."""
+    if sys.platform != "linux" or not hasattr(os, "fork") or threading.active_count() != 1:
+        return False
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            threads = next((line.split()[1] for line in f if line.startswith("Threads:")), "")
+    except OSError:
+        return False
+    return threads == "1"
+
+
+class Aside(Generic[T]):
+    """`work()` computed in a forked child from now on, or in place when `result` is asked for
+    if forking is not safe. `result` returns it, or raises what it raised."""
+
+    def __init__(self, work: Callable[[], T], *, fork: bool | None = None) -> None:
+        self._work = work
+        self._pid = 0
+        self._fd = -1
+        if fork if fork is not None else forkable():
+            self._start()
+
+    def _start(self) -> None:
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns
+            os.close(read)
+            try:
+                try:
+                    outcome: tuple[bool, object] = (True, self._work())
+                except BaseException as exc:  # Ctrl-C included: the parent decides
+                    outcome = (False, exc)
+                try:
+                    data = pickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL)
+                except Exception:  # an unpicklable result or exception: the parent redoes it
+                    data = b""
+                with os.fdopen(write, "wb") as pipe:
+                    pipe.write(data)
+            finally:
+                os._exit(0)
+        os.close(write)
+        self._pid, self._fd = pid, read
+
+    def result(self) -> T:
+        if not self._pid:
+            return self._work()
+        with os.fdopen(self._fd, "rb") as pipe:
+            data = pipe.read()
+        os.waitpid(self._pid, 0)
+        self._pid = 0
+        if not data:  # the child died or could not send it: do the work here
+            return self._work()
+        ok, value = pickle.loads(data)
+        if not ok:
+            assert isinstance(value, BaseException)
+            raise value
+        result: T = value  # what work() returned
+        return result

@@ -1,0 +1,113 @@
+"""Reports set aside to a forked child (runner.report.aside): the result or the exception comes
+back, a child that dies is redone in place, and no fork happens where it is unsafe."""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+
+from runner.report import aside as aside_module
+from runner.report.aside import Aside, forkable
+from tests.conftest import ROOT
+from tests.fakeserver import ThreadedServer
+from tests.test_cli import clean_env, run_judge
+
+linux_only = pytest.mark.skipif(not hasattr(os, "fork") or not Path("/proc/self").exists(),
+                                reason="Aside forks only on Linux")
+
+
+@linux_only
+def test_the_child_computes_and_the_result_comes_back() -> None:
+    parent = os.getpid()
+    work = Aside(lambda: {"pid": os.getpid(), "rows": [{"value": 0.5}] * 3}, fork=True)
+    got = work.result()
+    assert got["rows"] == [{"value": 0.5}] * 3
+    assert got["pid"] != parent  # computed in the child
+
+
+@linux_only
+def test_an_exception_in_the_child_is_raised_here() -> None:
+    def fail() -> None:
+        raise ValueError("bad table in child")
+
+    with pytest.raises(ValueError, match="bad table in child"):
+        Aside(fail, fork=True).result()
+
+
+@linux_only
+def test_a_child_that_dies_is_redone_in_place() -> None:
+    parent = os.getpid()
+
+    def die_in_child() -> int:
+        if os.getpid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return os.getpid()
+
+    assert Aside(die_in_child, fork=True).result() == parent
+
+
+@linux_only
+def test_an_unpicklable_result_is_redone_in_place() -> None:
+    parent = os.getpid()
+    got = Aside(lambda: (os.getpid(), lambda: None), fork=True).result()
+    assert got[0] == parent
+
+
+def test_without_a_fork_the_work_runs_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(aside_module, "forkable", lambda: False)
+    calls: list[int] = []
+    work = Aside(lambda: calls.append(os.getpid()) or len(calls))
+    assert calls == []
+    assert work.result() == 1 and calls == [os.getpid()]
+
+
+def test_no_fork_while_another_thread_runs() -> None:
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    try:
+        assert not forkable()
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _rows(path: Path) -> list[list[str | float]]:
+    """A CSV's cells, numbers as floats (BLAS threads change their last bits)."""
+    def cell(text: str) -> str | float:
+        try:
+            return float(text)
+        except ValueError:
+            return text
+    return [[cell(c) for c in row] for row in csv.reader(path.read_text().splitlines())]
+
+
+@linux_only
+@pytest.mark.slow
+def test_judge_writes_the_same_reliability_forked_or_not(
+        server: ThreadedServer, tmp_path: Path, data_dir: Path) -> None:
+    """The real `judge` forks reliability.csv's rows (one thread: OPENBLAS_NUM_THREADS=1); with
+    BLAS threads it cannot, and computes them in place. Same rows either way."""
+    job = ROOT / "jobs" / "summeval.toml"  # annotators: agreement and length rows
+    where = ["--limit", "40", "--base-url", server.url, "--model", "fake", "--cache-dir",
+             tmp_path / "cache"]
+    ran = run_judge("run", job, *where, "--out", tmp_path / "ran", env=clean_env(data_dir),
+                    cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    made = {}
+    for threads in ("1", "2"):
+        out = tmp_path / f"threads{threads}"
+        done = run_judge("rescore", job, *where, "--out", out, cwd=tmp_path,
+                         env=clean_env(data_dir, OPENBLAS_NUM_THREADS=threads))
+        assert done.returncode == 0, done.stderr
+        made[threads] = _rows(out / "reliability.csv")
+    assert len(made["1"]) > 20
+    assert len(made["1"]) == len(made["2"])
+    for forked, in_place in zip(made["1"], made["2"], strict=True):
+        assert [c if isinstance(c, str) else pytest.approx(c, rel=1e-12, nan_ok=True)
+                for c in forked] == in_place
