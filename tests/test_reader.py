@@ -15,8 +15,9 @@ from click.testing import CliRunner
 
 from runner.cli.main import cli
 from runner.errors import CacheError
+from runner.execute import backend
 from runner.execute import reader as reader_module
-from runner.execute.backend import answers
+from runner.execute.backend import answers, marked
 from runner.execute.cache import Cache
 from runner.execute.reader import Reader, answer, usable
 from tests.conftest import DATA_DIR, ROOT
@@ -79,6 +80,33 @@ def test_answers_reads_through_the_reader_only_when_it_pays(
         through = list(answers(cache, asked, lambda k: k, 64, len(asked)))
     assert [b for b, _ in through] == [b for b, _ in direct]
     assert [r for _, r in through] == [{k: answer(v) for k, v in r.items()} for _, r in direct]
+
+
+def test_marked_looks_up_through_the_reader_once_the_job_is_large(
+        filled: tuple[Path, dict[str, dict[str, Any]]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first MIN_TASKS things are looked up here, the rest by a reader process: every
+    thing comes back once, in order, marked as has_many marks it."""
+    folder, stored = filled
+    things = [(n, _key(n)) for n in range(600)] + [(n, _key(n)) for n in range(0, 600, 4)]
+    monkeypatch.setattr(backend, "LOOKUP_BATCH", 16)
+    monkeypatch.setattr(reader_module, "MIN_TASKS", 100)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
+    started: list[Path] = []
+    real = backend.Reader
+
+    def counted(directory: Path) -> Reader:
+        started.append(directory)
+        return real(directory)
+
+    monkeypatch.setattr(backend, "Reader", counted)
+    with Cache(folder) as cache:
+        got = list(marked(cache, things, lambda t: t[1]))
+        assert started == [folder]
+        assert got == [(t, t[1] in stored) for t in things]
+        assert sum(flag for _, flag in got) == len(stored) + sum(
+            _key(n) in stored for n in range(0, 600, 4))
+        assert list(marked(cache, things[:112], lambda t: t[1])) == got[:112]
+        assert started == [folder]  # 112 things: asked here, no process started for nothing
 
 
 def test_usable_needs_a_folder_cache_a_large_job_and_two_cores(

@@ -69,12 +69,25 @@ def marked(cache: CacheBackend, things: Iterable[T], key: Callable[[T], str]
            ) -> Iterator[tuple[T, bool]]:
     """Each of `things` with whether its key is stored in `cache`, in order, looked up
     LOOKUP_BATCH at a time through has_many (one query per chunk, where `in` makes one each):
-    the pool's, plan's and status's cache-state lookup, the same for every backend."""
+    the pool's, plan's and status's cache-state lookup, the same for every backend. Once a
+    diskcache folder has been asked about reader.MIN_TASKS things, the rest are looked up by a
+    reader process (runner.execute.reader), batches ahead, while the caller makes the next."""
     stream = iter(things)
-    while batch := list(itertools.islice(stream, LOOKUP_BATCH)):
+    batches = iter(lambda: list(itertools.islice(stream, LOOKUP_BATCH)), [])
+    asked, folder = 0, cache.directory if isinstance(cache, Cache) else None
+    for batch in batches:
         found = cache.has_many([key(t) for t in batch])
         for thing in batch:
             yield thing, key(thing) in found
+        asked += len(batch)
+        if folder is not None and usable(cache, asked):
+            break
+    if folder is None or (rest := next(batches, None)) is None:  # no process for nothing
+        return
+    with Reader(folder) as reader:
+        for batch, flags in reader.marks(itertools.chain([rest], batches), key):
+            yield from zip(batch, map(bool, flags), strict=True)
+
 
 def answers(cache: CacheBackend, things: Iterable[T], key: Callable[[T], str], size: int,
             count: int) -> Iterator[tuple[list[T], dict[str, dict[str, Any]]]]:

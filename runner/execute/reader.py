@@ -8,10 +8,14 @@ child reads and decodes their records and sends back only what judging reads of 
 the response's choices, usage and source), one small orjson array a batch, which the parent
 decodes in ~0.5 us a task.
 
-Protocol, on the child's stdin and stdout: a request is a 4-byte big-endian length and the keys
-joined by newlines; its reply is a length and an orjson array, one answer (or null: not
-cached) per key, in order. EOF on stdin ends the child. Any failure in the child ends it with
-one line on stderr, which the parent raises as a CacheError.
+It also looks keys up (`marks`): the pool's and plan's cache-state lookups of a large job,
+made while the parent expands the next tasks.
+
+Protocol, on the child's stdin and stdout: a request is a 4-byte big-endian length, a kind
+(b"a": answers, b"h": has) and the keys joined by newlines. The reply is a length and, for
+answers, an orjson array, one answer (or null: not cached) per key, in order; for has, one byte
+per key, 1 if stored. EOF on stdin ends the child. Any failure in the child ends it with one
+line on stderr, which the parent raises as a CacheError.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ DEPTH = 4
 MIN_TASKS = 20_000
 """Below this, starting a process (~0.1 s) costs more than it saves (~10 us a task)."""
 _LENGTH = 4
+ANSWERS, HAS = b"a", b"h"  # the kinds of request
 
 
 def answer(record: Mapping[str, Any]) -> dict[str, Any]:
@@ -72,28 +77,41 @@ class Reader:
 
     def batches(self, batches: Iterator[list[T]], key: Callable[[T], str]
                 ) -> Iterator[tuple[list[T], dict[str, dict[str, Any]]]]:
-        """Each batch with the answers of its stored keys, in order. DEPTH batches are asked
-        for before a reply is read, so the child reads while the caller, and the iterator
-        making the batches, work."""
+        """Each batch with the answers of its stored keys, in order."""
+        for batch, keys, reply in self._pipelined(batches, key, ANSWERS):
+            got: list[dict[str, Any] | None] = orjson.loads(reply)
+            yield batch, {k: a for k, a in zip(keys, got, strict=True) if a is not None}
+
+    def marks(self, batches: Iterator[list[T]], key: Callable[[T], str]
+              ) -> Iterator[tuple[list[T], bytes]]:
+        """Each batch with a byte per thing, 1 if its key is stored, in order."""
+        for batch, _, reply in self._pipelined(batches, key, HAS):
+            yield batch, reply
+
+    def _pipelined(self, batches: Iterator[list[T]], key: Callable[[T], str], kind: bytes
+                   ) -> Iterator[tuple[list[T], list[str], bytes]]:
+        """Each batch, its keys and the child's reply. DEPTH batches are asked for before a
+        reply is read, so the child reads while the caller, and the iterator making the
+        batches, work."""
         stream = iter(batches)
         pending: collections.deque[tuple[list[T], list[str]]] = collections.deque()
 
         def ask() -> None:
             if (batch := next(stream, None)) is not None:
                 keys = [key(t) for t in batch]
-                self._send(keys)
+                self._send(kind, keys)
                 pending.append((batch, keys))
 
         for _ in range(DEPTH):
             ask()
         while pending:
             batch, keys = pending.popleft()
-            got = self._receive()
+            reply = self._receive()
             ask()
-            yield batch, {k: a for k, a in zip(keys, got, strict=True) if a is not None}
+            yield batch, keys, reply
 
-    def _send(self, keys: Sequence[str]) -> None:
-        data = "\n".join(keys).encode()
+    def _send(self, kind: bytes, keys: Sequence[str]) -> None:
+        data = kind + "\n".join(keys).encode()
         stdin = self._child.stdin
         assert stdin is not None
         try:
@@ -102,7 +120,7 @@ class Reader:
         except OSError:  # the child is gone (BrokenPipeError)
             raise self._failed() from None
 
-    def _receive(self) -> list[dict[str, Any] | None]:
+    def _receive(self) -> bytes:
         stdout = self._child.stdout
         assert stdout is not None
         head = stdout.read(_LENGTH)
@@ -110,8 +128,7 @@ class Reader:
         body = stdout.read(size) if len(head) == _LENGTH else b""
         if len(head) < _LENGTH or len(body) < size:  # EOF: the child has stopped
             raise self._failed()
-        got: list[dict[str, Any] | None] = orjson.loads(body)
-        return got
+        return body
 
     def _failed(self) -> CacheError:
         """The error to raise for a child that stopped, with the line it left on stderr."""
@@ -170,10 +187,14 @@ def serve(cache: Cache, requests: IO[bytes], replies: IO[bytes]) -> None:
 
     threading.Thread(target=take, daemon=True).start()
     while (data := asked.get()) is not None:
-        keys = data.decode().split("\n") if data else []
-        records = cache.get_many(keys)
-        body = orjson.dumps([answer(r) if (r := records.get(k)) is not None else None
-                             for k in keys])
+        kind, keys = data[:1], data[1:].decode().split("\n") if len(data) > 1 else []
+        if kind == HAS:
+            found = cache.has_many(keys)
+            body = bytes(k in found for k in keys)
+        else:
+            records = cache.get_many(keys)
+            body = orjson.dumps([answer(r) if (r := records.get(k)) is not None else None
+                                 for k in keys])
         replies.write(len(body).to_bytes(_LENGTH, "big") + body)
         replies.flush()
 
