@@ -147,7 +147,7 @@ def phases(job: Path, cache: Path, out: Path) -> dict[str, dict[str, float]]:
     from runner.cli.batches import BatchAnswers
     from runner.cli.session import manifest, open_selected
     from runner.execute.backend import marked
-    from runner.execute.pool import RunStats
+    from runner.execute.stats import RunStats
     from runner.reduce.battle import Battles
     from runner.reduce.judgments import judge
     from runner.reduce.reliability import Positions

@@ -573,13 +573,13 @@ PROBE = ("import sys\nfrom runner.cli.main import cli\ntry:\n"
     (("plan", "{job}", "--limit", "3", "--base-url", "{url}"), set()),
     (("status", "{job}", "--limit", "3", "--base-url", "{url}"), set()),
     (("datasets", "list"), set()),
-    (("rescore", "{job}", "--limit", "3", "--base-url", "{url}"), {"numpy", "aiohttp"}),
+    (("rescore", "{job}", "--limit", "3", "--base-url", "{url}"), {"numpy"}),
     (("run", "{job}", "--limit", "3", "--base-url", "{url}"), {"numpy", "aiohttp", "tqdm"}),
 ])
 def test_commands_import_only_what_they_use(args: tuple[str, ...], wanted: set[str],
                                             tmp_path: Path, data_dir: Path) -> None:
-    """scipy.stats alone took 0.7-1.5 s to import; no command pays for what it does not use
-    (rescore needs aiohttp only for runner.execute.pool's RunStats)."""
+    """scipy.stats alone took 0.7-1.5 s to import, aiohttp ~0.17 s; no command pays for what
+    it does not use (rescore calls nothing: no aiohttp)."""
     job = write_job(tmp_path)
     with ThreadedServer() as server:
         argv = [a.format(job=job, url=server.url) for a in args]

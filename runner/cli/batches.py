@@ -24,7 +24,7 @@ from runner.reduce.judgments import Judgment
 
 if TYPE_CHECKING:
     from runner.execute.batch import BatchOptions, BatchStats, Provider
-    from runner.execute.pool import RunStats
+    from runner.execute.stats import RunStats
 
 # runner.execute.batch (and with it aiohttp, ~0.15 s) is imported by the functions that run
 # batches, not here: every `judge` command imports this module to register `judge batches`.

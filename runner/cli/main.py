@@ -60,7 +60,7 @@ from runner.reduce.judgments import judge
 
 if TYPE_CHECKING:
     from runner.cli.progress import Progress
-    from runner.execute.pool import RunStats
+    from runner.execute.stats import RunStats
     from runner.report.write import Tables
 
 # The reports (numpy, ~0.15 s to import), the pool (aiohttp, ~0.15 s) and the progress bar
@@ -354,7 +354,7 @@ def _rescore(sel: Selection, started: float,
              then: Callable[[], None] = lambda: None) -> None:
     """Reports from the cache alone: one pass, the counts taken as the judgments go by;
     `then` runs once they are written, before the summary (which may exit)."""
-    from runner.execute.pool import RunStats
+    from runner.execute.stats import RunStats
     from runner.report.write import write_reports
     stats, command = RunStats(), " ".join(["judge", *sys.argv[1:]])
     answers = BatchAnswers()

@@ -11,7 +11,7 @@ from typing import TextIO
 
 from tqdm import tqdm
 
-from runner.execute.pool import RunStats
+from runner.execute.stats import RunStats
 
 __all__ = ["Progress"]
 

@@ -34,7 +34,7 @@ from runner.job.spec import Job, ModelSpec, parse_model_spec
 from runner.reduce.judgments import choices
 
 if TYPE_CHECKING:
-    from runner.execute.pool import RunStats
+    from runner.execute.stats import RunStats
 
 __all__ = ["Download", "ModelPlan", "Selection", "TaskLog", "all_tasks", "answer_text",
            "check_budget", "check_keys", "estimate", "job_path", "manifest", "run_async",
@@ -225,7 +225,8 @@ async def run_pool(sel: Selection, served: Job, cache: CacheBackend, *, stop: An
     # report commands would pay for nothing.
     import aiohttp
 
-    from runner.execute.pool import Endpoint, RunStats, execute
+    from runner.execute.pool import Endpoint, execute
+    from runner.execute.stats import RunStats
     endpoints = {m.name: Endpoint(model=m, base_url=m.base_url or "",
                                   api_key=key_reader(m.api_key_env), key_reader=key_reader)
                  for m in served.models}

@@ -18,9 +18,8 @@ import array
 import asyncio
 import operator
 import random
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -31,6 +30,7 @@ from runner.execute.cache import answer_record
 from runner.execute.client import Response, send
 from runner.execute.fleet import Fleet, Replica, fleet_for
 from runner.execute.limiter import Limiter
+from runner.execute.stats import RunStats
 from runner.expand import Task, estimate_cost
 from runner.job.spec import Limits, ModelSpec
 
@@ -54,53 +54,6 @@ class Endpoint:
     @property
     def url(self) -> str:
         return self.base_url.rstrip("/") + "/chat/completions"
-
-
-@dataclass(slots=True)
-class RunStats:
-    """Counters of one run; `failures` maps a task key to "kind: message"."""
-
-    total: int = 0
-    cache_hits: int = 0
-    api_calls: int = 0
-    """Successful calls (answers stored)."""
-    attempts: int = 0
-    retries: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost: float = 0.0
-    committed_cost: float = 0.0
-    """Estimated spend of everything dispatched so far (for --budget)."""
-    duplicates: int = 0
-    failures: dict[str, str] = field(default_factory=dict)
-    called: set[str] = field(default_factory=set)
-    """Keys answered by the API in this run (the rest of the answers came from the cache)."""
-    missing: list[str] = field(default_factory=list)
-    """Keys not cached and not called (offline, budget, or interrupted before dispatch)."""
-    budget_stopped: bool = False
-    interrupted: bool = False
-    fatal: str | None = None
-    started: float = field(default_factory=time.time)
-    endpoints: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
-    """model -> replica base URL -> calls, failures, cooldowns, state, rpm, tpm (the fleet's)."""
-
-    @property
-    def done(self) -> int:
-        return self.cache_hits + self.api_calls + self.duplicates
-
-    def endpoint_counts(self) -> dict[str, dict[str, dict[str, Any]]]:
-        """`endpoints` without the replicas this run never called (an all-cached run has none,
-        so its manifest matches what rescore writes)."""
-        used = {model: {url: dict(c) for url, c in replicas.items()
-                        if c["calls"] or c["failures"]}
-                for model, replicas in self.endpoints.items()}
-        return {model: replicas for model, replicas in used.items() if replicas}
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"tasks": self.total, "cache_hits": self.cache_hits, "api_calls": self.api_calls,
-                "attempts": self.attempts, "retries": self.retries,
-                "failures": len(self.failures), "duplicates": self.duplicates,
-                "not_run": len(self.missing)}
 
 
 def backoff(attempt: int, retry_after: float | None = None) -> float:
