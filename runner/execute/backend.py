@@ -72,8 +72,7 @@ def marked(cache: CacheBackend, things: Iterable[T], key: Callable[[T], str]
     the pool's, plan's and status's cache-state lookup, the same for every backend. Once a
     diskcache folder has been asked about reader.MIN_TASKS things, the rest are looked up by a
     reader process (runner.execute.reader), batches ahead, while the caller makes the next."""
-    stream = iter(things)
-    batches = iter(lambda: list(itertools.islice(stream, LOOKUP_BATCH)), [])
+    batches = _batches(things, LOOKUP_BATCH)
     asked, folder = 0, cache.directory if isinstance(cache, Cache) else None
     for batch in batches:
         found = cache.has_many([key(t) for t in batch])
@@ -95,14 +94,18 @@ def answers(cache: CacheBackend, things: Iterable[T], key: Callable[[T], str], s
     stored keys: judging's read of a run's answers. A diskcache folder read for a large job
     goes through a reader process (runner.execute.reader), and each record is then only the
     part judging reads of it (reader.ANSWER); otherwise one get_many a batch, whole records."""
-    stream = iter(things)
-    batches = iter(lambda: list(itertools.islice(stream, size)), [])
+    batches = _batches(things, size)
     if isinstance(cache, Cache) and usable(cache, count):
         with Reader(cache.directory) as reader:
             yield from reader.batches(batches, key)
         return
     for batch in batches:
         yield batch, cache.get_many([key(t) for t in batch])
+
+
+def _batches(things: Iterable[T], size: int) -> Iterator[list[T]]:
+    stream = iter(things)
+    return iter(lambda: list(itertools.islice(stream, size)), [])
 
 
 def is_url(location: str | Path) -> bool:
