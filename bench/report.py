@@ -10,7 +10,6 @@ the page drawn (body[data-rendered]), when chromium is installed.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -62,7 +61,7 @@ def report_page(work: Path, quick: bool) -> dict[str, Any]:
     expansion = prepare(load_job(job_path), job_path.parent)
     with Cache(work / "cache") as cache:
         # As in a run: tasks kept without their bodies, so the page rebuilds the kept rows'.
-        judgments = [dataclasses.replace(j, task=j.task.without_body())
+        judgments = [j._replace(task=j.task.without_body())
                      for j in judge(expansion, cache)]
     battles, rows = Battles(expansion), ItemRows()
     started = time.perf_counter()

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, NamedTuple, overload
 
 import orjson
 
@@ -55,9 +55,12 @@ PRICES: Mapping[str, tuple[float, float]] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class Task:
-    """One request to send (or find in the cache)."""
+class Task(NamedTuple):
+    """One request to send (or find in the cache).
+
+    A NamedTuple, not a frozen dataclass: as immutable, but made in 0.35 us where a frozen
+    dataclass's __init__ (an object.__setattr__ per field) took 3 us, and a cached 100k-task
+    run makes a Task two or three times a task."""
 
     key: str
     dataset: str

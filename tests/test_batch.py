@@ -382,7 +382,7 @@ def test_request_lines_carry_the_exact_body_and_split_at_the_byte_limit(
 
 
 def _fields(task: Task) -> dict[str, object]:
-    return {f: getattr(task, f) for f in Task.__dataclass_fields__}
+    return task._asdict()
 
 
 def test_a_server_without_a_batch_api_is_a_configuration_error(

@@ -3,7 +3,6 @@ order, exactly as the reports read them."""
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 from runner.cli.session import TaskLog
@@ -14,7 +13,7 @@ from tests.test_expand import JOB, ROWS, TEMPLATE
 
 
 def _as_logged(task: Task) -> Task:
-    return dataclasses.replace(task, body=b"", prompt_tokens=0, max_tokens=0)
+    return task._replace(body=b"", prompt_tokens=0, max_tokens=0)
 
 
 def _round_trip(tasks: list[Task]) -> None:

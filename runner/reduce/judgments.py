@@ -10,7 +10,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from runner.data.datasets import Item
 from runner.execute.backend import CacheBackend, answers
@@ -37,9 +37,9 @@ NOT_CACHED = ("no cached answer: the task was not run yet, failed, or was left o
               "--offline/--budget/Ctrl-C; `judge run` calls it")
 
 
-@dataclass(frozen=True, slots=True)
-class Judgment:
-    """One task's outcome, ready for the reports."""
+class Judgment(NamedTuple):
+    """One task's outcome, ready for the reports (a NamedTuple for the reason Task is one:
+    made once a task, in a tenth of a frozen dataclass's time)."""
 
     task: Task
     item: Item
