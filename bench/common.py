@@ -291,5 +291,17 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def speed_probe() -> float:
+    """Seconds for a fixed pure-Python loop (5M additions): how fast this machine runs Python
+    right now. On the shared 2-core machine the same code's times drift with the other work on
+    the host, which the load average does not show, so timed benchmarks record this before and
+    after."""
+    started = time.perf_counter()
+    total = 0
+    for i in range(5_000_000):
+        total += i
+    return round(time.perf_counter() - started, 3)
+
+
 def load_avg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
