@@ -212,6 +212,7 @@ def phases(job: Path, cache: Path, out: Path) -> dict[str, dict[str, float]]:
 
 
 if __name__ == "__main__":
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as `judge` runs (runner.cli.main)
     from bench.common import compile_runner
     compile_runner()
     print(json.dumps(phases(*map(Path, sys.argv[1:4])), indent=1))
