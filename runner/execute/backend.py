@@ -93,7 +93,7 @@ def answers(cache: CacheBackend, things: Iterable[T], key: Callable[[T], str], s
     """`things` (about `count` of them) in batches of `size`, each with the records of its
     stored keys: judging's read of a run's answers. A diskcache folder read for a large job
     goes through a reader process (runner.execute.reader), and each record is then only the
-    part judging reads of it (reader.ANSWER); otherwise one get_many a batch, whole records."""
+    part judging reads of it (reader.answer); otherwise one get_many a batch, whole records."""
     batches = _batches(things, size)
     if isinstance(cache, Cache) and usable(cache, count):
         with Reader(cache.directory) as reader:

@@ -4,7 +4,7 @@ Judging a cached run is reading: every task's record comes out of SQLite and is 
 (~1.1 KB, of which the request, which judging never reads, is ~60%), ~10 us a task, a third of a
 cached 100k-task rerun. A `Reader` is a child process (`python -m runner.execute.reader DIR`)
 that does that part on the machine's other core: the parent sends batches of keys ahead, the
-child reads and decodes their records and sends back only what judging reads of each (ANSWER:
+child reads and decodes their records and sends back only what judging reads of each (`answer`:
 the response's choices, usage and source), one small orjson array a batch, which the parent
 decodes in ~0.5 us a task.
 
@@ -36,11 +36,9 @@ import orjson
 from runner.errors import CacheError
 from runner.execute.cache import Cache
 
-__all__ = ["ANSWER", "Reader", "answer", "usable"]
+__all__ = ["Reader", "answer", "usable"]
 
 T = TypeVar("T")
-ANSWER = ("response.choices", "usage", "source")
-"""What judging reads of a record (runner.reduce.judgments): all a reader sends back."""
 DEPTH = 4
 """Batches asked for ahead of the one being judged."""
 MIN_TASKS = 20_000
@@ -50,7 +48,8 @@ ANSWERS, HAS = b"a", b"h"  # the kinds of request
 
 
 def answer(record: Mapping[str, Any]) -> dict[str, Any]:
-    """The part of a record judging reads (ANSWER), itself a record to judging."""
+    """What judging reads of a record (runner.reduce.judgments: the response's choices, usage
+    and source), itself a record to judging: all a reader sends back of it."""
     return {"response": {"choices": record["response"].get("choices")},
             "usage": record.get("usage"), "source": record.get("source")}
 
@@ -66,8 +65,8 @@ def usable(cache: object, tasks: int) -> bool:
 
 
 class Reader:
-    """A child process reading answers of the diskcache folder `directory` (see the module
-    docstring); use as a context manager, which always ends the child."""
+    """A child process reading answers of the diskcache folder `directory`, and looking keys up
+    in it (see the module docstring); use as a context manager, which always ends the child."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
