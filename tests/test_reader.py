@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -180,3 +182,34 @@ def test_rescore_through_the_reader_writes_the_same_reports(
         assert server.state.requests == called > 0  # rescoring calls nothing
     assert made["reader"] == made["direct"]
     assert len(made["reader"]["judgments.jsonl"].splitlines()) >= 30
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` is alive (a zombie nobody has reaped yet counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_a_reader_does_not_outlive_a_killed_parent(
+        filled: tuple[Path, dict[str, dict[str, Any]]]) -> None:
+    """kill -9 of `judge` leaves no reader behind: EOF on its stdin ends it."""
+    folder, _ = filled
+    parent = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom pathlib import Path\n"
+         "from runner.execute.reader import Reader\nreader = Reader(Path(sys.argv[1]))\n"
+         "print(reader._child.pid, flush=True)\ntime.sleep(60)\n", str(folder)],
+        stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    assert parent.stdout is not None
+    child = int(parent.stdout.readline())
+    assert _running(child)
+    parent.kill()
+    parent.wait(timeout=10)
+    parent.stdout.close()
+    deadline = time.monotonic() + 10
+    while _running(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _running(child)
