@@ -6,6 +6,8 @@ from __future__ import annotations
 import csv
 import os
 import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -111,3 +113,19 @@ def test_judge_writes_the_same_reliability_forked_or_not(
     for forked, in_place in zip(made["1"], made["2"], strict=True):
         assert [c if isinstance(c, str) else pytest.approx(c, rel=1e-12, nan_ok=True)
                 for c in forked] == in_place
+
+
+@linux_only
+def test_no_fork_without_memory_for_a_copy_of_the_process() -> None:
+    """A fresh interpreter (one thread) may fork; told that only its own resident size is
+    available (less than twice it), it may not."""
+    script = ("import runner.report.aside as a\nprint(a.forkable())\nreal = a._fields\n"
+              "def low(path):\n    got = real(path)\n"
+              "    if path == '/proc/meminfo':\n"
+              "        got['MemAvailable'] = real('/proc/self/status')['VmRSS']\n"
+              "    return got\n"
+              "a._fields = low\nprint(a.forkable())\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=ROOT, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "False"]

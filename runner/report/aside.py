@@ -9,7 +9,11 @@ for free (copy-on-write): sending them to a fresh process would cost more than t
 - only while this process has one thread: a fork copies a lock held by another thread, locked
   forever in the child. `judge` starts with OPENBLAS_NUM_THREADS=1 (runner.cli.main), so that
   numpy and scipy start no threads of their own; a process with threads (a test's server, a
-  user's BLAS threads) computes in place.
+  user's BLAS threads) computes in place;
+- only while the machine has memory available for twice this process's resident size: the
+  child shares the parent's pages until it touches them, and reading every cell touches (its
+  reference counts) most of them, so a large run's child can come to copy most of its parent.
+  The child never runs the garbage collector, which would touch every object.
 
 The child runs the function, pickles its result or exception to a pipe and leaves with
 os._exit: no atexit handler, no flush of the parent's buffers, no cleanup of shared objects. A
@@ -19,6 +23,7 @@ in place.
 
 from __future__ import annotations
 
+import gc
 import os
 import pickle
 import sys
@@ -36,11 +41,18 @@ def forkable() -> bool:
     if sys.platform != "linux" or not hasattr(os, "fork") or threading.active_count() != 1:
         return False
     try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            threads = next((line.split()[1] for line in f if line.startswith("Threads:")), "")
-    except OSError:
+        status = _fields("/proc/self/status")
+        available = int(_fields("/proc/meminfo").get("MemAvailable", "0 kB").split()[0])
+    except (OSError, ValueError):
         return False
-    return threads == "1"
+    resident = int(status.get("VmRSS", "0 kB").split()[0])  # kB, as MemAvailable
+    return status.get("Threads") == "1" and available > 2 * resident
+
+
+def _fields(path: str) -> dict[str, str]:
+    """A /proc file of `Name:  value` lines as a dict."""
+    with open(path, encoding="ascii") as f:
+        return {name: value.strip() for name, _, value in (line.partition(":") for line in f)}
 
 
 class Aside(Generic[T]):
@@ -58,6 +70,7 @@ class Aside(Generic[T]):
         read, write = os.pipe()
         pid = os.fork()
         if pid == 0:  # the child: never returns
+            gc.disable()  # a collection would touch, and so copy, every page it shares
             os.close(read)
             try:
                 try:
