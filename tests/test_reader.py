@@ -122,6 +122,21 @@ def test_usable_needs_a_folder_cache_a_large_job_and_two_cores(
         assert not usable(cache, 10**7)
 
 
+def test_a_runner_package_in_the_current_folder_does_not_shadow_ours(
+        filled: tuple[Path, dict[str, dict[str, Any]]], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`python -m` would put the current folder first on sys.path: a study folder with its
+    own `runner` package must not replace judge-runner's in the reader."""
+    folder, stored = filled
+    decoy = tmp_path / "study" / "runner"
+    decoy.mkdir(parents=True)
+    (decoy / "__init__.py").write_text("raise ImportError('the study folder\'s own runner')\n")
+    monkeypatch.chdir(decoy.parent)
+    with Reader(folder) as reader:
+        got = list(reader.batches(iter([[_key(2), _key(1)]]), lambda k: k))
+    assert got == [([_key(2), _key(1)], {_key(2): answer(stored[_key(2)])})]
+
+
 def test_a_child_that_cannot_open_the_cache_says_why(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
