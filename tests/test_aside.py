@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -58,6 +59,20 @@ def test_an_unpicklable_result_is_redone_in_place() -> None:
     parent = os.getpid()
     got = Aside(lambda: (os.getpid(), lambda: None), fork=True).result()
     assert got[0] == parent
+
+
+@linux_only
+def test_leaving_without_the_result_ends_the_child() -> None:
+    """The caller failed before asking (a full disk writing scores.csv): the child is killed
+    and reaped, not left running or as a zombie."""
+    started = time.monotonic()
+    with pytest.raises(OSError, match="disk full"):
+        with Aside(lambda: time.sleep(60), fork=True) as work:
+            child = work._pid
+            raise OSError("disk full")
+    assert time.monotonic() - started < 10
+    with pytest.raises(ChildProcessError):
+        os.waitpid(child, os.WNOHANG)  # already reaped
 
 
 def test_without_a_fork_the_work_runs_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import gc
 import os
 import pickle
+import signal
 import sys
 import threading
 from collections.abc import Callable
@@ -57,7 +58,9 @@ def _fields(path: str) -> dict[str, str]:
 
 class Aside(Generic[T]):
     """`work()` computed in a forked child from now on, or in place when `result` is asked for
-    if forking is not safe. `result` returns it, or raises what it raised."""
+    if forking is not safe. `result` returns it, or raises what it raised. As a context
+    manager, a child whose result was never asked for (the caller failed first) is killed
+    and reaped on the way out."""
 
     def __init__(self, work: Callable[[], T], *, fork: bool | None = None) -> None:
         self._work = work
@@ -87,6 +90,20 @@ class Aside(Generic[T]):
                 os._exit(0)
         os.close(write)
         self._pid, self._fd = pid, read
+
+    def __enter__(self) -> Aside[T]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cancel()
+
+    def cancel(self) -> None:
+        """Stop the child, if its result has not been taken."""
+        if self._pid:
+            os.kill(self._pid, signal.SIGKILL)
+            os.waitpid(self._pid, 0)
+            os.close(self._fd)
+            self._pid = 0
 
     def result(self) -> T:
         if not self._pid:

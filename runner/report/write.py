@@ -400,16 +400,16 @@ def write_reports(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgm
         tables = collect(rows.watch(battles.watch(positions.watch(judgments))), jsonl)
     # reliability.csv's rows on the other core (a third of the reports' time) while the
     # others are written here
-    reliable = Aside(lambda: reliability_rows(expansion, tables.cells, positions))
-    with atomic_file(out_dir / "scores.csv") as scores:
-        _scores_csv(tables, scores)
-    series = judge_rows(expansion, tables)
-    corr = correlations(expansion, tables, series)
-    write_atomic(out_dir / "correlations.csv", _csv(CORRELATION_COLUMNS, corr))
-    summ = summary(tables)
-    write_atomic(out_dir / "summary.csv", _csv(SUMMARY_COLUMNS, summ))
-    battle_rows = battles.rows()
-    reliability = reliable.result()
+    with Aside(lambda: reliability_rows(expansion, tables.cells, positions)) as reliable:
+        with atomic_file(out_dir / "scores.csv") as scores:
+            _scores_csv(tables, scores)
+        series = judge_rows(expansion, tables)
+        corr = correlations(expansion, tables, series)
+        write_atomic(out_dir / "correlations.csv", _csv(CORRELATION_COLUMNS, corr))
+        summ = summary(tables)
+        write_atomic(out_dir / "summary.csv", _csv(SUMMARY_COLUMNS, summ))
+        battle_rows = battles.rows()
+        reliability = reliable.result()
     write_atomic(out_dir / "report.md", (_markdown(expansion, corr, summ, notes)
                                          + battle_markdown(battle_rows)
                                          + reliability_markdown(reliability)).encode())
