@@ -17,7 +17,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,11 +52,11 @@ from runner.cli.session import (
 )
 from runner.data import datasets
 from runner.errors import ConfigError, DataError, RunnerError
-from runner.execute.backend import CacheBackend, marked, open_cache, redact
+from runner.execute.backend import CacheBackend, is_url, marked, open_cache, redact
 from runner.execute.imports import import_answers
 from runner.execute.shard import Shard, split_limits
 from runner.job.spec import Job
-from runner.reduce.judgments import judge
+from runner.reduce.judgments import CachedFirst, Judgment, judge
 
 if TYPE_CHECKING:
     from runner.cli.progress import Progress
@@ -97,7 +97,8 @@ def _key_reader(name: str) -> Callable[[], str | None]:
 
 
 async def _run_async(sel: Selection, served: Job, cache: CacheBackend, opts: dict[str, Any],
-                     progress: Progress, judged: TaskLog) -> tuple[RunStats, Selection]:
+                     progress: Progress, judged: TaskLog,
+                     after: CachedFirst | None = None) -> tuple[RunStats, Selection]:
     """Run the pool under a two-phase Ctrl-C: stop dispatching, then cancel."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -118,7 +119,7 @@ async def _run_async(sel: Selection, served: Job, cache: CacheBackend, opts: dic
         return await run_pool(sel, served, cache, stop=stop, key_reader=_key_reader,
                               offline=opts["offline"], budget=opts["budget"],
                               on_progress=progress.update, judged=judged,
-                              hold=opts.get("hold", frozenset()))
+                              hold=opts.get("hold", frozenset()), after=after)
     finally:
         loop.remove_signal_handler(signal.SIGINT)
 
@@ -239,6 +240,9 @@ def run(job: str, models: tuple[str, ...], base_url: str | None, limit: int | No
     if batched is not None:
         sel, opts["hold"] = batched.sel, batched.hold
     judged = TaskLog()
+    if batched is None and _cached_first(sel):
+        _run_cached_first(sel, opts, started, judged)
+        return
     stats, sel = _execute(sel, opts, judged)
     if batched is not None:
         merge(stats, batched)
@@ -282,19 +286,65 @@ def _confirm(sel: Selection) -> None:
         raise click.Abort()
 
 
-def _execute(sel: Selection, opts: dict[str, Any],
-             judged: TaskLog) -> tuple[RunStats, Selection]:
+def _execute(sel: Selection, opts: dict[str, Any], judged: TaskLog,
+             after: CachedFirst | None = None) -> tuple[RunStats, Selection]:
     from runner.cli.progress import Progress
     progress = Progress(sys.stderr, total=0)  # grows with each stage's task count
     started = contextlib.nullcontext(sel.job) if opts["offline"] else serving(sel.job)
     with open_selected(sel) as cache, started as served:
         try:
-            return run_async(_run_async(sel, served, cache, opts, progress, judged))
+            return run_async(_run_async(sel, served, cache, opts, progress, judged, after))
         except asyncio.CancelledError:
             # The second Ctrl-C cancelled the pool; every answer received is already cached.
             raise KeyboardInterrupt from None
         finally:
             progress.close()
+
+
+CACHED_FIRST_TASKS = 20_000
+"""From this many tasks, a run judges the cached ones first (see _run_cached_first); a smaller
+run gains little from it."""
+
+
+def _cached_first(sel: Selection) -> bool:
+    """Whether this run can judge its cached tasks first: a folder cache, one shard-less judge
+    stage (no generation stage) of CACHED_FIRST_TASKS tasks or more."""
+    return (sel.shard is None and not sel.job.generate
+            and not (sel.cache_url and is_url(sel.cache_url))
+            and sel.expansion.count() >= CACHED_FIRST_TASKS)
+
+
+def _run_cached_first(sel: Selection, opts: dict[str, Any], started: float,
+                      judged: TaskLog) -> None:
+    """A run that judges its tasks in order as rescore does while their answers are cached,
+    and hands the first task without one, and every later one, to the pool (then judges them
+    as a run does). A fully cached run never starts the pool: it took ~1 s of a 100k-task
+    rerun (dispatch, the task log, aiohttp). Reports, counts and exit codes are the pool's;
+    Ctrl-C while cached answers are read stops without reports (nothing was called)."""
+    from runner.cli.progress import Progress
+    from runner.execute.stats import RunStats
+    from runner.report.write import write_reports
+    stats, command, answers = RunStats(), " ".join(["judge", *sys.argv[1:]]), BatchAnswers()
+    stats.total = sel.expansion.count()
+    progress = Progress(sys.stderr, total=stats.total)
+    with open_selected(sel) as cache:
+        first = CachedFirst(sel.expansion, cache, stats, on_progress=progress.update)
+
+        def judgments() -> Iterator[Judgment]:
+            yield from first
+            progress.close()
+            if first.rest is None:  # all cached: repeats counted as the pool counts them
+                stats.settle_repeats(first.hashes)
+                return
+            _execute(sel, opts, judged, first)
+            yield from judge(sel.expansion, cache, failures=stats.failures,
+                             fresh=frozenset(stats.called), tasks=judged.drain(),
+                             count=len(judged))
+
+        write_reports(sel.out_dir, sel.expansion, answers.watch(judgments()),
+                      lambda _: {**manifest(sel, stats, started, command),
+                                 "batch_answers": answers.answers}, answers.notes)
+    _summarise(sel, stats, command)
 
 
 def _finish(sel: Selection, stats: RunStats, started: float, command: str,

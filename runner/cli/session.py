@@ -31,7 +31,7 @@ from runner.execute.shard import Shard
 from runner.expand import Expansion, Task, estimate_cost, prepare
 from runner.job.load import load_job
 from runner.job.spec import Job, ModelSpec, parse_model_spec
-from runner.reduce.judgments import choices
+from runner.reduce.judgments import CachedFirst, choices
 
 if TYPE_CHECKING:
     from runner.execute.stats import RunStats
@@ -215,12 +215,14 @@ def serving(job: Job) -> Iterator[Job]:
 async def run_pool(sel: Selection, served: Job, cache: CacheBackend, *, stop: Any,
                    key_reader: Callable[[str], Callable[[], str | None]], offline: bool,
                    budget: float | None, on_progress: Callable[[RunStats], None],
-                   judged: TaskLog, hold: frozenset[str] = frozenset()
-                   ) -> tuple[RunStats, Selection]:
+                   judged: TaskLog, hold: frozenset[str] = frozenset(),
+                   after: CachedFirst | None = None) -> tuple[RunStats, Selection]:
     """Generation stage (if any), then every judge task. `served` is sel.job with local
     servers' base URLs. Returns the counters and the selection with generated data sets;
     `judged` logs the judge tasks as they are dispatched; keys in `hold`
-    (held by a provider batch) are never called: they count as not run."""
+    (held by a provider batch) are never called: they count as not run. `after`: the judge
+    tasks from `after.rest` on, with `after.stats`, when a CachedFirst pass judged the ones
+    before (a job without a generation stage)."""
     # Here, not at the top: aiohttp costs ~0.15 s to import, which plan, status and the
     # report commands would pay for nothing.
     import aiohttp
@@ -232,7 +234,7 @@ async def run_pool(sel: Selection, served: Job, cache: CacheBackend, *, stop: An
                  for m in served.models}
     limits = sel.job.limits
     connector = aiohttp.TCPConnector(limit=limits.concurrency, limit_per_host=0)
-    stats = RunStats()
+    stats = RunStats() if after is None else after.stats
     async with aiohttp.ClientSession(connector=connector) as session:
         run = {"cache": cache, "session": session, "endpoints": endpoints, "limits": limits,
                "stop": stop, "offline": offline, "budget": budget, "stats": stats,
@@ -243,9 +245,10 @@ async def run_pool(sel: Selection, served: Job, cache: CacheBackend, *, stop: An
             if stop.is_set():
                 return stats, sel
             sel = derive(sel)  # judge what the generators answered
-        stats.total += sel.expansion.count() if sel.shard is None else 0
-        await execute(_held(_kept(_mine(sel, sel.expansion.tasks(), stats), judged), hold, stats),
-                      **run)
+        stats.total += sel.expansion.count() if sel.shard is None and after is None else 0
+        tasks = sel.expansion.tasks() if after is None or after.rest is None else after.rest
+        await execute(_held(_kept(_mine(sel, tasks, stats), judged), hold, stats), **run,
+                      hashes=None if after is None else after.hashes)
     return stats, sel
 
 

@@ -9,7 +9,7 @@ location: a `postgresql://` or `postgres://` URL, or a folder.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -89,7 +89,7 @@ def marked(cache: CacheBackend, things: Iterable[T], key: Callable[[T], str]
 
 
 def answers(cache: CacheBackend, things: Iterable[T], key: Callable[[T], str], size: int,
-            count: int) -> Iterator[tuple[list[T], dict[str, dict[str, Any]]]]:
+            count: int) -> Generator[tuple[list[T], dict[str, dict[str, Any]]], None, None]:
     """`things` (about `count` of them) in batches of `size`, each with the records of its
     stored keys: judging's read of a run's answers. A diskcache folder read for a large job
     goes through a reader process (runner.execute.reader), and each record is then only the

@@ -233,10 +233,13 @@ async def execute(tasks: Iterable[Task], *, cache: CacheBackend, session: aiohtt
                   endpoints: Mapping[str, Endpoint], limits: Limits,
                   stop: asyncio.Event | None = None, offline: bool = False,
                   budget: float | None = None, total: int = 0, stats: RunStats | None = None,
-                  on_progress: Callable[[RunStats], None] = lambda s: None) -> RunStats:
+                  on_progress: Callable[[RunStats], None] = lambda s: None,
+                  hashes: array.array[int] | None = None) -> RunStats:
     """Make sure every task has a cached answer, calling the API only for those that don't.
 
-    Returns the run's counters; failed tasks are in `failures`, never in the cache.
+    Returns the run's counters; failed tasks are in `failures`, never in the cache. `hashes`:
+    the key hashes of tasks the caller already counted as cache hits (see
+    RunStats.settle_repeats), so that their repeats among `tasks` count as repeats.
     """
     stats = stats if stats is not None else RunStats(total=total)  # or add to a run's counters
     stop = stop or asyncio.Event()
@@ -244,7 +247,8 @@ async def execute(tasks: Iterable[Task], *, cache: CacheBackend, session: aiohtt
     # One stream of the tasks to call, pulled by every worker: a plain generator (no await
     # inside, so one worker's `next` ends before another's starts). A dispatcher task feeding
     # a queue cost a task switch per answer at zero latency.
-    todo = _to_call(tasks, pool, offline=offline, budget=budget)
+    todo = _to_call(tasks, pool, offline=offline, budget=budget,
+                    hashes=array.array("q") if hashes is None else hashes)
 
     async def worker() -> None:
         for task in todo:
@@ -262,16 +266,15 @@ async def execute(tasks: Iterable[Task], *, cache: CacheBackend, session: aiohtt
     return stats
 
 
-def _to_call(tasks: Iterable[Task], pool: _Pool, *, offline: bool, budget: float | None
-             ) -> Iterator[Task]:
+def _to_call(tasks: Iterable[Task], pool: _Pool, *, offline: bool, budget: float | None,
+             hashes: array.array[int]) -> Iterator[Task]:
     """The tasks to send, in order: cache hits and repeated keys counted and skipped; once the
     run stops (or is offline, or over budget) the rest are listed as missing, not sent.
 
     Memory stays flat over a cached run: only keys not in the cache (sent or missing) are kept
     in a set, to never send one twice. A repeat of a cached key is told apart afterwards from
-    a 64-bit hash of every key (8 bytes a task in an array; two different keys of a 10M-task
-    job share a hash with probability ~3e-6, which would count one task as a repeat)."""
-    stats, uncached, hashes = pool.stats, set(), array.array("q")
+    a 64-bit hash of every key, appended to `hashes` (RunStats.settle_repeats)."""
+    stats, uncached = pool.stats, set()
     repeats_of_uncached = 0
     for task, cached in marked(pool.cache, tasks, operator.attrgetter("key")):
         hashes.append(hash(task.key))
@@ -298,14 +301,4 @@ def _to_call(tasks: Iterable[Task], pool: _Pool, *, offline: bool, budget: float
         yield task
     # Repeats found cached (of a cached key, or of one stored since it was sent) were counted
     # as hits: they are repeats.
-    extra = len(hashes) - _distinct(hashes) - repeats_of_uncached
-    stats.cache_hits -= extra
-    stats.duplicates += extra
-
-
-def _distinct(hashes: array.array[int]) -> int:
-    if len(hashes) < 2:
-        return len(hashes)
-    import numpy as np  # here, not at start-up: only a run that reaches its end needs it
-
-    return int(np.unique(np.frombuffer(hashes, dtype=np.int64)).size)
+    stats.settle_repeats(hashes, repeats_of_uncached)

@@ -3,6 +3,7 @@ manifest read them without importing the pool (and with it aiohttp, ~0.17 s a st
 
 from __future__ import annotations
 
+import array
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,3 +56,20 @@ class RunStats:
                 "attempts": self.attempts, "retries": self.retries,
                 "failures": len(self.failures), "duplicates": self.duplicates,
                 "not_run": len(self.missing)}
+
+    def settle_repeats(self, hashes: array.array[int], repeats_of_uncached: int = 0) -> None:
+        """Count as repeats, not cache hits, the tasks whose key came before. `hashes` holds a
+        64-bit hash of every task's key (8 bytes a task; two different keys of a 10M-task job
+        share one with probability ~3e-6, which would count one task as a repeat); repeats of
+        keys that were not cached are already counted, `repeats_of_uncached` of them."""
+        extra = len(hashes) - _distinct(hashes) - repeats_of_uncached
+        self.cache_hits -= extra
+        self.duplicates += extra
+
+
+def _distinct(hashes: array.array[int]) -> int:
+    if len(hashes) < 2:
+        return len(hashes)
+    import numpy as np  # here, not at start-up: only a run that reaches its end needs it
+
+    return int(np.unique(np.frombuffer(hashes, dtype=np.int64)).size)

@@ -7,6 +7,9 @@ never a score; a task with no cached answer is an `api` failure.
 
 from __future__ import annotations
 
+import array
+import collections
+import itertools
 import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
 from dataclasses import dataclass, field
@@ -14,6 +17,7 @@ from typing import Any, NamedTuple
 
 from runner.data.datasets import Item
 from runner.execute.backend import CacheBackend, answers
+from runner.execute.stats import RunStats
 from runner.expand import Expansion, Task
 from runner.job.spec import PromptSpec
 from runner.parse.parsers import (
@@ -26,7 +30,7 @@ from runner.parse.parsers import (
     get_parser,
 )
 
-__all__ = ["Judgment", "aspect_key", "choices", "judge"]
+__all__ = ["CachedFirst", "Judgment", "aspect_key", "choices", "judge"]
 
 READ_BATCH = 128  # answers read from the cache in one query
 MEMO_TEXT = 256  # answers up to this long are parsed once per distinct text
@@ -98,6 +102,52 @@ def judge(expansion: Expansion, cache: CacheBackend, *, failures: Mapping[str, s
                 yield from context.judged(task, record)
             else:  # the usual case, without the generator
                 yield context.parsed(task, item(task.dataset, task.item_id), record, None)
+
+
+class CachedFirst:
+    """A run's judgments of its tasks in order while their answers are cached, up to the first
+    task without one. Iterating it reads and judges them as rescore does (no pool, no task
+    log); then `rest` is None if every task was cached, else an iterator of that first task
+    and every later one, for the pool and then `judge`, in order. Each cached task is counted
+    in `stats` as the pool counts it: a cache hit, its key's hash in `hashes` for
+    RunStats.settle_repeats. A run of a partly cached job loses nothing by it: the tasks
+    judged here are not called, expanded or judged again."""
+
+    def __init__(self, expansion: Expansion, cache: CacheBackend, stats: RunStats, *,
+                 on_progress: Callable[[RunStats], None] = lambda s: None) -> None:
+        self.expansion, self.cache, self.stats = expansion, cache, stats
+        self.on_progress = on_progress
+        self.hashes: array.array[int] = array.array("q")
+        self.rest: Iterator[Task] | None = None
+
+    def __iter__(self) -> Iterator[Judgment]:
+        expansion, stats, hashes = self.expansion, self.stats, self.hashes
+        context = _Context(expansion, {p.name: p for p in expansion.job.prompts}, {}, {},
+                           frozenset())
+        source = expansion.tasks()
+        pulled: collections.deque[Task] = collections.deque()  # read ahead, not judged yet
+
+        def pull() -> Iterator[Task]:
+            for task in source:
+                pulled.append(task)
+                yield task
+
+        reads = answers(self.cache, pull(), _KEY, READ_BATCH, expansion.count())
+        item = expansion.item
+        for batch, records in reads:
+            for task in batch:
+                pulled.popleft()
+                if (record := records.get(task.key)) is None:
+                    self.rest = itertools.chain([task], list(pulled), source)
+                    reads.close()  # ends the reader process, if any
+                    return
+                stats.cache_hits += 1
+                hashes.append(hash(task.key))
+                self.on_progress(stats)
+                if task.members:
+                    yield from context.judged(task, record)
+                else:
+                    yield context.parsed(task, item(task.dataset, task.item_id), record, None)
 
 
 # What a short single-choice answer gives a task, by (prompt, aspect, group size), position,

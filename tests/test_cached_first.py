@@ -1,0 +1,110 @@
+"""A run that judges its cached tasks first (runner.cli.main._run_cached_first, used from
+CACHED_FIRST_TASKS tasks on) writes what the pool-first run writes: the same reports, counts and
+exit code, and calls exactly the tasks without a cached answer, whether none, some at the
+start, a hole in the middle or all of them are cached, with repeated requests among them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from click.testing import CliRunner
+
+from runner.cli import main as cli_main
+from runner.execute import reader as reader_module
+from runner.execute.cache import Cache
+from runner.reduce import judgments
+from tests.fakeserver import ThreadedServer
+from tests.test_cli import JOB, TEMPLATE, write_job
+
+# JOB with a second prompt sending the very same request (another name, same body): each item's
+# second task repeats the first one's key.
+REPEATED = JOB + f"""
+[[prompts]]
+name = "again"
+template = "{TEMPLATE}"
+parser = "stars"
+aspects = ["overall"]
+params = {{ temperature = 0, max_tokens = 32 }}
+
+[prompts.parser_options.levels]
+"Perfect storyline and grammar" = 5
+"""
+REPORTS = ("judgments.jsonl", "scores.csv", "correlations.csv", "summary.csv",
+           "reliability.csv", "report.md")
+
+
+def _run(job: Path, cache: Path, out: Path, server: ThreadedServer, *, first: int,
+         monkeypatch: pytest.MonkeyPatch, limit: int = 40) -> Any:
+    monkeypatch.setattr(cli_main, "CACHED_FIRST_TASKS", first)
+    return CliRunner().invoke(cli_main.cli, [
+        "run", str(job), "--limit", str(limit), "--base-url", server.url, "--model", "fake",
+        "--cache-dir", str(cache), "--out", str(out), "--yes"], catch_exceptions=False)
+
+
+def _outputs(out: Path) -> dict[str, Any]:
+    made: dict[str, Any] = {name: (out / name).read_bytes() for name in REPORTS}
+    made["counts"] = orjson.loads((out / "manifest.json").read_bytes())["counts"]
+    return made
+
+
+def _hole(cache: Path, out: Path, items: set[str]) -> int:
+    """Remove the cached answers of `items` (read from a run's judgments.jsonl)."""
+    keys = {j["key"] for line in (out / "judgments.jsonl").read_bytes().splitlines()
+            if (j := orjson.loads(line))["item_id"] in items}
+    with Cache(cache) as c:
+        for key in keys:
+            assert c._disk.delete(key)
+    return len(keys)
+
+
+@pytest.mark.parametrize("cached", ["none", "first half", "hole", "all"])
+@pytest.mark.parametrize("text", [JOB, REPEATED], ids=["distinct", "repeated"])
+@pytest.mark.parametrize("reader", [False, True], ids=["direct", "reader"])
+def test_cached_first_writes_what_the_pool_first_run_writes(
+        cached: str, text: str, reader: bool, tmp_path: Path, data_dir: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # batches of 3 tasks: the first task without an answer falls inside a batch, with more
+    # batches read ahead (by a reader process: 4 of them) that must go to the pool in order
+    monkeypatch.setattr(judgments, "READ_BATCH", 3)
+    if reader:
+        monkeypatch.setattr(reader_module, "MIN_TASKS", 1)
+        monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
+    monkeypatch.setenv("JUDGE_DATA_DIR", str(data_dir))
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "JUDGE_CACHE_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    job = write_job(tmp_path / "job", text)
+    warm = tmp_path / "warm"
+    with ThreadedServer() as server:
+        if cached != "none":
+            done = _run(job, warm, tmp_path / "warmed", server, first=10**9,
+                        monkeypatch=monkeypatch, limit=20 if cached == "first half" else 40)
+            assert done.exit_code == 0, done.output
+        holes = 0
+        if cached == "hole":
+            items = [orjson.loads(line)["item_id"] for line in
+                     (tmp_path / "warmed" / "judgments.jsonl").read_bytes().splitlines()]
+            holes = _hole(warm, tmp_path / "warmed", set(list(dict.fromkeys(items))[10:20]))
+            assert holes > 0
+        made, calls = {}, {}
+        for way, first in (("pool first", 10**9), ("cached first", 1)):
+            cache = tmp_path / way / "cache"
+            if warm.exists():
+                shutil.copytree(warm, cache)
+            before = server.state.requests
+            done = _run(job, cache, tmp_path / way / "out", server, first=first,
+                        monkeypatch=monkeypatch)
+            assert done.exit_code == 0, done.output
+            calls[way] = server.state.requests - before
+            made[way] = _outputs(tmp_path / way / "out")
+    assert made["cached first"] == made["pool first"]
+    assert calls["cached first"] == calls["pool first"]
+    counts = made["cached first"]["counts"]
+    expected_calls = {"none": 40, "first half": 20, "hole": 10, "all": 0}[cached]
+    assert counts["api_calls"] == calls["cached first"] == expected_calls
+    assert counts["duplicates"] == (40 if text == REPEATED else 0)
+    assert counts["cache_hits"] + counts["api_calls"] + counts["duplicates"] == counts["tasks"]
