@@ -561,7 +561,7 @@ def test_every_command_has_help(path: tuple[str, ...], invoke: Any) -> None:
 
 # ---------------------------------------------------------------- start-up: lazy imports
 
-HEAVY = ("numpy", "scipy", "aiohttp", "tqdm", "matplotlib", "psycopg")
+HEAVY = ("numpy", "scipy", "aiohttp", "asyncio", "tqdm", "matplotlib", "psycopg")
 # Runs the CLI in a fresh interpreter, then names the heavy modules it had to import.
 PROBE = ("import sys\nfrom runner.cli.main import cli\ntry:\n"
          "    cli.main(sys.argv[1:], prog_name='judge', standalone_mode=False)\nfinally:\n"
@@ -574,12 +574,13 @@ PROBE = ("import sys\nfrom runner.cli.main import cli\ntry:\n"
     (("status", "{job}", "--limit", "3", "--base-url", "{url}"), set()),
     (("datasets", "list"), set()),
     (("rescore", "{job}", "--limit", "3", "--base-url", "{url}"), {"numpy"}),
-    (("run", "{job}", "--limit", "3", "--base-url", "{url}"), {"numpy", "aiohttp", "tqdm"}),
+    (("run", "{job}", "--limit", "3", "--base-url", "{url}"),
+     {"numpy", "aiohttp", "asyncio", "tqdm"}),
 ])
 def test_commands_import_only_what_they_use(args: tuple[str, ...], wanted: set[str],
                                             tmp_path: Path, data_dir: Path) -> None:
-    """scipy.stats alone took 0.7-1.5 s to import, aiohttp ~0.17 s; no command pays for what
-    it does not use (rescore calls nothing: no aiohttp)."""
+    """scipy.stats alone took 0.7-1.5 s to import, aiohttp ~0.17 s, asyncio ~65 ms; no command
+    pays for what it does not use (rescore calls nothing: no aiohttp, no asyncio)."""
     job = write_job(tmp_path)
     with ThreadedServer() as server:
         argv = [a.format(job=job, url=server.url) for a in args]

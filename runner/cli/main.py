@@ -6,7 +6,6 @@ Exit codes: 0 all tasks done, 1 some tasks failed (listed), 2 usage or configura
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import gc
@@ -100,6 +99,7 @@ async def _run_async(sel: Selection, served: Job, cache: CacheBackend, opts: dic
                      progress: Progress, judged: TaskLog,
                      after: CachedFirst | None = None) -> tuple[RunStats, Selection]:
     """Run the pool under a two-phase Ctrl-C: stop dispatching, then cancel."""
+    import asyncio  # as in _execute
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
@@ -288,6 +288,9 @@ def _confirm(sel: Selection) -> None:
 
 def _execute(sel: Selection, opts: dict[str, Any], judged: TaskLog,
              after: CachedFirst | None = None) -> tuple[RunStats, Selection]:
+    # asyncio (~65 ms) only where the pool runs: rescore and a fully cached run never import it
+    import asyncio
+
     from runner.cli.progress import Progress
     progress = Progress(sys.stderr, total=0)  # grows with each stage's task count
     started = contextlib.nullcontext(sel.job) if opts["offline"] else serving(sel.job)
