@@ -131,14 +131,34 @@ class Expansion:
                 for prompt in group_prompts:
                     yield from _group_units(members, prompt)
 
-    def tasks(self) -> Iterator[Task]:
+    def tasks(self, start: int = 0) -> Iterator[Task]:
         """Every judge task, in order: data set, item (then group), prompt, aspect, model,
-        sample."""
+        sample; from the `start`-th on (the ones before are not rendered)."""
         judges = {p.name: self.judges(p) for p in self.job.prompts}
         frames = _Frames()
         for item, values, members, prompt, aspect, template in self._units():
+            if start:  # whole units skipped without rendering them
+                n = len(judges[prompt.name]) * prompt.samples
+                if start >= n:
+                    start -= n
+                    continue
+                yield from islice(_tasks(item, values, members, prompt, aspect, template,
+                                         judges[prompt.name], frames), start, None)
+                start = 0
+                continue
             yield from _tasks(item, values, members, prompt, aspect, template,
                               judges[prompt.name], frames)
+
+    def skeleton(self) -> Iterator[Task]:
+        """Every judge task, in the order of tasks(), without rendering or hashing a request:
+        key "", body b"" and token estimates 0. The other fields are tasks()'s."""
+        judges = {p.name: self.judges(p) for p in self.job.prompts}
+        for item, _, members, prompt, aspect, _ in self._units():
+            item_id = item.group if members else item.item_id
+            for model in judges[prompt.name]:
+                for sample in range(prompt.samples):
+                    yield Task("", item.dataset, item_id, prompt.name, aspect, model.name,
+                               sample, b"", 0, 0, members)
 
     def count(self) -> int:
         """Number of judge tasks, without building their requests."""

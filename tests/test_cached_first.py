@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,7 @@ from runner.execute import reader as reader_module
 from runner.execute.cache import Cache
 from runner.reduce import judgments
 from tests.fakeserver import ThreadedServer
-from tests.test_cli import JOB, TEMPLATE, write_job
+from tests.test_cli import JOB, TEMPLATE, clean_env, write_job
 
 # JOB with a second prompt sending the very same request (another name, same body): each item's
 # second task repeats the first one's key.
@@ -108,3 +110,63 @@ def test_cached_first_writes_what_the_pool_first_run_writes(
     assert counts["api_calls"] == calls["cached first"] == expected_calls
     assert counts["duplicates"] == (40 if text == REPEATED else 0)
     assert counts["cache_hits"] + counts["api_calls"] + counts["duplicates"] == counts["tasks"]
+
+
+# The real `judge` in a fresh interpreter (one thread: it may fork), with the thresholds down
+# to this small job and a marker for each forked Expander.
+FORCED = """import sys
+import runner.cli.main as m
+import runner.execute.backend as b
+import runner.execute.reader as r
+from runner.execute.cache import Cache
+forced = sys.argv.pop(1) == "forced"
+m.CACHED_FIRST_TASKS = 1
+b.usable = lambda cache, count: forced and isinstance(cache, Cache)
+start = r.Expander.__init__
+def marked(self, *args):
+    print("expander forked", file=sys.stderr)
+    start(self, *args)
+r.Expander.__init__ = marked
+sys.argv[0] = "judge"
+m.main()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["rescore", "run"])
+def test_a_forked_expander_reads_what_judge_reads_itself(
+        command: str, tmp_path: Path, data_dir: Path) -> None:
+    """rescore, and a run's cached-first pass with a hole of uncached tasks, through a forked
+    Expander (the child expands and reads; the tasks come from the skeleton): the same
+    reports, counts and calls as without it."""
+    job = write_job(tmp_path / "job", REPEATED)
+    env = {**clean_env(data_dir)}
+    with ThreadedServer() as server:
+        where = ["--limit", "40", "--base-url", server.url, "--model", "fake"]
+        warm = tmp_path / "warm"
+        done = subprocess.run([sys.executable, "-c", FORCED, "plain", "run", str(job), *where,
+                               "--cache-dir", str(warm), "--out", str(tmp_path / "warmed"),
+                               "--yes"], env=env, cwd=tmp_path, capture_output=True,
+                              text=True, timeout=120, check=False)
+        assert done.returncode == 0, done.stderr
+        if command == "run":
+            items = [orjson.loads(line)["item_id"] for line in
+                     (tmp_path / "warmed" / "judgments.jsonl").read_bytes().splitlines()]
+            assert _hole(warm, tmp_path / "warmed", set(list(dict.fromkeys(items))[5:15])) > 0
+        made, calls = {}, {}
+        for way in ("plain", "forced"):
+            cache = tmp_path / way / "cache"
+            shutil.copytree(warm, cache)
+            before = server.state.requests
+            done = subprocess.run(
+                [sys.executable, "-c", FORCED, way, command, str(job), *where, "--cache-dir",
+                 str(cache), "--out", str(tmp_path / way / "out"),
+                 *(["--yes"] if command == "run" else [])],
+                env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                check=False)
+            assert done.returncode == 0, done.stderr
+            assert ("expander forked" in done.stderr) == (way == "forced"), done.stderr
+            calls[way] = server.state.requests - before
+            made[way] = _outputs(tmp_path / way / "out")
+    assert made["forced"] == made["plain"]
+    assert calls["forced"] == calls["plain"] == (10 if command == "run" else 0)

@@ -12,8 +12,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from runner.cli.main import cli
 from runner.errors import CacheError
@@ -21,7 +24,7 @@ from runner.execute import backend
 from runner.execute import reader as reader_module
 from runner.execute.backend import answers, marked
 from runner.execute.cache import Cache
-from runner.execute.reader import Reader, answer, usable
+from runner.execute.reader import Reader, answer, answer_of, usable
 from tests.conftest import DATA_DIR, ROOT
 from tests.fakeserver import ThreadedServer
 
@@ -228,3 +231,36 @@ def test_a_reader_does_not_outlive_a_killed_parent(
     while _running(child) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _running(child)
+
+
+_text = st.text(alphabet=st.sampled_from('ab",:{}[]\\\\ \n\u00e9response'), max_size=20)
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-10**6, 10**6) | _text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.sampled_from(["response", "usage", "source", "content", "x"]) | _text, inner,
+        max_size=3),
+    max_leaves=12)
+
+
+@st.composite
+def _records(draw: st.DrawFn) -> dict[str, Any]:
+    """Records in answer_record's key order or shuffled, with fields missing, and "response"
+    keys and look-alike text nested anywhere (the request, the response, values after it)."""
+    response = draw(st.dictionaries(st.sampled_from(["choices", "id", "response", "x"]), _json,
+                                    max_size=3))
+    fields = {"request": draw(_json), "endpoint": draw(_text), "response": response,
+              "usage": draw(_json), "latency_s": 0.5, "time": 1.0, "source": draw(_text),
+              "replica": draw(_json)}
+    names = [n for n in fields if n == "response" or draw(st.booleans())]
+    if draw(st.booleans()):
+        names = draw(st.permutations(names))
+    return {n: fields[n] for n in names}
+
+
+@settings(max_examples=400, deadline=None)
+@given(_records())
+def test_answer_of_the_stored_bytes_is_the_answer_of_the_whole_record(
+        record: dict[str, Any]) -> None:
+    """The reader decodes only a record's end when that is safe: it must give what decoding
+    the whole record gives, for any record."""
+    assert answer_of(orjson.dumps(record)) == answer(record)

@@ -15,9 +15,10 @@ from typing import Any, Protocol, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from runner.execute.cache import Cache
-from runner.execute.reader import Reader, usable
+from runner.execute.reader import Expander, Reader, forkable, usable
+from runner.expand import Expansion, Task
 
-__all__ = ["CacheBackend", "answers", "is_url", "marked", "open_cache", "redact"]
+__all__ = ["CacheBackend", "answers", "expanded", "is_url", "marked", "open_cache", "redact"]
 
 T = TypeVar("T")
 LOOKUP_BATCH = 2000  # things per has_many call (each backend chunks its own queries)
@@ -101,6 +102,24 @@ def answers(cache: CacheBackend, things: Iterable[T], key: Callable[[T], str], s
         return
     for batch in batches:
         yield batch, cache.get_many([key(t) for t in batch])
+
+
+def expanded(cache: CacheBackend, expansion: Expansion, size: int
+             ) -> Generator[tuple[list[Task], dict[str, dict[str, Any]]], None, None]:
+    """Every task of `expansion`, in order, in batches of `size`, each with the records of its
+    stored keys: a rescore's read. For a large job on a diskcache folder, a forked child
+    expands and reads while this process judges (reader.Expander: the tasks then come without
+    their request bodies), or else a reader process reads (see `answers`)."""
+    count = expansion.count()
+    if isinstance(cache, Cache) and usable(cache, count) and forkable():
+        with Expander(cache, expansion, size) as expander:
+            yield from expander.batches()
+        return
+    yield from answers(cache, expansion.tasks(), _task_key, size, count)
+
+
+def _task_key(task: Task) -> str:
+    return task.key
 
 
 def _batches(things: Iterable[T], size: int) -> Iterator[list[T]]:

@@ -108,7 +108,11 @@ class Cache:
 
     def get_many(self, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
         """Records of the stored keys among `keys`, read in batches (see has_many)."""
-        out: dict[str, dict[str, Any]] = {}
+        return {key: orjson.loads(raw) for key, raw in self.get_many_raw(keys).items()}
+
+    def get_many_raw(self, keys: Sequence[str]) -> dict[str, bytes]:
+        """get_many's records as the bytes stored (orjson), not decoded."""
+        out: dict[str, bytes] = {}
         for chunk in _chunks(keys):
             rows = self._disk._sql(
                 "SELECT key, mode, filename, value FROM Cache WHERE raw = 1 AND key IN "
@@ -117,8 +121,7 @@ class Cache:
             for key, mode, filename, value in rows:
                 # An inline record is the bytes themselves (what fetch() returns for them);
                 # fetch() reads the large ones kept as files.
-                out[key] = orjson.loads(value if mode == MODE_RAW else
-                                        fetch(mode, filename, value, False))
+                out[key] = value if mode == MODE_RAW else fetch(mode, filename, value, False)
         return out
 
     def put(self, key: str, record: Mapping[str, Any]) -> None:

@@ -21,6 +21,9 @@ line on stderr, which the parent raises as a CacheError.
 from __future__ import annotations
 
 import collections
+import contextlib
+import gc
+import itertools
 import os
 import queue
 import signal
@@ -29,14 +32,15 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, Any, NoReturn, TypeVar
 
 import orjson
 
 from runner.errors import CacheError
 from runner.execute.cache import Cache
+from runner.expand import Expansion, Task
 
-__all__ = ["Reader", "answer", "usable"]
+__all__ = ["Expander", "Reader", "answer", "answer_of", "forkable", "usable"]
 
 T = TypeVar("T")
 DEPTH = 4
@@ -54,6 +58,31 @@ def answer(record: Mapping[str, Any]) -> dict[str, Any]:
             "usage": record.get("usage"), "source": record.get("source")}
 
 
+_RESPONSE = b',"response":'
+
+
+def answer_of(raw: bytes) -> dict[str, Any]:
+    """`answer` of a stored record, decoding only its end where that is safe: a record as
+    answer_record writes it ends with "response", "usage", ..., "source", after the request
+    (~60% of its bytes), which judging never reads.
+
+    `,"response":` cannot occur inside a JSON string (its quotes would be escaped), so its last
+    occurrence is a key: the record's own, or one nested in a value after it. Nested, the text
+    from there leaves a bracket unclosed before the record's end, and does not decode. So if
+    `{` + the text from there decodes with "response", "usage" and "source" in it, those are
+    the record's last values for them (orjson, like json, keeps the last of a repeated key).
+    Any other record is decoded whole."""
+    at = raw.rfind(_RESPONSE)
+    if at > 0:
+        try:
+            tail = orjson.loads(b"{" + raw[at + 1:])
+        except orjson.JSONDecodeError:
+            tail = None
+        if tail and "usage" in tail and "source" in tail and "response" in tail:
+            return answer(tail)
+    return answer(orjson.loads(raw))
+
+
 def usable(cache: object, tasks: int) -> bool:
     """Whether reading `tasks` answers of `cache` through a Reader pays: a diskcache folder, a
     large job and a second core for the child."""
@@ -62,6 +91,28 @@ def usable(cache: object, tasks: int) -> bool:
     cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(
         os.cpu_count() or 1)
     return len(cores) >= 2
+
+
+def forkable() -> bool:
+    """Whether forking this process now is safe: Linux (macOS's system libraries are not
+    fork-safe), one thread (a fork copies a lock another thread holds, locked forever in the
+    child) and memory available for twice this process's resident size (a child that reads
+    the tables it shares touches their reference counts, and so copies their pages)."""
+    if sys.platform != "linux" or not hasattr(os, "fork") or threading.active_count() != 1:
+        return False
+    try:
+        status = _fields("/proc/self/status")
+        available = int(_fields("/proc/meminfo").get("MemAvailable", "0 kB").split()[0])
+    except (OSError, ValueError):
+        return False
+    resident = int(status.get("VmRSS", "0 kB").split()[0])  # kB, as MemAvailable
+    return status.get("Threads") == "1" and available > 2 * resident
+
+
+def _fields(path: str) -> dict[str, str]:
+    """A /proc file of `Name:  value` lines as a dict."""
+    with open(path, encoding="ascii") as f:
+        return {name: value.strip() for name, _, value in (line.partition(":") for line in f)}
 
 
 class Reader:
@@ -196,8 +247,8 @@ def serve(cache: Cache, requests: IO[bytes], replies: IO[bytes]) -> None:
             found = cache.has_many(keys)
             body = bytes(k in found for k in keys)
         else:
-            records = cache.get_many(keys)
-            body = orjson.dumps([answer(r) if (r := records.get(k)) is not None else None
+            records = cache.get_many_raw(keys)
+            body = orjson.dumps([answer_of(r) if (r := records.get(k)) is not None else None
                                  for k in keys])
         replies.write(len(body).to_bytes(_LENGTH, "big") + body)
         replies.flush()
@@ -219,3 +270,94 @@ def main(argv: Sequence[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+
+
+class Expander:
+    """A forked child that expands a job's tasks itself and reads their answers, for a rescore
+    (or a run's cached-first pass), which otherwise renders and hashes every request on its
+    one core (~0.6 s of a 100k-task rescore). The child shares the Expansion copy-on-write;
+    it sends each batch's keys and answers (`answer`), in task order, and this process makes
+    the tasks from `Expansion.skeleton()`, which renders nothing. Fork only where `forkable()`
+    says so. A child that stops early (killed, out of memory) is not an error: the rest is
+    read here."""
+
+    def __init__(self, cache: Cache, expansion: Expansion, size: int) -> None:
+        self.cache, self.expansion, self.size = cache, expansion, size
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns
+            _expand_and_read(os.fdopen(write, "wb"), read, cache.directory, expansion, size)
+        os.close(write)
+        self._pid, self._pipe = pid, os.fdopen(read, "rb")
+
+    def batches(self) -> Iterator[tuple[list[Task], dict[str, dict[str, Any]]]]:
+        """Every task in batches of `size`, each with the answers of its stored keys."""
+        skeleton, done = self.expansion.skeleton(), 0
+        while len(head := self._pipe.read(_LENGTH)) == _LENGTH:
+            body = self._pipe.read(int.from_bytes(head, "big"))
+            try:
+                keys, got = orjson.loads(body)
+            except orjson.JSONDecodeError:  # cut short: the child died writing it
+                break
+            batch = [Task(k, *t[1:]) for k, t in zip(keys, skeleton, strict=False)]
+            if len(batch) != len(keys):
+                raise CacheError(f"{self.cache.directory}: the cache reader expanded more tasks "
+                                 "than the job has; report this as a bug")
+            done += len(batch)
+            yield batch, {k: a for k, a in zip(keys, got, strict=True) if a is not None}
+        self.close()
+        if next(skeleton, None) is None:
+            return
+        # The child stopped early: the rest is expanded and read here.
+        stream = self.expansion.tasks(done)
+        while batch := list(itertools.islice(stream, self.size)):
+            yield batch, self.cache.get_many([t.key for t in batch])
+
+    def close(self) -> None:
+        """Stop the child if it is still going (the caller stopped reading), and reap it."""
+        if not self._pipe.closed:
+            self._pipe.close()  # a child still writing gets EPIPE and leaves
+        if self._pid:
+            try:
+                os.kill(self._pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            os.waitpid(self._pid, 0)
+            self._pid = 0
+
+    def __enter__(self) -> Expander:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _expand_and_read(out: IO[bytes], unused: int, directory: Path, expansion: Expansion,
+                     size: int) -> NoReturn:
+    """The Expander's child: write every batch's [keys, answers] to `out`, then leave with
+    os._exit (no atexit handler, no cleanup of what it shares with its parent)."""
+    gc.disable()  # a collection would touch, and so copy, every page it shares
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides, and closes the pipe
+    code = 0
+    try:
+        os.close(unused)
+        with Cache(directory) as cache:  # its own connection: the parent's is never used here
+            cache.map_reads()
+            stream = expansion.tasks()
+            while batch := list(itertools.islice(stream, size)):
+                keys = [t.key for t in batch]
+                records = cache.get_many_raw(keys)
+                body = orjson.dumps([keys, [answer_of(r) if (r := records.get(k)) is not None
+                                            else None for k in keys]])
+                out.write(len(body).to_bytes(_LENGTH, "big") + body)
+            out.flush()
+    except BrokenPipeError:  # the parent stopped reading: nothing more is wanted
+        pass
+    except BaseException as exc:  # the parent reads the rest itself
+        with contextlib.suppress(OSError):
+            os.write(2, f"cache reader: {type(exc).__name__}: {exc}\n".encode())
+        code = 1
+    finally:
+        with contextlib.suppress(OSError):
+            out.close()
+        os._exit(code)

@@ -8,15 +8,13 @@ never a score; a task with no cached answer is an `api` failure.
 from __future__ import annotations
 
 import array
-import collections
-import itertools
 import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from runner.data.datasets import Item
-from runner.execute.backend import CacheBackend, answers
+from runner.execute.backend import CacheBackend, answers, expanded
 from runner.execute.stats import RunStats
 from runner.expand import Expansion, Task
 from runner.job.spec import PromptSpec
@@ -89,13 +87,16 @@ def judge(expansion: Expansion, cache: CacheBackend, *, failures: Mapping[str, s
     `count`: how many there are, if known (else counted: it decides how answers are read)."""
     context = _Context(expansion, {p.name: p for p in expansion.job.prompts}, {},
                        failures or {}, fresh)
-    if count is None:
-        count = len(tasks) if isinstance(tasks, Sized) else expansion.count()
-    stream = expansion.tasks() if tasks is None else tasks
-    item = expansion.item
     # a query per READ_BATCH tasks, not one a task; records only judging's part of each when
     # a reader process reads them (runner.execute.reader)
-    for batch, records in answers(cache, stream, _KEY, READ_BATCH, count):
+    if tasks is None:
+        reads = expanded(cache, expansion, READ_BATCH)
+    else:
+        count = len(tasks) if count is None and isinstance(tasks, Sized) else count
+        reads = answers(cache, tasks, _KEY, READ_BATCH,
+                        expansion.count() if count is None else count)
+    item = expansion.item
+    for batch, records in reads:
         for task in batch:
             record = records.get(task.key)
             if task.members or record is None:
@@ -124,23 +125,15 @@ class CachedFirst:
         expansion, stats, hashes = self.expansion, self.stats, self.hashes
         context = _Context(expansion, {p.name: p for p in expansion.job.prompts}, {}, {},
                            frozenset())
-        source = expansion.tasks()
-        pulled: collections.deque[Task] = collections.deque()  # read ahead, not judged yet
-
-        def pull() -> Iterator[Task]:
-            for task in source:
-                pulled.append(task)
-                yield task
-
-        reads = answers(self.cache, pull(), _KEY, READ_BATCH, expansion.count())
-        item = expansion.item
+        reads, item, done = expanded(self.cache, expansion, READ_BATCH), expansion.item, 0
         for batch, records in reads:
             for task in batch:
-                pulled.popleft()
                 if (record := records.get(task.key)) is None:
-                    self.rest = itertools.chain([task], list(pulled), source)
-                    reads.close()  # ends the reader process, if any
+                    # from here on, with their bodies (those read ahead are expanded again)
+                    self.rest = expansion.tasks(done)
+                    reads.close()  # ends the reader, if any
                     return
+                done += 1
                 stats.cache_hits += 1
                 hashes.append(hash(task.key))
                 self.on_progress(stats)

@@ -27,33 +27,14 @@ import gc
 import os
 import pickle
 import signal
-import sys
-import threading
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-__all__ = ["Aside", "forkable"]
+from runner.execute.reader import forkable
+
+__all__ = ["Aside", "forkable"]  # forkable: runner.execute.reader's
 
 T = TypeVar("T")
-
-
-def forkable() -> bool:
-    """Whether forking this process now is safe (see the module docstring)."""
-    if sys.platform != "linux" or not hasattr(os, "fork") or threading.active_count() != 1:
-        return False
-    try:
-        status = _fields("/proc/self/status")
-        available = int(_fields("/proc/meminfo").get("MemAvailable", "0 kB").split()[0])
-    except (OSError, ValueError):
-        return False
-    resident = int(status.get("VmRSS", "0 kB").split()[0])  # kB, as MemAvailable
-    return status.get("Threads") == "1" and available > 2 * resident
-
-
-def _fields(path: str) -> dict[str, str]:
-    """A /proc file of `Name:  value` lines as a dict."""
-    with open(path, encoding="ascii") as f:
-        return {name: value.strip() for name, _, value in (line.partition(":") for line in f)}
 
 
 class Aside(Generic[T]):
