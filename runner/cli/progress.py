@@ -15,6 +15,11 @@ from runner.execute.stats import RunStats
 
 __all__ = ["Progress"]
 
+# No tqdm monitor thread: a process with a thread may not fork, and a large run forks its
+# cache reader and a report (runner.execute.reader.forkable). The monitor only adjusts the
+# refresh interval of a bar that has stalled.
+tqdm.monitor_interval = 0
+
 LINE_EVERY_S = 10.0  # plain-line interval when stderr is not a terminal
 BAR_EVERY_S = 0.2
 
