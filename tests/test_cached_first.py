@@ -21,21 +21,12 @@ from runner.execute import reader as reader_module
 from runner.execute.cache import Cache
 from runner.reduce import judgments
 from tests.fakeserver import ThreadedServer
-from tests.test_cli import JOB, TEMPLATE, clean_env, write_job
+from tests.test_cli import JOB, clean_env, write_job
 
-# JOB with a second prompt sending the very same request (another name, same body): each item's
-# second task repeats the first one's key.
-REPEATED = JOB + f"""
-[[prompts]]
-name = "again"
-template = "{TEMPLATE}"
-parser = "stars"
-aspects = ["overall"]
-params = {{ temperature = 0, max_tokens = 32 }}
-
-[prompts.parser_options.levels]
-"Perfect storyline and grammar" = 5
-"""
+# JOB with a second prompt sending the very same request (its own prompt block under another
+# name, same body): each item's second task repeats the first one's key.
+REPEATED = JOB + ("[[prompts]]" + JOB.split("[[prompts]]")[1].split("[models.fake]")[0]
+                  ).replace('name = "stars"', 'name = "again"')
 REPORTS = ("judgments.jsonl", "scores.csv", "correlations.csv", "summary.csv",
            "reliability.csv", "report.md")
 
