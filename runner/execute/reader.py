@@ -254,22 +254,27 @@ def serve(cache: Cache, requests: IO[bytes], replies: IO[bytes]) -> None:
         replies.flush()
 
 
-def main(argv: Sequence[str]) -> int:
+def main(argv: Sequence[str]) -> NoReturn:
+    """The child process: serve, then leave with os._exit. A normal exit would close stdin
+    while the thread taking requests may be blocked reading it, holding its lock: Python's
+    shutdown then aborts ("could not acquire lock ... possibly due to daemon threads")."""
     # Ctrl-C reaches the whole process group: the parent decides, and ends this child by
     # closing its stdin.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    code = 0
     try:
         with Cache(Path(argv[0])) as cache:
             cache.map_reads()
             serve(cache, sys.stdin.buffer, sys.stdout.buffer)
     except Exception as exc:  # one line for the parent's message, not a traceback
-        print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
-    return 0
+        with contextlib.suppress(OSError):
+            os.write(2, f"{type(exc).__name__}: {exc}\n".encode(errors="replace"))
+        code = 1
+    os._exit(code)
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    main(sys.argv[1:])
 
 
 class Expander:
