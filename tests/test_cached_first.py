@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -17,8 +18,10 @@ import pytest
 from click.testing import CliRunner
 
 from runner.cli import main as cli_main
+from runner.cli.session import select
 from runner.execute import reader as reader_module
 from runner.execute.cache import Cache
+from runner.execute.reader import Expander, answer
 from runner.reduce import judgments
 from tests.fakeserver import ThreadedServer
 from tests.test_cli import JOB, clean_env, write_job
@@ -161,3 +164,36 @@ def test_a_forked_expander_reads_what_judge_reads_itself(
             made[way] = _outputs(tmp_path / way / "out")
     assert made["forced"] == made["plain"]
     assert calls["forced"] == calls["plain"] == (10 if command == "run" else 0)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="the Expander forks")
+def test_an_expander_whose_child_dies_is_finished_in_place(
+        tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A forked expander killed after its first batch (out of memory, say): the batches go on,
+    expanded and read here, every task once and in order, with its answer."""
+    monkeypatch.setenv("JUDGE_DATA_DIR", str(data_dir))
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "JUDGE_CACHE_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    job, cache = write_job(tmp_path / "job", REPEATED), tmp_path / "cache"
+    # 800 tasks: their replies (~200 KB) outgrow the pipe, so the child cannot have sent them
+    # all before it is killed, and the rest must be read here
+    with ThreadedServer() as server:
+        done = _run(job, cache, tmp_path / "out", server, first=10**9, monkeypatch=monkeypatch,
+                    limit=400)
+        assert done.exit_code == 0, done.output
+        sel = select(job, models=("fake",), base_url=server.url, limit=400, cache_dir=cache,
+                     data_dir=data_dir)
+    expected = list(sel.expansion.tasks())
+    with Cache(cache) as c, Expander(c, sel.expansion, 3) as expander:
+        stream = expander.batches()
+        got = [next(stream)]
+        os.kill(expander._pid, signal.SIGKILL)
+        got += list(stream)
+        stored = c.get_many([t.key for t in expected])
+    assert [t.key for batch, _ in got for t in batch] == [t.key for t in expected]
+    assert [t.item_id for batch, _ in got for t in batch] == [t.item_id for t in expected]
+    # what judging reads of each: the child sends only that, the reads here whole records
+    read = {k: answer(a) for _, records in got for k, a in records.items()}
+    assert read == {k: answer(r) for k, r in stored.items()}
+    assert any("request" in a for _, records in got for a in records.values())  # read here
+    assert len(stored) == 400  # one answer per item: the second prompt repeats the request
