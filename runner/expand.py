@@ -142,12 +142,10 @@ class Expansion:
                 if start >= n:
                     start -= n
                     continue
-                yield from islice(_tasks(item, values, members, prompt, aspect, template,
-                                         judges[prompt.name], frames), start, None)
-                start = 0
-                continue
-            yield from _tasks(item, values, members, prompt, aspect, template,
-                              judges[prompt.name], frames)
+            made = _tasks(item, values, members, prompt, aspect, template, judges[prompt.name],
+                          frames)
+            yield from islice(made, start, None) if start else made
+            start = 0
 
     def skeleton(self) -> Iterator[Task]:
         """Every judge task, in the order of tasks(), without rendering or hashing a request:
