@@ -246,8 +246,12 @@ async def run_pool(sel: Selection, served: Job, cache: CacheBackend, *, stop: An
             if stop.is_set():
                 return stats, sel
             sel = derive(sel)  # judge what the generators answered
-        stats.total += sel.expansion.count() if sel.shard is None and after is None else 0
-        tasks = sel.expansion.tasks() if after is None or after.rest is None else after.rest
+        if after is None:
+            stats.total += sel.expansion.count() if sel.shard is None else 0
+            tasks = sel.expansion.tasks()
+        else:  # counted, and the tasks before after.rest judged, by the CachedFirst pass
+            assert after.rest is not None, "a fully cached CachedFirst pass needs no pool"
+            tasks = after.rest
         await execute(_held(_kept(_mine(sel, tasks, stats), judged), hold, stats), **run,
                       hashes=None if after is None else after.hashes)
     return stats, sel

@@ -104,13 +104,13 @@ def answers(cache: CacheBackend, things: Iterable[T], key: Callable[[T], str], s
         yield batch, cache.get_many([key(t) for t in batch])
 
 
-def expanded(cache: CacheBackend, expansion: Expansion, size: int
+def expanded(cache: CacheBackend, expansion: Expansion, size: int, count: int
              ) -> Generator[tuple[list[Task], dict[str, dict[str, Any]]], None, None]:
-    """Every task of `expansion`, in order, in batches of `size`, each with the records of its
-    stored keys: a rescore's read. For a large job on a diskcache folder, a forked child
-    expands and reads while this process judges (reader.Expander: the tasks then come without
-    their request bodies), or else a reader process reads (see `answers`)."""
-    count = expansion.count()
+    """Every task of `expansion` (`count` of them: expansion.count()), in order, in batches of
+    `size`, each with the records of its stored keys: a rescore's read. For a large job on a
+    diskcache folder, a forked child expands and reads while this process judges
+    (reader.Expander: the tasks then come without their request bodies), or else a reader
+    process reads (see `answers`)."""
     if isinstance(cache, Cache) and usable(cache, count) and forkable():
         with Expander(cache, expansion, size) as expander:
             yield from expander.batches()

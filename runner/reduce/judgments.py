@@ -89,12 +89,10 @@ def judge(expansion: Expansion, cache: CacheBackend, *, failures: Mapping[str, s
                        failures or {}, fresh)
     # a query per READ_BATCH tasks, not one a task; records only judging's part of each when
     # a reader process reads them (runner.execute.reader)
-    if tasks is None:
-        reads = expanded(cache, expansion, READ_BATCH)
-    else:
-        count = len(tasks) if count is None and isinstance(tasks, Sized) else count
-        reads = answers(cache, tasks, _KEY, READ_BATCH,
-                        expansion.count() if count is None else count)
+    if count is None:
+        count = len(tasks) if isinstance(tasks, Sized) else expansion.count()
+    reads = (expanded(cache, expansion, READ_BATCH, count) if tasks is None
+             else answers(cache, tasks, _KEY, READ_BATCH, count))
     item = expansion.item
     for batch, records in reads:
         for task in batch:
@@ -115,9 +113,9 @@ class CachedFirst:
     judged here are not called, expanded or judged again."""
 
     def __init__(self, expansion: Expansion, cache: CacheBackend, stats: RunStats, *,
-                 on_progress: Callable[[RunStats], None] = lambda s: None) -> None:
+                 count: int, on_progress: Callable[[RunStats], None] = lambda s: None) -> None:
         self.expansion, self.cache, self.stats = expansion, cache, stats
-        self.on_progress = on_progress
+        self.count, self.on_progress = count, on_progress  # count: expansion.count()
         self.hashes: array.array[int] = array.array("q")
         self.rest: Iterator[Task] | None = None
 
@@ -125,7 +123,8 @@ class CachedFirst:
         expansion, stats, hashes = self.expansion, self.stats, self.hashes
         context = _Context(expansion, {p.name: p for p in expansion.job.prompts}, {}, {},
                            frozenset())
-        reads, item, done = expanded(self.cache, expansion, READ_BATCH), expansion.item, 0
+        reads = expanded(self.cache, expansion, READ_BATCH, self.count)
+        item, done = expansion.item, 0
         for batch, records in reads:
             for task in batch:
                 if (record := records.get(task.key)) is None:
