@@ -273,9 +273,6 @@ def main(argv: Sequence[str]) -> NoReturn:
     os._exit(code)
 
 
-if __name__ == "__main__":
-    main(sys.argv[1:])
-
 
 class Expander:
     """A forked child that expands a job's tasks itself and reads their answers, for a rescore
@@ -366,3 +363,7 @@ def _expand_and_read(out: IO[bytes], unused: int, directory: Path, expansion: Ex
         with contextlib.suppress(OSError):
             out.close()
         os._exit(code)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
