@@ -68,7 +68,7 @@ def test_leaving_without_the_result_ends_the_child() -> None:
     started = time.monotonic()
     with pytest.raises(OSError, match="disk full"):
         with Aside(lambda: time.sleep(60), fork=True) as work:
-            child = work._pid
+            child = work._child.pid
             raise OSError("disk full")
     assert time.monotonic() - started < 10
     with pytest.raises(ChildProcessError):

@@ -187,7 +187,7 @@ def test_an_expander_whose_child_dies_is_finished_in_place(
     with Cache(cache) as c, Expander(c, sel.expansion, 3) as expander:
         stream = expander.batches()
         got = [next(stream)]
-        os.kill(expander._pid, signal.SIGKILL)
+        os.kill(expander._child.pid, signal.SIGKILL)
         got += list(stream)
         stored = c.get_many([t.key for t in expected])
     assert [t.key for batch, _ in got for t in batch] == [t.key for t in expected]

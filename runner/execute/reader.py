@@ -40,7 +40,7 @@ from runner.errors import CacheError
 from runner.execute.cache import Cache
 from runner.expand import Expansion, Task
 
-__all__ = ["Expander", "Reader", "answer", "answer_of", "forkable", "usable"]
+__all__ = ["Expander", "Forked", "Reader", "answer", "answer_of", "forkable", "usable"]
 
 T = TypeVar("T")
 DEPTH = 4
@@ -274,6 +274,57 @@ def main(argv: Sequence[str]) -> NoReturn:
 
 
 
+class Forked:
+    """A forked child that runs `work(pipe)`, writing to a pipe this process reads (`pipe`),
+    and leaves with os._exit: no atexit handler, no flush of buffers it copied, no cleanup of
+    what it shares with this process. The child never runs the collector (a collection would
+    touch, and so copy, every page it shares) and ignores Ctrl-C (this process decides, and
+    stops it). A failure in `work` ends the child with one line on stderr, `name` first; a
+    closed pipe (this process stopped reading) ends it quietly. Fork only where `forkable()`
+    says so."""
+
+    def __init__(self, work: Callable[[IO[bytes]], None], name: str) -> None:
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            _run_child(work, name, read, write)
+        os.close(write)
+        self.pid, self.pipe = pid, os.fdopen(read, "rb")
+
+    def reap(self) -> None:
+        """Wait for the child to end (it has, or is about to: its pipe was read to the end)."""
+        if self.pid:
+            os.waitpid(self.pid, 0)
+            self.pid = 0
+        self.pipe.close()
+
+    def stop(self) -> None:
+        """End the child if it is still going (its result is no longer wanted), and reap it."""
+        self.pipe.close()  # a child still writing gets EPIPE and leaves
+        if self.pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+        self.reap()
+
+
+def _run_child(work: Callable[[IO[bytes]], None], name: str, read: int, write: int) -> NoReturn:
+    gc.disable()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    code = 0
+    try:
+        os.close(read)
+        with os.fdopen(write, "wb") as out:
+            work(out)
+    except BrokenPipeError:  # this process stopped reading: nothing more is wanted
+        pass
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.write(2, f"{name}: {type(exc).__name__}: {exc}\n".encode(errors="replace"))
+        code = 1
+    finally:
+        os._exit(code)
+
+
 class Expander:
     """A forked child that expands a job's tasks itself and reads their answers, for a rescore
     (or a run's cached-first pass), which otherwise renders and hashes every request on its
@@ -285,18 +336,14 @@ class Expander:
 
     def __init__(self, cache: Cache, expansion: Expansion, size: int) -> None:
         self.cache, self.expansion, self.size = cache, expansion, size
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child: never returns
-            _expand_and_read(os.fdopen(write, "wb"), read, cache.directory, expansion, size)
-        os.close(write)
-        self._pid, self._pipe = pid, os.fdopen(read, "rb")
+        self._child = Forked(
+            lambda out: _expand_and_read(out, cache.directory, expansion, size), "cache reader")
 
     def batches(self) -> Iterator[tuple[list[Task], dict[str, dict[str, Any]]]]:
         """Every task in batches of `size`, each with the answers of its stored keys."""
-        skeleton, done = self.expansion.skeleton(), 0
-        while len(head := self._pipe.read(_LENGTH)) == _LENGTH:
-            body = self._pipe.read(int.from_bytes(head, "big"))
+        skeleton, done, pipe = self.expansion.skeleton(), 0, self._child.pipe
+        while len(head := pipe.read(_LENGTH)) == _LENGTH:
+            body = pipe.read(int.from_bytes(head, "big"))
             try:
                 keys, got = orjson.loads(body)
             except orjson.JSONDecodeError:  # cut short: the child died writing it
@@ -317,15 +364,7 @@ class Expander:
 
     def close(self) -> None:
         """Stop the child if it is still going (the caller stopped reading), and reap it."""
-        if not self._pipe.closed:
-            self._pipe.close()  # a child still writing gets EPIPE and leaves
-        if self._pid:
-            try:
-                os.kill(self._pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            os.waitpid(self._pid, 0)
-            self._pid = 0
+        self._child.stop()
 
     def __enter__(self) -> Expander:
         return self
@@ -334,35 +373,17 @@ class Expander:
         self.close()
 
 
-def _expand_and_read(out: IO[bytes], unused: int, directory: Path, expansion: Expansion,
-                     size: int) -> NoReturn:
-    """The Expander's child: write every batch's [keys, answers] to `out`, then leave with
-    os._exit (no atexit handler, no cleanup of what it shares with its parent)."""
-    gc.disable()  # a collection would touch, and so copy, every page it shares
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides, and closes the pipe
-    code = 0
-    try:
-        os.close(unused)
-        with Cache(directory) as cache:  # its own connection: the parent's is never used here
-            cache.map_reads()
-            stream = expansion.tasks()
-            while batch := list(itertools.islice(stream, size)):
-                keys = [t.key for t in batch]
-                records = cache.get_many_raw(keys)
-                body = orjson.dumps([keys, [answer_of(r) if (r := records.get(k)) is not None
-                                            else None for k in keys]])
-                out.write(len(body).to_bytes(_LENGTH, "big") + body)
-            out.flush()
-    except BrokenPipeError:  # the parent stopped reading: nothing more is wanted
-        pass
-    except BaseException as exc:  # the parent reads the rest itself
-        with contextlib.suppress(OSError):
-            os.write(2, f"cache reader: {type(exc).__name__}: {exc}\n".encode())
-        code = 1
-    finally:
-        with contextlib.suppress(OSError):
-            out.close()
-        os._exit(code)
+def _expand_and_read(out: IO[bytes], directory: Path, expansion: Expansion, size: int) -> None:
+    """The Expander's child: write every batch's [keys, answers] to `out`."""
+    with Cache(directory) as cache:  # its own connection: the parent's is never used here
+        cache.map_reads()
+        stream = expansion.tasks()
+        while batch := list(itertools.islice(stream, size)):
+            keys = [t.key for t in batch]
+            records = cache.get_many_raw(keys)
+            body = orjson.dumps([keys, [answer_of(r) if (r := records.get(k)) is not None
+                                        else None for k in keys]])
+            out.write(len(body).to_bytes(_LENGTH, "big") + body)
 
 
 if __name__ == "__main__":

@@ -13,24 +13,19 @@ for free (copy-on-write): sending them to a fresh process would cost more than t
 - only while the machine has memory available for twice this process's resident size: the
   child shares the parent's pages until it touches them, and reading every cell touches (its
   reference counts) most of them, so a large run's child can come to copy most of its parent.
-  The child never runs the garbage collector, which would touch every object.
 
-The child runs the function, pickles its result or exception to a pipe and leaves with
-os._exit: no atexit handler, no flush of the parent's buffers, no cleanup of shared objects. A
-child that dies without a result (killed, out of memory) is not an error: the work is done again
-in place.
+The child (runner.execute.reader.Forked) runs the function and pickles its result or exception
+to a pipe. A child that dies without a result (killed, out of memory) is not an error: the work
+is done again in place.
 """
 
 from __future__ import annotations
 
-import gc
-import os
 import pickle
-import signal
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import IO, Generic, TypeVar
 
-from runner.execute.reader import forkable
+from runner.execute.reader import Forked, forkable
 
 __all__ = ["Aside", "forkable"]  # forkable: runner.execute.reader's
 
@@ -45,32 +40,22 @@ class Aside(Generic[T]):
 
     def __init__(self, work: Callable[[], T], *, fork: bool | None = None) -> None:
         self._work = work
-        self._pid = 0
-        self._fd = -1
+        self._child: Forked | None = None
         if fork if fork is not None else forkable():
-            self._start()
+            self._child = Forked(self._send, "reliability rows")
 
-    def _start(self) -> None:
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child: never returns
-            gc.disable()  # a collection would touch, and so copy, every page it shares
-            os.close(read)
-            try:
-                try:
-                    outcome: tuple[bool, object] = (True, self._work())
-                except BaseException as exc:  # Ctrl-C included: the parent decides
-                    outcome = (False, exc)
-                try:
-                    data = pickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL)
-                except Exception:  # an unpicklable result or exception: the parent redoes it
-                    data = b""
-                with os.fdopen(write, "wb") as pipe:
-                    pipe.write(data)
-            finally:
-                os._exit(0)
-        os.close(write)
-        self._pid, self._fd = pid, read
+    def _send(self, pipe: IO[bytes]) -> None:
+        """In the child: the work's result, or what it raised, pickled (nothing if that fails:
+        the parent redoes the work)."""
+        try:
+            outcome: tuple[bool, object] = (True, self._work())
+        except BaseException as exc:
+            outcome = (False, exc)
+        try:
+            data = pickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:  # an unpicklable result or exception
+            data = b""
+        pipe.write(data)
 
     def __enter__(self) -> Aside[T]:
         return self
@@ -80,19 +65,16 @@ class Aside(Generic[T]):
 
     def cancel(self) -> None:
         """Stop the child, if its result has not been taken."""
-        if self._pid:
-            os.kill(self._pid, signal.SIGKILL)
-            os.waitpid(self._pid, 0)
-            os.close(self._fd)
-            self._pid = 0
+        if self._child is not None:
+            self._child.stop()
+            self._child = None
 
     def result(self) -> T:
-        if not self._pid:
+        if self._child is None:
             return self._work()
-        with os.fdopen(self._fd, "rb") as pipe:
-            data = pipe.read()
-        os.waitpid(self._pid, 0)
-        self._pid = 0
+        data = self._child.pipe.read()
+        self._child.reap()
+        self._child = None
         if not data:  # the child died or could not send it: do the work here
             return self._work()
         ok, value = pickle.loads(data)
