@@ -113,16 +113,19 @@ class Expansion:
         generators = {name for g in self.job.generate for name in g.models}
         return [m for m in self.job.models if m.name not in generators]
 
-    def _units(self) -> Iterator[_Unit]:
+    def _units(self, render: bool = True) -> Iterator[_Unit]:
         """(anchor item, template values, group members, prompt, aspect, template) in task
-        order, for every (item or group) x prompt x aspect that has a template."""
+        order, for every (item or group) x prompt x aspect that has a template. `render`
+        False: the values only where choosing the template reads them, else empty (for
+        callers that render nothing: ~0.5 us a unit)."""
         names = [d.name for d in self.job.datasets] + [
             g.name for g in self.job.generate if g.name in self.items]
         for name in names:
-            prompts = [(p, _chooser(p)) for p in self.prompts_for(name, "item")]
+            prompts = [(p, _chooser(p), render or bool(p.requires or p.when_empty))
+                       for p in self.prompts_for(name, "item")]
             for item in self.items[name]:
-                for prompt, choose in prompts:
-                    values = _joined(prompt, item.fields)
+                for prompt, choose, wanted in prompts:
+                    values = _joined(prompt, item.fields) if wanted else {}
                     for aspect in prompt.aspects:
                         if (template := choose(aspect, item.subset, values)) is not None:
                             yield item, values, (), prompt, aspect, template
@@ -151,7 +154,7 @@ class Expansion:
         """Every judge task, in the order of tasks(), without rendering or hashing a request:
         key "", body b"" and token estimates 0. The other fields are tasks()'s."""
         judges = {p.name: self.judges(p) for p in self.job.prompts}
-        for item, _, members, prompt, aspect, _ in self._units():
+        for item, _, members, prompt, aspect, _ in self._units(render=False):
             item_id = item.group if members else item.item_id
             for model in judges[prompt.name]:
                 for sample in range(prompt.samples):
@@ -161,7 +164,7 @@ class Expansion:
     def count(self) -> int:
         """Number of judge tasks, without building their requests."""
         judges = {p.name: len(self.judges(p)) * p.samples for p in self.job.prompts}
-        return sum(judges[unit[3].name] for unit in self._units())
+        return sum(judges[unit[3].name] for unit in self._units(render=False))
 
     def generation_tasks(self) -> Iterator[Task]:
         """The generation stages' requests: every source item x candidate model."""
