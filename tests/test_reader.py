@@ -70,7 +70,9 @@ def test_batches_come_back_in_order_with_what_judging_reads(
         assert records == {k: answer(stored[k]) for k in batch if k in stored}
     assert answer(stored[_key(0)])["response"]["choices"][0]["message"]["content"] == "x" * 100_000
     assert answer(stored[_key(5)])["response"]["choices"][1]["logprobs"] is not None
-    assert "request" not in answer(stored[_key(2)])
+    # one plain choice: [text, finish_reason, usage as JSON text, source]
+    assert answer(stored[_key(2)]) == [
+        "2 stars", "stop", '{"prompt_tokens":2,"completion_tokens":1,"total_tokens":3}', "api"]
 
 
 def test_answers_reads_through_the_reader_only_when_it_pays(
@@ -242,12 +244,27 @@ _json = st.recursive(
     max_leaves=12)
 
 
+_choice = st.fixed_dictionaries({}, optional={
+    "index": st.integers(0, 2), "finish_reason": st.none() | st.sampled_from(["stop", "length"]),
+    "logprobs": st.none() | st.just({}) | st.just({"content": [
+        {"token": "4", "logprob": -0.1,
+         "top_logprobs": [{"token": "4", "logprob": -0.1}, {"token": "3", "logprob": -2.3}]}]}),
+    "message": st.none() | _text | st.fixed_dictionaries({}, optional={
+        "role": st.just("assistant"),
+        "content": st.none() | _text | st.sampled_from(["4 stars", "", "Rating: 3"])
+        | st.lists(_text, max_size=2)})})
+
+
 @st.composite
 def _records(draw: st.DrawFn) -> dict[str, Any]:
     """Records in answer_record's key order or shuffled, with fields missing, and "response"
-    keys and look-alike text nested anywhere (the request, the response, values after it)."""
+    keys and look-alike text nested anywhere (the request, the response, values after it);
+    the choices of the usual shapes (one or two, with and without logprobs, a message or
+    none, text or other content) or anything."""
     response = draw(st.dictionaries(st.sampled_from(["choices", "id", "response", "x"]), _json,
                                     max_size=3))
+    if draw(st.booleans()):
+        response["choices"] = draw(st.lists(_choice, min_size=1, max_size=2))
     fields = {"request": draw(_json), "endpoint": draw(_text), "response": response,
               "usage": draw(_json), "latency_s": 0.5, "time": 1.0, "source": draw(_text),
               "replica": draw(_json)}
@@ -264,3 +281,34 @@ def test_answer_of_the_stored_bytes_is_the_answer_of_the_whole_record(
     """The reader decodes only a record's end when that is safe: it must give what decoding
     the whole record gives, for any record."""
     assert answer_of(orjson.dumps(record)) == answer(record)
+
+
+def _line(record: Any, parser: str) -> bytes | str:
+    """The judgments.jsonl line of one task whose cached answer is `record` (or a reader's
+    answer of it) judged with `parser`, or the error judging it raised."""
+    from runner.data.datasets import Item
+    from runner.expand import Task
+    from runner.job.spec import PromptSpec
+    from runner.reduce.judgments import _Context
+    from runner.report.write import _judgment_line
+
+    prompt = PromptSpec(name="p", templates={"*": "rate"}, system=None, parser=parser,
+                        parser_options={}, aspects=("a",), datasets=(), params={})
+    item = Item(dataset="d", item_id="i", group="g", system="s", subset="", fields={},
+                human={"a": 3.0}, annotators={}, metrics={})
+    task = Task(_key(1), "d", "i", "p", "a", "m", 0, b"", 0, 0)
+    context = _Context(None, {"p": prompt}, {}, {}, frozenset())  # type: ignore[arg-type]
+    try:
+        return _judgment_line(context.parsed(task, item, record, None))
+    except Exception as exc:  # judged the same way, it fails the same way
+        return type(exc).__name__
+
+
+@settings(max_examples=400, deadline=None)
+@given(_records(), st.sampled_from(["stars", "logprob"]))
+def test_judging_a_readers_answer_is_judging_the_record(record: dict[str, Any],
+                                                        parser: str) -> None:
+    """A reader sends a plain answer as a list and its usage as JSON text: the judgment line
+    must be the one judging the whole record gives, byte for byte."""
+    sent = orjson.loads(orjson.dumps(answer_of(orjson.dumps(record))))  # through the pipe
+    assert _line(sent, parser) == _line(record, parser)

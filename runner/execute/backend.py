@@ -15,7 +15,7 @@ from typing import Any, Protocol, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from runner.execute.cache import Cache
-from runner.execute.reader import Expander, Reader, forkable, usable
+from runner.execute.reader import Answer, Expander, Reader, forkable, usable
 from runner.expand import Expansion, Task
 
 __all__ = ["CacheBackend", "answers", "expanded", "is_url", "marked", "open_cache", "redact"]
@@ -90,11 +90,12 @@ def marked(cache: CacheBackend, things: Iterable[T], key: Callable[[T], str]
 
 
 def answers(cache: CacheBackend, things: Iterable[T], key: Callable[[T], str], size: int,
-            count: int) -> Generator[tuple[list[T], dict[str, dict[str, Any]]], None, None]:
+            count: int) -> Generator[tuple[list[T], Mapping[str, Answer]], None, None]:
     """`things` (about `count` of them) in batches of `size`, each with the records of its
     stored keys: judging's read of a run's answers. A diskcache folder read for a large job
     goes through a reader process (runner.execute.reader), and each record is then only the
-    part judging reads of it (reader.answer); otherwise one get_many a batch, whole records."""
+    part judging reads of it (reader.answer: a plain answer's list, else a dict); otherwise
+    one get_many a batch, whole records."""
     batches = _batches(things, size)
     if isinstance(cache, Cache) and usable(cache, count):
         with Reader(cache.directory) as reader:
@@ -105,7 +106,7 @@ def answers(cache: CacheBackend, things: Iterable[T], key: Callable[[T], str], s
 
 
 def expanded(cache: CacheBackend, expansion: Expansion, size: int, count: int
-             ) -> Generator[tuple[list[Task], dict[str, dict[str, Any]]], None, None]:
+             ) -> Generator[tuple[list[Task], Mapping[str, Answer]], None, None]:
     """Every task of `expansion` (`count` of them: expansion.count()), in order, in batches of
     `size`, each with the records of its stored keys: a rescore's read. For a large job on a
     diskcache folder, a forked child expands and reads while this process judges

@@ -40,7 +40,8 @@ from runner.errors import CacheError
 from runner.execute.cache import Cache
 from runner.expand import Expansion, Task
 
-__all__ = ["Expander", "Forked", "Reader", "answer", "answer_of", "forkable", "usable"]
+__all__ = ["Answer", "Expander", "Forked", "Plain", "Reader", "answer", "answer_of", "forkable",
+           "usable"]
 
 T = TypeVar("T")
 DEPTH = 4
@@ -51,17 +52,33 @@ _LENGTH = 4
 ANSWERS, HAS = b"a", b"h"  # the kinds of request
 
 
-def answer(record: Mapping[str, Any]) -> dict[str, Any]:
+Plain = list[Any]
+"""A plain answer: [text, finish_reason, usage as JSON text or None, source]."""
+Answer = Plain | dict[str, Any]
+"""What a reader sends of a record (see `answer`)."""
+
+
+def answer(record: Mapping[str, Any]) -> Answer:
     """What judging reads of a record (runner.reduce.judgments: the response's choices, usage
-    and source), itself a record to judging: all a reader sends back of it."""
-    return {"response": {"choices": record["response"].get("choices")},
-            "usage": record.get("usage"), "source": record.get("source")}
+    and source), all a reader sends back of it. The usual answer, one choice without logprobs
+    whose message content is text, goes as a `Plain` list: ~4 objects to decode where the
+    record's part is ~14 (nested dicts), and its usage as JSON text that the judgment line
+    embeds as it is (orjson.Fragment). Any other goes as a record to judging: the response's
+    choices, usage and source."""
+    response, usage, source = record["response"], record.get("usage"), record.get("source")
+    choices = response.get("choices")
+    if isinstance(choices, list) and len(choices) == 1 and isinstance(c := choices[0], dict) \
+            and not c.get("logprobs") and isinstance(m := c.get("message") or {}, dict) \
+            and isinstance(text := m.get("content") or "", str):
+        return [text, c.get("finish_reason"),
+                None if usage is None else orjson.dumps(usage).decode(), source]
+    return {"response": {"choices": choices}, "usage": usage, "source": source}
 
 
 _RESPONSE = b',"response":'
 
 
-def answer_of(raw: bytes) -> dict[str, Any]:
+def answer_of(raw: bytes) -> Answer:
     """`answer` of a stored record, decoding only its end where that is safe: a record as
     answer_record writes it ends with "response", "usage", ..., "source", after the request
     (~60% of its bytes), which judging never reads.
@@ -131,7 +148,7 @@ class Reader:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
 
     def batches(self, batches: Iterator[list[T]], key: Callable[[T], str]
-                ) -> Iterator[tuple[list[T], dict[str, dict[str, Any]]]]:
+                ) -> Iterator[tuple[list[T], Mapping[str, Answer]]]:
         """Each batch with the answers of its stored keys, in order."""
         for batch, keys, reply in self._pipelined(batches, key, ANSWERS):
             got: list[dict[str, Any] | None] = orjson.loads(reply)
@@ -339,7 +356,7 @@ class Expander:
         self._child = Forked(
             lambda out: _expand_and_read(out, cache.directory, expansion, size), "cache reader")
 
-    def batches(self) -> Iterator[tuple[list[Task], dict[str, dict[str, Any]]]]:
+    def batches(self) -> Iterator[tuple[list[Task], Mapping[str, Answer]]]:
         """Every task in batches of `size`, each with the answers of its stored keys."""
         skeleton, done, pipe = self.expansion.skeleton(), 0, self._child.pipe
         while len(head := pipe.read(_LENGTH)) == _LENGTH:

@@ -13,8 +13,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+import orjson
+
 from runner.data.datasets import Item
 from runner.execute.backend import CacheBackend, answers, expanded
+from runner.execute.reader import Answer
 from runner.execute.stats import RunStats
 from runner.expand import Expansion, Task
 from runner.job.spec import PromptSpec
@@ -53,7 +56,9 @@ class Judgment(NamedTuple):
     error: Mapping[str, str] | None
     """{"type": "api" | "parse" | "refusal", "message": ...} or None."""
     cached: bool
-    usage: Mapping[str, Any] | None
+    usage: Mapping[str, Any] | orjson.Fragment | None
+    """The response's usage; as its JSON text when a reader read it (the judgment line embeds
+    it as it is)."""
     n_parsed: int = 0
     n_failed: int = 0
     choice_scores: tuple[float | None, ...] = ()
@@ -175,7 +180,7 @@ class _Context:
                 self.memo[key] = result
         return result
 
-    def judged(self, task: Task, record: Mapping[str, Any] | None) -> Iterator[Judgment]:
+    def judged(self, task: Task, record: Answer | None) -> Iterator[Judgment]:
         """The judgments of one task: one, or one per output of a group."""
         members = task.members or (task.item_id,)
         for position, item_id in enumerate(members, 1):
@@ -188,26 +193,24 @@ class _Context:
                 continue
             yield self.parsed(task, item, record, position if task.members else None)
 
-    def parsed(self, task: Task, item: Item, record: Mapping[str, Any],
-               position: int | None) -> Judgment:
+    def parsed(self, task: Task, item: Item, record: Answer, position: int | None) -> Judgment:
+        """`record`: a cache record, or what a reader sent of one (reader.answer)."""
         at = (task.prompt, task.aspect, len(task.members))
         if at not in self.settings:
             prompt = self.prompts[task.prompt]
             self.settings[at] = (get_parser(prompt.parser).func,
                                  _checked(prompt, task.aspect, len(task.members)))
+        if type(record) is list:  # a reader's Plain answer: its usage is JSON text
+            text, finish, usage, source = record
+            return self._plain(task, item, at, position, text, finish,
+                               None if usage is None else orjson.Fragment(usage), source)
+        assert isinstance(record, dict)
         got = record["response"].get("choices") or []
         if len(got) == 1 and not got[0].get("logprobs"):  # one plain answer: memoised whole
-            text = (got[0].get("message") or {}).get("content") or ""
-            finish = got[0].get("finish_reason")
-            key = (at, position, text, finish)
-            if len(text) > MEMO_TEXT or (outcome := self.outcomes.get(key)) is None:
-                results = [self.parse(at, *self.settings[at], Choice(text, None, finish))]
-                outcome = _outcome(combine(results), task.aspect, position)
-                if len(text) <= MEMO_TEXT and len(self.outcomes) < MEMO_SIZE:
-                    self.outcomes[key] = outcome
-            score, values, error, n_parsed, n_failed = outcome
-            return Judgment(task, item, score, values, text, error, task.key not in self.fresh,
-                            record.get("usage"), n_parsed, n_failed, (), record.get("source"))
+            return self._plain(task, item, at, position,
+                               (got[0].get("message") or {}).get("content") or "",
+                               got[0].get("finish_reason"), record.get("usage"),
+                               record.get("source"))
         choices_ = choices(record["response"])
         results = [self.parse(at, *self.settings[at], c) for c in choices_]
         score, values, error, n_parsed, n_failed = _outcome(combine(results), task.aspect,
@@ -220,6 +223,22 @@ class _Context:
                         n_parsed=n_parsed, n_failed=n_failed,
                         choice_scores=_choice_scores(results, slot, task.aspect),
                         source=record.get("source"))
+
+
+    def _plain(self, task: Task, item: Item, at: tuple[str, str, int], position: int | None,
+               text: str, finish: str | None, usage: Mapping[str, Any] | orjson.Fragment | None,
+               source: str | None) -> Judgment:
+        """The judgment of one plain answer (one choice, no logprobs): its whole outcome
+        remembered by prompt, aspect, group size, position, text and finish_reason."""
+        key = (at, position, text, finish)
+        if len(text) > MEMO_TEXT or (outcome := self.outcomes.get(key)) is None:
+            results = [self.parse(at, *self.settings[at], Choice(text, None, finish))]
+            outcome = _outcome(combine(results), task.aspect, position)
+            if len(text) <= MEMO_TEXT and len(self.outcomes) < MEMO_SIZE:
+                self.outcomes[key] = outcome
+        score, values, error, n_parsed, n_failed = outcome
+        return Judgment(task, item, score, values, text, error, task.key not in self.fresh,
+                        usage, n_parsed, n_failed, (), source)
 
 
 def _outcome(combined: Combined, aspect: str, position: int | None) -> _Outcome:
