@@ -19,7 +19,7 @@ from runner.reduce.correlate import Row
 from runner.report.browser import ItemRows, prompt_text, with_bodies
 from runner.report.relpage import reliability_page
 
-__all__ = ["page_data"]
+__all__ = ["page_data", "with_reliability"]
 
 MAX_POINTS = 1500  # a scatter with more pairs is sent as a 2-D histogram
 BINS = 20  # histogram bins for a continuous scale
@@ -32,7 +32,7 @@ def page_data(expansion: Expansion, series: Mapping[tuple[str, str], Mapping[str
               manifest: Mapping[str, Any], rows: ItemRows,
               reliability: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """Everything the page shows, as plain JSON-able values. `reliability` is
-    reliability.csv's rows, shown as they are."""
+    reliability.csv's rows, shown as they are (or given later: `with_reliability`)."""
     job = expansion.job
     datasets: dict[str, dict[str, Any]] = {}
     for (dataset, aspect), judges in series.items():
@@ -72,6 +72,14 @@ def page_data(expansion: Expansion, series: Mapping[tuple[str, str], Mapping[str
                             texts.setdefault(prompt_text(r.body), len(texts))] for r in kept],
                   "prompts": list(texts)},
     }
+
+
+def with_reliability(page: dict[str, Any], expansion: Expansion,
+                     reliability: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """`page` (page_data's) with reliability.csv's rows in it: the page made while they are
+    computed on the other core (runner.report.write)."""
+    page["reliability"] = reliability_page(expansion, reliability)
+    return page
 
 
 def _arrays(data: Sequence[Row]) -> tuple[Any, Any]:

@@ -45,7 +45,7 @@ from runner.reduce.reliability import Positions
 from runner.report.aside import Aside
 from runner.report.browser import ItemRows
 from runner.report.html import render
-from runner.report.pagedata import page_data
+from runner.report.pagedata import page_data, with_reliability
 from runner.report.reliability import (
     RELIABILITY_COLUMNS,
     reliability_markdown,
@@ -388,6 +388,18 @@ def _table(dataset: str, aspect: str, rows: list[dict[str, Any]]) -> list[str]:
     return [*lines, ""]
 
 
+def _set_aside(expansion: Expansion, tables: Tables, positions: Positions,
+               scores: io.BufferedWriter) -> list[dict[str, Any]]:
+    """The reports' work for the other core: scores.csv written to `scores` (from its start: a
+    child that died part-way leaves a part, overwritten when the work is done again in place),
+    and reliability.csv's rows, returned."""
+    scores.seek(0)
+    scores.truncate()
+    _scores_csv(tables, scores)
+    scores.flush()
+    return reliability_rows(expansion, tables.cells, positions)
+
+
 def write_reports(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgment],
                   manifest: Mapping[str, Any] | Callable[[Tables], Mapping[str, Any]],
                   notes: Sequence[str] = ()) -> Tables:
@@ -398,17 +410,20 @@ def write_reports(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgm
     rows = ItemRows()
     with atomic_file(out_dir / "judgments.jsonl") as jsonl:
         tables = collect(rows.watch(battles.watch(positions.watch(judgments))), jsonl)
-    # reliability.csv's rows on the other core (a third of the reports' time) while the
-    # others are written here
-    with Aside(lambda: reliability_rows(expansion, tables.cells, positions)) as reliable:
-        with atomic_file(out_dir / "scores.csv") as scores:
-            _scores_csv(tables, scores)
+    # scores.csv and reliability.csv's rows on the other core (about half the reports' time)
+    # while the others are made here
+    with atomic_file(out_dir / "scores.csv") as scores, Aside(
+            lambda: _set_aside(expansion, tables, positions, scores)) as reliable:
         series = judge_rows(expansion, tables)
         corr = correlations(expansion, tables, series)
         write_atomic(out_dir / "correlations.csv", _csv(CORRELATION_COLUMNS, corr))
         summ = summary(tables)
         write_atomic(out_dir / "summary.csv", _csv(SUMMARY_COLUMNS, summ))
         battle_rows = battles.rows()
+        board = leaderboard(tables) if expansion.job.leaderboard else None
+        if callable(manifest):
+            manifest = manifest(tables)
+        page = page_data(expansion, series, corr, summ, battle_rows, board, manifest, rows)
         reliability = reliable.result()
     write_atomic(out_dir / "report.md", (_markdown(expansion, corr, summ, notes)
                                          + battle_markdown(battle_rows)
@@ -416,14 +431,9 @@ def write_reports(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgm
     write_atomic(out_dir / "reliability.csv", _csv(RELIABILITY_COLUMNS, reliability))
     if battles.enabled:
         write_atomic(out_dir / "battle.csv", _csv(BATTLE_COLUMNS, battle_rows))
-    if expansion.job.leaderboard:
-        write_atomic(out_dir / "leaderboard.csv", _csv(*leaderboard(tables)))
-    if callable(manifest):
-        manifest = manifest(tables)
-    write_atomic(out_dir / "report.html", render(page_data(
-        expansion, series, corr, summ, battle_rows,
-        leaderboard(tables) if expansion.job.leaderboard else None, manifest, rows,
-        reliability)))
+    if board is not None:
+        write_atomic(out_dir / "leaderboard.csv", _csv(*board))
+    write_atomic(out_dir / "report.html", render(with_reliability(page, expansion, reliability)))
     write_atomic(out_dir / "manifest.json",
                  orjson.dumps(manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
     return tables
