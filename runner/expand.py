@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -31,10 +32,12 @@ __all__ = ["Expansion", "Task", "cache_key", "estimate_cost", "prepare", "render
 # every reservation with the response's `usage`, so an estimate only shifts timing a little.
 CHARS_PER_TOKEN = 4
 DEFAULT_MAX_TOKENS = 256  # reservation when a request sets no max_tokens
+_END = 1 << 62  # past any task's index
 # Group mode's {{output_N}}: the N-th member's output (1-based), in the order of the request.
 OUTPUT_N = re.compile(r"output_([1-9][0-9]*)")
-# (anchor item, template values, group members, prompt, aspect, template): one request's parts.
-_Unit = tuple[Item, dict[str, str], tuple[str, ...], PromptSpec, str, str]
+# (anchor item, template values, group members, prompt, aspect, template): one request's parts;
+# the values None where they were not joined (see Expansion._units).
+_Unit = tuple[Item, dict[str, str] | None, tuple[str, ...], PromptSpec, str, str]
 
 # USD per 1M tokens (input, output), public list prices of common models; a job overrides with
 # [models.NAME] price = {input = .., output = ..}. Unknown models are estimated at 0 and flagged.
@@ -116,8 +119,8 @@ class Expansion:
     def _units(self, render: bool = True) -> Iterator[_Unit]:
         """(anchor item, template values, group members, prompt, aspect, template) in task
         order, for every (item or group) x prompt x aspect that has a template. `render`
-        False: the values only where choosing the template reads them, else empty (for
-        callers that render nothing: ~0.5 us a unit)."""
+        False: the values only where choosing the template reads them, else None (for
+        callers that render few units or none: ~0.5 us a unit)."""
         names = [d.name for d in self.job.datasets] + [
             g.name for g in self.job.generate if g.name in self.items]
         for name in names:
@@ -125,7 +128,7 @@ class Expansion:
                        for p in self.prompts_for(name, "item")]
             for item in self.items[name]:
                 for prompt, choose, wanted in prompts:
-                    values = _joined(prompt, item.fields) if wanted else {}
+                    values = _joined(prompt, item.fields) if wanted else None
                     for aspect in prompt.aspects:
                         if (template := choose(aspect, item.subset, values)) is not None:
                             yield item, values, (), prompt, aspect, template
@@ -137,18 +140,38 @@ class Expansion:
     def tasks(self, start: int = 0) -> Iterator[Task]:
         """Every judge task, in order: data set, item (then group), prompt, aspect, model,
         sample; from the `start`-th on (the ones before are not rendered)."""
+        return self._spans(iter([(start, _END)]))
+
+    def part(self, size: int, part: int, parts: int) -> Iterator[Task]:
+        """Of tasks() cut in runs of `size`, the `part`-th run, then every `parts`-th after it
+        (part 0 of 2: runs 0, 2, 4, ...), in order; the other runs are not rendered. The
+        parts of one `size` and `parts` are each task once."""
+        return self._spans((k * size, (k + 1) * size) for k in itertools.count(part, parts))
+
+    def _spans(self, spans: Iterator[tuple[int, int]]) -> Iterator[Task]:
+        """The tasks whose index (in tasks() order) falls in `spans`: increasing, disjoint
+        [start, stop) ranges. Units outside every span are counted, not rendered."""
         judges = {p.name: self.judges(p) for p in self.job.prompts}
         frames = _Frames()
-        for item, values, members, prompt, aspect, template in self._units():
-            if start:  # whole units skipped without rendering them
-                n = len(judges[prompt.name]) * prompt.samples
-                if start >= n:
-                    start -= n
-                    continue
-            made = _tasks(item, values, members, prompt, aspect, template, judges[prompt.name],
-                          frames)
-            yield from islice(made, start, None) if start else made
-            start = 0
+        start, stop = next(spans, (_END, _END))
+        at = 0  # the index of the unit's first task
+        for item, values, members, prompt, aspect, template in self._units(render=False):
+            n = len(judges[prompt.name]) * prompt.samples
+            while stop <= at:
+                start, stop = next(spans, (_END, _END))
+            if start == _END:
+                return
+            if start >= at + n:  # the unit ends before the span
+                at += n
+                continue
+            made = _tasks(item, _joined(prompt, item.fields) if values is None else values,
+                          members, prompt, aspect, template, judges[prompt.name], frames)
+            for i, task in enumerate(made, at):
+                while stop <= i:
+                    start, stop = next(spans, (_END, _END))
+                if i >= start:
+                    yield task
+            at += n
 
     def skeleton(self) -> Iterator[Task]:
         """Every judge task, in the order of tasks(), without rendering or hashing a request:
@@ -348,14 +371,14 @@ def _compiled(template: str) -> str:
                    for i, p in enumerate(pieces))
 
 
-def _chooser(prompt: PromptSpec) -> Callable[[str, str, Mapping[str, str]], str | None]:
+def _chooser(prompt: PromptSpec) -> Callable[[str, str, Mapping[str, str] | None], str | None]:
     """prompt.template, remembered per (aspect, subset) when the item's fields cannot change
     the answer (no `requires`, no `when_empty`): the usual case, asked once per unit."""
     if prompt.requires or prompt.when_empty:
         return prompt.template
     memo: dict[tuple[str, str], str | None] = {}
 
-    def choose(aspect: str, subset: str, fields: Mapping[str, str]) -> str | None:
+    def choose(aspect: str, subset: str, fields: Mapping[str, str] | None) -> str | None:
         try:
             return memo[aspect, subset]
         except KeyError:

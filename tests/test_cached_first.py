@@ -112,9 +112,11 @@ FORCED = """import sys
 import runner.cli.main as m
 import runner.execute.backend as b
 import runner.execute.reader as r
+import runner.reduce.judgments as j
 from runner.execute.cache import Cache
 forced = sys.argv.pop(1) == "forced"
 m.CACHED_FIRST_TASKS = 1
+j.READ_BATCH, r.CHUNK = 3, 6  # runs of 2 batches: the expander's children take turns
 b.usable = lambda cache, count: forced and isinstance(cache, Cache)
 start = r.Expander.__init__
 def marked(self, *args):
@@ -167,16 +169,20 @@ def test_a_forked_expander_reads_what_judge_reads_itself(
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="the Expander forks")
+@pytest.mark.parametrize("dies", [0, 1])
 def test_an_expander_whose_child_dies_is_finished_in_place(
-        tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A forked expander killed after its first batch (out of memory, say): the batches go on,
-    expanded and read here, every task once and in order, with its answer."""
+        tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch, dies: int) -> None:
+    """One of a forked expander's children killed after the first batch (out of memory, say):
+    the batches go on, expanded and read here, every task once and in order, with its
+    answer."""
     monkeypatch.setenv("JUDGE_DATA_DIR", str(data_dir))
     for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "JUDGE_CACHE_DIR"):
         monkeypatch.delenv(name, raising=False)
     job, cache = write_job(tmp_path / "job", REPEATED), tmp_path / "cache"
-    # 800 tasks: their replies (~200 KB) outgrow the pipe, so the child cannot have sent them
-    # all before it is killed, and the rest must be read here
+    # 800 tasks in runs of 30: their replies (~200 KB) outgrow the pipes (64 KiB), so the
+    # children cannot have sent them all before one is killed, and the rest must be read here
+    monkeypatch.setattr(reader_module, "CHUNK", 30)
+    monkeypatch.setattr(reader_module, "PIPE_SIZE", 0)
     with ThreadedServer() as server:
         done = _run(job, cache, tmp_path / "out", server, first=10**9, monkeypatch=monkeypatch,
                     limit=400)
@@ -187,7 +193,7 @@ def test_an_expander_whose_child_dies_is_finished_in_place(
     with Cache(cache) as c, Expander(c, sel.expansion, 3) as expander:
         stream = expander.batches()
         got = [next(stream)]
-        os.kill(expander._child.pid, signal.SIGKILL)
+        os.kill(expander._children[dies].pid, signal.SIGKILL)
         got += list(stream)
         stored = c.get_many([t.key for t in expected])
     assert [t.key for batch, _ in got for t in batch] == [t.key for t in expected]

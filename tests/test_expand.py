@@ -114,6 +114,18 @@ def test_order_and_count(write_job: JobWriter) -> None:
     assert list(exp.tasks()) == tasks  # deterministic: same tasks, same order, same bytes
 
 
+@pytest.mark.parametrize(("size", "parts"), [(1, 2), (3, 2), (5, 3), (7, 2), (30, 2), (100, 2)])
+def test_parts_are_the_tasks_cut_in_runs(write_job: JobWriter, size: int, parts: int) -> None:
+    """A forked Expander's children each expand a part (runs of `size` tasks, every `parts`-th
+    one): runs cut inside a unit (2 models x 2 samples) as well as at its edges."""
+    exp = _expand(write_job)
+    tasks = list(exp.tasks())
+    runs = [tasks[i:i + size] for i in range(0, len(tasks), size)]
+    for part in range(parts):
+        assert list(exp.part(size, part, parts)) == [t for run in runs[part::parts] for t in run]
+    assert [list(exp.tasks(start)) for start in range(32)] == [tasks[s:] for s in range(32)]
+
+
 def test_tasks_stream(write_job: JobWriter) -> None:
     exp = _expand(write_job)
     stream = exp.tasks()

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import fcntl
+import functools
 import gc
 import itertools
 import os
@@ -298,12 +300,24 @@ class Forked:
     touch, and so copy, every page it shares) and ignores Ctrl-C (this process decides, and
     stops it). A failure in `work` ends the child with one line on stderr, `name` first; a
     closed pipe (this process stopped reading) ends it quietly. Fork only where `forkable()`
-    says so."""
+    says so.
 
-    def __init__(self, work: Callable[[IO[bytes]], None], name: str) -> None:
+    `pipe_size`: the pipe's capacity asked for (Linux; best effort), so that the child can
+    write that much ahead without waiting for this process to read. `siblings`: the other
+    children's pipes, which this child closes (a child must not hold a sibling's pipe open:
+    the sibling would not see this process close it)."""
+
+    def __init__(self, work: Callable[[IO[bytes]], None], name: str, *, pipe_size: int = 0,
+                 siblings: Sequence[IO[bytes]] = ()) -> None:
         read, write = os.pipe()
+        if pipe_size and hasattr(fcntl, "F_SETPIPE_SZ"):
+            with contextlib.suppress(OSError):  # over /proc/sys/fs/pipe-max-size: as it is
+                fcntl.fcntl(write, fcntl.F_SETPIPE_SZ, pipe_size)
         pid = os.fork()
         if pid == 0:
+            for pipe in siblings:
+                with contextlib.suppress(OSError):
+                    os.close(pipe.fileno())
             _run_child(work, name, read, write)
         os.close(write)
         self.pid, self.pipe = pid, os.fdopen(read, "rb")
@@ -343,45 +357,56 @@ def _run_child(work: Callable[[IO[bytes]], None], name: str, read: int, write: i
 
 
 class Expander:
-    """A forked child that expands a job's tasks itself and reads their answers, for a rescore
-    (or a run's cached-first pass), which otherwise renders and hashes every request on its
-    one core (~0.6 s of a 100k-task rescore). The child shares the Expansion copy-on-write;
-    it sends each batch's keys and answers (`answer`), in task order, and this process makes
-    the tasks from `Expansion.skeleton()`, which renders nothing. Fork only where `forkable()`
-    says so. A child that stops early (killed, out of memory) is not an error: the rest is
-    read here."""
+    """Forked children that expand a job's tasks themselves and read their answers, for a
+    rescore (or a run's cached-first pass), which otherwise renders and hashes every request
+    on its one core (~0.6 s of a 100k-task rescore). The children share the Expansion
+    copy-on-write. Tasks are cut in runs of `CHUNK` (see Expansion.part): child 0 takes runs
+    0, 2, 4, ..., child 1 runs 1, 3, 5, ..., so that one child renders and reads its next run
+    while this process judges the other's (one child alone could not keep up: it does most
+    of a rescore's work). Each child sends every batch's keys and answers (`answer`), in task
+    order, through a pipe that holds a whole run. This process makes the tasks from
+    `Expansion.skeleton()`, which renders nothing. Fork only where `forkable()` says so. A
+    child that stops early (killed, out of memory) is not an error: the rest is read here."""
 
     def __init__(self, cache: Cache, expansion: Expansion, size: int) -> None:
         self.cache, self.expansion, self.size = cache, expansion, size
-        self._child = Forked(
-            lambda out: _expand_and_read(out, cache.directory, expansion, size), "cache reader")
+        self.chunk = max(1, CHUNK // size) * size  # whole batches
+        self._children: list[Forked] = []
+        for part in range(PARTS):
+            self._children.append(Forked(
+                functools.partial(_expand_and_read, directory=cache.directory,
+                                  expansion=expansion, size=size, chunk=self.chunk, part=part),
+                "cache reader", pipe_size=PIPE_SIZE,
+                siblings=[c.pipe for c in self._children]))
 
     def batches(self) -> Iterator[tuple[list[Task], Mapping[str, Answer]]]:
         """Every task in batches of `size`, each with the answers of its stored keys."""
-        skeleton, done, pipe = self.expansion.skeleton(), 0, self._child.pipe
-        while len(head := pipe.read(_LENGTH)) == _LENGTH:
-            body = pipe.read(int.from_bytes(head, "big"))
-            try:
-                keys, got = orjson.loads(body)
-            except orjson.JSONDecodeError:  # cut short: the child died writing it
+        skeleton, done = self.expansion.skeleton(), 0
+        for run in itertools.count():
+            pipe, got = self._children[run % PARTS].pipe, 0
+            while got < self.chunk and (message := _message(pipe)) is not None:
+                keys, answers = message
+                batch = [Task(k, *t[1:]) for k, t in zip(keys, skeleton, strict=False)]
+                if len(batch) != len(keys):
+                    raise CacheError(f"{self.cache.directory}: the cache reader expanded more "
+                                     "tasks than the job has; report this as a bug")
+                done += len(batch)
+                got += len(batch)
+                yield batch, {k: a for k, a in zip(keys, answers, strict=True) if a is not None}
+            if got < self.chunk:  # that child has sent all it will
                 break
-            batch = [Task(k, *t[1:]) for k, t in zip(keys, skeleton, strict=False)]
-            if len(batch) != len(keys):
-                raise CacheError(f"{self.cache.directory}: the cache reader expanded more tasks "
-                                 "than the job has; report this as a bug")
-            done += len(batch)
-            yield batch, {k: a for k, a in zip(keys, got, strict=True) if a is not None}
         self.close()
         if next(skeleton, None) is None:
             return
-        # The child stopped early: the rest is expanded and read here.
+        # A child stopped early: the rest is expanded and read here.
         stream = self.expansion.tasks(done)
         while batch := list(itertools.islice(stream, self.size)):
             yield batch, self.cache.get_many([t.key for t in batch])
 
     def close(self) -> None:
-        """Stop the child if it is still going (the caller stopped reading), and reap it."""
-        self._child.stop()
+        """Stop the children still going (the caller stopped reading), and reap them."""
+        for child in self._children:
+            child.stop()
 
     def __enter__(self) -> Expander:
         return self
@@ -390,17 +415,41 @@ class Expander:
         self.close()
 
 
-def _expand_and_read(out: IO[bytes], directory: Path, expansion: Expansion, size: int) -> None:
-    """The Expander's child: write every batch's [keys, answers] to `out`."""
+CHUNK = 2048
+"""Tasks in one run of an Expander's child: ~0.6 MB of answers, within PIPE_SIZE."""
+PARTS = 2
+PIPE_SIZE = 1 << 20  # Linux's default /proc/sys/fs/pipe-max-size
+
+
+def _message(pipe: IO[bytes]) -> tuple[list[str], list[Answer | None]] | None:
+    """A batch's [keys, answers] from an Expander's child; None at the end of its pipe, or if
+    it was cut short (the child died writing it)."""
+    if len(head := pipe.read(_LENGTH)) != _LENGTH:
+        return None
+    try:
+        keys, answers = orjson.loads(pipe.read(int.from_bytes(head, "big")))
+    except orjson.JSONDecodeError:
+        return None
+    return keys, answers
+
+
+def _expand_and_read(out: IO[bytes], *, directory: Path, expansion: Expansion, size: int,
+                     chunk: int, part: int) -> None:
+    """An Expander's child: write every batch's [keys, answers] of its runs to `out`, a run
+    at a time (its batches made, then written together)."""
     with Cache(directory) as cache:  # its own connection: the parent's is never used here
         cache.map_reads()
-        stream = expansion.tasks()
-        while batch := list(itertools.islice(stream, size)):
-            keys = [t.key for t in batch]
-            records = cache.get_many_raw(keys)
-            body = orjson.dumps([keys, [answer_of(r) if (r := records.get(k)) is not None
-                                        else None for k in keys]])
-            out.write(len(body).to_bytes(_LENGTH, "big") + body)
+        stream = expansion.part(chunk, part, PARTS)
+        while tasks := list(itertools.islice(stream, chunk)):
+            bodies = []
+            for i in range(0, len(tasks), size):
+                keys = [t.key for t in tasks[i:i + size]]
+                records = cache.get_many_raw(keys)
+                body = orjson.dumps([keys, [answer_of(r) if (r := records.get(k)) is not None
+                                            else None for k in keys]])
+                bodies.append(len(body).to_bytes(_LENGTH, "big") + body)
+            out.write(b"".join(bodies))
+            out.flush()
 
 
 if __name__ == "__main__":
