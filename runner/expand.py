@@ -173,15 +173,17 @@ class Expansion:
                     yield task
             at += n
 
-    def skeleton(self) -> Iterator[Task]:
+    def skeleton(self, keys: Iterator[str] | None = None) -> Iterator[Task]:
         """Every judge task, in the order of tasks(), without rendering or hashing a request:
-        key "", body b"" and token estimates 0. The other fields are tasks()'s."""
+        key the next of `keys` (computed elsewhere; default ""), body b"" and token estimates
+        0. The other fields are tasks()'s."""
         judges = {p.name: self.judges(p) for p in self.job.prompts}
+        key = (keys if keys is not None else itertools.repeat("")).__next__
         for item, _, members, prompt, aspect, _ in self._units(render=False):
             item_id = item.group if members else item.item_id
             for model in judges[prompt.name]:
                 for sample in range(prompt.samples):
-                    yield Task("", item.dataset, item_id, prompt.name, aspect, model.name,
+                    yield Task(key(), item.dataset, item_id, prompt.name, aspect, model.name,
                                sample, b"", 0, 0, members)
 
     def count(self) -> int:

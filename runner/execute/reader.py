@@ -381,13 +381,15 @@ class Expander:
 
     def batches(self) -> Iterator[tuple[list[Task], Mapping[str, Answer]]]:
         """Every task in batches of `size`, each with the answers of its stored keys."""
-        skeleton, done = self.expansion.skeleton(), 0
+        keys_in: collections.deque[str] = collections.deque()  # the skeleton's keys
+        skeleton, done = self.expansion.skeleton(iter(keys_in.popleft, None)), 0
         for run in itertools.count():
             pipe, got = self._children[run % PARTS].pipe, 0
             while got < self.chunk and (message := _message(pipe)) is not None:
                 keys, answers = message
-                batch = [Task(k, *t[1:]) for k, t in zip(keys, skeleton, strict=False)]
-                if len(batch) != len(keys):
+                keys_in.extend(keys)
+                batch = list(itertools.islice(skeleton, len(keys)))
+                if keys_in:
                     raise CacheError(f"{self.cache.directory}: the cache reader expanded more "
                                      "tasks than the job has; report this as a bug")
                 done += len(batch)
@@ -396,6 +398,7 @@ class Expander:
             if got < self.chunk:  # that child has sent all it will
                 break
         self.close()
+        keys_in.append("")
         if next(skeleton, None) is None:
             return
         # A child stopped early: the rest is expanded and read here.

@@ -131,22 +131,24 @@ def _judgment_line(j: Judgment) -> bytes:
 def collect(judgments: Iterable[Judgment], jsonl: io.BufferedIOBase) -> Tables:
     """Stream judgments to `jsonl` and gather the per-cell scores."""
     tables = Tables()
-    cells, seen, write = tables.cells, tables.seen, jsonl.write
+    cells, seen, write, missing = tables.cells, tables.seen, jsonl.write, tables.missing
+    judged = tasks = 0
     for j in judgments:
         write(_judgment_line(j))
-        t = j.task
+        t, score = j.task, j.score
         key = (t.dataset, j.item.item_id, t.prompt, t.aspect, t.model)
         if (cell := cells.get(key)) is None:
             cell = cells[key] = _Cell(j.item)
-        if j.score is not None:
-            cell.scores.append(j.score)  # type: ignore[union-attr]  # a list until settled
+        if score is not None:
+            cell.scores.append(score)  # type: ignore[union-attr]  # a list until settled
         if j.error is not None:
             cell.errors += (j.error["type"],)
-        tables.judgments += 1
+        judged += 1
         if seen.add(key64(t.key)):
-            tables.tasks += 1
+            tasks += 1
             if j.raw is None:
-                tables.missing.append(t.key)
+                missing.append(t.key)
+    tables.judgments, tables.tasks = judged, tasks
     for cell in cells.values():
         cell.settle()
     return tables
