@@ -256,6 +256,48 @@ def test_small_jobs_keep_every_row() -> None:
     assert not rows.capped and len(rows.rows()) == 40
 
 
+# --- the correlations' input rows ------------------------------------------------------------
+
+def test_judge_rows_negate_lower_is_better_metrics_and_pair_annotators() -> None:
+    """judge_rows: the LLM judges' rows in the cells' order (items without a human score for
+    the aspect left out), then each metric (negated where lower is better) and `iaa`
+    (annotator 2 against annotator 1), in the items' order."""
+    import types
+
+    from runner.data.datasets import Item
+    from runner.reduce.correlate import Row
+    from runner.report.write import Tables, _Cell, judge_rows
+
+    def item(i: int, human: dict[str, float], votes: tuple[float, ...] = ()) -> Item:
+        return Item(dataset="d", item_id=f"i{i}", group=f"g{i // 2}", system=f"s{i % 2}",
+                    subset="", fields={}, human=human,
+                    annotators={"a": votes} if votes else {},
+                    metrics={"*": {"ter": 0.1 * i, "bleu": 0.2 * i}})
+
+    items = [item(0, {"a": 3.0}, (2.0, 4.0)), item(1, {"a": 1.0}), item(2, {}),
+             item(3, {"a": 5.0}, (5.0, 4.0))]
+    tables = Tables()
+    for model, prompt in (("m2", "p"), ("m1", "p")):
+        for it in items:
+            cell = tables.cells[it.dataset, it.item_id, prompt, "a", model] = _Cell(it)
+            cell.score = None if it.item_id == "i1" else float(len(model) + int(it.item_id[1:]))
+    expansion = types.SimpleNamespace(items={"d": items},
+                                      lower_is_better={"d": frozenset({"ter"})})
+    got = judge_rows(expansion, tables)  # type: ignore[arg-type]
+
+    def row(it: Item, judge: float | None, human: float) -> Row:
+        return Row(it.group, it.system, it.subset, judge, human)
+
+    scored = [items[0], items[1], items[3]]
+    assert got == {("d", "a"): {
+        "m2/p": [row(it, s, it.human["a"]) for it, s in zip(scored, [2.0, None, 5.0])],
+        "m1/p": [row(it, s, it.human["a"]) for it, s in zip(scored, [2.0, None, 5.0])],
+        "ter": [row(it, -0.1 * int(it.item_id[1:]), it.human["a"]) for it in scored],
+        "bleu": [row(it, 0.2 * int(it.item_id[1:]), it.human["a"]) for it in scored],
+        "iaa": [row(items[0], 4.0, 2.0), row(items[3], 4.0, 5.0)]}}
+    assert list(got["d", "a"]) == ["m2/p", "m1/p", "ter", "bleu", "iaa"]
+
+
 # --- the other sections, and a large job's 2-D histogram, in the browser ---------------------
 
 @pytest.mark.parametrize(("job", "section"), [("colossalai-en", "#battles"),

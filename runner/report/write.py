@@ -181,42 +181,37 @@ def _fmt(value: float | None) -> str:
     return "" if value is None or (isinstance(value, float) and math.isnan(value)) else repr(value)
 
 
-def _judge_series(expansion: Expansion, tables: Tables
-                  ) -> dict[tuple[str, str], dict[str, list[tuple[Item, float | None]]]]:
-    """(dataset, aspect) -> judge name -> [(item, judge score)], for items with a human score."""
-    series: dict[tuple[str, str], dict[str, list[tuple[Item, float | None]]]] = defaultdict(
-        lambda: defaultdict(list))
+def judge_rows(expansion: Expansion, tables: Tables) -> dict[tuple[str, str], dict[str, list[Row]]]:
+    """(dataset, aspect) -> judge -> reducer rows (judge score against the human score), for
+    items with a human score: the LLM judges (`model/prompt`) in the cells' order, then each
+    metric column and `iaa` (annotator 2 against annotator 1 where a data set released both)
+    in the items' order. Rows are built in one pass over the cells (~1 us a cell)."""
+    out: dict[tuple[str, str], dict[str, list[Row]]] = {}
     names: dict[tuple[str, str], str] = {}
     for (dataset, _, prompt, aspect, model), cell in tables.cells.items():
-        if aspect in cell.item.human:
-            if (name := names.get((model, prompt))) is None:
-                name = names[model, prompt] = f"{model}/{prompt}"
-            series[dataset, aspect][name].append((cell.item, cell.score))
-    for (dataset, aspect) in list(series):
+        it = cell.item
+        if (human := it.human.get(aspect)) is None:
+            continue
+        if (judges := out.get((dataset, aspect))) is None:
+            judges = out[dataset, aspect] = {}
+        if (name := names.get((model, prompt))) is None:
+            name = names[model, prompt] = f"{model}/{prompt}"
+        if (rows := judges.get(name)) is None:
+            rows = judges[name] = []
+        rows.append(Row(it.group, it.system, it.subset, cell.score, human))  # positionally
+    for (dataset, aspect), judges in out.items():
         lower = expansion.lower_is_better.get(dataset, frozenset())
-        for item in expansion.items[dataset]:
-            if aspect not in item.human or not (item.metrics or item.annotators):
+        for it in expansion.items[dataset]:
+            if aspect not in it.human or not (it.metrics or it.annotators):
                 continue
-            for name, value in _metrics(item, aspect).items():
-                series[dataset, aspect][name].append((item, -value if name in lower else value))
-            votes = item.annotators.get(aspect, ())
+            human = it.human[aspect]
+            for name, value in _metrics(it, aspect).items():
+                judges.setdefault(name, []).append(Row(
+                    it.group, it.system, it.subset, -value if name in lower else value, human))
+            votes = it.annotators.get(aspect, ())
             if len(votes) >= 2:
-                series[dataset, aspect]["iaa"].append((item, votes[1]))
-    return series
-
-
-def judge_rows(expansion: Expansion, tables: Tables) -> dict[tuple[str, str], dict[str, list[Row]]]:
-    """(dataset, aspect) -> judge -> reducer rows (judge score against the human score).
-
-    The `iaa` judge is annotator 2 against annotator 1 where a data set released both.
-    """
-    out: dict[tuple[str, str], dict[str, list[Row]]] = {}
-    for (dataset, aspect), judges in _judge_series(expansion, tables).items():
-        out[dataset, aspect] = {  # Row(group, system, subset, judge, human), positionally
-            judge: [Row(it.group, it.system, it.subset, score,
-                        it.annotators[aspect][0] if judge == "iaa" else it.human[aspect])
-                    for it, score in pairs]
-            for judge, pairs in judges.items()}
+                judges.setdefault("iaa", []).append(Row(it.group, it.system, it.subset,
+                                                        votes[1], votes[0]))
     return out
 
 
