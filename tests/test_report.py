@@ -290,8 +290,8 @@ def test_judge_rows_negate_lower_is_better_metrics_and_pair_annotators() -> None
 
     scored = [items[0], items[1], items[3]]
     assert got == {("d", "a"): {
-        "m2/p": [row(it, s, it.human["a"]) for it, s in zip(scored, [2.0, None, 5.0])],
-        "m1/p": [row(it, s, it.human["a"]) for it, s in zip(scored, [2.0, None, 5.0])],
+        "m2/p": [row(it, s, it.human["a"]) for it, s in zip(scored, [2.0, None, 5.0], strict=True)],
+        "m1/p": [row(it, s, it.human["a"]) for it, s in zip(scored, [2.0, None, 5.0], strict=True)],
         "ter": [row(it, -0.1 * int(it.item_id[1:]), it.human["a"]) for it in scored],
         "bleu": [row(it, 0.2 * int(it.item_id[1:]), it.human["a"]) for it in scored],
         "iaa": [row(items[0], 4.0, 2.0), row(items[3], 4.0, 5.0)]}}
