@@ -515,7 +515,7 @@ def _tasks(item: Item, values: Mapping[str, str], members: tuple[str, ...],
     texts = [render(prompt.system, values)] if prompt.system else []
     texts.append(render(template, values))
     contents = [orjson.dumps(t) for t in texts]
-    tokens = sum(len(t) for t in texts) // CHARS_PER_TOKEN + 8
+    tokens = sum(map(len, texts)) // CHARS_PER_TOKEN + 8
     for model in models:
         frame = frames.get_frame(prompt, model)
         if frame is None:  # sent with sorted keys too: one serialisation, request and key

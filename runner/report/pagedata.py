@@ -38,14 +38,17 @@ def page_data(expansion: Expansion, series: Mapping[tuple[str, str], Mapping[str
     for (dataset, aspect), judges in series.items():
         d = datasets.setdefault(dataset, {"name": dataset, "aspects": []})
         llm = {name: data for name, data in judges.items() if "/" in name}
+        arrays = {name: _arrays(data) for name, data in llm.items()}  # each made once
+        first = next(iter(judges), "")  # the human scores: any judge's rows have them
+        human = (arrays[first] if first in arrays else _arrays(judges.get(first, [])))[1]
         d["aspects"].append({
             "aspect": aspect,
             "correlations": [dict(r) for r in corr
                              if r["dataset"] == dataset and r["aspect"] == aspect],
-            "scatter": {name: _scatter(data) for name, data in llm.items()},
-            "distribution": {name: _counts(_arrays(data)[0]) for name, data in llm.items()},
-            "human": _counts(_arrays(next(iter(judges.values()), []))[1]),
-            "systems": {name: _systems(data) for name, data in llm.items()},
+            "scatter": {name: _scatter(data, arrays[name]) for name, data in llm.items()},
+            "distribution": {name: _counts(arrays[name][0]) for name in llm},
+            "human": _counts(human),
+            "systems": {name: _systems(data, arrays[name]) for name, data in llm.items()},
         })
     for s in summ:
         datasets.setdefault(s["dataset"], {"name": s["dataset"], "aspects": []})
@@ -89,10 +92,10 @@ def _arrays(data: Sequence[Row]) -> tuple[Any, Any]:
     return judge, human
 
 
-def _scatter(data: Sequence[Row]) -> dict[str, Any]:
+def _scatter(data: Sequence[Row], arrays: tuple[Any, Any] | None = None) -> dict[str, Any]:
     """Judge (x) against human (y): the points, or a 2-D histogram, with the least-squares
     line of human on judge."""
-    x, y = _arrays(data)
+    x, y = _arrays(data) if arrays is None else arrays
     ok = ~(np.isnan(x) | np.isnan(y))
     x, y = x[ok], y[ok]
     out: dict[str, Any] = {"n": int(x.size), "fit": _fit(x, y)}
@@ -142,10 +145,10 @@ def _counts(values: Any) -> dict[str, Any]:
     return out
 
 
-def _systems(data: Sequence[Row]) -> dict[str, Any]:
+def _systems(data: Sequence[Row], arrays: tuple[Any, Any] | None = None) -> dict[str, Any]:
     """Per system: judge and human means (and judge sd); and the pairwise accuracy of the
     judge's system ranking against the humans' (pairs the humans do not tie)."""
-    judge, human = _arrays(data)
+    judge, human = _arrays(data) if arrays is None else arrays
     names = np.array([r.system for r in data], dtype=object)
     ok = ~np.isnan(judge) & (names != "")
     if not ok.any():
