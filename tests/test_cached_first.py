@@ -19,6 +19,7 @@ from click.testing import CliRunner
 
 from runner.cli import main as cli_main
 from runner.cli.session import select
+from runner.execute import backend
 from runner.execute import reader as reader_module
 from runner.execute.cache import Cache
 from runner.execute.reader import Expander, answer
@@ -204,3 +205,47 @@ def test_an_expander_whose_child_dies_is_finished_in_place(
     assert read == {k: answer(r) for k, r in stored.items()}
     assert any("request" in a for _, records in got for a in records.values())  # read here
     assert len(stored) == 400  # one answer per item: the second prompt repeats the request
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="the Expander forks")
+@pytest.mark.parametrize("way", ["never read", "read in part"])
+def test_an_expander_dropped_unfinished_stops_its_children(
+        tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch, way: str) -> None:
+    """judge() forks a large job's expanders when it is called, before anything reads them:
+    a caller that fails before reading, or stops part-way, must not leave them running."""
+    import gc
+
+    from runner.execute.backend import expanded
+    monkeypatch.setenv("JUDGE_DATA_DIR", str(data_dir))
+    monkeypatch.setattr(reader_module, "CHUNK", 30)
+    monkeypatch.setattr(reader_module, "PIPE_SIZE", 0)  # children blocked on full pipes
+    job, cache = write_job(tmp_path / "job", REPEATED), tmp_path / "cache"
+    sel = select(job, models=("fake",), base_url="http://127.0.0.1:9/v1", limit=400,
+                 cache_dir=cache, data_dir=data_dir)
+    pids = []
+    real = reader_module.Forked
+
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        child = real(*args, **kwargs)
+        pids.append(child.pid)
+        return child
+
+    monkeypatch.setattr(reader_module, "Forked", recorded)
+    with Cache(cache) as c:
+        monkeypatch.setattr(backend, "usable", lambda *_: True)
+        monkeypatch.setattr(backend, "forkable", lambda: True)
+        reads = expanded(c, sel.expansion, 3, 800)
+        assert len(pids) == 2 and all(_alive(p) for p in pids)  # forked by the call
+        if way == "read in part":
+            next(reads)
+        del reads
+        gc.collect()
+    assert not any(_alive(p) for p in pids)
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` is a child not yet reaped (a reaped one is gone; a zombie is not)."""
+    try:
+        return os.waitpid(pid, os.WNOHANG) == (0, 0)
+    except ChildProcessError:
+        return False

@@ -327,13 +327,14 @@ def _run_cached_first(sel: Selection, opts: dict[str, Any], started: float,
     Ctrl-C while cached answers are read stops without reports (nothing was called)."""
     from runner.cli.progress import Progress
     from runner.execute.stats import RunStats
-    from runner.report.write import write_reports
     stats, command, answers = RunStats(), " ".join(["judge", *sys.argv[1:]]), BatchAnswers()
     stats.total = count
     progress = Progress(sys.stderr, total=count)
     with open_selected(sel) as cache:
         first = CachedFirst(sel.expansion, cache, stats, count=count,
                             on_progress=progress.update)
+        # its readers read while the reports' modules load
+        from runner.report.write import write_reports
 
         def judgments() -> Iterator[Judgment]:
             yield from first
@@ -414,7 +415,6 @@ def _rescore(sel: Selection, started: float,
     """Reports from the cache alone: one pass, the counts taken as the judgments go by;
     `then` runs once they are written, before the summary (which may exit)."""
     from runner.execute.stats import RunStats
-    from runner.report.write import write_reports
     stats, command = RunStats(), " ".join(["judge", *sys.argv[1:]])
     answers = BatchAnswers()
 
@@ -424,8 +424,10 @@ def _rescore(sel: Selection, started: float,
         return {**manifest(sel, stats, started, command), "batch_answers": answers.answers}
 
     with open_selected(sel) as cache:
-        write_reports(sel.out_dir, sel.expansion, answers.watch(judge(sel.expansion, cache)),
-                      counted, answers.notes)
+        judged = judge(sel.expansion, cache)  # a large job's readers start now, and read
+        from runner.report.write import write_reports  # while the reports' modules load
+        write_reports(sel.out_dir, sel.expansion, answers.watch(judged), counted,
+                      answers.notes)
     then()
     _summarise(sel, stats, command)
 

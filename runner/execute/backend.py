@@ -109,14 +109,13 @@ def expanded(cache: CacheBackend, expansion: Expansion, size: int, count: int
              ) -> Generator[tuple[list[Task], Mapping[str, Answer]], None, None]:
     """Every task of `expansion` (`count` of them: expansion.count()), in order, in batches of
     `size`, each with the records of its stored keys: a rescore's read. For a large job on a
-    diskcache folder, a forked child expands and reads while this process judges
-    (reader.Expander: the tasks then come without their request bodies), or else a reader
-    process reads (see `answers`)."""
+    diskcache folder, forked children expand and read while this process judges
+    (reader.Expander: the tasks then come without their request bodies); they are forked by
+    this call, so that they work while the caller prepares. Otherwise a reader process reads
+    (see `answers`)."""
     if isinstance(cache, Cache) and usable(cache, count) and forkable():
-        with Expander(cache, expansion, size) as expander:
-            yield from expander.batches()
-        return
-    yield from answers(cache, expansion.tasks(), _task_key, size, count)
+        return Expander(cache, expansion, size).batches()
+    return answers(cache, expansion.tasks(), _task_key, size, count)
 
 
 def _task_key(task: Task) -> str:

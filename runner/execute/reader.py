@@ -32,7 +32,8 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import weakref
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, NoReturn, TypeVar
 
@@ -372,6 +373,9 @@ class Expander:
         self.cache, self.expansion, self.size = cache, expansion, size
         self.chunk = max(1, CHUNK // size) * size  # whole batches
         self._children: list[Forked] = []
+        # The children end with this object if `batches` never ran to its end or was never
+        # started (a caller that failed first), not only when close() is called.
+        self.close = weakref.finalize(self, _stop_all, self._children)
         for part in range(PARTS):
             self._children.append(Forked(
                 functools.partial(_expand_and_read, directory=cache.directory,
@@ -379,8 +383,15 @@ class Expander:
                 "cache reader", pipe_size=PIPE_SIZE,
                 siblings=[c.pipe for c in self._children]))
 
-    def batches(self) -> Iterator[tuple[list[Task], Mapping[str, Answer]]]:
-        """Every task in batches of `size`, each with the answers of its stored keys."""
+    def batches(self) -> Generator[tuple[list[Task], Mapping[str, Answer]], None, None]:
+        """Every task in batches of `size`, each with the answers of its stored keys; closing
+        it (or stopping early) stops the children."""
+        try:
+            yield from self._batches()
+        finally:
+            self.close()
+
+    def _batches(self) -> Iterator[tuple[list[Task], Mapping[str, Answer]]]:
         keys_in: collections.deque[str] = collections.deque()  # the skeleton's keys
         skeleton, done = self.expansion.skeleton(iter(keys_in.popleft, None)), 0
         for run in itertools.count():
@@ -406,16 +417,18 @@ class Expander:
         while batch := list(itertools.islice(stream, self.size)):
             yield batch, self.cache.get_many([t.key for t in batch])
 
-    def close(self) -> None:
-        """Stop the children still going (the caller stopped reading), and reap them."""
-        for child in self._children:
-            child.stop()
-
     def __enter__(self) -> Expander:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _stop_all(children: list[Forked]) -> None:
+    """Stop the children still going (the caller stopped reading), and reap them: an
+    Expander's close()."""
+    for child in children:
+        child.stop()
 
 
 CHUNK = 2048
@@ -438,20 +451,17 @@ def _message(pipe: IO[bytes]) -> tuple[list[str], list[Answer | None]] | None:
 
 def _expand_and_read(out: IO[bytes], *, directory: Path, expansion: Expansion, size: int,
                      chunk: int, part: int) -> None:
-    """An Expander's child: write every batch's [keys, answers] of its runs to `out`, a run
-    at a time (its batches made, then written together)."""
+    """An Expander's child: write every batch's [keys, answers] of its runs to `out`, each as
+    soon as it is made (a whole run fits in the pipe: the child goes on with its next run
+    while this process reads the other child's)."""
     with Cache(directory) as cache:  # its own connection: the parent's is never used here
         cache.map_reads()
         stream = expansion.part(chunk, part, PARTS)
-        while tasks := list(itertools.islice(stream, chunk)):
-            bodies = []
-            for i in range(0, len(tasks), size):
-                keys = [t.key for t in tasks[i:i + size]]
-                records = cache.get_many_raw(keys)
-                body = orjson.dumps([keys, [answer_of(r) if (r := records.get(k)) is not None
-                                            else None for k in keys]])
-                bodies.append(len(body).to_bytes(_LENGTH, "big") + body)
-            out.write(b"".join(bodies))
+        while keys := [t.key for t in itertools.islice(stream, size)]:
+            records = cache.get_many_raw(keys)
+            body = orjson.dumps([keys, [answer_of(r) if (r := records.get(k)) is not None
+                                        else None for k in keys]])
+            out.write(len(body).to_bytes(_LENGTH, "big") + body)
             out.flush()
 
 

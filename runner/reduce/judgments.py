@@ -88,7 +88,8 @@ def judge(expansion: Expansion, cache: CacheBackend, *, failures: Mapping[str, s
           fresh: frozenset[str] = frozenset(), tasks: Iterable[Task] | None = None,
           count: int | None = None) -> Iterator[Judgment]:
     """Parse every task's cached answer; `failures` (key -> message) explains missing ones.
-    `tasks`: the expansion's tasks if the caller kept them (a run does), else expanded anew;
+    `tasks`: the expansion's tasks if the caller kept them (a run does), else expanded anew
+    (by forked children for a large job, which this call starts: see backend.expanded);
     `count`: how many there are, if known (else counted: it decides how answers are read)."""
     context = _Context(expansion, {p.name: p for p in expansion.job.prompts}, {},
                        failures or {}, fresh)
@@ -98,7 +99,11 @@ def judge(expansion: Expansion, cache: CacheBackend, *, failures: Mapping[str, s
         count = len(tasks) if isinstance(tasks, Sized) else expansion.count()
     reads = (expanded(cache, expansion, READ_BATCH, count) if tasks is None
              else answers(cache, tasks, _KEY, READ_BATCH, count))
-    item = expansion.item
+    return _judged(context, reads, expansion.item)
+
+
+def _judged(context: _Context, reads: Iterable[tuple[list[Task], Mapping[str, Answer]]],
+            item: Callable[[str, str], Item]) -> Iterator[Judgment]:
     for batch, records in reads:
         for task in batch:
             record = records.get(task.key)
@@ -123,12 +128,14 @@ class CachedFirst:
         self.count, self.on_progress = count, on_progress  # count: expansion.count()
         self.hashes: array.array[int] = array.array("q")
         self.rest: Iterator[Task] | None = None
+        # reading starts now (a large job's forked expanders: see backend.expanded)
+        self._reads = expanded(cache, expansion, READ_BATCH, count)
 
     def __iter__(self) -> Iterator[Judgment]:
         expansion, stats, hashes = self.expansion, self.stats, self.hashes
         context = _Context(expansion, {p.name: p for p in expansion.job.prompts}, {}, {},
                            frozenset())
-        reads = expanded(self.cache, expansion, READ_BATCH, self.count)
+        reads = self._reads
         item, done = expansion.item, 0
         for batch, records in reads:
             for task in batch:
