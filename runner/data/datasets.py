@@ -16,12 +16,9 @@ import math
 import os
 import tempfile
 import tomllib
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from http.client import HTTPException
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
@@ -281,6 +278,10 @@ def _download(url: str, dest: Path, remote: RemoteFile) -> None:
 
 def _stream(url: str, out: BinaryIO, remote: RemoteFile) -> str:
     """Copy the response body to `out`; return its sha256. Sizes are checked as we go."""
+    import urllib.error  # here: ~20 ms of every command's start-up otherwise
+    import urllib.request
+    from http.client import HTTPException
+
     digest, size = hashlib.sha256(), 0
     fix = f"{remote.path} was not written; check the network or pass a mirror"
     try:

@@ -17,7 +17,6 @@ Linux the kernel kills it when the parent dies, even by `kill -9` (PR_SET_PDEATH
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import importlib.metadata
 import importlib.util
 import os
@@ -27,7 +26,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -194,6 +192,8 @@ def _death_signal_setter() -> Callable[[], None] | None:
     """
     if not sys.platform.startswith("linux"):
         return None
+    import ctypes  # here, where it is used: not at every command's start-up
+
     prctl = ctypes.CDLL(None, use_errno=True).prctl
     parent = os.getpid()
 
@@ -363,6 +363,8 @@ class LocalServer:
     def _wait_ready(self) -> int | None:
         """Poll GET /v1/models until it answers (None) or the server exits (its code)."""
         assert self._proc is not None
+        import urllib.request  # here, where it is used: not at every command's start-up
+
         # No proxies: an http_proxy in the environment must not see loopback requests.
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         deadline = time.monotonic() + self.startup_timeout
