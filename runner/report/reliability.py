@@ -11,7 +11,6 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -82,10 +81,13 @@ def _by_judge(cells: _Cells, dataset: str, aspect: str
     """One data set and aspect's LLM judge -> item id -> (item, score), scored cells only.
     Built for one pair at a time (a pass over the cells each), not for all at once: at its
     peak it held ~260 bytes a task of a 4-aspect job, more than any other report's tables."""
-    out: dict[str, dict[str, tuple[Item, float]]] = defaultdict(dict)
-    for (d, item_id, prompt, a, model), cell in cells.items():
-        if a == aspect and d == dataset and cell.score is not None:
-            out[f"{model}/{prompt}"][item_id] = (cell.item, cell.score)
+    out: dict[str, dict[str, tuple[Item, float]]] = {}
+    names: dict[tuple[str, str], dict[str, tuple[Item, float]]] = {}
+    for key, cell in cells.items():
+        if key[3] == aspect and key[0] == dataset and (score := cell.score) is not None:
+            if (scored := names.get((key[4], key[2]))) is None:
+                scored = names[key[4], key[2]] = out.setdefault(f"{key[4]}/{key[2]}", {})
+            scored[key[1]] = (cell.item, score)
     return out
 
 
@@ -128,14 +130,10 @@ def _judge_agreement(dataset: str, aspect: str,
     return out
 
 
-def _length(item: Item, memo: dict[int, tuple[float, float] | None]) -> tuple[float, float] | None:
-    """The answer's (characters, whitespace tokens), once per item (memo by id: every judge and
-    aspect asks again); None when the item has no answer field."""
-    key = id(item)
-    if key not in memo:
-        text = next((item.fields[f] for f in ANSWER_FIELDS if item.fields.get(f)), None)
-        memo[key] = None if text is None else (float(len(text)), float(len(text.split())))
-    return memo[key]
+def _length(item: Item) -> tuple[float, float] | None:
+    """The answer's (characters, whitespace tokens); None when the item has no answer field."""
+    text = next((item.fields[f] for f in ANSWER_FIELDS if item.fields.get(f)), None)
+    return None if text is None else (float(len(text)), float(len(text.split())))
 
 
 def _length_rows(dataset: str, aspect: str,
@@ -146,26 +144,37 @@ def _length_rows(dataset: str, aspect: str,
     out = []
     human_done = False
     for judge, scored in judges.items():
-        rows = [(s, it.human[aspect], size) for it, s in scored.values()
-                if aspect in it.human and (size := _length(it, memo)) is not None]
-        if len(rows) < 3:
+        score, human, chars, tokens = [], [], [], []
+        for it, s in scored.values():
+            if (h := it.human.get(aspect)) is None:
+                continue
+            # once per item (by id: every judge and aspect asks again)
+            if (size := memo.get(id(it), _UNSEEN)) is _UNSEEN:
+                size = memo[id(it)] = _length(it)
+            if size is not None:
+                score.append(s)
+                human.append(h)
+                chars.append(size[0])
+                tokens.append(size[1])
+        if len(score) < 3:
             continue
-        score, human = [r[0] for r in rows], [r[1] for r in rows]
-        chars, tokens = [r[2][0] for r in rows], [r[2][1] for r in rows]
         series = [(judge, score)] + ([] if human_done else [("human", human)])
         human_done = True
         corr = _remembered()  # the partial correlations ask again for ones already computed
         for name, values in series:
             for unit, length in (("chars", chars), ("tokens", tokens)):
                 out.append(_row(dataset, aspect, "length", name, f"length ({unit})",
-                                "spearman", corr("spearman", values, length), len(rows)))
+                                "spearman", corr("spearman", values, length), len(score)))
         for method in ("pearson", "spearman"):
             out.append(_row(dataset, aspect, "length", judge, "human", method,
-                            corr(method, score, human), len(rows)))
+                            corr(method, score, human), len(score)))
             out.append(_row(dataset, aspect, "length", judge, "human | length (chars)",
                             f"partial_{method}", partial(method, score, human, chars, corr),
-                            len(rows)))
+                            len(score)))
     return out
+
+
+_UNSEEN = (-1.0, -1.0)  # memo.get's default: not an item's length yet
 
 
 def _remembered() -> Callable[[str, Sequence[float], Sequence[float]], float | None]:
