@@ -8,9 +8,11 @@ timeouts, retries or concurrency: those do not change the answer.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import itertools
+import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,6 +35,7 @@ __all__ = ["Expansion", "Task", "cache_key", "estimate_cost", "prepare", "render
 CHARS_PER_TOKEN = 4
 DEFAULT_MAX_TOKENS = 256  # reservation when a request sets no max_tokens
 _END = 1 << 62  # past any task's index
+_PARSER_FIELDS = frozenset({"parser", "parser_options", "aspect_options"})  # not in any key
 # Group mode's {{output_N}}: the N-th member's output (1-based), in the order of the request.
 OUTPUT_N = re.compile(r"output_([1-9][0-9]*)")
 # (anchor item, template values, group members, prompt, aspect, template): one request's parts;
@@ -172,6 +175,23 @@ class Expansion:
                 if i >= start:
                     yield task
             at += n
+
+    def fingerprint(self) -> str:
+        """A digest of everything that decides tasks()' keys and their order: the code that
+        renders requests (this module's and the job spec's source, orjson's version), the
+        prompts but for their parsers, the models, the generation stages, and every data
+        set's items in order (id, group, subset, fields). Two expansions with one fingerprint
+        have the same keys in the same order: runner.execute.keyindex relies on it. A parser
+        change keeps the fingerprint (a rescore's usual reason)."""
+        digest = hashlib.sha256(_code_digest())
+        prompts = [[(f.name, getattr(p, f.name)) for f in dataclasses.fields(p)
+                    if f.name not in _PARSER_FIELDS] for p in self.job.prompts]
+        digest.update(repr((prompts, self.job.models, self.job.generate)).encode())
+        for name, items in self.items.items():
+            digest.update(orjson.dumps(
+                [name, [(it.item_id, it.group, it.subset, it.fields) for it in items]],
+                default=dict))  # a fields mapping that is not a dict
+        return digest.hexdigest()
 
     def skeleton(self, keys: Iterator[str] | None = None) -> Iterator[Task]:
         """Every judge task, in the order of tasks(), without rendering or hashing a request:
@@ -446,6 +466,20 @@ def cache_key(endpoint: str, body: Mapping[str, Any], sample: int) -> str:
     canonical = orjson.dumps({"endpoint": endpoint, "request": body, "sample": sample},
                              option=orjson.OPT_SORT_KEYS)
     return hashlib.sha256(canonical).hexdigest()
+
+
+@functools.cache
+def _code_digest() -> bytes:
+    """What of the code decides a key: the source of this module and of the job spec (template
+    choice, placeholders), and orjson's version (the bytes hashed)."""
+    from runner.job import spec
+    digest = hashlib.sha256(orjson.__version__.encode())
+    for module in (__file__, spec.__file__):
+        try:
+            digest.update(Path(module).read_bytes())
+        except OSError:  # no source to read: a digest no index will ever match
+            digest.update(os.urandom(16))
+    return digest.digest()
 
 
 def _key(endpoint: bytes, canonical_body: bytes, sample: int) -> str:
