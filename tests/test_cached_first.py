@@ -191,7 +191,7 @@ def test_an_expander_whose_child_dies_is_finished_in_place(
         sel = select(job, models=("fake",), base_url=server.url, limit=400, cache_dir=cache,
                      data_dir=data_dir)
     expected = list(sel.expansion.tasks())
-    with Cache(cache) as c, Expander(c, sel.expansion, 3) as expander:
+    with Cache(cache) as c, Expander(c, sel.expansion, 3, len(expected)) as expander:
         stream = expander.batches()
         got = [next(stream)]
         os.kill(expander._children[dies].pid, signal.SIGKILL)

@@ -114,7 +114,7 @@ def expanded(cache: CacheBackend, expansion: Expansion, size: int, count: int
     this call, so that they work while the caller prepares. Otherwise a reader process reads
     (see `answers`)."""
     if isinstance(cache, Cache) and usable(cache, count) and forkable():
-        return Expander(cache, expansion, size).batches()
+        return Expander(cache, expansion, size, count).batches()
     return answers(cache, expansion.tasks(), _task_key, size, count)
 
 

@@ -41,6 +41,7 @@ import orjson
 
 from runner.errors import CacheError
 from runner.execute.cache import Cache
+from runner.execute.keyindex import KeyIndex
 from runner.expand import Expansion, Task
 
 __all__ = ["Answer", "Expander", "Forked", "Plain", "Reader", "answer", "answer_of", "forkable",
@@ -369,7 +370,7 @@ class Expander:
     `Expansion.skeleton()`, which renders nothing. Fork only where `forkable()` says so. A
     child that stops early (killed, out of memory) is not an error: the rest is read here."""
 
-    def __init__(self, cache: Cache, expansion: Expansion, size: int) -> None:
+    def __init__(self, cache: Cache, expansion: Expansion, size: int, count: int) -> None:
         self.cache, self.expansion, self.size = cache, expansion, size
         self.chunk = max(1, CHUNK // size) * size  # whole batches
         self._children: list[Forked] = []
@@ -379,7 +380,8 @@ class Expander:
         for part in range(PARTS):
             self._children.append(Forked(
                 functools.partial(_expand_and_read, directory=cache.directory,
-                                  expansion=expansion, size=size, chunk=self.chunk, part=part),
+                                  expansion=expansion, size=size, chunk=self.chunk, part=part,
+                                  count=count),
                 "cache reader", pipe_size=PIPE_SIZE,
                 siblings=[c.pipe for c in self._children]))
 
@@ -450,14 +452,19 @@ def _message(pipe: IO[bytes]) -> tuple[list[str], list[Answer | None]] | None:
 
 
 def _expand_and_read(out: IO[bytes], *, directory: Path, expansion: Expansion, size: int,
-                     chunk: int, part: int) -> None:
+                     chunk: int, part: int, count: int) -> None:
     """An Expander's child: write every batch's [keys, answers] of its runs to `out`, each as
     soon as it is made (a whole run fits in the pipe: the child goes on with its next run
-    while this process reads the other child's)."""
+    while this process reads the other child's). The keys come from the key index when this
+    job's are stored there, else from rendering the requests, and are then stored there
+    (runner.execute.keyindex)."""
     with Cache(directory) as cache:  # its own connection: the parent's is never used here
         cache.map_reads()
-        stream = expansion.part(chunk, part, PARTS)
-        while keys := [t.key for t in itertools.islice(stream, size)]:
+        index = KeyIndex(directory, expansion.fingerprint(), chunk, part, PARTS, count)
+        stream = index.keys()
+        if stream is None:
+            stream = index.recorded(t.key for t in expansion.part(chunk, part, PARTS))
+        while keys := list(itertools.islice(stream, size)):
             records = cache.get_many_raw(keys)
             body = orjson.dumps([keys, [answer_of(r) if (r := records.get(k)) is not None
                                         else None for k in keys]])

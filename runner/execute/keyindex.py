@@ -1,0 +1,116 @@
+"""The key index: a job's cache keys in task order, kept in a diskcache folder, so that a rescore
+(or a run's cached-first pass) of a job it has read before finds its answers without rendering
+and hashing every request again (about half of a forked expander's work: ~6 us a task).
+
+A key depends only on what `Expansion.fingerprint()` digests (the prompts but for their parsers,
+the models, the items, the code that renders requests), and an index is found only under its
+fingerprint: an index can be missing, never stale. A parser change keeps the fingerprint.
+
+Each child of a forked expander (runner.execute.reader.Expander) keeps the keys of its own part
+of the tasks (its runs: Expansion.part) in `keys/<fingerprint>-<run size>-<part>of<parts>`, 32
+bytes (the sha256 digest) a key, in its order. It writes them as it renders them to a temporary
+file, renamed into place when the part is complete and has as many keys as expected. An index
+of the wrong size is ignored (and replaced). The newest KEEP indexes are kept. Every failure
+to read or write an index only means rendering: the index is never needed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO
+
+__all__ = ["DIGEST", "KEEP", "KeyIndex", "part_size"]
+
+DIGEST = 32  # bytes of a sha256 key
+KEEP = 16  # index files kept (a part each): the newest
+_READ = DIGEST << 11  # bytes read at a time: 2,048 keys
+STALE = 3600
+
+
+def part_size(count: int, run: int, part: int, parts: int) -> int:
+    """Tasks in `part` of `count` tasks cut in runs of `run`, every `parts`-th run a part's."""
+    full, rest = divmod(count, run)
+    runs = full + (rest > 0)
+    mine = len(range(part, runs, parts))
+    last_is_mine = rest > 0 and (runs - 1) % parts == part
+    return mine * run - (run - rest if last_is_mine else 0)
+
+
+class KeyIndex:
+    """One part's keys in a cache folder (see the module docstring)."""
+
+    def __init__(self, directory: Path, fingerprint: str, run: int, part: int, parts: int,
+                 count: int) -> None:
+        self.path = directory / "keys" / f"{fingerprint}-{run}-{part}of{parts}"
+        self.expected = part_size(count, run, part, parts)
+
+    def keys(self) -> Iterator[str] | None:
+        """The part's keys in order, if a complete index of them is stored; else None."""
+        try:
+            f = open(self.path, "rb")  # noqa: SIM115  # closed by the generator
+        except OSError:
+            return None
+        try:
+            if os.fstat(f.fileno()).st_size != DIGEST * self.expected:
+                f.close()
+                return None
+        except OSError:
+            f.close()
+            return None
+        return _read(f)
+
+    def recorded(self, keys: Iterable[str]) -> Iterator[str]:
+        """`keys` passed through, stored as this part's index once all have gone by (if
+        there are as many as expected); nothing is stored if the caller stops early."""
+        temp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+        try:
+            temp.parent.mkdir(exist_ok=True)
+            out = open(temp, "wb")  # noqa: SIM115  # closed below, whatever happens
+        except OSError:  # a folder it cannot write to: the keys, no index
+            yield from keys
+            return
+        written, stored = 0, False
+        try:
+            for key in keys:
+                out.write(bytes.fromhex(key))
+                written += 1
+                yield key
+            out.close()
+            if written == self.expected:
+                os.replace(temp, self.path)
+                stored = True
+        except OSError:  # a full disk: the rest of the keys, no index
+            pass
+        finally:
+            out.close()
+            if not stored:
+                with contextlib.suppress(OSError):
+                    temp.unlink()
+        if stored:
+            _prune(self.path.parent)
+
+
+def _read(f: IO[bytes]) -> Iterator[str]:
+    with f:
+        while data := f.read(_READ):  # a whole number of keys
+            yield from (data[i:i + DIGEST].hex() for i in range(0, len(data), DIGEST))
+
+
+def _prune(folder: Path) -> None:
+    """Keep the KEEP newest index files; remove temporary files a killed child left (those
+    older than STALE seconds: a live child's is younger)."""
+    with contextlib.suppress(OSError):
+        files = [(p, p.stat().st_mtime) for p in folder.iterdir()]
+        done = sorted(((p, t) for p, t in files if not p.name.endswith(".tmp")),
+                      key=lambda pt: pt[1], reverse=True)
+        now = time.time()
+        for old, _ in itertools.islice(done, KEEP, None):
+            old.unlink(missing_ok=True)
+        for temp, made in files:
+            if temp.name.endswith(".tmp") and now - made > STALE:
+                temp.unlink(missing_ok=True)
