@@ -27,7 +27,7 @@ from typing import IO
 __all__ = ["DIGEST", "KEEP", "KeyIndex", "part_size"]
 
 DIGEST = 32  # bytes of a sha256 key
-KEEP = 16  # index files kept (a part each): the newest
+KEEP = 8  # index files kept (a part each, two a job version): the newest
 _READ = DIGEST << 11  # bytes read at a time: 2,048 keys
 STALE = 3600
 
