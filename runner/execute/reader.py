@@ -155,7 +155,7 @@ class Reader:
                 ) -> Iterator[tuple[list[T], Mapping[str, Answer]]]:
         """Each batch with the answers of its stored keys, in order."""
         for batch, keys, reply in self._pipelined(batches, key, ANSWERS):
-            got: list[dict[str, Any] | None] = orjson.loads(reply)
+            got: list[Answer | None] = orjson.loads(reply)
             yield batch, {k: a for k, a in zip(keys, got, strict=True) if a is not None}
 
     def marks(self, batches: Iterator[list[T]], key: Callable[[T], str]
@@ -367,8 +367,10 @@ class Expander:
     while this process judges the other's (one child alone could not keep up: it does most
     of a rescore's work). Each child sends every batch's keys and answers (`answer`), in task
     order, through a pipe that holds a whole run. This process makes the tasks from
-    `Expansion.skeleton()`, which renders nothing. Fork only where `forkable()` says so. A
-    child that stops early (killed, out of memory) is not an error: the rest is read here."""
+    `Expansion.skeleton()`, which renders nothing. A job read before has its keys in the
+    cache folder's key index (runner.execute.keyindex): the children then render nothing
+    either. Fork only where `forkable()` says so. A child that stops early (killed, out of
+    memory) is not an error: the rest is read here."""
 
     def __init__(self, cache: Cache, expansion: Expansion, size: int, count: int) -> None:
         self.cache, self.expansion, self.size = cache, expansion, size
