@@ -5,6 +5,7 @@ start, a hole in the middle or all of them are cached, with repeated requests am
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import signal
@@ -249,3 +250,39 @@ def _alive(pid: int) -> bool:
         return os.waitpid(pid, os.WNOHANG) == (0, 0)
     except ChildProcessError:
         return False
+
+
+def test_a_run_through_the_pool_leaves_the_key_index_for_the_rescore(
+        tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run whose pool dispatched every task stores their keys as the index the forked
+    expanders of its rescore read (runs of 4 tasks over two parts); a run stopped before the
+    end stores none."""
+    from runner.cli import session
+    from runner.execute.keyindex import KeyIndex
+    monkeypatch.setattr(reader_module, "MIN_TASKS", 1)
+    monkeypatch.setattr(reader_module, "CHUNK", 4)
+    monkeypatch.setattr(session, "READ_BATCH", 2)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
+    monkeypatch.setenv("JUDGE_DATA_DIR", str(data_dir))
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "JUDGE_CACHE_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    job, cache = write_job(tmp_path / "job", JOB), tmp_path / "cache"
+    with ThreadedServer() as server:
+        done = _run(job, cache, tmp_path / "out", server, first=10**9, monkeypatch=monkeypatch,
+                    limit=15)
+        assert done.exit_code == 0, done.output
+        sel = select(job, models=("fake",), base_url=server.url, limit=15, cache_dir=cache,
+                     data_dir=data_dir)
+    keys = [t.key for t in sel.expansion.tasks()]
+    assert len(keys) == 15
+    for part in (0, 1):
+        index = KeyIndex(cache, sel.expansion.fingerprint(), 4, part, 2, len(keys))
+        assert list(index.keys() or ["missing"]) == [
+            k for i, k in enumerate(keys) if i // 4 % 2 == part]
+
+    with Cache(tmp_path / "other") as other:  # dispatch stopped after 3 tasks
+        stream = reader_module.with_key_index(other, sel.expansion, 2, len(keys),
+                                              sel.expansion.tasks())
+        assert [t.key for t in itertools.islice(stream, 3)] == keys[:3]
+        stream.close()
+    assert list((tmp_path / "other" / "keys").iterdir()) == []

@@ -16,7 +16,7 @@ from runner.execute import backend
 from runner.execute import reader as reader_module
 from runner.execute.backend import expanded
 from runner.execute.cache import Cache
-from runner.execute.keyindex import DIGEST, KEEP, KeyIndex, part_size
+from runner.execute.keyindex import DIGEST, KEEP, KeyIndex, part_size, recorded_parts
 from runner.expand import Expansion, prepare
 from runner.job.load import load_job
 from tests.conftest import ROOT, JobWriter
@@ -163,3 +163,20 @@ def test_a_rescore_reads_the_index_and_an_edited_job_does_not(
         assert changed.isdisjoint(keys)
         assert len(answers) == len(keys) - len(changed)  # item a's tasks: no answer
         assert len(list((tmp_path / "cache" / "keys").iterdir())) == 4
+
+
+@pytest.mark.parametrize("given", [9, 10, 11])
+def test_every_part_is_stored_from_the_whole_stream_or_none(tmp_path: Path, given: int) -> None:
+    """recorded_parts (a pool's dispatch): each part's keys in its own file, the same a child
+    of that part would store; none if the stream is not exactly the `count` expected."""
+    keys = _keys(given)
+    out = list(recorded_parts(tmp_path, "f" * 64, 3, 2, 10, keys, lambda k: k))
+    assert out == keys
+    parts = [KeyIndex(tmp_path, "f" * 64, 3, part, 2, 10) for part in (0, 1)]
+    if given != 10:
+        assert [p.keys() for p in parts] == [None, None]
+        assert list((tmp_path / "keys").iterdir()) == []
+        return
+    runs = [keys[i:i + 3] for i in range(0, 10, 3)]
+    for part, index in enumerate(parts):
+        assert list(index.keys() or []) == [k for run in runs[part::2] for k in run]

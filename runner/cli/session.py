@@ -26,11 +26,12 @@ from runner.data.seen import Seen, key64
 from runner.errors import ConfigError, MissingKeyError
 from runner.execute import local
 from runner.execute.backend import CacheBackend, is_url, marked, open_cache, redact
+from runner.execute.reader import with_key_index
 from runner.execute.shard import Shard
 from runner.expand import Expansion, Task, estimate_cost, prepare
 from runner.job.load import load_job
 from runner.job.spec import Job, ModelSpec, parse_model_spec
-from runner.reduce.judgments import CachedFirst, choices
+from runner.reduce.judgments import READ_BATCH, CachedFirst, choices
 
 if TYPE_CHECKING:
     from runner.execute.stats import RunStats
@@ -247,8 +248,11 @@ async def run_pool(sel: Selection, served: Job, cache: CacheBackend, *, stop: An
                 return stats, sel
             sel = derive(sel)  # judge what the generators answered
         if after is None:
-            stats.total += sel.expansion.count() if sel.shard is None else 0
+            count = sel.expansion.count() if sel.shard is None else 0
+            stats.total += count
             tasks = sel.expansion.tasks()
+            if sel.shard is None:  # the job's keys, kept for its rescore
+                tasks = with_key_index(cache, sel.expansion, READ_BATCH, count, tasks)
         else:  # counted, and the tasks before after.rest judged, by the CachedFirst pass
             assert after.rest is not None, "a fully cached CachedFirst pass needs no pool"
             tasks = after.rest

@@ -9,9 +9,11 @@ fingerprint: an index can be missing, never stale. A parser change keeps the fin
 Each child of a forked expander (runner.execute.reader.Expander) keeps the keys of its own part
 of the tasks (its runs: Expansion.part) in `keys/<fingerprint>-<run size>-<part>of<parts>`, 32
 bytes (the sha256 digest) a key, in its order. It writes them as it renders them to a temporary
-file, renamed into place when the part is complete and has as many keys as expected. An index
-of the wrong size is ignored (and replaced). The newest KEEP indexes are kept. Every failure
-to read or write an index only means rendering: the index is never needed.
+file, renamed into place when the part is complete and has as many keys as expected. A run
+whose pool dispatched every task of a job stores the same files (`recorded_parts`), so that the
+job's first rescore finds them. An index of the wrong size is ignored (and replaced). The newest
+KEEP indexes are kept. Every failure to read or write an index only means rendering: the index
+is never needed.
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ import contextlib
 import itertools
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, TypeVar
 
-__all__ = ["DIGEST", "KEEP", "KeyIndex", "part_size"]
+__all__ = ["DIGEST", "KEEP", "KeyIndex", "part_size", "recorded_parts"]
+
+T = TypeVar("T")
 
 DIGEST = 32  # bytes of a sha256 key
 KEEP = 8  # index files kept (a part each, two a job version): the newest
@@ -93,6 +97,48 @@ class KeyIndex:
                     temp.unlink()
         if stored:
             _prune(self.path.parent)
+
+
+def recorded_parts(directory: Path, fingerprint: str, run: int, parts: int, count: int,
+                   things: Iterable[T], key: Callable[[T], str]) -> Iterator[T]:
+    """`things` (every task of a job, `count` of them, in task order) passed through, their
+    keys stored as the index of each of `parts` parts once all have gone by: what the children
+    of a forked expander would have stored (a run that called the API leaves the index its
+    first rescore reads). Nothing is stored if the caller stops early."""
+    indexes = [KeyIndex(directory, fingerprint, run, part, parts, count) for part in range(parts)]
+    temps = [ix.path.with_name(f"{ix.path.name}.{os.getpid()}.tmp") for ix in indexes]
+    outs: list[IO[bytes]] = []
+    try:
+        temps[0].parent.mkdir(exist_ok=True)
+        outs.extend(open(t, "wb") for t in temps)  # noqa: SIM115  # closed below
+    except OSError:  # a folder it cannot write to: the things, no index
+        for out in outs:
+            out.close()
+        yield from things
+        return
+    seen, stored = 0, False
+    try:
+        for thing in things:
+            outs[seen // run % parts].write(bytes.fromhex(key(thing)))
+            seen += 1
+            yield thing
+        for out in outs:
+            out.close()
+        if seen == count:
+            for temp, ix in zip(temps, indexes, strict=True):
+                os.replace(temp, ix.path)
+            stored = True
+    except OSError:  # a full disk: the rest, no index
+        pass
+    finally:
+        for out in outs:
+            out.close()
+        if not stored:
+            for temp in temps:
+                with contextlib.suppress(OSError):
+                    temp.unlink()
+    if stored:
+        _prune(temps[0].parent)
 
 
 def _read(f: IO[bytes]) -> Iterator[str]:

@@ -41,11 +41,11 @@ import orjson
 
 from runner.errors import CacheError
 from runner.execute.cache import Cache
-from runner.execute.keyindex import KeyIndex
+from runner.execute.keyindex import KeyIndex, recorded_parts
 from runner.expand import Expansion, Task
 
 __all__ = ["Answer", "Expander", "Forked", "Plain", "Reader", "answer", "answer_of", "forkable",
-           "usable"]
+           "usable", "with_key_index"]
 
 T = TypeVar("T")
 DEPTH = 4
@@ -374,7 +374,7 @@ class Expander:
 
     def __init__(self, cache: Cache, expansion: Expansion, size: int, count: int) -> None:
         self.cache, self.expansion, self.size = cache, expansion, size
-        self.chunk = max(1, CHUNK // size) * size  # whole batches
+        self.chunk = _run(size)
         self._children: list[Forked] = []
         # The children end with this object if `batches` never ran to its end or was never
         # started (a caller that failed first), not only when close() is called.
@@ -426,6 +426,27 @@ class Expander:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def with_key_index(cache: object, expansion: Expansion, size: int, count: int,
+                   tasks: Iterator[Task]) -> Iterator[Task]:
+    """`tasks` (every task of `expansion`, `count` of them, in order) passed through; once
+    they have all gone by, their keys are stored as the key index that an Expander reading
+    this job in batches of `size` finds (runner.execute.keyindex): the pool's dispatch of a
+    whole job leaves it for the job's first rescore. Only where an Expander could read it."""
+    if not isinstance(cache, Cache) or not usable(cache, count):
+        return tasks
+    return recorded_parts(cache.directory, expansion.fingerprint(), _run(size), PARTS, count,
+                          tasks, _task_key)
+
+
+def _task_key(task: Task) -> str:
+    return task.key
+
+
+def _run(size: int) -> int:
+    """The tasks in a run of an Expander's child: CHUNK, in whole batches of `size`."""
+    return max(1, CHUNK // size) * size
 
 
 def _stop_all(children: list[Forked]) -> None:
