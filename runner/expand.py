@@ -188,9 +188,11 @@ class Expansion:
                     if f.name not in _PARSER_FIELDS] for p in self.job.prompts]
         digest.update(repr((prompts, self.job.models, self.job.generate)).encode())
         for name, items in self.items.items():
-            digest.update(orjson.dumps(
-                [name, [(it.item_id, it.group, it.subset, it.fields) for it in items]],
-                default=dict))  # a fields mapping that is not a dict
+            digest.update(orjson.dumps(name))
+            stream = iter(items)  # a thousand at a time: never a copy of a large data set
+            while chunk := [(it.item_id, it.group, it.subset, it.fields)
+                            for it in islice(stream, 1000)]:
+                digest.update(orjson.dumps(chunk, default=dict))  # fields not a dict: as one
         return digest.hexdigest()
 
     def skeleton(self, keys: Iterator[str] | None = None) -> Iterator[Task]:
