@@ -108,21 +108,25 @@ def _rows(path: Path) -> list[list[str | float]]:
 @pytest.mark.slow
 def test_judge_writes_the_same_reliability_forked_or_not(
         server: ThreadedServer, tmp_path: Path, data_dir: Path) -> None:
-    """The real `judge` forks reliability.csv's rows (one thread: OPENBLAS_NUM_THREADS=1); with
-    BLAS threads it cannot, and computes them in place. Same rows either way."""
+    """The real `judge` forks scores.csv and reliability.csv's rows (one thread:
+    OPENBLAS_NUM_THREADS=1); with BLAS threads it cannot, and makes them in place. Same rows,
+    and the same scores.csv bytes, either way."""
     job = ROOT / "jobs" / "summeval.toml"  # annotators: agreement and length rows
     where = ["--limit", "40", "--base-url", server.url, "--model", "fake", "--cache-dir",
              tmp_path / "cache"]
     ran = run_judge("run", job, *where, "--out", tmp_path / "ran", env=clean_env(data_dir),
                     cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr
-    made = {}
+    made, scores = {}, {}
     for threads in ("1", "2"):
         out = tmp_path / f"threads{threads}"
         done = run_judge("rescore", job, *where, "--out", out, cwd=tmp_path,
                          env=clean_env(data_dir, OPENBLAS_NUM_THREADS=threads))
         assert done.returncode == 0, done.stderr
         made[threads] = _rows(out / "reliability.csv")
+        scores[threads] = (out / "scores.csv").read_bytes()
+    assert scores["1"] == scores["2"] and scores["1"].count(b"\n") == 1 + 40 * 4
+    assert not list(tmp_path.glob("threads*/.*.tmp"))
     assert len(made["1"]) > 20
     assert len(made["1"]) == len(made["2"])
     for forked, in_place in zip(made["1"], made["2"], strict=True):
@@ -144,3 +148,27 @@ def test_no_fork_without_memory_for_a_copy_of_the_process() -> None:
                           cwd=ROOT, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "False"]
+
+
+def test_scores_written_aside_overwrite_what_a_dead_child_left(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A child that died part-way through scores.csv leaves part of it in the file: the work
+    done again in place (runner.report.write._set_aside) writes the file from its start."""
+    import io
+
+    from runner.report import write
+    from tests.test_report import _judgment
+
+    tables = write.Tables()
+    for i in range(3):
+        j = _judgment(i, float(i), 2.0)
+        key = (j.task.dataset, j.item.item_id, j.task.prompt, j.task.aspect, j.task.model)
+        tables.cells[key] = write._Cell(j.item, score=float(i))
+    whole = io.BytesIO()
+    write._scores_csv(tables, whole)
+    monkeypatch.setattr(write, "reliability_rows", lambda *_: [{"rows": "computed"}])
+    with open(tmp_path / "scores.csv", "wb") as f:
+        f.write(b"dataset,item_id,group,a half-written row from a child that died" * 20)
+        rows = write._set_aside(None, tables, None, f)  # type: ignore[arg-type]
+    assert (tmp_path / "scores.csv").read_bytes() == whole.getvalue()
+    assert rows == [{"rows": "computed"}]
