@@ -180,3 +180,29 @@ def test_every_part_is_stored_from_the_whole_stream_or_none(tmp_path: Path, give
     runs = [keys[i:i + 3] for i in range(0, 10, 3)]
     for part, index in enumerate(parts):
         assert list(index.keys() or []) == [k for run in runs[part::2] for k in run]
+
+
+def test_a_disk_that_fails_mid_way_passes_every_key_through(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write that fails (a full disk) ends the index, not the stream: the pool still
+    dispatches every task, and no index or temporary file is left."""
+    from runner.execute import keyindex
+
+    class Full:
+        def __init__(self, path: Path, mode: str) -> None:
+            self.f, self.writes = open(path, mode), 0  # noqa: SIM115
+
+        def write(self, data: bytes) -> int:
+            self.writes += 1
+            if self.writes > 2:
+                raise OSError(28, "No space left on device")
+            return self.f.write(data)
+
+        def close(self) -> None:
+            self.f.close()
+
+    monkeypatch.setattr(keyindex, "open", Full, raising=False)
+    assert list(recorded_parts(tmp_path, "f" * 64, 3, 2, 10, _keys(10), lambda k: k)) == _keys(10)
+    index = KeyIndex(tmp_path, "f" * 64, 4, 0, 1, 6)
+    assert list(index.recorded(iter(_keys(6)))) == _keys(6)
+    assert list((tmp_path / "keys").iterdir()) == []

@@ -71,32 +71,7 @@ class KeyIndex:
     def recorded(self, keys: Iterable[str]) -> Iterator[str]:
         """`keys` passed through, stored as this part's index once all have gone by (if
         there are as many as expected); nothing is stored if the caller stops early."""
-        temp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
-        try:
-            temp.parent.mkdir(exist_ok=True)
-            out = open(temp, "wb")  # noqa: SIM115  # closed below, whatever happens
-        except OSError:  # a folder it cannot write to: the keys, no index
-            yield from keys
-            return
-        written, stored = 0, False
-        try:
-            for key in keys:
-                out.write(bytes.fromhex(key))
-                written += 1
-                yield key
-            out.close()
-            if written == self.expected:
-                os.replace(temp, self.path)
-                stored = True
-        except OSError:  # a full disk: the rest of the keys, no index
-            pass
-        finally:
-            out.close()
-            if not stored:
-                with contextlib.suppress(OSError):
-                    temp.unlink()
-        if stored:
-            _prune(self.path.parent)
+        return _recorded([self.path], self.expected, keys, str, lambda _: 0)
 
 
 def recorded_parts(directory: Path, fingerprint: str, run: int, parts: int, count: int,
@@ -105,40 +80,52 @@ def recorded_parts(directory: Path, fingerprint: str, run: int, parts: int, coun
     keys stored as the index of each of `parts` parts once all have gone by: what the children
     of a forked expander would have stored (a run that called the API leaves the index its
     first rescore reads). Nothing is stored if the caller stops early."""
-    indexes = [KeyIndex(directory, fingerprint, run, part, parts, count) for part in range(parts)]
-    temps = [ix.path.with_name(f"{ix.path.name}.{os.getpid()}.tmp") for ix in indexes]
+    paths = [KeyIndex(directory, fingerprint, run, part, parts, count).path
+             for part in range(parts)]
+    return _recorded(paths, count, things, key, lambda i: i // run % parts)
+
+
+def _recorded(paths: list[Path], expected: int, things: Iterable[T], key: Callable[[T], str],
+              route: Callable[[int], int]) -> Iterator[T]:
+    """`things` passed through, the key of the i-th written to a temporary file beside
+    paths[route(i)]; each put in place once all `expected` have gone by. A folder it cannot
+    write to, or a full disk, only means no index: every thing still goes by."""
+    temps = [p.with_name(f"{p.name}.{os.getpid()}.tmp") for p in paths]
     outs: list[IO[bytes]] = []
+    stored = False
     try:
-        temps[0].parent.mkdir(exist_ok=True)
-        outs.extend(open(t, "wb") for t in temps)  # noqa: SIM115  # closed below
-    except OSError:  # a folder it cannot write to: the things, no index
-        for out in outs:
-            out.close()
-        yield from things
-        return
-    seen, stored = 0, False
-    try:
+        try:
+            paths[0].parent.mkdir(exist_ok=True)
+            outs.extend(open(t, "wb") for t in temps)  # noqa: SIM115  # closed below
+            recording = True
+        except OSError:
+            recording = False
+        seen = 0
         for thing in things:
-            outs[seen // run % parts].write(bytes.fromhex(key(thing)))
+            if recording:
+                try:
+                    outs[route(seen)].write(bytes.fromhex(key(thing)))
+                except OSError:
+                    recording = False
             seen += 1
             yield thing
-        for out in outs:
-            out.close()
-        if seen == count:
-            for temp, ix in zip(temps, indexes, strict=True):
-                os.replace(temp, ix.path)
-            stored = True
-    except OSError:  # a full disk: the rest, no index
-        pass
+        if recording and seen == expected:
+            with contextlib.suppress(OSError):
+                for out in outs:
+                    out.close()
+                for temp, path in zip(temps, paths, strict=True):
+                    os.replace(temp, path)
+                stored = True
     finally:
         for out in outs:
-            out.close()
+            with contextlib.suppress(OSError):
+                out.close()
         if not stored:
             for temp in temps:
                 with contextlib.suppress(OSError):
                     temp.unlink()
     if stored:
-        _prune(temps[0].parent)
+        _prune(paths[0].parent)
 
 
 def _read(f: IO[bytes]) -> Iterator[str]:
