@@ -56,6 +56,20 @@ _LENGTH = 4
 ANSWERS, HAS = b"a", b"h"  # the kinds of request
 
 
+def _framed(data: bytes) -> bytes:
+    """`data` as sent through a pipe here: its 4-byte big-endian length first."""
+    return len(data).to_bytes(_LENGTH, "big") + data
+
+
+def _unframed(pipe: IO[bytes]) -> bytes | None:
+    """The next framed message from `pipe`; None at its end, or if it was cut short (the
+    writer stopped writing it)."""
+    if len(head := pipe.read(_LENGTH)) != _LENGTH:
+        return None
+    size = int.from_bytes(head, "big")
+    return data if len(data := pipe.read(size)) == size else None
+
+
 Plain = list[Any]
 """A plain answer: [text, finish_reason, usage as JSON text or None, source]."""
 Answer = Plain | dict[str, Any]
@@ -191,7 +205,7 @@ class Reader:
         stdin = self._child.stdin
         assert stdin is not None
         try:
-            stdin.write(len(data).to_bytes(_LENGTH, "big") + data)
+            stdin.write(_framed(data))
             stdin.flush()
         except OSError:  # the child is gone (BrokenPipeError)
             raise self._failed() from None
@@ -199,10 +213,7 @@ class Reader:
     def _receive(self) -> bytes:
         stdout = self._child.stdout
         assert stdout is not None
-        head = stdout.read(_LENGTH)
-        size = int.from_bytes(head, "big")
-        body = stdout.read(size) if len(head) == _LENGTH else b""
-        if len(head) < _LENGTH or len(body) < size:  # EOF: the child has stopped
+        if (body := _unframed(stdout)) is None:  # EOF: the child has stopped
             raise self._failed()
         return body
 
@@ -256,8 +267,8 @@ def serve(cache: Cache, requests: IO[bytes], replies: IO[bytes]) -> None:
 
     def take() -> None:
         try:
-            while len(head := requests.read(_LENGTH)) == _LENGTH:
-                asked.put(requests.read(int.from_bytes(head, "big")))
+            while (request := _unframed(requests)) is not None:
+                asked.put(request)
         finally:
             asked.put(None)
 
@@ -268,11 +279,15 @@ def serve(cache: Cache, requests: IO[bytes], replies: IO[bytes]) -> None:
             found = cache.has_many(keys)
             body = bytes(k in found for k in keys)
         else:
-            records = cache.get_many_raw(keys)
-            body = orjson.dumps([answer_of(r) if (r := records.get(k)) is not None else None
-                                 for k in keys])
-        replies.write(len(body).to_bytes(_LENGTH, "big") + body)
+            body = orjson.dumps(_answers(cache, keys))
+        replies.write(_framed(body))
         replies.flush()
+
+
+def _answers(cache: Cache, keys: Sequence[str]) -> list[Answer | None]:
+    """What judging reads of each key's record (`answer_of`), None where none is stored."""
+    records = cache.get_many_raw(keys)
+    return [answer_of(r) if (r := records.get(k)) is not None else None for k in keys]
 
 
 def main(argv: Sequence[str]) -> NoReturn:
@@ -465,10 +480,10 @@ PIPE_SIZE = 1 << 20  # Linux's default /proc/sys/fs/pipe-max-size
 def _message(pipe: IO[bytes]) -> tuple[list[str], list[Answer | None]] | None:
     """A batch's [keys, answers] from an Expander's child; None at the end of its pipe, or if
     it was cut short (the child died writing it)."""
-    if len(head := pipe.read(_LENGTH)) != _LENGTH:
+    if (body := _unframed(pipe)) is None:
         return None
     try:
-        keys, answers = orjson.loads(pipe.read(int.from_bytes(head, "big")))
+        keys, answers = orjson.loads(body)
     except orjson.JSONDecodeError:
         return None
     return keys, answers
@@ -488,10 +503,7 @@ def _expand_and_read(out: IO[bytes], *, directory: Path, expansion: Expansion, s
         if stream is None:
             stream = index.recorded(t.key for t in expansion.part(chunk, part, PARTS))
         while keys := list(itertools.islice(stream, size)):
-            records = cache.get_many_raw(keys)
-            body = orjson.dumps([keys, [answer_of(r) if (r := records.get(k)) is not None
-                                        else None for k in keys]])
-            out.write(len(body).to_bytes(_LENGTH, "big") + body)
+            out.write(_framed(orjson.dumps([keys, _answers(cache, keys)])))
             out.flush()
 
 
