@@ -28,7 +28,7 @@ from runner.errors import ConfigError
 from runner.job.spec import PLACEHOLDER, GenerateSpec, Job, ModelSpec, PromptSpec, placeholders
 from runner.parse import metrics
 
-__all__ = ["Expansion", "Task", "cache_key", "estimate_cost", "prepare", "render"]
+__all__ = ["Expansion", "Task", "cache_key", "estimate_cost", "prepare", "render", "task_key"]
 
 # Rough prompt-token estimate (no tokenizer download needed offline); the limiter reconciles
 # every reservation with the response's `usage`, so an estimate only shifts timing a little.
@@ -89,6 +89,11 @@ class Task(NamedTuple):
         dataclasses.replace; positional arguments, in field order, cost half of keywords)."""
         return Task(self.key, self.dataset, self.item_id, self.prompt, self.aspect, self.model,
                     self.sample, b"", self.prompt_tokens, self.max_tokens, self.members)
+
+
+def task_key(task: Task) -> str:
+    """A task's cache key: the key function of the cache lookups and reads over tasks."""
+    return task.key
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,6 @@ import dataclasses
 import gc
 import hashlib
 import io
-import operator
 import os
 import signal
 import sys
@@ -54,6 +53,7 @@ from runner.errors import ConfigError, DataError, RunnerError
 from runner.execute.backend import CacheBackend, is_url, marked, open_cache, redact
 from runner.execute.imports import import_answers
 from runner.execute.shard import Shard, split_limits
+from runner.expand import task_key
 from runner.job.spec import Job
 from runner.reduce.judgments import CachedFirst, Judgment, judge
 
@@ -486,7 +486,7 @@ def status(job: str, models: tuple[str, ...], base_url: str | None, limit: int |
     sel = _select(job, models, base_url, limit, cache_dir, out, stream=True)
     with open_selected(sel) as cache:
         total = cached = 0
-        for _, hit in marked(cache, all_tasks(sel.expansion), operator.attrgetter("key")):
+        for _, hit in marked(cache, all_tasks(sel.expansion), task_key):
             total += 1
             cached += hit
     click.echo(f"job {sel.job.name}: {cached}/{total} tasks cached, {total - cached} to call")

@@ -12,7 +12,6 @@ import contextlib
 import hashlib
 import importlib.metadata
 import itertools
-import operator
 import sys
 import time
 from array import array
@@ -28,7 +27,7 @@ from runner.execute import local
 from runner.execute.backend import CacheBackend, is_url, marked, open_cache, redact
 from runner.execute.reader import with_key_index
 from runner.execute.shard import Shard
-from runner.expand import Expansion, Task, estimate_cost, prepare
+from runner.expand import Expansion, Task, estimate_cost, prepare, task_key
 from runner.job.load import load_job
 from runner.job.spec import Job, ModelSpec, parse_model_spec
 from runner.reduce.judgments import READ_BATCH, CachedFirst, choices
@@ -380,7 +379,7 @@ def estimate(sel: Selection) -> list[ModelPlan]:
     # probability <= n^2 / 2^65 (2.7e-6 at 10M) and would only move one task's count.
     seen = Seen()
     with open_selected(sel) as cache:
-        for task, cached in marked(cache, all_tasks(sel.expansion), operator.attrgetter("key")):
+        for task, cached in marked(cache, all_tasks(sel.expansion), task_key):
             plan = plans[task.model]
             plan.tasks += 1
             if not seen.add(key64(task.key)):

@@ -16,7 +16,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from runner.execute.cache import Cache
 from runner.execute.reader import Answer, Expander, Reader, forkable, usable
-from runner.expand import Expansion, Task
+from runner.expand import Expansion, Task, task_key
 
 __all__ = ["CacheBackend", "answers", "expanded", "is_url", "marked", "open_cache", "redact"]
 
@@ -115,11 +115,7 @@ def expanded(cache: CacheBackend, expansion: Expansion, size: int, count: int
     (see `answers`)."""
     if isinstance(cache, Cache) and usable(cache, count) and forkable():
         return Expander(cache, expansion, size, count).batches()
-    return answers(cache, expansion.tasks(), _task_key, size, count)
-
-
-def _task_key(task: Task) -> str:
-    return task.key
+    return answers(cache, expansion.tasks(), task_key, size, count)
 
 
 def _batches(things: Iterable[T], size: int) -> Iterator[list[T]]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import array
 import asyncio
-import operator
 import random
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -31,7 +30,7 @@ from runner.execute.client import Response, send
 from runner.execute.fleet import Fleet, Replica, fleet_for
 from runner.execute.limiter import Limiter
 from runner.execute.stats import RunStats
-from runner.expand import Task, estimate_cost
+from runner.expand import Task, estimate_cost, task_key
 from runner.job.spec import Limits, ModelSpec
 
 __all__ = ["Endpoint", "RunStats", "backoff", "execute"]
@@ -276,7 +275,7 @@ def _to_call(tasks: Iterable[Task], pool: _Pool, *, offline: bool, budget: float
     a 64-bit hash of every key, appended to `hashes` (RunStats.settle_repeats)."""
     stats, uncached = pool.stats, set()
     repeats_of_uncached = 0
-    for task, cached in marked(pool.cache, tasks, operator.attrgetter("key")):
+    for task, cached in marked(pool.cache, tasks, task_key):
         hashes.append(hash(task.key))
         if cached:
             stats.cache_hits += 1

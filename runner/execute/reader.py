@@ -42,7 +42,7 @@ import orjson
 from runner.errors import CacheError
 from runner.execute.cache import Cache
 from runner.execute.keyindex import KeyIndex, recorded_parts
-from runner.expand import Expansion, Task
+from runner.expand import Expansion, Task, task_key
 
 __all__ = ["Answer", "Expander", "Forked", "Plain", "Reader", "answer", "answer_of", "forkable",
            "usable", "with_key_index"]
@@ -452,11 +452,7 @@ def with_key_index(cache: object, expansion: Expansion, size: int, count: int,
     if not isinstance(cache, Cache) or not usable(cache, count):
         return tasks
     return recorded_parts(cache.directory, expansion.fingerprint(), _run(size), PARTS, count,
-                          tasks, _task_key)
-
-
-def _task_key(task: Task) -> str:
-    return task.key
+                          tasks, task_key)
 
 
 def _run(size: int) -> int:

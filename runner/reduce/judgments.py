@@ -8,7 +8,6 @@ never a score; a task with no cached answer is an `api` failure.
 from __future__ import annotations
 
 import array
-import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -19,7 +18,7 @@ from runner.data.datasets import Item
 from runner.execute.backend import CacheBackend, answers, expanded
 from runner.execute.reader import Answer
 from runner.execute.stats import RunStats
-from runner.expand import Expansion, Task
+from runner.expand import Expansion, Task, task_key
 from runner.job.spec import PromptSpec
 from runner.parse.parsers import (
     Choice,
@@ -36,7 +35,6 @@ __all__ = ["CachedFirst", "Judgment", "aspect_key", "choices", "judge"]
 READ_BATCH = 128  # answers read from the cache in one query
 MEMO_TEXT = 256  # answers up to this long are parsed once per distinct text
 MEMO_SIZE = 200_000
-_KEY = operator.attrgetter("key")
 ParseFunc = Callable[[Choice, Mapping[str, Any]], "Scores | Failure"]
 NOT_CACHED = ("no cached answer: the task was not run yet, failed, or was left out by "
               "--offline/--budget/Ctrl-C; `judge run` calls it")
@@ -98,7 +96,7 @@ def judge(expansion: Expansion, cache: CacheBackend, *, failures: Mapping[str, s
     if count is None:
         count = len(tasks) if isinstance(tasks, Sized) else expansion.count()
     reads = (expanded(cache, expansion, READ_BATCH, count) if tasks is None
-             else answers(cache, tasks, _KEY, READ_BATCH, count))
+             else answers(cache, tasks, task_key, READ_BATCH, count))
     return _judged(context, reads, expansion.item)
 
 
