@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from runner.cli import main as cli_main
-from runner.cli.session import select
+from runner.cli.session import Selection, select
 from runner.execute import backend
 from runner.execute import reader as reader_module
 from runner.execute.cache import Cache
@@ -42,6 +42,24 @@ def _run(job: Path, cache: Path, out: Path, server: ThreadedServer, *, first: in
     return CliRunner().invoke(cli_main.cli, [
         "run", str(job), "--limit", str(limit), "--base-url", server.url, "--model", "fake",
         "--cache-dir", str(cache), "--out", str(out), "--yes"], catch_exceptions=False)
+
+
+def _isolated(monkeypatch: pytest.MonkeyPatch, data_dir: Path) -> None:
+    """The data sets read from `data_dir`; no API key, base URL or cache folder from the shell."""
+    monkeypatch.setenv("JUDGE_DATA_DIR", str(data_dir))
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "JUDGE_CACHE_DIR"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def _called(job: Path, cache: Path, out: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch,
+            *, limit: int) -> Selection:
+    """A pool-first run of the first `limit` items of `job` against the fake server, which
+    answers every task; the selection of the same items, with the same endpoint."""
+    with ThreadedServer() as server:
+        done = _run(job, cache, out, server, first=10**9, monkeypatch=monkeypatch, limit=limit)
+        assert done.exit_code == 0, done.output
+        return select(job, models=("fake",), base_url=server.url, limit=limit,
+                      cache_dir=cache, data_dir=data_dir)
 
 
 def _outputs(out: Path) -> dict[str, Any]:
@@ -72,9 +90,7 @@ def test_cached_first_writes_what_the_pool_first_run_writes(
     if reader:
         monkeypatch.setattr(reader_module, "MIN_TASKS", 1)
         monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
-    monkeypatch.setenv("JUDGE_DATA_DIR", str(data_dir))
-    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "JUDGE_CACHE_DIR"):
-        monkeypatch.delenv(name, raising=False)
+    _isolated(monkeypatch, data_dir)
     job = write_job(tmp_path / "job", text)
     warm = tmp_path / "warm"
     with ThreadedServer() as server:
@@ -177,20 +193,13 @@ def test_an_expander_whose_child_dies_is_finished_in_place(
     """One of a forked expander's children killed after the first batch (out of memory, say):
     the batches go on, expanded and read here, every task once and in order, with its
     answer."""
-    monkeypatch.setenv("JUDGE_DATA_DIR", str(data_dir))
-    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "JUDGE_CACHE_DIR"):
-        monkeypatch.delenv(name, raising=False)
+    _isolated(monkeypatch, data_dir)
     job, cache = write_job(tmp_path / "job", REPEATED), tmp_path / "cache"
     # 800 tasks in runs of 30: their replies (~200 KB) outgrow the pipes (64 KiB), so the
     # children cannot have sent them all before one is killed, and the rest must be read here
     monkeypatch.setattr(reader_module, "CHUNK", 30)
     monkeypatch.setattr(reader_module, "PIPE_SIZE", 0)
-    with ThreadedServer() as server:
-        done = _run(job, cache, tmp_path / "out", server, first=10**9, monkeypatch=monkeypatch,
-                    limit=400)
-        assert done.exit_code == 0, done.output
-        sel = select(job, models=("fake",), base_url=server.url, limit=400, cache_dir=cache,
-                     data_dir=data_dir)
+    sel = _called(job, cache, tmp_path / "out", data_dir, monkeypatch, limit=400)
     expected = list(sel.expansion.tasks())
     with Cache(cache) as c, Expander(c, sel.expansion, 3, len(expected)) as expander:
         stream = expander.batches()
@@ -263,16 +272,9 @@ def test_a_run_through_the_pool_leaves_the_key_index_for_the_rescore(
     monkeypatch.setattr(reader_module, "CHUNK", 4)
     monkeypatch.setattr(session, "READ_BATCH", 2)
     monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
-    monkeypatch.setenv("JUDGE_DATA_DIR", str(data_dir))
-    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "JUDGE_CACHE_DIR"):
-        monkeypatch.delenv(name, raising=False)
+    _isolated(monkeypatch, data_dir)
     job, cache = write_job(tmp_path / "job", JOB), tmp_path / "cache"
-    with ThreadedServer() as server:
-        done = _run(job, cache, tmp_path / "out", server, first=10**9, monkeypatch=monkeypatch,
-                    limit=15)
-        assert done.exit_code == 0, done.output
-        sel = select(job, models=("fake",), base_url=server.url, limit=15, cache_dir=cache,
-                     data_dir=data_dir)
+    sel = _called(job, cache, tmp_path / "out", data_dir, monkeypatch, limit=15)
     keys = [t.key for t in sel.expansion.tasks()]
     assert len(keys) == 15
     for part in (0, 1):
