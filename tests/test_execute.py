@@ -6,6 +6,7 @@ and fast retries (the backoff constants are patched down, Retry-After is a few m
 
 from __future__ import annotations
 
+import array
 import asyncio
 import json
 import re
@@ -19,6 +20,7 @@ import pytest
 
 from runner.errors import CacheError
 from runner.execute import pool as execute_module
+from runner.execute import stats as stats_module
 from runner.execute.cache import Cache
 from runner.execute.pool import Endpoint, RunStats, backoff, execute
 from runner.expand import Task, estimate_cost, prepare
@@ -170,6 +172,16 @@ async def test_duplicate_keys_are_called_once(study: Callable[..., Study],
         await s.run(half, tasks=list(first.values())[:5])
         mixed = await s.run(half)
         assert (mixed.cache_hits, mixed.api_calls, mixed.duplicates) == (5, 5, 10)
+
+
+@pytest.mark.parametrize("limit", [0, 10**9])  # numpy's count, then the set's
+def test_settle_repeats_counts_each_key_once_whichever_way_it_counts(
+        monkeypatch: pytest.MonkeyPatch, limit: int) -> None:
+    monkeypatch.setattr(stats_module, "SET_LIMIT", limit)
+    hashes = array.array("q", [hash(f"k{i % 700}") for i in range(1000)] + [-1, 2**62])
+    stats = RunStats(cache_hits=1002)
+    stats.settle_repeats(hashes, repeats_of_uncached=50)
+    assert (stats.cache_hits, stats.duplicates) == (1002 - 250, 250)
 
 
 async def test_concurrency_limit_holds(study: Callable[..., Study], server: ThreadedServer,
