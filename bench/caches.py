@@ -45,6 +45,12 @@ class MemoryCache(Cache):
             stored += 1
         return stored
 
+    def append(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
+        return self.put_many(items)
+
+    def fold(self) -> None:
+        pass
+
     def close(self) -> None:
         self._records.clear()
 

@@ -327,7 +327,7 @@ async def test_budget_stops_dispatch_before_the_estimate(
 
 
 class _Recording(Cache):
-    """A real diskcache that records each put_many call (one per event-loop turn) and can be
+    """A real diskcache that records each append call (one per event-loop turn) and can be
     told to refuse every write from the `fail_from`-th call on."""
 
     def __init__(self, directory: Path, fail_from: int | None = None) -> None:
@@ -335,18 +335,18 @@ class _Recording(Cache):
         self.batches: list[list[str]] = []
         self.fail_from = fail_from
 
-    def put_many(self, items: Iterable[tuple[str, Any]]) -> int:
+    def append(self, items: Iterable[tuple[str, Any]]) -> int:
         items = list(items)
         self.batches.append([key for key, _ in items])
         if self.fail_from is not None and len(self.batches) >= self.fail_from:
             raise CacheError(f"{self.directory}: could not store {len(items)} answers (disk full)")
-        return super().put_many(items)
+        return super().append(items)
 
 
-async def test_answers_count_only_once_committed_in_one_transaction_per_turn(
+async def test_answers_count_only_once_stored_in_one_append_per_turn(
         study: Callable[..., Study], server: ThreadedServer, tmp_path: Path) -> None:
     """Group commit: every progress report sees only answers already in the cache, and answers
-    arriving together share a transaction."""
+    arriving together share one append (one journal write); at the end all are in SQLite."""
     s = study(64)
     server.state.script.latency_s = 0.05
     cache = _Recording(tmp_path / "cache")
@@ -360,6 +360,15 @@ async def test_answers_count_only_once_committed_in_one_transaction_per_turn(
     assert stats.api_calls == 64 and unstored and max(unstored) == 0
     assert sorted(k for batch in cache.batches for k in batch) == sorted(s.keys)
     assert len(cache.batches) < 64  # 16 answers arrive together every 50 ms
+
+
+async def test_every_answer_is_in_sqlite_for_other_readers_when_execute_returns(
+        study: Callable[..., Study], server: ThreadedServer, tmp_path: Path) -> None:
+    s = study(20)
+    with Cache(tmp_path / "cache") as cache:
+        stats = await s.run(cache)
+        with Cache(tmp_path / "cache") as other:  # a reader process of the next stage
+            assert stats.api_calls == 20 and other.has_many(s.keys) == set(s.keys)
 
 
 async def test_a_refused_commit_stops_the_run_and_counts_nothing_it_held(

@@ -53,6 +53,18 @@ class CacheBackend(Protocol):
         CacheError if the store refuses a chunk."""
         ...
 
+    def append(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
+        """Store answers as they arrive (the pool's way): put_many's semantics, durable when
+        it returns, visible to this object's reads at once and to other processes after
+        `fold` (a diskcache folder journals them first: runner/execute/journal.py). Raises
+        CacheError if the store refuses them."""
+        ...
+
+    def fold(self) -> None:
+        """Make every appended answer visible to other processes now (a reader process, the
+        next stage); raises CacheError if the store refuses them."""
+        ...
+
     def keys(self) -> Iterator[str]: ...
 
     def stats(self) -> dict[str, int]:

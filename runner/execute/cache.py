@@ -3,7 +3,9 @@
 A plain `diskcache.Cache` with eviction off and a size limit nobody reaches: a research cache must
 never drop a paid answer (the default 1 GiB limit silently culls past ~700k entries, LRU turns
 every read into a write, and FanoutCache drops writes under contention). Reads and writes are
-direct calls on the event loop thread: a hit costs ~14 us, far less than a thread hop.
+direct calls on the event loop thread: a hit costs ~14 us, far less than a thread hop. The
+pool's answers go through `append`: a journal file first (runner/execute/journal.py), SQLite in
+large transactions afterwards.
 
 A record: {"request": body, "endpoint": str, "response": chat-completions JSON,
 "usage": {...}, "latency_s": float, "time": unix seconds, "source": "api" | "import:<file>"}.
@@ -24,10 +26,13 @@ import orjson
 from diskcache.core import MODE_RAW
 
 from runner.errors import CacheError
+from runner.execute.journal import Journal, Row, recover
 
 __all__ = ["Cache", "answer_record"]
 
 NEVER = 2**62  # size limit no cache reaches: eviction stays off
+FOLD_ROWS = 4096  # appended answers that go into SQLite together (see Cache.append)
+FOLD_S = 1.0  # or the age of the oldest of them that makes the next append fold
 
 
 def answer_record(*, body: bytes, endpoint: str, response: Mapping[str, Any],
@@ -80,6 +85,10 @@ class Cache:
         except OSError as exc:
             raise CacheError(f"{directory}: cannot open the cache ({exc}); check the path and "
                              "its permissions or pass --cache-dir") from None
+        self._journal: Journal | None = None
+        self._pending: list[Row] = []  # appended, in the journal, not yet in SQLite
+        self._since = 0.0  # when the oldest of them was appended
+        recover(directory, self._put_raw)  # answers of a run that was killed
 
     def map_reads(self, size: int = 1 << 31) -> None:
         """Let SQLite memory-map up to `size` bytes of the folder's database for this connection
@@ -89,16 +98,19 @@ class Cache:
         self._disk._sql(f"PRAGMA mmap_size = {int(size)}").fetchall()
 
     def __contains__(self, key: str) -> bool:
+        self._settle()
         return key in self._disk
 
     def get(self, key: str) -> dict[str, Any] | None:
         """The record stored under `key`, or None."""
+        self._settle()
         raw = self._disk.get(key)
         return None if raw is None else orjson.loads(raw)
 
     def has_many(self, keys: Sequence[str]) -> set[str]:
         """The keys among `keys` that are stored: one query per CHUNK keys, where `in` would
         make one each (a 100k-task rerun asks 100k times)."""
+        self._settle()
         found: set[str] = set()
         for chunk in _chunks(keys):
             rows = self._disk._sql(  # diskcache's own connection; str keys are stored raw
@@ -112,6 +124,7 @@ class Cache:
 
     def get_many_raw(self, keys: Sequence[str]) -> dict[str, bytes]:
         """get_many's records as the bytes stored (orjson), not decoded."""
+        self._settle()
         out: dict[str, bytes] = {}
         for chunk in _chunks(keys):
             rows = self._disk._sql(
@@ -126,6 +139,7 @@ class Cache:
 
     def put(self, key: str, record: Mapping[str, Any]) -> None:
         """Store a record; raises CacheError if the disk refuses it."""
+        self._settle()
         if not self._disk.set(key, orjson.dumps(record)):
             raise CacheError(f"{self.directory}: could not store {key}; check free disk space")
 
@@ -141,8 +155,45 @@ class Cache:
         and diskcache's own set (a SELECT, an INSERT or UPDATE and Python around them per record)
         cost a third more. Large records, and keys whose old record is a file that must be
         removed, go through diskcache's set."""
-        stream, stored = iter(items), 0
-        while chunk := [(k, orjson.dumps(r)) for k, r in itertools.islice(stream, CHUNK)]:
+        self._settle()  # an earlier append of a key must not land after this record of it
+        return self._put_raw((key, orjson.dumps(record)) for key, record in items)
+
+    def append(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
+        """Store answers as they arrive (the pool, once an event-loop turn): put_many's
+        semantics, but durable against a kill -9 as soon as they are in the journal
+        (runner/execute/journal.py, one write). They move into SQLite in one go when an append
+        finds FOLD_ROWS pending or the oldest FOLD_S old, before any read or write of this
+        object, on `fold`, and on close; other processes see them from then on. Raises
+        CacheError if the journal or the fold is refused (the answers of a refused fold are
+        in the journal, and the next open of the folder stores them)."""
+        rows = [(key, orjson.dumps(record)) for key, record in items]
+        if self._journal is None:
+            self._journal = Journal(self.directory)
+        self._journal.append(rows)
+        if not self._pending:
+            self._since = time.monotonic()
+        self._pending += rows
+        if len(self._pending) >= FOLD_ROWS or time.monotonic() - self._since >= FOLD_S:
+            self.fold()
+        return len(rows)
+
+    def fold(self) -> None:
+        """Move the appended answers into SQLite now (before other processes read them).
+        Raises CacheError if SQLite refuses them; they stay in the journal."""
+        if not self._pending or self._journal is None or not self._journal.mine:
+            return
+        self._put_raw(self._pending)
+        self._pending = []
+        self._journal.clear()
+
+    def _settle(self) -> None:
+        if self._pending:
+            self.fold()
+
+    def _put_raw(self, rows: Iterable[Row]) -> int:
+        """put_many of records already serialised."""
+        stream, stored = iter(rows), 0
+        while chunk := list(itertools.islice(stream, CHUNK)):
             try:
                 with self._disk.transact():
                     self._put_chunk(chunk)
@@ -169,13 +220,24 @@ class Cache:
                     self._disk.set(key, raw)
 
     def keys(self) -> Iterator[str]:
+        self._settle()
         return iter(self._disk)
 
     def stats(self) -> dict[str, int]:
         """Entries and bytes on disk."""
+        self._settle()
         return {"entries": len(self._disk), "bytes": int(self._disk.volume())}
 
     def close(self) -> None:
+        """Fold what is pending, and close. If SQLite refuses it, the journal is kept and the
+        next open of the folder folds it."""
+        if self._journal is not None:
+            try:
+                self.fold()
+            except CacheError:
+                pass
+            self._journal.close(remove=not self._pending)
+            self._journal = None
         self._disk.close()
 
     def __enter__(self) -> Cache:

@@ -182,6 +182,13 @@ class PgCache:
             given += len(chunk)
         return given
 
+    def append(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
+        """put_many: each statement is committed when it returns (the server is the journal)."""
+        return self.put_many(items)
+
+    def fold(self) -> None:
+        """Nothing waits: `append` commits at once."""
+
     def _insert_many(self, columns: tuple[list[str], list[bytes], list[str]]) -> None:
         # unnest keeps the given order, so ON CONFLICT DO NOTHING keeps the first of two
         # records of one key within a chunk too.

@@ -3,10 +3,11 @@
 N workers pull from one stream of the tasks to call (cache hits and duplicate keys skipped,
 looked up in batches). A response is handed to the store the moment it arrives, with no
 `await` in between (group commit, `_Commits`): the answers that arrive in one turn of the event
-loop are written in one transaction at the end of that turn, and an answer counts as done (in
-the counters, the progress line and the manifest) only once its transaction is committed. A
-kill -9 loses at most the answers of the turn in progress, which were never counted; a cancel
-or an error stores whatever was received before `execute` returns or raises.
+loop are stored together at the end of that turn (`append`: a diskcache folder writes them to
+its journal, one write), and an answer counts as done (in the counters, the progress line and
+the manifest) only once that store has returned. A kill -9 loses at most the answers of the turn
+in progress, which were never counted; a cancel or an error stores whatever was received before
+`execute` returns or raises, and every answer is in SQLite (`fold`) when it does.
 A 429 pauses dispatch for the whole pool for the advised time. Setting `stop` (the first Ctrl-C)
 stops dispatching and retrying; in-flight requests finish. Cancelling the caller (the second
 Ctrl-C) cancels them.
@@ -62,15 +63,16 @@ def backoff(attempt: int, retry_after: float | None = None) -> float:
 
 
 class _Commits:
-    """Group commit: answers handed over in one event-loop turn, stored in one transaction.
+    """Group commit: answers handed over in one event-loop turn, stored together.
 
     `add` queues an answer and, for the first of a turn, schedules `flush` with call_soon, so
     the flush runs after every callback already due: all the answers that arrived together. A
-    transaction costs ~50 us whatever its size; one per answer was a third of the client's CPU at
-    zero latency. `on_stored` runs for each answer after its commit, never before. A failed
-    commit (whatever the error: an exception in a loop callback would only be logged) leaves its
-    answers uncounted (the rerun asks again), stops the run, and is raised by `execute` once the
-    workers are done.
+    SQLite transaction costs ~50 us whatever its size, one per answer was a third of the client's
+    CPU at zero latency, and one per turn still ~30-40 us an answer: `append` journals them
+    (runner/execute/journal.py). `on_stored` runs for each answer once stored, never before. A
+    failed store (whatever the error: an exception in a loop callback would only be logged)
+    leaves its answers uncounted (the rerun asks again), stops the run, and is raised by
+    `execute` once the workers are done.
     """
 
     def __init__(self, cache: CacheBackend, loop: asyncio.AbstractEventLoop,
@@ -93,13 +95,22 @@ class _Commits:
         if not batch:
             return
         try:
-            self.cache.put_many((task.key, record) for task, record, _ in batch)
+            self.cache.append((task.key, record) for task, record, _ in batch)
         except Exception as exc:  # noqa: BLE001 - a callback's error would only be logged
             self.error = self.error or exc
             self.on_failed([task for task, _, _ in batch])
             return
         for task, _, usage in batch:
             self.on_stored(task, usage)
+
+    def fold(self) -> None:
+        """At the end: every stored answer visible to the next stage's reader processes. If
+        that fails, the answers are still stored (a diskcache folder keeps them in its
+        journal for the next open) and `execute` raises the error."""
+        try:
+            self.cache.fold()
+        except Exception as exc:  # noqa: BLE001 - raised by execute, after the workers
+            self.error = self.error or exc
 
 
 class _Pool:
@@ -259,6 +270,7 @@ async def execute(tasks: Iterable[Task], *, cache: CacheBackend, session: aiohtt
                 group.create_task(worker())
     finally:
         pool.commits.flush()  # answers received in the last turn, or before a cancel
+        pool.commits.fold()
     if pool.commits.error is not None:
         raise pool.commits.error
     stats.interrupted = stop.is_set() and stats.fatal is None

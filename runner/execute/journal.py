@@ -1,0 +1,184 @@
+"""The answers' journal: where the pool's answers are durable before SQLite holds them.
+
+The pool stores the answers of each event-loop turn together (~10-20 at zero latency). In
+SQLite, transactions that small cost ~30-40 us an answer (a B-tree insert under a random key, two
+diskcache triggers, the WAL's page writes); transactions of thousands cost ~14 us. So
+`Cache.append` writes a turn's answers to an append-only file first, with one write(2): once it
+returns they survive a kill -9, exactly as SQLite's own writes do with synchronous=OFF. The Cache
+then moves them into SQLite ("folds") in large transactions (runner/execute/cache.py says when).
+
+A Cache object's journal is `journal/<time>-<pid>.log` in the cache folder, locked with lockf
+for as long as it is open (a POSIX lock: it ends with its process, and a forked child does not
+inherit it). Opening a Cache folds the journals whose lock can be taken, those of processes that
+died, then removes them: a kill -9 loses none of the answers its run counted.
+
+A frame: <u32 size><u32 crc32><u16 key length><key><record>, size and crc covering key and
+record. A journal cut short (a kill in the middle of a write, a machine crash) is read up to
+its last whole frame.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import struct
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from runner.errors import CacheError
+
+__all__ = ["Journal", "frames", "recover"]
+
+FOLDER = "journal"
+_HEAD = struct.Struct("<IIH")
+_LIVE: set[str] = set()
+"""This process's open journals. A POSIX lock stops other processes (a forked child too), but
+not its own: a second Cache on the same folder must not fold them, and closing its descriptor
+of one would end the lock."""
+
+Row = tuple[str, bytes]  # a cache key and its record's orjson bytes
+
+
+def _frame(key: str, raw: bytes) -> bytes:
+    encoded = key.encode()
+    return b"".join((_HEAD.pack(len(encoded) + len(raw), zlib.crc32(raw, zlib.crc32(encoded)),
+                                len(encoded)), encoded, raw))
+
+
+def frames(data: bytes) -> list[Row]:
+    """The whole frames at the start of `data`, up to the first cut or damaged one."""
+    rows, pos, end = [], 0, len(data)
+    while pos + _HEAD.size <= end:
+        size, crc, key_len = _HEAD.unpack_from(data, pos)
+        body = data[pos + _HEAD.size:pos + _HEAD.size + size]
+        if size < key_len or len(body) < size or zlib.crc32(body) != crc:
+            break
+        rows.append((body[:key_len].decode(), body[key_len:]))
+        pos += _HEAD.size + size
+    return rows
+
+
+class Journal:
+    """One open journal file in `directory`/journal/: append frames, clear once folded."""
+
+    def __init__(self, directory: Path) -> None:
+        folder = directory / FOLDER
+        stem = f"{time.time_ns():020d}-{os.getpid()}"
+        self.path = folder / f"{stem}.log"
+        fd = -1
+        try:
+            folder.mkdir(exist_ok=True)
+            # Made and locked under another name, then renamed: no opener can see an unlocked
+            # journal of a live writer.
+            temporary = folder / f"{stem}.new"
+            fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.rename(temporary, self.path)
+        except OSError as exc:
+            if fd >= 0:
+                os.close(fd)
+            raise CacheError(f"{folder}: cannot write the answers' journal ({exc}); check the "
+                             "cache folder's permissions and free space") from None
+        self._fd, self._pid, self._size = fd, os.getpid(), 0
+        self._broken = False  # a failed write could not be cut back: no more appends
+        _LIVE.add(str(self.path))
+
+    def append(self, rows: Sequence[Row]) -> None:
+        """Write `rows` in one call; durable against a kill -9 when this returns. On failure
+        the file is cut back to what it held, and CacheError is raised."""
+        data = b"".join(_frame(key, raw) for key, raw in rows)
+        try:
+            if self._broken:
+                raise OSError(errno.EIO, "an earlier write failed")
+            written = os.write(self._fd, data)
+            if written != len(data):
+                raise OSError(errno.ENOSPC, "short write")
+        except OSError as exc:
+            try:
+                os.ftruncate(self._fd, self._size)
+            except OSError:
+                self._broken = True  # a cut frame would hide every later one from recovery
+            raise CacheError(f"{self.path}: could not store {len(rows)} answers ({exc}); check "
+                             "free disk space, then rerun to resume") from None
+        self._size += len(data)
+
+    @property
+    def mine(self) -> bool:
+        """False in a forked child: it leaves its parent's journal alone."""
+        return os.getpid() == self._pid
+
+    def clear(self) -> None:
+        """Everything written is in SQLite now."""
+        if self._size:
+            os.ftruncate(self._fd, 0)
+            self._size = 0
+
+    def close(self, *, remove: bool) -> None:
+        """Close; `remove` when everything written is in SQLite (else the next open folds it).
+        A forked child leaves its parent's journal alone."""
+        if not self.mine:
+            return
+        if remove:
+            self.path.unlink(missing_ok=True)
+        os.close(self._fd)  # after the unlink: the lock holds until the file is gone
+        _LIVE.discard(str(self.path))
+
+
+def recover(directory: Path, store: Callable[[list[Row]], object]) -> int:
+    """Fold, oldest first, the journals in `directory` that no live process holds, and remove
+    them; returns the answers folded. When `store` raises CacheError (SQLite refused them),
+    the journal stays for the next open."""
+    try:
+        names = sorted(os.listdir(directory / FOLDER))
+    except OSError:
+        return 0
+    folded = 0
+    for name in names:
+        path = directory / FOLDER / name
+        if name.endswith(".new"):
+            _remove_stale(path)
+            continue
+        if not name.endswith(".log") or str(path) in _LIVE:
+            continue
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except OSError:
+            continue  # folded and removed by another process meanwhile
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue  # its writer is alive
+        try:
+            with os.fdopen(os.dup(fd), "rb") as file:
+                rows = frames(file.read())
+            if rows:
+                store(rows)
+            path.unlink(missing_ok=True)
+            folded += len(rows)
+        except CacheError:
+            continue  # SQLite refused them (a full disk): the journal stays for the next open
+        finally:
+            os.close(fd)
+    return folded
+
+
+def _remove_stale(path: Path) -> None:
+    """A journal made but never renamed holds no answers: its writer died in between. Removed
+    once a minute old and unlocked (a live writer renames it within microseconds)."""
+    try:
+        if path.stat().st_mtime > time.time() - 60:
+            return
+        fd = os.open(path, os.O_RDWR)
+    except OSError:
+        return
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
