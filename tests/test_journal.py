@@ -39,7 +39,7 @@ def _journals(folder: Path) -> list[Path]:
     return sorted((folder / journal.FOLDER).glob("*"))
 
 
-def test_appended_answers_are_read_at_once_and_reach_sqlite_in_one_fold(
+def test_appended_answers_are_read_at_once_and_reach_sqlite_on_fold(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cache_module, "FOLD_S", 3600.0)
     records = _records(30)
@@ -48,10 +48,15 @@ def test_appended_answers_are_read_at_once_and_reach_sqlite_in_one_fold(
     assert cache.append(items[:10]) == 10 and cache.append(items[10:]) == 20
     (log,) = _journals(tmp_path)
     assert _in_sqlite(tmp_path) == 0 and log.stat().st_size > 30 * 60
-    assert cache.get_many(list(records)) == records  # a read folds first
+    keys = list(records)
+    assert cache.get_many(keys) == records and cache.has_many(keys + ["x" * 64]) == set(keys)
+    assert keys[3] in cache and cache.get(keys[3]) == records[keys[3]]
+    assert _in_sqlite(tmp_path) == 0  # read from the journal's rows, not folded
+    cache.fold()
     assert _in_sqlite(tmp_path) == 30 and log.stat().st_size == 0
+    assert cache.get_many(keys) == records and not cache._unfolded
     cache.append(_records(2, "b").items())
-    assert f"b{1:063d}" in cache and cache.stats()["entries"] == 32
+    assert f"b{1:063d}" in cache and cache.stats()["entries"] == 32  # stats folds first
     cache.close()
     assert _journals(tmp_path) == [] and _in_sqlite(tmp_path) == 32
 
@@ -69,6 +74,89 @@ def test_a_fold_comes_with_fold_rows_answers_or_after_fold_s(
         monkeypatch.setattr(cache_module, "FOLD_S", 0.0)
         cache.append(items[9:])
         assert _in_sqlite(tmp_path) == 12
+
+
+def _folding(monkeypatch: pytest.MonkeyPatch, rows: int = 50) -> None:
+    """Hand a journal over every `rows` answers, to a folding process from 10 answers."""
+    monkeypatch.setattr(cache_module, "FOLD_ROWS", rows)
+    monkeypatch.setattr(cache_module, "FOLD_S", 3600.0)
+    monkeypatch.setattr(cache_module, "FOLDER_ROWS", 10)
+
+
+def _gone(pid: int) -> bool:
+    deadline = time.monotonic() + 20
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        try:  # our own child: reap it, or it stays a zombie
+            if os.waitpid(pid, os.WNOHANG) != (0, 0):
+                break
+        except ChildProcessError:
+            pass
+        time.sleep(0.02)
+    return not Path(f"/proc/{pid}").exists() or \
+        "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
+
+
+def test_a_folding_process_folds_handed_over_journals_while_appends_go_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _folding(monkeypatch)
+    records = _records(400)
+    items = list(records.items())
+    cache = Cache(tmp_path)
+    for start in range(0, 400, 10):
+        cache.append(items[start:start + 10])
+    assert cache._folder is not None
+    pid = cache._folder.pid
+    assert cache.get_many(list(records)) == records  # folded or not, all are read
+    cache.fold()
+    assert _in_sqlite(tmp_path) == 400 and _journals(tmp_path) == [] and not cache._unfolded
+    cache.close()
+    assert _gone(pid)
+
+
+def test_a_folding_process_that_dies_is_replaced_by_folding_here(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _folding(monkeypatch)
+    records = _records(300)
+    items = list(records.items())
+    cache = Cache(tmp_path)
+    cache.append(items[:60])
+    assert cache._folder is not None
+    os.kill(cache._folder.pid, signal.SIGKILL)
+    for start in range(60, 300, 10):
+        cache.append(items[start:start + 10])
+    assert cache._folder is None  # it was found gone
+    cache.fold()
+    assert _in_sqlite(tmp_path) == 300
+    assert [log.stat().st_size for log in _journals(tmp_path)] in ([], [0])  # the open one
+    cache.close()
+    assert _journals(tmp_path) == []
+    with Cache(tmp_path) as again:
+        assert again.get_many(list(records)) == records
+
+
+FOLDING_WRITER = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    from runner.execute import cache as cache_module
+    from runner.execute.cache import Cache
+    cache_module.FOLD_ROWS, cache_module.FOLD_S, cache_module.FOLDER_ROWS = 50, 3600.0, 10
+    cache = Cache(Path(sys.argv[1]))
+    for i in range(23):
+        cache.append([(f"f{i}{j:062d}", {"turn": i, "answer": j}) for j in range(10)])
+    print(cache._folder.pid, flush=True)
+    sys.stdin.read()
+""")
+
+
+def test_a_killed_writers_folding_process_folds_every_answer_it_wrote(tmp_path: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", FOLDING_WRITER, str(tmp_path)], cwd=ROOT,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    folder = int(proc.stdout.readline())
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=10)
+    assert _gone(folder), "the folding process outlived its parent"
+    assert _in_sqlite(tmp_path) == 230 and _journals(tmp_path) == []
 
 
 def test_a_put_many_after_an_append_of_the_same_key_wins(tmp_path: Path) -> None:
@@ -198,7 +286,7 @@ def test_a_refused_fold_keeps_the_journal_for_the_next_open(
     def refuse(rows: object) -> int:
         raise CacheError(f"{tmp_path}: could not store answers (disk full)")
 
-    monkeypatch.setattr(cache, "_put_raw", refuse)
+    monkeypatch.setattr(cache, "put_raw", refuse)
     monkeypatch.setattr(cache_module, "FOLD_S", 0.0)
     with pytest.raises(CacheError, match="disk full"):  # stored in the journal, not in SQLite
         cache.append(records.items())

@@ -14,7 +14,10 @@ Only successful responses are stored; the API key is never part of a record.
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import itertools
+import os
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -26,13 +29,15 @@ import orjson
 from diskcache.core import MODE_RAW
 
 from runner.errors import CacheError
-from runner.execute.journal import Journal, Row, recover
+from runner.execute.journal import Folder, Journal, Row, fold_file, recover
 
 __all__ = ["Cache", "answer_record"]
 
 NEVER = 2**62  # size limit no cache reaches: eviction stays off
 FOLD_ROWS = 4096  # appended answers that go into SQLite together (see Cache.append)
 FOLD_S = 1.0  # or the age of the oldest of them that makes the next append fold
+FOLDER_ROWS = 256  # from this many answers a fold, a folding process does it (2+ cores)
+MAX_SENT = 2  # journals handed to the folding process and not yet folded, at most
 
 
 def answer_record(*, body: bytes, endpoint: str, response: Mapping[str, Any],
@@ -85,10 +90,18 @@ class Cache:
         except OSError as exc:
             raise CacheError(f"{directory}: cannot open the cache ({exc}); check the path and "
                              "its permissions or pass --cache-dir") from None
-        self._journal: Journal | None = None
-        self._pending: list[Row] = []  # appended, in the journal, not yet in SQLite
-        self._since = 0.0  # when the oldest of them was appended
-        recover(directory, self._put_raw)  # answers of a run that was killed
+        self._journal: Journal | None = None  # the one being written
+        self._pending: list[Row] = []  # appended to it
+        self._since = 0.0  # when the oldest of them was
+        self._sent: collections.deque[tuple[Path, list[Row]]] = collections.deque()
+        """Each journal handed to the folding process and not yet folded, with its rows."""
+        self._unfolded: dict[str, bytes] = {}  # every appended row not yet known in SQLite
+        self._folder: Folder | None = None
+        cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(
+            os.cpu_count() or 1)
+        self._may_fork = len(cores) >= 2  # a folding process gains nothing on one core
+        self._pid = os.getpid()
+        recover(directory, self.put_raw)  # answers of a run that was killed
 
     def map_reads(self, size: int = 1 << 31) -> None:
         """Let SQLite memory-map up to `size` bytes of the folder's database for this connection
@@ -98,24 +111,25 @@ class Cache:
         self._disk._sql(f"PRAGMA mmap_size = {int(size)}").fetchall()
 
     def __contains__(self, key: str) -> bool:
-        self._settle()
-        return key in self._disk
+        return key in self._unfolded or key in self._disk
 
     def get(self, key: str) -> dict[str, Any] | None:
         """The record stored under `key`, or None."""
-        self._settle()
-        raw = self._disk.get(key)
+        raw = self._unfolded.get(key)
+        if raw is None:
+            raw = self._disk.get(key)
         return None if raw is None else orjson.loads(raw)
 
     def has_many(self, keys: Sequence[str]) -> set[str]:
         """The keys among `keys` that are stored: one query per CHUNK keys, where `in` would
         make one each (a 100k-task rerun asks 100k times)."""
-        self._settle()
         found: set[str] = set()
         for chunk in _chunks(keys):
             rows = self._disk._sql(  # diskcache's own connection; str keys are stored raw
                 f"SELECT key FROM Cache WHERE raw = 1 AND key IN ({_marks(chunk)})", chunk)
             found.update(row[0] for row in rows)
+        if self._unfolded:
+            found.update(key for key in keys if key in self._unfolded)
         return found
 
     def get_many(self, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -124,7 +138,6 @@ class Cache:
 
     def get_many_raw(self, keys: Sequence[str]) -> dict[str, bytes]:
         """get_many's records as the bytes stored (orjson), not decoded."""
-        self._settle()
         out: dict[str, bytes] = {}
         for chunk in _chunks(keys):
             rows = self._disk._sql(
@@ -135,6 +148,8 @@ class Cache:
                 # An inline record is the bytes themselves (what fetch() returns for them);
                 # fetch() reads the large ones kept as files.
                 out[key] = value if mode == MODE_RAW else fetch(mode, filename, value, False)
+        if self._unfolded:
+            out.update((key, raw) for key in keys if (raw := self._unfolded.get(key)) is not None)
         return out
 
     def put(self, key: str, record: Mapping[str, Any]) -> None:
@@ -156,16 +171,16 @@ class Cache:
         cost a third more. Large records, and keys whose old record is a file that must be
         removed, go through diskcache's set."""
         self._settle()  # an earlier append of a key must not land after this record of it
-        return self._put_raw((key, orjson.dumps(record)) for key, record in items)
+        return self.put_raw((key, orjson.dumps(record)) for key, record in items)
 
     def append(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
         """Store answers as they arrive (the pool, once an event-loop turn): put_many's
-        semantics, but durable against a kill -9 as soon as they are in the journal
-        (runner/execute/journal.py, one write). They move into SQLite in one go when an append
-        finds FOLD_ROWS pending or the oldest FOLD_S old, before any read or write of this
-        object, on `fold`, and on close; other processes see them from then on. Raises
-        CacheError if the journal or the fold is refused (the answers of a refused fold are
-        in the journal, and the next open of the folder stores them)."""
+        semantics, durable against a kill -9 as soon as they are in the journal
+        (runner/execute/journal.py, one write), and read by this object at once. They go into
+        SQLite together when an append finds FOLD_ROWS pending or the oldest FOLD_S old: on a
+        machine with two cores or more, from FOLDER_ROWS answers, a folding process does it
+        while this one goes on (journal.Folder); `fold` and `close` wait for all of them.
+        Raises CacheError if the journal is refused, or a fold here."""
         rows = [(key, orjson.dumps(record)) for key, record in items]
         if self._journal is None:
             self._journal = Journal(self.directory)
@@ -173,25 +188,86 @@ class Cache:
         if not self._pending:
             self._since = time.monotonic()
         self._pending += rows
+        self._unfolded.update(rows)
         if len(self._pending) >= FOLD_ROWS or time.monotonic() - self._since >= FOLD_S:
-            self.fold()
+            self._hand_off(background=True)
         return len(rows)
 
     def fold(self) -> None:
-        """Move the appended answers into SQLite now (before other processes read them).
-        Raises CacheError if SQLite refuses them; they stay in the journal."""
+        """Put every appended answer into SQLite now, for other processes to read (the next
+        stage's reader processes). Raises CacheError if SQLite refuses them: they stay in
+        their journals, which the next open of the folder folds."""
+        if os.getpid() != self._pid:
+            return  # a forked child: its parent's answers are its parent's
+        self._hand_off(background=False)
+        while self._sent and self._folder is not None:
+            self._answered(wait=True)
+        self._fold_sent()
+
+    def _fold_sent(self) -> None:
+        """Fold here, in order, the journals a folding process that failed left unfolded."""
+        while self._sent and self._folder is None:
+            path, rows = self._sent[0]
+            fold_file(path, self.put_raw, wait=True)
+            self._sent.popleft()
+            self._forget(rows)
+
+    def _hand_off(self, *, background: bool) -> None:
+        """The rows of the journal being written go into SQLite: sent to the folding process
+        (started here if `background` and the rows are FOLDER_ROWS or more), or stored here."""
         if not self._pending or self._journal is None or not self._journal.mine:
             return
-        self._put_raw(self._pending)
+        if self._folder is None and background and self._may_fork and \
+                len(self._pending) >= FOLDER_ROWS:
+            try:
+                self._folder = Folder(self.directory)
+            except OSError:
+                self._may_fork = False
+        if self._folder is None:
+            self._fold_sent()  # older answers first: a later record of a key wins
+            self.put_raw(self._pending)
+            self._journal.clear()
+            self._forget(self._pending)
+            self._pending = []
+            return
+        journal, self._journal = self._journal, None
+        journal.close(remove=False)  # its lock ends: the folding process may take it
+        self._sent.append((journal.path, self._pending))
         self._pending = []
-        self._journal.clear()
+        if not self._folder.request(journal.path):
+            self._answered(wait=True)  # it is gone: that answer says so
+        while self._folder is not None and self._sent and \
+                self._answered(wait=len(self._sent) > MAX_SENT):
+            pass
+
+    def _answered(self, *, wait: bool) -> bool:
+        """Take the folding process's next answer; False if none has come and not `wait`. If
+        it failed (a full disk) or ended, it is stopped, and `fold` folds its journals here."""
+        assert self._folder is not None
+        answer = self._folder.answer(wait=wait)
+        if answer is None:
+            return False
+        if answer == "ok":
+            _, rows = self._sent.popleft()
+            self._forget(rows)
+        else:
+            self._folder.kill()
+            self._folder, self._may_fork = None, False
+        return True
+
+    def _forget(self, rows: list[Row]) -> None:
+        """These rows are in SQLite: reads find them there."""
+        for key, raw in rows:
+            if self._unfolded.get(key) is raw:
+                del self._unfolded[key]
 
     def _settle(self) -> None:
-        if self._pending:
+        if self._pending or self._sent:
             self.fold()
 
-    def _put_raw(self, rows: Iterable[Row]) -> int:
-        """put_many of records already serialised."""
+    def put_raw(self, rows: Iterable[Row]) -> int:
+        """put_many of records already serialised (a journal's rows), without waiting for
+        the appended ones: `fold` and the recovery of journals use it."""
         stream, stored = iter(rows), 0
         while chunk := list(itertools.islice(stream, CHUNK)):
             try:
@@ -229,15 +305,17 @@ class Cache:
         return {"entries": len(self._disk), "bytes": int(self._disk.volume())}
 
     def close(self) -> None:
-        """Fold what is pending, and close. If SQLite refuses it, the journal is kept and the
-        next open of the folder folds it."""
-        if self._journal is not None:
-            try:
+        """Fold every appended answer, end the folding process, and close. What SQLite
+        refuses stays in its journal, which the next open of the folder folds."""
+        if os.getpid() == self._pid:
+            with contextlib.suppress(CacheError):
                 self.fold()
-            except CacheError:
-                pass
-            self._journal.close(remove=not self._pending)
-            self._journal = None
+            if self._folder is not None:
+                self._folder.finish()
+                self._folder = None
+            if self._journal is not None:
+                self._journal.close(remove=not self._pending)
+                self._journal = None
         self._disk.close()
 
     def __enter__(self) -> Cache:

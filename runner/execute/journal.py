@@ -19,10 +19,14 @@ its last whole frame.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
+import select
 import struct
+import subprocess
+import sys
 import time
 import zlib
 from collections.abc import Callable, Sequence
@@ -30,7 +34,7 @@ from pathlib import Path
 
 from runner.errors import CacheError
 
-__all__ = ["Journal", "frames", "recover"]
+__all__ = ["Folder", "Journal", "frames", "recover"]
 
 FOLDER = "journal"
 _HEAD = struct.Struct("<IIH")
@@ -140,30 +144,38 @@ def recover(directory: Path, store: Callable[[list[Row]], object]) -> int:
         path = directory / FOLDER / name
         if name.endswith(".new"):
             _remove_stale(path)
-            continue
-        if not name.endswith(".log") or str(path) in _LIVE:
-            continue
-        try:
-            fd = os.open(path, os.O_RDWR)
-        except OSError:
-            continue  # folded and removed by another process meanwhile
-        try:
-            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            continue  # its writer is alive
-        try:
-            with os.fdopen(os.dup(fd), "rb") as file:
-                rows = frames(file.read())
-            if rows:
-                store(rows)
-            path.unlink(missing_ok=True)
-            folded += len(rows)
-        except CacheError:
-            continue  # SQLite refused them (a full disk): the journal stays for the next open
-        finally:
-            os.close(fd)
+        elif name.endswith(".log") and str(path) not in _LIVE:
+            with contextlib.suppress(CacheError):  # a full disk: kept for the next open
+                folded += fold_file(path, store, wait=False) or 0
     return folded
+
+
+def fold_file(path: Path, store: Callable[[list[Row]], object], *, wait: bool) -> int | None:
+    """Fold the journal `path` into SQLite with `store` and remove it; the answers folded (0
+    if it is gone: folded by another process). None if another process holds it and `wait` is
+    false; with `wait`, wait for that process (a live writer never hands over a journal it
+    still writes, so only another folder can hold it). Raises CacheError if `store` does."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return 0
+    except OSError as exc:
+        raise CacheError(f"{path}: cannot read the answers' journal ({exc})") from None
+    try:
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return None  # its writer is alive
+        if not path.exists():
+            return 0  # folded and removed while this waited
+        with os.fdopen(os.dup(fd), "rb") as file:
+            rows = frames(file.read())
+        if rows:
+            store(rows)
+        path.unlink(missing_ok=True)
+        return len(rows)
+    finally:
+        os.close(fd)
 
 
 def _remove_stale(path: Path) -> None:
@@ -182,3 +194,60 @@ def _remove_stale(path: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+class Folder:
+    """A child process that folds this process's closed journals into SQLite while this one
+    goes on (`python -m runner.execute.folding FOLDER`, a fresh interpreter: it works whatever
+    threads this process has). It folds each journal it is sent, in order, and answers one
+    line for each, "ok" or "error: <why>"; at the end of its input it folds every journal no
+    live process holds, and leaves. If this process is killed, that last fold stores the
+    answers of the journal it was writing."""
+
+    def __init__(self, directory: Path) -> None:
+        # As runner.execute.reader: this very package, whatever the current folder holds.
+        ours = str(Path(__file__).resolve().parents[2])
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            p for p in (ours, os.environ.get("PYTHONPATH")) if p)}
+        self._child = subprocess.Popen(
+            [sys.executable, "-P", "-m", "runner.execute.folding", str(directory)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        self.pid = self._child.pid
+
+    def request(self, path: Path) -> bool:
+        """Ask for the journal `path` to be folded; False if the child is gone."""
+        assert self._child.stdin is not None
+        try:
+            self._child.stdin.write(os.fsencode(path) + b"\n")
+            self._child.stdin.flush()
+        except OSError:
+            return False
+        return True
+
+    def answer(self, *, wait: bool) -> str | None:
+        """The child's next answer ("ok", "error: ..."; "gone" if it ended); None when `wait`
+        is false and none has come yet."""
+        stdout = self._child.stdout
+        assert stdout is not None
+        if not wait and not select.select([stdout], [], [], 0)[0]:
+            return None
+        line = stdout.readline()
+        return line.decode(errors="replace").strip() if line else "gone"
+
+    def finish(self) -> bool:
+        """Let the child fold what is left and end; True if it did so without an error."""
+        self._close_input()
+        _, err = self._child.communicate()
+        return self._child.returncode == 0 and not err
+
+    def kill(self) -> None:
+        self._close_input()
+        with contextlib.suppress(OSError):
+            self._child.kill()
+        self._child.communicate()
+
+    def _close_input(self) -> None:
+        if self._child.stdin is not None:
+            with contextlib.suppress(OSError):
+                self._child.stdin.close()
+            self._child.stdin = None
