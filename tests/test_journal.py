@@ -134,6 +134,25 @@ def test_a_folding_process_that_dies_is_replaced_by_folding_here(
         assert again.get_many(list(records)) == records
 
 
+def test_close_ends_the_folding_process_while_a_forked_child_holds_its_input(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _folding(monkeypatch)
+    cache = Cache(tmp_path)
+    cache.append(_records(60).items())
+    assert cache._folder is not None
+    pid = os.fork()
+    if pid == 0:  # a report's forked child: it holds every pipe its parent had
+        time.sleep(30)
+        os._exit(0)
+    try:
+        started = time.monotonic()
+        cache.close()
+        assert time.monotonic() - started < 10 and _in_sqlite(tmp_path) == 60
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+
 FOLDING_WRITER = textwrap.dedent("""
     import sys
     from pathlib import Path

@@ -1,7 +1,7 @@
 """The folding process (`python -m runner.execute.folding FOLDER`, started by
 runner.execute.journal.Folder): fold each journal named on a line of its input into the cache
-folder's SQLite, and answer "ok" or "error: <why>" on a line; at the end of its input, fold
-every journal no live process holds (those of a parent that was killed) and leave."""
+folder's SQLite, and answer "ok" or "error: <why>" on a line; at an empty line or the end of
+its input (a parent that was killed), fold every journal no live process holds and leave."""
 
 from __future__ import annotations
 
@@ -17,14 +17,16 @@ from runner.execute.journal import fold_file, recover
 
 
 def main(argv: list[str]) -> NoReturn:
-    # Ctrl-C reaches the whole process group: the parent decides, and ends this child by
-    # closing its input; a parent that was killed closes it too.
+    # Ctrl-C reaches the whole process group: the parent decides, and ends this child with an
+    # empty line; a parent that was killed closes its input.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     directory = Path(argv[0])
     code = 0
     try:
         with Cache(directory) as cache:
             for line in sys.stdin.buffer:
+                if line == b"\n":  # the parent's last word
+                    break
                 try:
                     fold_file(Path(os.fsdecode(line.rstrip(b"\n"))), cache.put_raw, wait=True)
                     reply = "ok"

@@ -200,9 +200,9 @@ class Folder:
     """A child process that folds this process's closed journals into SQLite while this one
     goes on (`python -m runner.execute.folding FOLDER`, a fresh interpreter: it works whatever
     threads this process has). It folds each journal it is sent, in order, and answers one
-    line for each, "ok" or "error: <why>"; at the end of its input it folds every journal no
-    live process holds, and leaves. If this process is killed, that last fold stores the
-    answers of the journal it was writing."""
+    line for each, "ok" or "error: <why>"; at an empty line or the end of its input it folds
+    every journal no live process holds, and leaves. If this process is killed, that last fold
+    stores the answers of the journal it was writing."""
 
     def __init__(self, directory: Path) -> None:
         # As runner.execute.reader: this very package, whatever the current folder holds.
@@ -235,7 +235,13 @@ class Folder:
         return line.decode(errors="replace").strip() if line else "gone"
 
     def finish(self) -> bool:
-        """Let the child fold what is left and end; True if it did so without an error."""
+        """Let the child fold what is left and end; True if it did so without an error. Said
+        with an empty line, not by closing its input: a child this process forked since holds
+        that pipe open too."""
+        with contextlib.suppress(OSError):
+            assert self._child.stdin is not None
+            self._child.stdin.write(b"\n")
+            self._child.stdin.flush()
         self._close_input()
         _, err = self._child.communicate()
         return self._child.returncode == 0 and not err
