@@ -291,3 +291,25 @@ async def test_effective_limits_say_where_they_come_from(write_job: JobWriter) -
                            Limits(tpm=1000), counts)
     assert [(c["rpm"], c["tpm"]) for c in counts.values()] == [
         ("60", "1000 (model)"), ("600 (model)", "1000 (model)")]
+
+
+async def test_take_routes_a_lone_unpaced_replica_without_waiting_and_defers_the_rest() -> None:
+    from runner.execute.limiter import Limiter
+    from runner.execute.providers import provider
+
+    def replica(url: str, limiter: Limiter | None = None) -> fleet_module.Replica:
+        return fleet_module.Replica(label=url, provider=provider("openai", url),
+                                    api_key=lambda: None, limiter=limiter,
+                                    counts={"calls": 0, "failures": 0})
+
+    lone = fleet_module.Fleet([replica("http://127.0.0.1:9/v1")])
+    first = lone.take()
+    assert first is lone.replicas[0] and lone.take() is first and first.in_flight == 2
+    lone.succeeded(first, {}, 10, None)
+    lone.release(first)
+    assert first.in_flight == 0
+    paced = fleet_module.Fleet([replica("http://127.0.0.1:9/v1", Limiter(600, None))])
+    several = fleet_module.Fleet([replica("http://127.0.0.1:9/v1"),
+                                  replica("http://127.0.0.1:10/v1")])
+    assert paced.take() is None and several.take() is None  # acquire() routes these
+    assert all(r.in_flight == 0 for r in paced.replicas + several.replicas)

@@ -13,8 +13,7 @@ import functools
 import re
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiohttp
 import orjson
@@ -31,13 +30,12 @@ _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
-@dataclass(frozen=True, slots=True)
-class Response:
-    """A successful chat completion."""
+class Response(NamedTuple):
+    """A successful chat completion (a tuple: a frozen dataclass took ~1 us an answer)."""
 
     data: dict[str, Any]
     latency_s: float
-    headers: Mapping[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str]
     """The response headers (case-insensitive), e.g. for the limits a server announces."""
 
 
@@ -68,8 +66,7 @@ async def send(session: aiohttp.ClientSession, url: str, body: bytes, *,
         raise RetryableError(f"no answer within {timeout_s:g} s (timeout)") from None
     except aiohttp.ClientError as exc:
         raise RetryableError(f"connection error: {type(exc).__name__}: {exc}") from None
-    return Response(data=_decode(raw, decode), latency_s=time.monotonic() - started,
-                    headers=resp.headers)
+    return Response(_decode(raw, decode), time.monotonic() - started, resp.headers)
 
 
 @functools.lru_cache(maxsize=8)

@@ -111,6 +111,15 @@ class Fleet:
             return avoid  # the only one up: retry where it failed
         return best
 
+    def take(self) -> Replica | None:
+        """`acquire` without waiting, for a fleet of one replica without a limiter of its own
+        (the usual case: no coroutine an answer); None when `acquire` is needed."""
+        if self.several or self.replicas[0].limiter is not None:
+            return None
+        replica = self.replicas[0]  # what pick() gives a fleet of one
+        replica.in_flight += 1
+        return replica
+
     async def acquire(self, tokens: int, avoid: Replica | None = None,
                       stop: asyncio.Event | None = None) -> Replica | None:
         """Route one request carrying `tokens` tokens: wait for a usable replica, then for its

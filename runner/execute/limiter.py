@@ -39,6 +39,8 @@ class Limiter:
         self._sent: collections.deque[float] = collections.deque(maxlen=self._window or 1)
         self._window_lock = asyncio.Lock()
         self._credit = 0.0  # > 0: tokens reserved but unused; < 0: tokens used beyond reservations
+        self.unlimited = not rpm and not tpm
+        """Neither limit: `acquire` never waits (the pool then skips it: a coroutine an answer)."""
 
     async def acquire(self, tokens: int) -> None:
         """Wait until one request carrying `tokens` tokens may go."""

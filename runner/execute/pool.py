@@ -192,10 +192,18 @@ class _Pool:
     async def _route(self, task: Task, fleet: Fleet, avoid: Replica | None) -> Replica | None:
         """Wait for the pool's pause, the model's limiter and a replica (and its limiter);
         None when the run stopped meanwhile."""
-        await self.wait_pause()
-        await self.limiters[task.model].acquire(task.prompt_tokens + task.max_tokens)
-        replica = await fleet.acquire(task.prompt_tokens + task.max_tokens, avoid, self.stop)
-        await self.wait_pause()  # a 429 may have come while this worker sat in the limiter
+        # The usual case (no 429 pause, no limits, one replica) awaits nothing: each await of
+        # a coroutine costs at zero latency.
+        if self.resume_at > self.loop.time():
+            await self.wait_pause()
+        limiter = self.limiters[task.model]
+        if not limiter.unlimited:
+            await limiter.acquire(task.prompt_tokens + task.max_tokens)
+        replica = fleet.take() if avoid is None else None
+        if replica is None:
+            replica = await fleet.acquire(task.prompt_tokens + task.max_tokens, avoid, self.stop)
+        if self.resume_at > self.loop.time():  # a 429 came while this worker sat in a limiter
+            await self.wait_pause()
         if self.stop.is_set() and replica is not None:
             fleet.release(replica)
             return None
