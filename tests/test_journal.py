@@ -76,11 +76,18 @@ def test_a_fold_comes_with_fold_rows_answers_or_after_fold_s(
         assert _in_sqlite(tmp_path) == 12
 
 
-def _folding(monkeypatch: pytest.MonkeyPatch, rows: int = 50) -> None:
-    """Hand a journal over every `rows` answers, to a folding process from 10 answers."""
-    monkeypatch.setattr(cache_module, "FOLD_ROWS", rows)
+def _folding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hand a journal over every 50 answers, to a folding process from 10 answers."""
+    monkeypatch.setattr(cache_module, "FOLD_ROWS", 50)
     monkeypatch.setattr(cache_module, "FOLD_S", 3600.0)
     monkeypatch.setattr(cache_module, "FOLDER_ROWS", 10)
+
+
+def _folding_cache(folder: Path, monkeypatch: pytest.MonkeyPatch, n: int
+                   ) -> tuple[Cache, dict[str, dict[str, Any]], list[tuple[str, Any]]]:
+    _folding(monkeypatch)
+    records = _records(n)
+    return Cache(folder), records, list(records.items())
 
 
 def _gone(pid: int) -> bool:
@@ -98,10 +105,7 @@ def _gone(pid: int) -> bool:
 
 def test_a_folding_process_folds_handed_over_journals_while_appends_go_on(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _folding(monkeypatch)
-    records = _records(400)
-    items = list(records.items())
-    cache = Cache(tmp_path)
+    cache, records, items = _folding_cache(tmp_path, monkeypatch, 400)
     for start in range(0, 400, 10):
         cache.append(items[start:start + 10])
     assert cache._folder is not None
@@ -115,10 +119,7 @@ def test_a_folding_process_folds_handed_over_journals_while_appends_go_on(
 
 def test_a_folding_process_that_dies_is_replaced_by_folding_here(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _folding(monkeypatch)
-    records = _records(300)
-    items = list(records.items())
-    cache = Cache(tmp_path)
+    cache, records, items = _folding_cache(tmp_path, monkeypatch, 300)
     cache.append(items[:60])
     assert cache._folder is not None
     os.kill(cache._folder.pid, signal.SIGKILL)
@@ -318,13 +319,20 @@ def test_a_refused_fold_keeps_the_journal_for_the_next_open(
     assert _journals(tmp_path) == []
 
 
+def _appended(folder: Path, monkeypatch: pytest.MonkeyPatch, n: int
+              ) -> tuple[Cache, dict[str, dict[str, Any]], Path]:
+    """A Cache with `n` answers appended and not folded, and its journal."""
+    monkeypatch.setattr(cache_module, "FOLD_S", 3600.0)
+    records = _records(n)
+    cache = Cache(folder)
+    cache.append(records.items())
+    (log,) = _journals(folder)
+    return cache, records, log
+
+
 def test_a_forked_child_neither_folds_nor_removes_its_parents_journal(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cache_module, "FOLD_S", 3600.0)
-    records = _records(5)
-    cache = Cache(tmp_path)
-    cache.append(records.items())
-    (log,) = _journals(tmp_path)
+    cache, records, log = _appended(tmp_path, monkeypatch, 5)
     assert cache._journal is not None
     pid = os.fork()
     if pid == 0:  # the child: open the folder, then fold and close the parent's journal
@@ -346,11 +354,7 @@ def test_a_forked_child_neither_folds_nor_removes_its_parents_journal(
 
 def test_a_second_cache_in_the_same_process_leaves_the_first_ones_journal_alone(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cache_module, "FOLD_S", 3600.0)
-    records = _records(4)
-    first = Cache(tmp_path)
-    first.append(records.items())
-    (log,) = _journals(tmp_path)
+    first, _, log = _appended(tmp_path, monkeypatch, 4)
     Cache(tmp_path).close()
     assert log.exists() and log.stat().st_size > 0 and _in_sqlite(tmp_path) == 0
     first.close()

@@ -25,14 +25,13 @@ import fcntl
 import os
 import select
 import struct
-import subprocess
-import sys
 import time
 import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from runner.errors import CacheError
+from runner.execute.child import spawn
 
 __all__ = ["Folder", "Journal", "frames", "recover"]
 
@@ -210,13 +209,7 @@ class Folder:
     stores the answers of the journal it was writing."""
 
     def __init__(self, directory: Path) -> None:
-        # As runner.execute.reader: this very package, whatever the current folder holds.
-        ours = str(Path(__file__).resolve().parents[2])
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-            p for p in (ours, os.environ.get("PYTHONPATH")) if p)}
-        self._child = subprocess.Popen(
-            [sys.executable, "-P", "-m", "runner.execute.folding", str(directory)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        self._child = spawn("runner.execute.folding", str(directory))
         self.pid = self._child.pid
 
     def request(self, path: Path) -> bool:

@@ -41,6 +41,7 @@ import orjson
 
 from runner.errors import CacheError
 from runner.execute.cache import Cache
+from runner.execute.child import spawn
 from runner.execute.keyindex import KeyIndex, recorded_parts
 from runner.expand import Expansion, Task, task_key
 
@@ -156,14 +157,7 @@ class Reader:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        # This very runner package, whatever the current folder holds: -P keeps the folder off
-        # sys.path (a user's own ./runner would shadow it), and PYTHONPATH leads to ours.
-        ours = str(Path(__file__).resolve().parents[2])
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-            p for p in (ours, os.environ.get("PYTHONPATH")) if p)}
-        self._child = subprocess.Popen(
-            [sys.executable, "-P", "-m", "runner.execute.reader", str(directory)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        self._child = spawn("runner.execute.reader", str(directory))
 
     def batches(self, batches: Iterator[list[T]], key: Callable[[T], str]
                 ) -> Iterator[tuple[list[T], Mapping[str, Answer]]]:
