@@ -236,7 +236,7 @@ def test_a_writer_that_closes_leaves_every_answer_in_sqlite_and_no_journal(
 
 
 def _frames(rows: list[tuple[str, bytes]]) -> list[bytes]:
-    return [journal._frame(key, raw) for key, raw in rows]
+    return [journal._framed([row]) for row in rows]
 
 
 def test_a_journal_is_read_up_to_its_last_whole_and_sound_frame(tmp_path: Path) -> None:

@@ -1,13 +1,16 @@
 """The folding process (`python -m runner.execute.folding FOLDER`, started by
 runner.execute.journal.Folder): fold each journal named on a line of its input into the cache
-folder's SQLite, and answer "ok" or "error: <why>" on a line; at an empty line or the end of
-its input (a parent that was killed), fold every journal no live process holds and leave."""
+folder's SQLite, and answer "ok" or "error: <why>" on a line; at an empty line (the parent is
+done) or the end of its input (the parent was killed), fold every journal no live process
+holds, and leave."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import NoReturn
 
@@ -15,30 +18,44 @@ from runner.errors import CacheError
 from runner.execute.cache import Cache
 from runner.execute.journal import fold_file, recover
 
+ORPHAN_WAIT_S = 5.0
+
 
 def main(argv: list[str]) -> NoReturn:
     # Ctrl-C reaches the whole process group: the parent decides, and ends this child with an
-    # empty line; a parent that was killed closes its input.
+    # empty line.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    directory = Path(argv[0])
-    code = 0
+    parent, directory, code = os.getppid(), Path(argv[0]), 0
     try:
         with Cache(directory) as cache:
+            done = False
             for line in sys.stdin.buffer:
-                if line == b"\n":  # the parent's last word
+                if line == b"\n":
+                    done = True
                     break
                 try:
                     fold_file(Path(os.fsdecode(line.rstrip(b"\n"))), cache.put_raw, wait=True)
                     reply = "ok"
                 except CacheError as exc:
                     reply = f"error: {exc}".replace("\n", " ")
-                sys.stdout.write(reply + "\n")
-                sys.stdout.flush()
+                with contextlib.suppress(OSError):  # a killed parent: fold the rest all the same
+                    os.write(1, f"{reply}\n".encode())
+            if not done:
+                _outlive(parent)
             recover(directory, cache.put_raw)
     except (CacheError, OSError) as exc:
-        sys.stderr.write(f"{exc}\n")
+        with contextlib.suppress(OSError):
+            os.write(2, f"{exc}\n".encode(errors="replace"))
         code = 1
     sys.exit(code)
+
+
+def _outlive(parent: int) -> None:
+    """Wait until the parent is gone for good: its input pipe can close before the lock of
+    the journal it was writing ends, and only then is this process given another parent."""
+    deadline = time.monotonic() + ORPHAN_WAIT_S
+    while os.getppid() == parent and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 if __name__ == "__main__":

@@ -45,10 +45,14 @@ of one would end the lock."""
 Row = tuple[str, bytes]  # a cache key and its record's orjson bytes
 
 
-def _frame(key: str, raw: bytes) -> bytes:
-    encoded = key.encode()
-    return b"".join((_HEAD.pack(len(encoded) + len(raw), zlib.crc32(raw, zlib.crc32(encoded)),
-                                len(encoded)), encoded, raw))
+def _framed(rows: Sequence[Row]) -> bytes:
+    """`rows` as frames, end to end (one loop, no call a row: every answer of the pool)."""
+    parts: list[bytes] = []
+    for key, raw in rows:
+        encoded = key.encode()
+        parts += (_HEAD.pack(len(encoded) + len(raw), zlib.crc32(raw, zlib.crc32(encoded)),
+                             len(encoded)), encoded, raw)
+    return b"".join(parts)
 
 
 def frames(data: bytes) -> list[Row]:
@@ -92,12 +96,7 @@ class Journal:
     def append(self, rows: Sequence[Row]) -> None:
         """Write `rows` in one call; durable against a kill -9 when this returns. On failure
         the file is cut back to what it held, and CacheError is raised."""
-        parts: list[bytes] = []
-        for key, raw in rows:  # _frame, inline: this runs for every answer of the pool
-            encoded = key.encode()
-            parts += (_HEAD.pack(len(encoded) + len(raw), zlib.crc32(raw, zlib.crc32(encoded)),
-                                 len(encoded)), encoded, raw)
-        data = b"".join(parts)
+        data = _framed(rows)
         try:
             if self._broken:
                 raise OSError(errno.EIO, "an earlier write failed")
