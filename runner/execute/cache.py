@@ -34,7 +34,7 @@ from runner.execute.journal import Folder, Journal, Row, fold_file, recover
 __all__ = ["Cache", "answer_record"]
 
 NEVER = 2**62  # size limit no cache reaches: eviction stays off
-FOLD_ROWS = 4096  # appended answers that go into SQLite together (see Cache.append)
+FOLD_ROWS = 1024  # appended answers handed over together (SQLite takes CHUNK a transaction)
 FOLD_S = 1.0  # or the age of the oldest of them that makes the next append fold
 FOLDER_ROWS = 256  # from this many answers a fold, a folding process does it (2+ cores)
 MAX_SENT = 2  # journals handed to the folding process and not yet folded, at most
