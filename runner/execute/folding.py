@@ -16,9 +16,7 @@ from typing import NoReturn
 
 from runner.errors import CacheError
 from runner.execute.cache import Cache
-from runner.execute.journal import fold_file, recover
-
-ORPHAN_WAIT_S = 5.0
+from runner.execute.journal import ORPHAN_WAIT_S, fold_file, recover
 
 
 def main(argv: list[str]) -> NoReturn:
