@@ -27,7 +27,7 @@ import aiohttp
 from runner.errors import APIError, AuthError, RequestError, RetryableError
 from runner.execute.backend import CacheBackend, marked
 from runner.execute.cache import answer_record
-from runner.execute.client import Response, send
+from runner.execute.client import send
 from runner.execute.fleet import Fleet, Replica, fleet_for
 from runner.execute.limiter import Limiter
 from runner.execute.stats import RunStats
@@ -153,7 +153,13 @@ class _Pool:
                 return
             self.stats.attempts += 1
             try:
-                response = await self._post(task, replica)
+                # One attempt at `replica`, in its provider's dialect (runner.execute.providers),
+                # awaited here: each level of coroutines between the worker and aiohttp costs at
+                # every resumption, several a request.
+                route = replica.provider
+                response = await send(self.session, route.url, route.encode(task.body),
+                                      headers=route.headers(replica.api_key()),
+                                      timeout_s=self.limits.timeout_s, decode=route.decode)
             except RetryableError as exc:
                 error, avoid = exc, replica
                 elsewhere = fleet.failed(replica, exc)
@@ -208,13 +214,6 @@ class _Pool:
             fleet.release(replica)
             return None
         return replica
-
-    async def _post(self, task: Task, replica: Replica) -> Response:
-        """One attempt at `replica`, in its provider's dialect (runner.execute.providers)."""
-        route = replica.provider
-        return await send(self.session, route.url, route.encode(task.body),
-                          headers=route.headers(replica.api_key()),
-                          timeout_s=self.limits.timeout_s, decode=route.decode)
 
     def _store(self, task: Task, data: dict[str, Any],
                latency_s: float, fleet: Fleet, replica: Replica,
