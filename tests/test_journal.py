@@ -151,7 +151,7 @@ def test_close_ends_the_folding_process_while_a_forked_child_holds_its_input(
     try:
         started = time.monotonic()
         cache.close()  # does not wait for the folding child: everything is folded already
-        assert time.monotonic() - started < 1 and _in_sqlite(tmp_path) == 60
+        assert time.monotonic() - started < 10 and _in_sqlite(tmp_path) == 60
         assert _gone(folder), "the folding child waited for its input to close"
     finally:
         os.kill(pid, signal.SIGKILL)
