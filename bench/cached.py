@@ -55,7 +55,7 @@ def record(task: Task, endpoint: str) -> dict[str, Any]:
 def prefill(job_path: Path, cache_dir: Path) -> int:
     """Store an answer for every task of the job, as the pool stores them (`Cache.put_many`);
     returns the number of entries."""
-    from runner.execute.cache import Cache
+    from runner.execute.store.cache import Cache
     from runner.expand import prepare
     from runner.job.load import load_job
     job = load_job(job_path)
@@ -154,8 +154,8 @@ def phases(job: Path, cache: Path, out: Path) -> dict[str, dict[str, float]]:
     from runner.cli import main as cli
     from runner.cli.batches import BatchAnswers
     from runner.cli.session import manifest, open_selected
-    from runner.execute.backend import marked
     from runner.execute.stats import RunStats
+    from runner.execute.store.backend import marked
     from runner.reduce.battle import Battles
     from runner.reduce.judgments import judge
     from runner.reduce.reliability import Positions

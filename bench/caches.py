@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from runner.execute.cache import Cache
+from runner.execute.store.cache import Cache
 
 BATCH = 512  # records per transaction, at most
 TURN = 16  # answers a turn of the pool's event loop stores together at zero latency

@@ -20,8 +20,8 @@ import aiohttp
 import openai
 import orjson
 
-from runner.execute.cache import Cache
 from runner.execute.pool import Endpoint, execute
+from runner.execute.store.cache import Cache
 from runner.expand import Task
 from runner.job.spec import Job
 

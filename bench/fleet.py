@@ -36,8 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import common  # noqa: E402
 from bench.server import RecordingState, _stats_handler  # noqa: E402
-from runner.execute.cache import Cache  # noqa: E402
 from runner.execute.pool import Endpoint, execute  # noqa: E402
+from runner.execute.store.cache import Cache  # noqa: E402
 from runner.expand import prepare  # noqa: E402
 from runner.job.load import load_job  # noqa: E402
 from tests.fakeserver import Script, make_app  # noqa: E402
@@ -74,7 +74,8 @@ def fleet_throughput(work: Path, quick: bool) -> dict[str, Any]:
     share = [round(n / max(sum(per_server), 1), 3) for n in per_server]
     return {
         "setup": {"replicas": REPLICAS, "latency_s": LATENCY_S, "in_flight": in_flight,
-                  "requests": len(tasks), "cache": "runner.execute.cache.Cache in a temp dir"},
+                  "requests": len(tasks),
+                  "cache": "runner.execute.store.cache.Cache in a temp dir"},
         "target": f">= 0.9 x {ideal:.0f} = {0.9 * ideal:.0f} answers/s",
         "rate": round(rate, 1),
         "over_ideal": round(rate / ideal, 3),

@@ -30,7 +30,7 @@ import orjson
 import runner.report.write as write
 from bench import common
 from runner.cli import session
-from runner.execute.cache import Cache
+from runner.execute.store.cache import Cache
 from runner.expand import Task, prepare
 from runner.job.load import load_job
 from runner.reduce.judgments import judge

@@ -5,7 +5,8 @@ server (bench/server.py, its own process on 127.0.0.1) through four paths, each 
 answer on disk:
 
 - `judge-runner`: `runner.execute.pool.execute` in this process, tasks expanded from the job
-  as it goes, answers in a fresh on-disk `runner.execute.cache.Cache` (bench.clients.runner_loop);
+  as it goes, answers in a fresh on-disk `runner.execute.store.cache.Cache`
+  (bench.clients.runner_loop);
 - `judge run`: the whole CLI in a subprocess (expand, call, cache, parse, reports);
 - `cookbook`: bench/peers/cookbook_pattern.py, our re-implementation of the OpenAI cookbook's
   parallel-processor pattern (not the cookbook's script), answers appended to a JSONL file;
@@ -394,6 +395,6 @@ PEER_SETTINGS = {
     "judge run": "judge run JOB --cache-dir C --out O --yes: expand, call, diskcache, parse, "
                  "reports (bootstrap 1000)",
     "judge-runner": "bench.clients.runner_loop: runner.execute.pool.execute over "
-                    "prepare(job).tasks(), a fresh on-disk runner.execute.cache.Cache",
+                    "prepare(job).tasks(), a fresh on-disk runner.execute.store.cache.Cache",
 }
 

@@ -25,7 +25,7 @@ import orjson
 import psycopg
 
 from bench import common
-from runner.execute.backend import CacheBackend, marked, open_cache
+from runner.execute.store.backend import CacheBackend, marked, open_cache
 from tests.pgserver import PgCluster, find_bindir
 
 TARGET_RATIO = 3.0

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from bench import cached, common
-from runner.execute.cache import Cache
+from runner.execute.store.cache import Cache
 from runner.expand import prepare
 from runner.job.load import load_job
 from runner.reduce.judgments import judge

@@ -16,7 +16,7 @@ from typing import Any
 
 from bench import common
 from bench.cached import ASPECTS, prefill
-from runner.execute.cache import Cache
+from runner.execute.store.cache import Cache
 from runner.expand import prepare
 from runner.job.load import load_job
 from runner.reduce.battle import Battles

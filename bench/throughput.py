@@ -107,7 +107,7 @@ def zero_latency(work: Path, quick: bool) -> dict[str, Any]:
     return {
         "setup": {"concurrency": concurrency, "requests_per_run": len(tasks), "rounds": rounds,
                   "deadline_s": deadline, "body_bytes": len(bodies[0]),
-                  "cache": "fresh runner.execute.cache.Cache per run, in a temp dir on the "
+                  "cache": "fresh runner.execute.store.cache.Cache per run, in a temp dir on the "
                            "same disk"},
         "target": "runner/bare >= 0.8",
         "runner_over_bare": ratio,

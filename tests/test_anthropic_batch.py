@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 from runner.execute.anthropic_batch import _as_openai, _output_line
-from runner.execute.cache import Cache
+from runner.execute.store.cache import Cache
 from tests.conftest import JobWriter
 from tests.fakeanthropicbatch import AnthropicBatchServer
 from tests.test_cli import (

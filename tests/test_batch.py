@@ -27,8 +27,8 @@ from runner.execute.batch import (
     batch_cost,
     request_line,
 )
-from runner.execute.cache import Cache
 from runner.execute.ledger import Ledger
+from runner.execute.store.cache import Cache
 from runner.expand import Task
 from runner.job.load import load_job
 from runner.job.spec import ModelSpec

@@ -1,4 +1,4 @@
-"""Tests for runner.execute.cache: a real diskcache under tmp_path, round trips, reopen, no
+"""Tests for runner.execute.store.cache: a real diskcache under tmp_path, round trips, reopen, no
 eviction."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from runner.errors import CacheError
-from runner.execute.cache import NEVER, Cache
+from runner.execute.store.cache import NEVER, Cache
 
 
 def _key(n: int) -> str:

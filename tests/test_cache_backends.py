@@ -13,10 +13,10 @@ import psycopg
 import pytest
 
 from runner.errors import CacheError
-from runner.execute import pgcache
-from runner.execute.backend import CacheBackend, marked, open_cache, redact
-from runner.execute.cache import Cache
-from runner.execute.pgcache import PgCache
+from runner.execute.store import pgcache
+from runner.execute.store.backend import CacheBackend, marked, open_cache, redact
+from runner.execute.store.cache import Cache
+from runner.execute.store.pgcache import PgCache
 
 Opener = Callable[[], CacheBackend]
 

@@ -20,10 +20,10 @@ from click.testing import CliRunner
 
 from runner.cli import main as cli_main
 from runner.cli.session import Selection, select
-from runner.execute import backend
-from runner.execute import reader as reader_module
-from runner.execute.cache import Cache
-from runner.execute.reader import Expander, answer
+from runner.execute.store import backend
+from runner.execute.store import reader as reader_module
+from runner.execute.store.cache import Cache
+from runner.execute.store.reader import Expander, answer
 from runner.reduce import judgments
 from tests.fakeserver import ThreadedServer
 from tests.test_cli import JOB, clean_env, write_job
@@ -128,10 +128,10 @@ def test_cached_first_writes_what_the_pool_first_run_writes(
 # to this small job and a marker for each forked Expander.
 FORCED = """import sys
 import runner.cli.main as m
-import runner.execute.backend as b
-import runner.execute.reader as r
+import runner.execute.store.backend as b
+import runner.execute.store.reader as r
 import runner.reduce.judgments as j
-from runner.execute.cache import Cache
+from runner.execute.store.cache import Cache
 forced = sys.argv.pop(1) == "forced"
 m.CACHED_FIRST_TASKS = 1
 j.READ_BATCH, r.CHUNK = 3, 6  # runs of 2 batches: the expander's children take turns
@@ -225,7 +225,7 @@ def test_an_expander_dropped_unfinished_stops_its_children(
     a caller that fails before reading, or stops part-way, must not leave them running."""
     import gc
 
-    from runner.execute.backend import expanded
+    from runner.execute.store.backend import expanded
     monkeypatch.setenv("JUDGE_DATA_DIR", str(data_dir))
     monkeypatch.setattr(reader_module, "CHUNK", 30)
     monkeypatch.setattr(reader_module, "PIPE_SIZE", 0)  # children blocked on full pipes
@@ -267,7 +267,7 @@ def test_a_run_through_the_pool_leaves_the_key_index_for_the_rescore(
     expanders of its rescore read (runs of 4 tasks over two parts); a run stopped before the
     end stores none."""
     from runner.cli import session
-    from runner.execute.keyindex import KeyIndex
+    from runner.execute.store.keyindex import KeyIndex
     monkeypatch.setattr(reader_module, "MIN_TASKS", 1)
     monkeypatch.setattr(reader_module, "CHUNK", 4)
     monkeypatch.setattr(session, "READ_BATCH", 2)

@@ -21,8 +21,8 @@ import pytest
 from runner.errors import CacheError
 from runner.execute import pool as execute_module
 from runner.execute import stats as stats_module
-from runner.execute.cache import Cache
 from runner.execute.pool import Endpoint, RunStats, backoff, execute
+from runner.execute.store.cache import Cache
 from runner.expand import Task, estimate_cost, prepare
 from runner.job.load import load_job
 from runner.job.spec import Job, Limits

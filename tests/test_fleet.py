@@ -21,8 +21,8 @@ import pytest
 
 from runner.execute import fleet as fleet_module
 from runner.execute import pool as pool_module
-from runner.execute.cache import Cache
 from runner.execute.pool import Endpoint, RunStats, execute
+from runner.execute.store.cache import Cache
 from runner.expand import prepare
 from runner.job.load import load_job
 from runner.job.spec import Job, Limits

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.execute.backend import open_cache
+from runner.execute.store.backend import open_cache
 from tests.conftest import ROOT
 from tests.test_cli import clean_env, run_judge
 

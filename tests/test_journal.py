@@ -1,4 +1,4 @@
-"""The answers' journal (runner/execute/journal.py) behind `Cache.append`: read at once, in
+"""The answers' journal (runner/execute/store/journal.py) behind `Cache.append`: read at once, in
 SQLite after a fold, kept through a kill -9 and folded by the next open, never touched while
 its writer lives, read up to its last whole frame, and never half-written."""
 
@@ -18,9 +18,9 @@ import orjson
 import pytest
 
 from runner.errors import CacheError
-from runner.execute import cache as cache_module
-from runner.execute import journal
-from runner.execute.cache import Cache
+from runner.execute.store import cache as cache_module
+from runner.execute.store import journal
+from runner.execute.store.cache import Cache
 from tests.conftest import ROOT
 
 
@@ -161,8 +161,8 @@ def test_close_ends_the_folding_process_while_a_forked_child_holds_its_input(
 FOLDING_WRITER = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from runner.execute import cache as cache_module
-    from runner.execute.cache import Cache
+    from runner.execute.store import cache as cache_module
+    from runner.execute.store.cache import Cache
     cache_module.FOLD_ROWS, cache_module.FOLD_S, cache_module.FOLDER_ROWS = 50, 3600.0, 10
     cache = Cache(Path(sys.argv[1]))
     for i in range(23):
@@ -194,8 +194,8 @@ def test_a_put_many_after_an_append_of_the_same_key_wins(tmp_path: Path) -> None
 WRITER = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from runner.execute import cache as cache_module
-    from runner.execute.cache import Cache
+    from runner.execute.store import cache as cache_module
+    from runner.execute.store.cache import Cache
     cache_module.FOLD_S = 3600.0
     cache = Cache(Path(sys.argv[1]))
     for i in range(5):

@@ -1,4 +1,4 @@
-"""The key index (runner.execute.keyindex): a job's keys kept in its cache folder, found only
+"""The key index (runner.execute.store.keyindex): a job's keys kept in its cache folder, found only
 under the fingerprint of everything that decides them (Expansion.fingerprint), so that a
 rescore of a job read before renders nothing, and an edited job never reads a stale index."""
 
@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from runner.execute import backend
-from runner.execute import reader as reader_module
-from runner.execute.backend import expanded
-from runner.execute.cache import Cache
-from runner.execute.keyindex import DIGEST, KEEP, KeyIndex, part_size, recorded_parts
+from runner.execute.store import backend
+from runner.execute.store import reader as reader_module
+from runner.execute.store.backend import expanded
+from runner.execute.store.cache import Cache
+from runner.execute.store.keyindex import DIGEST, KEEP, KeyIndex, part_size, recorded_parts
 from runner.expand import Expansion, prepare
 from runner.job.load import load_job
 from tests.conftest import ROOT, JobWriter
@@ -186,7 +186,7 @@ def test_a_disk_that_fails_mid_way_passes_every_key_through(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A write that fails (a full disk) ends the index, not the stream: the pool still
     dispatches every task, and no index or temporary file is left."""
-    from runner.execute import keyindex
+    from runner.execute.store import keyindex
 
     class Full:
         def __init__(self, path: Path, mode: str) -> None:

@@ -18,10 +18,10 @@ import pytest
 
 from runner.errors import ConfigError
 from runner.execute import pool as pool_module
-from runner.execute.cache import Cache
 from runner.execute.client import retry_after
 from runner.execute.pool import Endpoint, RunStats, execute
 from runner.execute.providers import advertised, anthropic_body
+from runner.execute.store.cache import Cache
 from runner.expand import prepare
 from runner.job.load import load_job
 from runner.job.spec import Job, Limits, parse_model_spec

@@ -1,4 +1,4 @@
-"""The cache reader process (runner.execute.reader): the same answers as reading the cache
+"""The cache reader process (runner.execute.store.reader): the same answers as reading the cache
 directly, in order, for every kind of record; a child that fails or dies is a CacheError naming
 why, never a hang or a silent gap; and a rescore through it writes the same reports."""
 
@@ -20,11 +20,11 @@ from hypothesis import strategies as st
 
 from runner.cli.main import cli
 from runner.errors import CacheError
-from runner.execute import backend
-from runner.execute import reader as reader_module
-from runner.execute.backend import answers, marked
-from runner.execute.cache import Cache
-from runner.execute.reader import Reader, answer, answer_of, usable
+from runner.execute.store import backend
+from runner.execute.store import reader as reader_module
+from runner.execute.store.backend import answers, marked
+from runner.execute.store.cache import Cache
+from runner.execute.store.reader import Reader, answer, answer_of, usable
 from tests.conftest import DATA_DIR, ROOT
 from tests.fakeserver import ThreadedServer
 
@@ -220,7 +220,7 @@ def test_a_reader_does_not_outlive_a_killed_parent(
     folder, _ = filled
     parent = subprocess.Popen(
         [sys.executable, "-c", "import sys, time\nfrom pathlib import Path\n"
-         "from runner.execute.reader import Reader\nreader = Reader(Path(sys.argv[1]))\n"
+         "from runner.execute.store.reader import Reader\nreader = Reader(Path(sys.argv[1]))\n"
          "print(reader._child.pid, flush=True)\ntime.sleep(60)\n", str(folder)],
         stdout=subprocess.PIPE, text=True, cwd=ROOT)
     assert parent.stdout is not None

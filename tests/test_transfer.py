@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from runner.cli.main import cli
-from runner.execute.backend import open_cache
-from runner.execute.cache import Cache
+from runner.execute.store.backend import open_cache
+from runner.execute.store.cache import Cache
 from tests.test_cache_backends import _key, _record
 from tests.test_cli import OPENMEVA, error_line, manifest
 

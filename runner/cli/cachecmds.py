@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from runner.errors import ConfigError
-from runner.execute.backend import CacheBackend, is_url, open_cache, redact
+from runner.execute.store.backend import CacheBackend, is_url, open_cache, redact
 from runner.execute.transfer import (
     copy_cache,
     is_archive,

@@ -50,9 +50,9 @@ from runner.cli.session import (
 )
 from runner.data import datasets
 from runner.errors import ConfigError, DataError, RunnerError
-from runner.execute.backend import CacheBackend, is_url, marked, open_cache, redact
 from runner.execute.imports import import_answers
 from runner.execute.shard import Shard, split_limits
+from runner.execute.store.backend import CacheBackend, is_url, marked, open_cache, redact
 from runner.expand import task_key
 from runner.job.spec import Job
 from runner.reduce.judgments import CachedFirst, Judgment, judge

@@ -24,9 +24,9 @@ from runner.data import datasets
 from runner.data.seen import Seen, key64
 from runner.errors import ConfigError, MissingKeyError
 from runner.execute import local
-from runner.execute.backend import CacheBackend, is_url, marked, open_cache, redact
-from runner.execute.reader import with_key_index
 from runner.execute.shard import Shard
+from runner.execute.store.backend import CacheBackend, is_url, marked, open_cache, redact
+from runner.execute.store.reader import with_key_index
 from runner.expand import Expansion, Task, estimate_cost, prepare, task_key
 from runner.job.load import load_job
 from runner.job.spec import Job, ModelSpec, parse_model_spec

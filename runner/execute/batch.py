@@ -30,10 +30,10 @@ import orjson
 
 from runner.errors import APIError, AuthError, ConfigError, RequestError
 from runner.execute.anthropic_batch import AnthropicBatches
-from runner.execute.backend import CacheBackend, marked
 from runner.execute.batch_api import CHAT_URL, OpenAIBatches
-from runner.execute.cache import answer_record
 from runner.execute.ledger import LIVE, BatchRow, Ledger
+from runner.execute.store.backend import CacheBackend, marked
+from runner.execute.store.cache import answer_record
 from runner.expand import Task, estimate_cost
 from runner.job.spec import ModelSpec
 

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from runner.errors import ConfigError
-from runner.execute.backend import CacheBackend
-from runner.execute.cache import answer_record
+from runner.execute.store.backend import CacheBackend
+from runner.execute.store.cache import answer_record
 from runner.expand import Expansion
 
 __all__ = ["ImportStats", "import_answers"]

@@ -25,12 +25,12 @@ from typing import Any
 import aiohttp
 
 from runner.errors import APIError, AuthError, RequestError, RetryableError
-from runner.execute.backend import CacheBackend, marked
-from runner.execute.cache import answer_record
 from runner.execute.client import send
 from runner.execute.fleet import Fleet, Replica, fleet_for
 from runner.execute.limiter import Limiter
 from runner.execute.stats import RunStats
+from runner.execute.store.backend import CacheBackend, marked
+from runner.execute.store.cache import answer_record
 from runner.expand import Task, estimate_cost, task_key
 from runner.job.spec import Limits, ModelSpec
 
@@ -69,7 +69,7 @@ class _Commits:
     the flush runs after every callback already due: all the answers that arrived together. A
     SQLite transaction costs ~50 us whatever its size, one per answer was a third of the client's
     CPU at zero latency, and one per turn still ~30-40 us an answer: `append` journals them
-    (runner/execute/journal.py). `on_stored` runs for each answer once stored, never before. A
+    (runner/execute/store/journal.py). `on_stored` runs for each answer once stored, never before. A
     failed store (whatever the error: an exception in a loop callback would only be logged)
     leaves its answers uncounted (the rerun asks again), stops the run, and is raised by
     `execute` once the workers are done.

@@ -1,7 +1,8 @@
 """Copy a study's cache between backends, and to and from a JSONL archive to publish with a paper.
 
 An archive is one JSON object a line, `{"key": "<64 hex>", "record": {...}}` (the record as
-the cache stores it, see runner/execute/cache.py), gzip-compressed when its name ends in `.gz`.
+the cache stores it, see runner/execute/store/cache.py), gzip-compressed when its name ends in
+`.gz`.
 Copies skip keys the destination has already (never overwriting an answer); an archive is read
 and checked in full before the first record is stored, and written to a temporary file that is
 renamed into place, so a bad line or a failure halfway leaves nothing half-done.
@@ -21,7 +22,7 @@ from typing import IO, Any
 import orjson
 
 from runner.errors import DataError
-from runner.execute.backend import CacheBackend
+from runner.execute.store.backend import CacheBackend
 
 __all__ = ["TransferStats", "copy_cache", "is_archive", "load_archive", "read_archive",
            "write_archive"]

@@ -15,9 +15,9 @@ from typing import Any, NamedTuple
 import orjson
 
 from runner.data.datasets import Item
-from runner.execute.backend import CacheBackend, answers, expanded
-from runner.execute.reader import Answer
 from runner.execute.stats import RunStats
+from runner.execute.store.backend import CacheBackend, answers, expanded
+from runner.execute.store.reader import Answer
 from runner.expand import Expansion, Task, task_key
 from runner.job.spec import PromptSpec
 from runner.parse.parsers import (
@@ -92,7 +92,7 @@ def judge(expansion: Expansion, cache: CacheBackend, *, failures: Mapping[str, s
     context = _Context(expansion, {p.name: p for p in expansion.job.prompts}, {},
                        failures or {}, fresh)
     # a query per READ_BATCH tasks, not one a task; records only judging's part of each when
-    # a reader process reads them (runner.execute.reader)
+    # a reader process reads them (runner.execute.store.reader)
     if count is None:
         count = len(tasks) if isinstance(tasks, Sized) else expansion.count()
     reads = (expanded(cache, expansion, READ_BATCH, count) if tasks is None

@@ -2,7 +2,7 @@
 
 Judging a cached run is reading: every task's record comes out of SQLite and is decoded whole
 (~1.1 KB, of which the request, which judging never reads, is ~60%), ~10 us a task, a third of a
-cached 100k-task rerun. A `Reader` is a child process (`python -m runner.execute.reader DIR`)
+cached 100k-task rerun. A `Reader` is a child process (`python -m runner.execute.store.reader DIR`)
 that does that part on the machine's other core: the parent sends batches of keys ahead, the
 child reads and decodes their records and sends back only what judging reads of each (`answer`:
 the response's choices, usage and source), one small orjson array a batch, which the parent
@@ -40,9 +40,9 @@ from typing import IO, Any, NoReturn, TypeVar
 import orjson
 
 from runner.errors import CacheError
-from runner.execute.cache import Cache
-from runner.execute.child import spawn
-from runner.execute.keyindex import KeyIndex, recorded_parts
+from runner.execute.store.cache import Cache
+from runner.execute.store.child import spawn
+from runner.execute.store.keyindex import KeyIndex, recorded_parts
 from runner.expand import Expansion, Task, task_key
 
 __all__ = ["Answer", "Expander", "Forked", "Plain", "Reader", "answer", "answer_of", "forkable",
@@ -157,7 +157,7 @@ class Reader:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self._child = spawn("runner.execute.reader", str(directory))
+        self._child = spawn("runner.execute.store.reader", str(directory))
 
     def batches(self, batches: Iterator[list[T]], key: Callable[[T], str]
                 ) -> Iterator[tuple[list[T], Mapping[str, Answer]]]:
@@ -377,7 +377,7 @@ class Expander:
     of a rescore's work). Each child sends every batch's keys and answers (`answer`), in task
     order, through a pipe that holds a whole run. This process makes the tasks from
     `Expansion.skeleton()`, which renders nothing. A job read before has its keys in the
-    cache folder's key index (runner.execute.keyindex): the children then render nothing
+    cache folder's key index (runner.execute.store.keyindex): the children then render nothing
     either. Fork only where `forkable()` says so. A child that stops early (killed, out of
     memory) is not an error: the rest is read here."""
 
@@ -441,7 +441,7 @@ def with_key_index(cache: object, expansion: Expansion, size: int, count: int,
                    tasks: Iterator[Task]) -> Iterator[Task]:
     """`tasks` (every task of `expansion`, `count` of them, in order) passed through; once
     they have all gone by, their keys are stored as the key index that an Expander reading
-    this job in batches of `size` finds (runner.execute.keyindex): the pool's dispatch of a
+    this job in batches of `size` finds (runner.execute.store.keyindex): the pool's dispatch of a
     whole job leaves it for the job's first rescore. Only where an Expander could read it."""
     if not isinstance(cache, Cache) or not usable(cache, count):
         return tasks
@@ -485,7 +485,7 @@ def _expand_and_read(out: IO[bytes], *, directory: Path, expansion: Expansion, s
     soon as it is made (a whole run fits in the pipe: the child goes on with its next run
     while this process reads the other child's). The keys come from the key index when this
     job's are stored there, else from rendering the requests, and are then stored there
-    (runner.execute.keyindex)."""
+    (runner.execute.store.keyindex)."""
     with Cache(directory) as cache:  # its own connection: the parent's is never used here
         cache.map_reads()
         index = KeyIndex(directory, expansion.fingerprint(), chunk, part, PARTS, count)

@@ -2,7 +2,7 @@
 
 SQLite over NFS is unsafe, so many machines (SLURM arrays, Kubernetes indexed Jobs, CI, several
 people) share answers through a real database instead. Same keys and records as the diskcache
-backend (runner/execute/cache.py); the table:
+backend (runner/execute/store/cache.py); the table:
 
     judge_cache (key text PRIMARY KEY, record bytea, source text, created timestamptz)
     judge_cache_meta (name text PRIMARY KEY, value text)   -- schema_version = SCHEMA_VERSION

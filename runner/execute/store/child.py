@@ -14,7 +14,7 @@ __all__ = ["spawn"]
 def spawn(module: str, *args: str) -> subprocess.Popen[bytes]:
     """`python -P -m module args...` in a fresh interpreter. -P keeps the current folder off
     sys.path (a user's own ./runner would shadow ours), and PYTHONPATH leads to this package."""
-    ours = str(Path(__file__).resolve().parents[2])
+    ours = str(Path(__file__).resolve().parents[3])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (ours, os.environ.get("PYTHONPATH")) if p)}
     return subprocess.Popen([sys.executable, "-P", "-m", module, *args], stdin=subprocess.PIPE,

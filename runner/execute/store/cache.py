@@ -4,8 +4,8 @@ A plain `diskcache.Cache` with eviction off and a size limit nobody reaches: a r
 never drop a paid answer (the default 1 GiB limit silently culls past ~700k entries, LRU turns
 every read into a write, and FanoutCache drops writes under contention). Reads and writes are
 direct calls on the event loop thread: a hit costs ~14 us, far less than a thread hop. The
-pool's answers go through `append`: a journal file first (runner/execute/journal.py), SQLite in
-large transactions afterwards.
+pool's answers go through `append`: a journal file first (runner/execute/store/journal.py),
+SQLite in large transactions afterwards.
 
 A record: {"request": body, "endpoint": str, "response": chat-completions JSON,
 "usage": {...}, "latency_s": float, "time": unix seconds, "source": "api" | "import:<file>"}.
@@ -29,7 +29,7 @@ import orjson
 from diskcache.core import MODE_RAW
 
 from runner.errors import CacheError
-from runner.execute.journal import Folder, Journal, Row, fold_file, recover
+from runner.execute.store.journal import Folder, Journal, Row, fold_file, recover
 
 __all__ = ["Cache", "answer_record"]
 
@@ -176,7 +176,7 @@ class Cache:
     def append(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
         """Store answers as they arrive (the pool, once an event-loop turn): put_many's
         semantics, durable against a kill -9 as soon as they are in the journal
-        (runner/execute/journal.py, one write), and read by this object at once. They go into
+        (runner/execute/store/journal.py, one write), and read by this object at once. They go into
         SQLite together when an append finds FOLD_ROWS pending or the oldest FOLD_S old: on a
         machine with two cores or more, from FOLDER_ROWS answers, a folding process does it
         while this one goes on (journal.Folder); `fold` and `close` wait for all of them.

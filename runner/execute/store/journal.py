@@ -5,7 +5,8 @@ SQLite, transactions that small cost ~30-40 us an answer (a B-tree insert under 
 diskcache triggers, the WAL's page writes); transactions of thousands cost ~14 us. So
 `Cache.append` writes a turn's answers to an append-only file first, with one write(2): once it
 returns they survive a kill -9, exactly as SQLite's own writes do with synchronous=OFF. The Cache
-then moves them into SQLite ("folds") in large transactions (runner/execute/cache.py says when).
+then moves them into SQLite ("folds") in large transactions (runner/execute/store/cache.py says
+when).
 
 A Cache object's journal is `journal/<time>-<pid>.log` in the cache folder, locked with lockf
 for as long as it is open (a POSIX lock: it ends with its process, and a forked child does not
@@ -33,7 +34,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from runner.errors import CacheError
-from runner.execute.child import spawn
+from runner.execute.store.child import spawn
 
 __all__ = ["Folder", "Journal", "frames", "recover"]
 
@@ -204,14 +205,14 @@ def _remove_stale(path: Path) -> None:
 
 class Folder:
     """A child process that folds this process's closed journals into SQLite while this one
-    goes on (`python -m runner.execute.folding FOLDER`, a fresh interpreter: it works whatever
+    goes on (`python -m runner.execute.store.folding FOLDER`, a fresh interpreter: it works whatever
     threads this process has). It folds each journal it is sent, in order, and answers one
     line for each, "ok" or "error: <why>"; at an empty line or the end of its input it folds
     every journal no live process holds, and leaves. If this process is killed, that last fold
     stores the answers of the journal it was writing."""
 
     def __init__(self, directory: Path) -> None:
-        self._child = spawn("runner.execute.folding", str(directory))
+        self._child = spawn("runner.execute.store.folding", str(directory))
         self.pid = self._child.pid
 
     def request(self, path: Path) -> bool:

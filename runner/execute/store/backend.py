@@ -1,9 +1,9 @@
 """What the rest of judge-runner needs from a response cache, and the one way to open one.
 
-Two backends keep the same records under the same keys (see runner/execute/cache.py for the
-record): `Cache`, a diskcache folder on one machine (the default), and `PgCache`, one
-PostgreSQL table shared by many machines (runner/execute/pgcache.py). `open_cache` picks by the
-location: a `postgresql://` or `postgres://` URL, or a folder.
+Two backends keep the same records under the same keys (see runner/execute/store/cache.py for
+the record): `Cache`, a diskcache folder on one machine (the default), and `PgCache`, one
+PostgreSQL table shared by many machines (runner/execute/store/pgcache.py). `open_cache` picks by
+the location: a `postgresql://` or `postgres://` URL, or a folder.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from runner.execute.cache import Cache
-from runner.execute.reader import Answer, Expander, Reader, forkable, usable
+from runner.execute.store.cache import Cache
+from runner.execute.store.reader import Answer, Expander, Reader, forkable, usable
 from runner.expand import Expansion, Task, task_key
 
 __all__ = ["CacheBackend", "answers", "expanded", "is_url", "marked", "open_cache", "redact"]
@@ -56,7 +56,7 @@ class CacheBackend(Protocol):
     def append(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
         """Store answers as they arrive (the pool's way): put_many's semantics, durable when
         it returns, visible to this object's reads at once and to other processes after
-        `fold` (a diskcache folder journals them first: runner/execute/journal.py). Raises
+        `fold` (a diskcache folder journals them first: runner/execute/store/journal.py). Raises
         CacheError if the store refuses them."""
         ...
 
@@ -84,7 +84,7 @@ def marked(cache: CacheBackend, things: Iterable[T], key: Callable[[T], str]
     LOOKUP_BATCH at a time through has_many (one query per chunk, where `in` makes one each):
     the pool's, plan's and status's cache-state lookup, the same for every backend. Once a
     diskcache folder has been asked about reader.MIN_TASKS things, the rest are looked up by a
-    reader process (runner.execute.reader), batches ahead, while the caller makes the next."""
+    reader process (runner.execute.store.reader), batches ahead, while the caller makes the next."""
     batches = _batches(things, LOOKUP_BATCH)
     asked, folder = 0, cache.directory if isinstance(cache, Cache) else None
     for batch in batches:
@@ -105,7 +105,7 @@ def answers(cache: CacheBackend, things: Iterable[T], key: Callable[[T], str], s
             count: int) -> Generator[tuple[list[T], Mapping[str, Answer]], None, None]:
     """`things` (about `count` of them) in batches of `size`, each with the records of its
     stored keys: judging's read of a run's answers. A diskcache folder read for a large job
-    goes through a reader process (runner.execute.reader), and each record is then only the
+    goes through a reader process (runner.execute.store.reader), and each record is then only the
     part judging reads of it (reader.answer: a plain answer's list, else a dict); otherwise
     one get_many a batch, whole records."""
     batches = _batches(things, size)
@@ -155,6 +155,6 @@ def open_cache(location: str | Path) -> CacheBackend:
     if is_url(location):
         # Imported on first use of a URL, not at start-up (and not to dodge a cycle): psycopg
         # takes ~0.25 s to import, which every `judge` command on a diskcache would pay.
-        from runner.execute.pgcache import PgCache
+        from runner.execute.store.pgcache import PgCache
         return PgCache(str(location))
     return Cache(Path(location))

@@ -1,5 +1,5 @@
-"""The folding process (`python -m runner.execute.folding FOLDER`, started by
-runner.execute.journal.Folder): fold each journal named on a line of its input into the cache
+"""The folding process (`python -m runner.execute.store.folding FOLDER`, started by
+runner.execute.store.journal.Folder): fold each journal named on a line of its input into the cache
 folder's SQLite, and answer "ok" or "error: <why>" on a line; at an empty line (the parent is
 done) or the end of its input (the parent was killed), fold every journal no live process
 holds, and leave."""
@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import NoReturn
 
 from runner.errors import CacheError
-from runner.execute.cache import Cache
-from runner.execute.journal import ORPHAN_WAIT_S, fold_file, recover
+from runner.execute.store.cache import Cache
+from runner.execute.store.journal import ORPHAN_WAIT_S, fold_file, recover
 
 
 def main(argv: list[str]) -> NoReturn:
