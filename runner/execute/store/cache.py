@@ -29,6 +29,7 @@ import orjson
 from diskcache.core import MODE_RAW
 
 from runner.errors import CacheError
+from runner.execute.store.child import second_core
 from runner.execute.store.journal import Folder, Journal, Row, fold_file, recover
 
 __all__ = ["Cache", "answer_record"]
@@ -97,9 +98,7 @@ class Cache:
         """Each journal handed to the folding process and not yet folded, with its rows."""
         self._unfolded: dict[str, bytes] = {}  # every appended row not yet known in SQLite
         self._folder: Folder | None = None
-        cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(
-            os.cpu_count() or 1)
-        self._may_fork = len(cores) >= 2  # a folding process gains nothing on one core
+        self._may_fork = True  # False once a folding process could not start, or failed
         self._pid = os.getpid()
         recover(directory, self.put_raw)  # answers of a run that was killed
 
@@ -218,7 +217,7 @@ class Cache:
         if not self._pending or self._journal is None or not self._journal.mine:
             return
         if self._folder is None and background and self._may_fork and \
-                len(self._pending) >= FOLDER_ROWS:
+                len(self._pending) >= FOLDER_ROWS and second_core():
             try:
                 self._folder = Folder(self.directory)
             except OSError:

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["spawn"]
+__all__ = ["second_core", "spawn"]
 
 
 def spawn(module: str, *args: str) -> subprocess.Popen[bytes]:
@@ -19,3 +19,11 @@ def spawn(module: str, *args: str) -> subprocess.Popen[bytes]:
         p for p in (ours, os.environ.get("PYTHONPATH")) if p)}
     return subprocess.Popen([sys.executable, "-P", "-m", module, *args], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+
+
+def second_core() -> bool:
+    """Whether this process may run on two cores or more: a child process working beside it
+    gains nothing on one."""
+    cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(
+        os.cpu_count() or 1)
+    return len(cores) >= 2

@@ -41,7 +41,7 @@ import orjson
 
 from runner.errors import CacheError
 from runner.execute.store.cache import Cache
-from runner.execute.store.child import spawn
+from runner.execute.store.child import second_core, spawn
 from runner.execute.store.keyindex import KeyIndex, recorded_parts
 from runner.expand import Expansion, Task, task_key
 
@@ -122,11 +122,7 @@ def answer_of(raw: bytes) -> Answer:
 def usable(cache: object, tasks: int) -> bool:
     """Whether reading `tasks` answers of `cache` through a Reader pays: a diskcache folder, a
     large job and a second core for the child."""
-    if not isinstance(cache, Cache) or tasks < MIN_TASKS:
-        return False
-    cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(
-        os.cpu_count() or 1)
-    return len(cores) >= 2
+    return isinstance(cache, Cache) and tasks >= MIN_TASKS and second_core()
 
 
 def forkable() -> bool:
