@@ -138,7 +138,7 @@ def test_judge_writes_the_same_reliability_forked_or_not(
 def test_no_fork_without_memory_for_a_copy_of_the_process() -> None:
     """A fresh interpreter (one thread) may fork; told that only its own resident size is
     available (less than twice it), it may not."""
-    script = ("import runner.execute.store.reader as a\nprint(a.forkable())\nreal = a._fields\n"
+    script = ("import runner.execute.store.child as a\nprint(a.forkable())\nreal = a._fields\n"
               "def low(path):\n    got = real(path)\n"
               "    if path == '/proc/meminfo':\n"
               "        got['MemAvailable'] = real('/proc/self/status')['VmRSS']\n"

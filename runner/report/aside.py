@@ -14,9 +14,9 @@ for free (copy-on-write): sending them to a fresh process would cost more than t
   child shares the parent's pages until it touches them, and reading every cell touches (its
   reference counts) most of them, so a large run's child can come to copy most of its parent.
 
-The child (runner.execute.store.reader.Forked) runs the function and pickles its result or exception
-to a pipe. A child that dies without a result (killed, out of memory) is not an error: the work
-is done again in place.
+The child (runner.execute.store.child.Forked) runs the function and pickles its result or
+exception to a pipe. A child that dies without a result (killed, out of memory) is not an
+error: the work is done again in place.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ import pickle
 from collections.abc import Callable
 from typing import IO, Generic, TypeVar
 
-from runner.execute.store.reader import Forked, forkable
+from runner.execute.store.child import Forked, forkable
 
-__all__ = ["Aside", "forkable"]  # forkable: runner.execute.store.reader's
+__all__ = ["Aside", "forkable"]  # forkable: runner.execute.store.child's
 
 T = TypeVar("T")
 

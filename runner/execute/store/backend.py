@@ -15,7 +15,8 @@ from typing import Any, Protocol, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from runner.execute.store.cache import Cache
-from runner.execute.store.reader import Answer, Expander, Reader, forkable, usable
+from runner.execute.store.child import forkable
+from runner.execute.store.reader import Answer, Expander, Reader, usable
 from runner.expand import Expansion, Task, task_key
 
 __all__ = ["CacheBackend", "answers", "expanded", "is_url", "marked", "open_cache", "redact"]

@@ -1,14 +1,24 @@
-"""Start a `python -m` child process of this very runner package (the reader and the folding
-process), its standard streams piped to this process."""
+"""Child processes of this very runner package: a fresh interpreter running `python -m` a
+module (`spawn`: the reader and folding processes, whatever threads this one has), or a fork
+sharing this process's memory (`Forked`: the expanders of a rescore and the reports' work set
+aside), only where `forkable` says so.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import gc
 import os
+import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import IO, NoReturn
 
-__all__ = ["second_core", "spawn"]
+__all__ = ["Forked", "forkable", "second_core", "spawn"]
 
 
 def spawn(module: str, *args: str) -> subprocess.Popen[bytes]:
@@ -27,3 +37,88 @@ def second_core() -> bool:
     cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(
         os.cpu_count() or 1)
     return len(cores) >= 2
+
+
+def forkable() -> bool:
+    """Whether forking this process now is safe: Linux (macOS's system libraries are not
+    fork-safe), one thread (a fork copies a lock another thread holds, locked forever in the
+    child) and memory available for twice this process's resident size (a child that reads
+    the tables it shares touches their reference counts, and so copies their pages)."""
+    if sys.platform != "linux" or not hasattr(os, "fork") or threading.active_count() != 1:
+        return False
+    try:
+        status = _fields("/proc/self/status")
+        available = int(_fields("/proc/meminfo").get("MemAvailable", "0 kB").split()[0])
+    except (OSError, ValueError):
+        return False
+    resident = int(status.get("VmRSS", "0 kB").split()[0])  # kB, as MemAvailable
+    return status.get("Threads") == "1" and available > 2 * resident
+
+
+def _fields(path: str) -> dict[str, str]:
+    """A /proc file of `Name:  value` lines as a dict."""
+    with open(path, encoding="ascii") as f:
+        return {name: value.strip() for name, _, value in (line.partition(":") for line in f)}
+
+
+class Forked:
+    """A forked child that runs `work(pipe)`, writing to a pipe this process reads (`pipe`),
+    and leaves with os._exit: no atexit handler, no flush of buffers it copied, no cleanup of
+    what it shares with this process. The child never runs the collector (a collection would
+    touch, and so copy, every page it shares) and ignores Ctrl-C (this process decides, and
+    stops it). A failure in `work` ends the child with one line on stderr, `name` first; a
+    closed pipe (this process stopped reading) ends it quietly. Fork only where `forkable()`
+    says so.
+
+    `pipe_size`: the pipe's capacity asked for (Linux; best effort), so that the child can
+    write that much ahead without waiting for this process to read. `siblings`: the other
+    children's pipes, which this child closes (a child must not hold a sibling's pipe open:
+    the sibling would not see this process close it)."""
+
+    def __init__(self, work: Callable[[IO[bytes]], None], name: str, *, pipe_size: int = 0,
+                 siblings: Sequence[IO[bytes]] = ()) -> None:
+        read, write = os.pipe()
+        if pipe_size and hasattr(fcntl, "F_SETPIPE_SZ"):
+            with contextlib.suppress(OSError):  # over /proc/sys/fs/pipe-max-size: as it is
+                fcntl.fcntl(write, fcntl.F_SETPIPE_SZ, pipe_size)
+        pid = os.fork()
+        if pid == 0:
+            for pipe in siblings:
+                with contextlib.suppress(OSError):
+                    os.close(pipe.fileno())
+            _run_child(work, name, read, write)
+        os.close(write)
+        self.pid, self.pipe = pid, os.fdopen(read, "rb")
+
+    def reap(self) -> None:
+        """Wait for the child to end (it has, or is about to: its pipe was read to the end)."""
+        if self.pid:
+            os.waitpid(self.pid, 0)
+            self.pid = 0
+        self.pipe.close()
+
+    def stop(self) -> None:
+        """End the child if it is still going (its result is no longer wanted), and reap it."""
+        self.pipe.close()  # a child still writing gets EPIPE and leaves
+        if self.pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+        self.reap()
+
+
+def _run_child(work: Callable[[IO[bytes]], None], name: str, read: int, write: int) -> NoReturn:
+    gc.disable()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    code = 0
+    try:
+        os.close(read)
+        with os.fdopen(write, "wb") as out:
+            work(out)
+    except BrokenPipeError:  # this process stopped reading: nothing more is wanted
+        pass
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.write(2, f"{name}: {type(exc).__name__}: {exc}\n".encode(errors="replace"))
+        code = 1
+    finally:
+        os._exit(code)

@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import fcntl
 import functools
-import gc
 import itertools
 import os
 import queue
@@ -41,12 +39,12 @@ import orjson
 
 from runner.errors import CacheError
 from runner.execute.store.cache import Cache
-from runner.execute.store.child import second_core, spawn
+from runner.execute.store.child import Forked, second_core, spawn
 from runner.execute.store.keyindex import KeyIndex, recorded_parts
 from runner.expand import Expansion, Task, task_key
 
-__all__ = ["Answer", "Expander", "Forked", "Plain", "Reader", "answer", "answer_of", "forkable",
-           "usable", "with_key_index"]
+__all__ = ["Answer", "Expander", "Plain", "Reader", "answer", "answer_of", "usable",
+           "with_key_index"]
 
 T = TypeVar("T")
 DEPTH = 4
@@ -123,28 +121,6 @@ def usable(cache: object, tasks: int) -> bool:
     """Whether reading `tasks` answers of `cache` through a Reader pays: a diskcache folder, a
     large job and a second core for the child."""
     return isinstance(cache, Cache) and tasks >= MIN_TASKS and second_core()
-
-
-def forkable() -> bool:
-    """Whether forking this process now is safe: Linux (macOS's system libraries are not
-    fork-safe), one thread (a fork copies a lock another thread holds, locked forever in the
-    child) and memory available for twice this process's resident size (a child that reads
-    the tables it shares touches their reference counts, and so copies their pages)."""
-    if sys.platform != "linux" or not hasattr(os, "fork") or threading.active_count() != 1:
-        return False
-    try:
-        status = _fields("/proc/self/status")
-        available = int(_fields("/proc/meminfo").get("MemAvailable", "0 kB").split()[0])
-    except (OSError, ValueError):
-        return False
-    resident = int(status.get("VmRSS", "0 kB").split()[0])  # kB, as MemAvailable
-    return status.get("Threads") == "1" and available > 2 * resident
-
-
-def _fields(path: str) -> dict[str, str]:
-    """A /proc file of `Name:  value` lines as a dict."""
-    with open(path, encoding="ascii") as f:
-        return {name: value.strip() for name, _, value in (line.partition(":") for line in f)}
 
 
 class Reader:
@@ -297,70 +273,6 @@ def main(argv: Sequence[str]) -> NoReturn:
             os.write(2, f"{type(exc).__name__}: {exc}\n".encode(errors="replace"))
         code = 1
     os._exit(code)
-
-
-
-class Forked:
-    """A forked child that runs `work(pipe)`, writing to a pipe this process reads (`pipe`),
-    and leaves with os._exit: no atexit handler, no flush of buffers it copied, no cleanup of
-    what it shares with this process. The child never runs the collector (a collection would
-    touch, and so copy, every page it shares) and ignores Ctrl-C (this process decides, and
-    stops it). A failure in `work` ends the child with one line on stderr, `name` first; a
-    closed pipe (this process stopped reading) ends it quietly. Fork only where `forkable()`
-    says so.
-
-    `pipe_size`: the pipe's capacity asked for (Linux; best effort), so that the child can
-    write that much ahead without waiting for this process to read. `siblings`: the other
-    children's pipes, which this child closes (a child must not hold a sibling's pipe open:
-    the sibling would not see this process close it)."""
-
-    def __init__(self, work: Callable[[IO[bytes]], None], name: str, *, pipe_size: int = 0,
-                 siblings: Sequence[IO[bytes]] = ()) -> None:
-        read, write = os.pipe()
-        if pipe_size and hasattr(fcntl, "F_SETPIPE_SZ"):
-            with contextlib.suppress(OSError):  # over /proc/sys/fs/pipe-max-size: as it is
-                fcntl.fcntl(write, fcntl.F_SETPIPE_SZ, pipe_size)
-        pid = os.fork()
-        if pid == 0:
-            for pipe in siblings:
-                with contextlib.suppress(OSError):
-                    os.close(pipe.fileno())
-            _run_child(work, name, read, write)
-        os.close(write)
-        self.pid, self.pipe = pid, os.fdopen(read, "rb")
-
-    def reap(self) -> None:
-        """Wait for the child to end (it has, or is about to: its pipe was read to the end)."""
-        if self.pid:
-            os.waitpid(self.pid, 0)
-            self.pid = 0
-        self.pipe.close()
-
-    def stop(self) -> None:
-        """End the child if it is still going (its result is no longer wanted), and reap it."""
-        self.pipe.close()  # a child still writing gets EPIPE and leaves
-        if self.pid:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signal.SIGKILL)
-        self.reap()
-
-
-def _run_child(work: Callable[[IO[bytes]], None], name: str, read: int, write: int) -> NoReturn:
-    gc.disable()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    code = 0
-    try:
-        os.close(read)
-        with os.fdopen(write, "wb") as out:
-            work(out)
-    except BrokenPipeError:  # this process stopped reading: nothing more is wanted
-        pass
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.write(2, f"{name}: {type(exc).__name__}: {exc}\n".encode(errors="replace"))
-        code = 1
-    finally:
-        os._exit(code)
 
 
 class Expander:
