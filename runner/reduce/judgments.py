@@ -231,7 +231,6 @@ class _Context:
                         choice_scores=_choice_scores(results, slot, task.aspect),
                         source=record.get("source"))
 
-
     def _plain(self, task: Task, item: Item, at: tuple[str, str, int], position: int | None,
                text: str, finish: str | None, usage: Mapping[str, Any] | orjson.Fragment | None,
                source: str | None) -> Judgment:
