@@ -154,13 +154,14 @@ class Fleet:
         replica.in_flight -= 1
         replica.counts["calls"] += 1
         # An answer to a request sent before the replica was taken out does not bring it
-        # back: only a probe after the cool-down does.
-        if replica.out_until <= self.loop.time():
+        # back: only a probe after the cool-down does. (Only a streak changes the cool-down
+        # and the state: with none, there is nothing to reset.)
+        if replica.streak and replica.out_until <= self.loop.time():
             replica.streak, replica.cooldown = 0, COOLDOWN_S
             replica.counts["state"] = "up"
         if replica.limiter is not None:
             replica.limiter.reconcile(reserved, used)
-        if any(replica.learn):
+        if replica.learn[0] or replica.learn[1]:
             self._learn(replica, headers)
         self.changed.set()
 

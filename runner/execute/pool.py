@@ -36,6 +36,9 @@ from runner.job.spec import Limits, ModelSpec
 
 __all__ = ["Endpoint", "RunStats", "backoff", "execute"]
 
+Pending = tuple[Task, dict[str, Any], int, int]
+"""An answer waiting for its store: the task, its record, its prompt and completion tokens."""
+
 BACKOFF_BASE_S = 1.0
 BACKOFF_CAP_S = 60.0
 
@@ -69,25 +72,25 @@ class _Commits:
     the flush runs after every callback already due: all the answers that arrived together. A
     SQLite transaction costs ~50 us whatever its size, one per answer was a third of the client's
     CPU at zero latency, and one per turn still ~30-40 us an answer: `append` journals them
-    (runner/execute/store/journal.py). `on_stored` runs for each answer once stored, never before. A
-    failed store (whatever the error: an exception in a loop callback would only be logged)
-    leaves its answers uncounted (the rerun asks again), stops the run, and is raised by
-    `execute` once the workers are done.
+    (runner/execute/store/journal.py). `on_stored` runs once a turn with the answers stored,
+    never before. A failed store (whatever the error: an exception in a loop callback would
+    only be logged) leaves its answers uncounted (the rerun asks again), stops the run, and is
+    raised by `execute` once the workers are done.
     """
 
     def __init__(self, cache: CacheBackend, loop: asyncio.AbstractEventLoop,
-                 on_stored: Callable[[Task, dict[str, Any]], None],
+                 on_stored: Callable[[list[Pending]], None],
                  on_failed: Callable[[list[Task]], None]) -> None:
         self.cache, self.loop = cache, loop
         self.on_stored, self.on_failed = on_stored, on_failed
-        self.pending: list[tuple[Task, dict[str, Any], dict[str, Any]]] = []
+        self.pending: list[Pending] = []
         self.error: Exception | None = None
         """The first failed commit's error (a CacheError when the disk refused)."""
 
-    def add(self, task: Task, record: dict[str, Any], usage: dict[str, Any]) -> None:
+    def add(self, task: Task, record: dict[str, Any], prompt: int, completion: int) -> None:
         if not self.pending:
             self.loop.call_soon(self.flush)
-        self.pending.append((task, record, usage))
+        self.pending.append((task, record, prompt, completion))
 
     def flush(self) -> None:
         """Store what is pending now (also called directly when `execute` ends)."""
@@ -95,13 +98,12 @@ class _Commits:
         if not batch:
             return
         try:
-            self.cache.append((task.key, record) for task, record, _ in batch)
+            self.cache.append([(task.key, record) for task, record, _, _ in batch])
         except Exception as exc:  # noqa: BLE001 - a callback's error would only be logged
             self.error = self.error or exc
-            self.on_failed([task for task, _, _ in batch])
+            self.on_failed([task for task, _, _, _ in batch])
             return
-        for task, _, usage in batch:
-            self.on_stored(task, usage)
+        self.on_stored(batch)
 
     def fold(self) -> None:
         """At the end: every stored answer visible to the next stage's reader processes. If
@@ -147,7 +149,11 @@ class _Pool:
             if self.stop.is_set():  # not started, or between retries: left for the rerun
                 self.stats.missing.append(task.key)
                 return
-            replica = await self._route(task, fleet, avoid)
+            # The usual case (no 429 pause, no limits, one replica) awaits nothing: each await
+            # of a coroutine costs at zero latency.
+            if avoid is not None or self.resume_at > self.loop.time() or \
+                    not self.limiters[task.model].unlimited or (replica := fleet.take()) is None:
+                replica = await self._route(task, fleet, avoid)
             if replica is None:  # stopped while waiting: send nothing
                 self.stats.missing.append(task.key)
                 return
@@ -198,8 +204,6 @@ class _Pool:
     async def _route(self, task: Task, fleet: Fleet, avoid: Replica | None) -> Replica | None:
         """Wait for the pool's pause, the model's limiter and a replica (and its limiter);
         None when the run stopped meanwhile."""
-        # The usual case (no 429 pause, no limits, one replica) awaits nothing: each await of
-        # a coroutine costs at zero latency.
         if self.resume_at > self.loop.time():
             await self.wait_pause()
         limiter = self.limiters[task.model]
@@ -218,27 +222,30 @@ class _Pool:
     def _store(self, task: Task, data: dict[str, Any],
                latency_s: float, fleet: Fleet, replica: Replica,
                headers: Mapping[str, str]) -> None:
-        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
-        assert isinstance(usage, dict)
+        usage = data.get("usage")
+        if not isinstance(usage, dict):
+            usage = {}
+        prompt = int(usage.get("prompt_tokens") or 0) if usage else 0
+        completion = int(usage.get("completion_tokens") or 0) if usage else 0
         self.commits.add(task, answer_record(body=task.body, endpoint=self.identity[task.model],
                                              response=data, usage=usage, latency_s=latency_s,
-                                             source="api", replica=replica.label), usage)
-        used = (int(usage.get("prompt_tokens") or 0)
-                + int(usage.get("completion_tokens") or 0)) if usage else None
-        self.limiters[task.model].reconcile(task.prompt_tokens + task.max_tokens, used)
-        fleet.succeeded(replica, headers, task.prompt_tokens + task.max_tokens, used)
+                                             source="api", replica=replica.label),
+                         prompt, completion)
+        used = prompt + completion if usage else None
+        reserved = task.prompt_tokens + task.max_tokens
+        self.limiters[task.model].reconcile(reserved, used)
+        fleet.succeeded(replica, headers, reserved, used)
 
-    def _stored(self, task: Task, usage: dict[str, Any]) -> None:
-        """An answer's transaction committed: now it counts."""
-        prompt = int(usage.get("prompt_tokens") or 0)
-        completion = int(usage.get("completion_tokens") or 0)
-        self.stats.api_calls += 1
-        self.stats.called.add(task.key)
-        self.stats.prompt_tokens += prompt
-        self.stats.completion_tokens += completion
-        self.stats.cost += estimate_cost(self.endpoints[task.model].model,
-                                         prompt, completion) or 0.0
-        self.on_progress(self.stats)
+    def _stored(self, batch: list[Pending]) -> None:
+        """A turn's answers are stored: now they count (one progress report a turn)."""
+        stats, endpoints = self.stats, self.endpoints
+        for task, _, prompt, completion in batch:
+            stats.called.add(task.key)
+            stats.prompt_tokens += prompt
+            stats.completion_tokens += completion
+            stats.cost += estimate_cost(endpoints[task.model].model, prompt, completion) or 0.0
+        stats.api_calls += len(batch)
+        self.on_progress(stats)
 
     def _not_stored(self, tasks: list[Task]) -> None:
         """A commit failed: its answers are not stored, so they are left for the rerun."""
