@@ -18,11 +18,18 @@ from runner.errors import CacheError
 from runner.execute.store.cache import Cache
 from runner.execute.store.journal import ORPHAN_WAIT_S, fold_file, recover
 
+NICE = 10
+"""The folding child runs below the run and anything else on the machine (a local model
+server, the benchmark's fake API): its work can wait, the run waits for it only when two
+journals are pending and at the end."""
+
 
 def main(argv: list[str]) -> NoReturn:
     # Ctrl-C reaches the whole process group: the parent decides, and ends this child with an
     # empty line.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with contextlib.suppress(OSError):
+        os.nice(NICE)
     parent, directory, code = os.getppid(), Path(argv[0]), 0
     try:
         with Cache(directory) as cache:
