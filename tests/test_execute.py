@@ -23,6 +23,7 @@ from runner.execute import pool as execute_module
 from runner.execute import stats as stats_module
 from runner.execute.pool import Endpoint, RunStats, backoff, execute
 from runner.execute.store.cache import Cache
+from runner.execute.store.reader import answer, answer_of
 from runner.expand import Task, estimate_cost, prepare
 from runner.job.load import load_job
 from runner.job.spec import Job, Limits
@@ -360,6 +361,30 @@ async def test_answers_count_only_once_stored_in_one_append_per_turn(
     assert stats.api_calls == 64 and unstored and max(unstored) == 0
     assert sorted(k for batch in cache.batches for k in batch) == sorted(s.keys)
     assert len(cache.batches) < 64  # 16 answers arrive together every 50 ms
+
+
+async def test_an_answer_is_stored_as_the_server_sent_it(
+        study: Callable[..., Study], server: ThreadedServer, cache: Cache) -> None:
+    """The record embeds the chat completion's bytes as they came (not a re-serialised copy):
+    spacing, key order and escapes kept, and it reads back as the same answer, whole or by
+    judging's read of the record's end."""
+    s = study(3)
+    bodies = [b'{"choices": [{"message": {"role": "assistant", "content": "4 stars"},\n'
+              b' "finish_reason": "stop", "index": 0}],\n "usage": {"prompt_tokens": 9,'
+              b' "completion_tokens": 2}, "note": "\\u00e9t\\u00e9 \\"q\\""'
+              b',"response":{"nested": [1, {"a": null}]}}\n' for _ in range(3)]
+    server.state.script.raw = [(200, {"Content-Type": "application/json"}, b) for b in bodies]
+    stats = await s.run(cache, limits={"concurrency": 1})
+    assert (stats.api_calls, stats.retries, stats.prompt_tokens, stats.completion_tokens) == \
+        (3, 0, 27, 6)
+    stored = cache.get_many_raw(s.keys)
+    for key in s.keys:
+        assert bodies[0] in stored[key]
+        record = cache.get(key)
+        assert record is not None and record["response"] == json.loads(bodies[0])
+        assert record["usage"] == {"prompt_tokens": 9, "completion_tokens": 2}
+        assert answer_of(stored[key]) == answer(record)
+        assert answer(record)[0] == "4 stars"
 
 
 async def test_every_answer_is_in_sqlite_for_other_readers_when_execute_returns(

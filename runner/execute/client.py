@@ -20,7 +20,7 @@ import orjson
 
 from runner.errors import APIError, AuthError, RequestError, RetryableError
 
-__all__ = ["Response", "post_chat", "retry_after", "send"]
+__all__ = ["Response", "post_chat", "retry_after", "send", "timeout_of"]
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 REQUEST_STATUS = frozenset({400, 404, 413, 422})
@@ -37,6 +37,9 @@ class Response(NamedTuple):
     latency_s: float
     headers: Mapping[str, str]
     """The response headers (case-insensitive), e.g. for the limits a server announces."""
+    raw: bytes | None = None
+    """The body as received when it is `data` itself (no `decode`): valid JSON (it decoded),
+    stored as it came instead of serialised again."""
 
 
 async def post_chat(session: aiohttp.ClientSession, url: str, body: bytes, *,
@@ -46,45 +49,50 @@ async def post_chat(session: aiohttp.ClientSession, url: str, body: bytes, *,
     headers = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
-    return await send(session, url, body, headers=headers, timeout_s=timeout_s)
+    return await send(session, url, body, headers=headers, timeout=timeout_of(timeout_s))
 
 
 async def send(session: aiohttp.ClientSession, url: str, body: bytes, *,
-               headers: Mapping[str, str], timeout_s: float,
-               decode: Callable[[Any], Any] = lambda data: data) -> Response:
+               headers: Mapping[str, str], timeout: aiohttp.ClientTimeout,
+               decode: Callable[[Any], Any] | None = None) -> Response:
     """post_chat for any provider: the caller builds the URL, headers and body
-    (runner.execute.providers), `decode` turns the answer into chat-completions JSON before it
-    is checked. Errors are classified exactly as for post_chat."""
+    (runner.execute.providers) and the `timeout` (`timeout_of(seconds)`); `decode` turns the
+    answer into chat-completions JSON before it is checked. Errors are classified exactly as
+    for post_chat."""
     started = time.monotonic()
     try:
-        async with session.post(url, data=body, headers=headers,
-                                timeout=_timeout(timeout_s)) as resp:
+        async with session.post(url, data=body, headers=headers, timeout=timeout) as resp:
             raw = await resp.read()
             if resp.status != 200:
                 raise _status_error(resp.status, raw, resp.headers)
     except TimeoutError:
-        raise RetryableError(f"no answer within {timeout_s:g} s (timeout)") from None
+        raise RetryableError(f"no answer within {timeout.total:g} s (timeout)") from None
     except aiohttp.ClientError as exc:
         raise RetryableError(f"connection error: {type(exc).__name__}: {exc}") from None
-    return Response(_decode(raw, decode), time.monotonic() - started, resp.headers)
+    return Response(_checked(raw, decode), time.monotonic() - started, resp.headers,
+                    raw if decode is None else None)
 
 
 @functools.lru_cache(maxsize=8)
-def _timeout(total_s: float) -> aiohttp.ClientTimeout:
+def timeout_of(total_s: float) -> aiohttp.ClientTimeout:
     """One (immutable) timeout object per value, not one per request."""
     return aiohttp.ClientTimeout(total=total_s)
 
 
-def _decode(raw: bytes, decode: Callable[[Any], Any] = lambda data: data) -> dict[str, Any]:
+def _checked(raw: bytes, decode: Callable[[Any], Any] | None) -> dict[str, Any]:
+    """The answer `raw` decoded (then passed through `decode`, if any), checked to be a chat
+    completion: a dict whose choices each have a message."""
     try:
-        data = decode(orjson.loads(raw))
+        data: dict[str, Any] = orjson.loads(raw)
     except orjson.JSONDecodeError:
         raise RetryableError(f"malformed response body (not JSON): {raw[:80]!r}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("choices"), list) \
-            or not data["choices"]:
+    if decode is not None:
+        data = decode(data)
+    choices = data.get("choices") if type(data) is dict else None
+    if not choices or type(choices) is not list:
         raise RetryableError(f"malformed response body (no choices): {raw[:80]!r}")
-    for choice in data["choices"]:
-        if not isinstance(choice, dict) or not isinstance(choice.get("message"), dict):
+    for choice in choices:
+        if type(choice) is not dict or type(choice.get("message")) is not dict:
             raise RetryableError(f"malformed response body (choice without message): {raw[:80]!r}")
     return data
 

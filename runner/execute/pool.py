@@ -23,13 +23,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+import orjson
 
 from runner.errors import APIError, AuthError, RequestError, RetryableError
-from runner.execute.client import send
+from runner.execute.client import Response, send, timeout_of
 from runner.execute.fleet import Fleet, Replica, fleet_for
 from runner.execute.limiter import Limiter
 from runner.execute.stats import RunStats
-from runner.execute.store.backend import CacheBackend, marked
+from runner.execute.store.backend import CacheBackend, marked_batches
 from runner.execute.store.cache import answer_record
 from runner.expand import Task, estimate_cost, task_key
 from runner.job.spec import Limits, ModelSpec
@@ -129,6 +130,7 @@ class _Pool:
                                        stats.endpoints.setdefault(name, {}))
                        for name, e in endpoints.items()}
         self.resume_at = 0.0
+        self.timeout = timeout_of(limits.timeout_s)
         self.loop = asyncio.get_running_loop()
         self.commits = _Commits(cache, self.loop, self._stored, self._not_stored)
         self.identity = {name: e.model.endpoint for name, e in endpoints.items()}
@@ -158,14 +160,16 @@ class _Pool:
                 self.stats.missing.append(task.key)
                 return
             self.stats.attempts += 1
+            route = replica.provider
+            body, decode = (task.body, None) if route.plain else \
+                (route.encode(task.body), route.decode)
             try:
                 # One attempt at `replica`, in its provider's dialect (runner.execute.providers),
                 # awaited here: each level of coroutines between the worker and aiohttp costs at
                 # every resumption, several a request.
-                route = replica.provider
-                response = await send(self.session, route.url, route.encode(task.body),
+                response = await send(self.session, route.url, body,
                                       headers=route.headers(replica.api_key()),
-                                      timeout_s=self.limits.timeout_s, decode=route.decode)
+                                      timeout=self.timeout, decode=decode)
             except RetryableError as exc:
                 error, avoid = exc, replica
                 elsewhere = fleet.failed(replica, exc)
@@ -188,8 +192,7 @@ class _Pool:
                 error = exc
                 break
             # No await from here to the hand-over: a cancel cannot split an answer from its store.
-            self._store(task, response.data, response.latency_s, fleet, replica,
-                        response.headers)
+            self._store(task, response, fleet, replica)
             return
         assert error is not None
         self.stats.failures[task.key] = f"{error.kind}: {error}"
@@ -219,22 +222,25 @@ class _Pool:
             return None
         return replica
 
-    def _store(self, task: Task, data: dict[str, Any],
-               latency_s: float, fleet: Fleet, replica: Replica,
-               headers: Mapping[str, str]) -> None:
+    def _store(self, task: Task, response: Response, fleet: Fleet, replica: Replica) -> None:
+        data = response.data
         usage = data.get("usage")
         if not isinstance(usage, dict):
             usage = {}
         prompt = int(usage.get("prompt_tokens") or 0) if usage else 0
         completion = int(usage.get("completion_tokens") or 0) if usage else 0
+        # The answer as it came, when it is the chat completion itself: serialising the parsed
+        # copy again cost as much as the rest of the record.
+        stored = data if response.raw is None else orjson.Fragment(response.raw)
         self.commits.add(task, answer_record(body=task.body, endpoint=self.identity[task.model],
-                                             response=data, usage=usage, latency_s=latency_s,
-                                             source="api", replica=replica.label),
+                                             response=stored, usage=usage,
+                                             latency_s=response.latency_s, source="api",
+                                             replica=replica.label),
                          prompt, completion)
         used = prompt + completion if usage else None
         reserved = task.prompt_tokens + task.max_tokens
         self.limiters[task.model].reconcile(reserved, used)
-        fleet.succeeded(replica, headers, reserved, used)
+        fleet.succeeded(replica, response.headers, reserved, used)
 
     def _stored(self, batch: list[Pending]) -> None:
         """A turn's answers are stored: now they count (one progress report a turn)."""
@@ -301,29 +307,30 @@ def _to_call(tasks: Iterable[Task], pool: _Pool, *, offline: bool, budget: float
     a 64-bit hash of every key, appended to `hashes` (RunStats.settle_repeats)."""
     stats, uncached = pool.stats, set()
     repeats_of_uncached = 0
-    for task, cached in marked(pool.cache, tasks, task_key):
-        hashes.append(hash(task.key))
-        if cached:
-            stats.cache_hits += 1
-            pool.on_progress(stats)
-            continue
-        if task.key in uncached:  # e.g. two parsers over one request: one call serves both
-            stats.duplicates += 1
-            repeats_of_uncached += 1
-            continue
-        uncached.add(task.key)
-        if offline or pool.stop.is_set() or stats.budget_stopped:
-            stats.missing.append(task.key)
-            continue
-        if budget is not None:
-            model = pool.endpoints[task.model].model
-            cost = estimate_cost(model, task.prompt_tokens, task.max_tokens) or 0.0
-            if stats.committed_cost + cost > budget:
-                stats.budget_stopped = True
+    for batch, flags in marked_batches(pool.cache, tasks, task_key):
+        hashes.extend([hash(task.key) for task in batch])
+        for task, cached in zip(batch, flags, strict=True):
+            if cached:
+                stats.cache_hits += 1
+                pool.on_progress(stats)
+                continue
+            if task.key in uncached:  # e.g. two parsers over one request: one call serves both
+                stats.duplicates += 1
+                repeats_of_uncached += 1
+                continue
+            uncached.add(task.key)
+            if offline or pool.stop.is_set() or stats.budget_stopped:
                 stats.missing.append(task.key)
                 continue
-            stats.committed_cost += cost
-        yield task
+            if budget is not None:
+                model = pool.endpoints[task.model].model
+                cost = estimate_cost(model, task.prompt_tokens, task.max_tokens) or 0.0
+                if stats.committed_cost + cost > budget:
+                    stats.budget_stopped = True
+                    stats.missing.append(task.key)
+                    continue
+                stats.committed_cost += cost
+            yield task
     # Repeats found cached (of a cached key, or of one stored since it was sent) were counted
     # as hits: they are repeats.
     stats.settle_repeats(hashes, repeats_of_uncached)

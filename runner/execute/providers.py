@@ -58,6 +58,12 @@ class Provider:
             headers["Authorization"] = f"Bearer {api_key}"
         return headers
 
+    @property
+    def plain(self) -> bool:
+        """The task's body is sent as it is and the answer is chat-completions JSON already
+        (`encode` and `decode` change nothing): every kind but anthropic."""
+        return self.kind != "anthropic"
+
     def encode(self, body: bytes) -> bytes:
         """The body to send: the task's own bytes, except for anthropic."""
         return anthropic_body(body) if self.kind == "anthropic" else body

@@ -19,7 +19,8 @@ from runner.execute.store.child import forkable
 from runner.execute.store.reader import Answer, Expander, Reader, usable
 from runner.expand import Expansion, Task, task_key
 
-__all__ = ["CacheBackend", "answers", "expanded", "is_url", "marked", "open_cache", "redact"]
+__all__ = ["CacheBackend", "answers", "expanded", "is_url", "marked", "marked_batches",
+           "open_cache", "redact"]
 
 T = TypeVar("T")
 LOOKUP_BATCH = 2000  # things per has_many call (each backend chunks its own queries)
@@ -81,25 +82,33 @@ class CacheBackend(Protocol):
 
 def marked(cache: CacheBackend, things: Iterable[T], key: Callable[[T], str]
            ) -> Iterator[tuple[T, bool]]:
-    """Each of `things` with whether its key is stored in `cache`, in order, looked up
-    LOOKUP_BATCH at a time through has_many (one query per chunk, where `in` makes one each):
-    the pool's, plan's and status's cache-state lookup, the same for every backend. Once a
-    diskcache folder has been asked about reader.MIN_TASKS things, the rest are looked up by a
-    reader process (runner.execute.store.reader), batches ahead, while the caller makes the next."""
+    """Each of `things` with whether its key is stored in `cache`, in order (see
+    `marked_batches`): plan's and status's cache-state lookup."""
+    for batch, flags in marked_batches(cache, things, key):
+        yield from zip(batch, map(bool, flags), strict=True)
+
+
+def marked_batches(cache: CacheBackend, things: Iterable[T], key: Callable[[T], str]
+                   ) -> Iterator[tuple[list[T], Sequence[bool] | bytes]]:
+    """`things` in batches, in order, each with a flag per thing (true or 1: its key is
+    stored in `cache`), looked up LOOKUP_BATCH at a time through has_many (one query per chunk,
+    where `in` makes one each): the pool's, plan's and status's cache-state lookup, the same
+    for every backend. Once a diskcache folder has been asked about reader.MIN_TASKS things,
+    the rest are looked up by a reader process (runner.execute.store.reader), batches ahead,
+    while the caller makes the next."""
     batches = _batches(things, LOOKUP_BATCH)
     asked, folder = 0, cache.directory if isinstance(cache, Cache) else None
     for batch in batches:
-        found = cache.has_many([key(t) for t in batch])
-        for thing in batch:
-            yield thing, key(thing) in found
+        keys = [key(t) for t in batch]
+        found = cache.has_many(keys)
+        yield batch, [k in found for k in keys]
         asked += len(batch)
         if folder is not None and usable(cache, asked):
             break
     if folder is None or (rest := next(batches, None)) is None:  # no process for nothing
         return
     with Reader(folder) as reader:
-        for batch, flags in reader.marks(itertools.chain([rest], batches), key):
-            yield from zip(batch, map(bool, flags), strict=True)
+        yield from reader.marks(itertools.chain([rest], batches), key)
 
 
 def answers(cache: CacheBackend, things: Iterable[T], key: Callable[[T], str], size: int,

@@ -41,12 +41,13 @@ FOLDER_ROWS = 256  # from this many answers a fold, a folding process does it (2
 MAX_SENT = 2  # journals handed to the folding process and not yet folded, at most
 
 
-def answer_record(*, body: bytes, endpoint: str, response: Mapping[str, Any],
+def answer_record(*, body: bytes, endpoint: str, response: Mapping[str, Any] | orjson.Fragment,
                   usage: Mapping[str, Any], latency_s: float, source: str,
                   replica: str | None = None) -> dict[str, Any]:
     """The one shape of a stored answer (see the module docstring): `body` is the request as
-    sent, `source` "api" or "import:<where>", `replica` the base URL that answered (a record
-    field, never part of the key: a fleet change keeps every answer)."""
+    sent, `response` the answer (or a Fragment of its JSON bytes as received), `source` "api"
+    or "import:<where>", `replica` the base URL that answered (a record field, never part of
+    the key: a fleet change keeps every answer)."""
     # The body is already compact JSON: a Fragment embeds its bytes as they are, where
     # loads-then-dumps cost a parse and a serialisation per answer (a third of batch ingest).
     record = {"request": orjson.Fragment(body), "endpoint": endpoint, "response": response,
