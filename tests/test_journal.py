@@ -4,6 +4,7 @@ its writer lives, read up to its last whole frame, and never half-written."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sqlite3
@@ -135,6 +136,64 @@ def test_a_folding_process_that_dies_is_replaced_by_folding_here(
     assert _journals(tmp_path) == []
     with Cache(tmp_path) as again:
         assert again.get_many(list(records)) == records
+
+
+def test_a_folding_process_that_gets_no_core_is_replaced_by_folding_here(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine too busy to run the idle-priority child (here: it is stopped) costs the run
+    at most STARVED_S a wait, then the run folds the child's journals and its own."""
+    monkeypatch.setattr(cache_module, "STARVED_S", 0.3)
+    cache, records, items = _folding_cache(tmp_path, monkeypatch, 300)
+    cache.append(items[:60])
+    assert cache._folder is not None
+    pid = cache._folder.pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        for start in range(60, 300, 10):  # the third journal pending makes the run wait
+            cache.append(items[start:start + 10])
+        waited = time.monotonic() - started
+        assert cache._folder is None and 0.3 <= waited < 10
+        assert _gone(pid)
+        cache.fold()
+        assert _in_sqlite(tmp_path) == 300 and not cache._unfolded
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    cache.close()
+    assert _journals(tmp_path) == []
+    with Cache(tmp_path) as again:
+        assert again.get_many(list(records)) == records
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
+def test_the_folding_process_runs_only_on_an_otherwise_idle_core(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache, _, items = _folding_cache(tmp_path, monkeypatch, 60)
+    cache.append(items)
+    assert cache._folder is not None
+    cache.fold()  # answered: the child set its policy long before
+    assert os.sched_getscheduler(cache._folder.pid) == os.SCHED_IDLE
+    cache.close()
+
+
+def test_a_folding_processs_answers_are_taken_whole_and_at_once(tmp_path: Path) -> None:
+    """Two answers written together: the second is taken without waiting, a half line is not
+    an answer, and the end of the child is "gone"."""
+    script = ("import sys, time; sys.stdout.write('ok\\nerror: disk full\\nok'); "
+              "sys.stdout.flush(); sys.stdin.readline(); sys.stdout.write('\\n')")
+    folder = journal.Folder.__new__(journal.Folder)
+    folder._child = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE)
+    folder.pid, folder._said = folder._child.pid, b""
+    assert folder.answer(10) == "ok"
+    assert folder.answer(0) == "error: disk full"
+    started = time.monotonic()
+    assert folder.answer(0.2) is None and time.monotonic() - started >= 0.2  # "ok" without \\n
+    assert folder.request(tmp_path / "x.log")
+    assert folder.answer(10) == "ok"
+    assert folder.answer(10) == "gone"
+    folder.kill()
 
 
 def test_close_ends_the_folding_process_while_a_forked_child_holds_its_input(

@@ -39,6 +39,9 @@ FOLD_ROWS = 1024  # appended answers handed over together (SQLite takes CHUNK a 
 FOLD_S = 1.0  # or the age of the oldest of them that makes the next append fold
 FOLDER_ROWS = 256  # from this many answers a fold, a folding process does it (2+ cores)
 MAX_SENT = 2  # journals handed to the folding process and not yet folded, at most
+STARVED_S = 1.0
+"""How long this process waits for an answer of the folding process (which runs only on an
+otherwise idle core) before it stops it and folds here: a machine too busy to give it a core."""
 
 
 def answer_record(*, body: bytes, endpoint: str, response: Mapping[str, Any] | orjson.Fragment,
@@ -242,10 +245,11 @@ class Cache:
 
     def _answered(self, *, wait: bool) -> bool:
         """Take the folding process's next answer; False if none has come and not `wait`. If
-        it failed (a full disk) or ended, it is stopped, and `fold` folds its journals here."""
+        it failed (a full disk) or ended, or `wait` saw no answer within STARVED_S, it is
+        stopped, and its journals, and every later one, are folded here."""
         assert self._folder is not None
-        answer = self._folder.answer(wait=wait)
-        if answer is None:
+        answer = self._folder.answer(STARVED_S if wait else 0)
+        if answer is None and not wait:
             return False
         if answer == "ok":
             _, rows = self._sent.popleft()

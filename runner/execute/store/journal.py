@@ -214,6 +214,7 @@ class Folder:
     def __init__(self, directory: Path) -> None:
         self._child = spawn("runner.execute.store.folding", str(directory))
         self.pid = self._child.pid
+        self._said = b""  # what the child wrote and was not taken yet: part of a line
 
     def request(self, path: Path) -> bool:
         """Ask for the journal `path` to be folded; False if the child is gone."""
@@ -225,15 +226,20 @@ class Folder:
             return False
         return True
 
-    def answer(self, *, wait: bool) -> str | None:
-        """The child's next answer ("ok", "error: ..."; "gone" if it ended); None when `wait`
-        is false and none has come yet."""
-        stdout = self._child.stdout
-        assert stdout is not None
-        if not wait and not select.select([stdout], [], [], 0)[0]:
-            return None
-        line = stdout.readline()
-        return line.decode(errors="replace").strip() if line else "gone"
+    def answer(self, timeout: float) -> str | None:
+        """The child's next answer ("ok", "error: ..."; "gone" if it ended); None when none has
+        come within `timeout` seconds (0: only one already written). Read from the pipe itself,
+        not through a buffer that select cannot see."""
+        assert self._child.stdout is not None
+        pipe, deadline = self._child.stdout.fileno(), time.monotonic() + timeout
+        while b"\n" not in self._said:
+            if not select.select([pipe], [], [], max(deadline - time.monotonic(), 0))[0]:
+                return None
+            if not (chunk := os.read(pipe, 4096)):
+                return "gone"
+            self._said += chunk
+        line, _, self._said = self._said.partition(b"\n")
+        return line.decode(errors="replace").strip()
 
     def finish(self) -> None:
         """Tell the child to end, without waiting for it (~25 ms): what it was sent is folded
