@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from runner.cli.session import Selection, derive, open_selected, run_async
+from runner.cli.session import Selection, derive, event_loop, open_selected, run_async
 from runner.errors import ConfigError
 from runner.execute.ledger import Ledger
 from runner.job.spec import Job
@@ -92,9 +92,9 @@ def run_batches(sel: Selection, names: tuple[str, ...], options: BatchOptions) -
         run = BatchRun(cache=cache, ledger=ledger, providers=_providers(sel.job, names),
                        job=sel.job.name, options=options, say=say, stats=stats)
         if sel.job.generate:
-            run_async(run.run(sel.expansion.generation_tasks()))
+            run_async(run.run(sel.expansion.generation_tasks()), event_loop(os.environ))
             sel = derive(sel)
-        run_async(run.run(sel.expansion.tasks()))
+        run_async(run.run(sel.expansion.tasks()), event_loop(os.environ))
     say(f"{len(stats.created)} batch(es) made this run, {stats.attached} from earlier runs; "
         f"{len(stats.collected)} answers collected, {len(stats.failures)} failed, "
         f"{len(stats.pending)} pending; ~${stats.cost:.4f} at the batch price")
@@ -194,7 +194,7 @@ def batches(common: Callable[..., Any], select_args: Callable[..., Selection]) -
             run = BatchRun(cache=cache, ledger=ledger, providers=_providers(sel.job, names),
                            job=sel.job.name, options=BatchOptions(), say=lambda s: None)
             live_before = sum(r.live for r in ledger.rows(sel.job.name))
-            rows = run_async(run.status(cancel=cancel))
+            rows = run_async(run.status(cancel=cancel), event_loop(os.environ))
         if not rows:
             click.echo(f"job {sel.job.name}: no batches in {sel.cache_dir}")
             return

@@ -40,6 +40,7 @@ from runner.cli.session import (
     check_budget,
     check_keys,
     estimate,
+    event_loop,
     job_path,
     manifest,
     open_selected,
@@ -296,7 +297,8 @@ def _execute(sel: Selection, opts: dict[str, Any], judged: TaskLog,
     started = contextlib.nullcontext(sel.job) if opts["offline"] else serving(sel.job)
     with open_selected(sel) as cache, started as served:
         try:
-            return run_async(_run_async(sel, served, cache, opts, progress, judged, after))
+            return run_async(_run_async(sel, served, cache, opts, progress, judged, after),
+                             event_loop(os.environ))
         except asyncio.CancelledError:
             # The second Ctrl-C cancelled the pool; every answer received is already cached.
             raise KeyboardInterrupt from None
