@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import signal
 import sqlite3
 import subprocess
@@ -14,6 +15,7 @@ import textwrap
 import time
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import orjson
 import pytest
@@ -177,15 +179,44 @@ def test_the_folding_process_runs_only_on_an_otherwise_idle_core(
     cache.close()
 
 
+def test_a_folding_process_is_heard_past_a_thousand_open_connections(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pool with 1,024 connections open gives the child's pipe a descriptor past select()'s
+    FD_SETSIZE; the answers are still read (the fleet benchmark at 1,024 in flight)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"this process may open {hard} files at most, under the 1,200 needed")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    taken = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        cache, records, items = _folding_cache(tmp_path, monkeypatch, 120)
+        cache.append(items[:60])
+        assert cache._folder is not None
+        assert cache._folder._child.stdout is not None
+        assert cache._folder._child.stdout.fileno() >= 1024
+        cache.append(items[60:])
+        cache.fold()
+        assert _in_sqlite(tmp_path) == 120 and cache._folder is not None
+        cache.close()
+    finally:
+        for fd in taken:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
 def test_a_folding_processs_answers_are_taken_whole_and_at_once(tmp_path: Path) -> None:
     """Two answers written together: the second is taken without waiting, a half line is not
     an answer, and the end of the child is "gone"."""
     script = ("import sys, time; sys.stdout.write('ok\\nerror: disk full\\nok'); "
               "sys.stdout.flush(); sys.stdin.readline(); sys.stdout.write('\\n')")
-    folder = journal.Folder.__new__(journal.Folder)
-    folder._child = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE)
-    folder.pid, folder._said = folder._child.pid, b""
+    class Scripted(journal.Folder):
+        def __init__(self) -> None:  # the child is this script, not the folding process
+            with mock.patch.object(journal, "spawn", lambda *_: subprocess.Popen(
+                    [sys.executable, "-c", script], stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE)):
+                super().__init__(tmp_path)
+
+    folder = Scripted()
     assert folder.answer(10) == "ok"
     assert folder.answer(0) == "error: disk full"
     started = time.monotonic()

@@ -215,6 +215,12 @@ class Folder:
         self._child = spawn("runner.execute.store.folding", str(directory))
         self.pid = self._child.pid
         self._said = b""  # what the child wrote and was not taken yet: part of a line
+        assert self._child.stdout is not None
+        # poll, not select: a pool with a thousand connections open gives the pipe a
+        # descriptor past select's limit (FD_SETSIZE, 1024)
+        self._pipe = self._child.stdout.fileno()
+        self._readable = select.poll()
+        self._readable.register(self._pipe, select.POLLIN)
 
     def request(self, path: Path) -> bool:
         """Ask for the journal `path` to be folded; False if the child is gone."""
@@ -230,12 +236,11 @@ class Folder:
         """The child's next answer ("ok", "error: ..."; "gone" if it ended); None when none has
         come within `timeout` seconds (0: only one already written). Read from the pipe itself,
         not through a buffer that select cannot see."""
-        assert self._child.stdout is not None
-        pipe, deadline = self._child.stdout.fileno(), time.monotonic() + timeout
+        deadline = time.monotonic() + timeout
         while b"\n" not in self._said:
-            if not select.select([pipe], [], [], max(deadline - time.monotonic(), 0))[0]:
+            if not self._readable.poll(max(deadline - time.monotonic(), 0) * 1000):
                 return None
-            if not (chunk := os.read(pipe, 4096)):
+            if not (chunk := os.read(self._pipe, 4096)):
                 return "gone"
             self._said += chunk
         line, _, self._said = self._said.partition(b"\n")
