@@ -4,22 +4,26 @@
 - `bare_loop`: N aiohttp workers posting the same bodies through one ClientSession.
 - `openai_loop`: N workers calling `openai.AsyncOpenAI().chat.completions.create`.
 
-All three use `concurrency` requests in flight and stop dispatching at `deadline_s`.
+All three use `concurrency` requests in flight and stop dispatching at `deadline_s`. `run`
+runs one on an event loop: `JUDGE_LOOP`, the one `judge run` uses (uvloop where installed), for
+the runner; asyncio's own (None) for the bare and SDK loops, unless a benchmark says otherwise.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import openai
 import orjson
 
+from runner.cli.session import LoopFactory, event_loop
 from runner.execute.pool import Endpoint, execute
 from runner.execute.store.cache import Cache
 from runner.expand import Task
@@ -40,6 +44,22 @@ class Timing:
 
 
 CacheFactory = Callable[[Path], Cache]
+R = TypeVar("R")
+
+JUDGE_LOOP: LoopFactory | None = event_loop(os.environ)
+"""The event loop `judge run` runs its pool on: uvloop's where installed (JUDGE_EVENT_LOOP=asyncio
+opts out); None is asyncio's own."""
+
+
+def run(work: Coroutine[Any, Any, R], loop: LoopFactory | None = None) -> R:
+    """asyncio.run(work) on a loop made by `loop` (None: asyncio's own)."""
+    with asyncio.Runner(loop_factory=loop) as runner:
+        return runner.run(work)
+
+
+def loop_name(loop: LoopFactory | None) -> str:
+    """"asyncio" or the module of the loop factory ("uvloop")."""
+    return "asyncio" if loop is None else loop.__module__.split(".")[0]
 
 
 def _connector(concurrency: int) -> aiohttp.TCPConnector:

@@ -34,7 +34,7 @@ from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import common  # noqa: E402
+from bench import clients, common  # noqa: E402
 from bench.server import RecordingState, _stats_handler  # noqa: E402
 from runner.execute.pool import Endpoint, execute  # noqa: E402
 from runner.execute.store.cache import Cache  # noqa: E402
@@ -67,7 +67,8 @@ def fleet_throughput(work: Path, quick: bool) -> dict[str, Any]:
         bare = asyncio.run(_bare([t.body for t in tasks], [s.url for s in servers], in_flight,
                                  deadline))
         started_cpu = time.process_time()
-        stats, seconds = asyncio.run(_run(job, tasks, work / "cache", deadline_s=deadline))
+        stats, seconds = clients.run(_run(job, tasks, work / "cache", deadline_s=deadline),
+                                     clients.JUDGE_LOOP)
         cpu = time.process_time() - started_cpu
     per_server = [c["calls"] for c in stats.endpoints["judge"].values()]
     rate = stats.api_calls / seconds
@@ -75,7 +76,9 @@ def fleet_throughput(work: Path, quick: bool) -> dict[str, Any]:
     return {
         "setup": {"replicas": REPLICAS, "latency_s": LATENCY_S, "in_flight": in_flight,
                   "requests": len(tasks),
-                  "cache": "runner.execute.store.cache.Cache in a temp dir"},
+                  "cache": "runner.execute.store.cache.Cache in a temp dir",
+                  "event_loops": {"runner": clients.loop_name(clients.JUDGE_LOOP),
+                                  "bare": "asyncio"}},
         "target": f">= 0.9 x {ideal:.0f} = {0.9 * ideal:.0f} answers/s",
         "rate": round(rate, 1),
         "over_ideal": round(rate / ideal, 3),

@@ -27,7 +27,6 @@ process, interpreter start and imports included).
 
 from __future__ import annotations
 
-import asyncio
 import gzip
 import hashlib
 import json
@@ -212,8 +211,9 @@ def _runner(b: Bench) -> dict[str, Any]:
     """`execute` in this process; expansion happens inside the timed call, as in `judge run`."""
     job, folder = load_job(b.job_path), b.folder("runner")
     cpu = time.process_time()
-    timing = asyncio.run(clients.runner_loop(prepare(job, b.job_path.parent).tasks(), job,
-                                             folder / "cache", deadline_s=b.setting.timeout_s))
+    timing = clients.run(clients.runner_loop(prepare(job, b.job_path.parent).tasks(), job,
+                                             folder / "cache", deadline_s=b.setting.timeout_s),
+                         clients.JUDGE_LOOP)
     return {"seconds": round(timing.seconds, 3), "answers": timing.answers,
             "errors": timing.errors, "cpu_s": round(time.process_time() - cpu, 2)}
 
@@ -366,7 +366,8 @@ def peer_comparison(work: Path, quick: bool) -> dict[str, Any]:
                 for s in _settings(quick)}
     result: dict[str, Any] = {
         "setup": {**setup, "skipped": skipped, "rounds": rounds,
-                  "peer_settings": PEER_SETTINGS},
+                  "peer_settings": PEER_SETTINGS,
+                  "event_loop": clients.loop_name(clients.JUDGE_LOOP)},
         "target": "judge-runner/peer >= 1.0x at 200 ms and >= 2.0x at 0 ms, each peer, "
                   "in-process and whole-process",
         "settings": settings,

@@ -9,7 +9,6 @@ requests accepted in the first 60 s window (from the first request), the most ac
 
 from __future__ import annotations
 
-import asyncio
 import bisect
 from pathlib import Path
 from typing import Any
@@ -49,8 +48,9 @@ def rate_limit(work: Path, quick: bool) -> dict[str, Any]:
         path = common.write_job(work / "job", 250, aspects=("a", "b", "c", "d"),
                                 base_url=server.url, concurrency=16, rpm=RPM)
         job = load_job(path)
-        timing = asyncio.run(clients.runner_loop(prepare(job, path.parent).tasks(), job,
-                                                 work / "cache", deadline_s=run_s))
+        timing = clients.run(clients.runner_loop(prepare(job, path.parent).tasks(), job,
+                                                 work / "cache", deadline_s=run_s),
+                             clients.JUDGE_LOOP)
         stats = server.stats()
     figures = _window_figures(stats["accepted"], stats["rejected"])
     received_429 = int(stats["status"].get("429", 0))
