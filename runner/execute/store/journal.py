@@ -60,15 +60,17 @@ def _framed(rows: Sequence[Row]) -> bytes:
 
 
 def frames(data: bytes) -> list[Row]:
-    """The whole frames at the start of `data`, up to the first cut or damaged one."""
-    rows, pos, end = [], 0, len(data)
+    """The whole frames at the start of `data`, up to the first cut or damaged one (a frame
+    without a key, as zeroed blocks would read, is damaged). Each record is copied once, out
+    of `data`: the folding process reads every answer of a run through here."""
+    rows, pos, end, view = [], 0, len(data), memoryview(data)
     while pos + _HEAD.size <= end:
         size, crc, key_len = _HEAD.unpack_from(data, pos)
-        body = data[pos + _HEAD.size:pos + _HEAD.size + size]
-        if size < key_len or len(body) < size or zlib.crc32(body) != crc:
+        start, stop = pos + _HEAD.size, pos + _HEAD.size + size
+        if not 0 < key_len <= size or stop > end or zlib.crc32(view[start:stop]) != crc:
             break
-        rows.append((body[:key_len].decode(), body[key_len:]))
-        pos += _HEAD.size + size
+        rows.append((data[start:start + key_len].decode(), data[start + key_len:stop]))
+        pos = stop
     return rows
 
 
