@@ -38,11 +38,11 @@ if TYPE_CHECKING:
     from runner.execute.stats import RunStats
 
 LoopFactory = Callable[[], "AbstractEventLoop"]
+"""Makes the event loop a command's pool runs on (see `event_loop`)."""
 
-__all__ = ["Download", "ModelPlan", "Selection", "TaskLog", "all_tasks", "answer_text",
-           "check_budget", "check_keys", "estimate", "event_loop", "job_path", "manifest",
-           "run_async",
-           "run_pool", "select", "serving"]
+__all__ = ["Download", "LoopFactory", "ModelPlan", "Selection", "TaskLog", "all_tasks",
+           "answer_text", "check_budget", "check_keys", "estimate", "event_loop", "job_path",
+           "manifest", "run_async", "run_pool", "select", "serving"]
 
 PACKAGES = ("judge-runner", "aiohttp", "openai", "aiolimiter", "diskcache", "orjson", "scipy",
             "click")
