@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import contextlib
 import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,18 +44,9 @@ REQUESTS = 100_000
 @contextlib.contextmanager
 def _fake() -> Iterator[common.Server]:
     port = common.free_port()
-    process = subprocess.Popen([common.PYTHON, "-m", "tests.fakebatch",
-                                "--port", str(port)], cwd=common.ROOT)
-    try:
-        common._wait_ready(port, process)
+    with common.serving([common.PYTHON, "-m", "tests.fakebatch", "--port", str(port)],
+                        [port]) as process:
         yield common.Server(port, process)
-    finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
 
 
 def batch_job(work: Path, quick: bool) -> dict[str, Any]:

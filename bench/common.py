@@ -121,10 +121,19 @@ def server(latency: float = 0.0, rpm: float | None = None) -> Iterator[Server]:
            "--latency", str(latency)]
     if rpm is not None:
         cmd += ["--rpm", str(rpm)]
+    with serving(cmd, [port]) as process:
+        yield Server(port, process)
+
+
+@contextlib.contextmanager
+def serving(cmd: list[str], ports: list[int]) -> Iterator[subprocess.Popen[bytes]]:
+    """Start `cmd`, a fake server process answering on `ports` of 127.0.0.1; wait until each
+    port answers; stop it (by its pid) on exit."""
     process = subprocess.Popen(cmd, cwd=ROOT)
     try:
-        _wait_ready(port, process)
-        yield Server(port, process)
+        for port in ports:
+            _wait_ready(port, process)
+        yield process
     finally:
         process.terminate()
         try:

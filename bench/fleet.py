@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import contextlib
 import re
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -139,20 +138,10 @@ async def _run(job: Any, tasks: list[Any], cache_dir: Path, *, deadline_s: float
 def servers_process(n: int, latency: float) -> Iterator[list[common.Server]]:
     """`n` fake servers on free 127.0.0.1 ports in one child process; stopped by its pid."""
     ports = [common.free_port() for _ in range(n)]
-    process = subprocess.Popen([common.PYTHON, str(Path(__file__).resolve()), "--ports",
-                                ",".join(map(str, ports)), "--latency", str(latency)],
-                               cwd=common.ROOT)
-    try:
-        for port in ports:
-            common._wait_ready(port, process)
+    with common.serving([common.PYTHON, str(Path(__file__).resolve()), "--ports",
+                         ",".join(map(str, ports)), "--latency", str(latency)],
+                        ports) as process:
         yield [common.Server(port, process) for port in ports]
-    finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
 
 
 async def _serve(ports: list[int], latency: float) -> None:
