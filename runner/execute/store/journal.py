@@ -237,7 +237,7 @@ class Folder:
     def answer(self, timeout: float) -> str | None:
         """The child's next answer ("ok", "error: ..."; "gone" if it ended); None when none has
         come within `timeout` seconds (0: only one already written). Read from the pipe itself,
-        not through a buffer that select cannot see."""
+        not through a buffer that poll cannot see."""
         deadline = time.monotonic() + timeout
         while b"\n" not in self._said:
             if not self._readable.poll(max(deadline - time.monotonic(), 0) * 1000):
