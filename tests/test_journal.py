@@ -80,10 +80,12 @@ def test_a_fold_comes_with_fold_rows_answers_or_after_fold_s(
 
 
 def _folding(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Hand a journal over every 50 answers, to a folding process from 10 answers."""
+    """Hand a journal over every 50 answers, to a folding process from 10 answers; wait up to
+    30 s for its answers (at idle priority, it could be slow to get a core on a busy machine)."""
     monkeypatch.setattr(cache_module, "FOLD_ROWS", 50)
     monkeypatch.setattr(cache_module, "FOLD_S", 3600.0)
     monkeypatch.setattr(cache_module, "FOLDER_ROWS", 10)
+    monkeypatch.setattr(cache_module, "STARVED_S", 30.0)
 
 
 def _folding_cache(folder: Path, monkeypatch: pytest.MonkeyPatch, n: int
@@ -144,8 +146,8 @@ def test_a_folding_process_that_gets_no_core_is_replaced_by_folding_here(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A machine too busy to run the idle-priority child (here: it is stopped) costs the run
     at most STARVED_S a wait, then the run folds the child's journals and its own."""
-    monkeypatch.setattr(cache_module, "STARVED_S", 0.3)
     cache, records, items = _folding_cache(tmp_path, monkeypatch, 300)
+    monkeypatch.setattr(cache_module, "STARVED_S", 0.3)
     cache.append(items[:60])
     assert cache._folder is not None
     pid = cache._folder.pid
