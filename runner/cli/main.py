@@ -219,7 +219,8 @@ def run(job: str, models: tuple[str, ...], base_url: str | None, limit: int | No
     Exit 0 when no task failed (tasks left out by --offline or --budget are listed), 1 when
     some failed (listed), 2 on a configuration error (before any call), 130 when
     interrupted: rerun the same command to resume. At a terminal it asks before paid calls
-    unless --yes.
+    unless --yes. Requests go out on uvloop's event loop where it is installed
+    (JUDGE_EVENT_LOOP=asyncio: on asyncio's own).
     """
     started = time.time()
     sel = _select(job, models, base_url, limit, cache_dir, out,
