@@ -66,11 +66,11 @@ class Provider:
 
     def encode(self, body: bytes) -> bytes:
         """The body to send: the task's own bytes, except for anthropic."""
-        return anthropic_body(body) if self.kind == "anthropic" else body
+        return body if self.plain else anthropic_body(body)
 
     def decode(self, data: Any) -> Any:
         """The answer in chat-completions shape (checked afterwards by the client)."""
-        if self.kind == "anthropic" and isinstance(data, dict) and "content" in data:
+        if not self.plain and isinstance(data, dict) and "content" in data:
             return anthropic_answer(data)
         return data
 
