@@ -227,8 +227,8 @@ class _Pool:
         usage = data.get("usage")
         if not isinstance(usage, dict):
             usage = {}
-        prompt = int(usage.get("prompt_tokens") or 0) if usage else 0
-        completion = int(usage.get("completion_tokens") or 0) if usage else 0
+        prompt = int(usage.get("prompt_tokens") or 0)
+        completion = int(usage.get("completion_tokens") or 0)
         # The answer as it came, when it is the chat completion itself: serialising the parsed
         # copy again cost as much as the rest of the record.
         stored = data if response.raw is None else orjson.Fragment(response.raw)
