@@ -83,7 +83,7 @@ class Batched:
 def run_batches(sel: Selection, names: tuple[str, ...], options: BatchOptions) -> Batched:
     """Generation stage then judges (over what the generators have answered so far)."""
     from runner.execute.batch import BatchRun, BatchStats
-    stats = BatchStats()
+    stats, loop = BatchStats(), event_loop(os.environ)
 
     def say(line: str) -> None:
         click.echo(f"batch: {line}", err=True)
@@ -92,9 +92,9 @@ def run_batches(sel: Selection, names: tuple[str, ...], options: BatchOptions) -
         run = BatchRun(cache=cache, ledger=ledger, providers=_providers(sel.job, names),
                        job=sel.job.name, options=options, say=say, stats=stats)
         if sel.job.generate:
-            run_async(run.run(sel.expansion.generation_tasks()), event_loop(os.environ))
+            run_async(run.run(sel.expansion.generation_tasks()), loop)
             sel = derive(sel)
-        run_async(run.run(sel.expansion.tasks()), event_loop(os.environ))
+        run_async(run.run(sel.expansion.tasks()), loop)
     say(f"{len(stats.created)} batch(es) made this run, {stats.attached} from earlier runs; "
         f"{len(stats.collected)} answers collected, {len(stats.failures)} failed, "
         f"{len(stats.pending)} pending; ~${stats.cost:.4f} at the batch price")
