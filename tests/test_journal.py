@@ -209,16 +209,11 @@ def test_a_folding_process_is_heard_past_a_thousand_open_connections(
 def test_a_folding_processs_answers_are_taken_whole_and_at_once(tmp_path: Path) -> None:
     """Two answers written together: the second is taken without waiting, a half line is not
     an answer, and the end of the child is "gone"."""
-    script = ("import sys, time; sys.stdout.write('ok\\nerror: disk full\\nok'); "
+    script = ("import sys; sys.stdout.write('ok\\nerror: disk full\\nok'); "
               "sys.stdout.flush(); sys.stdin.readline(); sys.stdout.write('\\n')")
-    class Scripted(journal.Folder):
-        def __init__(self) -> None:  # the child is this script, not the folding process
-            with mock.patch.object(journal, "spawn", lambda *_: subprocess.Popen(
-                    [sys.executable, "-c", script], stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE)):
-                super().__init__(tmp_path)
-
-    folder = Scripted()
+    with mock.patch.object(journal, "spawn", lambda *_: subprocess.Popen(  # this script
+            [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE)):
+        folder = journal.Folder(tmp_path)
     assert folder.answer(10) == "ok"
     assert folder.answer(0) == "error: disk full"
     started = time.monotonic()
