@@ -7,28 +7,61 @@ RunnerError                     anything the user can act on; `cli` prints one `
 ├── DataError                   a data set is missing, malformed, or fails its sha256 (exit 2)
 ├── CacheError                  the on-disk cache cannot be opened or written
 └── APIError                    one request failed; the client classifies, `execute` decides
-    ├── RetryableError          429, 408, 409, 5xx, connection errors, timeouts, bad bodies
+    ├── RetryableError          429, 408, 409, 5xx, dropped connections, timeouts, bad bodies
+    │   └── ConnectError        no connection at all: refused, unknown host (a breaker stops)
     ├── RequestError            400, 404, 422: this task fails with the server's message
     └── AuthError               401, 403: the whole run stops at once
 ```
 
 Every message names the thing, where it is, and the fix, e.g.
-`jobs/x.toml: models.judge.rpm must be a positive integer (got 0)`.
+`jobs/x.toml: models.judge.rpm must be a positive integer (got 0)`. Text that came from a server
+goes through `scrub` before it is kept anywhere: no message carries an API key.
 """
 
 from __future__ import annotations
+
+import re
 
 __all__ = [
     "APIError",
     "AuthError",
     "CacheError",
     "ConfigError",
+    "ConnectError",
     "DataError",
     "MissingKeyError",
     "RequestError",
     "RetryableError",
     "RunnerError",
+    "register_secret",
+    "scrub",
 ]
+
+_SECRETS: set[str] = set()
+"""Every key value this process has read (see register_secret); scrub removes each."""
+_SHAPES = re.compile(
+    r"(?i)(?P<bearer>\bbearer\s+)[A-Za-z0-9._~+/=-]{6,}"
+    r"|\b(?:sk|pk|rk)-[A-Za-z0-9_-]{8,}"
+    r"|\bAIza[0-9A-Za-z_-]{20,}"
+    r"|(?P<param>\b(?:api[-_]?key|key|access[-_]?token|token)[\"']?\s*[=:]\s*[\"']?)"
+    r"[A-Za-z0-9._~+/-]{12,}")
+REDACTED = "[redacted]"
+
+
+def register_secret(value: str | None) -> None:
+    """Remember a key value (from the environment) so `scrub` removes it from any text."""
+    if value and len(value) >= 6:
+        _SECRETS.add(value)
+
+
+def scrub(text: str, secrets: tuple[str, ...] = ()) -> str:
+    """`text` without any registered or given key value and without anything shaped like a
+    key (`Bearer ...`, `sk-...`, `AIza...`, `key=...`): for every text a server sent back,
+    before it is printed or written (some gateways echo the Authorization header)."""
+    for secret in (*secrets, *_SECRETS):
+        if secret and len(secret) >= 6 and secret in text:
+            text = text.replace(secret, REDACTED)
+    return _SHAPES.sub(lambda m: (m.group("bearer") or m.group("param") or "") + REDACTED, text)
 
 
 class RunnerError(Exception):
@@ -57,22 +90,33 @@ class APIError(RunnerError):
     Attributes:
         status: HTTP status, or None for connection errors, timeouts and bad bodies.
         retry_after: seconds the server asked us to wait, if it said so.
+        kind: a short label: the HTTP status, or "timeout", "connection", "malformed".
+        detail: what went wrong, without the label (the server's own message for a status).
     """
 
     def __init__(self, message: str, *, status: int | None = None,
-                 retry_after: float | None = None) -> None:
+                 retry_after: float | None = None, kind: str | None = None,
+                 detail: str | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.retry_after = retry_after
+        self.kind = kind or (str(status) if status is not None else "error")
+        self.detail = detail if detail is not None else message
 
     @property
-    def kind(self) -> str:
-        """A short label for summaries: the HTTP status or the class of failure."""
-        return str(self.status) if self.status is not None else type(self).__name__
+    def reason(self) -> str:
+        """How a failed task reads everywhere: `429: rate limited`, `timeout: no answer within
+        2 s`, `connection: refused`, never a class name."""
+        return f"{self.kind}: {self.detail}"
 
 
 class RetryableError(APIError):
     """Worth another try after a pause: rate limits, server errors, network trouble."""
+
+
+class ConnectError(RetryableError):
+    """No connection could be made (refused, unknown host): retried, but when the first
+    attempts to an endpoint all end so, the run stops (`execute`'s breaker)."""
 
 
 class RequestError(APIError):

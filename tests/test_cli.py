@@ -222,8 +222,8 @@ def test_permanent_400_fails_those_tasks_with_the_servers_message(
     failed = [line for line in judgments(out) if line["error"] is not None]
     assert len(failed) == 3 == manifest(out)["counts"]["failures"]
     for line in failed:
-        assert line["error"] == {"type": "api", "message": "400: HTTP 400: fake 400"}
-        assert f"failed {line['key'][:12]}: 400: HTTP 400: fake 400" in result.stderr.splitlines()
+        assert line["error"] == {"type": "api", "message": "400: fake 400"}
+        assert f"failed {line['key'][:12]}: 400: fake 400" in result.stderr.splitlines()
 
     rerun = invoke(*args)  # failures are not cached: the rerun asks for exactly those again
 

@@ -13,7 +13,7 @@ import orjson
 import pytest
 from multidict import CIMultiDict
 
-from runner.errors import APIError, AuthError, RequestError, RetryableError
+from runner.errors import APIError, AuthError, ConnectError, RequestError, RetryableError
 from runner.execute.client import MAX_WAIT_S, post_chat, retry_after
 from tests.fakeserver import ThreadedServer
 
@@ -158,7 +158,8 @@ async def test_malformed_body_is_retryable(server: ThreadedServer,
     server.state.script.raw = [(200, {"Content-Type": "application/json"}, body)]
     error = await _fails(server, session)
     assert isinstance(error, RetryableError) and error.status is None
-    assert "malformed response body" in str(error) and error.kind == "RetryableError"
+    assert "malformed response body" in str(error) and error.kind == "malformed"
+    assert error.reason.startswith("malformed: ")
 
 
 async def test_malformed_fault(server: ThreadedServer, session: aiohttp.ClientSession) -> None:
@@ -175,7 +176,8 @@ async def test_timeout_is_retryable(server: ThreadedServer,
     error = await _fails(server, session, timeout_s=0.1)
     assert time.monotonic() - started < 0.45
     assert isinstance(error, RetryableError) and error.status is None
-    assert str(error) == "no answer within 0.1 s (timeout)"
+    assert str(error) == "no answer within 0.1 s"
+    assert error.reason == "timeout: no answer within 0.1 s"
 
 
 async def test_dropped_connection_is_retryable(server: ThreadedServer,
@@ -183,15 +185,70 @@ async def test_dropped_connection_is_retryable(server: ThreadedServer,
     server.state.script.queue = ["drop", "ok"]
     error = await _fails(server, session)
     assert isinstance(error, RetryableError) and error.status is None
-    assert str(error).startswith("connection error: ")
+    assert error.reason.startswith("connection: connection dropped (")
+    assert not isinstance(error, ConnectError)  # it connected: no breaker counts this one
     assert (await _post(server, session))["choices"]  # the session recovers
 
 
 async def test_refused_connection_is_retryable(session: aiohttp.ClientSession) -> None:
     with ThreadedServer() as gone:
         url = gone.url
-    with pytest.raises(RetryableError, match="connection error"):
+    with pytest.raises(ConnectError) as info:
         await post_chat(session, url + "/chat/completions", RAW, api_key=None, timeout_s=2)
+    port = url.split(":")[2].split("/")[0]
+    assert info.value.reason == f"connection: cannot connect to 127.0.0.1:{port} " \
+                                "(connection refused)"
+
+
+async def test_unknown_host_is_a_connect_error(session: aiohttp.ClientSession) -> None:
+    with pytest.raises(ConnectError) as info:
+        await post_chat(session, "http://no-such-host.invalid/v1/chat/completions", RAW,
+                        api_key=None, timeout_s=5)
+    assert info.value.reason.endswith("(unknown host)"), info.value.reason
+
+
+@pytest.mark.parametrize("message", [
+    {"role": "assistant", "content": None},
+    {"role": "assistant", "content": ""},
+    {"role": "assistant"},
+])
+async def test_a_200_without_an_answer_is_retryable(server: ThreadedServer,
+                                                    session: aiohttp.ClientSession,
+                                                    message: dict[str, object]) -> None:
+    body = orjson.dumps({"choices": [{"index": 0, "finish_reason": "stop", "message": message}]})
+    server.state.script.raw = [(200, {"Content-Type": "application/json"}, body)]
+    error = await _fails(server, session)
+    assert type(error) is RetryableError
+    assert error.reason == "empty: the server answered 200 with no content (finish_reason stop)"
+
+
+@pytest.mark.parametrize("choices", [
+    [{"finish_reason": "content_filter", "message": {"role": "assistant", "content": None}}],
+    [{"finish_reason": "tool_calls", "message": {"content": None, "tool_calls": [{"id": "1"}]}}],
+    [{"finish_reason": "stop", "message": {"content": ""}},
+     {"finish_reason": "stop", "message": {"content": "4 stars"}}],
+])
+async def test_refusals_tool_calls_and_one_answer_of_n_are_answers(
+        server: ThreadedServer, session: aiohttp.ClientSession,
+        choices: list[dict[str, object]]) -> None:
+    body = orjson.dumps({"choices": choices})
+    server.state.script.raw = [(200, {"Content-Type": "application/json"}, body)]
+    assert (await _post(server, session))["choices"] == choices
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 404, 500])
+async def test_a_server_that_echoes_the_key_is_scrubbed(server: ThreadedServer,
+                                                        session: aiohttp.ClientSession,
+                                                        status: int) -> None:
+    key = "gw-0123456789abcdef"  # not shaped like any known key: only the header gives it away
+    echoed = f"bad request: Authorization: Bearer {key} (key {key}) x-api-key={key}"
+    server.state.script.raw = [(status, {}, _error_body(echoed))]
+    with pytest.raises(APIError) as info:
+        await _post(server, session, api_key=key)
+    error = info.value
+    for text in (str(error), error.reason, error.detail):
+        assert key not in text and "0123456789" not in text, text
+    assert "[redacted]" in error.detail
 
 
 async def test_authorization_only_with_a_key(server: ThreadedServer,

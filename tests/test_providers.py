@@ -182,7 +182,7 @@ async def test_anthropic_bad_request_fails_the_task_with_the_servers_message(
     job = make_job(write_job, "anthropic:claude-x", provider_server.root + "/v1", n=1)
     with Cache(cache_dir) as cache:
         stats = await run(job, cache, concurrency=1)
-    assert list(stats.failures.values()) == ["400: HTTP 400: max_tokens: too large"]
+    assert list(stats.failures.values()) == ["400: max_tokens: too large"]
 
 
 def test_anthropic_reset_times_and_limits_are_read() -> None:

@@ -33,7 +33,7 @@ def test_the_api_key_is_sent_but_never_stored_or_printed(
                        server.url, "--cache-dir", cache, "--out", out, env=env, cwd=tmp_path)
 
     assert result.returncode == 1, result.stderr  # the 400 is a failure, listed
-    assert "HTTP 400" in result.stderr
+    assert "400: fake 400" in result.stderr
     assert server.state.auth and set(server.state.auth) == {f"Bearer {SECRET}"}
     assert manifest(out)["counts"]["api_calls"] == 19
 

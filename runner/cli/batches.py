@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from runner.cli.session import Selection, derive, event_loop, open_selected, run_async
-from runner.errors import ConfigError
+from runner.errors import ConfigError, scrub
 from runner.execute.ledger import Ledger
 from runner.job.spec import Job
 from runner.reduce.judgments import Judgment
@@ -132,7 +132,7 @@ def merge(stats: RunStats, batched: Batched) -> None:
     missing = set(stats.missing)
     for key, reason in b.failures.items():
         if key in missing:
-            stats.failures.setdefault(key, reason)
+            stats.failures.setdefault(key, scrub(reason))  # a batch's error file: server text
     stats.missing = [k for k in stats.missing if k not in stats.failures]
     stats.called |= b.collected
     stats.prompt_tokens += b.prompt_tokens

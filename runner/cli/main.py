@@ -50,7 +50,7 @@ from runner.cli.session import (
     serving,
 )
 from runner.data import datasets
-from runner.errors import ConfigError, DataError, RunnerError
+from runner.errors import ConfigError, DataError, RunnerError, register_secret, scrub
 from runner.execute.imports import import_answers
 from runner.execute.shard import Shard, split_limits
 from runner.execute.store.backend import CacheBackend, is_url, marked, open_cache, redact
@@ -84,16 +84,29 @@ def _data_dir() -> Path:
 def _select(job_arg: str, models: tuple[str, ...], base_url: str | None, limit: int | None,
             cache_dir: str | None, out: str | None, stream: bool = False,
             download: Download | None = None) -> Selection:
-    return select(job_path(job_arg), models=models, base_url=base_url, limit=limit,
+    sel = select(job_path(job_arg), models=models, base_url=base_url, limit=limit,
                   cache_dir=Path(cache_dir or os.environ.get("JUDGE_CACHE_DIR") or "cache"),
                   out=Path(out) if out else None, data_dir=_data_dir(),
                   env_base_url=os.environ.get("OPENAI_BASE_URL"), stream=stream,
                   download=download, cache_url=cache_url())
+    _register_keys(sel.job)
+    return sel
 
 
 def _key_reader(name: str) -> Callable[[], str | None]:
     """The key, read from the environment at call time; never stored."""
+    register_secret(os.environ.get(name))  # scrubbed from every text a server sends back
     return lambda: os.environ.get(name) or None
+
+
+def _register_keys(job: Job) -> None:
+    """Every key the job's models read, and every variable named like a key, is scrubbed from
+    whatever a server sends back (errors, batch error files) before it is printed or written."""
+    names = {m.api_key_env for m in job.models} | {e.api_key_env for m in job.models
+                                                    for e in m.endpoints}
+    names |= {n for n in os.environ if n.endswith(("_API_KEY", "_TOKEN", "_SECRET"))}
+    for name in names:
+        register_secret(os.environ.get(name))
 
 
 async def _run_async(sel: Selection, served: Job, cache: CacheBackend, opts: dict[str, Any],
@@ -154,7 +167,7 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except RunnerError as exc:
-            raise UsageError(str(exc)) from None
+            raise UsageError(scrub(str(exc))) from None
         except KeyboardInterrupt:
             command = " ".join(["judge", *sys.argv[1:]])
             click.echo(f"interrupted; rerun to resume: {command}", err=True)
@@ -259,7 +272,7 @@ def _summarise_shard(sel: Selection, stats: RunStats, command: str) -> None:
                f"{stats.api_calls} called, {stats.retries} retries, {len(stats.failures)} "
                f"failed, {len(stats.missing)} not run", err=True)
     if stats.fatal:
-        raise UsageError(f"the server refused the credentials, run stopped: {stats.fatal}")
+        raise UsageError(f"{stats.fatal}; run stopped, nothing lost: rerun to resume")
     for key, reason in list(stats.failures.items())[:20]:
         click.echo(f"failed {key[:12]}: {reason}", err=True)
     if stats.interrupted:
@@ -356,6 +369,8 @@ def _run_cached_first(sel: Selection, opts: dict[str, Any], started: float,
 
 def _finish(sel: Selection, stats: RunStats, started: float, command: str,
             judged: TaskLog, batched: Batched | None = None) -> None:
+    if stats.fatal:  # no endpoint, no model or no key: the reports would show only that
+        _summarise(sel, stats, command)
     from runner.report.write import write_reports
     made, answers = manifest(sel, stats, started, command), BatchAnswers()
     if batched is not None:
@@ -381,11 +396,11 @@ def _summarise(sel: Selection, stats: RunStats, command: str) -> None:
          f"{stats.retries} retries, {len(stats.failures)} failed, {len(stats.missing)} not run; "
          f"{stats.prompt_tokens + stats.completion_tokens} tokens, ~${stats.cost:.4f}",
          err=True)
+    if stats.fatal:  # before any report: those of a run that could not run are not kept
+        raise UsageError(f"{stats.fatal}; run stopped, nothing lost: rerun to resume")
     echo(f"reports: {sel.out_dir}/", err=True)
-    if stats.fatal:
-        raise UsageError(f"the server refused the credentials, run stopped: {stats.fatal}")
     for key, reason in list(stats.failures.items())[:20]:
-        echo(f"failed {key[:12]}: {reason}", err=True)
+        echo(f"failed {key[:12]}: {scrub(reason)}", err=True)
     if len(stats.failures) > 20:
         echo(f"... and {len(stats.failures) - 20} more (see judgments.jsonl)", err=True)
     if stats.budget_stopped:

@@ -29,7 +29,7 @@ from runner.execute.store.backend import CacheBackend, is_url, marked, open_cach
 from runner.execute.store.reader import with_key_index
 from runner.expand import Expansion, Task, estimate_cost, prepare, task_key
 from runner.job.load import load_job
-from runner.job.spec import Job, ModelSpec, parse_model_spec
+from runner.job.spec import Job, ModelSpec, parse_model_spec, url_problem
 from runner.reduce.judgments import READ_BATCH, CachedFirst, choices
 
 if TYPE_CHECKING:
@@ -134,6 +134,9 @@ def resolve_models(job: Job, specs: tuple[str, ...], base_url: str | None,
                    env_base_url: str | None) -> tuple[ModelSpec, ...]:
     """--model replaces the judges (generators stay); --base-url / OPENAI_BASE_URL serve bare
     names."""
+    for where, url in (("--base-url", base_url), ("OPENAI_BASE_URL", env_base_url)):
+        if url and (problem := url_problem(url)):
+            raise ConfigError(f"{where} {problem}")
     fallback = base_url or env_base_url
     generators = {name for g in job.generate for name in g.models}
     models = job.models

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import email.utils
+import errno
 import functools
 import re
 import time
@@ -18,7 +19,7 @@ from typing import Any, NamedTuple
 import aiohttp
 import orjson
 
-from runner.errors import APIError, AuthError, RequestError, RetryableError
+from runner.errors import APIError, AuthError, ConnectError, RequestError, RetryableError, scrub
 
 __all__ = ["Response", "post_chat", "retry_after", "send", "timeout_of"]
 
@@ -64,13 +65,39 @@ async def send(session: aiohttp.ClientSession, url: str, body: bytes, *,
         async with session.post(url, data=body, headers=headers, timeout=timeout) as resp:
             raw = await resp.read()
             if resp.status != 200:
-                raise _status_error(resp.status, raw, resp.headers)
+                raise _status_error(resp.status, raw, resp.headers, _secrets(url, headers))
     except TimeoutError:
-        raise RetryableError(f"no answer within {timeout.total:g} s (timeout)") from None
+        raise RetryableError(f"no answer within {timeout.total:g} s", kind="timeout") from None
+    except aiohttp.ClientConnectorError as exc:
+        raise _connect_error(exc, _secrets(url, headers)) from None
     except aiohttp.ClientError as exc:
-        raise RetryableError(f"connection error: {type(exc).__name__}: {exc}") from None
+        detail = scrub(f"connection dropped ({exc or type(exc).__name__})", _secrets(url, headers))
+        raise RetryableError(detail, kind="connection") from None
     return Response(_checked(raw, decode), time.monotonic() - started, resp.headers,
                     raw if decode is None else None)
+
+
+def _secrets(url: str, headers: Mapping[str, str]) -> tuple[str, ...]:
+    """The values a server could echo that carry a key: every header value with more than a
+    content type in it (Authorization, x-api-key, api-key), and the URL's query (Gemini's
+    `?key=`)."""
+    values = [v for k, v in headers.items() if k.lower() not in ("content-type", "accept")]
+    values += [v.split(" ", 1)[1] for v in values if v.lower().startswith("bearer ")]
+    query = url.partition("?")[2]
+    values += [part.partition("=")[2] for part in query.split("&") if "=" in part]
+    return tuple(v for v in values if len(v) >= 6)
+
+
+def _connect_error(exc: aiohttp.ClientConnectorError, secrets: tuple[str, ...]) -> ConnectError:
+    """`connection: refused`, `connection: unknown host`, or the OS's word for it."""
+    if isinstance(exc, aiohttp.ClientConnectorDNSError):
+        why = "unknown host"
+    elif exc.os_error.errno == errno.ECONNREFUSED:
+        why = "connection refused"
+    else:
+        why = exc.os_error.strerror or str(exc.os_error) or type(exc).__name__
+    host = f"{exc.host}:{exc.port}"
+    return ConnectError(scrub(f"cannot connect to {host} ({why})", secrets), kind="connection")
 
 
 @functools.lru_cache(maxsize=8)
@@ -81,32 +108,52 @@ def timeout_of(total_s: float) -> aiohttp.ClientTimeout:
 
 def _checked(raw: bytes, decode: Callable[[Any], Any] | None) -> dict[str, Any]:
     """The answer `raw` decoded (then passed through `decode`, if any), checked to be a chat
-    completion: a dict whose choices each have a message."""
+    completion: a dict whose choices each have a message, and at least one with an answer."""
     try:
         data: dict[str, Any] = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        raise RetryableError(f"malformed response body (not JSON): {raw[:80]!r}") from None
+        raise _malformed(f"not JSON: {raw[:80]!r}") from None
     if decode is not None:
         data = decode(data)
     choices = data.get("choices") if type(data) is dict else None
     if not choices or type(choices) is not list:
-        raise RetryableError(f"malformed response body (no choices): {raw[:80]!r}")
+        raise _malformed(f"no choices: {raw[:80]!r}")
     for choice in choices:
         if type(choice) is not dict or type(choice.get("message")) is not dict:
-            raise RetryableError(f"malformed response body (choice without message): {raw[:80]!r}")
+            raise _malformed(f"choice without message: {raw[:80]!r}")
+    if not any(_answered(choice) for choice in choices):
+        reason = choices[0].get("finish_reason")
+        raise RetryableError(f"the server answered 200 with no content (finish_reason "
+                             f"{reason})", kind="empty")
     return data
 
 
-def _status_error(status: int, raw: bytes, headers: Any) -> APIError:
-    message = f"HTTP {status}: {_server_message(raw)}"
+def _answered(choice: dict[str, Any]) -> bool:
+    """A choice with text, a tool call, or a content-filter refusal (which is an answer: it
+    parses as a failure, and asking again gets the same)."""
+    message = choice["message"]
+    return bool(message.get("content")) or bool(message.get("tool_calls")) or \
+        bool(message.get("function_call")) or choice.get("finish_reason") == "content_filter"
+
+
+def _malformed(detail: str) -> RetryableError:
+    return RetryableError(scrub(f"malformed response body ({detail})"), kind="malformed",
+                          detail=scrub(detail))
+
+
+def _status_error(status: int, raw: bytes, headers: Any,
+                  secrets: tuple[str, ...] = ()) -> APIError:
+    detail = scrub(_server_message(raw), secrets)
+    message = f"HTTP {status}: {detail}"
     wait = retry_after(headers, rate_limited=status == 429)
     if status in AUTH_STATUS:
-        return AuthError(message + " (check the API key and its permissions)", status=status)
+        return AuthError(message + " (check the API key and its permissions)", status=status,
+                         detail=detail)
     if status in REQUEST_STATUS:
-        return RequestError(message, status=status)
+        return RequestError(message, status=status, detail=detail)
     if status in RETRYABLE_STATUS or status >= 500:
-        return RetryableError(message, status=status, retry_after=wait)
-    return RequestError(message, status=status)
+        return RetryableError(message, status=status, retry_after=wait, detail=detail)
+    return RequestError(message, status=status, detail=detail)
 
 
 def _server_message(raw: bytes) -> str:

@@ -25,7 +25,8 @@ from typing import Any
 import aiohttp
 import orjson
 
-from runner.errors import APIError, AuthError, RequestError, RetryableError
+from runner.errors import APIError, AuthError, ConnectError, RequestError, RetryableError
+from runner.execute.breaker import Breaker
 from runner.execute.client import Response, send, timeout_of
 from runner.execute.fleet import Fleet, Replica, fleet_for
 from runner.execute.limiter import Limiter
@@ -135,6 +136,9 @@ class _Pool:
         self.commits = _Commits(cache, self.loop, self._stored, self._not_stored)
         self.identity = {name: e.model.endpoint for name, e in endpoints.items()}
         """model -> the endpoint recorded with its answers (a property computed once, here)."""
+        self.breaker = Breaker({name: [r.label for r in f.replicas]
+                                for name, f in self.fleets.items()},
+                               {name: e.model.model for name, e in endpoints.items()})
 
     async def wait_pause(self) -> None:
         while (delay := self.resume_at - self.loop.time()) > 0 and not self.stop.is_set():
@@ -173,6 +177,10 @@ class _Pool:
             except RetryableError as exc:
                 error, avoid = exc, replica
                 elsewhere = fleet.failed(replica, exc)
+                if isinstance(exc, ConnectError) and \
+                        self._fatal(self.breaker.connect_failed(task.model, replica.label, exc)):
+                    self.stats.missing.append(task.key)  # never reached a server: not run
+                    return
                 if attempt < self.limits.max_retries:
                     self.stats.retries += 1
                     delay = backoff(attempt, exc.retry_after)
@@ -184,19 +192,36 @@ class _Pool:
             except RequestError as exc:
                 fleet.release(replica)
                 error = exc
+                self._fatal(self.breaker.not_found(task.model, replica.label, exc))
                 break
             except AuthError as exc:
                 fleet.release(replica)
-                self.stats.fatal = str(exc)
-                self.stop.set()
+                self._fatal(f"the server at {replica.label} refused the credentials "
+                            f"{self._key_name(task.model, replica.label)}(HTTP {exc.status}: "
+                            f"{exc.detail}): check the key and its permissions")
                 error = exc
                 break
             # No await from here to the hand-over: a cancel cannot split an answer from its store.
             self._store(task, response, fleet, replica)
             return
         assert error is not None
-        self.stats.failures[task.key] = f"{error.kind}: {error}"
+        self.stats.failures[task.key] = error.reason
         self.on_progress(self.stats)
+
+    def _fatal(self, message: str | None) -> bool:
+        """Stop the run with `message` (the first one wins), when there is one."""
+        if message is None:
+            return False
+        self.stats.fatal = self.stats.fatal or message
+        self.stop.set()
+        return True
+
+    def _key_name(self, model: str, label: str) -> str:
+        """"in OPENAI_API_KEY " for the variable the replica `label`'s key came from."""
+        spec = self.endpoints[model].model
+        names = [e.api_key_env for e in spec.endpoints if label.startswith(e.base_url.rstrip("/"))]
+        name = names[0] if names else spec.api_key_env
+        return f"in {name} " if name else ""
 
     async def _sleep_unless_stopped(self, delay: float) -> None:
         try:
@@ -241,6 +266,7 @@ class _Pool:
         reserved = task.prompt_tokens + task.max_tokens
         self.limiters[task.model].reconcile(reserved, used)
         fleet.succeeded(replica, response.headers, reserved, used)
+        self.breaker.succeeded(task.model)
 
     def _stored(self, batch: list[Pending]) -> None:
         """A turn's answers are stored: now they count (one progress report a turn)."""

@@ -29,6 +29,7 @@ from runner.job.spec import (
     ModelSpec,
     PromptSpec,
     parse_model_spec,
+    url_problem,
 )
 from runner.parse.metrics import LANGUAGES, METRICS
 from runner.parse.parsers import check_options, get_parser
@@ -359,6 +360,8 @@ def _model(r: _Reader, key: str, table: Any) -> ModelSpec:
     params = m.get("params", dict, {})
     _check_params(m, params)
     spec = m.get("spec", str, required=True)
+    if (url := m.get("base_url", str)) is not None and (problem := url_problem(url)):
+        raise m.error("base_url", problem)
     fleet = _endpoints(m, spec)
     more: dict[str, Any] = {"endpoints": fleet} if fleet else {}
     if "api_version" in table:
@@ -409,8 +412,8 @@ def _endpoints(m: _Reader, spec: str) -> tuple[EndpointSpec, ...]:
         e = m.child(f"endpoints[{i}]", entry)
         e.check_keys({"base_url", "api_key_env", "rpm", "tpm"})
         url = e.get("base_url", str, required=True)
-        if not url.startswith(("http://", "https://")):
-            raise e.error("base_url", f"must be an http(s) URL (got {url!r})")
+        if (problem := url_problem(url)) is not None:
+            raise e.error("base_url", problem)
         out.append(EndpointSpec(base_url=url.rstrip("/"),
                                 api_key_env=e.get("api_key_env", str, default_env),
                                 rpm=e.positive("rpm", None, float),

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from runner.errors import ConfigError
 
@@ -27,6 +28,7 @@ __all__ = [
     "PromptSpec",
     "parse_model_spec",
     "placeholders",
+    "url_problem",
 ]
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
@@ -296,6 +298,19 @@ def parse_model_spec(spec: str, *, name: str | None = None, base_url: str | None
         raise ConfigError("model spec is empty: use openai:NAME, local:NAME or a model name")
     return ModelSpec(name=name or spec, spec=spec, model=spec, kind="compatible",
                      base_url=base_url, api_key_env=api_key_env or "OPENAI_API_KEY", **extra)
+
+
+def url_problem(url: str) -> str | None:
+    """What is wrong with an endpoint URL (`htp://`, `http//x`, no host, a bad port), or None:
+    a base URL like that was retried as a connection error on every task."""
+    try:
+        parts = urlsplit(url)
+        port_ok = parts.port is None or 0 < parts.port < 65536
+    except ValueError:
+        return f"{url!r} is not an http(s) URL (bad port or address)"
+    if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
+        return f"{url!r} is not an http(s) URL; write it like http://127.0.0.1:8000/v1"
+    return None
 
 
 def placeholders(template: str) -> set[str]:
