@@ -6,6 +6,7 @@ RunnerError                     anything the user can act on; `cli` prints one `
 │   └── MissingKeyError         a model needs an API key that is not set (exit 2, before any call)
 ├── DataError                   a data set is missing, malformed, or fails its sha256 (exit 2)
 ├── CacheError                  the on-disk cache cannot be opened or written
+├── ReportError                 the report folder cannot be written (answers stay cached)
 └── APIError                    one request failed; the client classifies, `execute` decides
     ├── RetryableError          429, 408, 409, 5xx, dropped connections, timeouts, bad bodies
     │   └── ConnectError        no connection at all: refused, unknown host (a breaker stops)
@@ -30,6 +31,7 @@ __all__ = [
     "ConnectError",
     "DataError",
     "MissingKeyError",
+    "ReportError",
     "RequestError",
     "RetryableError",
     "RunnerError",
@@ -82,6 +84,10 @@ class DataError(RunnerError):
 
 class CacheError(RunnerError):
     """The response cache cannot be opened or written."""
+
+
+class ReportError(RunnerError):
+    """The report folder cannot be written (a file in its place, no permission, disk full)."""
 
 
 class APIError(RunnerError):

@@ -24,7 +24,7 @@ import orjson
 
 from runner.data import datasets
 from runner.data.datasets import FieldMap, Item
-from runner.errors import ConfigError
+from runner.errors import ConfigError, DataError
 from runner.job.spec import PLACEHOLDER, GenerateSpec, Job, ModelSpec, PromptSpec, placeholders
 from runner.parse import metrics
 
@@ -289,6 +289,15 @@ class _Reread(Sequence[Item]):
         return next(islice(iter(self), i, None))
 
 
+def _no_items(job: Job, position: int, path: Path | None,
+              options: Mapping[str, Any]) -> DataError:
+    """An empty data set: a run of it would replace the last reports with empty ones."""
+    where = f"{path}" if path is not None else f"{job.path}: datasets[{position}]"
+    kept = f" with {dict(options)}" if options else ""
+    return DataError(f"{where}: no items{kept}; check the file is the one you meant and not "
+                     "empty" + (", and the subsets/systems options" if options else ""))
+
+
 def prepare(job: Job, data_dir: Path, *, limit: int | None = None,
             stream: bool = False) -> Expansion:
     """Load every data set of the job and check each template against its fields.
@@ -317,6 +326,8 @@ def prepare(job: Job, data_dir: Path, *, limit: int | None = None,
             read = functools.partial(datasets.load, spec.name, data_dir, options=spec.options)
         source = _Reread(read, limit)
         items[spec.name] = source if stream else list(iter(source))  # no len(): a re-read
+        if not items[spec.name] if not stream else next(iter(source), None) is None:
+            raise _no_items(job, position, spec.path, spec.options)
     _check_templates(job, items)
     index = {} if stream else {(it.dataset, it.item_id): it for its in items.values()
                                for it in its}

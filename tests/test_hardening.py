@@ -17,6 +17,7 @@ from tests.test_cli import (
     clean_env,
     closed_port,
     error_line,
+    judge_cmd,
     judgments,
     run_judge,
     write_job,
@@ -205,3 +206,219 @@ def test_a_server_that_echoes_the_key_leaks_it_nowhere(server: ThreadedServer, t
     texts += [p.read_bytes().decode("utf-8", "replace") for p in tmp_path.rglob("*")
               if p.is_file()]
     assert not [t for t in texts if "0123456789abcdef" in t]
+
+
+# ------------------------------------------------------------ data and report folders
+
+MINE = JOB.replace('name = "openmeva"', 'name = "mine"\npath = "data.jsonl"\n'
+                   'fields = { text = { storyline = "out", beginning = "src" }, '
+                   'human = { overall = "score" } }')
+ROWS = "".join(orjson.dumps({"id": str(i), "src": f"s{i}", "out": f"o{i}", "score": i % 5}
+                            ).decode() + "\n" for i in range(TASKS))
+REPORTS = ("judgments.jsonl", "scores.csv", "correlations.csv", "summary.csv", "report.md",
+           "reliability.csv", "report.html", "manifest.json")
+
+
+def _snapshot(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+
+
+@pytest.mark.parametrize("text", ["", "\n\n"])
+def test_an_empty_data_file_is_an_error_and_no_report_is_touched(
+        server: ThreadedServer, tmp_path: Path, data_dir: Path, text: str) -> None:
+    job = write_job(tmp_path / "jobs", MINE)
+    (tmp_path / "jobs" / "data.jsonl").write_text(ROWS)
+    _, first = _run(job, tmp_path, data_dir, "--base-url", server.url)
+    assert first.returncode == 0, first.stderr  # type: ignore[attr-defined]
+    before = _snapshot(tmp_path / "out")
+    (tmp_path / "jobs" / "data.jsonl").write_text(text)
+
+    for command in ("run", "rescore"):
+        result = run_judge(command, job, "--base-url", server.url, "--cache-dir",
+                           tmp_path / "cache", "--out", tmp_path / "out",
+                           env=clean_env(data_dir), cwd=tmp_path)
+
+        assert result.returncode == 2, result.stderr
+        assert error_line(result.stderr) == \
+            f"Error: {tmp_path / 'jobs' / 'data.jsonl'}: no items; check the file is the one " \
+            "you meant and not empty"
+    assert _snapshot(tmp_path / "out") == before
+    assert server.state.requests == TASKS
+
+
+def test_out_that_is_a_file_is_refused_before_any_call(server: ThreadedServer, tmp_path: Path,
+                                                       data_dir: Path) -> None:
+    job = write_job(tmp_path / "jobs")
+    (tmp_path / "out").write_text("my notes")
+
+    _, result = _run(job, tmp_path, data_dir, "--base-url", server.url)
+
+    assert result.returncode == 2, result.stderr  # type: ignore[attr-defined]
+    assert error_line(result.stderr) == (  # type: ignore[attr-defined]
+        f"Error: --out {tmp_path / 'out'}: is a file, not a folder; give a folder for the "
+        "reports (no call was made)")
+    assert server.state.requests == 0
+    assert (tmp_path / "out").read_text() == "my notes"
+
+
+@pytest.mark.parametrize("out", ["/proc/judge-reports/out", "{tmp}/notes.txt/out"])
+def test_out_that_cannot_be_written_is_refused_before_any_call(
+        server: ThreadedServer, tmp_path: Path, data_dir: Path, out: str) -> None:
+    job = write_job(tmp_path / "jobs")
+    (tmp_path / "notes.txt").write_text("a file, not a folder")
+    out = out.format(tmp=tmp_path)
+
+    result = run_judge("run", job, "--limit", TASKS, "--base-url", server.url, "--cache-dir",
+                       tmp_path / "cache", "--out", out, env=clean_env(data_dir), cwd=tmp_path)
+
+    assert result.returncode == 2, result.stderr
+    line = error_line(result.stderr)
+    assert line.startswith(f"Error: --out {out}: "), line
+    assert line.endswith("(no call was made)"), line
+    assert server.state.requests == 0
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> object:
+    """A 3 MB tmpfs under tmp_path, unmounted by this fixture."""
+    import os
+    import subprocess
+    folder = tmp_path / "small"
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(folder)],
+                             capture_output=True, text=True, check=False)
+    if mounted.returncode != 0:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"cannot mount a tmpfs in CI: {mounted.stderr.strip()}")
+        pytest.skip(f"cannot mount a tmpfs here (root needed): {mounted.stderr.strip()}")
+    yield folder
+    subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def test_a_full_disk_under_the_reports_leaves_the_previous_set_untouched(
+        server: ThreadedServer, tmp_path: Path, data_dir: Path, small_fs: Path) -> None:
+    job = write_job(tmp_path / "jobs")
+    out = small_fs / "out"
+    args = ("--limit", TASKS, "--base-url", server.url, "--cache-dir", tmp_path / "cache",
+            "--out", out)
+    first = run_judge("run", job, *args, env=clean_env(data_dir), cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    before = _snapshot(out)
+    filler = small_fs / "filler"
+    with filler.open("wb") as f:  # fill what is left, bar a few kB
+        free = __import__("shutil").disk_usage(small_fs).free
+        f.write(b"\0" * max(0, free - 8192))
+
+    full = run_judge("rescore", job, *args, env=clean_env(data_dir), cwd=tmp_path)
+
+    assert full.returncode == 2, full.stderr
+    line = full.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"Error: {out}: cannot write the reports (No space left on device); "
+                           "the previous reports are untouched"), line
+    assert "Traceback" not in full.stderr
+    assert _snapshot(out) == before
+    assert [p.name for p in small_fs.iterdir() if p.name.startswith(".")] == []  # no stage
+    filler.unlink()
+
+    again = run_judge("rescore", job, *args, env=clean_env(data_dir), cwd=tmp_path)
+
+    assert again.returncode == 0, again.stderr
+    assert set(_snapshot(out)) == set(before)
+
+
+def test_a_kill_while_the_reports_are_written_never_leaves_a_mixed_set(
+        server: ThreadedServer, tmp_path: Path, data_dir: Path) -> None:
+    """A set with a manifest is whole: its task count matches its judgments.jsonl."""
+    import os
+    import signal
+    import subprocess
+    job = write_job(tmp_path / "jobs")
+    out = tmp_path / "out"
+    common = ("--base-url", server.url, "--cache-dir", tmp_path / "cache", "--out", out)
+    assert run_judge("run", job, "--limit", 40, *common, env=clean_env(data_dir),
+                     cwd=tmp_path).returncode == 0
+    assert run_judge("rescore", job, "--limit", 20, *common, env=clean_env(data_dir),
+                     cwd=tmp_path).returncode == 0
+    (out / ".scores.csv.abc123.tmp").write_text("a killed writer's leftover")
+    os.utime(out / ".scores.csv.abc123.tmp", (0, 0))
+    killed = 0
+    for attempt in range(6):
+        proc = subprocess.Popen(judge_cmd("rescore", job, "--limit", 40 - attempt, *common), env=clean_env(data_dir), cwd=tmp_path,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 30
+            stage = tmp_path / f".out.new-{proc.pid}"
+            while proc.poll() is None and time.monotonic() < deadline:
+                if stage.exists() and any(stage.iterdir()):
+                    os.kill(proc.pid, signal.SIGKILL)
+                    killed += 1
+                    break
+        finally:
+            proc.kill()
+            proc.wait()
+        lines = (out / "judgments.jsonl").read_bytes().count(b"\n")
+        counts = orjson.loads((out / "manifest.json").read_bytes())["counts"]
+        assert counts["tasks"] == lines  # one set: the old one, or a complete new one
+    assert killed >= 1
+    final = run_judge("rescore", job, "--limit", 40, *common, env=clean_env(data_dir),
+                      cwd=tmp_path)
+    assert final.returncode == 0, final.stderr
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.")] == []
+    assert not list(out.glob(".*.tmp"))  # leftovers of killed writers are gone
+
+
+# ------------------------------------------------------------ signals
+
+def test_sigterm_stops_like_the_first_ctrl_c_and_exits_143(
+        server: ThreadedServer, tmp_path: Path, data_dir: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    server.state.script.latency_s = 0.3
+    job = write_job(tmp_path / "jobs")
+    args = ["run", str(job), "--limit", "40", "--base-url", server.url, "--cache-dir",
+            str(tmp_path / "cache"), "--out", str(tmp_path / "out"), "--concurrency", "4"]
+    proc = subprocess.Popen(judge_cmd(*args), env=clean_env(data_dir), cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while server.state.answered < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.kill(proc.pid, signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        proc.wait()
+
+    assert proc.returncode == 143, stderr
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("terminated: ") and last.endswith(
+        f"tasks left; rerun to resume: judge {' '.join(args)}"), stderr
+    assert "Traceback" not in stderr
+    sent, answered = server.state.requests, server.state.answered
+    assert sent == answered < 40  # what was in flight finished within the grace period
+    server.state.script.latency_s = 0
+    rerun = run_judge(*args, env=clean_env(data_dir), cwd=tmp_path)
+    assert rerun.returncode == 0, rerun.stderr
+    assert server.state.requests == 40  # each task asked once over both runs
+
+
+@pytest.mark.parametrize(("raised", "code"), [("KeyboardInterrupt", 130), ("Terminated", 143)])
+def test_a_signal_while_the_commands_load_exits_without_a_traceback(
+        monkeypatch: pytest.MonkeyPatch, raised: str, code: int) -> None:
+    import builtins
+    import sys
+
+    import runner.cli
+    real = builtins.__import__
+
+    def interrupted(name: str, *args: object, **kwargs: object) -> object:
+        if name == "runner.cli" and args[2] and "main" in args[2]:  # type: ignore[operator]
+            raise getattr(runner.cli, raised, KeyboardInterrupt)()
+        return real(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(builtins, "__import__", interrupted)
+    monkeypatch.delitem(sys.modules, "runner.cli.main", raising=False)
+    with pytest.raises(SystemExit) as info:
+        runner.cli.judge()
+    assert info.value.code == code

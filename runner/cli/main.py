@@ -1,7 +1,7 @@
 """The `judge` command. The only module that imports click, reads the environment, prints or exits.
 
 Exit codes: 0 all tasks done, 1 some tasks failed (listed), 2 usage or configuration error,
-130 interrupted (rerun the same command to resume).
+130 interrupted by Ctrl-C, 143 stopped by SIGTERM (rerun the same command to resume).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import orjson
 
-from runner.cli import views
+from runner.cli import TERM_EXIT, Terminated, views
 from runner.cli.batches import (
     MAX_BATCH_REQUESTS,
     BatchAnswers,
@@ -57,6 +57,7 @@ from runner.execute.store.backend import CacheBackend, is_url, marked, open_cach
 from runner.expand import task_key
 from runner.job.spec import Job
 from runner.reduce.judgments import CachedFirst, Judgment, judge
+from runner.report.folder import check_out
 
 if TYPE_CHECKING:
     from runner.cli.progress import Progress
@@ -128,14 +129,39 @@ async def _run_async(sel: Selection, served: Job, cache: CacheBackend, opts: dic
                          "(Ctrl-C again to cancel them)")
             stop.set()
 
+    def on_sigterm() -> None:  # as the first Ctrl-C, with a deadline: SIGKILL may follow
+        if not terminated:
+            progress.say(f"SIGTERM: no new requests; in-flight requests have {TERM_GRACE_S:g} s "
+                         "to finish")
+            terminated.append(loop.call_later(TERM_GRACE_S, main.cancel))
+            stop.set()
+
+    terminated: list[Any] = []
+    before = signal.getsignal(signal.SIGTERM)
     loop.add_signal_handler(signal.SIGINT, on_sigint)
+    loop.add_signal_handler(signal.SIGTERM, on_sigterm)
     try:
-        return await run_pool(sel, served, cache, stop=stop, key_reader=_key_reader,
-                              offline=opts["offline"], budget=opts["budget"],
-                              on_progress=progress.update, judged=judged,
-                              hold=opts.get("hold", frozenset()), after=after)
+        stats, sel = await run_pool(sel, served, cache, stop=stop, key_reader=_key_reader,
+                                    offline=opts["offline"], budget=opts["budget"],
+                                    on_progress=progress.update, judged=judged,
+                                    hold=opts.get("hold", frozenset()), after=after)
+        stats.terminated = bool(terminated)
+        return stats, sel
+    except asyncio.CancelledError:
+        if terminated:  # the grace period ended: what was received is cached
+            raise Terminated from None
+        raise
     finally:
+        for handle in terminated:
+            handle.cancel()
         loop.remove_signal_handler(signal.SIGINT)
+        loop.remove_signal_handler(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, before)  # remove_signal_handler left the default: death
+
+
+TERM_GRACE_S = 5.0
+"""After SIGTERM, how long requests in flight may take before they are cancelled (docker stop
+sends SIGKILL after 10 s)."""
 
 
 def _common(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -168,10 +194,12 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except RunnerError as exc:
             raise UsageError(scrub(str(exc))) from None
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             command = " ".join(["judge", *sys.argv[1:]])
-            click.echo(f"interrupted; rerun to resume: {command}", err=True)
-            sys.exit(130)
+            term = isinstance(exc, Terminated)
+            click.echo(f"{'terminated' if term else 'interrupted'}; rerun to resume: {command}",
+                       err=True)
+            sys.exit(TERM_EXIT if term else 130)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -246,6 +274,8 @@ def run(job: str, models: tuple[str, ...], base_url: str | None, limit: int | No
         shard = Shard.parse(opts["shard"])
         sel = dataclasses.replace(sel, shard=shard, job=split_limits(sel.job, shard.count))
     sel = dataclasses.replace(sel, job=sel.job.with_limits(**limits))
+    if sel.shard is None:  # a shard writes no reports
+        check_out(sel.out_dir)
     if not opts["offline"]:
         check_keys(sel.job, os.environ)
         check_budget(sel.job, opts["budget"])
@@ -276,12 +306,17 @@ def _summarise_shard(sel: Selection, stats: RunStats, command: str) -> None:
     for key, reason in list(stats.failures.items())[:20]:
         click.echo(f"failed {key[:12]}: {reason}", err=True)
     if stats.interrupted:
-        click.echo(f"interrupted: {len(stats.missing)} tasks left; rerun to resume: {command}",
-                   err=True)
-        sys.exit(130)
+        _exit_interrupted(stats, command)
     click.echo(f"no reports written for one shard: when every shard is done, run `judge rescore "
                f"{sel.job.path}` with the same --cache", err=True)
     sys.exit(1 if stats.failures else 0)
+
+
+def _exit_interrupted(stats: RunStats, command: str) -> None:
+    """The resume line; exit 143 after SIGTERM, 130 after Ctrl-C."""
+    word = "terminated" if stats.terminated else "interrupted"
+    click.echo(f"{word}: {len(stats.missing)} tasks left; rerun to resume: {command}", err=True)
+    sys.exit(TERM_EXIT if stats.terminated else 130)
 
 
 def _notify_download(name: str, missing: int) -> None:
@@ -410,9 +445,7 @@ def _summarise(sel: Selection, stats: RunStats, command: str) -> None:
         echo(f"{len(stats.missing)} tasks have no cached answer (`judge run` calls them); "
              f"first keys: {', '.join(first)}", err=True)
     if stats.interrupted:
-        echo(f"interrupted: {len(stats.missing)} tasks left; rerun to resume: {command}",
-             err=True)
-        sys.exit(130)
+        _exit_interrupted(stats, command)
     if stats.failures:
         sys.exit(1)
 

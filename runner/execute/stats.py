@@ -34,6 +34,8 @@ class RunStats:
     """Keys not cached and not called (offline, budget, or interrupted before dispatch)."""
     budget_stopped: bool = False
     interrupted: bool = False
+    terminated: bool = False
+    """Stopped by SIGTERM (exit 143), not Ctrl-C (130)."""
     fatal: str | None = None
     started: float = field(default_factory=time.time)
     endpoints: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)

@@ -12,19 +12,18 @@
   (runner.report.reliability).
 - report.html: one self-contained page with plots and an item browser (runner.report.html).
 - manifest.json: job sha256, versions, times, counts, usage, estimated cost.
+
+Each set is written whole or not at all (runner.report.folder).
 """
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import math
-import os
 import statistics
-import tempfile
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +43,7 @@ from runner.reduce.judgments import Judgment
 from runner.reduce.reliability import Positions
 from runner.report.aside import Aside
 from runner.report.browser import ItemRows
+from runner.report.folder import atomic_file, report_set, write_atomic
 from runner.report.html import render
 from runner.report.pagedata import page_data, with_reliability
 from runner.report.reliability import (
@@ -52,34 +52,15 @@ from runner.report.reliability import (
     reliability_rows,
 )
 
-__all__ = ["Tables", "collect", "comparison", "correlations", "judge_rows", "write_atomic",
-           "write_reports"]
+__all__ = ["Tables", "atomic_file", "collect", "comparison", "correlations", "judge_rows",
+           "write_atomic", "write_reports"]
+
+
 
 CORRELATION_COLUMNS = ["dataset", "aspect", "judge", "level", "method", "subset", "value",
                        "n_groups", "n_items", "ci_low", "ci_high"]
 SUMMARY_COLUMNS = ["dataset", "prompt", "aspect", "model", "n", "scored", "mean", "std",
                    "parse_failures", "refusals", "api_failures"]
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write `data` to `path` so that readers see the old file or the new one, never half."""
-    with atomic_file(path) as f:
-        f.write(data)
-
-
-@contextlib.contextmanager
-def atomic_file(path: Path) -> Iterator[io.BufferedWriter]:
-    """A file that replaces `path` when the block ends (as write_atomic), written as the data
-    is made: no buffer holds a 10M-task run's judgments.jsonl (~4 GB) or scores.csv."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with open(fd, "wb") as f:
-            yield f
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 @dataclass(slots=True)
@@ -400,8 +381,16 @@ def _set_aside(expansion: Expansion, tables: Tables, positions: Positions,
 def write_reports(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgment],
                   manifest: Mapping[str, Any] | Callable[[Tables], Mapping[str, Any]],
                   notes: Sequence[str] = ()) -> Tables:
-    """Write every report file; the manifest last, so its presence means the set is complete.
-    `manifest` may be built from the gathered tables (counts known only after the pass)."""
+    """Write every report file into `out_dir` as one set (`report_set`): a reader sees the old
+    set or the new one. `manifest` may be built from the gathered tables (counts known only
+    after the pass)."""
+    with report_set(out_dir) as stage:
+        return _write_set(stage, expansion, judgments, manifest, notes)
+
+
+def _write_set(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgment],
+               manifest: Mapping[str, Any] | Callable[[Tables], Mapping[str, Any]],
+               notes: Sequence[str]) -> Tables:
     battles = Battles(expansion)
     positions = Positions(expansion)
     rows = ItemRows()

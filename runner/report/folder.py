@@ -1,0 +1,121 @@
+"""The out folder: a report set is replaced only by a complete new one.
+
+`report_set` writes the new set to a hidden folder beside the out folder (`.NAME.new-PID`); only
+once every file is there is the old manifest removed, each new file moved in (a rename: no space
+needed, nothing half-written), the old set's files the new one lacks removed, and the manifest
+moved in last. So a set with manifest.json is complete, and one without it is being replaced. A
+failure while writing (disk full) leaves the previous set as it was; a kill leaves a stage
+folder, which the next write removes. `check_out` finds a folder that cannot be written before
+the first paid call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from runner.errors import ReportError
+
+__all__ = ["REPORT_FILES", "atomic_file", "check_out", "report_set", "write_atomic"]
+
+REPORT_FILES = ("judgments.jsonl", "scores.csv", "correlations.csv", "summary.csv", "report.md",
+                "reliability.csv", "battle.csv", "leaderboard.csv", "report.html",
+                "manifest.json")
+"""The files of one report set (manifest.json last): others in the folder (compare.csv,
+power.csv, a user's notes) are left alone."""
+STALE_TMP_S = 600.0
+"""A `.NAME.*.tmp` file in the out folder older than this is a killed writer's leftover."""
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write `data` to `path` so that readers see the old file or the new one, never half."""
+    with atomic_file(path) as f:
+        f.write(data)
+
+
+@contextlib.contextmanager
+def atomic_file(path: Path) -> Iterator[io.BufferedWriter]:
+    """A file that replaces `path` when the block ends (as write_atomic), written as the data
+    is made: no buffer holds a 10M-task run's judgments.jsonl (~4 GB) or scores.csv."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with open(fd, "wb") as f:
+            yield f
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def check_out(out_dir: Path) -> None:
+    """Raise ReportError unless reports can be written to `out_dir`: checked before the first
+    paid call (a file in its place, or a folder that cannot be written, was found after)."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ReportError(f"--out {out_dir}: is a file, not a folder; give a folder for the "
+                          "reports (no call was made)")
+    existing = next(p for p in (out_dir, *out_dir.parents) if p.exists() or p == Path("/"))
+    if not existing.is_dir():
+        raise ReportError(f"--out {out_dir}: {existing} is a file, not a folder; give another "
+                          "report folder (no call was made)")
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as exc:
+        raise ReportError(f"--out {out_dir}: cannot write in {existing} ({exc.strerror or exc}); "
+                          "give a folder you can write to (no call was made)") from None
+
+
+@contextlib.contextmanager
+def report_set(out_dir: Path) -> Iterator[Path]:
+    """A folder to write a new report set into; the set replaces `out_dir`'s when the block
+    ends without an error (see the module docstring). An OSError while writing (disk full,
+    no permission) becomes a ReportError, with the previous set untouched."""
+    out_dir = Path(out_dir)
+    _clean_leftovers(out_dir)
+    stage = out_dir.parent / f".{out_dir.name}.new-{os.getpid()}"
+    try:
+        stage.mkdir(parents=True, exist_ok=True)
+        yield stage
+        out_dir.mkdir(exist_ok=True)
+        (out_dir / "manifest.json").unlink(missing_ok=True)
+        for name in REPORT_FILES[:-1]:
+            if (stage / name).exists():
+                os.replace(stage / name, out_dir / name)
+            else:
+                (out_dir / name).unlink(missing_ok=True)  # the old set's, not this one's
+        os.replace(stage / "manifest.json", out_dir / "manifest.json")
+    except OSError as exc:
+        raise ReportError(f"{out_dir}: cannot write the reports ({exc.strerror or exc}); the "
+                          "previous reports are untouched and every answer is cached: free "
+                          "space or fix the folder, then `judge rescore` the job") from None
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def _clean_leftovers(out_dir: Path) -> None:
+    """Stage folders of writers that are gone, and `.NAME.*.tmp` files a killed writer left."""
+    with contextlib.suppress(OSError):
+        for stage in out_dir.parent.glob(f".{out_dir.name}.new-*"):
+            pid = stage.name.rpartition("-")[2]
+            if pid.isdigit() and not _alive(int(pid)):
+                shutil.rmtree(stage, ignore_errors=True)
+        for tmp in out_dir.glob(".*.tmp"):
+            if time.time() - tmp.stat().st_mtime > STALE_TMP_S:
+                tmp.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
