@@ -311,6 +311,10 @@ def prepare(job: Job, data_dir: Path, *, limit: int | None = None,
     lower: dict[str, frozenset[str]] = {}
     for position, spec in enumerate(job.datasets):
         if spec.path is not None:
+            if spec.path.is_dir():
+                raise ConfigError(f"{job.path}: datasets[{position}].path points to {spec.path}, "
+                                  "which is a folder; give the data file itself (.jsonl, .csv "
+                                  "or .json)")
             if not spec.path.is_file():
                 raise ConfigError(f"{job.path}: datasets[{position}].path points to {spec.path}, "
                                   "which does not exist; fix the path (relative to the job file)")

@@ -146,7 +146,8 @@ def test_run_writes_every_report_and_a_rerun_makes_no_call(
     first = run_judge(*args, env=env, cwd=tmp_path)
 
     assert first.returncode == 0, first.stderr
-    assert "50 tasks: 0 cached, 50 called, 0 retries, 0 failed, 0 not run" in first.stderr
+    assert "50 tasks: 0 cached, 50 called, 0 repeat an earlier task, 0 failed, 0 not run " \
+           "(0 retries)" in first.stderr
     assert server.state.requests == 50 and set(server.state.bodies.values()) == {1}
     for name in REPORTS:
         assert (out / name).stat().st_size > 0, name
@@ -414,11 +415,15 @@ def test_offline_makes_no_request_and_reports_the_misses(
     result = invoke("run", OPENMEVA, "--limit", 20, "--offline", *common)
 
     assert server.state.requests == 10
-    assert result.exit_code == 0, result.stderr
-    assert "20 tasks: 10 cached, 0 called, 0 retries, 0 failed, 10 not run" in result.stderr
-    assert re.search(r"^10 tasks have no cached answer \(`judge run` calls them\); first keys: "
-                     r"[0-9a-f]{12}, ",
+    assert result.exit_code == 1, result.stderr  # a partial report, not asked for
+    assert "20 tasks: 10 cached, 0 called, 0 repeat an earlier task, 0 failed, 10 not run " \
+           "(0 retries)" in result.stderr
+    assert re.search(r"^10 of 20 tasks have no cached answer, and the reports leave them out: "
+                     r"`judge run` calls them, or pass --partial to accept a partial report "
+                     r"\(first keys: [0-9a-f]{12}, ",
                      result.stderr, re.M), result.stderr
+    assert invoke("run", OPENMEVA, "--limit", 20, "--offline", "--partial", *common
+                  ).exit_code == 0
     counts = manifest(tmp_path / "out")["counts"]
     assert (counts["cache_hits"], counts["api_calls"], counts["not_run"]) == (10, 0, 10)
     missing = [line for line in judgments(tmp_path / "out") if line["score"] is None]
@@ -575,7 +580,7 @@ PROBE = ("import sys\nfrom runner.cli.main import cli\ntry:\n"
     (("plan", "{job}", "--limit", "3", "--base-url", "{url}"), set()),
     (("status", "{job}", "--limit", "3", "--base-url", "{url}"), set()),
     (("datasets", "list"), set()),
-    (("rescore", "{job}", "--limit", "3", "--base-url", "{url}"), {"numpy"}),
+    (("rescore", "{job}", "--limit", "3", "--base-url", "{url}", "--partial"), {"numpy"}),
     (("run", "{job}", "--limit", "3", "--base-url", "{url}"),
      {"numpy", "aiohttp", "asyncio", "tqdm", "uvloop"}),
 ])

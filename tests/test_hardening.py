@@ -52,8 +52,8 @@ def test_a_server_that_is_not_running_stops_the_run_at_once(tmp_path: Path,
 
     assert result.returncode == 2, result.stderr  # type: ignore[attr-defined]
     *_, counts, line = result.stderr.strip().splitlines()  # type: ignore[attr-defined]
-    assert counts.startswith(f"{TASKS} tasks: 0 cached, 0 called, 2 retries, 0 failed, "
-                             f"{TASKS} not run"), counts
+    assert counts.startswith(f"{TASKS} tasks: 0 cached, 0 called, 0 repeat an earlier task, "
+                             f"0 failed, {TASKS} not run (2 retries)"), counts
     assert line == f"Error: cannot connect to {url} (connection refused): is the server " \
                    "running? (model fake; check --base-url / base_url); run stopped, nothing " \
                    "lost: rerun to resume"
@@ -343,7 +343,8 @@ def test_a_kill_while_the_reports_are_written_never_leaves_a_mixed_set(
     os.utime(out / ".scores.csv.abc123.tmp", (0, 0))
     killed = 0
     for attempt in range(6):
-        proc = subprocess.Popen(judge_cmd("rescore", job, "--limit", 40 - attempt, *common), env=clean_env(data_dir), cwd=tmp_path,
+        proc = subprocess.Popen(judge_cmd("rescore", job, "--limit", 40 - attempt, *common),
+                                env=clean_env(data_dir), cwd=tmp_path,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             deadline = time.monotonic() + 30
@@ -422,3 +423,45 @@ def test_a_signal_while_the_commands_load_exits_without_a_traceback(
     with pytest.raises(SystemExit) as info:
         runner.cli.judge()
     assert info.value.code == code
+
+
+# ------------------------------------------------------------ small ones
+
+def test_a_folder_as_the_job_or_the_data_file_is_one_clear_line(tmp_path: Path,
+                                                                data_dir: Path) -> None:
+    job = write_job(tmp_path / "jobs", MINE)
+    (tmp_path / "jobs" / "data.jsonl").mkdir()
+
+    as_job = run_judge("plan", tmp_path / "jobs", env=clean_env(data_dir), cwd=tmp_path)
+    as_data = run_judge("plan", job, "--base-url", "http://127.0.0.1:9/v1",
+                        env=clean_env(data_dir), cwd=tmp_path)
+
+    assert (as_job.returncode, as_data.returncode) == (2, 2), as_job.stderr + as_data.stderr
+    assert error_line(as_job.stderr) == f"Error: {tmp_path / 'jobs'}: is a folder, not a job " \
+                                        "file; pass the job's .toml file (job.toml there)"
+    assert error_line(as_data.stderr) == (
+        f"Error: {job}: datasets[0].path points to {tmp_path / 'jobs' / 'data.jsonl'}, which is "
+        "a folder; give the data file itself (.jsonl, .csv or .json)")
+
+
+def test_the_counts_add_up_to_the_tasks_in_run_and_rescore(server: ThreadedServer,
+                                                           tmp_path: Path, data_dir: Path) -> None:
+    """tst-formality's two prompts share requests: 12 tasks, 8 requests, 4 repeats."""
+    from tests.test_cli import ROOT
+    args = (ROOT / "jobs" / "tst-formality.toml", "--model", "fake", "--limit", 10,
+            "--base-url", server.url, "--cache-dir", tmp_path / "cache", "--out", tmp_path / "o")
+    env = clean_env(data_dir)
+    lines = []
+    for command in ("run", "rescore", "run"):
+        result = run_judge(command, *args, env=env, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        lines += [line for line in result.stderr.splitlines() if " tasks: " in line]
+
+    assert lines == [
+        "12 tasks: 0 cached, 8 called, 4 repeat an earlier task, 0 failed, 0 not run "
+        "(0 retries); 1792 tokens, cost unknown",
+        "12 tasks: 8 cached, 0 called, 4 repeat an earlier task, 0 failed, 0 not run "
+        "(0 retries); 0 tokens, ~$0.0000",
+        "12 tasks: 8 cached, 0 called, 4 repeat an earlier task, 0 failed, 0 not run "
+        "(0 retries); 0 tokens, ~$0.0000"]
+    assert server.state.requests == 8

@@ -5,6 +5,7 @@ itself (runner/execute/shard.py)."""
 from __future__ import annotations
 
 import hashlib
+import shlex
 import subprocess
 import time
 from pathlib import Path
@@ -124,12 +125,17 @@ def test_four_shards_answer_each_task_once_and_rescore_equals_one_process(
     assert len(server.state.bodies) == LIMIT
     called = [int(err.split(" called,")[0].rsplit(" ", 1)[1]) for _, err in results]
     assert sum(called) == LIMIT and all(c > 0 for c in called), results
-    assert all("run `judge rescore" in err for _, err in results)
+    hints = [err.strip().splitlines()[-1] for _, err in results]
+    lead = "no reports written for one shard: when every shard is done, build them with: "
+    assert all(h.startswith(lead) for h in hints), hints
     assert not any((tmp_path / f"out{i}").exists() for i in range(SHARDS))  # no partial reports
 
+    # The hint's command, as printed (every option the keys depend on), builds the reports.
+    hint = shlex.split(hints[-1].removeprefix(lead))
+    assert hint[:2] == ["judge", "rescore"] and "--shard" not in hint and "--yes" not in hint
     merged = tmp_path / "merged"
-    done = run_judge("rescore", OPENMEVA, "--limit", LIMIT, "--base-url", server.url,
-                     "--model", "fake", "--cache", pg_url, "--out", merged, env=env, cwd=tmp_path)
+    done = run_judge(*hint[1:-2], "--out", merged, env=env, cwd=tmp_path)
+    assert hint[-2:] == ["--out", str(tmp_path / "out3")]
     assert done.returncode == 0, done.stderr
     single = _single_run(server, tmp_path, data_dir)
     assert len(judgments(merged)) == LIMIT

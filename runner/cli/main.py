@@ -12,6 +12,7 @@ import gc
 import hashlib
 import io
 import os
+import shlex
 import signal
 import sys
 import time
@@ -164,6 +165,10 @@ TERM_GRACE_S = 5.0
 sends SIGKILL after 10 s)."""
 
 
+PARTIAL_HELP = ("Exit 0 although some tasks have no cached answer (the reports leave them "
+                "out); without it that is exit 1, e.g. after shards that did not all run.")
+
+
 def _common(f: Callable[..., Any]) -> Callable[..., Any]:
     """Options that select the tasks: every command that reads the cache takes them."""
     options = [
@@ -226,7 +231,9 @@ def cli() -> None:
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True),
               help="Per-request timeout in seconds.")
 @click.option("--offline", is_flag=True,
-              help="Never touch the network: report from the cache and list the misses.")
+              help="Never touch the network: report from the cache and list the misses "
+                   "(exit 1 when some tasks have no answer, unless --partial).")
+@click.option("--partial", is_flag=True, help=PARTIAL_HELP)
 @click.option("--budget", type=click.FloatRange(min=0), metavar="USD",
               help="Stop dispatching before the estimated spend would pass USD.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask before paid calls.")
@@ -293,23 +300,58 @@ def run(job: str, models: tuple[str, ...], base_url: str | None, limit: int | No
         merge(stats, batched)
     if sel.shard is not None:  # one shard's reports would be partial: rescore builds them
         _summarise_shard(sel, stats, " ".join(["judge", *sys.argv[1:]]))
-    _finish(sel, stats, started, " ".join(["judge", *sys.argv[1:]]), judged, batched)
+    _finish(sel, stats, started, " ".join(["judge", *sys.argv[1:]]), judged, batched,
+            _partial(opts))
 
 
 def _summarise_shard(sel: Selection, stats: RunStats, command: str) -> None:
     """A shard's counts and the command that builds the reports; exits like run."""
-    click.echo(f"shard {sel.shard}: {stats.total} tasks: {stats.cache_hits} cached, "
-               f"{stats.api_calls} called, {stats.retries} retries, {len(stats.failures)} "
-               f"failed, {len(stats.missing)} not run", err=True)
+    click.echo(f"shard {sel.shard}: {_counts(stats)}", err=True)
     if stats.fatal:
         raise UsageError(f"{stats.fatal}; run stopped, nothing lost: rerun to resume")
     for key, reason in list(stats.failures.items())[:20]:
-        click.echo(f"failed {key[:12]}: {reason}", err=True)
+        click.echo(f"failed {key[:12]}: {scrub(reason)}", err=True)
     if stats.interrupted:
         _exit_interrupted(stats, command)
-    click.echo(f"no reports written for one shard: when every shard is done, run `judge rescore "
-               f"{sel.job.path}` with the same --cache", err=True)
+    click.echo(f"no reports written for one shard: when every shard is done, build them with: "
+               f"{_rescore_command()}", err=True)
     sys.exit(1 if stats.failures else 0)
+
+
+RUN_ONLY = frozenset({"concurrency", "rpm", "tpm", "max_retries", "timeout", "offline", "budget",
+                      "yes", "shard", "batch", "no_wait", "batch_fallback", "batch_size",
+                      "poll_interval", "refresh_damaged"})
+"""`judge run`'s options that do not select tasks (rescore has none of them)."""
+
+
+def _rescore_command() -> str:
+    """This `judge run` as the `judge rescore` that reports on the same tasks: every option
+    the keys depend on (--model, --base-url, --limit, the cache) kept, the run's own dropped;
+    a cache URL's password shown as ***."""
+    ctx = click.get_current_context()
+    takes_value = {}
+    for param in ctx.command.params:
+        if isinstance(param, click.Option):
+            for opt in param.opts:
+                takes_value[opt] = (param.name in RUN_ONLY, not param.is_flag)
+    words, args = ["judge", "rescore"], iter(sys.argv[2:])
+    for word in args:
+        name = word.split("=", 1)[0]
+        run_only, valued = takes_value.get(name, (False, False))
+        value = next(args, "") if valued and "=" not in word else None
+        if run_only:
+            continue
+        if name == "--cache" and value is not None:
+            value = redact(value)
+        words += [word] if value is None else [word, value]
+    return shlex.join(words)
+
+
+def _counts(stats: RunStats) -> str:
+    """`N tasks: ... cached, ... called, ...`: the five counts add up to N."""
+    return (f"{stats.total} tasks: {stats.cache_hits} cached, {stats.api_calls} called, "
+            f"{stats.duplicates} repeat an earlier task, {len(stats.failures)} failed, "
+            f"{len(stats.missing)} not run ({stats.retries} retries)")
 
 
 def _exit_interrupted(stats: RunStats, command: str) -> None:
@@ -399,11 +441,18 @@ def _run_cached_first(sel: Selection, opts: dict[str, Any], started: float,
         write_reports(sel.out_dir, sel.expansion, answers.watch(judgments()),
                       lambda _: {**manifest(sel, stats, started, command),
                                  "batch_answers": answers.answers}, answers.notes)
-    _summarise(sel, stats, command)
+    _summarise(sel, stats, command, _partial(opts))
+
+
+def _partial(opts: dict[str, Any]) -> bool:
+    """Whether a run's tasks without an answer still make exit 0: online, those are listed
+    (held by a batch, over the budget); --offline reports only what is cached, and says so
+    with exit 1 unless --partial."""
+    return bool(opts["partial"]) or not opts["offline"]
 
 
 def _finish(sel: Selection, stats: RunStats, started: float, command: str,
-            judged: TaskLog, batched: Batched | None = None) -> None:
+            judged: TaskLog, batched: Batched | None = None, partial: bool = True) -> None:
     if stats.fatal:  # no endpoint, no model or no key: the reports would show only that
         _summarise(sel, stats, command)
     from runner.report.write import write_reports
@@ -414,7 +463,7 @@ def _finish(sel: Selection, stats: RunStats, started: float, command: str,
         write_reports(sel.out_dir, sel.expansion,
                       answers.watch(_judge_dispatched(sel, cache, stats, judged)),
                       lambda _: {**made, "batch_answers": answers.answers}, answers.notes)
-    _summarise(sel, stats, command)
+    _summarise(sel, stats, command, partial)
 
 
 def _judge_dispatched(sel: Selection, cache: CacheBackend, stats: RunStats,
@@ -425,11 +474,13 @@ def _judge_dispatched(sel: Selection, cache: CacheBackend, stats: RunStats,
                  tasks=judged.drain(), count=len(judged))
 
 
-def _summarise(sel: Selection, stats: RunStats, command: str) -> None:
+def _summarise(sel: Selection, stats: RunStats, command: str, partial: bool = False) -> None:
+    """The end of a command that wrote reports: counts, failures, and the exit code (1 when a
+    task failed, or when some have no answer and the caller did not accept a `partial`
+    report)."""
     echo = click.echo
-    echo(f"{stats.total} tasks: {stats.cache_hits} cached, {stats.api_calls} called, "
-         f"{stats.retries} retries, {len(stats.failures)} failed, {len(stats.missing)} not run; "
-         f"{stats.prompt_tokens + stats.completion_tokens} tokens, ~${stats.cost:.4f}",
+    echo(f"{_counts(stats)}; {stats.prompt_tokens + stats.completion_tokens} tokens, "
+         f"{stats.cost_text}",
          err=True)
     if stats.fatal:  # before any report: those of a run that could not run are not kept
         raise UsageError(f"{stats.fatal}; run stopped, nothing lost: rerun to resume")
@@ -442,27 +493,32 @@ def _summarise(sel: Selection, stats: RunStats, command: str) -> None:
         echo(f"--budget reached: {len(stats.missing)} tasks not run", err=True)
     elif stats.missing and not stats.interrupted:
         first = list(dict.fromkeys(k[:12] for k in stats.missing))[:5]
-        echo(f"{len(stats.missing)} tasks have no cached answer (`judge run` calls them); "
-             f"first keys: {', '.join(first)}", err=True)
+        echo(f"{len(stats.missing)} of {stats.total} tasks have no cached answer, and the "
+             f"reports leave them out: `judge run` calls them"
+             f"{'' if partial else ', or pass --partial to accept a partial report'} "
+             f"(first keys: {', '.join(first)})", err=True)
     if stats.interrupted:
         _exit_interrupted(stats, command)
-    if stats.failures:
+    if stats.failures or (stats.missing and not partial and not stats.budget_stopped):
         sys.exit(1)
 
 
 @cli.command()
 @_common
+@click.option("--partial", is_flag=True, help=PARTIAL_HELP)
 def rescore(job: str, models: tuple[str, ...], base_url: str | None, limit: int | None,
-            cache_dir: str | None, out: str | None) -> None:
+            cache_dir: str | None, out: str | None, partial: bool) -> None:
     """Re-parse every cached answer with the current parsers and rewrite every report.
 
     Never opens a network connection: change a parser, rescore, get new numbers in seconds.
+    Exit 0 when every task has an answer, 1 when some failed or have none (unless --partial).
     """
-    _rescore(_select(job, models, base_url, limit, cache_dir, out), time.time())
+    _rescore(_select(job, models, base_url, limit, cache_dir, out), time.time(),
+             partial=partial)
 
 
 def _rescore(sel: Selection, started: float,
-             then: Callable[[], None] = lambda: None) -> None:
+             then: Callable[[], None] = lambda: None, partial: bool = False) -> None:
     """Reports from the cache alone: one pass, the counts taken as the judgments go by;
     `then` runs once they are written, before the summary (which may exit)."""
     from runner.execute.stats import RunStats
@@ -471,7 +527,8 @@ def _rescore(sel: Selection, started: float,
 
     def counted(tables: Tables) -> dict[str, Any]:
         stats.total, stats.missing = tables.tasks, tables.missing
-        stats.cache_hits = tables.tasks - len(tables.missing)
+        stats.duplicates = tables.tasks - tables.distinct
+        stats.cache_hits = tables.distinct - len(tables.missing)
         return {**manifest(sel, stats, started, command), "batch_answers": answers.answers}
 
     with open_selected(sel) as cache:
@@ -480,7 +537,7 @@ def _rescore(sel: Selection, started: float,
         write_reports(sel.out_dir, sel.expansion, answers.watch(judged), counted,
                       answers.notes)
     then()
-    _summarise(sel, stats, command)
+    _summarise(sel, stats, command, partial)
 
 
 @cli.command()
@@ -614,8 +671,10 @@ def _plan_power(sel: Selection, judges: tuple[str, str], width: float) -> None:
 @click.option("--figures", "figures_dir", metavar="DIR",
               help="Also write the key plots as PNG and SVG for a paper into DIR, e.g. "
                    "--figures runs/openmeva/figures.")
+@click.option("--partial", is_flag=True, help=PARTIAL_HELP)
 def report(job: str, models: tuple[str, ...], base_url: str | None, limit: int | None,
-           cache_dir: str | None, out: str | None, figures_dir: str | None) -> None:
+           cache_dir: str | None, out: str | None, figures_dir: str | None,
+           partial: bool) -> None:
     """Rebuild every report, report.html included, from the cache alone (no call).
 
     \b
@@ -632,7 +691,7 @@ def report(job: str, models: tuple[str, ...], base_url: str | None, limit: int |
             count = views.figures(sel.out_dir, Path(figures_dir))
             click.echo(f"{count} figures in {figures_dir}/ (PNG and SVG)", err=True)
 
-    _rescore(sel, time.time(), figures)
+    _rescore(sel, time.time(), figures, partial)
 
 
 @cli.command("import")
@@ -657,7 +716,7 @@ def import_(job: str, limit: int | None, cache_dir: str | None, out: str | None,
         counts = import_answers(sel.expansion, c, force=force)
     click.echo(f"imported {counts.stored} answers ({counts.already_cached} already cached, "
                f"{counts.without_answer} tasks without a recorded answer)", err=True)
-    _rescore(sel, started)
+    _rescore(sel, started, partial=True)  # a study's recorded answers rarely cover every task
 
 
 cli.add_command(batches(_common, _select))

@@ -112,6 +112,11 @@ def run_async(work: Awaitable[T], loop: LoopFactory | None = None) -> T:
 def job_path(job: str) -> Path:
     """A job file path, or the name of one under jobs/ (`openmeva` -> jobs/openmeva.toml)."""
     path = Path(job)
+    if path.is_dir():
+        found = sorted(p.name for p in path.glob("*.toml"))[:3]
+        hint = f" ({', '.join(found)} there)" if found else ""
+        raise ConfigError(f"{job}: is a folder, not a job file; pass the job's .toml file"
+                          f"{hint}")
     if path.suffix == ".toml" or path.exists():
         return path
     named = Path("jobs") / f"{job}.toml"
@@ -441,7 +446,9 @@ def manifest(sel: Selection, stats: RunStats | None, started: float,
             "counts": counts,
             "usage": {"prompt_tokens": stats.prompt_tokens if stats else 0,
                       "completion_tokens": stats.completion_tokens if stats else 0},
-            "estimated_cost_usd": round(stats.cost, 6) if stats else 0.0,
+            "estimated_cost_usd": None if stats and stats.unpriced else
+            round(stats.cost, 6) if stats else 0.0,
+            "unpriced_calls": stats.unpriced if stats else 0,
             "endpoints": stats.endpoint_counts() if stats else {},
             "cache_dir": str(sel.cache_dir),
             **({"cache_url": redact(sel.cache_url)} if sel.cache_url else {})}

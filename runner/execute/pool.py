@@ -275,7 +275,11 @@ class _Pool:
             stats.called.add(task.key)
             stats.prompt_tokens += prompt
             stats.completion_tokens += completion
-            stats.cost += estimate_cost(endpoints[task.model].model, prompt, completion) or 0.0
+            cost = estimate_cost(endpoints[task.model].model, prompt, completion)
+            if cost is None:
+                stats.unpriced += 1
+            else:
+                stats.cost += cost
         stats.api_calls += len(batch)
         self.on_progress(stats)
 

@@ -24,6 +24,9 @@ class RunStats:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost: float = 0.0
+    """Estimated spend of the calls with a known price (see `unpriced`)."""
+    unpriced: int = 0
+    """Calls of models with no known price: their cost is unknown, never counted as 0."""
     committed_cost: float = 0.0
     """Estimated spend of everything dispatched so far (for --budget)."""
     duplicates: int = 0
@@ -40,6 +43,13 @@ class RunStats:
     started: float = field(default_factory=time.time)
     endpoints: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     """model -> replica base URL -> calls, failures, cooldowns, state, rpm, tpm (the fleet's)."""
+
+    @property
+    def cost_text(self) -> str:
+        """`~$0.0123`, `cost unknown`, or `~$0.0123 + unknown` (some models have no price)."""
+        if not self.unpriced:
+            return f"~${self.cost:.4f}"
+        return f"~${self.cost:.4f} + unknown" if self.cost else "cost unknown"
 
     @property
     def done(self) -> int:

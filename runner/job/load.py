@@ -87,6 +87,12 @@ def load_job(path: Path) -> Job:
     except FileNotFoundError:
         raise ConfigError(f"{path}: job file not found; pass a path or a name under jobs/"
                           ) from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a folder, not a job file; pass the job's .toml file"
+                          ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read the job file ({exc}); check the path and "
+                          "that it is UTF-8 text") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

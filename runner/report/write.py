@@ -92,7 +92,9 @@ class Tables:
     """(dataset, item_id, prompt, aspect, model) -> samples."""
     judgments: int = 0
     tasks: int = 0
-    """Distinct tasks judged (a group task yields one judgment per output)."""
+    """Tasks judged (a group task yields one judgment per output, and counts once)."""
+    distinct: int = 0
+    """Distinct requests among them (two tasks with one cache key make one request)."""
     missing: list[str] = field(default_factory=list)
     """Keys of the tasks that have no cached answer."""
     seen: Seen = field(default_factory=Seen)
@@ -113,7 +115,8 @@ def collect(judgments: Iterable[Judgment], jsonl: io.BufferedIOBase) -> Tables:
     """Stream judgments to `jsonl` and gather the per-cell scores."""
     tables = Tables()
     cells, seen, write, missing = tables.cells, tables.seen, jsonl.write, tables.missing
-    judged = tasks = 0
+    judged = tasks = distinct = 0
+    last = None
     for j in judgments:
         write(_judgment_line(j))
         t, score = j.task, j.score
@@ -125,11 +128,14 @@ def collect(judgments: Iterable[Judgment], jsonl: io.BufferedIOBase) -> Tables:
         if j.error is not None:
             cell.errors += (j.error["type"],)
         judged += 1
+        if t is last:  # the next output of a group task
+            continue
+        last, tasks = t, tasks + 1
         if seen.add(key64(t.key)):
-            tasks += 1
+            distinct += 1
             if j.raw is None:
                 missing.append(t.key)
-    tables.judgments, tables.tasks = judged, tasks
+    tables.judgments, tables.tasks, tables.distinct = judged, tasks, distinct
     for cell in cells.values():
         cell.settle()
     return tables

@@ -106,7 +106,8 @@
                   ["API calls", counts.api_calls], ["failed", counts.failures],
                   ["not run", counts.missing],
                   ["tokens", ((m.usage || {}).prompt_tokens || 0) + ((m.usage || {}).completion_tokens || 0)],
-                  ["estimated cost (USD)", m.estimated_cost_usd],
+                  ["estimated cost (USD)", m.estimated_cost_usd === null && m.unpriced_calls ?
+                   `unknown (${m.unpriced_calls} calls of models without a price)` : m.estimated_cost_usd],
                   ["correlations", `levels ${D.levels.join(", ")}; methods ${D.methods.join(", ")}; ` +
                                    `95% bootstrap CIs over ${D.bootstrap} resamples`]];
     const t = table(["field", "value"], rows.filter(r => r[1] !== undefined && r[1] !== null));
