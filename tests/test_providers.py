@@ -233,7 +233,7 @@ async def test_azure_deployment_route_api_version_and_api_key_header(
 @pytest.mark.parametrize(("extra", "message"), [
     ('endpoints = []', r"models\.judge\.endpoints is empty"),
     ('endpoints = [{base_url = "10.0.0.1:8000"}]',
-     r"models\.judge\.endpoints\[0\]\.base_url must be an http\(s\) URL"),
+     r"models\.judge\.endpoints\[0\]\.base_url .10\.0\.0\.1:8000. is not an http\(s\) URL"),
     ('endpoints = [{base_url = "http://a/v1", rpm = 0}]',
      r"models\.judge\.endpoints\[0\]\.rpm must be a positive number"),
     ('endpoints = [{base_url = "http://a/v1", region = "eu"}]',

@@ -63,6 +63,7 @@ from runner.report.folder import check_out
 if TYPE_CHECKING:
     from runner.cli.progress import Progress
     from runner.execute.stats import RunStats
+    from runner.report.headline import Headline
     from runner.report.write import Tables
 
 # The reports (numpy, ~0.15 s to import), the pool (aiohttp, ~0.15 s) and the progress bar
@@ -438,10 +439,10 @@ def _run_cached_first(sel: Selection, opts: dict[str, Any], started: float,
             _execute(sel, opts, judged, first)
             yield from _judge_dispatched(sel, cache, stats, judged)
 
-        write_reports(sel.out_dir, sel.expansion, answers.watch(judgments()),
-                      lambda _: {**manifest(sel, stats, started, command),
-                                 "batch_answers": answers.answers}, answers.notes)
-    _summarise(sel, stats, command, _partial(opts))
+        tables = write_reports(sel.out_dir, sel.expansion, answers.watch(judgments()),
+                               lambda _: {**manifest(sel, stats, started, command),
+                                          "batch_answers": answers.answers}, answers.notes)
+    _summarise(sel, stats, command, _partial(opts), tables.headline)
 
 
 def _partial(opts: dict[str, Any]) -> bool:
@@ -460,10 +461,11 @@ def _finish(sel: Selection, stats: RunStats, started: float, command: str,
     if batched is not None:
         made["batch"] = batched.stats.as_dict()
     with open_selected(sel) as cache:
-        write_reports(sel.out_dir, sel.expansion,
-                      answers.watch(_judge_dispatched(sel, cache, stats, judged)),
-                      lambda _: {**made, "batch_answers": answers.answers}, answers.notes)
-    _summarise(sel, stats, command, partial)
+        tables = write_reports(sel.out_dir, sel.expansion,
+                               answers.watch(_judge_dispatched(sel, cache, stats, judged)),
+                               lambda _: {**made, "batch_answers": answers.answers},
+                               answers.notes)
+    _summarise(sel, stats, command, partial, tables.headline)
 
 
 def _judge_dispatched(sel: Selection, cache: CacheBackend, stats: RunStats,
@@ -474,10 +476,12 @@ def _judge_dispatched(sel: Selection, cache: CacheBackend, stats: RunStats,
                  tasks=judged.drain(), count=len(judged))
 
 
-def _summarise(sel: Selection, stats: RunStats, command: str, partial: bool = False) -> None:
-    """The end of a command that wrote reports: counts, failures, and the exit code (1 when a
-    task failed, or when some have no answer and the caller did not accept a `partial`
-    report)."""
+def _summarise(sel: Selection, stats: RunStats, command: str, partial: bool = False,
+               result: Headline | None = None) -> None:
+    """The end of a command that wrote reports: counts, failures, the study's `result` (the
+    correlations, last), and the exit code: 1 when a task failed, when a judge has answers
+    and not one parsed score, or when some tasks have no answer and the caller did not accept
+    a `partial` report."""
     echo = click.echo
     echo(f"{_counts(stats)}; {stats.prompt_tokens + stats.completion_tokens} tokens, "
          f"{stats.cost_text}",
@@ -499,7 +503,10 @@ def _summarise(sel: Selection, stats: RunStats, command: str, partial: bool = Fa
              f"(first keys: {', '.join(first)})", err=True)
     if stats.interrupted:
         _exit_interrupted(stats, command)
-    if stats.failures or (stats.missing and not partial and not stats.budget_stopped):
+    for line in (result.lines + result.unparsed) if result else []:
+        echo(line, err=True)
+    if stats.failures or (stats.missing and not partial and not stats.budget_stopped) or \
+            (result and result.scoreless):
         sys.exit(1)
 
 
@@ -534,10 +541,10 @@ def _rescore(sel: Selection, started: float,
     with open_selected(sel) as cache:
         judged = judge(sel.expansion, cache)  # a large job's readers start now, and read
         from runner.report.write import write_reports  # while the reports' modules load
-        write_reports(sel.out_dir, sel.expansion, answers.watch(judged), counted,
-                      answers.notes)
+        tables = write_reports(sel.out_dir, sel.expansion, answers.watch(judged), counted,
+                               answers.notes)
     then()
-    _summarise(sel, stats, command, partial)
+    _summarise(sel, stats, command, partial, tables.headline)
 
 
 @cli.command()

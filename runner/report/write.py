@@ -44,6 +44,7 @@ from runner.reduce.reliability import Positions
 from runner.report.aside import Aside
 from runner.report.browser import ItemRows
 from runner.report.folder import atomic_file, report_set, write_atomic
+from runner.report.headline import Headline, headline
 from runner.report.html import render
 from runner.report.pagedata import page_data, with_reliability
 from runner.report.reliability import (
@@ -99,6 +100,8 @@ class Tables:
     """Keys of the tasks that have no cached answer."""
     seen: Seen = field(default_factory=Seen)
     """The keys judged so far, by their first 64 bits (~12 bytes a task; see Seen)."""
+    headline: Headline = field(default_factory=Headline)
+    """What the command prints last (set once the correlations are made)."""
 
 
 def _judgment_line(j: Judgment) -> bytes:
@@ -411,6 +414,7 @@ def _write_set(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgment
         write_atomic(out_dir / "correlations.csv", _csv(CORRELATION_COLUMNS, corr))
         summ = summary(tables)
         write_atomic(out_dir / "summary.csv", _csv(SUMMARY_COLUMNS, summ))
+        tables.headline = headline(expansion.job.levels, expansion.job.methods, corr, summ)
         battle_rows = battles.rows()
         board = leaderboard(tables) if expansion.job.leaderboard else None
         if callable(manifest):

@@ -1,0 +1,116 @@
+"""What a run prints last: the study's result, not only its counts.
+
+Per data set and aspect, each LLM judge's correlation with the human scores at each level of the
+job, with its 95% CI, the best judge marked; then one line per judge whose answers mostly failed
+to parse. A judge none of whose answers parsed makes the command fail (exit 1): its panels in the
+report would be empty without a word. Built from the rows of correlations.csv and summary.csv.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Headline", "headline"]
+
+PREFERRED_METHOD = "spearman"
+"""The coefficient shown when the job computes it (rank correlation: the studies' headline)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Headline:
+    """The lines to print, and the judges that produced no score at all."""
+
+    lines: list[str] = field(default_factory=list)
+    unparsed: list[str] = field(default_factory=list)
+    """One line per judge whose answers mostly failed to parse."""
+    scoreless: list[str] = field(default_factory=list)
+    """Judges with answers and not one parsed score (the run fails)."""
+
+
+def headline(levels: Sequence[str], methods: Sequence[str],
+             correlations: Sequence[Mapping[str, Any]],
+             summary: Sequence[Mapping[str, Any]]) -> Headline:
+    """The result table and the unparsed-judge lines.
+
+    Args:
+        levels: the job's levels, in its order (sample, dataset, system).
+        methods: the job's correlation methods; spearman is shown where computed.
+        correlations: correlations.csv rows (dataset, aspect, judge, level, method, subset,
+            value, ci_low, ci_high, ...); only LLM judges (`model/prompt`) over all items.
+        summary: summary.csv rows (dataset, prompt, aspect, model, n, scored, api_failures).
+
+    Returns:
+        A Headline: `lines` (empty when no LLM judge has a correlation), `unparsed`,
+        `scoreless`.
+    """
+    method = PREFERRED_METHOD if PREFERRED_METHOD in methods else (methods or ["pearson"])[0]
+    table: dict[tuple[str, str], dict[str, dict[str, Mapping[str, Any]]]] = {}
+    for row in correlations:
+        if "/" in row["judge"] and row["method"] == method and row["subset"] == "all" and \
+                _finite(row["value"]):
+            cell = table.setdefault((row["dataset"], row["aspect"]), {})
+            cell.setdefault(row["judge"], {})[row["level"]] = row
+    unparsed, scoreless = _unparsed(summary)
+    lines: list[str] = []
+    if table:
+        shown = [lv for lv in levels if any(lv in by for j in table.values() for by in j.values())]
+        lines.append(f"correlation with the human scores ({method}, 95% CI; * best at "
+                     f"{shown[0] if shown else 'sample'} level):")
+        width = max(max(len(f"{d} / {a}"), *(len(j) + 2 for j in judges))
+                    for (d, a), judges in table.items()) + 4
+        for (dataset, aspect), judges in table.items():
+            lines += _block(dataset, aspect, judges, shown, width)
+    return Headline(lines, unparsed, scoreless)
+
+
+def _block(dataset: str, aspect: str, judges: Mapping[str, Mapping[str, Mapping[str, Any]]],
+           levels: Sequence[str], width: int) -> list[str]:
+    label = f"{dataset} / {aspect}"
+    out = [f"  {label}".ljust(width) + "".join(f"{lv:<24}" for lv in levels).rstrip()]
+    best = _best(judges, levels[0] if levels else "sample")
+    for judge, by_level in judges.items():
+        mark = "*" if judge == best else " "
+        cells = "".join(f"{_value(by_level.get(lv)):<24}" for lv in levels)
+        out.append(f"  {mark} {judge}".ljust(width) + cells.rstrip())
+    return out
+
+
+def _best(judges: Mapping[str, Mapping[str, Mapping[str, Any]]], level: str) -> str | None:
+    """The judge with the highest correlation at `level` (None when fewer than two have one)."""
+    values = {j: float(r[level]["value"]) for j, r in judges.items()
+              if level in r and _finite(r[level]["value"])}
+    return max(values, key=values.__getitem__) if len(values) > 1 else None
+
+
+def _value(row: Mapping[str, Any] | None) -> str:
+    if row is None or not _finite(row["value"]):
+        return "n/a"
+    low, high = row.get("ci_low"), row.get("ci_high")
+    ci = f" [{low:.2f}, {high:.2f}]" if _finite(low) and _finite(high) else ""
+    return f"{float(row['value']):.3f}{ci}"
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value)
+
+
+def _unparsed(summary: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[str]]:
+    """Per judge (`model/prompt`): answers (tasks with one) and parsed scores, over every data
+    set and aspect; a line for each with most answers unparsed."""
+    answers: dict[str, list[int]] = {}
+    for row in summary:
+        judge = f"{row['model']}/{row['prompt']}"
+        counts = answers.setdefault(judge, [0, 0])
+        counts[0] += int(row["n"]) - int(row["api_failures"])
+        counts[1] += int(row["scored"])
+    lines, scoreless = [], []
+    for judge, (answered, scored) in answers.items():
+        if answered and answered - scored > answered / 2:
+            lines.append(f"judge {judge}: {answered - scored} of {answered} answers unparsed: "
+                         "see report.html#failures")
+            if not scored:
+                scoreless.append(judge)
+    return lines, scoreless
