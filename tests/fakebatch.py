@@ -2,12 +2,12 @@
 
 `POST /v1/files` (multipart, purpose=batch), `GET /v1/files/{id}/content`, `POST /v1/batches`,
 `GET /v1/batches/{id}`, `GET /v1/batches` (newest first, paginated), `POST
-/v1/batches/{id}/cancel`, plus everything tests/fakeserver.py serves. Each poll of a batch moves
-it one step: validating -> in_progress -> finalizing -> completed (or `expired`, with part of
-the requests answered); `hold` keeps every batch in_progress until released. Answers are the
-fake chat server's own, so a batch answer equals an online one. It counts batch creations per
-custom_id, and can refuse creates with 429 or fail chosen requests. Run alone (for the
-benchmark) as `python -m tests.fakebatch --port P`.
+/v1/batches/{id}/cancel`, `DELETE /v1/files/{id}`, plus everything tests/fakeserver.py serves.
+Each poll of a batch moves it one step: validating -> in_progress -> finalizing -> completed
+(or `expired`, with part of the requests answered); `hold` keeps every batch in_progress until
+released. Answers are the fake chat server's own, so a batch answer equals an online one. It
+counts batch creations per custom_id and uploads, and can refuse creates with 429 or 503 or
+fail chosen requests. Run alone (for the benchmark) as `python -m tests.fakebatch --port P`.
 """
 
 from __future__ import annotations
@@ -51,6 +51,8 @@ class BatchScript:
     """Every request whose place in its batch file is a multiple of this fails (status 400)."""
     fail_all_once: bool = False
     """The next batch to finish answers every request with a 500 error line."""
+    create_503: bool = False
+    """Answer every create with 503 (a server in trouble: the client retries) while set."""
 
 
 class BatchState:
@@ -67,6 +69,11 @@ class BatchState:
         self.refused = 0
         self.polls = 0
         self.uploads = 0
+        self.uploaded: list[str] = []
+        """The file id of every upload, in order."""
+        self.deleted: list[str] = []
+        """The file id of every DELETE /v1/files/{id}."""
+        self.create_failures = 0
         self.auth: list[str | None] = []
         """The Authorization header of every create."""
         self.ids = itertools.count(1)
@@ -98,6 +105,7 @@ async def _upload(request: web.Request) -> web.Response:
     file_id = f"file-{next(state.ids)}"
     state.files[file_id] = data
     state.uploads += 1
+    state.uploaded.append(file_id)
     return web.json_response({"id": file_id, "object": "file", "bytes": len(data),
                               "purpose": "batch", "created_at": int(time.time())})
 
@@ -109,12 +117,23 @@ async def _content(request: web.Request) -> web.Response:
     return web.Response(body=data, content_type="application/octet-stream")
 
 
+async def _delete(request: web.Request) -> web.Response:
+    state, file_id = request.app[BATCH], request.match_info["id"]
+    if state.files.pop(file_id, None) is None:
+        return _error(404, "no such file")
+    state.deleted.append(file_id)
+    return web.json_response({"id": file_id, "object": "file", "deleted": True})
+
+
 async def _create(request: web.Request) -> web.Response:
     state = request.app[BATCH]
     if state.script.create_429 > 0:
         state.script.create_429 -= 1
         state.refused += 1
         return _error(429, "Too many batches being created", retry_after=0.05)
+    if state.script.create_503:
+        state.create_failures += 1
+        return _error(503, "The server is overloaded", retry_after=0.05)
     state.auth.append(request.headers.get("Authorization"))
     body = orjson.loads(await request.read())
     data = state.files.get(body.get("input_file_id"))
@@ -225,6 +244,7 @@ def make_app(state: State, batch: BatchState) -> web.Application:
     app.router.add_get("/v1/models", _models)
     app.router.add_post("/v1/files", _upload)
     app.router.add_get("/v1/files/{id}/content", _content)
+    app.router.add_delete("/v1/files/{id}", _delete)
     app.router.add_post("/v1/batches", _create)
     app.router.add_get("/v1/batches", _list)
     app.router.add_get("/v1/batches/{id}", _get)

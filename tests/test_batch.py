@@ -19,15 +19,8 @@ import pytest
 
 from runner.cli.batches import MAX_BATCH_REQUESTS, batch_models
 from runner.errors import ConfigError
-from runner.execute.batch import (
-    MAX_REQUESTS,
-    BatchOptions,
-    BatchRun,
-    _body_of,
-    batch_cost,
-    request_line,
-)
-from runner.execute.ledger import Ledger
+from runner.execute.batch import MAX_REQUESTS, batch_cost, request_line
+from runner.execute.batch_files import body_of, write_files
 from runner.execute.store.cache import Cache
 from runner.expand import Task
 from runner.job.load import load_job
@@ -365,16 +358,11 @@ def test_request_lines_carry_the_exact_body_and_split_at_the_byte_limit(
     parsed = orjson.loads(line)
     assert parsed["custom_id"] == "k" * 64 and parsed["url"] == "/v1/chat/completions"
     assert orjson.dumps(parsed["body"]) == body
-    assert _body_of(line) == ("k" * 64, body)
+    assert body_of(line) == ("k" * 64, body)
     tasks = [Task(**{**_fields(task), "key": f"{i:064d}"}) for i in range(7)]
-    with Cache(tmp_path / "c") as cache, Ledger(tmp_path / "c") as ledger:
-        run = BatchRun(cache=cache, ledger=ledger, providers={}, job="j", say=lambda s: None,
-                       options=BatchOptions(max_bytes=3 * len(line), max_requests=100))
-        run.files.mkdir(parents=True)
-        parts = list(run._write("judge", tasks))
-        by_requests = BatchRun(cache=cache, ledger=ledger, providers={}, job="j",
-                               say=lambda s: None, options=BatchOptions(max_requests=2))
-        counted = list(by_requests._write("judge", tasks))
+    parts = list(write_files(tmp_path, "judge", tasks, max_requests=100,
+                             max_bytes=3 * len(line)))
+    counted = list(write_files(tmp_path, "judge", tasks, max_requests=2))
     assert [len(keys) for _, keys in parts] == [3, 3, 1]
     assert all(path.stat().st_size <= 3 * len(line) for path, _ in parts)
     assert b"".join(p.read_bytes() for p, _ in parts) == b"".join(map(request_line, tasks))

@@ -18,7 +18,8 @@ import click
 
 from runner.cli.session import Selection, derive, event_loop, open_selected, run_async
 from runner.errors import ConfigError, scrub
-from runner.execute.ledger import Ledger
+from runner.execute.ledger import FILES, BatchLedger, Ledger
+from runner.execute.store.backend import is_url
 from runner.job.spec import Job
 from runner.reduce.judgments import Judgment
 
@@ -32,7 +33,7 @@ MAX_BATCH_REQUESTS = 50_000
 """runner.execute.batch.MAX_REQUESTS (tests/test_batch.py checks): the --batch-size limit."""
 
 __all__ = ["BATCH_KINDS", "MAX_BATCH_REQUESTS", "BatchAnswers", "Batched", "batch_models",
-           "batch_stage", "batches", "merge", "run_batches"]
+           "batch_stage", "batches", "merge", "open_ledger", "run_batches"]
 
 BATCH_KINDS = ("openai", "compatible", "anthropic")
 
@@ -80,6 +81,15 @@ class Batched:
     """Keys the online pool must not call."""
 
 
+def open_ledger(sel: Selection) -> BatchLedger:
+    """The ledger beside the selection's answers: in the PostgreSQL database of a `--cache`
+    URL (request files then kept in the local cache folder), else in the cache folder."""
+    if sel.cache_url and is_url(sel.cache_url):
+        from runner.execute.pgledger import PgLedger  # psycopg: only for a PostgreSQL cache
+        return PgLedger(sel.cache_url, sel.cache_dir / FILES)
+    return Ledger(sel.cache_dir)
+
+
 def run_batches(sel: Selection, names: tuple[str, ...], options: BatchOptions) -> Batched:
     """Generation stage then judges (over what the generators have answered so far)."""
     from runner.execute.batch import BatchRun, BatchStats
@@ -88,9 +98,9 @@ def run_batches(sel: Selection, names: tuple[str, ...], options: BatchOptions) -
     def say(line: str) -> None:
         click.echo(f"batch: {line}", err=True)
 
-    with open_selected(sel) as cache, Ledger(sel.cache_dir) as ledger:
+    with open_selected(sel) as cache, open_ledger(sel) as ledger:
         run = BatchRun(cache=cache, ledger=ledger, providers=_providers(sel.job, names),
-                       job=sel.job.name, options=options, say=say, stats=stats)
+                       job=sel.job.name, options=options, say=say, stats=stats, shard=sel.shard)
         if sel.job.generate:
             run_async(run.run(sel.expansion.generation_tasks()), loop)
             sel = derive(sel)
@@ -179,8 +189,8 @@ def batches(common: Callable[..., Any], select_args: Callable[..., Selection]) -
                 cache_dir: str | None, out: str | None, cancel: bool) -> None:
         """List the job's provider batches: id, model, state, requests, completed, failed, age.
 
-        Live batches are refreshed from the provider first. The ledger lives in the cache
-        directory (batches.sqlite).
+        Live batches are refreshed from the provider first. The ledger lives beside the
+        answers: batches.sqlite in the cache directory, or tables in the --cache database.
 
         \b
         Example:
@@ -190,13 +200,13 @@ def batches(common: Callable[..., Any], select_args: Callable[..., Selection]) -
         from runner.execute.batch import BatchOptions, BatchRun
         sel = select_args(job, models, base_url, limit, cache_dir, out)
         names = tuple(m.name for m in sel.job.models if m.kind in BATCH_KINDS)
-        with open_selected(sel) as cache, Ledger(sel.cache_dir) as ledger:
+        with open_selected(sel) as cache, open_ledger(sel) as ledger:
             run = BatchRun(cache=cache, ledger=ledger, providers=_providers(sel.job, names),
                            job=sel.job.name, options=BatchOptions(), say=lambda s: None)
             live_before = sum(r.live for r in ledger.rows(sel.job.name))
             rows = run_async(run.status(cancel=cancel), event_loop(os.environ))
         if not rows:
-            click.echo(f"job {sel.job.name}: no batches in {sel.cache_dir}")
+            click.echo(f"job {sel.job.name}: no batches in {ledger.location}")
             return
         click.echo(f"{'batch':<32} {'model':<16} {'state':<12} {'requests':>8} "
                    f"{'completed':>9} {'failed':>6} {'age':>6} collected")

@@ -54,9 +54,16 @@ class AnthropicBatches(OpenAIBatches):
             count = sum(1 for line in f if line.strip())
         return f"{_PREFIX}{time.time_ns()}-{count}"
 
+    async def delete_file(self, file_id: str) -> None:
+        """Nothing was uploaded: batch.py removes the local request file."""
+
     async def create(self, file_id: str) -> dict[str, Any]:
+        local = self.files / f"{file_id}.jsonl"
+        if not local.exists():  # reserved on another machine, or its folder was removed
+            raise RequestError(f"{local}: the request file of {file_id} is gone, so its batch "
+                               "cannot be created; its requests are submitted again")
         parts = [b'{"requests":[']
-        with (self.files / f"{file_id}.jsonl").open("rb") as f:
+        with local.open("rb") as f:
             for line in f:
                 if not line.strip():
                     continue

@@ -1,25 +1,28 @@
 """Provider Batch APIs: the tasks that miss the cache, as batch request files, submitted,
 polled, and their answers stored in the cache under the same keys as online answers.
 
-One request line: `{"custom_id": <cache key>, "method": "POST", "url": "/v1/chat/completions",
-"body": <the exact body the online pool would send>}`. An answer is stored with
+Request lines and files: runner.execute.batch_files. An answer is stored with
 `answer_record(source="batch:<batch id>")`, so parsers, rescore and online reruns see an
-ordinary cache entry. Each model's requests are split into files of at most
-`max_requests` lines and MAX_BYTES bytes (OpenAI: 50,000 and 200 MB). The provider's API is
-OpenAIBatches, or for anthropic models runner.execute.anthropic_batch.AnthropicBatches, which
-sends the same request files as Message Batches behind the same interface.
+ordinary cache entry. The provider's API is OpenAIBatches, or for anthropic models
+runner.execute.anthropic_batch.AnthropicBatches, which sends the same request files as Message
+Batches behind the same interface. The ledger is the cache's (runner.execute.ledger).
 
 Crash safety (see runner.execute.ledger): upload -> `reserve` (durable) -> create ->
 `attach` (durable). A later run first settles the ledger (attaches to a batch created just
-before a kill, polls the live ones, ingests the ended ones) and only then submits the keys
-that are neither cached nor held by a batch not yet ingested. A per-request error is a failure
-with its reason, never an answer; an expired or cancelled batch keeps its finished part.
+before a kill, creates the batch of a file uploaded and reserved but never submitted, polls the
+live ones, ingests the ended ones) and only then submits the keys that are neither cached nor
+held by a batch not yet ingested. A per-request error is a failure with its reason, never an
+answer; an expired or cancelled batch keeps its finished part.
+
+Shards (`judge run --shard I/N --batch`): a run submits only its shard's keys (the split of
+runner.execute.shard, as the online pool's), and settles only the batches whose smallest key
+is its shard's. A shard's batches hold only its keys, so N shards settling at once never
+create, collect or count one batch twice, whatever ledger they share.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,10 +31,20 @@ from typing import Any
 import aiohttp
 import orjson
 
-from runner.errors import APIError, AuthError, ConfigError, RequestError
+from runner.errors import APIError, AuthError, ConfigError, RequestError, RetryableError
 from runner.execute.anthropic_batch import AnthropicBatches
-from runner.execute.batch_api import CHAT_URL, OpenAIBatches
-from runner.execute.ledger import LIVE, BatchRow, Ledger
+from runner.execute.batch_api import OpenAIBatches
+from runner.execute.batch_files import (
+    MAX_BYTES,
+    MAX_REQUESTS,
+    body_of,
+    is_answer,
+    remove_stale,
+    request_line,
+    write_files,
+)
+from runner.execute.ledger import LIVE, BatchLedger, BatchRow
+from runner.execute.shard import Shard
 from runner.execute.store.backend import CacheBackend, marked
 from runner.execute.store.cache import answer_record
 from runner.expand import Task, estimate_cost
@@ -40,27 +53,8 @@ from runner.job.spec import ModelSpec
 __all__ = ["MAX_BYTES", "MAX_REQUESTS", "BatchOptions", "BatchRun", "BatchStats",
            "Provider", "batch_cost", "request_line"]
 
-MAX_REQUESTS = 50_000
-MAX_BYTES = 200 * 1024 * 1024
 STORE_CHUNK = 2000  # answers handed to put_many at once (a kill -9 loses no more: the batch
 # is marked collected only after all are stored, so the next run ingests it again)
-FILES = "batch-files"  # request files kept in the cache dir until their batch is ingested
-_PREFIX = b'{"custom_id":"'
-_MIDDLE = b'","method":"POST","url":"' + CHAT_URL.encode() + b'","body":'
-
-
-def request_line(task: Task) -> bytes:
-    """One JSONL line; the body is written byte for byte as the online pool sends it."""
-    return _PREFIX + task.key.encode() + _MIDDLE + task.body + b"}\n"
-
-
-def _body_of(line: bytes) -> tuple[str, bytes]:
-    """(custom_id, body) of a request line, by slicing our own format (or parsing another)."""
-    end = line.find(b'"', len(_PREFIX))
-    if line.startswith(_PREFIX) and line[end:end + len(_MIDDLE)] == _MIDDLE:
-        return line[len(_PREFIX):end].decode(), line[end + len(_MIDDLE):].rstrip()[:-1]
-    obj = orjson.loads(line)
-    return str(obj["custom_id"]), orjson.dumps(obj["body"])
 
 
 def batch_cost(model: ModelSpec, online: float | None) -> float | None:
@@ -118,22 +112,25 @@ class BatchStats:
 class BatchRun:
     """The batch stage of one run over one cache and ledger."""
 
-    def __init__(self, *, cache: CacheBackend, ledger: Ledger, providers: Mapping[str, Provider],
-                 job: str, options: BatchOptions, say: Callable[[str], None],
-                 stats: BatchStats | None = None) -> None:
+    def __init__(self, *, cache: CacheBackend, ledger: BatchLedger,
+                 providers: Mapping[str, Provider], job: str, options: BatchOptions,
+                 say: Callable[[str], None], stats: BatchStats | None = None,
+                 shard: Shard | None = None) -> None:
         self.cache, self.ledger, self.providers = cache, ledger, providers
-        self.job, self.options, self.say = job, options, say
+        self.job, self.options, self.say, self.shard = job, options, say, shard
         self.stats = stats if stats is not None else BatchStats()
-        self.files = ledger.path.parent / FILES  # beside the ledger, in the cache folder
+        self.files = ledger.files  # request files, on this machine
         self._by_endpoint = {p.model.endpoint: p for p in providers.values()}
         self._seen: set[str] = set()  # ledger rows met by this run (file ids)
+        self._tried: set[str] = set()  # file ids this run asked the provider to create from
+        self._first: dict[str, str] = {}  # file id -> its smallest key (shard ownership)
 
     async def run(self, tasks: Iterable[Task]) -> BatchStats:
         """Settle the ledger, submit every task of a batch-mode model that is neither cached
         nor held, and (when waiting) poll and collect; one fallback round for failures."""
         mine: dict[str, Task] = {}
         for task in tasks:
-            if task.model in self.providers:
+            if task.model in self.providers and (self.shard is None or self.shard.owns(task.key)):
                 mine.setdefault(task.key, task)
         async with aiohttp.ClientSession() as session:
             apis = {name: self._api(session, p) for name, p in self.providers.items()}
@@ -174,7 +171,7 @@ class BatchRun:
                     continue
                 if cancel and row.batch_id is not None:
                     await api.cancel(row.batch_id)
-                await self._refresh(api, row)
+                await self._refresh(api, row, create=False)
         return self.ledger.rows(self.job)
 
     def _missing(self, mine: Mapping[str, Task], skip: set[str]) -> dict[str, list[Task]]:
@@ -190,34 +187,13 @@ class BatchRun:
     async def submit(self, apis: Mapping[str, OpenAIBatches],
                      by_model: Mapping[str, list[Task]]) -> None:
         self.files.mkdir(parents=True, exist_ok=True)
-        for stale in self.files.glob("upload-*.jsonl"):  # a run killed while uploading
-            stale.unlink(missing_ok=True)
+        remove_stale(self.files)
         for name, tasks in by_model.items():
-            parts = list(self._write(name, tasks))
+            parts = list(write_files(self.files, name, tasks, self.options.max_requests,
+                                     self.options.max_bytes))
             self.say(f"{name}: {len(tasks)} requests in {len(parts)} batch file(s)")
             for path, keys in parts:
                 await self._submit_one(apis[name], self.providers[name], path, keys)
-
-    def _write(self, name: str, tasks: list[Task]) -> Iterable[tuple[Path, list[str]]]:
-        """Request files of at most max_requests lines and max_bytes bytes each."""
-        opts, part = self.options, 0
-        start = 0
-        while start < len(tasks):
-            path = self.files / f"upload-{name.replace('/', '_').replace(':', '_')}-" \
-                                f"{time.time_ns()}-{part}.jsonl"
-            keys: list[str] = []
-            size = 0
-            with path.open("wb") as out:
-                while start < len(tasks) and len(keys) < opts.max_requests:
-                    line = request_line(tasks[start])
-                    if keys and size + len(line) > opts.max_bytes:
-                        break
-                    out.write(line)
-                    size += len(line)
-                    keys.append(tasks[start].key)
-                    start += 1
-            part += 1
-            yield path, keys
 
     async def _submit_one(self, api: OpenAIBatches, provider: Provider, path: Path,
                           keys: list[str]) -> None:
@@ -231,21 +207,41 @@ class BatchRun:
         path.rename(self.files / f"{file_id}.jsonl")
         self.ledger.reserve(file_id=file_id, job=self.job, model=provider.model.name,
                             endpoint=provider.model.endpoint, keys=keys)
+        await self._create(api, file_id, keys)
+
+    async def _create(self, api: OpenAIBatches, file_id: str, keys: list[str]) -> str:
+        """Create the batch over `file_id`, uploaded and reserved; returns the row's state.
+        Tried once a run per file: a refusal (4xx) abandons the file, its keys failing in this
+        run; a transient failure (429/5xx/connection, retries spent) keeps it `submitting`,
+        its keys held, and the next run creates the batch over the same file."""
+        self._tried.add(file_id)
         try:
             batch = await api.create(file_id)
         except AuthError:
             raise
+        except RetryableError as exc:  # maybe created after all: the next settle asks `find`
+            self.say(f"could not create the batch of {file_id} ({exc}); the file is kept: "
+                     "rerun to create it")
+            return "submitting"
         except APIError as exc:  # refused: the keys are free again, and fail in this run
-            self.ledger.update(file_id, state="abandoned")
-            self.ledger.mark_ingested(file_id)
+            await self._abandon(api, file_id)
             for key in keys:
                 self.stats.failures[key] = f"batch create refused: {exc}"
-            return
-        self.ledger.attach(file_id, str(batch["id"]), str(batch.get("status", "validating")))
+            return "abandoned"
+        state = str(batch.get("status", "validating"))
+        self.ledger.attach(file_id, str(batch["id"]), state)
         self.stats.created.append(str(batch["id"]))
         for key in keys:  # an earlier batch's failure, now retried: not a failure of this run
             self.stats.failures.pop(key, None)
         self.say(f"submitted batch {batch['id']} ({len(keys)} requests)")
+        return state
+
+    async def _abandon(self, api: OpenAIBatches, file_id: str) -> None:
+        """No batch will be made over `file_id`: release its keys, delete its copies."""
+        self.ledger.update(file_id, state="abandoned")
+        self.ledger.mark_ingested(file_id)
+        (self.files / f"{file_id}.jsonl").unlink(missing_ok=True)
+        await api.delete_file(file_id)
 
     # ------------------------------------------------------------------ settle
 
@@ -255,13 +251,16 @@ class BatchRun:
         by_endpoint = {p.model.endpoint: apis[name] for name, p in self.providers.items()}
         seen = self._seen
         while True:
-            rows = [r for r in self.ledger.pending() if r.endpoint in by_endpoint]
+            rows = [r for r in self.ledger.pending()
+                    if r.endpoint in by_endpoint and self._owned(r)]
             live = 0
             for row in rows:
                 if row.file_id not in seen and row.batch_id not in self.stats.created:
                     self.stats.attached += 1
                 seen.add(row.file_id)
-                state = await self._refresh(by_endpoint[row.endpoint], row)
+                state = await self._refresh(by_endpoint[row.endpoint], row, create=True)
+                if state == "submitting":  # its create failed in this run: the next one tries
+                    continue
                 if state in LIVE:
                     live += 1
                 else:
@@ -272,12 +271,24 @@ class BatchRun:
                      "(Ctrl-C leaves them running: rerun to collect)")
             await asyncio.sleep(self.options.poll_s)
 
-    async def _refresh(self, api: OpenAIBatches, row: BatchRow) -> str:
+    def _owned(self, row: BatchRow) -> bool:
+        """Whether this run settles `row`: every row without a shard, else those whose
+        smallest key is the shard's (see the module)."""
+        if self.shard is None:
+            return True
+        if row.file_id not in self._first:
+            self._first[row.file_id] = min(self.ledger.keys(row.file_id), default="0" * 16)
+        return self.shard.owns(self._first[row.file_id])
+
+    async def _refresh(self, api: OpenAIBatches, row: BatchRow, *, create: bool) -> str:
+        """The row's state, asked of the provider and recorded. A row reserved but with no
+        batch (a kill, or a failed create, between upload and create): with `create`, its batch
+        is created now over the file already uploaded; without (`judge batches`), it is left
+        as it is."""
         if row.batch_id is None:  # killed between reserve and attach: did the create happen?
             found = await api.find(row.file_id)
             if found is None:
-                self.ledger.update(row.file_id, state="abandoned")
-                return "abandoned"
+                return await self._resume(api, row) if create else row.state
             self.ledger.attach(row.file_id, str(found["id"]), str(found.get("status")))
             batch = found
         else:
@@ -289,6 +300,19 @@ class BatchRun:
                            output_file=batch.get("output_file_id"),
                            error_file=batch.get("error_file_id"))
         return state
+
+    async def _resume(self, api: OpenAIBatches, row: BatchRow) -> str:
+        """Create the batch of a file an earlier run uploaded and reserved but never submitted
+        (or abandon it when every key it holds has an answer by now)."""
+        if row.file_id in self._tried:
+            return "submitting"
+        keys = self.ledger.keys(row.file_id)
+        if not set(keys) - self.cache.has_many(keys):
+            await self._abandon(api, row.file_id)
+            return "abandoned"
+        self.say(f"{row.file_id}: uploaded by an earlier run that stopped before creating its "
+                 f"batch; creating it now ({len(keys)} requests)")
+        return await self._create(api, row.file_id, keys)
 
     async def _ingest(self, api: OpenAIBatches, row: BatchRow) -> None:
         """Store every answered request; record every other one as a failure with its reason."""
@@ -337,11 +361,11 @@ class BatchRun:
         if local.exists():
             with local.open("rb") as f:
                 for line in f:
-                    key, body = _body_of(line)
+                    key, body = body_of(line)
                     bodies[key] = body
             return bodies
         async for line in api.lines(row.file_id):
-            key, body = _body_of(line)
+            key, body = body_of(line)
             bodies[key] = body
         return bodies
 
@@ -354,7 +378,7 @@ class BatchRun:
         response = obj.get("response") or {}
         data = response.get("body") if isinstance(response, dict) else None
         error = obj.get("error")
-        if error or response.get("status_code") != 200 or not _answer(data) or key not in bodies:
+        if error or response.get("status_code") != 200 or not is_answer(data) or key not in bodies:
             if error:
                 reason = f"{error.get('code')}: {error.get('message')}"
             elif isinstance(data, dict) and isinstance(data.get("error"), dict):
@@ -377,13 +401,6 @@ class BatchRun:
         self.stats.cost += batch_cost(provider.model,
                                       estimate_cost(provider.model, prompt, completion)) or 0.0
         return key, record
-
-
-def _answer(data: Any) -> bool:
-    """A chat completion with at least one choice that has a message."""
-    return isinstance(data, dict) and isinstance(data.get("choices"), list) \
-        and bool(data["choices"]) and all(isinstance(c, dict) and isinstance(
-            c.get("message"), dict) for c in data["choices"])
 
 
 def _key(task: Task) -> str:

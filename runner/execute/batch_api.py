@@ -56,6 +56,14 @@ class OpenAIBatches:
     async def get(self, batch_id: str) -> dict[str, Any]:
         return await self._call("GET", f"/batches/{batch_id}")
 
+    async def delete_file(self, file_id: str) -> None:
+        """Delete an uploaded file no batch will use (best effort: a file left over costs
+        storage quota, not money, so a refusal here never stops a run)."""
+        try:
+            await self._call("DELETE", f"/files/{file_id}")
+        except (RequestError, RetryableError):
+            pass
+
     async def cancel(self, batch_id: str) -> dict[str, Any]:
         return await self._call("POST", f"/batches/{batch_id}/cancel")
 

@@ -1,19 +1,22 @@
 """The durable ledger of submitted provider batches: batch id -> the cache keys it holds, state.
 
-A small SQLite file, `batches.sqlite`, beside the response cache (in the cache directory): the
-keys it guards are cache keys, so every job sharing a cache sees the same open batches and none
-submits a key a live batch already holds, whatever `--out` says. It is its own file (stdlib
-sqlite3), not a table inside the cache, so the cache can move behind another backend.
+It lives beside the answers, because the keys it guards are cache keys: every job and every
+shard sharing a cache sees the same open batches and none submits a key a live batch already
+holds, whatever `--out` or the working directory says. One interface, `BatchLedger`, two
+implementations: `Ledger`, a small SQLite file `batches.sqlite` in a cache folder (stdlib
+sqlite3), and `runner.execute.pgledger.PgLedger`, two tables in a PostgreSQL cache's database.
+Neither holds a secret: ids, states, counts and cache keys only.
 
-Every write is its own transaction with `synchronous=FULL`: when a method returns, the row is on
-disk. The order that makes a kill -9 at any point safe (see runner.execute.batch):
+Every write is its own transaction, durable when the method returns. The order that makes a
+kill -9 at any point safe (see runner.execute.batch):
 
 1. upload the request file;
 2. `reserve(file_id, keys)`: a row in state `submitting` holding the keys, committed;
 3. create the batch, then `attach(file_id, batch_id)` at once.
 
 A row still `submitting` on the next run is resolved against the provider's batch list (a batch
-whose input file is that file: attach to it; none: the create never happened, release the keys).
+whose input file is that file: attach to it; none: the create never happened, so the batch is
+created now over the file already uploaded, never a second upload).
 
 Invariant: a key is in at most one row whose state is live (LIVE) or not yet ingested.
 """
@@ -25,12 +28,14 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from runner.errors import CacheError
 
-__all__ = ["FILENAME", "LIVE", "TERMINAL", "BatchRow", "Ledger"]
+__all__ = ["COLUMNS", "FILENAME", "FILES", "LIVE", "TERMINAL", "BatchLedger", "BatchRow", "Ledger"]
 
 FILENAME = "batches.sqlite"
+FILES = "batch-files"  # request files kept on this machine until their batch is ingested
 LIVE = frozenset({"submitting", "validating", "in_progress", "finalizing", "cancelling"})
 """States in which the provider may still answer a batch's requests."""
 TERMINAL = frozenset({"completed", "failed", "expired", "cancelled", "abandoned"})
@@ -85,16 +90,69 @@ class BatchRow:
     def live(self) -> bool:
         return self.state in LIVE
 
+    @classmethod
+    def of(cls, r: Sequence[object]) -> BatchRow:
+        """A row read as _COLUMNS, from either implementation."""
+        return cls(file_id=str(r[0]), batch_id=None if r[1] is None else str(r[1]),
+                   job=str(r[2]), model=str(r[3]), endpoint=str(r[4]), state=str(r[5]),
+                   requests=int(r[6]), completed=int(r[7]), failed=int(r[8]),  # type: ignore[call-overload]
+                   created=float(r[9]), updated=float(r[10]),  # type: ignore[arg-type]
+                   ingested=bool(r[11]), output_file=None if r[12] is None else str(r[12]),
+                   error_file=None if r[13] is None else str(r[13]))
 
-_COLUMNS = ("file_id, batch_id, job, model, endpoint, state, requests, completed, failed, "
+
+COLUMNS = ("file_id, batch_id, job, model, endpoint, state, requests, completed, failed, "
             "created, updated, ingested, output_file, error_file")
 
 
+class BatchLedger(Protocol):
+    """What runner.execute.batch and `judge batches` need from a ledger (see the module)."""
+
+    location: str
+    """Where the ledger is, for messages (a URL without its password)."""
+    files: Path
+    """The folder this machine keeps request files in until their batch is ingested."""
+
+    def reserve(self, *, file_id: str, job: str, model: str, endpoint: str,
+                keys: Sequence[str]) -> None:
+        """Record, before the create call, that `keys` are about to be submitted in a batch
+        over the uploaded `file_id` (state `submitting`)."""
+        ...
+
+    def attach(self, file_id: str, batch_id: str, state: str) -> None: ...
+
+    def update(self, file_id: str, *, state: str, completed: int = 0, failed: int = 0,
+               output_file: str | None = None, error_file: str | None = None) -> None: ...
+
+    def mark_ingested(self, file_id: str) -> None: ...
+
+    def rows(self, job: str | None = None) -> list[BatchRow]:
+        """Every batch (of `job`), oldest first."""
+        ...
+
+    def pending(self) -> list[BatchRow]:
+        """Batches not yet ingested (live, or ended and not collected): every job's."""
+        ...
+
+    def keys(self, file_id: str) -> list[str]: ...
+
+    def held(self) -> set[str]:
+        """Keys in a batch that is not ingested yet: never submit these again."""
+        ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> BatchLedger: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
 class Ledger:
-    """The batches of one cache directory."""
+    """The batches of one cache directory, in its batches.sqlite."""
 
     def __init__(self, cache_dir: Path) -> None:
         self.path = cache_dir / FILENAME
+        self.location, self.files = str(self.path), cache_dir / FILES
         try:
             cache_dir.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(self.path, isolation_level=None)
@@ -139,14 +197,14 @@ class Ledger:
     def rows(self, job: str | None = None) -> list[BatchRow]:
         """Every batch (of `job`), oldest first."""
         where, args = ("WHERE job = ?", (job,)) if job is not None else ("", ())
-        cur = self._db.execute(f"SELECT {_COLUMNS} FROM batches {where} ORDER BY created", args)
-        return [_row(r) for r in cur]
+        cur = self._db.execute(f"SELECT {COLUMNS} FROM batches {where} ORDER BY created", args)
+        return [BatchRow.of(r) for r in cur]
 
     def pending(self) -> list[BatchRow]:
         """Batches not yet ingested (live, or ended and not collected): every job's."""
-        cur = self._db.execute(f"SELECT {_COLUMNS} FROM batches WHERE ingested = 0 "
+        cur = self._db.execute(f"SELECT {COLUMNS} FROM batches WHERE ingested = 0 "
                                "ORDER BY created")
-        return [_row(r) for r in cur]
+        return [BatchRow.of(r) for r in cur]
 
     def keys(self, file_id: str) -> list[str]:
         return [k for (k,) in self._db.execute(
@@ -199,11 +257,3 @@ class _Transaction:
                                  "check free disk space") from None
         self.db.execute("ROLLBACK")
 
-
-def _row(r: tuple[object, ...]) -> BatchRow:
-    return BatchRow(file_id=str(r[0]), batch_id=None if r[1] is None else str(r[1]),
-                    job=str(r[2]), model=str(r[3]), endpoint=str(r[4]), state=str(r[5]),
-                    requests=int(r[6]), completed=int(r[7]), failed=int(r[8]),  # type: ignore[call-overload]
-                    created=float(r[9]), updated=float(r[10]),  # type: ignore[arg-type]
-                    ingested=bool(r[11]), output_file=None if r[12] is None else str(r[12]),
-                    error_file=None if r[13] is None else str(r[13]))

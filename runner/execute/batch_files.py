@@ -1,0 +1,93 @@
+"""The request and output lines of a provider batch, and the request files they are split into.
+
+One request line: `{"custom_id": <cache key>, "method": "POST", "url": "/v1/chat/completions",
+"body": <the exact body the online pool would send>}`. A model's requests are split into files
+of at most `max_requests` lines and `max_bytes` bytes (OpenAI: 50,000 and 200 MB).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from runner.execute.batch_api import CHAT_URL
+from runner.expand import Task
+
+__all__ = ["MAX_BYTES", "MAX_REQUESTS", "body_of", "is_answer", "remove_stale", "request_line",
+           "write_files"]
+
+MAX_REQUESTS = 50_000
+MAX_BYTES = 200 * 1024 * 1024
+_PREFIX = b'{"custom_id":"'
+_MIDDLE = b'","method":"POST","url":"' + CHAT_URL.encode() + b'","body":'
+
+
+def request_line(task: Task) -> bytes:
+    """One JSONL line; the body is written byte for byte as the online pool sends it."""
+    return _PREFIX + task.key.encode() + _MIDDLE + task.body + b"}\n"
+
+
+def body_of(line: bytes) -> tuple[str, bytes]:
+    """(custom_id, body) of a request line, by slicing our own format (or parsing another)."""
+    end = line.find(b'"', len(_PREFIX))
+    if line.startswith(_PREFIX) and line[end:end + len(_MIDDLE)] == _MIDDLE:
+        return line[len(_PREFIX):end].decode(), line[end + len(_MIDDLE):].rstrip()[:-1]
+    obj = orjson.loads(line)
+    return str(obj["custom_id"]), orjson.dumps(obj["body"])
+
+
+def write_files(folder: Path, name: str, tasks: list[Task], max_requests: int = MAX_REQUESTS,
+                max_bytes: int = MAX_BYTES) -> Iterator[tuple[Path, list[str]]]:
+    """Model `name`'s request files in `folder`, `upload-<pid>-*.jsonl`, each of at most
+    max_requests lines and max_bytes bytes, with the keys each holds."""
+    part = 0
+    start = 0
+    while start < len(tasks):
+        path = folder / f"upload-{os.getpid()}-{name.replace('/', '_').replace(':', '_')}-" \
+                        f"{time.time_ns()}-{part}.jsonl"
+        keys: list[str] = []
+        size = 0
+        with path.open("wb") as out:
+            while start < len(tasks) and len(keys) < max_requests:
+                line = request_line(tasks[start])
+                if keys and size + len(line) > max_bytes:
+                    break
+                out.write(line)
+                size += len(line)
+                keys.append(tasks[start].key)
+                start += 1
+        part += 1
+        yield path, keys
+
+
+def remove_stale(folder: Path) -> None:
+    """Remove the request files of runs killed before their upload finished: those whose
+    process is gone. The folder is one machine's, and may be shared by several runs at once
+    (shards of a job): a live run's file is left alone."""
+    for path in folder.glob("upload-*.jsonl"):
+        pid = path.name.split("-")[1]
+        if pid.isdigit() and _alive(int(pid)):
+            continue
+        path.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def is_answer(data: Any) -> bool:
+    """An output line's body is a chat completion with at least one choice with a message."""
+    return isinstance(data, dict) and isinstance(data.get("choices"), list) \
+        and bool(data["choices"]) and all(isinstance(c, dict) and isinstance(
+            c.get("message"), dict) for c in data["choices"])
