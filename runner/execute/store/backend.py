@@ -16,7 +16,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from runner.execute.store.cache import Cache
 from runner.execute.store.child import forkable
-from runner.execute.store.reader import Answer, Expander, Reader, usable
+from runner.execute.store.reader import Answer, Expander, Reader, records, usable
 from runner.expand import Expansion, Task, task_key
 
 __all__ = ["CacheBackend", "answers", "expanded", "is_url", "marked", "marked_batches",
@@ -117,14 +117,16 @@ def answers(cache: CacheBackend, things: Iterable[T], key: Callable[[T], str], s
     stored keys: judging's read of a run's answers. A diskcache folder read for a large job
     goes through a reader process (runner.execute.store.reader), and each record is then only the
     part judging reads of it (reader.answer: a plain answer's list, else a dict); otherwise
-    one get_many a batch, whole records."""
+    one get_many a batch, whole records. A damaged record of a folder comes as
+    {reader.DAMAGED: why}, either way."""
     batches = _batches(things, size)
     if isinstance(cache, Cache) and usable(cache, count):
         with Reader(cache.directory) as reader:
             yield from reader.batches(batches, key)
         return
     for batch in batches:
-        yield batch, cache.get_many([key(t) for t in batch])
+        keys = [key(t) for t in batch]
+        yield batch, records(cache, keys) if isinstance(cache, Cache) else cache.get_many(keys)
 
 
 def expanded(cache: CacheBackend, expansion: Expansion, size: int, count: int

@@ -32,7 +32,7 @@ from runner.errors import CacheError
 from runner.execute.store.child import second_core
 from runner.execute.store.journal import Folder, Journal, Row, fold_file, recover
 
-__all__ = ["Cache", "answer_record"]
+__all__ = ["Cache", "answer_record", "damage", "decoded"]
 
 NEVER = 2**62  # size limit no cache reaches: eviction stays off
 FOLD_ROWS = 1024  # appended answers handed over together (SQLite takes CHUNK a transaction)
@@ -57,6 +57,33 @@ def answer_record(*, body: bytes, endpoint: str, response: Mapping[str, Any] | o
               "usage": usage, "latency_s": latency_s, "time": time.time(), "source": source}
     if replica is not None:
         record["replica"] = replica
+    return record
+
+
+def damage(raw: bytes) -> str | None:
+    """Why `raw` is not a stored record (not JSON, or not an object with a response object),
+    or None if it is one: a record whose bytes were damaged on disk (a bad sector, a copy cut
+    short) must cost its own task, named, and never the whole study."""
+    try:
+        record = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        return f"not JSON: {exc}"
+    if not isinstance(record, dict) or not isinstance(record.get("response"), dict):
+        return "not a cache record"
+    return None
+
+
+def decoded(directory: Path, key: str, raw: bytes) -> dict[str, Any]:
+    """The record `raw` stored under `key` in `directory`; CacheError naming the key and the
+    fix if it is damaged."""
+    try:
+        record = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        record = None
+    if not isinstance(record, dict) or not isinstance(record.get("response"), dict):
+        raise CacheError(f"{directory}: the cached answer {key} is unreadable ({damage(raw)}); "
+                         f"`judge cache check --cache-dir {directory} --drop` removes it, and "
+                         "`judge run --refresh-damaged` asks it again")
     return record
 
 
@@ -121,7 +148,7 @@ class Cache:
         raw = self._unfolded.get(key)
         if raw is None:
             raw = self._disk.get(key)
-        return None if raw is None else orjson.loads(raw)
+        return None if raw is None else decoded(self.directory, key, raw)
 
     def has_many(self, keys: Sequence[str]) -> set[str]:
         """The keys among `keys` that are stored: one query per CHUNK keys, where `in` would
@@ -137,7 +164,8 @@ class Cache:
 
     def get_many(self, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
         """Records of the stored keys among `keys`, read in batches (see has_many)."""
-        return {key: orjson.loads(raw) for key, raw in self.get_many_raw(keys).items()}
+        return {key: decoded(self.directory, key, raw)
+                for key, raw in self.get_many_raw(keys).items()}
 
     def get_many_raw(self, keys: Sequence[str]) -> dict[str, bytes]:
         """get_many's records as the bytes stored (orjson), not decoded."""
@@ -298,6 +326,23 @@ class Cache:
             for key, raw in chunk:  # in order, so a later record of a key still wins
                 if len(raw) >= limit or key in as_files:
                     self._disk.set(key, raw)
+
+    def damaged(self, keys: Sequence[str] | None = None) -> Iterator[tuple[str, str]]:
+        """Each stored record among `keys` (None: every one) that is damaged, with why
+        (`damage`), read CHUNK at a time: `judge cache check` and `judge run --refresh-damaged`."""
+        self._settle()
+        if keys is None:
+            keys = [row[0] for row in self._disk._sql("SELECT key FROM Cache WHERE raw = 1")]
+        for chunk in _chunks(keys):
+            for key, raw in self.get_many_raw(chunk).items():
+                if (why := damage(raw)) is not None:
+                    yield key, why
+
+    def drop(self, keys: Iterable[str]) -> int:
+        """Remove the records of `keys` (damaged ones: the next run asks them again); returns
+        how many there were."""
+        self._settle()
+        return sum(bool(self._disk.delete(key)) for key in keys)
 
     def keys(self) -> Iterator[str]:
         self._settle()

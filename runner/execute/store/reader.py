@@ -38,13 +38,13 @@ from typing import IO, Any, NoReturn, TypeVar
 import orjson
 
 from runner.errors import CacheError
-from runner.execute.store.cache import Cache
+from runner.execute.store.cache import Cache, damage
 from runner.execute.store.child import Forked, second_core, spawn
 from runner.execute.store.keyindex import KeyIndex, recorded_parts
 from runner.expand import Expansion, Task, task_key
 
-__all__ = ["Answer", "Expander", "Plain", "Reader", "answer", "answer_of", "usable",
-           "with_key_index"]
+__all__ = ["DAMAGED", "Answer", "Expander", "Plain", "Reader", "answer", "answer_of", "records",
+           "usable", "with_key_index"]
 
 T = TypeVar("T")
 DEPTH = 4
@@ -73,6 +73,9 @@ Plain = list[Any]
 """A plain answer: [text, finish_reason, usage as JSON text or None, source]."""
 Answer = Plain | dict[str, Any]
 """What a reader sends of a record (see `answer`)."""
+DAMAGED = "damaged"
+"""The one key of what a damaged record gives instead of an answer: {"damaged": why} (see
+cache.damage). Judging makes it its task's failure; the other tasks go on."""
 
 
 def answer(record: Mapping[str, Any]) -> Answer:
@@ -112,9 +115,28 @@ def answer_of(raw: bytes) -> Answer:
             tail = orjson.loads(b"{" + raw[at + 1:])
         except orjson.JSONDecodeError:
             tail = None
-        if tail and "usage" in tail and "source" in tail and "response" in tail:
+        if tail and "usage" in tail and "source" in tail and isinstance(tail.get("response"),
+                                                                       dict):
             return answer(tail)
-    return answer(orjson.loads(raw))
+    record = _record(raw)
+    return record if DAMAGED in record else answer(record)
+
+
+def _record(raw: bytes) -> dict[str, Any]:
+    """The record `raw`, decoded whole, or {DAMAGED: why} if it is damaged."""
+    try:
+        record = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        record = None
+    if isinstance(record, dict) and isinstance(record.get("response"), dict):
+        return record
+    return {DAMAGED: damage(raw) or "not a cache record"}
+
+
+def records(cache: Cache, keys: Sequence[str]) -> dict[str, Answer]:
+    """get_many's records of the stored keys among `keys`, each damaged one as {DAMAGED: why}
+    (judging's read in this process), where get_many raises."""
+    return {key: _record(raw) for key, raw in cache.get_many_raw(keys).items()}
 
 
 def usable(cache: object, tasks: int) -> bool:
@@ -252,8 +274,8 @@ def serve(cache: Cache, requests: IO[bytes], replies: IO[bytes]) -> None:
 
 def _answers(cache: Cache, keys: Sequence[str]) -> list[Answer | None]:
     """What judging reads of each key's record (`answer_of`), None where none is stored."""
-    records = cache.get_many_raw(keys)
-    return [answer_of(r) if (r := records.get(k)) is not None else None for k in keys]
+    raws = cache.get_many_raw(keys)
+    return [answer_of(r) if (r := raws.get(k)) is not None else None for k in keys]
 
 
 def main(argv: Sequence[str]) -> NoReturn:
@@ -336,7 +358,7 @@ class Expander:
         # A child stopped early: the rest is expanded and read here.
         stream = self.expansion.tasks(done)
         while batch := list(itertools.islice(stream, self.size)):
-            yield batch, self.cache.get_many([t.key for t in batch])
+            yield batch, records(self.cache, [t.key for t in batch])
 
     def __enter__(self) -> Expander:
         return self
