@@ -7,6 +7,7 @@ death is absorbed, and a full disk stops the run without buying an answer twice.
 from __future__ import annotations
 
 import os
+import signal
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -127,3 +128,173 @@ def test_run_refresh_damaged_asks_the_damaged_answers_again(
     assert server.state.requests - before == 1
     assert all(j["error"] is None for j in judgments(tmp_path / "out"))
     assert key in {j["key"] for j in judgments(tmp_path / "out")}
+
+
+def _error_line(output: str) -> str:
+    """The one `Error:` line of a command's output (and no traceback)."""
+    errors = [line for line in output.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1, output
+    assert "Traceback" not in output, output
+    return errors[0]
+
+
+@pytest.mark.parametrize("how", ["random", "truncated"])
+@pytest.mark.parametrize("command", ["run", "rescore", "status"])
+def test_a_corrupt_cache_database_is_one_error_line_naming_it(
+        filled: tuple[Path, Path, list[Any]], how: str, command: str) -> None:
+    _, cache, args = filled
+    db = cache / "cache.db"
+    data = db.read_bytes()
+    db.write_bytes(os.urandom(len(data)) if how == "random" else data[:len(data) // 3])
+    done = _judge(*{"run": args, "rescore": ["rescore", *args[1:-1]],
+                    "status": ["status", *args[1:-3]]}[command])
+    assert done.exit_code == 2, done.output
+    line = _error_line(done.output)
+    assert line.startswith(f"Error: {db}: the cache database is damaged ("), line
+    assert "restore the folder from a copy, or move it aside and rerun" in line
+
+
+class _FastClock:
+    """diskcache's clock, a second further on at each look: its minute of retries on a locked
+    database goes by at once."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def time(self) -> float:
+        self.now += 1.0
+        return self.now
+
+    @staticmethod
+    def sleep(seconds: float) -> None:
+        pass
+
+
+def test_a_cache_locked_by_another_process_for_a_minute_is_one_error_line(
+        filled: tuple[Path, Path, list[Any]], server: ThreadedServer,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import diskcache.core
+
+    _, cache, args = filled
+    before = server.state.requests
+    holder = sqlite3.connect(cache / "cache.db", isolation_level=None)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")  # another process's write, never ending
+        monkeypatch.setattr(diskcache.core, "time", _FastClock())
+        for command in (args, ["rescore", *args[1:-1]]):
+            done = _judge(*command)
+            assert done.exit_code == 2, done.output
+            line = _error_line(done.output)
+            assert line.startswith(f"Error: {cache / 'cache.db'}: locked by another process "
+                                   "for over a minute ("), line
+            assert line.endswith("let the other judge command on this folder end (or stop "
+                                 "it), then rerun")
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert server.state.requests == before
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() if p.is_file() else b"/"
+            for p in sorted(folder.rglob("*"))}
+
+
+@pytest.fixture
+def unwritable(filled: tuple[Path, Path, list[Any]], monkeypatch: pytest.MonkeyPatch
+               ) -> tuple[Path, Path, list[Any]]:
+    """The filled cache folder, made read-only: chmod, and, since root writes whatever the
+    mode (tests run as root in CI), os.access saying so too, which is what the code asks."""
+    _, cache, _ = filled
+    real = os.access
+
+    def access(path: Any, mode: int, **kwargs: Any) -> bool:
+        if mode & os.W_OK and Path(path).resolve().is_relative_to(cache.resolve()):
+            return False
+        return real(path, mode, **kwargs)
+
+    monkeypatch.setattr(os, "access", access)
+    for p in [cache, *cache.rglob("*")]:
+        p.chmod(0o555 if p.is_dir() else 0o444)
+    return filled
+
+
+def test_reading_commands_read_a_read_only_cache_folder_and_write_nothing(
+        unwritable: tuple[Path, Path, list[Any]], server: ThreadedServer,
+        tmp_path: Path) -> None:
+    job, cache, args = unwritable
+    made = [{**j, "cached": True} for j in judgments(tmp_path / "out")]
+    before, shot = server.state.requests, _snapshot(cache)
+    common = [job, "--limit", LIMIT, "--model", "fake", "--base-url", server.url,
+              "--cache-dir", cache]
+    for command in (["rescore", *common, "--out", tmp_path / "rescored"],
+                    ["report", *common, "--out", tmp_path / "reported"],
+                    ["plan", *common], ["status", *common, "--out", tmp_path / "out"],
+                    ["cache", "export", tmp_path / "copy.jsonl", "--cache-dir", cache],
+                    ["cache", "stats", "--cache-dir", cache],
+                    ["cache", "check", "--cache-dir", cache]):
+        done = _judge(*command)
+        assert done.exit_code == 0, (command, done.output)
+    for name in ("rescored", "reported"):
+        assert judgments(tmp_path / name) == made
+    assert len((tmp_path / "copy.jsonl").read_bytes().splitlines()) == LIMIT
+    assert f"{LIMIT}/{LIMIT} tasks cached" in _judge("status", *common).output
+    assert _snapshot(cache) == shot  # no journal, no -wal or -shm, not a byte changed
+    assert server.state.requests == before
+
+
+def test_a_command_that_must_write_a_read_only_folder_is_one_error_line(
+        unwritable: tuple[Path, Path, list[Any]], server: ThreadedServer) -> None:
+    _, cache, args = unwritable
+    before, shot = server.state.requests, _snapshot(cache)
+    for command in (args, [*args, "--refresh-damaged"],
+                    ["cache", "check", "--cache-dir", cache, "--drop"]):
+        done = _judge(*command)
+        assert done.exit_code == 2, done.output
+        line = _error_line(done.output)
+        assert line.startswith(f"Error: {cache}: the cache folder is not writable; "), line
+        assert "rescore, report, plan, status and cache export read it as it is" in line
+    assert _snapshot(cache) == shot
+    assert server.state.requests == before
+
+
+def test_a_killed_reader_process_is_read_for_in_place_and_nothing_is_lost(
+        filled: tuple[Path, Path, list[Any]], server: ThreadedServer, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large cached-first run (the thresholds down to this job: reader processes for the
+    cached pass, the pool's lookups and the judging of what it called), each reader killed
+    with SIGKILL after its first reply, with requests in flight."""
+    from runner.execute.store import backend
+    from runner.execute.store.cache import Cache
+
+    _, cache, args = filled
+    keys = sorted(j["key"] for j in judgments(tmp_path / "out"))
+    with Cache(cache) as c:  # a hole in the middle: the rest goes through the pool
+        hole = keys[4:7]
+        assert c.drop(hole) == len(hole)
+    monkeypatch.setattr(cli_main, "CACHED_FIRST_TASKS", 1)
+    monkeypatch.setattr(reader_module, "MIN_TASKS", 1)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
+    monkeypatch.setattr(judgments_module, "READ_BATCH", 2)
+    monkeypatch.setattr(backend, "LOOKUP_BATCH", 2)
+    pipelined, killed = reader_module.Reader._pipelined, []
+
+    def killing(self: reader_module.Reader, *a: Any, **k: Any) -> Any:
+        for n, got in enumerate(pipelined(self, *a, **k)):
+            if n == 0:
+                os.kill(self._child.pid, signal.SIGKILL)
+                self._child.wait(timeout=30)
+                killed.append(self._child.pid)
+            yield got
+
+    monkeypatch.setattr(reader_module.Reader, "_pipelined", killing)
+    before = server.state.requests
+    done = _judge(*args)
+    assert done.exit_code == 0, done.output
+    assert len(killed) >= 2, killed  # the cached pass's reader and the pool's lookups' at least
+    assert server.state.requests - before == len(hole)  # nothing bought twice, none lost
+    lines = judgments(tmp_path / "out")
+    assert sorted(j["key"] for j in lines) == keys
+    assert all(j["error"] is None and j["score"] is not None for j in lines)
+    counts = manifest(tmp_path / "out")["counts"]
+    assert (counts["cache_hits"], counts["api_calls"]) == (LIMIT - len(hole), len(hole))

@@ -447,7 +447,7 @@ def _rescore(sel: Selection, started: float,
         stats.cache_hits = tables.tasks - len(stats.missing)
         return {**manifest(sel, stats, started, command), "batch_answers": answers.answers}
 
-    with open_selected(sel) as cache:
+    with open_selected(sel, read_only=True) as cache:
         # a large job's readers start now, and read
         judged = judge(sel.expansion, cache, damaged=stats.failures)
         from runner.report.write import write_reports  # while the reports' modules load
@@ -509,7 +509,7 @@ def status(job: str, models: tuple[str, ...], base_url: str | None, limit: int |
            cache_dir: str | None, out: str | None) -> None:
     """How far a job is: tasks cached now, and the last run's manifest counts. No network."""
     sel = _select(job, models, base_url, limit, cache_dir, out, stream=True)
-    with open_selected(sel) as cache:
+    with open_selected(sel, read_only=True) as cache:
         total = cached = 0
         for _, hit in marked(cache, all_tasks(sel.expansion), task_key):
             total += 1
@@ -547,7 +547,7 @@ def compare(job: str, models: tuple[str, ...], base_url: str | None, limit: int 
     from runner.report.reliability import SIGNIFICANCE_COLUMNS, csv_bytes, significance
     from runner.report.write import COMPARE_COLUMNS, collect, comparison, judge_rows, write_atomic
     sel = _select(job, models, base_url, limit, cache_dir, out)
-    with open_selected(sel) as c:
+    with open_selected(sel, read_only=True) as c:
         tables = collect(judge(sel.expansion, c), io.BytesIO())
     series = judge_rows(sel.expansion, tables)
     rows = significance(comparison(sel.expansion, series, judges), series, judges,
@@ -568,7 +568,7 @@ def _plan_power(sel: Selection, judges: tuple[str, str], width: float) -> None:
     """judge plan --power: power.csv and its table, from the cached pilot."""
     from runner.report.reliability import POWER_COLUMNS, csv_bytes, power_lines, power_rows
     from runner.report.write import collect, judge_rows, write_atomic
-    with open_selected(sel) as c:
+    with open_selected(sel, read_only=True) as c:
         tables = collect(judge(sel.expansion, c), io.BytesIO())
     by_data = judge_rows(sel.expansion, tables)
     for name in judges:
@@ -649,14 +649,14 @@ def cache() -> None:
 def cache_stats(cache_dir: str | None) -> None:
     """Entries and size of the cache."""
     if url := cache_url():
-        with open_cache(url) as shared:
+        with open_cache(url, read_only=True) as shared:
             s = shared.stats()
         click.echo(f"{redact(url)}: {s['entries']} entries, {s['bytes'] / 1e6:.1f} MB")
         return
     path = Path(cache_dir or os.environ.get("JUDGE_CACHE_DIR") or "cache")
     if not path.exists():
         raise ConfigError(f"{path}: no cache here; pass --cache-dir or set JUDGE_CACHE_DIR")
-    with open_cache(path) as c:
+    with open_cache(path, read_only=True) as c:
         s = c.stats()
     click.echo(f"{path}: {s['entries']} entries, {s['bytes'] / 1e6:.1f} MB")
 
@@ -690,7 +690,7 @@ def cache_check(job: str | None, models: tuple[str, ...], base_url: str | None,
     if job is not None:
         sel = _select(job, models, base_url, limit, str(path), None)
         keys = list(dict.fromkeys(t.key for t in all_tasks(sel.expansion)))
-    with Cache(path) as c:
+    with Cache(path, read_only=not drop) as c:
         found = list(c.damaged(keys))
         for key, why in found:
             click.echo(f"damaged {key}: {why}")
@@ -714,7 +714,7 @@ def cache_explain(job: str, models: tuple[str, ...], base_url: str | None, limit
     """
     sel = _select(job, models, base_url, limit, cache_dir, out)
     found = False
-    with open_selected(sel) as c:
+    with open_selected(sel, read_only=True) as c:
         endpoints = {m.name: m.endpoint for m in sel.job.models}
         for task in sel.expansion.tasks():
             if task.item_id != item_id:

@@ -95,9 +95,9 @@ def marked_batches(cache: CacheBackend, things: Iterable[T], key: Callable[[T], 
     where `in` makes one each): the pool's, plan's and status's cache-state lookup, the same
     for every backend. Once a diskcache folder has been asked about reader.MIN_TASKS things,
     the rest are looked up by a reader process (runner.execute.store.reader), batches ahead,
-    while the caller makes the next."""
+    while the caller makes the next (and if it stops, by this process: nothing is lost)."""
     batches = _batches(things, LOOKUP_BATCH)
-    asked, folder = 0, cache.directory if isinstance(cache, Cache) else None
+    asked, folder = 0, cache if isinstance(cache, Cache) else None
     for batch in batches:
         keys = [key(t) for t in batch]
         found = cache.has_many(keys)
@@ -107,7 +107,7 @@ def marked_batches(cache: CacheBackend, things: Iterable[T], key: Callable[[T], 
             break
     if folder is None or (rest := next(batches, None)) is None:  # no process for nothing
         return
-    with Reader(folder) as reader:
+    with Reader(folder.directory, folder) as reader:
         yield from reader.marks(itertools.chain([rest], batches), key)
 
 
@@ -121,7 +121,7 @@ def answers(cache: CacheBackend, things: Iterable[T], key: Callable[[T], str], s
     {reader.DAMAGED: why}, either way."""
     batches = _batches(things, size)
     if isinstance(cache, Cache) and usable(cache, count):
-        with Reader(cache.directory) as reader:
+        with Reader(cache.directory, cache) as reader:
             yield from reader.batches(batches, key)
         return
     for batch in batches:
@@ -162,11 +162,13 @@ def redact(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
-def open_cache(location: str | Path) -> CacheBackend:
-    """A PostgreSQL cache for a `postgresql://` URL, else the diskcache folder `location`."""
+def open_cache(location: str | Path, *, read_only: bool = False) -> CacheBackend:
+    """A PostgreSQL cache for a `postgresql://` URL, else the diskcache folder `location`.
+    `read_only`: the caller only reads, so a folder this process may not write (a read-only
+    mount, another user's) is opened read-only rather than refused (see Cache)."""
     if is_url(location):
         # Imported on first use of a URL, not at start-up (and not to dodge a cycle): psycopg
         # takes ~0.25 s to import, which every `judge` command on a diskcache would pay.
         from runner.execute.store.pgcache import PgCache
         return PgCache(str(location))
-    return Cache(Path(location))
+    return Cache(Path(location), read_only=read_only)

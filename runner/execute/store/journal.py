@@ -36,7 +36,7 @@ from pathlib import Path
 from runner.errors import CacheError
 from runner.execute.store.child import spawn
 
-__all__ = ["Folder", "Journal", "frames", "recover"]
+__all__ = ["Folder", "Journal", "frames", "recover", "unfolded"]
 
 FOLDER = "journal"
 ORPHAN_WAIT_S = 5.0  # how long a folding child waits to be orphaned; and at exit, to end
@@ -157,6 +157,18 @@ def recover(directory: Path, store: Callable[[list[Row]], object]) -> int:
             with contextlib.suppress(CacheError):  # a full disk: kept for the next open
                 folded += fold_file(path, store, wait=False) or 0
     return folded
+
+
+def unfolded(directory: Path) -> list[Row]:
+    """Every row of the journals in `directory`, oldest first, left where they are: what a
+    cache opened read-only reads beside SQLite (it may not fold them)."""
+    rows: list[Row] = []
+    with contextlib.suppress(OSError):
+        for name in sorted(os.listdir(directory / FOLDER)):
+            if name.endswith(".log"):
+                with contextlib.suppress(OSError):
+                    rows += frames((directory / FOLDER / name).read_bytes())
+    return rows
 
 
 def fold_file(path: Path, store: Callable[[list[Row]], object], *, wait: bool) -> int | None:
