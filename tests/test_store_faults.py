@@ -9,9 +9,12 @@ from __future__ import annotations
 import os
 import signal
 import sqlite3
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from click.testing import CliRunner, Result
 
@@ -19,7 +22,7 @@ from runner.cli import main as cli_main
 from runner.execute.store import reader as reader_module
 from runner.reduce import judgments as judgments_module
 from tests.fakeserver import ThreadedServer
-from tests.test_cli import JOB, judgments, manifest, write_job
+from tests.test_cli import JOB, clean_env, judgments, manifest, run_judge, write_job
 
 LIMIT = 12
 
@@ -231,14 +234,14 @@ def test_reading_commands_read_a_read_only_cache_folder_and_write_nothing(
                     ["report", *common, "--out", tmp_path / "reported"],
                     ["plan", *common], ["status", *common, "--out", tmp_path / "out"],
                     ["cache", "export", tmp_path / "copy.jsonl", "--cache-dir", cache],
-                    ["cache", "stats", "--cache-dir", cache],
-                    ["cache", "check", "--cache-dir", cache]):
+                    ["cache", "stats", "--cache-dir", cache]):
         done = _judge(*command)
         assert done.exit_code == 0, (command, done.output)
     for name in ("rescored", "reported"):
         assert judgments(tmp_path / name) == made
     assert len((tmp_path / "copy.jsonl").read_bytes().splitlines()) == LIMIT
     assert f"{LIMIT}/{LIMIT} tasks cached" in _judge("status", *common).output
+    assert _judge("cache", "check", "--cache-dir", cache).exit_code == 0
     assert _snapshot(cache) == shot  # no journal, no -wal or -shm, not a byte changed
     assert server.state.requests == before
 
@@ -271,7 +274,7 @@ def test_a_killed_reader_process_is_read_for_in_place_and_nothing_is_lost(
     keys = sorted(j["key"] for j in judgments(tmp_path / "out"))
     with Cache(cache) as c:  # a hole in the middle: the rest goes through the pool
         hole = keys[4:7]
-        assert c.drop(hole) == len(hole)
+        assert all(c._disk.delete(key) for key in hole)
     monkeypatch.setattr(cli_main, "CACHED_FIRST_TASKS", 1)
     monkeypatch.setattr(reader_module, "MIN_TASKS", 1)
     monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
@@ -298,3 +301,97 @@ def test_a_killed_reader_process_is_read_for_in_place_and_nothing_is_lost(
     assert all(j["error"] is None and j["score"] is not None for j in lines)
     counts = manifest(tmp_path / "out")["counts"]
     assert (counts["cache_hits"], counts["api_calls"]) == (LIMIT - len(hole), len(hole))
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 2 MB tmpfs mounted for this test (root only), unmounted at its end."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)],
+                             capture_output=True, text=True, check=False)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
+def _stored_bodies(cache: Path, state: Any) -> set[str]:
+    """The server's keys of the request bodies whose answers the cache folder holds, in
+    SQLite or in its journals (read without writing: the disk may be full)."""
+    from runner.execute.store.journal import unfolded
+
+    raws = [raw for _, raw in unfolded(cache)]
+    with sqlite3.connect(f"file:{cache / 'cache.db'}?immutable=1", uri=True) as con:
+        raws += [bytes(row[0]) for row in con.execute("SELECT value FROM Cache")]
+    return {state.body_key(orjson.loads(raw)["request"]) for raw in raws}
+
+
+def test_a_full_disk_stops_the_run_and_the_rerun_buys_nothing_twice(
+        small_disk: Path, server: ThreadedServer, tmp_path: Path, data_dir: Path) -> None:
+    from runner.execute.store.cache import Cache
+
+    cache, tasks = small_disk / "cache", 300  # ~1.1 KB an answer: ~330 KB, more than is free
+    Cache(cache).close()
+    filler = small_disk / "filler"
+    stat = os.statvfs(small_disk)
+    filler.write_bytes(b"\0" * (stat.f_bavail * stat.f_frsize - 160_000))
+    job = write_job(tmp_path / "job", JOB)
+    args = ["run", job, "--limit", tasks, "--base-url", server.url, "--model", "fake",
+            "--cache-dir", cache, "--out", tmp_path / "out", "--yes"]
+    env = clean_env(data_dir)
+    stored: set[str] = set()
+    for attempt in ("full", "still full"):
+        before = server.state.requests
+        done = run_judge(*args, env=env, cwd=tmp_path)
+        assert done.returncode != 0, done.stderr
+        line = _error_line(done.stderr)
+        assert line.startswith(f"Error: {cache}: "), line
+        assert line.endswith("free space, then rerun to resume"), line
+        if attempt == "full":
+            stored = _stored_bodies(cache, server.state)
+            assert 0 < len(stored) < tasks
+            assert server.state.requests > before
+        else:  # what the journals hold is not bought again
+            assert all(server.state.bodies[body] == 1 for body in stored)
+    filler.unlink()  # space freed: the rerun finds every answer stored and asks the rest
+    before = server.state.requests
+    done = run_judge(*args, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert all(server.state.bodies[body] == 1 for body in stored)
+    assert server.state.requests - before <= tasks - len(stored)
+    assert len(judgments(tmp_path / "out")) == tasks
+    assert all(j["error"] is None for j in judgments(tmp_path / "out"))
+    assert manifest(tmp_path / "out")["counts"]["cache_hits"] >= len(stored)
+
+
+def test_answers_sqlite_refuses_to_fold_are_read_from_their_journal_not_bought_again(
+        filled: tuple[Path, Path, list[Any]], server: ThreadedServer, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A killed run's journal that SQLite cannot take (a disk still full: diskcache opened,
+    its inserts refused) is read where it is: the rerun buys none of its answers."""
+    from runner.execute.store.cache import Cache
+    from runner.execute.store.journal import Journal
+
+    _, cache, args = filled
+    with Cache(cache) as c:
+        keys = sorted(c.keys())[:5]
+        rows = sorted(c.get_many_raw(keys).items())
+        assert all(c._disk.delete(key) for key in keys)
+        journal = Journal(cache)  # as a killed run leaves it
+        journal.append(rows)
+        journal.close(remove=False)
+
+    def full(self: Cache, chunk: Any) -> None:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(Cache, "_put_chunk", full)
+    before = server.state.requests
+    done = _judge(*args)
+    assert done.exit_code == 0, done.output
+    assert server.state.requests == before
+    lines = judgments(tmp_path / "out")
+    assert len(lines) == LIMIT and all(j["error"] is None for j in lines)
+    assert [p.name for p in (cache / "journal").iterdir()] == [journal.path.name]  # kept

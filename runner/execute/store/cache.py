@@ -34,6 +34,7 @@ from runner.execute.store.faults import (
     ReadOnlyDisk,
     damage,
     decoded,
+    full,
     guarded,
     not_writable,
     refused,
@@ -201,7 +202,7 @@ class Cache:
         self._writing()
         self._settle()
         if not self._disk.set(key, orjson.dumps(record)):
-            raise CacheError(f"{self.directory}: could not store {key}; check free disk space")
+            raise CacheError(f"{self.directory}: could not store {key}; free space, then rerun")
 
     def put_many(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
         """Store many records, CHUNK per SQLite transaction (one put is one transaction, ~60 us);
@@ -328,9 +329,9 @@ class Cache:
             except (OSError, sqlite3.Error) as exc:
                 if "locked" in str(exc) or "malformed" in str(exc):
                     raise refused(self.directory, exc) from None
+                fix = "free space" if full(exc) else "check the folder's permissions"
                 raise CacheError(f"{self.directory}: could not store {len(chunk)} answers "
-                                 f"({exc}); check free disk space and permissions, then rerun "
-                                 "to resume") from None
+                                 f"({exc}); {fix}, then rerun to resume") from None
             stored += len(chunk)
         return stored
 

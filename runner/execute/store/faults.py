@@ -13,6 +13,7 @@ record: judging makes that its task's failure (runner.execute.store.reader.DAMAG
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
@@ -25,8 +26,8 @@ import orjson
 
 from runner.errors import CacheError
 
-__all__ = ["DBNAME", "ReadOnlyDisk", "damage", "decoded", "guarded", "not_writable", "refused",
-           "writable"]
+__all__ = ["DBNAME", "ReadOnlyDisk", "damage", "decoded", "full", "guarded", "not_writable",
+           "refused", "writable"]
 
 DBNAME = "cache.db"  # diskcache's
 
@@ -44,6 +45,9 @@ def writable(directory: Path) -> bool:
 def refused(directory: Path, exc: BaseException) -> CacheError:
     """The CacheError for what SQLite (or the file system) raised on the folder's database."""
     db, text = directory / DBNAME, str(exc)
+    if full(exc):
+        return CacheError(f"{directory}: the disk is full ({text}); free space, then rerun to "
+                          "resume")
     if "not a database" in text or "malformed" in text:
         return CacheError(f"{db}: the cache database is damaged ({text}); restore the folder "
                           "from a copy, or move it aside and rerun (every answer not found "
@@ -101,6 +105,12 @@ def decoded(directory: Path, key: str, raw: bytes) -> dict[str, Any]:
                          f"`judge cache check --cache-dir {directory} --drop` removes it, and "
                          "`judge run --refresh-damaged` asks it again")
     return record
+
+
+def full(exc: BaseException) -> bool:
+    """Whether `exc` says the disk is full (the file system's ENOSPC, SQLite's SQLITE_FULL)."""
+    return getattr(exc, "errno", None) == errno.ENOSPC or "disk is full" in str(exc) or \
+        getattr(exc, "sqlite_errorname", None) == "SQLITE_FULL"
 
 
 def not_writable(directory: Path) -> CacheError:

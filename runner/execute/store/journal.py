@@ -95,6 +95,7 @@ class Journal:
                 os.close(fd)
             raise CacheError(f"{folder}: cannot write the answers' journal ({exc}); check the "
                              "cache folder's permissions and free space") from None
+        self.directory = directory
         self._fd, self._pid, self._size = fd, os.getpid(), 0
         self._broken = False  # a failed write could not be cut back: no more appends
         _LIVE.add(str(self.path))
@@ -114,8 +115,9 @@ class Journal:
                 os.ftruncate(self._fd, self._size)
             except OSError:
                 self._broken = True  # a cut frame would hide every later one from recovery
-            raise CacheError(f"{self.path}: could not store {len(rows)} answers ({exc}); check "
-                             "free disk space, then rerun to resume") from None
+            raise CacheError(f"{self.directory}: could not store {len(rows)} answers in its "
+                             f"journal {self.path.name} ({exc}); free space, then rerun to "
+                             "resume") from None
         self._size += len(data)
 
     @property
