@@ -311,7 +311,8 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)],
                              capture_output=True, text=True, check=False)
     if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.strip()}); the ENOSPC test "
+                    "below injects the full disk instead")
     try:
         yield disk
     finally:
@@ -395,3 +396,41 @@ def test_answers_sqlite_refuses_to_fold_are_read_from_their_journal_not_bought_a
     lines = judgments(tmp_path / "out")
     assert len(lines) == LIMIT and all(j["error"] is None for j in lines)
     assert [p.name for p in (cache / "journal").iterdir()] == [journal.path.name]  # kept
+
+
+def test_enospc_from_the_journals_write_stops_the_run_and_the_rerun_asks_only_the_rest(
+        server: ThreadedServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The full disk of the test above where no tmpfs can be mounted: the journal's write
+    call refuses with ENOSPC once ~20 KB are written."""
+    import errno
+
+    from runner.execute.store import journal as journal_module
+
+    tasks, room = 60, [20_000]
+    real = os.write
+
+    def write(fd: int, data: Any) -> int:
+        if "/journal/" in os.readlink(f"/proc/self/fd/{fd}"):
+            if len(data) > room[0]:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            room[0] -= len(data)
+        return real(fd, data)
+
+    monkeypatch.setattr(journal_module.os, "write", write)
+    job, cache = write_job(tmp_path / "job", JOB), tmp_path / "cache"
+    args = ["run", job, "--limit", tasks, "--base-url", server.url, "--model", "fake",
+            "--cache-dir", cache, "--out", tmp_path / "out", "--yes"]
+    done = _judge(*args)
+    assert done.exit_code == 2, done.output
+    line = _error_line(done.output)
+    assert line.startswith(f"Error: {cache}: could not store "), line
+    assert line.endswith("free space, then rerun to resume"), line
+    stored = _stored_bodies(cache, server.state)
+    assert 0 < len(stored) < tasks
+    monkeypatch.setattr(journal_module.os, "write", real)  # space freed
+    before = server.state.requests
+    done = _judge(*args)
+    assert done.exit_code == 0, done.output
+    assert server.state.requests - before == tasks - len(stored)
+    assert all(server.state.bodies[body] == 1 for body in stored)
+    assert all(j["error"] is None for j in judgments(tmp_path / "out"))
