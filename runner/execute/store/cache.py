@@ -94,7 +94,7 @@ class Cache:
 
     def __init__(self, directory: Path, *, read_only: bool = False) -> None:
         """`read_only`: the caller only reads, so a folder this process may not write is
-        opened read-only (readonly.ReadOnlyDisk: its journals read, not folded); without it,
+        opened read-only (faults.ReadOnlyDisk: its journals read, not folded); without it,
         such a folder is a CacheError. A writable folder is opened for writing either way."""
         self.directory = directory
         self.read_only = not writable(directory)
@@ -362,10 +362,10 @@ class Cache:
                     yield key, why
 
     @guarded
-    @guarded
     def _all_keys(self) -> list[str]:
         return [row[0] for row in self._disk._sql("SELECT key FROM Cache WHERE raw = 1")]
 
+    @guarded
     def drop(self, keys: Iterable[str]) -> int:
         """Remove the records of `keys` (damaged ones: the next run asks them again); returns
         how many there were."""

@@ -3,7 +3,7 @@ record damaged on disk.
 
 A study is handed over as a cache folder on a read-only mount, or owned by another user:
 `rescore`, `report`, `plan`, `status` and `cache export` only read it, so they open its
-database read-only (`ReadOnlyDisk`: SQLite's mode=ro, else immutable; no journal, no folding)
+database read-only (`ReadOnlyDisk`: SQLite's immutable or mode=ro; no journal, no folding)
 instead of failing where diskcache would write its settings. `refused` turns what SQLite raises
 for a damaged, truncated, unwritable or long-locked database into one CacheError naming the file
 and what to do, where a traceback named nothing. `damage` says why a record's bytes are not a

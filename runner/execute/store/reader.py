@@ -78,7 +78,7 @@ Answer = Plain | dict[str, Any]
 """What a reader sends of a record (see `answer`)."""
 DAMAGED = "damaged"
 """The one key of what a damaged record gives instead of an answer: {"damaged": why} (see
-cache.damage). Judging makes it its task's failure; the other tasks go on."""
+faults.damage). Judging makes it its task's failure; the other tasks go on."""
 
 
 def answer(record: Mapping[str, Any]) -> Answer:
