@@ -10,6 +10,7 @@ import os
 import signal
 import sqlite3
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -434,3 +435,74 @@ def test_enospc_from_the_journals_write_stops_the_run_and_the_rerun_asks_only_th
     assert server.state.requests - before == tasks - len(stored)
     assert all(server.state.bodies[body] == 1 for body in stored)
     assert all(j["error"] is None for j in judgments(tmp_path / "out"))
+
+
+# The real `judge` in a fresh interpreter (one thread: a cached-first run forks its expanders,
+# then spawns reader processes for the pool's lookups and for judging what it called), with
+# the thresholds down to this small job.
+SMALL_THRESHOLDS = """import os, sys
+import runner.cli.main as m
+import runner.execute.store.backend as b
+import runner.execute.store.reader as r
+import runner.reduce.judgments as j
+m.CACHED_FIRST_TASKS, r.MIN_TASKS, b.LOOKUP_BATCH, j.READ_BATCH = 1, 1, 2, 2
+os.sched_getaffinity = lambda _: {0, 1}
+sys.argv[0] = "judge"
+m.main()
+"""
+
+
+def _readers(parent: int) -> list[int]:
+    """The pids of the reader processes `parent` spawned and that are still running."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:  # not a process, or gone
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == parent and b"runner.execute.store.reader" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def test_a_reader_process_killed_during_a_cached_first_run_costs_nothing(
+        filled: tuple[Path, Path, list[Any]], server: ThreadedServer, tmp_path: Path,
+        data_dir: Path) -> None:
+    """kill -9 of the reader process that looks keys up for the pool while it calls a hole
+    of uncached tasks: the run goes on, reads the rest itself, and exits as usual."""
+    import sys
+
+    from runner.execute.store.cache import Cache
+
+    _, cache, args = filled
+    keys = sorted(j["key"] for j in judgments(tmp_path / "out"))
+    with Cache(cache) as c:
+        hole = keys[2:10]
+        assert all(c._disk.delete(key) for key in hole)
+    server.state.script.latency_s = 0.3  # the pool's lookups last while it calls
+    before = server.state.requests
+    proc = subprocess.Popen([sys.executable, "-c", SMALL_THRESHOLDS, *map(str, args[:-1]),
+                             "--concurrency", "1", "--yes"], env=clean_env(data_dir),
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        deadline, killed = time.monotonic() + 30, 0
+        while not killed and proc.poll() is None and time.monotonic() < deadline:
+            if server.state.requests > before and (readers := _readers(proc.pid)):
+                os.kill(readers[0], signal.SIGKILL)
+                killed = readers[0]
+            time.sleep(0.01)
+        assert killed, "no reader process came while the pool called"
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, stderr
+    assert "Traceback" not in stderr and "Error" not in stderr, stderr
+    assert server.state.requests - before == len(hole)
+    lines = judgments(tmp_path / "out")
+    assert sorted(j["key"] for j in lines) == keys
+    assert all(j["error"] is None for j in lines)
