@@ -20,6 +20,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from runner.cli import main as cli_main
+from runner.errors import CacheError
 from runner.execute.store import reader as reader_module
 from runner.reduce import judgments as judgments_module
 from tests.fakeserver import ThreadedServer
@@ -506,3 +507,24 @@ def test_a_reader_process_killed_during_a_cached_first_run_costs_nothing(
     lines = judgments(tmp_path / "out")
     assert sorted(j["key"] for j in lines) == keys
     assert all(j["error"] is None for j in lines)
+
+
+def test_a_read_only_open_beside_a_live_writer_reads_what_it_committed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A -wal file says a writer may be at work: the read-only open takes SQLite's locks
+    (mode=ro) and reads what the writer committed there, which immutable would not see."""
+    from runner.execute.store.cache import Cache
+
+    folder = tmp_path / "cache"
+    with Cache(folder) as writer:
+        writer.put_many((f"k{i}", {"response": {}, "i": i}) for i in range(50))
+        assert (folder / "cache.db-wal").exists()
+        real = os.access
+        monkeypatch.setattr(os, "access", lambda p, mode, **k: False if mode & os.W_OK
+                            and Path(p).is_relative_to(folder) else real(p, mode, **k))
+        with Cache(folder, read_only=True) as reader:
+            assert reader.read_only
+            assert reader.has_many([f"k{i}" for i in range(60)]) == {f"k{i}" for i in range(50)}
+            assert reader.get("k7") == {"response": {}, "i": 7}
+            with pytest.raises(CacheError, match="the cache folder is not writable"):
+                reader.put("k99", {"response": {}})
