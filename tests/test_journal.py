@@ -362,7 +362,7 @@ def test_a_refused_write_raises_and_leaves_the_journal_as_it_was(
         return real(fd, data)
 
     monkeypatch.setattr(os, "write", full)
-    with pytest.raises(CacheError, match="could not store 4 answers.*free disk space"):
+    with pytest.raises(CacheError, match="could not store 4 answers.*free space, then rerun"):
         cache.append(second)
     monkeypatch.setattr(os, "write", real)
     assert log.stat().st_size == size

@@ -101,9 +101,9 @@ def test_marked_looks_up_through_the_reader_once_the_job_is_large(
     started: list[Path] = []
     real = backend.Reader
 
-    def counted(directory: Path) -> Reader:
+    def counted(directory: Path, here: Cache | None = None) -> Reader:
         started.append(directory)
-        return real(directory)
+        return real(directory, here)
 
     monkeypatch.setattr(backend, "Reader", counted)
     with Cache(folder) as cache:

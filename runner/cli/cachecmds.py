@@ -55,7 +55,7 @@ def _other(location: str) -> CacheBackend:
     if not is_url(location) and not Path(location).is_dir():
         raise ConfigError(f"{location}: no cache folder here; pass a cache folder, a "
                           "postgresql:// URL or a .jsonl / .jsonl.gz archive")
-    return open_cache(location)
+    return open_cache(location, read_only=True)
 
 
 def _shown(location: str | Path) -> str:
@@ -74,7 +74,7 @@ def export_command(dest: str, cache_dir: str | None) -> None:
     database from a laptop's cache: `judge cache export postgresql://judge@db.lab/judge`.
     """
     here = _here(cache_dir)
-    with open_cache(here) as src:
+    with open_cache(here, read_only=True) as src:
         if is_archive(dest):
             written = write_archive(src, Path(dest))
             click.echo(f"exported {written} records from {_shown(here)} to {dest}", err=True)

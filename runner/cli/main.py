@@ -55,6 +55,7 @@ from runner.errors import ConfigError, DataError, RunnerError, register_secret, 
 from runner.execute.imports import import_answers
 from runner.execute.shard import Shard, split_limits
 from runner.execute.store.backend import CacheBackend, is_url, marked, open_cache, redact
+from runner.execute.store.cache import Cache
 from runner.expand import task_key
 from runner.job.spec import Job
 from runner.reduce.judgments import CachedFirst, Judgment, judge
@@ -261,6 +262,9 @@ def cli() -> None:
 @click.option("--poll-interval", type=click.FloatRange(min=0, min_open=True), default=30.0,
               show_default=True, metavar="S",
               help="Seconds between polls of open batches, e.g. --poll-interval 60")
+@click.option("--refresh-damaged", is_flag=True,
+              help="First drop the job's cached answers whose records are damaged on disk "
+                   "(\"cached answer unreadable\"), so that they are asked again.")
 def run(job: str, models: tuple[str, ...], base_url: str | None, limit: int | None,
         cache_dir: str | None, out: str | None, **opts: Any) -> None:
     """Call the judge for every task not yet cached, then write the reports.
@@ -284,6 +288,8 @@ def run(job: str, models: tuple[str, ...], base_url: str | None, limit: int | No
     sel = dataclasses.replace(sel, job=sel.job.with_limits(**limits))
     if sel.shard is None:  # a shard writes no reports
         check_out(sel.out_dir)
+    if opts["refresh_damaged"]:
+        _drop_damaged(sel)
     if not opts["offline"]:
         check_keys(sel.job, os.environ)
         check_budget(sel.job, opts["budget"])
@@ -360,6 +366,19 @@ def _exit_interrupted(stats: RunStats, command: str) -> None:
     word = "terminated" if stats.terminated else "interrupted"
     click.echo(f"{word}: {len(stats.missing)} tasks left; rerun to resume: {command}", err=True)
     sys.exit(TERM_EXIT if stats.terminated else 130)
+
+
+def _drop_damaged(sel: Selection) -> None:
+    """judge run --refresh-damaged: the job's damaged records dropped, for the run to ask
+    them again."""
+    if sel.cache_url:
+        raise ConfigError("--refresh-damaged: only a cache folder (--cache-dir) is checked; "
+                          "drop --cache/JUDGE_CACHE_URL or the option")
+    keys = list(dict.fromkeys(t.key for t in all_tasks(sel.expansion)))
+    with Cache(sel.cache_dir) as cache:
+        dropped = cache.drop([key for key, _ in cache.damaged(keys)])
+    click.echo(f"{sel.cache_dir}: dropped {dropped} damaged records; asking them again",
+               err=True)
 
 
 def _notify_download(name: str, missing: int) -> None:
@@ -457,14 +476,13 @@ def _finish(sel: Selection, stats: RunStats, started: float, command: str,
     if stats.fatal:  # no endpoint, no model or no key: the reports would show only that
         _summarise(sel, stats, command)
     from runner.report.write import write_reports
-    made, answers = manifest(sel, stats, started, command), BatchAnswers()
-    if batched is not None:
-        made["batch"] = batched.stats.as_dict()
-    with open_selected(sel) as cache:
+    answers = BatchAnswers()
+    batch = {} if batched is None else {"batch": batched.stats.as_dict()}
+    with open_selected(sel) as cache:  # the manifest once judged: damaged records are failures
         tables = write_reports(sel.out_dir, sel.expansion,
                                answers.watch(_judge_dispatched(sel, cache, stats, judged)),
-                               lambda _: {**made, "batch_answers": answers.answers},
-                               answers.notes)
+                               lambda _: {**manifest(sel, stats, started, command), **batch,
+                                          "batch_answers": answers.answers}, answers.notes)
     _summarise(sel, stats, command, partial, tables.headline)
 
 
@@ -473,7 +491,7 @@ def _judge_dispatched(sel: Selection, cache: CacheBackend, stats: RunStats,
     """The judgments of the tasks the pool dispatched (read from `judged`, which they empty),
     with the run's failures and the answers it called."""
     return judge(sel.expansion, cache, failures=stats.failures, fresh=frozenset(stats.called),
-                 tasks=judged.drain(), count=len(judged))
+                 tasks=judged.drain(), count=len(judged), damaged=stats.failures)
 
 
 def _summarise(sel: Selection, stats: RunStats, command: str, partial: bool = False,
@@ -533,13 +551,15 @@ def _rescore(sel: Selection, started: float,
     answers = BatchAnswers()
 
     def counted(tables: Tables) -> dict[str, Any]:
-        stats.total, stats.missing = tables.tasks, tables.missing
-        stats.duplicates = tables.tasks - tables.distinct
+        # a damaged record is a failure (stats.failures), not a task never run
+        stats.total, stats.duplicates = tables.tasks, tables.tasks - tables.distinct
+        stats.missing = [k for k in tables.missing if k not in stats.failures]
         stats.cache_hits = tables.distinct - len(tables.missing)
         return {**manifest(sel, stats, started, command), "batch_answers": answers.answers}
 
-    with open_selected(sel) as cache:
-        judged = judge(sel.expansion, cache)  # a large job's readers start now, and read
+    with open_selected(sel, read_only=True) as cache:
+        # a large job's readers start now, and read
+        judged = judge(sel.expansion, cache, damaged=stats.failures)
         from runner.report.write import write_reports  # while the reports' modules load
         tables = write_reports(sel.out_dir, sel.expansion, answers.watch(judged), counted,
                                answers.notes)
@@ -599,7 +619,7 @@ def status(job: str, models: tuple[str, ...], base_url: str | None, limit: int |
            cache_dir: str | None, out: str | None) -> None:
     """How far a job is: tasks cached now, and the last run's manifest counts. No network."""
     sel = _select(job, models, base_url, limit, cache_dir, out, stream=True)
-    with open_selected(sel) as cache:
+    with open_selected(sel, read_only=True) as cache:
         total = cached = 0
         for _, hit in marked(cache, all_tasks(sel.expansion), task_key):
             total += 1
@@ -637,7 +657,7 @@ def compare(job: str, models: tuple[str, ...], base_url: str | None, limit: int 
     from runner.report.reliability import SIGNIFICANCE_COLUMNS, csv_bytes, significance
     from runner.report.write import COMPARE_COLUMNS, collect, comparison, judge_rows, write_atomic
     sel = _select(job, models, base_url, limit, cache_dir, out)
-    with open_selected(sel) as c:
+    with open_selected(sel, read_only=True) as c:
         tables = collect(judge(sel.expansion, c), io.BytesIO())
     series = judge_rows(sel.expansion, tables)
     rows = significance(comparison(sel.expansion, series, judges), series, judges,
@@ -658,7 +678,7 @@ def _plan_power(sel: Selection, judges: tuple[str, str], width: float) -> None:
     """judge plan --power: power.csv and its table, from the cached pilot."""
     from runner.report.reliability import POWER_COLUMNS, csv_bytes, power_lines, power_rows
     from runner.report.write import collect, judge_rows, write_atomic
-    with open_selected(sel) as c:
+    with open_selected(sel, read_only=True) as c:
         tables = collect(judge(sel.expansion, c), io.BytesIO())
     by_data = judge_rows(sel.expansion, tables)
     for name in judges:
@@ -741,20 +761,58 @@ def cache() -> None:
 def cache_stats(cache_dir: str | None) -> None:
     """Entries and size of the cache."""
     if url := cache_url():
-        with open_cache(url) as shared:
+        with open_cache(url, read_only=True) as shared:
             s = shared.stats()
         click.echo(f"{redact(url)}: {s['entries']} entries, {s['bytes'] / 1e6:.1f} MB")
         return
     path = Path(cache_dir or os.environ.get("JUDGE_CACHE_DIR") or "cache")
     if not path.exists():
         raise ConfigError(f"{path}: no cache here; pass --cache-dir or set JUDGE_CACHE_DIR")
-    with open_cache(path) as c:
+    with open_cache(path, read_only=True) as c:
         s = c.stats()
     click.echo(f"{path}: {s['entries']} entries, {s['bytes'] / 1e6:.1f} MB")
 
 
 cache.add_command(export_command)
 cache.add_command(import_command)
+
+
+@cache.command("check")
+@click.argument("job", required=False)
+@click.option("--model", "models", multiple=True, metavar="SPEC",
+              help="With JOB: its judge models, as given to `judge run`.")
+@click.option("--base-url", help="With JOB: the endpoint of bare model names, as for `judge run`.")
+@click.option("--limit", type=click.IntRange(min=1), help="With JOB: its first N items only.")
+@click.option("--cache-dir", help="Response cache folder [env JUDGE_CACHE_DIR; default ./cache].")
+@click.option("--drop", is_flag=True,
+              help="Remove the damaged records: the next `judge run` asks them again.")
+def cache_check(job: str | None, models: tuple[str, ...], base_url: str | None,
+                limit: int | None, cache_dir: str | None, drop: bool) -> None:
+    """List the records of the cache folder that are damaged on disk (JOB's, or all of them).
+
+    A damaged record fails its task in `judge run` and `judge rescore` ("cached answer
+    unreadable"); the other tasks go on. --drop removes them, e.g.
+    `judge cache check openmeva --drop`, then `judge run openmeva` asks them again. Exit 1
+    when damaged records are left in the folder.
+    """
+    path = Path(cache_dir or os.environ.get("JUDGE_CACHE_DIR") or "cache")
+    if not (path / "cache.db").exists():
+        raise ConfigError(f"{path}: no cache here; pass --cache-dir or set JUDGE_CACHE_DIR")
+    keys = None
+    if job is not None:
+        sel = _select(job, models, base_url, limit, str(path), None)
+        keys = list(dict.fromkeys(t.key for t in all_tasks(sel.expansion)))
+    with Cache(path, read_only=not drop) as c:
+        found = list(c.damaged(keys))
+        for key, why in found:
+            click.echo(f"damaged {key}: {why}")
+        if drop:
+            c.drop([key for key, _ in found])
+    done = "dropped; `judge run` asks them again" if drop else "--drop removes them"
+    click.echo(f"{path}: {len(found)} damaged records" + (f" ({done})" if found else ""),
+               err=True)
+    if found and not drop:
+        sys.exit(1)
 
 
 @cache.command("explain")
@@ -768,7 +826,7 @@ def cache_explain(job: str, models: tuple[str, ...], base_url: str | None, limit
     """
     sel = _select(job, models, base_url, limit, cache_dir, out)
     found = False
-    with open_selected(sel) as c:
+    with open_selected(sel, read_only=True) as c:
         endpoints = {m.name: m.endpoint for m in sel.job.models}
         for task in sel.expansion.tasks():
             if task.item_id != item_id:

@@ -126,9 +126,11 @@ def job_path(job: str) -> Path:
     return named
 
 
-def open_selected(sel: Selection) -> CacheBackend:
-    """The selection's cache: the shared database when a URL was given, else the folder."""
-    return open_cache(sel.cache_url if sel.cache_url and is_url(sel.cache_url) else sel.cache_dir)
+def open_selected(sel: Selection, *, read_only: bool = False) -> CacheBackend:
+    """The selection's cache: the shared database when a URL was given, else the folder
+    (`read_only`: the caller only reads, so a folder it may not write is read as it is)."""
+    return open_cache(sel.cache_url if sel.cache_url and is_url(sel.cache_url) else sel.cache_dir,
+                      read_only=read_only)
 
 
 def _with(m: ModelSpec, **changes: Any) -> ModelSpec:
@@ -206,7 +208,7 @@ def _download(job: Job, data_dir: Path, download: Download) -> None:
 
 def derive(sel: Selection) -> Selection:
     """Rebuild the generated data sets from the answers now in the cache."""
-    with open_selected(sel) as cache:
+    with open_selected(sel, read_only=True) as cache:
         expansion, missing = sel.expansion.with_generated(
             lambda task: answer_text(cache.get(task.key)))
     return replace(sel, expansion=expansion, missing_answers=missing)
@@ -415,7 +417,7 @@ def estimate(sel: Selection) -> list[ModelPlan]:
     # where a set of the keys held 1.4 GB); a false repeat among n distinct keys has
     # probability <= n^2 / 2^65 (2.7e-6 at 10M) and would only move one task's count.
     seen = Seen()
-    with open_selected(sel) as cache:
+    with open_selected(sel, read_only=True) as cache:
         for task, cached in marked(cache, all_tasks(sel.expansion), task_key):
             plan = plans[task.model]
             plan.tasks += 1

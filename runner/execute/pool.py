@@ -25,7 +25,14 @@ from typing import Any
 import aiohttp
 import orjson
 
-from runner.errors import APIError, AuthError, ConnectError, RequestError, RetryableError
+from runner.errors import (
+    APIError,
+    AuthError,
+    ConnectError,
+    RequestError,
+    RetryableError,
+    RunnerError,
+)
 from runner.execute.breaker import Breaker
 from runner.execute.client import Response, send, timeout_of
 from runner.execute.fleet import Fleet, Replica, fleet_for
@@ -318,6 +325,8 @@ async def execute(tasks: Iterable[Task], *, cache: CacheBackend, session: aiohtt
         async with asyncio.TaskGroup() as group:
             for _ in range(limits.concurrency):
                 group.create_task(worker())
+    except ExceptionGroup as group:
+        raise _ours(group) from None
     finally:
         pool.commits.flush()  # answers received in the last turn, or before a cancel
         pool.commits.fold()
@@ -325,6 +334,19 @@ async def execute(tasks: Iterable[Task], *, cache: CacheBackend, session: aiohtt
         raise pool.commits.error
     stats.interrupted = stop.is_set() and stats.fatal is None
     return stats
+
+
+def _ours(group: ExceptionGroup[Exception]) -> Exception:
+    """What the workers raised, as the caller reports it: the first RunnerError itself (a
+    cache that cannot be read: one `Error:` line, where a group was a traceback) when every
+    error is one, else the group."""
+    ours, rest = group.split(RunnerError)
+    if ours is None or rest is not None:
+        return group
+    first: Exception = ours
+    while isinstance(first, ExceptionGroup):
+        first = first.exceptions[0]
+    return first
 
 
 def _to_call(tasks: Iterable[Task], pool: _Pool, *, offline: bool, budget: float | None,

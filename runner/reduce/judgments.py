@@ -17,7 +17,7 @@ import orjson
 from runner.data.datasets import Item
 from runner.execute.stats import RunStats
 from runner.execute.store.backend import CacheBackend, answers, expanded
-from runner.execute.store.reader import Answer
+from runner.execute.store.reader import DAMAGED, Answer
 from runner.expand import Expansion, Task, task_key
 from runner.job.spec import PromptSpec
 from runner.parse.parsers import (
@@ -38,6 +38,8 @@ MEMO_SIZE = 200_000
 ParseFunc = Callable[[Choice, Mapping[str, Any]], "Scores | Failure"]
 NOT_CACHED = ("no cached answer: the task was not run yet, failed, or was left out by "
               "--offline/--budget/Ctrl-C; `judge run` calls it")
+UNREADABLE = ("cached answer unreadable ({why}): rerun with `judge run --refresh-damaged` to ask "
+              "again")
 
 
 class Judgment(NamedTuple):
@@ -84,13 +86,15 @@ def choices(response: Mapping[str, Any]) -> list[Choice]:
 
 def judge(expansion: Expansion, cache: CacheBackend, *, failures: Mapping[str, str] | None = None,
           fresh: frozenset[str] = frozenset(), tasks: Iterable[Task] | None = None,
-          count: int | None = None) -> Iterator[Judgment]:
+          count: int | None = None, damaged: dict[str, str] | None = None) -> Iterator[Judgment]:
     """Parse every task's cached answer; `failures` (key -> message) explains missing ones.
     `tasks`: the expansion's tasks if the caller kept them (a run does), else expanded anew
     (by forked children for a large job, which this call starts: see backend.expanded);
-    `count`: how many there are, if known (else counted: it decides how answers are read)."""
+    `count`: how many there are, if known (else counted: it decides how answers are read).
+    `damaged` gets key -> message of each task whose cached record is damaged (its judgment
+    is a failure saying so)."""
     context = _Context(expansion, {p.name: p for p in expansion.job.prompts}, {},
-                       failures or {}, fresh)
+                       failures or {}, fresh, {} if damaged is None else damaged)
     # a query per READ_BATCH tasks, not one a task; records only judging's part of each when
     # a reader process reads them (runner.execute.store.reader)
     if count is None:
@@ -132,7 +136,7 @@ class CachedFirst:
     def __iter__(self) -> Iterator[Judgment]:
         expansion, stats, hashes = self.expansion, self.stats, self.hashes
         context = _Context(expansion, {p.name: p for p in expansion.job.prompts}, {}, {},
-                           frozenset())
+                           frozenset(), stats.failures)
         reads = self._reads
         item, done = expansion.item, 0
         for batch, records in reads:
@@ -169,6 +173,8 @@ class _Context:
     """Parser and checked, merged options per (prompt, aspect, group size): built once each."""
     failures: Mapping[str, str]
     fresh: frozenset[str]
+    damaged: dict[str, str] = field(default_factory=dict)
+    """key -> message of each task whose record was damaged (filled as they are judged)."""
     memo: dict[tuple[tuple[str, str, int], str, str | None], Scores | Failure] = field(
         default_factory=dict)
     """Parsers are pure: a short answer seen before ("4 stars") is not parsed again."""
@@ -212,6 +218,10 @@ class _Context:
             return self._plain(task, item, at, position, text, finish,
                                None if usage is None else orjson.Fragment(usage), source)
         assert isinstance(record, dict)
+        if DAMAGED in record:
+            message = self.damaged[task.key] = UNREADABLE.format(why=record[DAMAGED])
+            return Judgment(task=task, item=item, score=None, values={}, raw=None,
+                            error={"type": "api", "message": message}, cached=True, usage=None)
         got = record["response"].get("choices") or []
         if len(got) == 1 and not got[0].get("logprobs"):  # one plain answer: memoised whole
             return self._plain(task, item, at, position,

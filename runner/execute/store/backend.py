@@ -16,7 +16,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from runner.execute.store.cache import Cache
 from runner.execute.store.child import forkable
-from runner.execute.store.reader import Answer, Expander, Reader, usable
+from runner.execute.store.reader import Answer, Expander, Reader, records, usable
 from runner.expand import Expansion, Task, task_key
 
 __all__ = ["CacheBackend", "answers", "expanded", "is_url", "marked", "marked_batches",
@@ -95,9 +95,9 @@ def marked_batches(cache: CacheBackend, things: Iterable[T], key: Callable[[T], 
     where `in` makes one each): the pool's, plan's and status's cache-state lookup, the same
     for every backend. Once a diskcache folder has been asked about reader.MIN_TASKS things,
     the rest are looked up by a reader process (runner.execute.store.reader), batches ahead,
-    while the caller makes the next."""
+    while the caller makes the next (and if it stops, by this process: nothing is lost)."""
     batches = _batches(things, LOOKUP_BATCH)
-    asked, folder = 0, cache.directory if isinstance(cache, Cache) else None
+    asked, folder = 0, cache if isinstance(cache, Cache) else None
     for batch in batches:
         keys = [key(t) for t in batch]
         found = cache.has_many(keys)
@@ -107,7 +107,7 @@ def marked_batches(cache: CacheBackend, things: Iterable[T], key: Callable[[T], 
             break
     if folder is None or (rest := next(batches, None)) is None:  # no process for nothing
         return
-    with Reader(folder) as reader:
+    with Reader(folder.directory, folder) as reader:
         yield from reader.marks(itertools.chain([rest], batches), key)
 
 
@@ -117,14 +117,16 @@ def answers(cache: CacheBackend, things: Iterable[T], key: Callable[[T], str], s
     stored keys: judging's read of a run's answers. A diskcache folder read for a large job
     goes through a reader process (runner.execute.store.reader), and each record is then only the
     part judging reads of it (reader.answer: a plain answer's list, else a dict); otherwise
-    one get_many a batch, whole records."""
+    one get_many a batch, whole records. A damaged record of a folder comes as
+    {reader.DAMAGED: why}, either way."""
     batches = _batches(things, size)
     if isinstance(cache, Cache) and usable(cache, count):
-        with Reader(cache.directory) as reader:
+        with Reader(cache.directory, cache) as reader:
             yield from reader.batches(batches, key)
         return
     for batch in batches:
-        yield batch, cache.get_many([key(t) for t in batch])
+        keys = [key(t) for t in batch]
+        yield batch, records(cache, keys) if isinstance(cache, Cache) else cache.get_many(keys)
 
 
 def expanded(cache: CacheBackend, expansion: Expansion, size: int, count: int
@@ -160,11 +162,13 @@ def redact(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
-def open_cache(location: str | Path) -> CacheBackend:
-    """A PostgreSQL cache for a `postgresql://` URL, else the diskcache folder `location`."""
+def open_cache(location: str | Path, *, read_only: bool = False) -> CacheBackend:
+    """A PostgreSQL cache for a `postgresql://` URL, else the diskcache folder `location`.
+    `read_only`: the caller only reads, so a folder this process may not write (a read-only
+    mount, another user's) is opened read-only rather than refused (see Cache)."""
     if is_url(location):
         # Imported on first use of a URL, not at start-up (and not to dodge a cycle): psycopg
         # takes ~0.25 s to import, which every `judge` command on a diskcache would pay.
         from runner.execute.store.pgcache import PgCache
         return PgCache(str(location))
-    return Cache(Path(location))
+    return Cache(Path(location), read_only=read_only)

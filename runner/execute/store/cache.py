@@ -30,7 +30,17 @@ from diskcache.core import MODE_RAW
 
 from runner.errors import CacheError
 from runner.execute.store.child import second_core
-from runner.execute.store.journal import Folder, Journal, Row, fold_file, recover
+from runner.execute.store.faults import (
+    ReadOnlyDisk,
+    damage,
+    decoded,
+    full,
+    guarded,
+    not_writable,
+    refused,
+    writable,
+)
+from runner.execute.store.journal import Folder, Journal, Row, fold_file, recover, unfolded
 
 __all__ = ["Cache", "answer_record"]
 
@@ -82,19 +92,31 @@ def _marks(chunk: Sequence[str]) -> str:
 class Cache:
     """Response records by cache key."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, read_only: bool = False) -> None:
+        """`read_only`: the caller only reads, so a folder this process may not write is
+        opened read-only (faults.ReadOnlyDisk: its journals read, not folded); without it,
+        such a folder is a CacheError. A writable folder is opened for writing either way."""
         self.directory = directory
+        self.read_only = not writable(directory)
+        if self.read_only and not read_only:
+            raise not_writable(directory)
+        self._disk: Any = None
         try:
+            if self.read_only:
+                self._disk = ReadOnlyDisk(directory)
             directory.mkdir(parents=True, exist_ok=True)
             # synchronous=OFF: SQLite hands every write to the OS at once but never waits for
             # fsync, so a killed process (kill -9, OOM) loses nothing; only an OS crash or a
             # power cut can lose the last answers. The fsyncs stalled the event loop (~40 us a
             # put, and a disk flush every ~45 puts).
-            self._disk = diskcache.Cache(str(directory), eviction_policy="none",
-                                         size_limit=NEVER, cull_limit=0, sqlite_synchronous=0)
+            if self._disk is None:
+                self._disk = diskcache.Cache(str(directory), eviction_policy="none",
+                                             size_limit=NEVER, cull_limit=0, sqlite_synchronous=0)
         except OSError as exc:
             raise CacheError(f"{directory}: cannot open the cache ({exc}); check the path and "
                              "its permissions or pass --cache-dir") from None
+        except sqlite3.Error as exc:
+            raise refused(directory, exc) from None
         self._journal: Journal | None = None  # the one being written
         self._pending: list[Row] = []  # appended to it
         self._since = 0.0  # when the oldest of them was
@@ -104,8 +126,22 @@ class Cache:
         self._folder: Folder | None = None
         self._may_fork = True  # False once a folding process could not start, or failed
         self._pid = os.getpid()
-        recover(directory, self.put_raw)  # answers of a run that was killed
+        if self.read_only:
+            self._unfolded.update(unfolded(directory))
+        else:
+            recover(directory, self._recovered)  # answers of a run that was killed
 
+    def _recovered(self, rows: list[Row]) -> None:
+        """Fold a killed run's journal; if SQLite refuses (a full disk), its answers stay in
+        it for the next open, and this object reads them from here: a rerun on a disk still
+        full must not buy them again."""
+        try:
+            self.put_raw(rows)
+        except CacheError:
+            self._unfolded.update(rows)
+            raise
+
+    @guarded
     def map_reads(self, size: int = 1 << 31) -> None:
         """Let SQLite memory-map up to `size` bytes of the folder's database for this connection
         (diskcache maps 64 MiB), for a process that mostly reads many records: lookups over a
@@ -113,16 +149,19 @@ class Cache:
         sqlite_mmap_size; SQLite caps it at its build's limit."""
         self._disk._sql(f"PRAGMA mmap_size = {int(size)}").fetchall()
 
+    @guarded
     def __contains__(self, key: str) -> bool:
         return key in self._unfolded or key in self._disk
 
+    @guarded
     def get(self, key: str) -> dict[str, Any] | None:
         """The record stored under `key`, or None."""
         raw = self._unfolded.get(key)
         if raw is None:
             raw = self._disk.get(key)
-        return None if raw is None else orjson.loads(raw)
+        return None if raw is None else decoded(self.directory, key, raw)
 
+    @guarded
     def has_many(self, keys: Sequence[str]) -> set[str]:
         """The keys among `keys` that are stored: one query per CHUNK keys, where `in` would
         make one each (a 100k-task rerun asks 100k times)."""
@@ -137,8 +176,10 @@ class Cache:
 
     def get_many(self, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
         """Records of the stored keys among `keys`, read in batches (see has_many)."""
-        return {key: orjson.loads(raw) for key, raw in self.get_many_raw(keys).items()}
+        return {key: decoded(self.directory, key, raw)
+                for key, raw in self.get_many_raw(keys).items()}
 
+    @guarded
     def get_many_raw(self, keys: Sequence[str]) -> dict[str, bytes]:
         """get_many's records as the bytes stored (orjson), not decoded."""
         out: dict[str, bytes] = {}
@@ -155,11 +196,13 @@ class Cache:
             out.update((key, raw) for key in keys if (raw := self._unfolded.get(key)) is not None)
         return out
 
+    @guarded
     def put(self, key: str, record: Mapping[str, Any]) -> None:
         """Store a record; raises CacheError if the disk refuses it."""
+        self._writing()
         self._settle()
         if not self._disk.set(key, orjson.dumps(record)):
-            raise CacheError(f"{self.directory}: could not store {key}; check free disk space")
+            raise CacheError(f"{self.directory}: could not store {key}; free space, then rerun")
 
     def put_many(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
         """Store many records, CHUNK per SQLite transaction (one put is one transaction, ~60 us);
@@ -184,6 +227,7 @@ class Cache:
         machine with two cores or more, from FOLDER_ROWS answers, a folding process does it
         while this one goes on (journal.Folder); `fold` and `close` wait for all of them.
         Raises CacheError if the journal is refused, or a fold here."""
+        self._writing()
         rows = [(key, orjson.dumps(record)) for key, record in items]
         if self._journal is None:
             self._journal = Journal(self.directory)
@@ -265,6 +309,10 @@ class Cache:
             if self._unfolded.get(key) is raw:
                 del self._unfolded[key]
 
+    def _writing(self) -> None:
+        if self.read_only:
+            raise not_writable(self.directory)
+
     def _settle(self) -> None:
         if self._pending or self._sent:
             self.fold()
@@ -272,15 +320,18 @@ class Cache:
     def put_raw(self, rows: Iterable[Row]) -> int:
         """put_many of records already serialised (a journal's rows), without waiting for
         the appended ones: `fold` and the recovery of journals use it."""
+        self._writing()
         stream, stored = iter(rows), 0
         while chunk := list(itertools.islice(stream, CHUNK)):
             try:
                 with self._disk.transact():
                     self._put_chunk(chunk)
             except (OSError, sqlite3.Error) as exc:
+                if "locked" in str(exc) or "malformed" in str(exc):
+                    raise refused(self.directory, exc) from None
+                fix = "free space" if full(exc) else "check the folder's permissions"
                 raise CacheError(f"{self.directory}: could not store {len(chunk)} answers "
-                                 f"({exc}); check free disk space and permissions, then rerun "
-                                 "to resume") from None
+                                 f"({exc}); {fix}, then rerun to resume") from None
             stored += len(chunk)
         return stored
 
@@ -299,10 +350,34 @@ class Cache:
                 if len(raw) >= limit or key in as_files:
                     self._disk.set(key, raw)
 
+    def damaged(self, keys: Sequence[str] | None = None) -> Iterator[tuple[str, str]]:
+        """Each stored record among `keys` (None: every one) that is damaged, with why
+        (`damage`), read CHUNK at a time: `judge cache check` and `judge run --refresh-damaged`."""
+        self._settle()
+        if keys is None:
+            keys = self._all_keys()
+        for chunk in _chunks(keys):
+            for key, raw in self.get_many_raw(chunk).items():
+                if (why := damage(raw)) is not None:
+                    yield key, why
+
+    @guarded
+    def _all_keys(self) -> list[str]:
+        return [row[0] for row in self._disk._sql("SELECT key FROM Cache WHERE raw = 1")]
+
+    @guarded
+    def drop(self, keys: Iterable[str]) -> int:
+        """Remove the records of `keys` (damaged ones: the next run asks them again); returns
+        how many there were."""
+        self._writing()
+        self._settle()
+        return sum(bool(self._disk.delete(key)) for key in keys)
+
     def keys(self) -> Iterator[str]:
         self._settle()
         return iter(self._disk)
 
+    @guarded
     def stats(self) -> dict[str, int]:
         """Entries and bytes on disk."""
         self._settle()

@@ -36,7 +36,7 @@ from pathlib import Path
 from runner.errors import CacheError
 from runner.execute.store.child import spawn
 
-__all__ = ["Folder", "Journal", "frames", "recover"]
+__all__ = ["Folder", "Journal", "frames", "recover", "unfolded"]
 
 FOLDER = "journal"
 ORPHAN_WAIT_S = 5.0  # how long a folding child waits to be orphaned; and at exit, to end
@@ -95,6 +95,7 @@ class Journal:
                 os.close(fd)
             raise CacheError(f"{folder}: cannot write the answers' journal ({exc}); check the "
                              "cache folder's permissions and free space") from None
+        self.directory = directory
         self._fd, self._pid, self._size = fd, os.getpid(), 0
         self._broken = False  # a failed write could not be cut back: no more appends
         _LIVE.add(str(self.path))
@@ -114,8 +115,9 @@ class Journal:
                 os.ftruncate(self._fd, self._size)
             except OSError:
                 self._broken = True  # a cut frame would hide every later one from recovery
-            raise CacheError(f"{self.path}: could not store {len(rows)} answers ({exc}); check "
-                             "free disk space, then rerun to resume") from None
+            raise CacheError(f"{self.directory}: could not store {len(rows)} answers in its "
+                             f"journal {self.path.name} ({exc}); free space, then rerun to "
+                             "resume") from None
         self._size += len(data)
 
     @property
@@ -157,6 +159,18 @@ def recover(directory: Path, store: Callable[[list[Row]], object]) -> int:
             with contextlib.suppress(CacheError):  # a full disk: kept for the next open
                 folded += fold_file(path, store, wait=False) or 0
     return folded
+
+
+def unfolded(directory: Path) -> list[Row]:
+    """Every row of the journals in `directory`, oldest first, left where they are: what a
+    cache opened read-only reads beside SQLite (it may not fold them)."""
+    rows: list[Row] = []
+    with contextlib.suppress(OSError):
+        for name in sorted(os.listdir(directory / FOLDER)):
+            if name.endswith(".log"):
+                with contextlib.suppress(OSError):
+                    rows += frames((directory / FOLDER / name).read_bytes())
+    return rows
 
 
 def fold_file(path: Path, store: Callable[[list[Row]], object], *, wait: bool) -> int | None:

@@ -15,7 +15,9 @@ Protocol, on the child's stdin and stdout: a request is a 4-byte big-endian leng
 (b"a": answers, b"h": has) and the keys joined by newlines. The reply is a length and, for
 answers, an orjson array, one answer (or null: not cached) per key, in order; for has, one byte
 per key, 1 if stored. EOF on stdin ends the child. Any failure in the child ends it with one
-line on stderr, which the parent raises as a CacheError.
+line on stderr. A child that stops (killed, out of memory) costs nothing but its speed: the
+parent reads what it had asked for, and the rest, itself (with the cache it was given), in
+order; without one it raises a CacheError.
 """
 
 from __future__ import annotations
@@ -40,11 +42,12 @@ import orjson
 from runner.errors import CacheError
 from runner.execute.store.cache import Cache
 from runner.execute.store.child import Forked, second_core, spawn
+from runner.execute.store.faults import damage
 from runner.execute.store.keyindex import KeyIndex, recorded_parts
 from runner.expand import Expansion, Task, task_key
 
-__all__ = ["Answer", "Expander", "Plain", "Reader", "answer", "answer_of", "usable",
-           "with_key_index"]
+__all__ = ["DAMAGED", "Answer", "Expander", "Plain", "Reader", "answer", "answer_of", "records",
+           "usable", "with_key_index"]
 
 T = TypeVar("T")
 DEPTH = 4
@@ -73,6 +76,9 @@ Plain = list[Any]
 """A plain answer: [text, finish_reason, usage as JSON text or None, source]."""
 Answer = Plain | dict[str, Any]
 """What a reader sends of a record (see `answer`)."""
+DAMAGED = "damaged"
+"""The one key of what a damaged record gives instead of an answer: {"damaged": why} (see
+faults.damage). Judging makes it its task's failure; the other tasks go on."""
 
 
 def answer(record: Mapping[str, Any]) -> Answer:
@@ -112,9 +118,28 @@ def answer_of(raw: bytes) -> Answer:
             tail = orjson.loads(b"{" + raw[at + 1:])
         except orjson.JSONDecodeError:
             tail = None
-        if tail and "usage" in tail and "source" in tail and "response" in tail:
+        if tail and "usage" in tail and "source" in tail and isinstance(tail.get("response"),
+                                                                       dict):
             return answer(tail)
-    return answer(orjson.loads(raw))
+    record = _record(raw)
+    return record if DAMAGED in record else answer(record)
+
+
+def _record(raw: bytes) -> dict[str, Any]:
+    """The record `raw`, decoded whole, or {DAMAGED: why} if it is damaged."""
+    try:
+        record = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        record = None
+    if isinstance(record, dict) and isinstance(record.get("response"), dict):
+        return record
+    return {DAMAGED: damage(raw) or "not a cache record"}
+
+
+def records(cache: Cache, keys: Sequence[str]) -> dict[str, Answer]:
+    """get_many's records of the stored keys among `keys`, each damaged one as {DAMAGED: why}
+    (judging's read in this process), where get_many raises."""
+    return {key: _record(raw) for key, raw in cache.get_many_raw(keys).items()}
 
 
 def usable(cache: object, tasks: int) -> bool:
@@ -127,8 +152,10 @@ class Reader:
     """A child process reading answers of the diskcache folder `directory`, and looking keys up
     in it (see the module docstring); use as a context manager, which always ends the child."""
 
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
+    def __init__(self, directory: Path, here: Cache | None = None) -> None:
+        """`here`: this process's cache of `directory`, to read with if the child stops."""
+        self.directory, self._here = directory, here
+        self._gone = False  # the child stopped: `here` reads
         self._child = spawn("runner.execute.store.reader", str(directory))
 
     def batches(self, batches: Iterator[list[T]], key: Callable[[T], str]
@@ -162,11 +189,13 @@ class Reader:
             ask()
         while pending:
             batch, keys = pending.popleft()
-            reply = self._receive()
+            reply = self._receive(kind, keys)
             ask()
             yield batch, keys, reply
 
     def _send(self, kind: bytes, keys: Sequence[str]) -> None:
+        if self._gone:
+            return
         data = kind + "\n".join(keys).encode()
         stdin = self._child.stdin
         assert stdin is not None
@@ -174,14 +203,27 @@ class Reader:
             stdin.write(_framed(data))
             stdin.flush()
         except OSError:  # the child is gone (BrokenPipeError)
-            raise self._failed() from None
+            self._lost()
 
-    def _receive(self) -> bytes:
+    def _receive(self, kind: bytes, keys: Sequence[str]) -> bytes:
+        """The reply to the oldest request (of `kind`, for `keys`): the child's, or, once it has
+        stopped, read here."""
         stdout = self._child.stdout
-        assert stdout is not None
-        if (body := _unframed(stdout)) is None:  # EOF: the child has stopped
+        if not self._gone:
+            assert stdout is not None
+            if (body := _unframed(stdout)) is not None:
+                return body
+            self._lost()  # EOF, or a reply cut short: the child has stopped
+        assert self._here is not None
+        return _reply(self._here, kind, keys)
+
+    def _lost(self) -> None:
+        """The child stopped: from now on `here` reads (the requests it had not answered
+        too), or, without one, the CacheError saying so is raised."""
+        if self._here is None:
             raise self._failed()
-        return body
+        self._end()
+        self._gone = True
 
     def _failed(self) -> CacheError:
         """The error to raise for a child that stopped, with the line it left on stderr."""
@@ -241,19 +283,22 @@ def serve(cache: Cache, requests: IO[bytes], replies: IO[bytes]) -> None:
     threading.Thread(target=take, daemon=True).start()
     while (data := asked.get()) is not None:
         kind, keys = data[:1], data[1:].decode().split("\n") if len(data) > 1 else []
-        if kind == HAS:
-            found = cache.has_many(keys)
-            body = bytes(k in found for k in keys)
-        else:
-            body = orjson.dumps(_answers(cache, keys))
-        replies.write(_framed(body))
+        replies.write(_framed(_reply(cache, kind, keys)))
         replies.flush()
+
+
+def _reply(cache: Cache, kind: bytes, keys: Sequence[str]) -> bytes:
+    """The reply to a request of `kind` for `keys` (see the module docstring)."""
+    if kind == HAS:
+        found = cache.has_many(keys)
+        return bytes(k in found for k in keys)
+    return orjson.dumps(_answers(cache, keys))
 
 
 def _answers(cache: Cache, keys: Sequence[str]) -> list[Answer | None]:
     """What judging reads of each key's record (`answer_of`), None where none is stored."""
-    records = cache.get_many_raw(keys)
-    return [answer_of(r) if (r := records.get(k)) is not None else None for k in keys]
+    raws = cache.get_many_raw(keys)
+    return [answer_of(r) if (r := raws.get(k)) is not None else None for k in keys]
 
 
 def main(argv: Sequence[str]) -> NoReturn:
@@ -265,7 +310,7 @@ def main(argv: Sequence[str]) -> NoReturn:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     code = 0
     try:
-        with Cache(Path(argv[0])) as cache:
+        with Cache(Path(argv[0]), read_only=True) as cache:
             cache.map_reads()
             serve(cache, sys.stdin.buffer, sys.stdout.buffer)
     except Exception as exc:  # one line for the parent's message, not a traceback
@@ -336,7 +381,7 @@ class Expander:
         # A child stopped early: the rest is expanded and read here.
         stream = self.expansion.tasks(done)
         while batch := list(itertools.islice(stream, self.size)):
-            yield batch, self.cache.get_many([t.key for t in batch])
+            yield batch, records(self.cache, [t.key for t in batch])
 
     def __enter__(self) -> Expander:
         return self
@@ -394,7 +439,7 @@ def _expand_and_read(out: IO[bytes], *, directory: Path, expansion: Expansion, s
     while this process reads the other child's). The keys come from the key index when this
     job's are stored there, else from rendering the requests, and are then stored there
     (runner.execute.store.keyindex)."""
-    with Cache(directory) as cache:  # its own connection: the parent's is never used here
+    with Cache(directory, read_only=True) as cache:  # its own connection, not the parent's
         cache.map_reads()
         index = KeyIndex(directory, expansion.fingerprint(), chunk, part, PARTS, count)
         stream = index.keys()
