@@ -21,7 +21,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from runner.cli.main import cli
-from runner.execute.store import pgcache
+from runner.execute.store import backend, pgcache
 from tests.fakeserver import ThreadedServer
 from tests.pgserver import PgCluster, find_bindir
 from tests.test_cli import ENV_KEYS, OPENMEVA, SUBPROCESS_TIMEOUT_S, clean_env, judge_cmd
@@ -195,3 +195,26 @@ def test_a_frozen_server_ends_the_run_with_one_error_line_within_its_deadline(
     assert "the PostgreSQL server does not answer (no reply to " in line, line
     assert "within 1 s" in line, line
     assert took < 30, took
+
+
+def test_a_server_lost_at_a_lookup_ends_the_run_with_one_error_line(
+        server: ThreadedServer, cluster: PgCluster, url: str, tmp_path: Path, invoke: Any,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pool's lookups run in its workers: a refused one is the run's one error too, not a
+    task group's traceback."""
+    monkeypatch.setattr(pgcache, "RECONNECT_WINDOW_S", 1.0)
+    monkeypatch.setattr(backend, "LOOKUP_BATCH", 8)  # lookups all through the run
+    has_many, calls = pgcache.PgCache.has_many, []
+
+    def stopping(self: pgcache.PgCache, keys: Any) -> set[str]:
+        calls.append(len(keys))
+        if len(calls) == 3:  # mid-run, at a lookup: the server goes away for good
+            _pg_ctl(cluster, "stop")
+        return has_many(self, keys)
+
+    monkeypatch.setattr(pgcache.PgCache, "has_many", stopping)
+    result = invoke(*_run_args(server, url, tmp_path))
+    assert result.exit_code == 2, result.stderr
+    line = _one_error_line(result)
+    assert "the PostgreSQL server does not answer (a lookup: " in line, line
+    assert len(server.state.bodies) == 16 and set(server.state.bodies.values()) == {1}

@@ -25,7 +25,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from runner.errors import APIError, AuthError, RequestError, RetryableError
+from runner.errors import APIError, AuthError, CacheError, RequestError, RetryableError
 from runner.execute.client import Response, send, timeout_of
 from runner.execute.fleet import Fleet, Replica, fleet_for
 from runner.execute.limiter import Limiter
@@ -288,6 +288,13 @@ async def execute(tasks: Iterable[Task], *, cache: CacheBackend, session: aiohtt
         async with asyncio.TaskGroup() as group:
             for _ in range(limits.concurrency):
                 group.create_task(worker())
+    except BaseExceptionGroup as errors:
+        # A worker's lookup the cache refused (a database gone for good): the one error, as
+        # a failed store raises it, not a group the cli would print as a traceback.
+        refused, rest = errors.split(CacheError)
+        if refused is None or rest is not None:
+            raise
+        pool.commits.error = pool.commits.error or _first(refused)
     finally:
         pool.commits.flush()  # answers received in the last turn, or before a cancel
         pool.commits.fold()
@@ -295,6 +302,11 @@ async def execute(tasks: Iterable[Task], *, cache: CacheBackend, session: aiohtt
         raise pool.commits.error
     stats.interrupted = stop.is_set() and stats.fatal is None
     return stats
+
+
+def _first(group: BaseExceptionGroup[CacheError]) -> CacheError:
+    error = group.exceptions[0]
+    return error if isinstance(error, CacheError) else _first(error)
 
 
 def _to_call(tasks: Iterable[Task], pool: _Pool, *, offline: bool, budget: float | None,

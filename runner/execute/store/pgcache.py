@@ -101,6 +101,7 @@ class PgCache:
         self._url = url
         self._watchdog = Watchdog(QUERY_TIMEOUT_S)
         self._leases: dict[int, tuple[str, str]] = {}  # advisory lock -> (name, holder)
+        self._down: CacheError | None = None  # set when reconnecting failed for the window
         try:
             self._conn = self._open()
         except psycopg.Error as exc:
@@ -131,6 +132,8 @@ class PgCache:
     def _call(self, what: str, call: Callable[[], R]) -> R:
         """`call()` under the deadline; when the connection is dropped or overran it, again on
         a new one (see `_reconnect`). Any other failure is a CacheError."""
+        if self._down is not None:  # gave up already: the run is stopping, so no new wait
+            raise self._down
         since: float | None = None
         while True:
             try:
@@ -171,9 +174,10 @@ class PgCache:
             return
         detail = (f"no reply to {what} within {QUERY_TIMEOUT_S:g} s" if timed_out
                   else f"{what}: {self._clean(error)}")
-        raise CacheError(f"{self.location}: the PostgreSQL server does not answer ({detail}; "
-                         f"reconnecting failed for {RECONNECT_WINDOW_S:g} s); check that it is "
-                         "running and reachable, then rerun to resume")
+        self._down = CacheError(f"{self.location}: the PostgreSQL server does not answer "
+                                f"({detail}; reconnecting failed for {RECONNECT_WINDOW_S:g} s); "
+                                "check that it is running and reachable, then rerun to resume")
+        raise self._down
 
     def _clean(self, exc: Exception) -> str:
         text = " ".join(str(exc).split())
