@@ -13,6 +13,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from runner.errors import CacheError
 from runner.execute.store import pgcache
 from runner.execute.store.backend import open_cache
 from runner.execute.store.lease import LeaseHeldError, describe, lease_id, lease_name
@@ -120,11 +121,11 @@ def test_two_shards_of_one_job_run_together(server: ThreadedServer, start: Start
     assert len(server.state.bodies) == LIMIT and set(server.state.bodies.values()) == {1}
 
 
-def _lease_locked(url: str) -> bool:
+def _lease_locked(url: str, name: str = lease_name("openmeva", None)) -> bool:
     with psycopg.connect(url, autocommit=True) as conn:
         row = conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND "
-                           "classid = %s AND objid = %s", (pgcache.LEASE_CLASS, lease_id(
-                               lease_name("openmeva", None)))).fetchone()
+                           "classid = %s AND objid = %s", (pgcache.LEASE_CLASS,
+                                                           lease_id(name))).fetchone()
     return bool(row and row[0])
 
 
@@ -142,3 +143,20 @@ def test_each_backend_lets_one_holder_at_a_time_and_says_who(location: str) -> N
                 pass
         with b.lease(name, describe()):  # released: the next one takes it
             pass
+
+
+def test_a_lease_taken_by_another_run_while_the_connection_was_down_stops_the_holder(
+        pg_url: str) -> None:
+    """The session's advisory lock dies with a dropped connection; if another run takes the
+    lease before this one reconnects, this one stops rather than call what that one calls."""
+    name = lease_name("j", None)
+    with open_cache(pg_url) as a, open_cache(pg_url) as b:
+        a.lease(name, describe("judge run j (first)"))
+        with psycopg.connect(pg_url, autocommit=True) as admin:  # a's connection drops
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = "
+                          "'advisory' AND classid = %s", (pgcache.LEASE_CLASS,))
+        _until(lambda: not _lease_locked(pg_url, name), "the dropped session did not end")
+        b.lease(name, describe("judge run j (second)"))
+        with pytest.raises(CacheError, match=r"job j shard all: the run's lease was lost while "
+                           r"the server was away and another run holds it now; this run stops"):
+            a.has_many(["k"])

@@ -108,6 +108,15 @@ def _stored(url: str) -> int:
     return int(row[0]) if row else 0
 
 
+def _leases(url: str) -> int:
+    """Run leases held on the server now (store/lease.py: session advisory locks)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND "
+                           "classid = %s AND database = (SELECT oid FROM pg_database WHERE "
+                           "datname = current_database())", (pgcache.LEASE_CLASS,)).fetchone()
+    return int(row[0]) if row else 0
+
+
 def _run_args(server: ThreadedServer, url: str, tmp_path: Path) -> list[Any]:
     return ["run", OPENMEVA, "--limit", LIMIT, "--concurrency", CONCURRENCY, "--base-url",
             server.url, "--model", "fake", "--cache", url, "--out", tmp_path / "out", "--yes"]
@@ -125,6 +134,9 @@ def test_a_restart_mid_run_is_ridden_out_with_every_answer_stored_once(
         _until(lambda: server.state.answered >= LIMIT // 4, "the run did not get going")
         _pg_ctl(cluster, "restart")  # drops every connection; refuses new ones meanwhile
         assert proc.poll() is None, "the run ended before the restart: nothing was tested"
+        # its lease (dropped with its session) is taken again by the run
+        _until(lambda: _leases(url) == 1 or proc.poll() is not None, "no lease again")
+        assert proc.poll() is None, "the run ended before its lease was seen again"
         server.state.script.latency_s = 0.0
         _, err = proc.communicate(timeout=SUBPROCESS_TIMEOUT_S)
     finally:
