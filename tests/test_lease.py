@@ -148,15 +148,24 @@ def test_each_backend_lets_one_holder_at_a_time_and_says_who(location: str) -> N
 def test_a_lease_taken_by_another_run_while_the_connection_was_down_stops_the_holder(
         pg_url: str) -> None:
     """The session's advisory lock dies with a dropped connection; if another run takes the
-    lease before this one reconnects, this one stops rather than call what that one calls."""
+    lease before this one reconnects, this one stops rather than call what that one calls.
+    The run's pool has a cache of its own (`pool`): its reconnect checks the idle holder's
+    lease, and its call stores what it was given, then raises."""
     name = lease_name("j", None)
-    with open_cache(pg_url) as a, open_cache(pg_url) as b:
-        a.lease(name, describe("judge run j (first)"))
-        with psycopg.connect(pg_url, autocommit=True) as admin:  # a's connection drops
-            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = "
-                          "'advisory' AND classid = %s", (pgcache.LEASE_CLASS,))
+    with open_cache(pg_url) as held, open_cache(pg_url) as pool:
+        held.lease(name, describe("judge run j (first)"))
+        pool.put("k0", {"source": "api"})
+        with psycopg.connect(pg_url, autocommit=True) as admin:  # both connections drop
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
+                          "datname = current_database() AND pid <> pg_backend_pid()")
         _until(lambda: not _lease_locked(pg_url, name), "the dropped session did not end")
-        b.lease(name, describe("judge run j (second)"))
-        with pytest.raises(CacheError, match=r"job j shard all: the run's lease was lost while "
-                           r"the server was away and another run holds it now; this run stops"):
-            a.has_many(["k"])
+        other = open_cache(pg_url)  # the second run, while the first is away
+        other.lease(name, describe("judge run j (second)"))
+        lost = (r"job j shard all: the run's lease was lost while the server was away and "
+                r"another run holds it now; this run stops")
+        with pytest.raises(CacheError, match=lost):
+            pool.put("k1", {"source": "api"})
+        assert other.get("k1") == {"source": "api"}  # stored before the run stopped
+        with pytest.raises(CacheError, match=lost):
+            held.has_many(["k"])
+        other.close()

@@ -102,6 +102,7 @@ class PgCache:
         self._watchdog = Watchdog(QUERY_TIMEOUT_S)
         self._leases: dict[int, tuple[str, str]] = {}  # advisory lock -> (name, holder)
         self._down: CacheError | None = None  # set when reconnecting failed for the window
+        self._lost: CacheError | None = None  # set when another cache here lost its lease
         try:
             self._conn = self._open()
         except psycopg.Error as exc:
@@ -139,7 +140,10 @@ class PgCache:
             try:
                 if not self._conn.closed:
                     with self._watchdog.armed(self._conn.fileno(), QUERY_TIMEOUT_S):
-                        return call()
+                        done = call()
+                    if self._lost is not None:  # after the call: what it stored is kept
+                        raise self._lost
+                    return done
                 error: Exception = psycopg.OperationalError("the connection is closed")
             except psycopg.OperationalError as exc:
                 if not (self._conn.broken or self._watchdog.fired):
@@ -168,6 +172,7 @@ class PgCache:
             try:
                 self._retake()
             except psycopg.Error as exc:
+                conn.close()
                 error = exc
                 continue
             self._revive_others()
@@ -238,19 +243,26 @@ class PgCache:
                 if self._take(lock, name, holder):
                     continue
             self._leases.clear()
-            raise CacheError(f"{self.location}: {name}: the run's lease was lost while the "
-                             "server was away and another run holds it now; this run stops so "
-                             "that no task is called twice (rerun later to resume)")
+            self._lost = CacheError(f"{self.location}: {name}: the run's lease was lost while "
+                                    "the server was away and another run holds it now; this "
+                                    "run stops so that no task is called twice (rerun later "
+                                    "to resume)")
+            raise self._lost
 
     def _revive_others(self) -> None:
         """After a reconnect, the other caches of this process that hold a lease (an idle
-        connection does not notice a restart) check theirs, and take it again if it died."""
+        connection does not notice a restart) check theirs, and take it again if it died. A
+        lease lost meanwhile makes this cache's calls raise once each has run (`_lost`): the
+        run stops, and what the call stored stays stored."""
         if _reviving.is_set():
             return
         _reviving.set()
         try:
             for other in [c for c in _LEASED if c is not self and c._leases]:
-                other._call("checking the run's lease", other._ping)
+                try:
+                    other._call("checking the run's lease", other._ping)
+                except CacheError as exc:
+                    self._lost = self._lost or exc
         finally:
             _reviving.clear()
 
