@@ -56,6 +56,7 @@ from runner.execute.imports import import_answers
 from runner.execute.shard import Shard, split_limits
 from runner.execute.store.backend import CacheBackend, is_url, marked, open_cache, redact
 from runner.execute.store.cache import Cache
+from runner.execute.store.lease import describe, lease_name
 from runner.expand import task_key
 from runner.job.spec import Job
 from runner.reduce.judgments import CachedFirst, Judgment, judge
@@ -290,11 +291,23 @@ def run(job: str, models: tuple[str, ...], base_url: str | None, limit: int | No
         check_out(sel.out_dir)
     if opts["refresh_damaged"]:
         _drop_damaged(sel)
-    if not opts["offline"]:
-        check_keys(sel.job, os.environ)
-        check_budget(sel.job, opts["budget"])
+    if opts["offline"]:  # makes no call: needs no lease, as rescore
+        _run(sel, opts, started)
+        return
+    check_keys(sel.job, os.environ)
+    check_budget(sel.job, opts["budget"])
+    # The run's lease on (cache, job, shard), before any call and before asking: a second run
+    # of this job on this cache stops here, naming the first (runner/execute/store/lease.py).
+    name = lease_name(sel.job.name, None if sel.shard is None else str(sel.shard))
+    with open_selected(sel) as held, held.lease(name, describe()):
         if not opts["yes"] and sys.stdin.isatty():
             _confirm(sel)
+        _run(sel, opts, started)
+
+
+def _run(sel: Selection, opts: dict[str, Any], started: float) -> None:
+    """`judge run` once its options are checked (and its lease held): the batch stage, the
+    pool, the reports."""
     batched = batch_stage(sel, opts)
     if batched is not None:
         sel, opts["hold"] = batched.sel, batched.hold

@@ -3,7 +3,8 @@
 `backend` (the one interface, and `open_cache`) over `reader` (the reader process and the
 forked expanders) and `folding` (the process that moves the answers' journal into SQLite),
 over `cache` (a diskcache folder), `pgcache` (PostgreSQL) and `keyindex` (a job's keys kept in
-its cache folder), over `journal` (the answers' append-only journal) and `faults` (a folder
-that cannot be written, a database SQLite cannot use, a damaged record), over `child` (child
+its cache folder), over `journal` (the answers' append-only journal), `faults` (a folder that
+cannot be written, a database SQLite cannot use, a damaged record), `lease` (a run's lease on its
+job and shard) and `deadline` (the watchdog over a database call), over `child` (child
 processes, spawned or forked).
 """

@@ -16,6 +16,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from runner.execute.store.cache import Cache
 from runner.execute.store.child import forkable
+from runner.execute.store.lease import Lease
 from runner.execute.store.reader import Answer, Expander, Reader, records, usable
 from runner.expand import Expansion, Task, task_key
 
@@ -71,6 +72,13 @@ class CacheBackend(Protocol):
 
     def stats(self) -> dict[str, int]:
         """{"entries": n, "bytes": size on disk}."""
+        ...
+
+    def lease(self, name: str, holder: str) -> Lease:
+        """Hold the run lease `name` (store/lease.lease_name: a job and shard) until released or
+        this process ends, kill -9 included; raises LeaseHeldError naming the holder (store/
+        lease.describe: host, pid, start time, command) when another run holds it, so that two
+        runs of one job never call the same task on one cache."""
         ...
 
     def close(self) -> None: ...

@@ -41,6 +41,7 @@ from runner.execute.store.faults import (
     writable,
 )
 from runner.execute.store.journal import Folder, Journal, Row, fold_file, recover, unfolded
+from runner.execute.store.lease import FolderLease
 
 __all__ = ["Cache", "answer_record"]
 
@@ -382,6 +383,10 @@ class Cache:
         """Entries and bytes on disk."""
         self._settle()
         return {"entries": len(self._disk), "bytes": int(self._disk.volume())}
+
+    def lease(self, name: str, holder: str) -> FolderLease:
+        """The run lease `name`: a flock on a file in this folder (store/lease.py)."""
+        return FolderLease(self.directory, name, holder)
 
     def close(self) -> None:
         """Fold every appended answer, end the folding process, and close. What SQLite

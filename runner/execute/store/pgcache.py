@@ -15,14 +15,27 @@ Inserts are `ON CONFLICT DO NOTHING`: two workers that answer the same key never
 anything, and the first stored answer wins (a put never replaces a record, unlike diskcache's).
 psycopg 3 in autocommit mode, synchronous: `put` stays a plain call, so the pool keeps no `await`
 between receiving an answer and storing it. The schema is created on first use under an
-advisory lock (many shards start at once) and its version is checked on every open. A
-connection the server drops (restart, failover, idle timeout) is opened again once per call.
+advisory lock (many shards start at once) and its version is checked on every open.
+
+A server that stops answering (frozen, a dead network path) never blocks a run for good: every
+call has a deadline (QUERY_TIMEOUT_S: `statement_timeout` on the server, and a watchdog thread
+that shuts the socket when the server itself does not answer, which TCP keepalives cannot see
+while the frozen server's kernel still acknowledges); connecting has CONNECT_TIMEOUT_S. A
+connection the server drops (a restart, a failover, an idle timeout) or that overran its
+deadline is opened again with capped backoff for up to RECONNECT_WINDOW_S, the call's answers
+kept in memory meanwhile (they count only once stored: runner/execute/pool.py); then the call
+raises one CacheError naming the server. Every statement here is a read or an idempotent insert,
+so running one again after a drop is safe.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
+import threading
+import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, LiteralString, TypeVar
 
@@ -31,13 +44,22 @@ import psycopg
 from psycopg import conninfo
 
 from runner.errors import CacheError
+from runner.execute.store.deadline import Watchdog
+from runner.execute.store.lease import held_error, lease_id
 
 __all__ = ["SCHEMA_VERSION", "PgCache", "redact"]
 
 SCHEMA_VERSION = 1
 CHUNK = 2000  # keys per query: one round trip per chunk, where `in` would make one per key
-CONNECT_TIMEOUT_S = 10
+CONNECT_TIMEOUT_S = 10  # libpq's connect_timeout (its least is 2)
+QUERY_TIMEOUT_S = 60.0
+"""Longest wait for one statement's answer (server-side statement_timeout, and the watchdog)."""
+RECONNECT_WINDOW_S = 60.0
+"""How long a dropped connection is tried again (with capped backoff) before a call fails."""
+BACKOFF_S = (0.1, 5.0)  # first and longest pause between reconnects
+KEEPALIVE_S = (30, 10, 3)  # idle, interval, count: a dead peer or path found in ~1 min
 LOCK_ID = 0x6A75646765  # "judge": the advisory lock the schema is created under
+LEASE_CLASS = 0x6A72  # "jr": the first key of a run lease's advisory lock (store/lease.py)
 
 R = TypeVar("R")
 
@@ -46,6 +68,8 @@ SCHEMA: tuple[LiteralString, ...] = (
     "CREATE TABLE IF NOT EXISTS judge_cache (key text PRIMARY KEY, record bytea NOT NULL, "
     "source text NOT NULL, created timestamptz NOT NULL DEFAULT now())",
     "INSERT INTO judge_cache_meta VALUES ('schema_version', '1') ON CONFLICT DO NOTHING",
+    "CREATE TABLE IF NOT EXISTS judge_lease (id integer PRIMARY KEY, name text NOT NULL, "
+    "holder text NOT NULL, since timestamptz NOT NULL DEFAULT now())",
 )
 
 
@@ -60,6 +84,10 @@ def redact(url: str) -> str:
     return f"postgresql://{user}{parts.get('host', '')}{port}/{parts.get('dbname', '')}"
 
 
+_LEASED: weakref.WeakSet[PgCache] = weakref.WeakSet()  # caches of this process holding a lease
+_reviving = threading.Event()  # set while one cache's reconnect checks the others' leases
+
+
 class PgCache:
     """Response records by cache key, in PostgreSQL."""
 
@@ -71,37 +99,90 @@ class PgCache:
             raise CacheError("--cache / JUDGE_CACHE_URL is not a valid PostgreSQL URL; write it "
                              "as postgresql://USER@HOST:PORT/DBNAME") from None
         self._url = url
-        self._conn = self._connect()
+        self._watchdog = Watchdog(QUERY_TIMEOUT_S)
+        self._leases: dict[int, tuple[str, str]] = {}  # advisory lock -> (name, holder)
+        self._down: CacheError | None = None  # set when reconnecting failed for the window
+        self._lost: CacheError | None = None  # set when another cache here lost its lease
+        try:
+            self._conn = self._open()
+        except psycopg.Error as exc:
+            self._watchdog.close()
+            raise CacheError(f"{self.location}: cannot connect to the cache ({self._clean(exc)}); "
+                             "check --cache / JUDGE_CACHE_URL and that the server is up") from None
         try:
             self._ensure_schema()
         except BaseException:
-            self._conn.close()
+            self.close()
             raise
 
-    def _connect(self) -> psycopg.Connection[tuple[Any, ...]]:
+    def _open(self) -> psycopg.Connection[tuple[Any, ...]]:
+        """A new connection with every timeout set (see the module docstring)."""
+        conn = psycopg.connect(self._url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S,
+                               tcp_user_timeout=int(QUERY_TIMEOUT_S * 1000), keepalives=1,
+                               keepalives_idle=KEEPALIVE_S[0], keepalives_interval=KEEPALIVE_S[1],
+                               keepalives_count=KEEPALIVE_S[2])
         try:
-            return psycopg.connect(self._url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
-        except psycopg.Error as exc:
-            raise CacheError(f"{self.location}: cannot connect to the cache ({self._clean(exc)}); "
-                             "check --cache / JUDGE_CACHE_URL and that the server is up") from None
+            with self._watchdog.armed(conn.fileno(), QUERY_TIMEOUT_S):
+                conn.execute("SELECT set_config('statement_timeout', %s, false)",
+                             (str(int(QUERY_TIMEOUT_S * 1000)),))
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
     def _call(self, what: str, call: Callable[[], R]) -> R:
-        """`call()`; once more on a new connection if the server dropped this one (a restart,
-        a failover, an idle timeout): every statement here is a read or an idempotent insert,
-        so running it twice is safe. Any other failure is a CacheError."""
-        try:
-            return call()
-        except psycopg.OperationalError as exc:
-            if not self._conn.broken:
+        """`call()` under the deadline; when the connection is dropped or overran it, again on
+        a new one (see `_reconnect`). Any other failure is a CacheError."""
+        if self._down is not None:  # gave up already: the run is stopping, so no new wait
+            raise self._down
+        since: float | None = None
+        while True:
+            try:
+                if not self._conn.closed:
+                    with self._watchdog.armed(self._conn.fileno(), QUERY_TIMEOUT_S):
+                        done = call()
+                    if self._lost is not None:  # after the call: what it stored is kept
+                        raise self._lost
+                    return done
+                error: Exception = psycopg.OperationalError("the connection is closed")
+            except psycopg.OperationalError as exc:
+                if not (self._conn.broken or self._watchdog.fired):
+                    raise self._fail(what, exc) from None
+                error = exc
+            except psycopg.Error as exc:
                 raise self._fail(what, exc) from None
-        except psycopg.Error as exc:
-            raise self._fail(what, exc) from None
+            since = since if since is not None else time.monotonic()
+            self._reconnect(what, since, error, self._watchdog.fired)
+
+    def _reconnect(self, what: str, since: float, error: Exception, timed_out: bool) -> None:
+        """A new connection, tried with capped backoff until RECONNECT_WINDOW_S after `since`
+        (a restart refuses connections for a moment, and trying at once while it shuts down
+        only fails), holding this cache's leases again; else a CacheError naming the server."""
         self._conn.close()
-        self._conn = self._connect()
-        try:
-            return call()
-        except psycopg.Error as exc:
-            raise self._fail(what, exc) from None
+        pause = BACKOFF_S[0]
+        while (left := since + RECONNECT_WINDOW_S - time.monotonic()) > 0:
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, BACKOFF_S[1])
+            try:
+                conn = self._open()
+            except psycopg.Error as exc:
+                error, timed_out = exc, timed_out or "timeout" in str(exc)
+                continue
+            self._conn = conn
+            try:
+                self._retake()
+            except psycopg.Error as exc:
+                conn.close()
+                error = exc
+                continue
+            self._revive_others()
+            return
+        detail = (f"no reply to {what} within {QUERY_TIMEOUT_S:g} s" if timed_out
+                  else f"{what}: {self._clean(error)}")
+        self._down = CacheError(f"{self.location}: the PostgreSQL server does not answer "
+                                f"({detail}; reconnecting failed for {RECONNECT_WINDOW_S:g} s); "
+                                "check that it is running and reachable, then rerun to resume")
+        raise self._down
 
     def _clean(self, exc: Exception) -> str:
         text = " ".join(str(exc).split())
@@ -112,20 +193,91 @@ class PgCache:
                           "server, then rerun to resume")
 
     def _ensure_schema(self) -> None:
-        try:
+        def create() -> tuple[Any, ...] | None:
             with self._conn.transaction():
                 self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_ID,))
                 for statement in SCHEMA:
                     self._conn.execute(statement)
-                row = self._conn.execute("SELECT value FROM judge_cache_meta "
-                                         "WHERE name = 'schema_version'").fetchone()
-        except psycopg.Error as exc:
-            raise self._fail("creating the cache tables", exc) from None
+                return self._conn.execute("SELECT value FROM judge_cache_meta "
+                                          "WHERE name = 'schema_version'").fetchone()
+
+        row = self._call("creating the cache tables", create)
         found = row[0] if row else None
         if found != str(SCHEMA_VERSION):
             raise CacheError(f"{self.location}: cache schema version {found}, this judge-runner "
                              f"reads version {SCHEMA_VERSION}; upgrade judge-runner or use "
                              "another database")
+
+    # ------------------------------------------------------------ the run's lease (store/lease.py)
+
+    def lease(self, name: str, holder: str) -> PgLease:
+        """Hold the lease `name` (store/lease.py) for as long as this connection lives: a
+        session-level advisory lock, which the server drops with the connection (kill -9
+        included), described in judge_lease. Raises LeaseHeldError naming the holder when
+        another session holds it."""
+        lock = lease_id(name)
+        if not self._call("taking the run's lease", lambda: self._take(lock, name, holder)):
+            rows = self._rows("reading the lease's holder",
+                              "SELECT holder FROM judge_lease WHERE id = %s", (lock,))
+            raise held_error(self.location, name, str(rows[0][0]) if rows else "")
+        self._leases[lock] = (name, holder)
+        _LEASED.add(self)
+        return PgLease(self, lock)
+
+    def _take(self, lock: int, name: str, holder: str) -> bool:
+        row = self._conn.execute("SELECT pg_try_advisory_lock(%s, %s)",
+                                 (LEASE_CLASS, lock)).fetchone()
+        if not row or not row[0]:
+            return False
+        self._conn.execute("INSERT INTO judge_lease (id, name, holder) VALUES (%s, %s, %s) "
+                           "ON CONFLICT (id) DO UPDATE SET name = excluded.name, "
+                           "holder = excluded.holder, since = now()", (lock, name, holder))
+        return True
+
+    def _retake(self) -> None:
+        """This cache's leases on a new connection (the old session's locks died with it); a
+        CacheError if another run took one meanwhile: this one stops, so no task is called
+        by both."""
+        for lock, (name, holder) in self._leases.items():
+            with self._watchdog.armed(self._conn.fileno(), QUERY_TIMEOUT_S):
+                if self._take(lock, name, holder):
+                    continue
+            self._leases.clear()
+            self._lost = CacheError(f"{self.location}: {name}: the run's lease was lost while "
+                                    "the server was away and another run holds it now; this "
+                                    "run stops so that no task is called twice (rerun later "
+                                    "to resume)")
+            raise self._lost
+
+    def _revive_others(self) -> None:
+        """After a reconnect, the other caches of this process that hold a lease (an idle
+        connection does not notice a restart) check theirs, and take it again if it died. A
+        lease lost meanwhile makes this cache's calls raise once each has run (`_lost`): the
+        run stops, and what the call stored stays stored."""
+        if _reviving.is_set():
+            return
+        _reviving.set()
+        try:
+            for other in [c for c in _LEASED if c is not self and c._leases]:
+                try:
+                    other._call("checking the run's lease", other._ping)
+                except CacheError as exc:
+                    self._lost = self._lost or exc
+        finally:
+            _reviving.clear()
+
+    def _ping(self) -> None:
+        self._conn.execute("SELECT 1")
+
+    def release(self, lock: int) -> None:
+        """Give the lease `lock` back (once; nothing to do if the connection is gone, which
+        dropped it)."""
+        if self._leases.pop(lock, None) is None or self._conn.closed or self._conn.broken:
+            return
+        with (contextlib.suppress(psycopg.Error),
+              self._watchdog.armed(self._conn.fileno(), QUERY_TIMEOUT_S)):
+            self._conn.execute("DELETE FROM judge_lease WHERE id = %s", (lock,))
+            self._conn.execute("SELECT pg_advisory_unlock(%s, %s)", (LEASE_CLASS, lock))
 
     def _rows(self, what: str, sql: LiteralString, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         def rows() -> list[tuple[Any, ...]]:
@@ -211,6 +363,9 @@ class PgCache:
         return {"entries": int(rows[0][0]), "bytes": int(rows[0][1])}
 
     def close(self) -> None:
+        for lock in list(self._leases):
+            self.release(lock)
+        self._watchdog.close()
         self._conn.close()
 
     def __enter__(self) -> PgCache:
@@ -218,3 +373,19 @@ class PgCache:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class PgLease:
+    """A run's lease held by a PgCache's connection (see PgCache.lease)."""
+
+    def __init__(self, cache: PgCache, lock: int) -> None:
+        self._cache, self._lock = cache, lock
+
+    def release(self) -> None:
+        self._cache.release(self._lock)
+
+    def __enter__(self) -> PgLease:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

@@ -1,0 +1,71 @@
+"""A deadline for blocking calls on a socket that the peer may never answer.
+
+runner/execute/store/pgcache.py arms it around every statement: a frozen PostgreSQL server
+(SIGSTOP, a hung host behind a live kernel) would otherwise block a run for good, silently.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+__all__ = ["Watchdog"]
+
+
+class Watchdog:
+    """Shuts a connection's socket when a call overruns its deadline: the one way to end a wait
+    on a server that does not answer. A frozen server's kernel still acknowledges every packet,
+    so neither TCP keepalives nor tcp_user_timeout fire, and statement_timeout is the frozen
+    server's own. One daemon thread a cache; `armed` wakes it only when the new deadline comes
+    before its next wake-up, so a steady stream of calls costs two lock round trips each."""
+
+    def __init__(self, idle_s: float) -> None:
+        self._cond = threading.Condition()
+        self._due: float | None = None  # the armed call's deadline (monotonic), None: idle
+        self._wake_at = 0.0  # when the thread's current wait ends
+        self._idle_s = idle_s  # the longest idle wait: a steady stream of calls never wakes it
+        self._fd = -1
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self.fired = False
+        """The last armed call overran its deadline and its socket was shut."""
+
+    @contextlib.contextmanager
+    def armed(self, fd: int, seconds: float) -> Iterator[None]:
+        with self._cond:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._watch, name="pgcache-watchdog",
+                                                daemon=True)
+                self._thread.start()
+            self._due, self._fd, self.fired = time.monotonic() + seconds, fd, False
+            self._idle_s = seconds
+            if self._due < self._wake_at:
+                self._cond.notify()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._due = None
+
+    def _watch(self) -> None:
+        with self._cond:
+            while not self._closed:
+                now = time.monotonic()
+                if self._due is not None and now >= self._due:
+                    self._due, self.fired = None, True
+                    with contextlib.suppress(OSError), socket.socket(fileno=os.dup(self._fd)) as s:
+                        s.shutdown(socket.SHUT_RDWR)  # libpq's wait ends: the connection is broken
+                    continue
+                self._wake_at = self._due if self._due is not None else now + self._idle_s
+                self._cond.wait(self._wake_at - now)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        if self._thread is not None:
+            self._thread.join()
