@@ -304,9 +304,13 @@ def test_judge_rows_negate_lower_is_better_metrics_and_pair_annotators() -> None
                                               ("korean-chat", "#leaderboard")])
 def test_battles_and_leaderboard_render(job: str, section: str, browser: Any,
                                         tmp_path: Path) -> None:
+    from tests.fakeserver import default_reply
     from tests.test_colossalai import fake_reply
 
-    with ThreadedServer(Script(reply=fake_reply)) as server:
+    # each study's judge answers in its own format (the Korean form's lines, ColossalAI's
+    # scores): a judge none of whose answers parse fails the run
+    reply = fake_reply if job.startswith("colossalai") else default_reply
+    with ThreadedServer(Script(reply=reply)) as server:
         done = _judge("run", str(ROOT / "jobs" / f"{job}.toml"), "--limit", "5", "--model",
                       "fake", "--base-url", server.url, "--cache-dir", str(tmp_path / "cache"),
                       "--out", str(tmp_path / "out"), "--yes", "--rpm", "60000", cwd=tmp_path)
