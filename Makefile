@@ -17,7 +17,7 @@ MODEL_ARGS := $(if $(MODEL),--model $(MODEL),)
 # Install the local-model extra only when the job (or MODEL) uses a local: model.
 NEEDS_LOCAL := $(if $(MODEL),$(findstring local:,$(MODEL)),$(shell grep -l '^spec *= *"local:' $(JOB_FILE) 2>/dev/null))
 
-.PHONY: install install-local run plan rescore test bench lint typecheck fmt check clean
+.PHONY: install install-local run plan rescore test chaos bench lint typecheck fmt check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,11 @@ typecheck: install
 
 test: install lint typecheck
 	$(BIN)/pytest -q $(ARGS)
+
+# The fault campaign: CHAOS_TRIALS=N trials (default 20), each printing its seed;
+# CHAOS_SEED=S CHAOS_TRIALS=1 replays trial S. A short form (3 trials) runs in `make test`.
+chaos: install
+	$(BIN)/pytest -q -s -m chaos tests/test_chaos.py $(ARGS)
 
 bench: install
 	$(BIN)/python bench/run.py --out bench/results.json

@@ -1,10 +1,11 @@
 """A fake OpenAI-compatible chat-completions server on 127.0.0.1, scriptable per test.
 
 It answers `POST /v1/chat/completions` and `GET /v1/models`, and can inject latency, 429 with
-Retry-After, 5xx, dropped connections, hangs past the client's timeout, malformed JSON, and
-401; it enforces an optional requests-per-minute limit the way a real API does, and counts
-requests per distinct body. Used by the tests (in a thread, so a CLI subprocess can call it)
-and by the benchmarks (`python tests/fakeserver.py --port 0`).
+Retry-After, 5xx, dropped connections, hangs past the client's timeout, malformed JSON, slow
+bodies, empty answers (`content: ""`) and 401, drawn per request or per body and attempt; it
+enforces an optional requests-per-minute limit the way a real API does, and counts requests
+per distinct body. Used by the tests (in a thread, so a CLI subprocess can call it) and by
+the benchmarks (`python tests/fakeserver.py --port 0`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-FAULTS = ("429", "500", "drop", "malformed", "hang", "401", "400")
+FAULTS = ("429", "500", "502", "503", "drop", "malformed", "hang", "slow", "empty", "401", "400")
 
 
 _OUTPUT_LINE = re.compile(r"^Output (\d+):", re.MULTILINE)
@@ -64,6 +65,12 @@ class Script:
     reply: Callable[[dict[str, Any]], str] = default_reply
     faults: dict[str, float] = field(default_factory=dict)
     """fault name -> probability, drawn per request (seeded)."""
+    fault_for: Callable[[str, int], str] | None = None
+    """(body key, attempt) -> fault name, attempt 1 being the first request of that body: a
+    fault mix that two runs see alike whatever order their requests come in. Replaces
+    `faults` when set (`queue` and `raw` still come first)."""
+    slow_s: float = 0.3
+    """How long a "slow" answer takes to send its body, in pieces."""
     queue: list[str] = field(default_factory=list)
     """Faults to serve first, one per request, in order ("ok" = a normal answer)."""
     raw: list[tuple[int, dict[str, str], bytes]] = field(default_factory=list)
@@ -83,6 +90,8 @@ class State:
         self.script = script
         self.rng = random.Random(script.seed)
         self.bodies: collections.Counter[str] = collections.Counter()
+        self.answers: collections.Counter[str] = collections.Counter()
+        """Body key -> 200 answers with a text (not "empty") sent for it."""
         self.requests = 0
         self.answered = 0
         self.status: collections.Counter[str] = collections.Counter()
@@ -96,9 +105,11 @@ class State:
     def body_key(self, body: dict[str, Any]) -> str:
         return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
-    def fault(self) -> str:
+    def fault(self, key: str = "") -> str:
         if self.script.queue:
             return self.script.queue.pop(0)
+        if self.script.fault_for is not None:
+            return self.script.fault_for(key, self.bodies[key])
         for name, p in self.script.faults.items():
             if self.rng.random() < p:
                 return name
@@ -151,7 +162,8 @@ async def _chat(request: web.Request) -> web.StreamResponse:
     state.auth.append(request.headers.get("Authorization"))
     raw = await request.read()
     body = orjson.loads(raw)
-    state.bodies[state.body_key(body)] += 1
+    key = state.body_key(body)
+    state.bodies[key] += 1
     state.in_flight += 1
     state.max_in_flight = max(state.max_in_flight, state.in_flight)
     outcome = "429"
@@ -163,21 +175,21 @@ async def _chat(request: web.Request) -> web.StreamResponse:
             outcome = f"raw {status}"
             state.status[str(status)] += 1
             return web.Response(status=status, headers=headers, body=payload)
-        outcome = fault = state.fault()
+        outcome = fault = state.fault(key)
         if script.latency_s:
             await asyncio.sleep(script.latency_s)
-        return await _serve(request, state, body, fault)
+        return await _serve(request, state, body, fault, key)
     finally:
         state.in_flight -= 1
         state.log.append((arrived, time.monotonic(), outcome))
 
 
 async def _serve(request: web.Request, state: State, body: dict[str, Any],
-                 fault: str) -> web.StreamResponse:
+                 fault: str, key: str = "") -> web.StreamResponse:
     script = state.script
     if fault == "429":
         return _status(state, 429, "Rate limit reached", retry_after=script.retry_after)
-    if fault in ("500", "401", "400"):
+    if fault in ("500", "502", "503", "401", "400"):
         return _status(state, int(fault), f"fake {fault}")
     if fault == "drop":
         state.status["drop"] += 1
@@ -192,8 +204,32 @@ async def _serve(request: web.Request, state: State, body: dict[str, Any],
         return web.Response(body=b'{"choices": [', content_type="application/json")
     state.status["200"] += 1
     state.answered += 1
-    payload = _completion(body, script.reply(body), script.logprobs)
-    return web.Response(body=orjson.dumps(payload), content_type="application/json")
+    text = "" if fault == "empty" else script.reply(body)
+    if fault == "empty":
+        state.status["empty"] += 1
+    else:
+        state.answers[key] += 1
+    payload = orjson.dumps(_completion(body, text, script.logprobs))
+    if fault == "slow":
+        return await _slowly(request, state, payload)
+    return web.Response(body=payload, content_type="application/json")
+
+
+async def _slowly(request: web.Request, state: State, payload: bytes) -> web.StreamResponse:
+    """A whole answer whose body comes in four pieces over `slow_s` seconds."""
+    state.status["slow"] += 1
+    response = web.StreamResponse(headers={"Content-Type": "application/json"})
+    response.content_length = len(payload)
+    await response.prepare(request)
+    piece = -(-len(payload) // 4)
+    try:
+        for start in range(0, len(payload), piece):
+            await asyncio.sleep(state.script.slow_s / 4)
+            await response.write(payload[start:start + piece])
+        await response.write_eof()
+    except ConnectionResetError:  # the client went away half-way (killed): nobody to tell
+        pass
+    return response
 
 
 def _status(state: State, status: int, message: str,

@@ -449,16 +449,18 @@ async def test_stop_during_a_429_pause(study: Callable[..., Study], server: Thre
     script.retry_after = 5.0
     script.queue = ["ok", "429"]
     stop = asyncio.Event()
+    stats = RunStats()
 
     async def stop_after_429() -> None:
-        while not server.state.status["429"]:
+        # A retry is counted as the 429 is taken, with no await before the pause: from then
+        # the pool is in the pause.
+        while not stats.retries:
             await asyncio.sleep(0.005)
-        await asyncio.sleep(0.1)  # the pool is now in the pause
         stop.set()
 
     started = time.monotonic()
     async with asyncio.timeout(10):
-        _, stats = await asyncio.gather(stop_after_429(), s.run(cache, stop=stop))
+        await asyncio.gather(stop_after_429(), s.run(cache, stop=stop, stats=stats))
     assert time.monotonic() - started < 2
     assert stats.interrupted and stats.failures == {}
     ((_, replied, _),) = [entry for entry in server.state.log if entry[2] == "429"]

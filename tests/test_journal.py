@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -25,6 +26,27 @@ from runner.execute.store import cache as cache_module
 from runner.execute.store import journal
 from runner.execute.store.cache import Cache
 from tests.conftest import ROOT
+from tests.processes import DEADLINE_S, Child, Processes, processes_fixture  # noqa: F401
+
+
+@pytest.fixture(autouse=True)
+def folding_children(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every folding child a test's caches start ends with the test: those told to end are
+    reaped, those still running (a cache left open, a failed test) killed and reaped."""
+    started: list[subprocess.Popen[bytes]] = []
+    spawn = journal.spawn
+
+    def recorded(*args: str) -> subprocess.Popen[bytes]:
+        started.append(spawn(*args))
+        return started[-1]
+
+    monkeypatch.setattr(journal, "spawn", recorded)
+    yield
+    journal._reap(wait=True)
+    for child in started:
+        if child.poll() is None:
+            child.kill()
+        child.communicate()
 
 
 def _records(n: int, tag: str = "a") -> dict[str, dict[str, Any]]:
@@ -96,7 +118,9 @@ def _folding_cache(folder: Path, monkeypatch: pytest.MonkeyPatch, n: int
 
 
 def _gone(pid: int) -> bool:
-    deadline = time.monotonic() + 20
+    """Whether `pid` ends within DEADLINE_S (an idle-priority child on a busy machine is slow
+    to get a core)."""
+    deadline = time.monotonic() + DEADLINE_S
     while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
         try:  # our own child: reap it, or it stays a zombie
             if os.waitpid(pid, os.WNOHANG) != (0, 0):
@@ -214,14 +238,16 @@ def test_a_folding_processs_answers_are_taken_whole_and_at_once(tmp_path: Path) 
     with mock.patch.object(journal, "spawn", lambda *_: subprocess.Popen(  # this script
             [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE)):
         folder = journal.Folder(tmp_path)
-    assert folder.answer(10) == "ok"
-    assert folder.answer(0) == "error: disk full"
-    started = time.monotonic()
-    assert folder.answer(0.2) is None and time.monotonic() - started >= 0.2  # "ok" without \\n
-    assert folder.request(tmp_path / "x.log")
-    assert folder.answer(10) == "ok"
-    assert folder.answer(10) == "gone"
-    folder.kill()
+    try:
+        assert folder.answer(DEADLINE_S) == "ok"
+        assert folder.answer(0) == "error: disk full"
+        started = time.monotonic()
+        assert folder.answer(0.2) is None and time.monotonic() - started >= 0.2  # "ok" no \\n
+        assert folder.request(tmp_path / "x.log")
+        assert folder.answer(DEADLINE_S) == "ok"
+        assert folder.answer(DEADLINE_S) == "gone"
+    finally:
+        folder.kill()
 
 
 def test_close_ends_the_folding_process_while_a_forked_child_holds_its_input(
@@ -251,6 +277,7 @@ FOLDING_WRITER = textwrap.dedent("""
     from runner.execute.store import cache as cache_module
     from runner.execute.store.cache import Cache
     cache_module.FOLD_ROWS, cache_module.FOLD_S, cache_module.FOLDER_ROWS = 50, 3600.0, 10
+    cache_module.STARVED_S = 60.0  # the idle-priority child of a busy machine is still heard
     cache = Cache(Path(sys.argv[1]))
     for i in range(23):
         cache.append([(f"f{i}{j:062d}", {"turn": i, "answer": j}) for j in range(10)])
@@ -259,13 +286,12 @@ FOLDING_WRITER = textwrap.dedent("""
 """)
 
 
-def test_a_killed_writers_folding_process_folds_every_answer_it_wrote(tmp_path: Path) -> None:
-    proc = subprocess.Popen([sys.executable, "-c", FOLDING_WRITER, str(tmp_path)], cwd=ROOT,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    folder = int(proc.stdout.readline())
-    proc.send_signal(signal.SIGKILL)
-    proc.communicate(timeout=10)
+def test_a_killed_writers_folding_process_folds_every_answer_it_wrote(
+        tmp_path: Path, processes: Processes) -> None:
+    proc = processes.start([sys.executable, "-c", FOLDING_WRITER, str(tmp_path)], cwd=ROOT)
+    folder = processes.adopt(int(proc.wait_for("", stream="out")))  # killed if it outlives
+    proc.signal(signal.SIGKILL)
+    assert proc.finish()[0] == -signal.SIGKILL
     assert _gone(folder), "the folding process outlived its parent"
     assert _in_sqlite(tmp_path) == 230 and _journals(tmp_path) == []
 
@@ -293,25 +319,21 @@ WRITER = textwrap.dedent("""
 """)
 
 
-def _writer(folder: Path) -> subprocess.Popen[str]:
-    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(folder)], cwd=ROOT,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None and proc.stdout.readline() == "appended\n"
+def _writer(folder: Path, processes: Processes) -> Child:
+    proc = processes.start([sys.executable, "-c", WRITER, str(folder)], cwd=ROOT)
+    proc.wait_for("appended", stream="out")
     return proc
 
 
 def test_a_live_writers_journal_is_left_alone_and_a_killed_ones_is_folded(
-        tmp_path: Path) -> None:
+        tmp_path: Path, processes: Processes) -> None:
     keys = [f"w{i}{j:062d}" for i in range(5) for j in range(10)]
-    proc = _writer(tmp_path)
-    try:
-        (log,) = _journals(tmp_path)
-        with Cache(tmp_path) as reader:  # the writer is alive: its answers are its own
-            assert reader.has_many(keys) == set() and log.exists()
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.communicate(timeout=10)
-    assert proc.returncode == -signal.SIGKILL and log.stat().st_size > 0
+    proc = _writer(tmp_path, processes)
+    (log,) = _journals(tmp_path)
+    with Cache(tmp_path) as reader:  # the writer is alive: its answers are its own
+        assert reader.has_many(keys) == set() and log.exists()
+    proc.signal(signal.SIGKILL)
+    assert proc.finish()[0] == -signal.SIGKILL and log.stat().st_size > 0
     with Cache(tmp_path) as after:
         records = after.get_many(keys)
     assert len(records) == 50 and records[keys[23]] == {"turn": 2, "answer": 3}
@@ -319,10 +341,11 @@ def test_a_live_writers_journal_is_left_alone_and_a_killed_ones_is_folded(
 
 
 def test_a_writer_that_closes_leaves_every_answer_in_sqlite_and_no_journal(
-        tmp_path: Path) -> None:
-    proc = _writer(tmp_path)
-    proc.communicate("", timeout=30)
-    assert proc.returncode == 0
+        tmp_path: Path, processes: Processes) -> None:
+    proc = _writer(tmp_path, processes)
+    assert proc.proc.stdin is not None
+    proc.proc.stdin.close()
+    assert proc.finish()[0] == 0, "".join(proc.err)
     assert _in_sqlite(tmp_path) == 50 and _journals(tmp_path) == []
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
+import signal
 import sys
 import time
 from pathlib import Path
@@ -27,6 +27,7 @@ from runner.execute.store.cache import Cache
 from runner.execute.store.reader import Reader, answer, answer_of, usable
 from tests.conftest import DATA_DIR, ROOT
 from tests.fakeserver import ThreadedServer
+from tests.processes import Processes, processes_fixture, wait_until  # noqa: F401
 
 
 def _key(n: int) -> str:
@@ -215,24 +216,18 @@ def _running(pid: int) -> bool:
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 def test_a_reader_does_not_outlive_a_killed_parent(
-        filled: tuple[Path, dict[str, dict[str, Any]]]) -> None:
+        filled: tuple[Path, dict[str, dict[str, Any]]], processes: Processes) -> None:
     """kill -9 of `judge` leaves no reader behind: EOF on its stdin ends it."""
     folder, _ = filled
-    parent = subprocess.Popen(
+    parent = processes.start(
         [sys.executable, "-c", "import sys, time\nfrom pathlib import Path\n"
          "from runner.execute.store.reader import Reader\nreader = Reader(Path(sys.argv[1]))\n"
-         "print(reader._child.pid, flush=True)\ntime.sleep(60)\n", str(folder)],
-        stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    assert parent.stdout is not None
-    child = int(parent.stdout.readline())
+         "print(reader._child.pid, flush=True)\ntime.sleep(60)\n", str(folder)], cwd=ROOT)
+    child = processes.adopt(int(parent.wait_for("", stream="out")))  # killed if it outlives
     assert _running(child)
-    parent.kill()
-    parent.wait(timeout=10)
-    parent.stdout.close()
-    deadline = time.monotonic() + 10
-    while _running(child) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _running(child)
+    parent.signal(signal.SIGKILL)
+    parent.finish()
+    wait_until(lambda: not _running(child), "the reader ending after its parent's kill")
 
 
 _text = st.text(alphabet=st.sampled_from('ab",:{}[]\\\\ \n\u00e9response'), max_size=20)

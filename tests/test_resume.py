@@ -6,14 +6,13 @@ that a further run makes no request at all.
 from __future__ import annotations
 
 import signal
-import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.fakeserver import ThreadedServer
+from tests.processes import Child, Processes, processes_fixture, wait_until  # noqa: F401
 from tests.test_cli import (
     OPENMEVA,
     SUBPROCESS_TIMEOUT_S,
@@ -37,24 +36,17 @@ def _args(server: ThreadedServer, tmp_path: Path) -> tuple[object, ...]:
 
 
 @pytest.fixture
-def started(server: ThreadedServer, tmp_path: Path, data_dir: Path
-            ) -> Iterator[tuple[subprocess.Popen[str], tuple[object, ...]]]:
-    """A `judge run` in a subprocess, returned once the server has answered 10 requests."""
+def started(server: ThreadedServer, tmp_path: Path, data_dir: Path, processes: Processes
+            ) -> tuple[Child, tuple[object, ...]]:
+    """A `judge run` in a subprocess, returned once the server has answered 10 requests; the
+    `processes` fixture ends it whatever the test does."""
     server.state.script.latency_s = LATENCY_S
     args = _args(server, tmp_path)
-    proc = subprocess.Popen(judge_cmd(*args), env=clean_env(data_dir), cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 30
-        while server.state.answered < 10:
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the run did not get going within 30 s"
-            time.sleep(0.01)
-        yield proc, args
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.communicate(timeout=SUBPROCESS_TIMEOUT_S)
+    proc = processes.start(judge_cmd(*args), env=clean_env(data_dir), cwd=tmp_path)
+    wait_until(lambda: server.state.answered >= 10 or proc.proc.poll() is not None,
+               "the run getting going")
+    assert proc.proc.poll() is None, "".join(proc.err)
+    return proc, args
 
 
 def _complete(out: Path) -> None:
@@ -66,13 +58,14 @@ def _complete(out: Path) -> None:
 
 
 def test_kill_9_then_rerun_requests_only_what_was_missing(
-        started: tuple[subprocess.Popen[str], tuple[object, ...]], server: ThreadedServer,
+        started: tuple[Child, tuple[object, ...]], server: ThreadedServer,
         tmp_path: Path, data_dir: Path) -> None:
     proc, args = started
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=10)
-    assert proc.returncode == -signal.SIGKILL
-    time.sleep(LATENCY_S * 2)  # let the server finish the requests that were in flight
+    proc.signal(signal.SIGKILL)
+    code, _, _ = proc.finish(timeout=SUBPROCESS_TIMEOUT_S)
+    assert code == -signal.SIGKILL
+    # the server finishes the requests that were in flight (their answers go nowhere)
+    wait_until(lambda: server.state.in_flight == 0, "the in-flight requests ending")
     before = server.state.requests
     assert before < LIMIT, "the run finished before the kill; nothing was tested"
     server.state.script.latency_s = 0
@@ -98,14 +91,14 @@ def test_kill_9_then_rerun_requests_only_what_was_missing(
 
 
 def test_ctrl_c_stops_dispatch_exits_130_and_says_how_to_resume(
-        started: tuple[subprocess.Popen[str], tuple[object, ...]], server: ThreadedServer,
+        started: tuple[Child, tuple[object, ...]], server: ThreadedServer,
         tmp_path: Path, data_dir: Path) -> None:
     proc, args = started
-    proc.send_signal(signal.SIGINT)
+    proc.signal(signal.SIGINT)
     at_signal = server.state.requests
-    _, stderr = proc.communicate(timeout=SUBPROCESS_TIMEOUT_S)
+    code, _, stderr = proc.finish(timeout=SUBPROCESS_TIMEOUT_S)
 
-    assert proc.returncode == 130, stderr
+    assert code == 130, stderr
     assert "Traceback" not in stderr
     command = " ".join(["judge", *map(str, args)])
     assert stderr.splitlines()[-1].endswith(f"rerun to resume: {command}"), stderr
@@ -128,20 +121,21 @@ def test_ctrl_c_stops_dispatch_exits_130_and_says_how_to_resume(
 
 
 def test_second_ctrl_c_cancels_in_flight_requests_without_a_traceback(
-        started: tuple[subprocess.Popen[str], tuple[object, ...]], server: ThreadedServer,
+        started: tuple[Child, tuple[object, ...]], server: ThreadedServer,
         tmp_path: Path, data_dir: Path) -> None:
     proc, args = started
+    sent_before = server.state.requests
     server.state.script.latency_s = SLOW_S  # what is sent from now on is in flight at the 2nd ^C
-    time.sleep(0.3)
-    proc.send_signal(signal.SIGINT)
-    time.sleep(0.2)
+    wait_until(lambda: server.state.requests > sent_before, "a slow request being sent")
+    proc.signal(signal.SIGINT)
+    proc.wait_for("stopping: no new requests")  # the first Ctrl-C is taken
     sent = time.monotonic()
-    proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=SUBPROCESS_TIMEOUT_S)
+    proc.signal(signal.SIGINT)
+    code, _, stderr = proc.finish(timeout=SUBPROCESS_TIMEOUT_S)
     exited_after = time.monotonic() - sent
     server.state.script.latency_s = 0
 
-    assert proc.returncode == 130, stderr
+    assert code == 130, stderr
     assert "Traceback" not in stderr
     assert "rerun to resume: judge run " in stderr
 

@@ -93,8 +93,18 @@ def _start(i: int, server: ThreadedServer, pg_url: str, tmp_path: Path,
 
 
 def _finish(proc: subprocess.Popen[str]) -> tuple[int, str]:
-    _, err = proc.communicate(timeout=SUBPROCESS_TIMEOUT_S)
+    try:
+        _, err = proc.communicate(timeout=SUBPROCESS_TIMEOUT_S)
+    finally:
+        _end(proc)
     return proc.returncode, err
+
+
+def _end(proc: subprocess.Popen[str]) -> None:
+    """Killed if still running, and reaped: no shard outlives its test."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.communicate()
 
 
 def _comparable(out: Path) -> list[dict[str, Any]]:
@@ -119,7 +129,11 @@ def test_four_shards_answer_each_task_once_and_rescore_equals_one_process(
         server: ThreadedServer, pg_url: str, tmp_path: Path, data_dir: Path) -> None:
     env = clean_env(data_dir)
     procs = [_start(i, server, pg_url, tmp_path, env) for i in range(SHARDS)]
-    results = [_finish(p) for p in procs]
+    try:
+        results = [_finish(p) for p in procs]
+    finally:
+        for p in procs:
+            _end(p)
     assert [code for code, _ in results] == [0] * SHARDS, results
     assert server.state.bodies and set(server.state.bodies.values()) == {1}  # each once
     assert len(server.state.bodies) == LIMIT
@@ -163,8 +177,7 @@ def test_kill_9_of_one_shard_then_rerunning_only_it_completes_the_job(
         results = [_finish(p) for p in procs]
     finally:
         for p in procs:
-            if p.poll() is None:
-                p.kill()
+            _end(p)
     assert results[1][0] == -9 and [r[0] for i, r in enumerate(results) if i != 1] == [0] * 3
     before = sum(server.state.bodies.values())
     assert len(server.state.bodies) < LIMIT  # shard 1's work is unfinished
