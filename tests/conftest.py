@@ -9,11 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from tests.fakeserver import Script, ThreadedServer
 from tests.pgserver import pg_cluster, pg_url  # noqa: F401  (fixtures: a PostgreSQL server)
 
 ROOT = Path(__file__).resolve().parents[1]
+# A busy 2-core machine can take more than hypothesis's 200 ms for one example: no deadline.
+settings.register_profile("busy machine", deadline=None)
+settings.load_profile("busy machine")
 # No test may reach the internet: a registered data set missing from JUDGE_DATA_DIR would be
 # downloaded by `judge run`, so every download goes to a closed loopback port unless a test
 # serves its own mirror (tests/test_first_use.py).
@@ -65,3 +69,24 @@ def write_job(tmp_path: Path) -> JobWriter:
         return path
 
     return write
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 3 MB tmpfs mounted at tmp_path/disk for this test (root only; skipped with the reason
+    elsewhere, a failure under CI=true), unmounted at its end (lazily: a folding child that
+    outlives the command may still hold a file there for a moment)."""
+    import subprocess
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(disk)],
+                             capture_output=True, text=True, check=False)
+    if mounted.returncode != 0:
+        reason = f"cannot mount a tmpfs here (root needed): {mounted.stderr.strip()}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)

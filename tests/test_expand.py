@@ -273,9 +273,9 @@ def test_openmeva_registered(data_dir: Path) -> None:
 
 JSON_SCALARS = st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.text(max_size=8) \
     | st.floats(allow_nan=False, allow_infinity=False)
-PARAMS = st.dictionaries(st.text(min_size=1, max_size=6).filter(
-    lambda k: k not in ("model", "messages")), JSON_SCALARS | st.lists(JSON_SCALARS, max_size=3),
-    max_size=6)
+PARAMS = st.dictionaries(st.text(min_size=1, max_size=6).filter(  # what the job loader accepts
+    lambda k: k not in ("model", "messages", "n", "max_tokens", "max_completion_tokens")),
+    JSON_SCALARS | st.lists(JSON_SCALARS, max_size=3), max_size=6)
 
 
 def _body(params: dict[str, Any], model: str = "m") -> dict[str, Any]:

@@ -278,35 +278,18 @@ def test_out_that_cannot_be_written_is_refused_before_any_call(
     assert server.state.requests == 0
 
 
-@pytest.fixture
-def small_fs(tmp_path: Path) -> object:
-    """A 3 MB tmpfs under tmp_path, unmounted by this fixture."""
-    import os
-    import subprocess
-    folder = tmp_path / "small"
-    folder.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(folder)],
-                             capture_output=True, text=True, check=False)
-    if mounted.returncode != 0:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"cannot mount a tmpfs in CI: {mounted.stderr.strip()}")
-        pytest.skip(f"cannot mount a tmpfs here (root needed): {mounted.stderr.strip()}")
-    yield folder
-    subprocess.run(["umount", "-l", str(folder)], check=False)
-
-
 def test_a_full_disk_under_the_reports_leaves_the_previous_set_untouched(
-        server: ThreadedServer, tmp_path: Path, data_dir: Path, small_fs: Path) -> None:
+        server: ThreadedServer, tmp_path: Path, data_dir: Path, small_disk: Path) -> None:
     job = write_job(tmp_path / "jobs")
-    out = small_fs / "out"
+    out = small_disk / "out"
     args = ("--limit", TASKS, "--base-url", server.url, "--cache-dir", tmp_path / "cache",
             "--out", out)
     first = run_judge("run", job, *args, env=clean_env(data_dir), cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     before = _snapshot(out)
-    filler = small_fs / "filler"
+    filler = small_disk / "filler"
     with filler.open("wb") as f:  # fill what is left, bar a few kB
-        free = __import__("shutil").disk_usage(small_fs).free
+        free = __import__("shutil").disk_usage(small_disk).free
         f.write(b"\0" * max(0, free - 8192))
 
     full = run_judge("rescore", job, *args, env=clean_env(data_dir), cwd=tmp_path)
@@ -317,7 +300,7 @@ def test_a_full_disk_under_the_reports_leaves_the_previous_set_untouched(
                            "the previous reports are untouched"), line
     assert "Traceback" not in full.stderr
     assert _snapshot(out) == before
-    assert [p.name for p in small_fs.iterdir() if p.name.startswith(".")] == []  # no stage
+    assert [p.name for p in small_disk.iterdir() if p.name.startswith(".")] == []  # no stage
     filler.unlink()
 
     again = run_judge("rescore", job, *args, env=clean_env(data_dir), cwd=tmp_path)

@@ -184,6 +184,8 @@ def test_template_per_aspect(write_job: JobWriter) -> None:
      "models.gpt.params.messages is set by the runner"),
     ("params = { temperature = 0, max_tokens = 8 }", "params = { n = 0 }",
      "prompts[0].params.n must be a positive integer (got 0)"),
+    ("params = { temperature = 0, max_tokens = 8 }", 'params = { max_tokens = "64" }',
+     "prompts[0].params.max_tokens must be a positive integer (got '64')"),
 ])
 def test_reserved_and_bad_params(write_job: JobWriter, old: str, new: str, expected: str) -> None:
     assert expected in _error(write_job, VALID.replace(old, new, 1))

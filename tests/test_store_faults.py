@@ -11,7 +11,6 @@ import signal
 import sqlite3
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -303,22 +302,6 @@ def test_a_killed_reader_process_is_read_for_in_place_and_nothing_is_lost(
     assert all(j["error"] is None and j["score"] is not None for j in lines)
     counts = manifest(tmp_path / "out")["counts"]
     assert (counts["cache_hits"], counts["api_calls"]) == (LIMIT - len(hole), len(hole))
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 2 MB tmpfs mounted for this test (root only), unmounted at its end."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)],
-                             capture_output=True, text=True, check=False)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.strip()}); the ENOSPC test "
-                    "below injects the full disk instead")
-    try:
-        yield disk
-    finally:
-        subprocess.run(["umount", str(disk)], check=True)
 
 
 def _stored_bodies(cache: Path, state: Any) -> set[str]:

@@ -346,9 +346,10 @@ def _check_params(r: _Reader, params: Mapping[str, Any]) -> None:
     for key in params:
         if key in RESERVED_PARAMS:
             raise r.error(f"params.{key}", "is set by the runner; remove it")
-    n = params.get("n", 1)
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise r.error("params.n", f"must be a positive integer (got {n!r})")
+    for key in ("n", "max_tokens", "max_completion_tokens"):
+        value = params.get(key, 1)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise r.error(f"params.{key}", f"must be a positive integer (got {value!r})")
 
 
 def _model(r: _Reader, key: str, table: Any) -> ModelSpec:
