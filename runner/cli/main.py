@@ -536,7 +536,8 @@ def _rescore(sel: Selection, started: float,
         stats.total, stats.missing = tables.tasks, tables.missing
         stats.duplicates = tables.tasks - tables.distinct
         stats.cache_hits = tables.distinct - len(tables.missing)
-        return {**manifest(sel, stats, started, command), "batch_answers": answers.answers}
+        return {**manifest(sel, stats, started, command, "rebuild"),
+                "batch_answers": answers.answers}
 
     with open_selected(sel) as cache:
         judged = judge(sel.expansion, cache)  # a large job's readers start now, and read
@@ -728,6 +729,7 @@ def import_(job: str, limit: int | None, cache_dir: str | None, out: str | None,
 
 cli.add_command(batches(_common, _select))
 cli.add_command(views.view)
+cli.add_command(views.runs)
 
 
 @cli.group()

@@ -430,14 +430,16 @@ def estimate(sel: Selection) -> list[ModelPlan]:
 
 
 def manifest(sel: Selection, stats: RunStats | None, started: float,
-             command: str) -> dict[str, Any]:
-    """manifest.json: what ran, with which versions, what it did and cost. Never a key."""
+             command: str, kind: str = "run") -> dict[str, Any]:
+    """manifest.json: what ran, with which versions, what it did and cost. Never a key.
+    `kind`: "run" (a `judge run`, which may have called), or "rebuild" (rescore, report,
+    import: reports from the cache alone, whose counts are of no call)."""
     versions = {}
     for pkg in PACKAGES:
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             versions[pkg] = importlib.metadata.version(pkg)
     counts = stats.as_dict() if stats else {}
-    return {"job": sel.job.name, "job_file": str(sel.job.path),
+    return {"kind": kind, "job": sel.job.name, "job_file": str(sel.job.path),
             "job_sha256": hashlib.sha256(sel.job.path.read_bytes()).hexdigest(),
             "command": command, "versions": versions, "python": sys.version.split()[0],
             "started": _iso(started), "ended": _iso(time.time()),
