@@ -13,6 +13,7 @@ import functools
 import hashlib
 import itertools
 import os
+import random
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,7 +29,8 @@ from runner.errors import ConfigError, DataError
 from runner.job.spec import PLACEHOLDER, GenerateSpec, Job, ModelSpec, PromptSpec, placeholders
 from runner.parse import metrics
 
-__all__ = ["Expansion", "Task", "cache_key", "estimate_cost", "prepare", "render", "task_key"]
+__all__ = ["Expansion", "Task", "cache_key", "estimate_cost", "prepare", "render", "sample_ids",
+           "task_key"]
 
 # Rough prompt-token estimate (no tokenizer download needed offline); the limiter reconciles
 # every reservation with the response's `usage`, so an estimate only shifts timing a little.
@@ -267,13 +269,18 @@ class Expansion:
 
 class _Reread(Sequence[Item]):
     """A data set read again from its file on every pass, never held in memory (`plan` over
-    a million tasks). Indexing reads up to the item; len() reads it all."""
+    a million tasks). Indexing reads up to the item; len() reads it all. `kept`: the item ids
+    of a --sample draw (None: every item, up to `limit`)."""
 
-    def __init__(self, read: Callable[[], Iterable[Item]], limit: int | None) -> None:
-        self.read, self.limit = read, limit
+    def __init__(self, read: Callable[[], Iterable[Item]], limit: int | None,
+                 kept: frozenset[str] | None = None) -> None:
+        self.read, self.limit, self.kept = read, limit, kept
 
     def __iter__(self) -> Iterator[Item]:
         stream = iter(self.read())
+        if self.kept is not None:
+            kept = self.kept
+            stream = (it for it in stream if it.item_id in kept)
         return islice(stream, self.limit) if self.limit is not None else stream
 
     def __len__(self) -> int:
@@ -298,9 +305,31 @@ def _no_items(job: Job, position: int, path: Path | None,
                      "empty" + (", and the subsets/systems options" if options else ""))
 
 
+def sample_ids(items: Iterable[Item], n: int, seed: int) -> frozenset[str]:
+    """The item ids of `judge ... --sample N --seed S`: N items drawn at random, whole groups
+    at a time where the data set has groups (the unit of the dataset-level correlation: a
+    group cut in two would count its items in neither), so at least N items unless the data
+    set has fewer. The same items, data and seed give the same draw on every command and
+    machine (random.Random(seed) over the groups in file order)."""
+    groups: dict[str, list[str]] = {}
+    for it in items:
+        groups.setdefault(it.group or it.item_id, []).append(it.item_id)
+    order = list(groups)
+    random.Random(seed).shuffle(order)
+    kept: list[str] = []
+    for group in order:
+        if len(kept) >= n:
+            break
+        kept += groups[group]
+    return frozenset(kept)
+
+
 def prepare(job: Job, data_dir: Path, *, limit: int | None = None,
-            stream: bool = False) -> Expansion:
+            stream: bool = False, sample: tuple[int, int] | None = None) -> Expansion:
     """Load every data set of the job and check each template against its fields.
+
+    `limit`: the first N items of each data set, in file order; `sample`: (N, seed), N items
+    of each drawn at random, whole groups at a time (`sample_ids`).
 
     With `stream`, a job with no group prompts and no generation stage keeps no item in
     memory: every pass over the tasks reads the files again, and `item()` lookups are not
@@ -328,7 +357,8 @@ def prepare(job: Job, data_dir: Path, *, limit: int | None = None,
                                   f"set ({known}); or give path = \"your.jsonl\" and fields")
             lower[spec.name] = datasets.REGISTRY[spec.name].lower_is_better
             read = functools.partial(datasets.load, spec.name, data_dir, options=spec.options)
-        source = _Reread(read, limit)
+        kept = None if sample is None else sample_ids(read(), *sample)
+        source = _Reread(read, limit, kept)
         items[spec.name] = source if stream else list(iter(source))  # no len(): a re-read
         if not items[spec.name] if not stream else next(iter(source), None) is None:
             raise _no_items(job, position, spec.path, spec.options)

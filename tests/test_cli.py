@@ -360,7 +360,7 @@ def _levels_reply(body: dict[str, Any]) -> str:
 def _report_files(out: Path) -> dict[str, Any]:
     files: dict[str, Any] = {n: (out / n).read_bytes() for n in REPORTS if n != "manifest.json"}
     m = manifest(out)
-    for volatile in ("started", "ended", "command"):
+    for volatile in ("started", "ended", "command", "run_id", "kind"):  # a run, or a rebuild
         m.pop(volatile)
     files["manifest.json"] = m
     return files
@@ -387,6 +387,7 @@ def test_rescore_rebuilds_reports_from_the_cache_without_a_server(
 
     assert result.exit_code == 0, result.stderr
     assert _report_files(out) == before
+    assert manifest(out)["kind"] == "rebuild"
     scores = {line["item_id"]: line["score"] for line in judgments(out)}
     levels = {line["item_id"] for line in judgments(out) if line["raw"].startswith("Perfect")}
     assert levels and {scores[i] for i in levels} == {5.0}

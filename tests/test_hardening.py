@@ -220,7 +220,8 @@ REPORTS = ("judgments.jsonl", "scores.csv", "correlations.csv", "summary.csv", "
 
 
 def _snapshot(out: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.is_file()
+            and not p.is_symlink()}
 
 
 @pytest.mark.parametrize("text", ["", "\n\n"])

@@ -89,11 +89,17 @@ def _data_dir() -> Path:
 def _select(job_arg: str, models: tuple[str, ...], base_url: str | None, limit: int | None,
             cache_dir: str | None, out: str | None, stream: bool = False,
             download: Download | None = None) -> Selection:
+    ctx = click.get_current_context(silent=True)
+    meta = ctx.meta if ctx is not None else {}
+    sample = meta.get("judge_sample")
+    if sample is not None and limit is not None:
+        raise ConfigError("--limit and --sample choose the items two ways; give one")
     sel = select(job_path(job_arg), models=models, base_url=base_url, limit=limit,
-                  cache_dir=Path(cache_dir or os.environ.get("JUDGE_CACHE_DIR") or "cache"),
-                  out=Path(out) if out else None, data_dir=_data_dir(),
-                  env_base_url=os.environ.get("OPENAI_BASE_URL"), stream=stream,
-                  download=download, cache_url=cache_url())
+                 sample=None if sample is None else (sample, meta.get("judge_seed") or 0),
+                 cache_dir=Path(cache_dir or os.environ.get("JUDGE_CACHE_DIR") or "cache"),
+                 out=Path(out) if out else None, data_dir=_data_dir(),
+                 env_base_url=os.environ.get("OPENAI_BASE_URL"), stream=stream,
+                 download=download, cache_url=cache_url())
     _register_keys(sel.job)
     return sel
 
@@ -172,6 +178,15 @@ PARTIAL_HELP = ("Exit 0 although some tasks have no cached answer (the reports l
                 "out); without it that is exit 1, e.g. after shards that did not all run.")
 
 
+def _kept(name: str) -> Callable[[click.Context, click.Parameter, Any], None]:
+    """A callback keeping an option's value in the context, for _select (an option every
+    command takes without a parameter of its own)."""
+    def keep(ctx: click.Context, _: click.Parameter, value: Any) -> None:
+        if value is not None:
+            ctx.meta[name] = value
+    return keep
+
+
 def _common(f: Callable[..., Any]) -> Callable[..., Any]:
     """Options that select the tasks: every command that reads the cache takes them."""
     options = [
@@ -185,6 +200,15 @@ def _common(f: Callable[..., Any]) -> Callable[..., Any]:
                                         "e.g. http://127.0.0.1:8000/v1 [env OPENAI_BASE_URL]."),
         click.option("--limit", type=click.IntRange(min=1),
                      help="Only the first N items of each data set, in file order."),
+        click.option("--sample", type=click.IntRange(min=1), metavar="N", expose_value=False,
+                     callback=_kept("judge_sample"),
+                     help="N items of each data set drawn at random, whole groups at a time "
+                          "(a pilot study); the same draw on every command with the same "
+                          "--seed, e.g. --sample 50 --seed 1."),
+        click.option("--seed", type=int, metavar="S", expose_value=False,
+                     callback=_kept("judge_seed"),
+                     help="Seed of the --sample draw [default 0] (the job's `seed` is the "
+                          "bootstrap's)."),
         click.option("--cache-dir", help="Response cache folder [env JUDGE_CACHE_DIR; "
                                          "default ./cache]."),
         click.option("--out", help="Report folder [default: the job's output_dir, "
@@ -568,7 +592,8 @@ def _rescore(sel: Selection, started: float,
         stats.total, stats.duplicates = tables.tasks, tables.tasks - tables.distinct
         stats.missing = [k for k in tables.missing if k not in stats.failures]
         stats.cache_hits = tables.distinct - len(tables.missing)
-        return {**manifest(sel, stats, started, command), "batch_answers": answers.answers}
+        return {**manifest(sel, stats, started, command, "rebuild"),
+                "batch_answers": answers.answers}
 
     with open_selected(sel, read_only=True) as cache:
         # a large job's readers start now, and read
@@ -761,6 +786,7 @@ def import_(job: str, limit: int | None, cache_dir: str | None, out: str | None,
 
 cli.add_command(batches(_common, _select))
 cli.add_command(views.view)
+cli.add_command(views.runs)
 
 
 @cli.group()

@@ -181,16 +181,18 @@ class Download:
 def select(job_path: Path, *, models: tuple[str, ...] = (), base_url: str | None = None,
            limit: int | None = None, cache_dir: Path, out: Path | None = None,
            data_dir: Path, env_base_url: str | None = None, stream: bool = False,
-           download: Download | None = None, cache_url: str | None = None) -> Selection:
+           download: Download | None = None, cache_url: str | None = None,
+           sample: tuple[int, int] | None = None) -> Selection:
     """Load, resolve and expand a job; generated data sets come from the cache as it is.
-    `stream`: one pass over the tasks is all the caller needs (see expand.prepare)."""
+    `stream`: one pass over the tasks is all the caller needs (see expand.prepare);
+    `sample`: (N, seed) of --sample."""
     job = load_job(job_path)
     if download is not None:
         _download(job, data_dir, download)
     job = job.with_models(resolve_models(job, models, base_url, env_base_url))
     if models:  # prompts' own judge lists name the replaced models
         job = replace(job, prompts=tuple(replace(p, models=()) for p in job.prompts))
-    expansion = prepare(job, data_dir, limit=limit, stream=stream)
+    expansion = prepare(job, data_dir, limit=limit, stream=stream, sample=sample)
     sel = Selection(job=job, expansion=expansion, cache_dir=cache_dir,
                     out_dir=out if out is not None else job.output_dir, cache_url=cache_url)
     return derive(sel) if job.generate else sel
@@ -432,14 +434,16 @@ def estimate(sel: Selection) -> list[ModelPlan]:
 
 
 def manifest(sel: Selection, stats: RunStats | None, started: float,
-             command: str) -> dict[str, Any]:
-    """manifest.json: what ran, with which versions, what it did and cost. Never a key."""
+             command: str, kind: str = "run") -> dict[str, Any]:
+    """manifest.json: what ran, with which versions, what it did and cost. Never a key.
+    `kind`: "run" (a `judge run`, which may have called), or "rebuild" (rescore, report,
+    import: reports from the cache alone, whose counts are of no call)."""
     versions = {}
     for pkg in PACKAGES:
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             versions[pkg] = importlib.metadata.version(pkg)
     counts = stats.as_dict() if stats else {}
-    return {"job": sel.job.name, "job_file": str(sel.job.path),
+    return {"kind": kind, "job": sel.job.name, "job_file": str(sel.job.path),
             "job_sha256": hashlib.sha256(sel.job.path.read_bytes()).hexdigest(),
             "command": command, "versions": versions, "python": sys.version.split()[0],
             "started": _iso(started), "ended": _iso(time.time()),

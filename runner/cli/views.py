@@ -1,18 +1,25 @@
-"""`judge view` (open report.html) and the figures of `judge report --figures` (matplotlib,
-imported only then). Registered on the group in runner.cli.main."""
+"""`judge view` (open report.html), `judge runs` (the kept runs of a job) and the figures of
+`judge report --figures` (matplotlib, imported only then). Registered on the group in
+runner.cli.main."""
 
 from __future__ import annotations
 
+import csv
+import math
 import webbrowser
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
+import orjson
 
 from runner.cli.session import job_path
 from runner.errors import ConfigError
 from runner.job.load import load_job
+from runner.report.folder import HISTORY, kept_runs
 
-__all__ = ["figures", "view"]
+__all__ = ["figures", "runs", "view"]
 
 
 def figures(out_dir: Path, figures_dir: Path) -> int:
@@ -22,20 +29,43 @@ def figures(out_dir: Path, figures_dir: Path) -> int:
     return len(write_figures(out_dir / "report.html", figures_dir))
 
 
+def _selection(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The task-selection options every command takes, accepted here so that the same command
+    line works: the report folder depends on --out (and the job's output_dir) alone."""
+    for name, metavar in (("--model", "SPEC"), ("--base-url", "URL"), ("--limit", "N"),
+                          ("--cache-dir", "DIR"), ("--cache", "URL")):
+        f = click.option(name, metavar=metavar, multiple=name == "--model", expose_value=False,
+                         help="Accepted as every command takes it; the report folder does "
+                              "not depend on it.")(f)
+    return click.option("--out", help="Report folder [default: the job's output_dir, "
+                                      "runs/<job>].")(f)
+
+
+def _folder(job: str, out: str | None) -> Path:
+    return Path(out) if out else load_job(job_path(job)).output_dir
+
+
 @click.command()
 @click.argument("job")
-@click.option("--out", help="Report folder [default: the job's output_dir, runs/<job>].")
+@click.argument("run", required=False)
+@_selection
 @click.option("--print", "print_only", is_flag=True,
               help="Only print the report's path, e.g. `judge view openmeva --print`.")
-def view(job: str, out: str | None, print_only: bool) -> None:
-    """Open runs/<job>/report.html in a browser; print its path where there is none.
+def view(job: str, run: str | None, out: str | None, print_only: bool) -> None:
+    """Open a run's report.html in a browser (the latest, or RUN from `judge runs`); print its
+    path where there is no browser.
 
     \b
     Examples:
       judge view openmeva
+      judge view openmeva 20261125T143015Z-a1b2c3
       judge view jobs/summeval.toml --out /tmp/runs/summeval --print
     """
-    folder = Path(out) if out else load_job(job_path(job)).output_dir
+    folder = _folder(job, out)
+    if run is not None and run != "latest":
+        folder = folder / HISTORY / run
+        if not folder.is_dir():
+            raise ConfigError(f"{folder}: no such run; `judge runs {job}` lists them")
     page = (folder / "report.html").resolve()
     if not page.exists():
         raise ConfigError(f"{page}: no report yet; run `judge report {job}` (or `judge run "
@@ -49,3 +79,51 @@ def view(job: str, out: str | None, print_only: bool) -> None:
         opened = False
     if not opened:
         click.echo("no browser here: open the path above", err=True)
+
+
+@click.command()
+@click.argument("job")
+@_selection
+def runs(job: str, out: str | None) -> None:
+    """List the job's kept runs, oldest first: id, kind (run, or rebuild from the cache),
+    models, tasks, calls, estimated cost, and the best LLM judge's correlation.
+
+    Every `judge run`, `rescore`, `report` and `import` keeps its report set in
+    runs/<job>/history/RUN (hard links: no copy); `judge view JOB RUN` opens one.
+    """
+    folder = _folder(job, out)
+    kept = kept_runs(folder)
+    if not kept:
+        raise ConfigError(f"{folder / HISTORY}: no kept runs yet; `judge run {job}` makes one")
+    rows = [("run", "kind", "models", "tasks", "calls", "cost", "best correlation")]
+    for path in kept:
+        m = orjson.loads((path / "manifest.json").read_bytes())
+        counts = m.get("counts", {})
+        cost = m.get("estimated_cost_usd")
+        rows.append((path.name, m.get("kind", "run"),
+                     ",".join(x["name"] for x in m.get("models", [])),
+                     str(counts.get("tasks", "")), str(counts.get("api_calls", "")),
+                     "unknown" if cost is None else f"${cost:.4f}", _best(path)))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        click.echo("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
+
+
+def _best(run: Path) -> str:
+    """`fake/stars 0.472 (spearman, sample, openmeva/overall)`: the highest correlation of an
+    LLM judge over all items at the first level, spearman where computed; "" if none."""
+    path = run / "correlations.csv"
+    if not path.is_file():
+        return ""
+    with path.open(newline="", encoding="utf-8") as f:
+        rows = [r for r in csv.DictReader(f) if "/" in r["judge"] and r["subset"] == "all"
+                and r["value"] and math.isfinite(float(r["value"]))]
+    if not rows:
+        return ""
+    methods = {r["method"] for r in rows}
+    method = "spearman" if "spearman" in methods else sorted(methods)[0]
+    level = rows[0]["level"]
+    best = max((r for r in rows if r["method"] == method and r["level"] == level),
+               key=lambda r: float(r["value"]))
+    return (f"{best['judge']} {float(best['value']):.3f} ({method}, {level}, "
+            f"{best['dataset']}/{best['aspect']})")

@@ -7,6 +7,11 @@ moved in last. So a set with manifest.json is complete, and one without it is be
 failure while writing (disk full) leaves the previous set as it was; a kill leaves a stage
 folder, which the next write removes. `check_out` finds a folder that cannot be written before
 the first paid call.
+
+Every set is also kept: before it replaces the folder's, it is linked (hard links: no copy,
+no space) into `history/RUN_ID/` (RUN_ID = UTC time and a short random id, as in the manifest's
+`run_id`), and `latest` points there. A kept set is never touched again; `judge runs` lists
+them, so neither a rebuild nor a run with other models loses an earlier run's reports.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import secrets
 import shutil
 import tempfile
 import time
@@ -22,7 +28,11 @@ from pathlib import Path
 
 from runner.errors import ReportError
 
-__all__ = ["REPORT_FILES", "atomic_file", "check_out", "report_set", "write_atomic"]
+__all__ = ["HISTORY", "REPORT_FILES", "atomic_file", "check_out", "kept_runs", "new_run_id",
+           "report_set", "write_atomic"]
+
+HISTORY = "history"
+"""The out folder's subfolder that keeps every report set, one folder a run."""
 
 REPORT_FILES = ("judgments.jsonl", "scores.csv", "correlations.csv", "summary.csv", "report.md",
                 "reliability.csv", "battle.csv", "leaderboard.csv", "report.html",
@@ -72,11 +82,18 @@ def check_out(out_dir: Path) -> None:
                           "give a folder you can write to (no call was made)") from None
 
 
+def new_run_id(when: float | None = None) -> str:
+    """`20261125T143015Z-a1b2c3`: sorts by time, unique across machines writing one folder."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if when is None else when))
+    return f"{stamp}-{secrets.token_hex(3)}"
+
+
 @contextlib.contextmanager
-def report_set(out_dir: Path) -> Iterator[Path]:
+def report_set(out_dir: Path, run_id: str | None = None) -> Iterator[Path]:
     """A folder to write a new report set into; the set replaces `out_dir`'s when the block
-    ends without an error (see the module docstring). An OSError while writing (disk full,
-    no permission) becomes a ReportError, with the previous set untouched."""
+    ends without an error (see the module docstring), kept first as history/`run_id` when
+    one is given. An OSError while writing (disk full, no permission) becomes a ReportError,
+    with the previous set untouched."""
     out_dir = Path(out_dir)
     _clean_leftovers(out_dir)
     stage = out_dir.parent / f".{out_dir.name}.new-{os.getpid()}"
@@ -84,6 +101,8 @@ def report_set(out_dir: Path) -> Iterator[Path]:
         stage.mkdir(parents=True, exist_ok=True)
         yield stage
         out_dir.mkdir(exist_ok=True)
+        if run_id is not None:
+            _keep(stage, out_dir / HISTORY, run_id)
         (out_dir / "manifest.json").unlink(missing_ok=True)
         for name in REPORT_FILES[:-1]:
             if (stage / name).exists():
@@ -91,6 +110,8 @@ def report_set(out_dir: Path) -> Iterator[Path]:
             else:
                 (out_dir / name).unlink(missing_ok=True)  # the old set's, not this one's
         os.replace(stage / "manifest.json", out_dir / "manifest.json")
+        if run_id is not None:
+            _point_latest(out_dir, run_id)
     except OSError as exc:
         raise ReportError(f"{out_dir}: cannot write the reports ({exc.strerror or exc}); the "
                           "previous reports are untouched and every answer is cached: free "
@@ -99,10 +120,42 @@ def report_set(out_dir: Path) -> Iterator[Path]:
         shutil.rmtree(stage, ignore_errors=True)
 
 
+def _keep(stage: Path, history: Path, run_id: str) -> None:
+    """The staged set as history/run_id, whole or not at all (a hidden folder, renamed)."""
+    partial = history / f".{run_id}.partial-{os.getpid()}"
+    partial.mkdir(parents=True, exist_ok=True)
+    for name in REPORT_FILES:
+        if (stage / name).exists():
+            try:
+                os.link(stage / name, partial / name)
+            except OSError:  # a file system without hard links
+                shutil.copy2(stage / name, partial / name)
+    os.rename(partial, history / run_id)
+
+
+def _point_latest(out_dir: Path, run_id: str) -> None:
+    """`latest` -> history/run_id, replaced in one rename (where symbolic links exist)."""
+    link = out_dir / f".latest.{os.getpid()}"
+    with contextlib.suppress(OSError):
+        link.unlink(missing_ok=True)
+        os.symlink(Path(HISTORY) / run_id, link, target_is_directory=True)
+        os.replace(link, out_dir / "latest")
+
+
+def kept_runs(out_dir: Path) -> list[Path]:
+    """The report sets kept in out_dir/history, oldest first (complete ones only)."""
+    history = out_dir / HISTORY
+    if not history.is_dir():
+        return []
+    return sorted(p for p in history.iterdir()
+                  if not p.name.startswith(".") and (p / "manifest.json").is_file())
+
+
 def _clean_leftovers(out_dir: Path) -> None:
     """Stage folders of writers that are gone, and `.NAME.*.tmp` files a killed writer left."""
     with contextlib.suppress(OSError):
-        for stage in out_dir.parent.glob(f".{out_dir.name}.new-*"):
+        for stage in [*out_dir.parent.glob(f".{out_dir.name}.new-*"),
+                      *(out_dir / HISTORY).glob(".*.partial-*")]:
             pid = stage.name.rpartition("-")[2]
             if pid.isdigit() and not _alive(int(pid)):
                 shutil.rmtree(stage, ignore_errors=True)

@@ -43,7 +43,7 @@ from runner.reduce.judgments import Judgment
 from runner.reduce.reliability import Positions
 from runner.report.aside import Aside
 from runner.report.browser import ItemRows
-from runner.report.folder import atomic_file, report_set, write_atomic
+from runner.report.folder import atomic_file, new_run_id, report_set, write_atomic
 from runner.report.headline import Headline, headline
 from runner.report.html import render
 from runner.report.pagedata import page_data, with_reliability
@@ -100,6 +100,8 @@ class Tables:
     """Keys of the tasks that have no cached answer."""
     seen: Seen = field(default_factory=Seen)
     """The keys judged so far, by their first 64 bits (~12 bytes a task; see Seen)."""
+    sources: dict[str, int] = field(default_factory=dict)
+    """Distinct answers by where they came from: api, batch, import (the kind, without ids)."""
     headline: Headline = field(default_factory=Headline)
     """What the command prints last (set once the correlations are made)."""
 
@@ -118,6 +120,7 @@ def collect(judgments: Iterable[Judgment], jsonl: io.BufferedIOBase) -> Tables:
     """Stream judgments to `jsonl` and gather the per-cell scores."""
     tables = Tables()
     cells, seen, write, missing = tables.cells, tables.seen, jsonl.write, tables.missing
+    sources = tables.sources
     judged = tasks = distinct = 0
     last = None
     for j in judgments:
@@ -138,6 +141,9 @@ def collect(judgments: Iterable[Judgment], jsonl: io.BufferedIOBase) -> Tables:
             distinct += 1
             if j.raw is None:
                 missing.append(t.key)
+            else:
+                kind = (j.source or "api").partition(":")[0]
+                sources[kind] = sources.get(kind, 0) + 1
     tables.judgments, tables.tasks, tables.distinct = judged, tasks, distinct
     for cell in cells.values():
         cell.settle()
@@ -393,13 +399,14 @@ def write_reports(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgm
     """Write every report file into `out_dir` as one set (`report_set`): a reader sees the old
     set or the new one. `manifest` may be built from the gathered tables (counts known only
     after the pass)."""
-    with report_set(out_dir) as stage:
-        return _write_set(stage, expansion, judgments, manifest, notes)
+    run_id = new_run_id()
+    with report_set(out_dir, run_id) as stage:
+        return _write_set(stage, expansion, judgments, manifest, notes, run_id)
 
 
 def _write_set(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgment],
                manifest: Mapping[str, Any] | Callable[[Tables], Mapping[str, Any]],
-               notes: Sequence[str]) -> Tables:
+               notes: Sequence[str], run_id: str) -> Tables:
     battles = Battles(expansion)
     positions = Positions(expansion)
     rows = ItemRows()
@@ -419,6 +426,7 @@ def _write_set(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgment
         board = leaderboard(tables) if expansion.job.leaderboard else None
         if callable(manifest):
             manifest = manifest(tables)
+        manifest = {"run_id": run_id, **manifest, "answer_sources": dict(tables.sources)}
         page = page_data(expansion, series, corr, summ, battle_rows, board, manifest, rows)
         reliability = reliable.result()
     write_atomic(out_dir / "report.md", (_markdown(expansion, corr, summ, notes)
