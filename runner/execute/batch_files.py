@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from runner.execute.batch_api import CHAT_URL
+from runner.execute.store.child import alive
 from runner.expand import Task
 
 __all__ = ["MAX_BYTES", "MAX_REQUESTS", "body_of", "is_answer", "remove_stale", "request_line",
@@ -71,19 +72,9 @@ def remove_stale(folder: Path) -> None:
     (shards of a job): a live run's file is left alone."""
     for path in folder.glob("upload-*.jsonl"):
         pid = path.name.split("-")[1]
-        if pid.isdigit() and _alive(int(pid)):
+        if pid.isdigit() and alive(int(pid)):
             continue
         path.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 def is_answer(data: Any) -> bool:

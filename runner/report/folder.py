@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from runner.errors import ReportError
+from runner.execute.store.child import alive
 
 __all__ = ["HISTORY", "REPORT_FILES", "atomic_file", "check_out", "kept_runs", "new_run_id",
            "report_set", "write_atomic"]
@@ -157,18 +158,8 @@ def _clean_leftovers(out_dir: Path) -> None:
         for stage in [*out_dir.parent.glob(f".{out_dir.name}.new-*"),
                       *(out_dir / HISTORY).glob(".*.partial-*")]:
             pid = stage.name.rpartition("-")[2]
-            if pid.isdigit() and not _alive(int(pid)):
+            if pid.isdigit() and not alive(int(pid)):
                 shutil.rmtree(stage, ignore_errors=True)
         for tmp in out_dir.glob(".*.tmp"):
             if time.time() - tmp.stat().st_mtime > STALE_TMP_S:
                 tmp.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

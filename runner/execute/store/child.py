@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, NoReturn
 
-__all__ = ["Forked", "forkable", "second_core", "spawn"]
+__all__ = ["Forked", "alive", "forkable", "second_core", "spawn"]
 
 
 def spawn(module: str, *args: str) -> subprocess.Popen[bytes]:
@@ -29,6 +29,18 @@ def spawn(module: str, *args: str) -> subprocess.Popen[bytes]:
         p for p in (ours, os.environ.get("PYTHONPATH")) if p)}
     return subprocess.Popen([sys.executable, "-P", "-m", module, *args], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+
+
+def alive(pid: int) -> bool:
+    """Whether process `pid` exists (another user's counts): the owner of a leftover file
+    named by its pid (an upload, a report stage) is gone when this is False."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def second_core() -> bool:
