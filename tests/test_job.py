@@ -162,6 +162,14 @@ def test_unknown_template_file(write_job: JobWriter) -> None:
     assert "prompts[0].template points to" in message and "nope.txt" in message
 
 
+def test_inline_templates_are_the_template_itself(write_job: JobWriter) -> None:
+    inline = 'Rate this story:\n{{output}}\nStars:'
+    toml = VALID.replace('template = "prompt.txt"', f'template = """{inline}"""')
+    one_line = VALID.replace('template = "prompt.txt"', 'template = "Stars for {{output}}?"')
+    assert _load(write_job, toml).prompts[0].template("overall") == inline
+    assert _load(write_job, one_line).prompts[0].template("overall") == "Stars for {{output}}?"
+
+
 def test_template_per_aspect(write_job: JobWriter) -> None:
     toml = VALID.replace('template = "prompt.txt"',
                          'template = { overall = "prompt.txt", fluency = "fluency.txt" }')

@@ -334,6 +334,10 @@ def _templates(r: _Reader, aspects: tuple[str, ...]) -> dict[str, str]:
 
 
 def _read_template(r: _Reader, key: str, raw: str) -> str:
+    """A template file's text (the path relative to the job file), or the template itself
+    when `raw` is one (an inline template: it has a line break or a {{placeholder}})."""
+    if "\n" in raw or "{{" in raw:
+        return raw
     file = r.file.parent / raw
     try:
         return file.read_text(encoding="utf-8")
