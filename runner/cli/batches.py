@@ -107,7 +107,9 @@ def run_batches(sel: Selection, names: tuple[str, ...], options: BatchOptions) -
         run_async(run.run(sel.expansion.tasks()), loop)
     say(f"{len(stats.created)} batch(es) made this run, {stats.attached} from earlier runs; "
         f"{len(stats.collected)} answers collected, {len(stats.failures)} failed, "
-        f"{len(stats.pending)} pending; ~${stats.cost:.4f} at the batch price")
+        f"{len(stats.pending)} pending; " + (
+            "cost unknown (no price for the model)" if stats.unpriced and not stats.cost else
+            f"~${stats.cost:.4f} at the batch price" + (" + unknown" if stats.unpriced else "")))
     hold = set(stats.pending)
     if options.fallback == "batch":
         hold |= set(stats.failures)
@@ -148,6 +150,7 @@ def merge(stats: RunStats, batched: Batched) -> None:
     stats.prompt_tokens += b.prompt_tokens
     stats.completion_tokens += b.completion_tokens
     stats.cost += b.cost
+    stats.unpriced += b.unpriced
 
 
 class BatchAnswers:

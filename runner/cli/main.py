@@ -787,6 +787,7 @@ def import_(job: str, limit: int | None, cache_dir: str | None, out: str | None,
 cli.add_command(batches(_common, _select))
 cli.add_command(views.view)
 cli.add_command(views.runs)
+cli.add_command(views.diff)
 
 
 @cli.group()

@@ -19,7 +19,7 @@ from runner.errors import ConfigError
 from runner.job.load import load_job
 from runner.report.folder import HISTORY, kept_runs
 
-__all__ = ["figures", "runs", "view"]
+__all__ = ["diff", "figures", "runs", "view"]
 
 
 def figures(out_dir: Path, figures_dir: Path) -> int:
@@ -127,3 +127,55 @@ def _best(run: Path) -> str:
                key=lambda r: float(r["value"]))
     return (f"{best['judge']} {float(best['value']):.3f} ({method}, {level}, "
             f"{best['dataset']}/{best['aspect']})")
+
+
+@click.command()
+@click.argument("job")
+@click.argument("run_a")
+@click.argument("run_b")
+@_selection
+def diff(job: str, run_a: str, run_b: str, out: str | None) -> None:
+    """What changed between two kept runs (RUN_A, RUN_B from `judge runs`; `latest` for the
+    newest): each judge's correlation with the human scores in both, the change (B - A) with
+    its 95% CI and p-value from a paired bootstrap over the groups both scored. Writes
+    diff.csv beside the reports.
+
+    \b
+    A judge is paired with the same judge in the other run (a prompt or parser changed under
+    one name), or, where each run has one judge, with that one. Example:
+      judge diff openmeva 20261125T101500Z-1a2b3c latest
+    """
+    from runner.report.diff import DIFF_COLUMNS, diff_runs, read_scores  # numpy: only here
+    from runner.report.folder import write_atomic
+    from runner.report.reliability import csv_bytes
+    loaded = load_job(job_path(job))
+    folder = Path(out) if out else loaded.output_dir
+    series = [read_scores(_kept(folder, job, run)) for run in (run_a, run_b)]
+    rows = diff_runs(*series, policy=loaded.policy, levels=loaded.levels,
+                     methods=loaded.methods, n_boot=loaded.bootstrap, seed=loaded.seed)
+    if not rows:
+        raise ConfigError(f"{run_a} and {run_b}: no data set and aspect with a judge in both "
+                          "to pair (the same judge name, or one judge in each)")
+    write_atomic(folder / "diff.csv", csv_bytes(DIFF_COLUMNS, rows))
+    method = "spearman" if "spearman" in loaded.methods else loaded.methods[0]
+    click.echo(f"{run_a} -> {run_b} ({method}; change = B - A, 95% CI, paired bootstrap):")
+    for r in rows:
+        if r["method"] == method:
+            click.echo(f"  {r['dataset']} / {r['aspect']}  {r['judge_a']} -> {r['judge_b']}  "
+                       f"{r['level']}: {_num(r['value_a'])} -> {_num(r['value_b'])}  "
+                       f"{_num(r['change'], sign=True)} [{_num(r['ci_low'])}, "
+                       f"{_num(r['ci_high'])}]  p={_num(r['p_value'])}")
+    click.echo(f"all methods and levels: {folder / 'diff.csv'}", err=True)
+
+
+def _kept(folder: Path, job: str, run: str) -> Path:
+    path = folder / "latest" if run == "latest" else folder / HISTORY / run
+    if not (path / "manifest.json").is_file():
+        raise ConfigError(f"{path}: no such run; `judge runs {job}` lists them")
+    return path
+
+
+def _num(value: float | None, sign: bool = False) -> str:
+    if value is None or not math.isfinite(value):
+        return "n/a"
+    return f"{value:+.3f}" if sign else f"{value:.3f}"

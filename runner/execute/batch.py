@@ -101,12 +101,15 @@ class BatchStats:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost: float = 0.0
+    """At the batch price, of the answers of models with a known price."""
+    unpriced: int = 0
+    """Answers of models with no known price (their cost is unknown, never 0)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {"batches_created": len(self.created), "batch_ids": self.created,
                 "batches_attached": self.attached, "collected": len(self.collected),
                 "failed": len(self.failures), "pending": len(self.pending),
-                "cost_usd": round(self.cost, 6)}
+                "cost_usd": None if self.unpriced else round(self.cost, 6)}
 
 
 class BatchRun:
@@ -398,8 +401,11 @@ class BatchRun:
             int(usage.get("completion_tokens") or 0)
         self.stats.prompt_tokens += prompt
         self.stats.completion_tokens += completion
-        self.stats.cost += batch_cost(provider.model,
-                                      estimate_cost(provider.model, prompt, completion)) or 0.0
+        cost = batch_cost(provider.model, estimate_cost(provider.model, prompt, completion))
+        if cost is None:
+            self.stats.unpriced += 1
+        else:
+            self.stats.cost += cost
         return key, record
 
 

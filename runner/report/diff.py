@@ -1,0 +1,75 @@
+"""`judge diff JOB RUN_A RUN_B`: what changed between two kept runs of a study (prompt v1 and
+v2, judge A and B, a parser change), as correlations side by side with their difference.
+
+Each run's scores.csv gives, per data set and aspect, each judge's scores with the human
+scores; a judge of run A is paired with the same judge in run B (a prompt or parser changed
+under one name), or, where each run has one judge there and the names differ, with that one.
+The difference's 95% CI and p-value come from `runner.reduce.correlate.compare`: a paired
+bootstrap over the groups both runs scored, both coefficients on the same resamples.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from runner.errors import DataError
+from runner.reduce.correlate import Row, compare
+
+__all__ = ["DIFF_COLUMNS", "diff_runs", "read_scores"]
+
+DIFF_COLUMNS = ["dataset", "aspect", "judge_a", "judge_b", "level", "method", "value_a",
+                "value_b", "change", "ci_low", "ci_high", "p_value", "n_groups"]
+"""`change` is value_b - value_a (what run B changed), with the 95% CI of that change."""
+
+Series = dict[tuple[str, str], dict[str, list[Row]]]
+
+
+def read_scores(run: Path) -> Series:
+    """(dataset, aspect) -> judge (`model/prompt`) -> rows with a judge and a human score, from
+    a kept run's scores.csv."""
+    path = run / "scores.csv"
+    if not path.is_file():
+        raise DataError(f"{path}: missing; the run's report set is incomplete")
+    out: Series = {}
+    with path.open(newline="", encoding="utf-8") as f:
+        for r in csv.DictReader(f):
+            if not r["judge_score"] or not r["human_score"]:
+                continue
+            judges = out.setdefault((r["dataset"], r["aspect"]), {})
+            judges.setdefault(f"{r['model']}/{r['prompt']}", []).append(
+                Row(r["group"], r["system"], r["subset"], float(r["judge_score"]),
+                    float(r["human_score"])))
+    return out
+
+
+def diff_runs(a: Series, b: Series, *, policy: str, levels: Sequence[str],
+              methods: Sequence[str], n_boot: int, seed: int) -> list[dict[str, Any]]:
+    """DIFF_COLUMNS rows: each pair of judges (see the module docstring) per data set and
+    aspect both runs scored, compared at every level but system (a bootstrap over groups)."""
+    rows = []
+    kept = [lv for lv in levels if lv != "system"] or ["sample", "dataset"]
+    for where in [k for k in a if k in b]:
+        for judge_a, judge_b in _pairs(a[where], b[where]):
+            # B first: compare's difference is its first judge's minus its second's
+            for c in compare(b[where][judge_b], a[where][judge_a], policy=policy, levels=kept,
+                             methods=methods, n_boot=n_boot, seed=seed):
+                if c.subset != "all":
+                    continue
+                rows.append({"dataset": where[0], "aspect": where[1], "judge_a": judge_a,
+                             "judge_b": judge_b, "level": c.level, "method": c.method,
+                             "value_a": c.judge_b, "value_b": c.judge_a, "change": c.diff,
+                             "ci_low": c.ci_low, "ci_high": c.ci_high, "p_value": c.p_value,
+                             "n_groups": c.n_groups})
+    return rows
+
+
+def _pairs(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[tuple[str, str]]:
+    same = [(j, j) for j in a if j in b]
+    if same:
+        return same
+    if len(a) == 1 and len(b) == 1:
+        return [(next(iter(a)), next(iter(b)))]
+    return []
