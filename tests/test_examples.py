@@ -79,8 +79,8 @@ def test_two_judges_then_compare_writes_williams_test(server: ThreadedServer,
     calls = server.state.answered
     assert calls == 40
     done = _judge("compare", str(EXAMPLES / "two-judges.toml"), "--model", MODEL,
-                  "--base-url", server.url, "--judges", f"{MODEL}/rubric", f"{MODEL}/stars", "--permutations", "200",
-                  cwd=tmp_path)
+                  "--base-url", server.url, "--judges", f"{MODEL}/rubric", f"{MODEL}/stars",
+                  "--permutations", "200", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert server.state.answered == calls  # compare never calls
     rows = _rows(runs / "two-judges" / "compare.csv")
