@@ -137,8 +137,34 @@ def test_power_plan_scales_and_checks_the_ci_width() -> None:
     assert pilot.width_check is not None and pilot.width_check == pytest.approx(0.1, rel=0.15)
     same = plan_power(a, b, human, method="pearson", width=pilot.width_pilot, seed=0)
     assert same is not None and abs(same.n_for_width - 400) <= 1
-    assert pilot.n_to_separate is not None and pilot.n_to_separate < pilot.n_for_width
+    assert pilot.n_for_power is not None and pilot.n_for_power < pilot.n_for_width
     assert plan_power(a[:5], b[:5], human[:5], method="pearson", width=0.1) is None
+
+
+def test_power_is_simulated_for_80_percent_at_alpha_005() -> None:
+    """The items for 80% power agree with the normal approximation (d / SE = 1.96 + 0.84,
+    SE ~ 1/sqrt(n) from the pilot's bootstrap) within the simulation's noise; no difference
+    needs no study; whole groups are drawn, so the items are the groups' items."""
+    rng = np.random.default_rng(4)
+    human = rng.normal(size=400)
+    a, b = human + rng.normal(size=400), human + 1.5 * rng.normal(size=400)
+    plan = plan_power(a, b, human, method="pearson", width=0.1, seed=0)
+    assert plan is not None and plan.groups_pilot == 400 and plan.power_pilot > 0.95
+    se = plan.width_pilot / (2 * 1.96)
+    approx = 400 * (se * (1.96 + 0.8416) / plan.diff) ** 2
+    assert plan.n_for_power is not None and 0.75 * approx <= plan.n_for_power <= 1.4 * approx
+    assert plan_power(a, a, human, method="pearson", width=0.1).groups_for_power is None  # type: ignore[union-attr]
+
+    groups = [f"g{i // 16}" for i in range(400)]
+    grouped = plan_power(a, b, human, method="spearman", width=0.1, groups=groups, seed=0)
+    assert grouped is not None and grouped.groups_pilot == 25
+    assert grouped.groups_for_power is not None
+    assert grouped.n_for_power == grouped.groups_for_power * 16  # whole groups of 16
+
+    # a pilot too small to tell them apart has low power, and asks for more than it has
+    small = plan_power(a[:40], b[:40], human[:40], method="pearson", width=0.1, seed=0)
+    assert small is not None and small.power_pilot < 0.8
+    assert small.n_for_power is not None and small.n_for_power > 40
 
 
 # ---------------------------------------------------------------- real data, real CLI
@@ -267,7 +293,9 @@ def test_plan_power_on_the_pilot(tst_run: Path) -> None:
         assert r["n_pilot"] == "90" and r["method"] == "pearson"
         assert int(r["n_for_width"]) == math.ceil(90 * (float(r["ci_width_pilot"]) / 0.2) ** 2)
     text = (tst_run / "plan.txt").read_text()
-    assert "target 95% CI width of A - B: 0.2" in text and "items to separate A and B" in text
+    assert "target 95% CI width of A - B: 0.2" in text and "for 80% power" in text
+    for r in rows:
+        assert int(r["groups_pilot"]) <= 90 and 0 <= float(r["power_pilot"]) <= 1
 
 
 def test_plan_power_unknown_judge_is_one_error_line(tst_run: Path) -> None:

@@ -19,6 +19,7 @@ Pure functions over scores already judged (zero calls):
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import statistics
@@ -240,15 +241,31 @@ class PowerPlan:
     width: float  # the target width
     n_for_width: int  # items for a 95% CI of the target width (CI width ~ 1/sqrt(n))
     width_check: float | None  # bootstrap width with n_for_width items drawn from the pilot
-    n_to_separate: int | None  # items for a CI half-width below |diff| (None: diff is 0)
+    groups_pilot: int  # the pilot's groups (items, where the data has no groups)
+    power_pilot: float  # power of a study the pilot's size to separate A and B
+    groups_for_power: int | None  # groups for POWER at ALPHA (None: beyond MAX_GROUPS)
+    n_for_power: int | None  # items for POWER: groups_for_power x the pilot's items a group
+
+
+POWER = 0.8
+ALPHA = 0.05
+MAX_GROUPS = 200_000
+"""The largest study `plan_power` sizes (beyond: "more than" that, None)."""
 
 
 def plan_power(a: Sequence[float], b: Sequence[float], human: Sequence[float], *,
-               method: str, width: float, n_boot: int = 500, seed: int = 0,
-               check_limit: int = 20_000) -> PowerPlan | None:
-    """Bootstrap the pilot's items to get the CI width of the difference, scale by 1/sqrt(n)
-    to the target width, then check by a bootstrap at that size (up to `check_limit` items).
-    None when the pilot has fewer than 10 items or a constant judge."""
+               method: str, width: float, groups: Sequence[str] | None = None,
+               n_boot: int = 500, seed: int = 0, check_limit: int = 20_000) -> PowerPlan | None:
+    """Sample sizes from a pilot: for a CI of the difference `width` wide (the pilot's
+    bootstrap width scaled by 1/sqrt(n), checked by a bootstrap at that size up to
+    `check_limit` items), and for POWER to find the pilot's difference at ALPHA (two-sided).
+
+    Power is simulated, not read off a CI width: studies of G groups are drawn with
+    replacement from the pilot's `groups` (the unit of the dataset level: items of a group
+    stay together; each item its own group without `groups`), and a study separates A and B
+    when its difference is beyond 1.96 of the simulated studies' standard deviation. The
+    smallest G with power >= POWER is found by doubling, then bisection. None when the pilot
+    has fewer than 10 items or a constant judge."""
     xa, xb, h = (np.asarray(v, dtype=float) for v in (a, b, human))
     if method not in ("pearson", "spearman") or xa.size < 10 or width <= 0:
         return None
@@ -262,8 +279,68 @@ def plan_power(a: Sequence[float], b: Sequence[float], human: Sequence[float], *
     d = diff[0] - diff[1]
     n_width = max(4, math.ceil(xa.size * (w0 / width) ** 2))
     check = _boot_width(xa, xb, h, n_width, n_boot, rng) if n_width <= check_limit else None
-    n_sep = math.ceil(xa.size * (w0 / (2 * abs(d))) ** 2) if abs(d) > 1e-12 else None
-    return PowerPlan(method, int(xa.size), d, w0, width, n_width, check, n_sep)
+    sums = _group_sums(xa, xb, h, groups)
+    per_group = xa.size / len(sums)
+    power = functools.partial(_power, sums, n_boot, np.random.default_rng(seed))
+    g = _groups_for_power(power, len(sums)) if abs(d) > 1e-12 else None
+    return PowerPlan(method, int(xa.size), d, w0, width, n_width, check, len(sums),
+                     power(len(sums)), g, None if g is None else math.ceil(g * per_group))
+
+
+def _group_sums(a: FloatArray, b: FloatArray, h: FloatArray,
+                groups: Sequence[str] | None) -> FloatArray:
+    """Per group: n, and the sums of a, b, h, a*a, b*b, h*h, a*h, b*h (what a Pearson
+    correlation over any union of groups is made of)."""
+    if groups is None:
+        codes = np.arange(a.size)
+    else:
+        _, codes = np.unique(np.asarray(groups, dtype=object).astype(str), return_inverse=True)
+    cols = np.stack([np.ones_like(a), a, b, h, a * a, b * b, h * h, a * h, b * h], axis=1)
+    out = np.zeros((int(codes.max()) + 1, cols.shape[1]))
+    np.add.at(out, codes, cols)
+    return out
+
+
+def _power(sums: FloatArray, n_sim: int, rng: np.random.Generator, groups: int) -> float:
+    """The share of n_sim simulated studies of `groups` groups (drawn from the pilot's) whose
+    difference of correlations is beyond z(1 - ALPHA/2) of the studies' standard deviation."""
+    per = max(1, (1 << 22) // max(groups, 1))
+    diffs = []
+    for start in range(0, n_sim, per):
+        pick = rng.integers(0, len(sums), size=(min(per, n_sim - start), groups))
+        n, sa, sb, sh, saa, sbb, shh, sah, sbh = np.moveaxis(sums[pick].sum(axis=1), 1, 0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            vh = shh - sh * sh / n
+            ra = (sah - sa * sh / n) / np.sqrt((saa - sa * sa / n) * vh)
+            rb = (sbh - sb * sh / n) / np.sqrt((sbb - sb * sb / n) * vh)
+        dd = ra - rb
+        diffs.append(dd[np.isfinite(dd)])
+    dist = np.concatenate(diffs)
+    if dist.size < 2:
+        return math.nan
+    sd = float(dist.std(ddof=1))
+    if sd == 0:
+        return 1.0 if abs(float(dist.mean())) > 0 else 0.0
+    return float(np.mean(np.abs(dist) > _Z * sd))
+
+
+_Z = 1.959963984540054  # the standard normal's 97.5th percentile: ALPHA = 0.05, two-sided
+
+
+def _groups_for_power(power: Callable[[int], float], pilot: int) -> int | None:
+    """The fewest groups with power(groups) >= POWER (doubling from 2, then bisection)."""
+    low, high = 1, 2
+    while power(high) < POWER:
+        low, high = high, high * 2
+        if high > MAX_GROUPS:
+            return None
+    while high - low > max(1, low // 50):  # to within 2%: the simulation's own noise
+        mid = (low + high) // 2
+        if power(mid) >= POWER:
+            high = mid
+        else:
+            low = mid
+    return high
 
 
 def _boot_width(a: FloatArray, b: FloatArray, h: FloatArray, m: int, n_boot: int,

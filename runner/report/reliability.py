@@ -36,7 +36,8 @@ RELIABILITY_COLUMNS = ["dataset", "aspect", "figure", "a", "b", "statistic", "va
                        "p_value"]
 SIGNIFICANCE_COLUMNS = ["williams_t", "williams_p", "permutation_p"]
 POWER_COLUMNS = ["dataset", "aspect", "method", "n_pilot", "diff", "ci_width_pilot",
-                 "target_width", "n_for_width", "width_check", "n_to_separate"]
+                 "target_width", "n_for_width", "width_check", "groups_pilot", "power_pilot",
+                 "groups_for_power", "n_for_power"]
 ANSWER_FIELDS = ("output", "answer", "response", "summary")  # the judged text, first found
 _Cells = Mapping[tuple[str, str, str, str, str], Any]  # Tables.cells
 
@@ -246,13 +247,20 @@ def reliability_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
 def _matched(a: Sequence[Row], b: Sequence[Row], subset: str
              ) -> tuple[list[float], list[float], list[float]]:
     """Scores of items both judges scored (matched on group, system, subset), and the human."""
+    xa, xb, h, _ = _matched_groups(a, b, subset)
+    return xa, xb, h
+
+
+def _matched_groups(a: Sequence[Row], b: Sequence[Row], subset: str
+                    ) -> tuple[list[float], list[float], list[float], list[str]]:
+    """_matched, with each item's group."""
     def ok(r: Row) -> bool:
         return r.judge is not None and not math.isnan(r.judge) and subset in ("all", r.subset)
     index = {(r.group, r.system, r.subset): r for r in b if ok(r)}
     pairs = [(r, index[k]) for r in a if ok(r) and (k := (r.group, r.system, r.subset)) in index]
     return ([float(p[0].judge) for p in pairs if p[0].judge is not None],
             [float(p[1].judge) for p in pairs if p[1].judge is not None],
-            [p[0].human for p in pairs])
+            [p[0].human for p in pairs], [p[0].group for p in pairs])
 
 
 def significance(rows: Sequence[dict[str, Any]], by_data: Mapping[tuple[str, str],
@@ -288,30 +296,38 @@ def power_rows(by_data: Mapping[tuple[str, str], Mapping[str, Sequence[Row]]],
     for (dataset, aspect), data in by_data.items():
         if judges[0] not in data or judges[1] not in data:
             continue
-        xa, xb, h = _matched(data[judges[0]], data[judges[1]], "all")
+        xa, xb, h, groups = _matched_groups(data[judges[0]], data[judges[1]], "all")
         for method in methods:
-            plan = plan_power(xa, xb, h, method=method, width=width, n_boot=n_boot, seed=seed)
+            plan = plan_power(xa, xb, h, method=method, width=width, groups=groups,
+                              n_boot=n_boot, seed=seed)
             if plan is not None:
                 out.append({"dataset": dataset, "aspect": aspect, "method": method,
                             "n_pilot": plan.n_pilot, "diff": plan.diff,
                             "ci_width_pilot": plan.width_pilot, "target_width": plan.width,
                             "n_for_width": plan.n_for_width, "width_check": plan.width_check,
-                            "n_to_separate": plan.n_to_separate})
+                            "groups_pilot": plan.groups_pilot, "power_pilot": plan.power_pilot,
+                            "groups_for_power": plan.groups_for_power,
+                            "n_for_power": plan.n_for_power})
     return out
 
 
 def power_lines(rows: Sequence[Mapping[str, Any]], judges: tuple[str, str],
                 width: float) -> list[str]:
     """What `judge plan --power` prints."""
-    lines = [f"A = {judges[0]}, B = {judges[1]}; target 95% CI width of A - B: {width}"]
+    lines = [f"A = {judges[0]}, B = {judges[1]}; target 95% CI width of A - B: {width}; "
+             "power to separate A and B: 80% at alpha 0.05 (studies of whole groups drawn "
+             "from the pilot)"]
     for r in rows:
         check = ("" if r["width_check"] is None
                  else f" (bootstrap at that size: {r['width_check']:.3f})")
-        sep = "never (no difference)" if r["n_to_separate"] is None else r["n_to_separate"]
-        lines.append(f"{r['dataset']}/{r['aspect']} {r['method']}: pilot n {r['n_pilot']}, "
-                     f"diff {r['diff']:+.3f}, CI width {r['ci_width_pilot']:.3f}; "
-                     f"{r['n_for_width']} items for width {width}{check}; {sep} items to "
-                     "separate A and B")
+        if r["groups_for_power"] is None:
+            sep = "no study finds a difference" if not r["diff"] else "more than 200,000 groups"
+        else:
+            sep = f"{r['n_for_power']} items ({r['groups_for_power']} groups)"
+        lines.append(f"{r['dataset']}/{r['aspect']} {r['method']}: pilot n {r['n_pilot']} in "
+                     f"{r['groups_pilot']} groups, diff {r['diff']:+.3f}, CI width "
+                     f"{r['ci_width_pilot']:.3f}, power {r['power_pilot']:.2f}; "
+                     f"{r['n_for_width']} items for width {width}{check}; {sep} for 80% power")
     if len(lines) == 1:
         lines.append("no data set and aspect has both judges with 10 or more common items")
     return lines
