@@ -471,6 +471,13 @@ def test_coef_rows_are_scipy_bit_for_bit(m: int) -> None:
     assert np.isnan(_coef.pearson(np.ones((1, m)), ys[:1])).all()
 
 
+def test_kendall_with_a_constant_side_is_nan() -> None:
+    """Every pair ties on one side: tau-b is undefined (scipy gives NaN), not -1 or 0."""
+    for x, y in (([2, 2, 2, 2], [1, 2, 3, 4]), ([1, 2, 3, 4], [5, 5, 5, 5]), ([1, 1], [3, 3])):
+        assert math.isnan(_coef.kendall(x, y))
+    assert _coef.kendall([1, 1, 2], [1, 2, 3]) == stats.kendalltau([1, 1, 2], [1, 2, 3]).statistic
+
+
 def test_kendall_of_large_continuous_samples_is_scipy_bit_for_bit() -> None:
     rng = np.random.default_rng(3)
     x, y = rng.random(20_000), rng.random(20_000) + rng.integers(0, 3, 20_000)
