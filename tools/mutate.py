@@ -313,6 +313,19 @@ def run_mutants(copies: list[Path], todo: list[tuple[Mutant, tuple[str, ...], fl
                 source: bytes) -> Iterator[Result]:
     """Run each (mutant, tests, timeout) in a forked process, one per copy at a time."""
     queue, free, running = list(reversed(todo)), list(copies), list[_Running]()
+    try:
+        yield from _schedule(queue, free, running, source)
+    finally:  # interrupted: end the children still running (each is its own process group)
+        for run in running:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(run.pid, signal.SIGKILL)
+            os.waitpid(run.pid, 0)
+            (run.copy / run.mutant.module).write_bytes(source)
+
+
+def _schedule(queue: list[tuple[Mutant, tuple[str, ...], float]], free: list[Path],
+              running: list[_Running], source: bytes) -> Iterator[Result]:
+    """Start mutants while a copy is free, reap the finished ones and the overdue."""
     while queue or running:
         while queue and free:
             mutant, tests, timeout = queue.pop()
