@@ -265,6 +265,8 @@ def test_compute_leaves_out_reference_metrics_without_a_reference() -> None:
         c for cols in metrics.METRICS.values() for c in cols}
     with pytest.raises(ValueError, match="unknown metric 'bertscore'"):
         metrics.compute(["bertscore"], "a", "b", "en")
+    assert metrics.compute(["distinct"], "the cat the cat", "", "en") == {
+        "distinct_1": 2 / 4, "distinct_2": 2 / 3}
 
 
 # ---------------------------------------------------------------- job-file keys

@@ -205,6 +205,24 @@ async def test_rpm_limit_spaces_requests(study: Callable[..., Study], server: Th
     assert arrivals[12] - arrivals[0] >= 0.25
 
 
+async def test_tpm_limit_alone_holds_in_the_pool(study: Callable[..., Study],
+                                                 server: ThreadedServer, cache: Cache) -> None:
+    """A tokens-per-minute limit without a requests-per-minute one still goes through the
+    limiter (the pool skips it only when there is neither)."""
+    s = study(12)
+    reserved = [t.prompt_tokens + t.max_tokens for t in s.tasks()]
+    per_s = sum(reserved) / 6  # 6 s of reserved tokens, about 2.5 s of tokens used
+    stats = await s.run(cache, limits={"tpm": 60 * per_s})
+    assert stats.api_calls == 12
+    arrivals = sorted(arrived for arrived, _, _ in server.state.log)
+    # Unused reservations come back as credit (up to one second's worth), and the bucket's
+    # one second goes at once: the tokens used take at least 2 s less than they are worth.
+    # Unlimited, all 12 arrive within ~0.1 s.
+    used = stats.prompt_tokens + stats.completion_tokens
+    assert used <= sum(reserved)
+    assert arrivals[-1] - arrivals[0] >= (used - 2 * per_s) / per_s >= 0.9
+
+
 # ------------------------------------------------------------------------- faults
 
 

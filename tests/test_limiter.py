@@ -100,7 +100,8 @@ async def test_rpm_bucket_is_per_second(clock: MockLoopTime, recorder: Recorder)
     assert recorder.done == [str(n) for n in range(len(recorder.done))]  # in order
 
 
-@pytest.mark.parametrize(("rpm", "gap"), [(30, 2.0), (1, 60.0), (45, 4 / 3)])
+@pytest.mark.parametrize(("rpm", "gap"), [(30, 2.0), (45, 4 / 3), (0.5, 120.0),
+                                         (1, 60.05)])  # at rpm 1 the window binds: 60 s + 50 ms
 async def test_rpm_below_one_per_second(clock: MockLoopTime, recorder: Recorder,
                                         rpm: float, gap: float) -> None:
     """Under 60 rpm a per-second bucket would hold less than one request: one every gap s."""
@@ -112,8 +113,15 @@ async def test_rpm_below_one_per_second(clock: MockLoopTime, recorder: Recorder,
     for k in range(1, 4):
         await clock.advance(k * gap - 0.02, step=0.1)
         assert len(recorder.done) == k
-        await clock.advance(k * gap + k * MARGIN_S + 0.02)  # at rpm 1, the window's margin
+        await clock.advance(k * gap + 0.02)
         assert len(recorder.done) == k + 1
+
+
+def test_unlimited_only_without_both_limits() -> None:
+    """The pool skips `acquire` for an unlimited model: either limit alone must count."""
+    assert [Limiter(rpm, tpm).unlimited for rpm, tpm in
+            [(None, None), (0, 0), (600, None), (None, 600), (600, 600)]] == [
+        True, True, False, False, False]
 
 
 async def test_tpm_bucket_is_per_second(clock: MockLoopTime, recorder: Recorder) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import pickle
 from pathlib import Path
@@ -195,6 +196,25 @@ def test_form_options() -> None:
           {"lo": 4, "rel": 5})
 
 
+def test_form_bare_range_is_min_only_after_a_dashed_score() -> None:
+    """Only "(x-max)" elsewhere makes a bare "(1-5)" mean min: a score after the label, in
+    "(4)", "(4/5)" or "(N/A)" does not."""
+    for text in ("Fluency: 4\nCoherence (1-5): fine\nAccuracy: 3",
+                 "Fluency (4)\nCoherence (1-5): fine\nAccuracy (3/5)",
+                 "Fluency (N/A)\nCoherence (1-5): fine\nAccuracy: 3"):
+        check(run("form", text, fields=F3, na_value=4), ("parse", "Coherence missing"))
+    check(run("form", "Fluency (4-5)\nCoherence (1-5): fine\nAccuracy: 3", fields=F3),
+          {"fluency": 4, "coherence": 1, "accuracy": 3})
+
+
+def test_form_na_in_brackets() -> None:
+    """"(N/A)" where a score would be written into the label is N/A, not a missing field."""
+    text = "Fluency (N/A): not applicable\nCoherence (n/a)\nAccuracy (1-5): 3"
+    check(run("form", text, fields=F3), ("parse", "Fluency is N/A; Coherence is N/A"))
+    check(run("form", text, fields=F3, na_value=1),
+          {"fluency": 1, "coherence": 1, "accuracy": 3})
+
+
 # --- outputs ------------------------------------------------------------------------------------
 
 TST = """Output 1
@@ -223,11 +243,20 @@ Explanation: Scores of 100 are for perfect outputs."""
      ("parse", "no score for output 1")),
     ("Output 1\nContent: 80\nStyle: 70\nFluency: 90", {"count": 1, "label": "Style"}, {"1": 70}),
     ("Score: 80", {"count": 1}, ("parse", "no score for output 1")),
+    # outputs are numbered from 1: an "Output 0" block is ignored, not a key "0"
+    ("Output 0\nScore: 50\nOutput 1\nScore: 60", {"count": 1}, {"1": 60}),
+    ("Output 0\nScore: 50", {"count": 1, "required": False}, ("parse", "no score for output 1")),
     ("I'm sorry, but I cannot provide informal strength scores for Output 1 as it includes an "
      "offensive term.", {"count": 1}, ("refusal", "cannot provide")),
 ])
 def test_outputs(text: str, options: dict[str, Any], expected: Any) -> None:
     check(run("outputs", text, **{"count": 3, **options}), expected)
+
+
+def test_outputs_default_range_is_0_to_100() -> None:
+    check(run("outputs", "Output 1\nScore: 0\nOutput 2\nScore: 100", count=2), {"1": 0, "2": 100})
+    check(run("outputs", "Output 1\nScore: 101", count=1),
+          ("parse", "no score for output 1; outside 0-100: 1 (101)"))
 
 
 # --- pair ---------------------------------------------------------------------------------------
@@ -269,6 +298,15 @@ def test_logprob_expected_value() -> None:
     many = [entry("3", {"3": 1.0}), entry(" and", {}), entry("5", {"5": 0.5, "4": 0.5})]
     check(logprob(many), 3)
     check(logprob(many, position="last"), 4.5)
+    three = [entry("2", {"2": 1.0}), entry("4", {"4": 1.0}), entry("5", {"5": 0.5, "1": 0.5})]
+    check(logprob(three, position="last"), 3)  # the last, not the second
+
+
+def test_logprob_ignores_positive_logprobs() -> None:
+    """A log-probability above 0 (a probability above 1) is malformed: that entry is dropped."""
+    tops = [{"token": "5", "logprob": 0.5}, {"token": "3", "logprob": math.log(0.5)},
+            {"token": "2", "logprob": math.log(0.5)}]
+    check(logprob([{"token": "5", "logprob": 0.5, "top_logprobs": tops}]), 2.5)
 
 
 @pytest.mark.parametrize(("entries", "expected"), [
@@ -306,6 +344,7 @@ def test_registry() -> None:
 @pytest.mark.parametrize(("name", "options", "message"), [
     ("stars", {"mx": 5}, "parser 'stars': unknown option 'mx'; valid options: levels, max, min"),
     ("number", {"min": 5, "max": 1}, "'min' must be below 'max' (got min=5, max=1)"),
+    ("number", {"min": 3, "max": 3}, "'min' must be below 'max' (got min=3, max=3)"),
     ("number", {"max": "5"}, "option 'max' must be a number (got '5')"),
     ("number", {"min": True}, "option 'min' must be a number"),
     ("number", {"pattern": "no group"}, "'pattern' must be a regular expression with exactly"),
@@ -326,6 +365,23 @@ def test_bad_options(name: str, options: dict[str, Any], message: str) -> None:
     assert message in str(raised.value)
     with pytest.raises(ConfigError):  # calling with bad options fails the same way
         get_parser(name)(Choice("4"), options)
+
+
+def test_refusal_message_quotes_the_phrase_in_context() -> None:
+    """20 characters before the refusal phrase and 80 from its start, whitespace collapsed."""
+    text = "a" * 30 + " I'm sorry, but\n" + "b" * 100
+    phrase_at = text.index("I'm")
+    result = run("number", text)
+    want = " ".join(text[phrase_at - 20:phrase_at + 80].split())
+    assert result == Failure("refusal", f"judge declined (no score 1-5 found): {want!r}")
+
+
+def test_results_are_frozen_value_objects() -> None:
+    for value in (Choice("4"), Scores({"score": 4.0}), Failure("parse", "x"), get_parser("number"),
+                  combine([Scores({"score": 4.0})])):
+        assert not hasattr(value, "__dict__")  # slots
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(value, dataclasses.fields(value)[0].name, None)
 
 
 def test_finish_reason() -> None:

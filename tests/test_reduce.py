@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections import defaultdict
@@ -469,6 +470,46 @@ def test_coef_rows_are_scipy_bit_for_bit(m: int) -> None:
     np.testing.assert_array_equal(_coef.rankdata(ys), stats.rankdata(ys, axis=1))
     np.testing.assert_array_equal(_coef.pearson(xs, ys), stats.pearsonr(xs, ys, axis=1).statistic)
     assert np.isnan(_coef.pearson(np.ones((1, m)), ys[:1])).all()
+
+
+def test_pearson_of_a_constant_row_is_nan_even_when_its_mean_rounds() -> None:
+    """The mean of three 0.1s is not 0.1, so the centred row is not exactly 0: the constant
+    test, not a 0/0, makes it NaN (as scipy does), on either side."""
+    xs = np.array([[0.1] * 3, [1.0, 2.0, 3.0], [1.0, 2.0, 4.0]])
+    ys = np.array([[1.0, 2.0, 3.0], [0.1] * 3, [1.0, 2.0, 3.0]])
+    got = _coef.pearson(xs, ys)
+    assert np.isnan(got[:2]).all() and got[2] == stats.pearsonr(xs[2], ys[2]).statistic
+
+
+@pytest.mark.parametrize("cells", [1, 400, 1 << 22])
+def test_group_signs_in_blocks_of_any_size(cells: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Row blocks of whole groups, down to one group per block when a group alone is bigger
+    than a block: the same sums as every item pair one by one."""
+    rng = np.random.default_rng(7)
+    x, y = rng.integers(0, 4, 40).astype(np.float64), rng.random(40)
+    edges = np.array([0, 3, 15, 16, 30, 40])
+    want = np.zeros((5, 5))
+    group = np.repeat(np.arange(5), np.diff(edges))
+    for i, j in itertools.product(range(40), repeat=2):
+        want[group[i], group[j]] += np.sign(x[i] - x[j]) * np.sign(y[i] - y[j])
+    monkeypatch.setattr(_kendall, "_CELLS", cells)
+    np.testing.assert_array_equal(_kendall.group_signs(x, y, edges), want)
+
+
+def test_kendall_plans_are_frozen_value_objects() -> None:
+    merges = _kendall.plan(np.array([0, 1, 2]), np.array([1, 0, 2]))
+    counts = _kendall.counts(np.array([0, 1]), np.array([0, 0]), (1, 2))
+    for value in (merges[0], _kendall.Pairs(merges=merges), counts):
+        assert not hasattr(value, "__dict__")  # slots
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(value, dataclasses.fields(value)[0].name, None)
+
+
+def test_kendall_with_a_constant_side_is_nan() -> None:
+    """Every pair ties on one side: tau-b is undefined (scipy gives NaN), not -1 or 0."""
+    for x, y in (([2, 2, 2, 2], [1, 2, 3, 4]), ([1, 2, 3, 4], [5, 5, 5, 5]), ([1, 1], [3, 3])):
+        assert math.isnan(_coef.kendall(x, y))
+    assert _coef.kendall([1, 1, 2], [1, 2, 3]) == stats.kendalltau([1, 1, 2], [1, 2, 3]).statistic
 
 
 def test_kendall_of_large_continuous_samples_is_scipy_bit_for_bit() -> None:

@@ -1,0 +1,63 @@
+"""The mutants of tools/mutate.py that cannot change behaviour, left out of the score.
+
+Each entry is (module, function the mutant is in ("" at module level), text found in
+"<original line> -> <mutated line>", why). Each was read and argued, not just left over: a
+mutant that changes behaviour the tests miss belongs in the survivors, not here.
+"""
+
+from __future__ import annotations
+
+__all__ = ["EQUIVALENT"]
+
+# Mutants that cannot change behaviour: (module, function, text of "<line> -> <mutated line>",
+# why). Each was read and argued, not just left over.
+_LIMITER, _PARSERS = "runner/execute/limiter.py", "runner/parse/parsers.py"
+_METRICS, _COEF, _KENDALL = ("runner/parse/metrics.py", "runner/reduce/_coef.py",
+                             "runner/reduce/_kendall.py")
+EQUIVALENT: tuple[tuple[str, str, str, str], ...] = (
+    (_LIMITER, "__init__", "60 / rpm) if rpm else (0.0)", "the period is only used with rpm"),
+    (_LIMITER, "__init__", "tpm / 60 if tpm else (1.0)", "the token rate is only read with tpm"),
+    (_LIMITER, "__init__", "max((0), int(rpm))", "under 1 rpm the bucket (one request per "
+     "60/rpm s) already keeps every 60 s window to one request"),
+    (_LIMITER, "__init__", "maxlen=self._window or (0)", "the deque is only read with a window"),
+    (_PARSERS, "_parse_number", "float(number.group((0)))",
+     "_NUMBER's whole match is its one group (the rest are lookarounds)"),
+    (_PARSERS, "_form_regex", "lru_cache(maxsize=(65))", "a cache's size"),
+    (_PARSERS, "_parse_form", 'found.get(key, ("", (True)))[0]', "only [0] is read"),
+    (_PARSERS, "_pattern", "return False -> return None", "check_options reads it as a bool"),
+    (_METRICS, "_scorer", "lru_cache(maxsize=(5))", "a cache's size"),
+    (_COEF, "rankdata", "stable=(False)", "tied values get one average rank in any order"),
+    (_COEF, "_ties", "cnt[(cnt >= 1)]", "a value seen once ties 1 * 0 // 2 = 0 pairs"),
+    (_COEF, "_ties", "cnt[cnt > (0)]", "a value seen once ties 1 * 0 // 2 = 0 pairs"),
+    # Speed only: block sizes, the table-or-entries form of Counts and the cost model's choice
+    # between merges and the matrix. Every choice is exact, and tests/test_reduce.py checks
+    # both forms, both ways and small blocks give the same bits.
+    *((_KENDALL, "", line, "a speed knob") for line in (
+        "_CELLS = 1 << 22", "_MAX_GROUPS = 4096", "_NS_MERGE, _NS_SIGN, _NS_MAC = 4.5")),
+    *((_KENDALL, function, text, "a block size or the choice of an exact way")
+      for function, text in (
+          ("drawn", "(_CELLS * max(len(self.group), 1))"), ("counts", "n_values < _CELLS)"),
+          ("pairs", "(len(edges) + 1)"), ("pairs", "len(edges) - (0)"),
+          ("pairs", "max((0), (fewer - 1)"), ("pairs", "((fewer + 1)).bit_length()"),
+          ("pairs", "(fewer - (0)).bit_length()"), ("pairs", "(n_groups < _MAX_GROUPS)"),
+          ("pairs", "(direct <= merge)"), ("group_signs", "(_CELLS * max(len(x), 1))"),
+          ("group_signs", "max((0), _CELLS"), ("group_signs", "(edges[g0] - step)"),
+          ("tau_b_rows", "max((0), (1 << 20)"), ("tau_b_rows", "((1 << 20) * max(len(i), 1))"),
+          ("tau_b_rows", "((1 >> 20))"), ("tau_b_rows", "((0) << 20)"),
+          ("tau_b_rows", "(1 << (21))"))),
+    (_KENDALL, "counts", "np.empty((1)", "the entries' arrays are not read in the table form"),
+    (_KENDALL, "drawn", "max(len(self.group), (0))", "the entries form has entries"),
+    (_KENDALL, "group_signs", "max(len(x), (0))", "pairs builds the matrix only for items"),
+    (_KENDALL, "tau_b_rows", "max(len(i), (0))", "rows have 2 or more items, so pairs"),
+    (_KENDALL, "plan", "(len(np.unique(x)) < len(np.unique(y)))", "either side may be a"),
+    (_KENDALL, "plan", "initial=(1)", "initial is for no cells, or adds a block with none"),
+    (_KENDALL, "plan", "initial=-(0)", "initial is only read when there are no cells"),
+    # a block's pairs with itself cancel (sign(b_l - b_k) is antisymmetric), and the last odd
+    # block has no right partner: adding either to `left` changes no sum
+    (_KENDALL, "plan", "| (pair < n_blocks // 2)", "self-pairs cancel"),
+    (_KENDALL, "plan", "(pair <= n_blocks // 2)", "the odd block meets no right block"),
+    (_KENDALL, "plan", "(pair < (n_blocks * 2))", "the odd block meets no right block"),
+    (_KENDALL, "group_signs", "np.triu_indices(n_groups, (0))", "the diagonal onto itself"),
+    (_KENDALL, "tau_b_rows", "np.triu_indices(xs.shape[1], (0))", "i == j pairs add the same "
+     "count to tot, xtie, ytie and both ties, which cancel"),
+)
