@@ -34,9 +34,20 @@ def test_each_run_is_kept_and_listed(server: ThreadedServer, tmp_path: Path,
     assert [_files(k) for k in kept] == sets  # each set as it was written, untouched since
     ids = [orjson.loads(s["manifest.json"])["run_id"] for s in sets]
     assert [k.name for k in kept] == ids and len(set(ids)) == 3
-    assert all(re.fullmatch(r"\d{8}T\d{6}Z-[0-9a-f]{6}", i) for i in ids)
+    assert all(re.fullmatch(r"\d{8}T\d{6}\.\d{3}Z-[0-9a-f]{6}", i) for i in ids)
     assert (out / "latest").resolve() == kept[-1].resolve()
-    assert [orjson.loads(s["manifest.json"])["kind"] for s in sets] == ["run", "run", "rebuild"]
+    made = [orjson.loads(s["manifest.json"]) for s in sets]
+    assert [m["kind"] for m in made] == ["run", "run", "rebuild"]
+    # the rebuild's provenance is the first run's answers, from their cache records
+    first, rebuild = made[0], made[2]
+    assert rebuild["counts"]["api_calls"] == 0
+    assert rebuild["provenance"] == first["provenance"]
+    assert first["provenance"]["answers"] == {"api": 12} and first["provenance"]["calls"] == 12
+    assert first["provenance"]["prompt_tokens"] == first["usage"]["prompt_tokens"] > 0
+    assert first["provenance"]["completion_tokens"] == first["usage"]["completion_tokens"]
+    assert first["provenance"]["estimated_cost_usd"] is None  # the fake model has no price
+    assert first["started"] <= first["provenance"]["first_answer"] <= \
+        first["provenance"]["last_answer"] <= first["ended"]
 
     listed = run_judge("runs", job, "--out", out, "--model", "fake", env=env, cwd=tmp_path)
 

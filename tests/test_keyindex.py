@@ -142,7 +142,7 @@ def test_a_rescore_reads_the_index_and_an_edited_job_does_not(
             return ([t.key for batch, _ in got for t in batch],
                     [a for _, answers in got for a in answers.values()])
 
-        assert read(first) == (keys, [["4 stars", "stop", None, "api"]] * len(keys))
+        assert read(first) == (keys, [["4 stars", "stop", None, "api", None, 0, 0]] * len(keys))
         stored = sorted(p.name for p in (tmp_path / "cache" / "keys").iterdir())
         assert stored == [f"{first.fingerprint()}-4-{part}of2" for part in (0, 1)]
 
@@ -153,7 +153,7 @@ def test_a_rescore_reads_the_index_and_an_edited_job_does_not(
             m.setattr(Expansion, "part", broken)  # in the forked children too
             again = read(first)
         # the children's plain answers, not whole records read here after a child failed
-        assert again == (keys, [["4 stars", "stop", None, "api"]] * len(keys))
+        assert again == (keys, [["4 stars", "stop", None, "api", None, 0, 0]] * len(keys))
 
         edited = _expand(write_job, rows=[{**ROWS[0], "output": "edited"}, *ROWS[1:]])
         new_keys = [t.key for t in edited.tasks()]

@@ -71,9 +71,10 @@ def test_batches_come_back_in_order_with_what_judging_reads(
         assert records == {k: answer(stored[k]) for k in batch if k in stored}
     assert answer(stored[_key(0)])["response"]["choices"][0]["message"]["content"] == "x" * 100_000
     assert answer(stored[_key(5)])["response"]["choices"][1]["logprobs"] is not None
-    # one plain choice: [text, finish_reason, usage as JSON text, source]
+    # one plain choice: [text, finish_reason, usage as JSON text, source, time, tokens]
     assert answer(stored[_key(2)]) == [
-        "2 stars", "stop", '{"prompt_tokens":2,"completion_tokens":1,"total_tokens":3}', "api"]
+        "2 stars", "stop", '{"prompt_tokens":2,"completion_tokens":1,"total_tokens":3}', "api",
+        stored[_key(2)].get("time"), 2, 1]
 
 
 def test_answers_reads_through_the_reader_only_when_it_pays(

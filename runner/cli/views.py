@@ -58,7 +58,7 @@ def view(job: str, run: str | None, out: str | None, print_only: bool) -> None:
     \b
     Examples:
       judge view openmeva
-      judge view openmeva 20261125T143015Z-a1b2c3
+      judge view openmeva 20261125T143015.123Z-a1b2c3
       judge view jobs/summeval.toml --out /tmp/runs/summeval --print
     """
     folder = _folder(job, out)
@@ -143,7 +143,7 @@ def diff(job: str, run_a: str, run_b: str, out: str | None) -> None:
     \b
     A judge is paired with the same judge in the other run (a prompt or parser changed under
     one name), or, where each run has one judge, with that one. Example:
-      judge diff openmeva 20261125T101500Z-1a2b3c latest
+      judge diff openmeva 20261125T101500.000Z-1a2b3c latest
     """
     from runner.report.diff import DIFF_COLUMNS, diff_runs, read_scores  # numpy: only here
     from runner.report.folder import write_atomic

@@ -17,7 +17,7 @@ import orjson
 from runner.data.datasets import Item
 from runner.execute.stats import RunStats
 from runner.execute.store.backend import CacheBackend, answers, expanded
-from runner.execute.store.reader import DAMAGED, Answer
+from runner.execute.store.reader import DAMAGED, Answer, tokens_of
 from runner.expand import Expansion, Task, task_key
 from runner.job.spec import PromptSpec
 from runner.parse.parsers import (
@@ -66,6 +66,10 @@ class Judgment(NamedTuple):
     choice order, for self-consistency; empty for a single choice."""
     source: str | None = None
     """Where the answer came from: "api", "batch:<batch id>", "import:<file>"; None if none."""
+    time: float | None = None
+    """When the answer was stored (the cache record's `time`); None without an answer."""
+    tokens: tuple[int, int] = (0, 0)
+    """The answer's (prompt, completion) tokens, from its usage."""
 
 
 def aspect_key(aspect: str) -> str:
@@ -214,9 +218,10 @@ class _Context:
             self.settings[at] = (get_parser(prompt.parser).func,
                                  _checked(prompt, task.aspect, len(task.members)))
         if type(record) is list:  # a reader's Plain answer: its usage is JSON text
-            text, finish, usage, source = record
+            text, finish, usage, source, when, prompt_tokens, completion_tokens = record
             return self._plain(task, item, at, position, text, finish,
-                               None if usage is None else orjson.Fragment(usage), source)
+                               None if usage is None else orjson.Fragment(usage), source,
+                               when, (prompt_tokens, completion_tokens))
         assert isinstance(record, dict)
         if DAMAGED in record:
             message = self.damaged[task.key] = UNREADABLE.format(why=record[DAMAGED])
@@ -227,7 +232,8 @@ class _Context:
             return self._plain(task, item, at, position,
                                (got[0].get("message") or {}).get("content") or "",
                                got[0].get("finish_reason"), record.get("usage"),
-                               record.get("source"))
+                               record.get("source"), record.get("time"),
+                               tokens_of(record.get("usage")))
         choices_ = choices(record["response"])
         results = [self.parse(at, *self.settings[at], c) for c in choices_]
         score, values, error, n_parsed, n_failed = _outcome(combine(results), task.aspect,
@@ -239,11 +245,12 @@ class _Context:
                         cached=task.key not in self.fresh, usage=record.get("usage"),
                         n_parsed=n_parsed, n_failed=n_failed,
                         choice_scores=_choice_scores(results, slot, task.aspect),
-                        source=record.get("source"))
+                        source=record.get("source"), time=record.get("time"),
+                        tokens=tokens_of(record.get("usage")))
 
     def _plain(self, task: Task, item: Item, at: tuple[str, str, int], position: int | None,
                text: str, finish: str | None, usage: Mapping[str, Any] | orjson.Fragment | None,
-               source: str | None) -> Judgment:
+               source: str | None, when: float | None, tokens: tuple[int, int]) -> Judgment:
         """The judgment of one plain answer (one choice, no logprobs): its whole outcome
         remembered by prompt, aspect, group size, position, text and finish_reason."""
         key = (at, position, text, finish)
@@ -254,7 +261,7 @@ class _Context:
                 self.outcomes[key] = outcome
         score, values, error, n_parsed, n_failed = outcome
         return Judgment(task, item, score, values, text, error, task.key not in self.fresh,
-                        usage, n_parsed, n_failed, (), source)
+                        usage, n_parsed, n_failed, (), source, when, tokens)
 
 
 def _outcome(combined: Combined, aspect: str, position: int | None) -> _Outcome:

@@ -84,9 +84,11 @@ def check_out(out_dir: Path) -> None:
 
 
 def new_run_id(when: float | None = None) -> str:
-    """`20261125T143015Z-a1b2c3`: sorts by time, unique across machines writing one folder."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if when is None else when))
-    return f"{stamp}-{secrets.token_hex(3)}"
+    """`20261125T143015.123Z-a1b2c3`: sorts by time (to the millisecond), unique across
+    machines writing one folder."""
+    now = time.time() if when is None else when
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now))
+    return f"{stamp}.{int(now % 1 * 1000):03d}Z-{secrets.token_hex(3)}"
 
 
 @contextlib.contextmanager

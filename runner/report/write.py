@@ -47,6 +47,7 @@ from runner.report.folder import atomic_file, new_run_id, report_set, write_atom
 from runner.report.headline import Headline, headline
 from runner.report.html import render
 from runner.report.pagedata import page_data, with_reliability
+from runner.report.provenance import Provenance
 from runner.report.reliability import (
     RELIABILITY_COLUMNS,
     reliability_markdown,
@@ -100,8 +101,8 @@ class Tables:
     """Keys of the tasks that have no cached answer."""
     seen: Seen = field(default_factory=Seen)
     """The keys judged so far, by their first 64 bits (~12 bytes a task; see Seen)."""
-    sources: dict[str, int] = field(default_factory=dict)
-    """Distinct answers by where they came from: api, batch, import (the kind, without ids)."""
+    provenance: Provenance = field(default_factory=Provenance)
+    """Where the distinct answers came from, their tokens and times (manifest.json)."""
     headline: Headline = field(default_factory=Headline)
     """What the command prints last (set once the correlations are made)."""
 
@@ -120,7 +121,7 @@ def collect(judgments: Iterable[Judgment], jsonl: io.BufferedIOBase) -> Tables:
     """Stream judgments to `jsonl` and gather the per-cell scores."""
     tables = Tables()
     cells, seen, write, missing = tables.cells, tables.seen, jsonl.write, tables.missing
-    sources = tables.sources
+    provenance = tables.provenance
     judged = tasks = distinct = 0
     last = None
     for j in judgments:
@@ -142,8 +143,7 @@ def collect(judgments: Iterable[Judgment], jsonl: io.BufferedIOBase) -> Tables:
             if j.raw is None:
                 missing.append(t.key)
             else:
-                kind = (j.source or "api").partition(":")[0]
-                sources[kind] = sources.get(kind, 0) + 1
+                provenance.add(t.model, j.source, j.time, j.tokens)
     tables.judgments, tables.tasks, tables.distinct = judged, tasks, distinct
     for cell in cells.values():
         cell.settle()
@@ -426,7 +426,8 @@ def _write_set(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgment
         board = leaderboard(tables) if expansion.job.leaderboard else None
         if callable(manifest):
             manifest = manifest(tables)
-        manifest = {"run_id": run_id, **manifest, "answer_sources": dict(tables.sources)}
+        manifest = {"run_id": run_id, **manifest,
+                    "provenance": tables.provenance.as_dict(expansion.job)}
         page = page_data(expansion, series, corr, summ, battle_rows, board, manifest, rows)
         reliability = reliable.result()
     write_atomic(out_dir / "report.md", (_markdown(expansion, corr, summ, notes)

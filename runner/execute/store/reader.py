@@ -47,7 +47,7 @@ from runner.execute.store.keyindex import KeyIndex, recorded_parts
 from runner.expand import Expansion, Task, task_key
 
 __all__ = ["DAMAGED", "Answer", "Expander", "Plain", "Reader", "answer", "answer_of", "records",
-           "usable", "with_key_index"]
+           "tokens_of", "usable", "with_key_index"]
 
 T = TypeVar("T")
 DEPTH = 4
@@ -73,7 +73,8 @@ def _unframed(pipe: IO[bytes]) -> bytes | None:
 
 
 Plain = list[Any]
-"""A plain answer: [text, finish_reason, usage as JSON text or None, source]."""
+"""A plain answer: [text, finish_reason, usage as JSON text or None, source, time, prompt
+tokens, completion tokens]."""
 Answer = Plain | dict[str, Any]
 """What a reader sends of a record (see `answer`)."""
 DAMAGED = "damaged"
@@ -87,15 +88,28 @@ def answer(record: Mapping[str, Any]) -> Answer:
     whose message content is text, goes as a `Plain` list: ~4 objects to decode where the
     record's part is ~14 (nested dicts), and its usage as JSON text that the judgment line
     embeds as it is (orjson.Fragment). Any other goes as a record to judging: the response's
-    choices, usage and source."""
+    choices, usage, source and time. Both carry when the answer was stored and its tokens, for
+    the reports' provenance (manifest.json's `answers`)."""
     response, usage, source = record["response"], record.get("usage"), record.get("source")
     choices = response.get("choices")
     if isinstance(choices, list) and len(choices) == 1 and isinstance(c := choices[0], dict) \
             and not c.get("logprobs") and isinstance(m := c.get("message") or {}, dict) \
             and isinstance(text := m.get("content") or "", str):
         return [text, c.get("finish_reason"),
-                None if usage is None else orjson.dumps(usage).decode(), source]
-    return {"response": {"choices": choices}, "usage": usage, "source": source}
+                None if usage is None else orjson.dumps(usage).decode(), source,
+                record.get("time"), *tokens_of(usage)]
+    return {"response": {"choices": choices}, "usage": usage, "source": source,
+            "time": record.get("time")}
+
+
+def tokens_of(usage: Any) -> tuple[int, int]:
+    """(prompt, completion) tokens of a response's usage; (0, 0) without one."""
+    if not isinstance(usage, dict):
+        return 0, 0
+    try:
+        return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+    except (TypeError, ValueError):
+        return 0, 0
 
 
 _RESPONSE = b',"response":'
