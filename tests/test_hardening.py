@@ -449,3 +449,25 @@ def test_the_counts_add_up_to_the_tasks_in_run_and_rescore(server: ThreadedServe
         "12 tasks: 8 cached, 0 called, 4 repeat an earlier task, 0 failed, 0 not run "
         "(0 retries); 0 tokens, ~$0.0000"]
     assert server.state.requests == 8
+
+
+# ------------------------------------------------------------ one process
+
+def test_judge_processes_1_runs_every_command_in_one_process() -> None:
+    from runner.execute.store import child
+    before = child.second_core()
+    try:
+        child.one_process(True)
+        assert not child.second_core() and not child.forkable()
+    finally:
+        child.one_process(False)
+    assert child.second_core() == before
+
+
+def test_a_bad_judge_processes_is_one_error_line(tmp_path: Path, data_dir: Path) -> None:
+    result = run_judge("plan", write_job(tmp_path / "jobs"), "--base-url",
+                       "http://127.0.0.1:9/v1", env=clean_env(data_dir, JUDGE_PROCESSES="2"),
+                       cwd=tmp_path)
+    assert result.returncode == 2
+    assert error_line(result.stderr) == ("Error: JUDGE_PROCESSES must be 1 (every command in one "
+                                         "process) or unset (got '2')")

@@ -16,7 +16,7 @@ import shlex
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +56,7 @@ from runner.execute.imports import import_answers
 from runner.execute.shard import Shard, split_limits
 from runner.execute.store.backend import CacheBackend, is_url, marked, open_cache, redact
 from runner.execute.store.cache import Cache
+from runner.execute.store.child import one_process
 from runner.execute.store.lease import describe, lease_name
 from runner.expand import task_key
 from runner.job.spec import Job
@@ -220,9 +221,19 @@ def _common(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
+def _processes(environ: Mapping[str, str]) -> None:
+    """JUDGE_PROCESSES=1: every command in one process (runner.execute.store.child)."""
+    value = environ.get("JUDGE_PROCESSES", "").strip()
+    if value not in ("", "1"):
+        raise ConfigError(f"JUDGE_PROCESSES must be 1 (every command in one process) or unset "
+                          f"(got {value!r})")
+    one_process(value == "1")
+
+
 class _Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
+            _processes(os.environ)
             return super().invoke(ctx)
         except RunnerError as exc:
             raise UsageError(scrub(str(exc))) from None

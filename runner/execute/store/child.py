@@ -18,7 +18,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, NoReturn
 
-__all__ = ["Forked", "alive", "forkable", "second_core", "spawn"]
+__all__ = ["Forked", "alive", "forkable", "one_process", "second_core", "spawn"]
+
+_ONE_PROCESS = [False]
+"""Set by `one_process`: no child process of the storage layer or the reports."""
 
 
 def spawn(module: str, *args: str) -> subprocess.Popen[bytes]:
@@ -43,9 +46,19 @@ def alive(pid: int) -> bool:
     return True
 
 
+def one_process(on: bool) -> None:
+    """Run every command in this one process (JUDGE_PROCESSES=1, read by the cli): no reader
+    or folding child and no forked expander or report, whatever the machine, so that any bug
+    can be bisected against the simple path. Results are the same either way; the children
+    only buy speed (docs/explanation/processes.md)."""
+    _ONE_PROCESS[0] = on
+
+
 def second_core() -> bool:
     """Whether this process may run on two cores or more: a child process working beside it
-    gains nothing on one."""
+    gains nothing on one (nor with `one_process`)."""
+    if _ONE_PROCESS[0]:
+        return False
     cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(
         os.cpu_count() or 1)
     return len(cores) >= 2
@@ -55,7 +68,10 @@ def forkable() -> bool:
     """Whether forking this process now is safe: Linux (macOS's system libraries are not
     fork-safe), one thread (a fork copies a lock another thread holds, locked forever in the
     child) and memory available for twice this process's resident size (a child that reads
-    the tables it shares touches their reference counts, and so copies their pages)."""
+    the tables it shares touches their reference counts, and so copies their pages). Never
+    with `one_process`."""
+    if _ONE_PROCESS[0]:
+        return False
     if sys.platform != "linux" or not hasattr(os, "fork") or threading.active_count() != 1:
         return False
     try:
