@@ -335,3 +335,30 @@ def test_the_new_views_keep_data_as_text(run: dict[str, Path], browser: Any,
     assert PAYLOAD in page.inner_text("#banner")
     assert errors == []
     page.close()
+
+
+def test_paper_figure_draws_a_flat_judge_flat(run: dict[str, Path]) -> None:
+    """`judge report --figures`: the systems figure puts both sides on one axis, each as a
+    share of its own score scale (z-scores made the flat judge as wide as the humans), and
+    the forest figure says "95% CI" only for a panel with CIs."""
+    from runner.report.figures import _forest, _systems
+
+    data = read_page_data(run["out"] / "report.html")
+    aspect = data["datasets"][0]["aspects"][0]
+    rows = aspect["systems"]["fake/stars"]["rows"]
+    for i, r in enumerate(rows):
+        r["judge"] = 1.99 + 0.02 * i / (len(rows) - 1)
+    aspect["distribution"]["fake/stars"] = {"missing": 0, "edges": [0.5, 1.5, 2.5, 3.5],
+                                            "counts": [1, 30, 1]}
+    fig = _systems(aspect, "flat")
+    assert fig is not None
+    xs = {line.get_label(): line.get_xdata() for line in fig.axes[0].lines
+          if line.get_label() in ("human", "judge")}
+    width = {k: float(max(v) - min(v)) for k, v in xs.items()}
+    assert width["human"] > 0.2 and width["judge"] < width["human"] / 10
+    corr = [dict(r, ci_low=None, ci_high=None) if r["level"] == "dataset" else r
+            for r in aspect["correlations"]]
+    forest = _forest(corr, ["sample", "dataset"], "spearman", "t")
+    assert forest is not None
+    labels = [ax.get_xlabel() for ax in forest.axes]
+    assert labels == ["spearman (95% CI)", "spearman (no CI)"]
