@@ -140,7 +140,9 @@
       const pos = r => +String(r.b).replace(/\D+/g, "");
       const ps = [...new Set(means.map(pos))].sort((a, b) => a - b), vs = means.map(r => r.value);
       const W = 360, H = 200 + 16 * Math.ceil(judges.length / 2), b = [46, 10, W - 14, 158];
-      const [box, s] = plot("Mean score by position (flat = no position bias)", W, H);
+      const ns = [...new Set(means.map(r => r.n))];  // scores behind each point
+      const [box, s] = plot("Mean score by position (flat = no position bias; " +
+                            (ns.length === 1 ? `n=${ns[0]} a point)` : "n in each point's tooltip)"), W, H);
       box.classList.add("position-chart");
       const pad = (Math.max(...vs) - Math.min(...vs)) * 0.1 || 0.5;
       const yr = [Math.min(...vs) - pad, Math.max(...vs) + pad], xr = [ps[0] - 0.5, ps[ps.length - 1] + 0.5];
