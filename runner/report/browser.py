@@ -46,6 +46,7 @@ class Row:
     group: str
     body: bytes
     grouped: bool = False  # the task listed the whole group (its members) in one prompt
+    sample: int = 0  # the task's sample index (prompts with `samples` > 1 ask k times)
 
     @property
     def diff(self) -> float | None:
@@ -69,7 +70,8 @@ def _row(j: Judgment) -> Row:
                judge=f"{t.model}/{t.prompt}", score=j.score, human=it.human.get(t.aspect),
                status=j.error["type"] if j.error else "ok",
                message=j.error["message"] if j.error else "", raw=(raw or "")[:RAW_CHARS],
-               key=t.key, group=it.group, body=t.body, grouped=bool(t.members))
+               key=t.key, group=it.group, body=t.body, grouped=bool(t.members),
+               sample=t.sample)
 
 
 @dataclass(slots=True)

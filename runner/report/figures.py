@@ -5,11 +5,14 @@ show the same numbers).
 Per data set and aspect:
 - table_*: the correlation table as an annotated heatmap (judges as rows; level, method and
   subset as columns; the best judge per column boxed), the layout of the papers' tables.
-- forest_*: each judge's correlation with its 95% CI, one panel per level (first method).
+- forest_*: each judge's correlation, with its 95% CI where one is computed, one panel per
+  level (first method).
 - scatter_*: judge against human per judge (jittered points, or a 2-D histogram), with the
   least-squares line.
 - distribution_*: judge score histograms, with the human scores'.
-- systems_*: judge and human system means (z-scores) with the pairwise accuracy.
+- systems_*: judge and human system means, sorted by human mean, each centred and divided by
+  the span of its own score scale (so a judge whose means barely move looks flat beside the
+  humans, which z-scores hid), with the pairwise accuracy.
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ def write_figures(page: Path, out_dir: Path) -> list[Path]:
                        "forest": _forest(a["correlations"], levels, method, title),
                        "scatter": _scatter(a["scatter"], a["aspect"], title),
                        "distribution": _distribution(a["distribution"], a["human"], title),
-                       "systems": _systems(a["systems"], title)}
+                       "systems": _systems(a, title)}
             for kind, fig in figures.items():
                 if fig is None:
                     continue
@@ -125,7 +128,7 @@ def _forest(rows: Sequence[Mapping[str, Any]], levels: Sequence[str], method: st
         ax.axvline(0, color="grey", lw=0.6, ls="--")
         ax.set_yticks(y, [r["judge"] for r in p])
         ax.set_title(f"{lvl} level")
-        ax.set_xlabel(f"{method} (95% CI)")
+        ax.set_xlabel(f"{method} (95% CI)" if np.isfinite(lo).any() else f"{method} (no CI)")
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     return fig
@@ -190,14 +193,17 @@ def _distribution(dist: Mapping[str, Any], human: Mapping[str, Any],
     return fig
 
 
-def _systems(systems: Mapping[str, Any], title: str) -> Figure | None:
-    shown = {k: v for k, v in systems.items() if v["rows"]}
+def _systems(aspect: Mapping[str, Any], title: str) -> Figure | None:
+    """One panel per judge: its system means and the humans', each as a share of its own
+    score scale (the span of the scores in the distribution plots)."""
+    shown = {k: v for k, v in aspect["systems"].items() if v["rows"]}
     if not shown:
         return None
     fig, axes = _grid(len(shown))
     for ax, (name, s) in zip(axes, shown.items(), strict=True):
-        rows = s["rows"]
-        judge, human = _z([r["judge"] for r in rows]), _z([r["human"] for r in rows])
+        rows = sorted(s["rows"], key=lambda r: (-r["human"], r["system"]))
+        human = _share([r["human"] for r in rows], aspect["human"])
+        judge = _share([r["judge"] for r in rows], aspect["distribution"].get(name))
         y = np.arange(len(rows))[::-1]
         ax.hlines(y, np.minimum(judge, human), np.maximum(judge, human), color="#cccccc")
         ax.plot(human, y, "o", ms=3.5, color="#2ca02c", label="human")
@@ -205,14 +211,17 @@ def _systems(systems: Mapping[str, Any], title: str) -> Figure | None:
         ax.set_yticks(y, [r["system"] for r in rows])
         acc = s["pairwise_accuracy"]
         ax.set_title(f"{name}: pairwise acc. " + ("n/a" if acc is None else f"{acc:.3f}"))
-        ax.set_xlabel("system mean (z-score)")
+        ax.set_xlabel("system mean - average, as a share of its score scale")
     axes[0].legend(fontsize=6, loc="best")
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     return fig
 
 
-def _z(values: Sequence[float]) -> Any:
+def _share(values: Sequence[float], dist: Mapping[str, Any] | None) -> Any:
+    """Values centred on their mean, divided by the span of the score scale `dist` (a page
+    histogram: its edges) shows; by their own range where there is none."""
     v = np.array(values, dtype=float)
-    sd = v.std()
-    return (v - v.mean()) / (sd if sd > 0 else 1.0)
+    edges = (dist or {}).get("edges") or []
+    span = edges[-1] - edges[0] if len(edges) > 1 else 0.0
+    return (v - v.mean()) / (span if span > 0 else (np.ptp(v) or 1.0))

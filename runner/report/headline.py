@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Headline", "headline"]
+__all__ = ["Headline", "headline", "unparsed_judges"]
 
 PREFERRED_METHOD = "spearman"
 """The coefficient shown when the job computes it (rank correlation: the studies' headline)."""
@@ -97,20 +97,26 @@ def _finite(value: Any) -> bool:
     return isinstance(value, int | float) and math.isfinite(value)
 
 
-def _unparsed(summary: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[str]]:
-    """Per judge (`model/prompt`): answers (tasks with one) and parsed scores, over every data
-    set and aspect; a line for each with most answers unparsed."""
+def unparsed_judges(summary: Sequence[Mapping[str, Any]]) -> list[tuple[str, int, int]]:
+    """(judge, unparsed, answered) for each judge (`model/prompt`) with most of its answers
+    (tasks with one, over every data set and aspect) unparsed. One rule for the terminal's
+    lines and report.html's banner, so the two never disagree."""
     answers: dict[str, list[int]] = {}
     for row in summary:
         judge = f"{row['model']}/{row['prompt']}"
         counts = answers.setdefault(judge, [0, 0])
         counts[0] += int(row["n"]) - int(row["api_failures"])
         counts[1] += int(row["scored"])
+    return [(judge, answered - scored, answered) for judge, (answered, scored) in answers.items()
+            if answered and answered - scored > answered / 2]
+
+
+def _unparsed(summary: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[str]]:
+    """A line for each judge with most answers unparsed; the judges with no parsed score."""
     lines, scoreless = [], []
-    for judge, (answered, scored) in answers.items():
-        if answered and answered - scored > answered / 2:
-            lines.append(f"judge {judge}: {answered - scored} of {answered} answers unparsed: "
-                         "see report.html#failures")
-            if not scored:
-                scoreless.append(judge)
+    for judge, unparsed, answered in unparsed_judges(summary):
+        lines.append(f"judge {judge}: {unparsed} of {answered} answers unparsed: "
+                     "see report.html#failures")
+        if unparsed == answered:
+            scoreless.append(judge)
     return lines, scoreless

@@ -7,6 +7,8 @@ set or a judge answer is ever parsed as HTML. Hand-rolled SVG instead of an inli
 library keeps the page a few hundred kilobytes for a 100,000-judgment job and leaves nothing
 to fetch. The JSON is escaped so that `</script>` (or any `<`) inside a value cannot end the
 block: `<`, `>` and `&` become `\\u003c`, `\\u003e`, `\\u0026`, which JSON.parse reads back.
+The charts (templates/charts.js) are spliced into report.js's closure at `/*CHARTS*/`: one
+script, two files of a readable size.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ def render(data: Mapping[str, Any]) -> bytes:
     parts = {"TITLE": html.escape(f"{data.get('job', '')}: judge report"),
              "STYLE": _template("report.css"),
              "DATA": f"{_OPEN}{embed_json(data)}{_CLOSE}",
-             "SCRIPT": _template("report.js")}
+             "SCRIPT": _template("report.js").replace("/*CHARTS*/", _template("charts.js"), 1)}
     for name, value in parts.items():
         page = page.replace(f"<!--{name}-->", value, 1)
     return page.encode()

@@ -17,6 +17,7 @@ import numpy as np
 from runner.expand import Expansion
 from runner.reduce.correlate import Row
 from runner.report.browser import ItemRows, prompt_text, with_bodies
+from runner.report.headline import unparsed_judges
 from runner.report.relpage import reliability_page
 
 __all__ = ["page_data", "with_reliability"]
@@ -54,11 +55,14 @@ def page_data(expansion: Expansion, series: Mapping[tuple[str, str], Mapping[str
         datasets.setdefault(s["dataset"], {"name": s["dataset"], "aspects": []})
     kept = with_bodies(rows.rows(), expansion)
     texts: dict[str, int] = {}
+    sampled = any(p.samples > 1 for p in job.prompts)  # a sample column only where it tells
     return {
         "job": job.name,
         "manifest": dict(manifest),
-        "prompts": [{"name": p.name, "parser": p.parser, "aspects": list(p.aspects)}
-                    for p in job.prompts],
+        "prompts": [{"name": p.name, "parser": p.parser, "aspects": list(p.aspects),
+                     "samples": p.samples} for p in job.prompts],
+        "unparsed": [{"judge": j, "unparsed": u, "answered": a}
+                     for j, u, a in unparsed_judges(summ)],
         "levels": list(job.levels), "methods": list(job.methods), "bootstrap": job.bootstrap,
         "datasets": list(datasets.values()),
         "summary": [dict(s) for s in summ],
@@ -68,9 +72,11 @@ def page_data(expansion: Expansion, series: Mapping[tuple[str, str], Mapping[str
         "leaderboard": {"columns": board[0], "rows": board[1]} if board else None,
         "reliability": reliability_page(expansion, reliability),
         "items": {"seen": rows.seen, "capped": rows.capped, "cap": rows.cap,
-                  "columns": ["dataset", "item", "system", "aspect", "judge", "score",
+                  "columns": ["dataset", "item", "system", "aspect", "judge",
+                              *(["sample"] if sampled else []), "score",
                               "human", "diff", "status", "message", "raw", "prompt"],
-                  "rows": [[r.dataset, r.item, r.system, r.aspect, r.judge, r.score, r.human,
+                  "rows": [[r.dataset, r.item, r.system, r.aspect, r.judge,
+                            *([r.sample] if sampled else []), r.score, r.human,
                             r.diff, r.status, r.message, r.raw,
                             texts.setdefault(prompt_text(r.body), len(texts))] for r in kept],
                   "prompts": list(texts)},

@@ -75,11 +75,11 @@
     for (let t = Math.ceil(lo / s) * s; t <= hi + 1e-9; t += s) out.push(+t.toFixed(10));
     return out;
   }
-  function axes(s, x, y, xr, yr, box, xlabel, ylabel) {
+  function axes(s, x, y, xr, yr, box, xlabel, ylabel, nticks) {
     const [l, t, r, b] = box;
     s.append(svg("line", { x1: l, y1: b, x2: r, y2: b, stroke: "#555" }));
     s.append(svg("line", { x1: l, y1: t, x2: l, y2: b, stroke: "#555" }));
-    if (xr) for (const v of ticks(xr[0], xr[1], 5)) {
+    if (xr) for (const v of ticks(xr[0], xr[1], nticks || 5)) {
       s.append(svg("line", { x1: x(v), y1: b, x2: x(v), y2: b + 4, stroke: "#555" }));
       s.append(svg("text", { x: x(v), y: b + 15, "text-anchor": "middle" }, fmt(v, 2)));
     }
@@ -91,6 +91,13 @@
     if (ylabel) s.append(svg("text", { x: 12, y: (t + b) / 2, "text-anchor": "middle",
                                        transform: `rotate(-90 12 ${(t + b) / 2})` }, ylabel));
   }
+
+  function scroller(t) {
+    // a wide table scrolls inside its own box, its first (judge) column fixed
+    t.classList.add("sticky");
+    return el("div", { class: "scroll" }, t);
+  }
+/*CHARTS*/
 
   // --- summary -------------------------------------------------------------------------
   function summary() {
@@ -164,7 +171,11 @@
     const data = rows.filter(r => r.level === level && r.method === method && r.subset === "all" && r.value !== null);
     if (!data.length) return null;
     const rowH = 20, left = 170, W = 460, H = 40 + rowH * data.length;
-    const [box, s] = plot(`${level} level, ${method} (95% CI)`, W, H);
+    const withCI = data.some(r => r.ci_low !== null && r.ci_low !== undefined);
+    const n = level === "system" ? data.find(r => r.n_systems != null) : null;
+    const [box, s] = plot(`${level} level, ${method}` + (n ? `, ${n.n_systems} systems` : "") +
+                          (withCI ? " (95% CI)" : " (no CI at this level: estimates only)"), W, H);
+    box.classList.add("forest");
     const lo = Math.min(0, ...data.map(r => r.ci_low ?? r.value)), hi = Math.max(0, ...data.map(r => r.ci_high ?? r.value));
     const x = scale(lo, hi, left, W - 15);
     axes(s, x, null, [lo, hi], null, [left, 8, W - 15, H - 28]);
@@ -172,7 +183,7 @@
     data.forEach((r, i) => {
       const y = 18 + i * rowH;
       s.append(svg("text", { x: left - 6, y: y + 4, "text-anchor": "end" }, r.judge.length > 28 ? r.judge.slice(0, 27) + "…" : r.judge));
-      if (r.ci_low !== null) s.append(svg("line", { x1: x(r.ci_low), y1: y, x2: x(r.ci_high), y2: y, stroke: "#1f3a5f", "stroke-width": 2, class: "ci-bar" }));
+      if (r.ci_low != null) s.append(svg("line", { x1: x(r.ci_low), y1: y, x2: x(r.ci_high), y2: y, stroke: "#1f3a5f", "stroke-width": 2, class: "ci-bar" }));
       put(s, svg("circle", { cx: x(r.value), cy: y, r: 4, fill: r.judge === "iaa" ? "#999" : "#d62728", class: "point" })).append(svg("title", {}, `${r.judge}: ${fmt(r.value)} [${fmt(r.ci_low)}, ${fmt(r.ci_high)}]`));
     });
     return box;
@@ -231,41 +242,19 @@
     });
     return box;
   }
-  function systems(name, sys) {
-    const rows = sys.rows;
-    if (!rows.length) return null;
-    const rowH = 18, left = 130, W = 380, H = 44 + rowH * rows.length;
-    const acc = sys.pairwise_accuracy === null ? "n/a" : fmt(sys.pairwise_accuracy);
-    const [box, s] = plot(`${name}: pairwise accuracy ${acc} over ${sys.pairs} system pairs`, W, H);
-    const z = (k) => { const v = rows.map(r => r[k]); const m = v.reduce((a, c) => a + c, 0) / v.length;
-                       const sd = Math.sqrt(v.reduce((a, c) => a + (c - m) ** 2, 0) / v.length) || 1;
-                       return v.map(c => (c - m) / sd); };
-    const zj = z("judge"), zh = z("human");
-    const lo = Math.min(...zj, ...zh), hi = Math.max(...zj, ...zh);
-    const x = scale(lo, hi, left, W - 12);
-    axes(s, x, null, [lo, hi], null, [left, 8, W - 12, H - 30], "system mean (z-score)");
-    rows.forEach((r, i) => {
-      const y = 18 + i * rowH;
-      s.append(svg("text", { x: left - 6, y: y + 4, "text-anchor": "end" }, r.system.slice(0, 22)));
-      s.append(svg("line", { x1: x(zj[i]), y1: y, x2: x(zh[i]), y2: y, stroke: "#ccc" }));
-      put(s, svg("circle", { cx: x(zh[i]), cy: y, r: 4, fill: "#2ca02c", class: "point" })).append(svg("title", {}, `human mean ${fmt(r.human)}`));
-      put(s, svg("circle", { cx: x(zj[i]), cy: y, r: 4, fill: "#d62728", class: "point" })).append(svg("title", {}, `judge mean ${fmt(r.judge)} (sd ${fmt(r.judge_sd)})`));
-    });
-    return box;
-  }
   function dataset(d, i) {
     const s = section(`ds-${i}`, `Data set: ${d.name}`);
     if (!d.aspects.length) s.append(el("p", { class: "note", text: "No human ratings in this data set, so no correlations: see the failures, battles, leaderboard and item browser below." }));
     for (const a of d.aspects) {
       s.append(el("h3", { text: `${d.name}: ${a.aspect}` }));
       s.append(el("h4", { text: "Correlation with human ratings (best judge per column in bold; iaa = annotator 2 vs annotator 1)" }));
-      s.append(corrTable(a.correlations));
+      s.append(scroller(corrTable(a.correlations)));
       const forests = el("div", { class: "plots" });
       for (const lvl of D.levels) for (const m of D.methods.slice(0, 1)) {
         const f = forest(a.correlations, lvl, m);
         if (f) forests.append(f);
       }
-      s.append(el("h4", { text: "Forest plot: each judge's correlation with its 95% CI, per level" }), forests);
+      s.append(el("h4", { text: "Forest plot: each judge's correlation per level, with its 95% CI where one is computed" }), forests);
       const names = Object.keys(a.scatter);
       if (!names.length) continue;
       const sc = el("div", { class: "plots" });
@@ -276,13 +265,11 @@
       dist.append(histogram("human", a.human, "#2ca02c"));
       s.append(el("h4", { text: "Score distributions per judge (and the human scores)" }), dist);
       const sy = el("div", { class: "plots" });
-      for (const n of names) { const p = systems(n, a.systems[n]); if (p) sy.append(p); }
+      for (const n of names) { const p = ranking(n, a.systems[n], a.human, a.distribution[n]); if (p) sy.append(p); }
       if (sy.childNodes.length) {
-        s.append(el("h4", { text: "System level: judge (red) and human (green) system means, as z-scores; pairwise accuracy = share of system pairs ordered alike" }), sy);
+        s.append(el("h4", { text: "System ranking: systems sorted by human mean (# 1 = highest), the judge's rank beside it; human and judge means each in its own units, each axis the same share of its score scale (a judge whose system means barely differ looks flat), their spread below; pairwise accuracy = share of system pairs the judge orders as the humans do" }), sy);
         for (const n of names) {
-          const r = a.systems[n].rows;
-          if (r.length) s.append(el("div", { class: "note", text: n }),
-            table(["system", "n", "judge", "judge_sd", "human"], r));
+          if (a.systems[n].rows.length) s.append(el("div", { class: "note", text: n }), scroller(rankingTable(a.systems[n])));
         }
       }
     }
@@ -300,7 +287,7 @@
   function relTable(rows, colOf) {
     const cols = [...new Set(rows.map(colOf))], judges = [...new Set(rows.map(r => r.a))];
     const cell = new Map(rows.map(r => [`${r.a}\u0000${colOf(r)}`, r]));
-    const t = el("table", { class: "rel" });
+    const t = el("table", { class: "rel" });  // wrapped by scroller: judges stay in view
     t.append(el("thead", {}, el("tr", {}, el("th", { text: "judge" }), ...cols.map(c => el("th", { text: c })))));
     const body = el("tbody");
     for (const j of judges) {
@@ -333,7 +320,9 @@
         for (const [figure, caption, colOf] of REL) {
           const rows = d.rows.filter(r => r.aspect === aspect && r.figure === figure);
           if (!rows.length) continue;
-          s.append(el("h4", { text: `${aspect}: ${caption}` }), relTable(rows, colOf));
+          s.append(el("h4", { text: `${aspect}: ${caption}` }), scroller(relTable(rows, colOf)));
+          const charts = figure === "position" ? positionCharts(rows) : figure === "length" ? lengthCharts(rows) : [];
+          if (charts.length) s.append(el("div", { class: "plots" }, ...charts));
         }
       }
     }
@@ -361,7 +350,7 @@
   function leaderboard() {
     if (!D.leaderboard) return;
     const s = section("leaderboard", "Leaderboard");
-    s.append(table(D.leaderboard.columns, D.leaderboard.rows));
+    s.append(scroller(table(D.leaderboard.columns, D.leaderboard.rows)));
   }
 
   // --- item browser ----------------------------------------------------------------------
@@ -382,7 +371,9 @@
     const count = el("span", { id: "item-count", class: "note" });
     controls.append(count);
     s.append(controls);
-    const shown = ["dataset", "item", "system", "aspect", "judge", "score", "human", "diff", "status"];
+    // a sample column only when a prompt asks more than once (the page data has it then)
+    const shown = ["dataset", "item", "system", "aspect", "judge", ...("sample" in idx ? ["sample"] : []),
+                   "score", "human", "diff", "status"];
     const t = el("table", { id: "items-table" });
     t.append(el("thead", {}, el("tr", {}, ...shown.map(c => el("th", { text: c === "diff" ? "|diff|" : c })))));
     const body = el("tbody");
@@ -432,6 +423,7 @@
   document.getElementById("title").textContent = `${D.job}: judge report`;
   document.getElementById("loading").remove();
   summary();
+  banner();
   D.datasets.forEach(dataset);
   reliability();
   failures();
