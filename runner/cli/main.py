@@ -33,7 +33,18 @@ from runner.cli.batches import (
     merge,
 )
 from runner.cli.cachecmds import cache_option, cache_url, export_command, import_command
-from runner.cli.session import (
+from runner.data import datasets
+from runner.errors import ConfigError, DataError, RunnerError, register_secret, scrub
+from runner.execute.imports import import_answers
+from runner.execute.shard import Shard, split_limits
+from runner.execute.store.backend import CacheBackend, is_url, marked, open_cache, redact
+from runner.execute.store.cache import Cache
+from runner.execute.store.lease import describe, lease_name
+from runner.expand import task_key
+from runner.job.spec import Job
+from runner.reduce.judgments import CachedFirst, Judgment, judge
+from runner.report.folder import check_out
+from runner.session import (
     Download,
     Selection,
     TaskLog,
@@ -50,17 +61,6 @@ from runner.cli.session import (
     select,
     serving,
 )
-from runner.data import datasets
-from runner.errors import ConfigError, DataError, RunnerError, register_secret, scrub
-from runner.execute.imports import import_answers
-from runner.execute.shard import Shard, split_limits
-from runner.execute.store.backend import CacheBackend, is_url, marked, open_cache, redact
-from runner.execute.store.cache import Cache
-from runner.execute.store.lease import describe, lease_name
-from runner.expand import task_key
-from runner.job.spec import Job
-from runner.reduce.judgments import CachedFirst, Judgment, judge
-from runner.report.folder import check_out
 
 if TYPE_CHECKING:
     from runner.cli.progress import Progress
