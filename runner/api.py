@@ -25,8 +25,6 @@ imported there and nowhere else in the runner.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import contextlib
 import os
 import time
@@ -177,6 +175,10 @@ def run(job: JobLike, **options: Any) -> RunResult:
     Inside a running event loop (a notebook cell) the pool runs on its own loop in a worker
     thread while this call waits; elsewhere on the loop `judge run` uses (uvloop's).
     """
+    # asyncio (~65 ms to import) here and in _pool only: plan and rescore never load it
+    import asyncio
+    import concurrent.futures
+
     env = _environ(options)
     try:
         asyncio.get_running_loop()
@@ -233,6 +235,8 @@ async def _pool(sel: Selection, env: Mapping[str, str], judged: TaskLog, *, offl
     def key_reader(name: str) -> Callable[[], str | None]:
         register_secret(env.get(name))
         return lambda: env.get(name) or None
+
+    import asyncio  # as in run
 
     started = contextlib.nullcontext(sel.job) if offline else serving(sel.job)
     with open_selected(sel) as cache, started as served:
