@@ -103,3 +103,10 @@ def test_errors_are_runner_errors_with_the_fix(server: ThreadedServer, tmp_path:
     monkeypatch.setitem(sys.modules, "pandas", None)  # as if not installed
     with pytest.raises(runner.ConfigError, match=r"pip install judge-runner\[pandas\]"):
         runner.results(tmp_path / "runs")
+
+
+def test_the_how_to_documents_every_frame_column_and_dtype() -> None:
+    page = (ROOT / "docs" / "how-to" / "notebook.md").read_text(encoding="utf-8")
+    for name, schema in COLUMNS.items():
+        documented = ", ".join(f"`{c}` {d}" for c, d in schema.items())
+        assert f"| `{name}` |" in page and f"| {documented} |" in page, name
