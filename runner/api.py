@@ -185,8 +185,21 @@ def run(job: JobLike, **options: Any) -> RunResult:
     except RuntimeError:
         return run_async(arun(job, **options), event_loop(env))
     loop = event_loop(env)
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="judge-run") as worker:
-        return worker.submit(lambda: run_async(arun(job, **options), loop)).result()
+    stoppers: list[Callable[[], object]] = []  # arun's: each stops its pool from this thread
+    worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="judge-run")
+    done = worker.submit(lambda: run_async(arun(job, _stoppers=stoppers, **options), loop))
+    try:
+        return done.result()
+    except KeyboardInterrupt:
+        # Jupyter's interrupt, as the CLI's first Ctrl-C: no new request; those in flight
+        # finish and are cached, the reports are written, then the interrupt goes on (a
+        # second one while this waits leaves the worker to finish alone)
+        for stop in stoppers:
+            stop()
+        done.result()
+        raise
+    finally:
+        worker.shutdown(wait=False)
 
 
 def _environ(options: Mapping[str, Any]) -> Mapping[str, str]:
@@ -195,7 +208,7 @@ def _environ(options: Mapping[str, Any]) -> Mapping[str, str]:
 
 
 _RUN_OPTIONS = ("concurrency", "rpm", "tpm", "max_retries", "timeout", "offline", "budget",
-                "on_progress")
+                "on_progress", "_stoppers")
 
 
 async def arun(job: JobLike, **options: Any) -> RunResult:
@@ -220,7 +233,8 @@ async def arun(job: JobLike, **options: Any) -> RunResult:
                                       else held.lease(lease, describe(command))):
         judged = TaskLog()
         stats, sel = await _pool(sel, env, judged, offline=offline, budget=budget,
-                                 on_progress=own.get("on_progress"))
+                                 on_progress=own.get("on_progress"),
+                                 stoppers=own.get("_stoppers"))
         if stats.fatal:
             raise APIError(f"{stats.fatal}; run stopped, nothing lost: rerun to resume")
         tables = report_run(sel, stats, judged, started=started, command=command)
@@ -228,19 +242,23 @@ async def arun(job: JobLike, **options: Any) -> RunResult:
 
 
 async def _pool(sel: Selection, env: Mapping[str, str], judged: TaskLog, *, offline: bool,
-                budget: float | None, on_progress: Callable[[RunStats], None] | None
-                ) -> tuple[RunStats, Selection]:
+                budget: float | None, on_progress: Callable[[RunStats], None] | None,
+                stoppers: list[Callable[[], object]] | None) -> tuple[RunStats, Selection]:
     """The pool over the selection, local servers started for `local:` models, keys read
-    from `env` at call time (never stored)."""
+    from `env` at call time (never stored); a function that stops its dispatch from any
+    thread is added to `stoppers`."""
     def key_reader(name: str) -> Callable[[], str | None]:
         register_secret(env.get(name))
         return lambda: env.get(name) or None
 
     import asyncio  # as in run
 
+    stop, loop = asyncio.Event(), asyncio.get_running_loop()
+    if stoppers is not None:
+        stoppers.append(lambda: loop.call_soon_threadsafe(stop.set))
     started = contextlib.nullcontext(sel.job) if offline else serving(sel.job)
     with open_selected(sel) as cache, started as served:
-        return await run_pool(sel, served, cache, stop=asyncio.Event(), key_reader=key_reader,
+        return await run_pool(sel, served, cache, stop=stop, key_reader=key_reader,
                               offline=offline, budget=budget,
                               on_progress=on_progress or (lambda _: None), judged=judged)
 
@@ -353,23 +371,25 @@ def results(run_folder: str | os.PathLike[str] | RunResult) -> Results:
     if not (folder / "correlations.csv").is_file():
         raise ReportError(f"{folder}: no reports here (no correlations.csv); pass a run folder: "
                           "runs/<job>, runs/<job>/latest or runs/<job>/history/<run id>")
-    frames = {name: _csv_frame(pd, folder / f"{name}.csv", name)
-              for name in ("scores", "correlations", "reliability", "summary")}
-    failures = pd.DataFrame(list(_failures(folder / "judgments.jsonl")),
-                            columns=list(COLUMNS["failures"]))
-    return Results(**frames, failures=_typed(pd, failures, "failures"))
+    # every cell as text first: the dtypes are COLUMNS', not pandas' guesses
+    frames = {name: _typed(pd, _read(folder / f"{name}.csv", lambda p: pd.read_csv(
+        p, dtype=str, keep_default_na=False)), name)
+        for name in ("scores", "correlations", "reliability", "summary")}
+    failures = _read(folder / "judgments.jsonl", lambda p: list(_failures(p)))
+    return Results(**frames, failures=_typed(
+        pd, pd.DataFrame(failures, columns=list(COLUMNS["failures"])), "failures"))
 
 
-def _csv_frame(pd: Any, path: Path, name: str) -> DataFrame:
+def _read(path: Path, read: Callable[[Path], Any]) -> Any:
+    """read(path), or a ReportError saying how to get the file back."""
     if not path.is_file():
         raise ReportError(f"{path}: missing from the run folder; rebuild the reports with "
                           "`judge report JOB` (or runner.rescore)")
-    try:  # every cell as text first: the dtypes are COLUMNS', not pandas' guesses
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except (OSError, ValueError) as exc:
+    try:
+        return read(path)
+    except (OSError, ValueError) as exc:  # orjson's and pandas' parse errors are ValueErrors
         raise ReportError(f"{path}: unreadable ({exc}); rebuild the reports with "
-                          "`judge report JOB`") from None
-    return _typed(pd, frame, name)
+                          "`judge report JOB` (or runner.rescore)") from None
 
 
 def _typed(pd: Any, frame: DataFrame, name: str) -> DataFrame:
@@ -392,9 +412,6 @@ def _typed(pd: Any, frame: DataFrame, name: str) -> DataFrame:
 
 def _failures(path: Path) -> Iterator[dict[str, Any]]:
     """judgments.jsonl's failed tasks, one dict each in COLUMNS["failures"]'s order."""
-    if not path.is_file():
-        raise ReportError(f"{path}: missing from the run folder; rebuild the reports with "
-                          "`judge report JOB`")
     with path.open("rb") as f:
         for line in f:
             j = orjson.loads(line)

@@ -4,6 +4,8 @@ server in a thread, a real cache and real report folders under tmp_path."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -60,6 +62,35 @@ async def test_run_inside_a_running_event_loop(server: ThreadedServer, tmp_path:
     assert awaited.ok and awaited.stats.cache_hits == 8 and server.state.answered == 8
 
 
+async def test_an_interrupt_in_a_running_loop_stops_the_run_and_keeps_its_answers(
+        server: ThreadedServer, tmp_path: Path) -> None:
+    """Jupyter's interrupt (SIGINT) while `run` waits for its worker: no new request, the
+    answers in flight are cached and reported, the interrupt goes on; a rerun calls the rest."""
+    sent: list[int] = []
+
+    def interrupt_once(body: dict[str, Any]) -> str:
+        if not sent:
+            sent.append(1)
+            os.kill(os.getpid(), signal.SIGINT)  # delivered to the waiting main thread
+        return default_reply(body)
+
+    server.state.script.reply = interrupt_once
+    server.state.script.latency_s = 0.05
+    # a kernel runs a cell under Python's own SIGINT handler (the test loop's cancels instead)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            runner.run(TWO_JUDGES, **_choose(server, tmp_path, concurrency=2))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    answered = server.state.answered
+    assert 1 <= answered < 40
+    kept = runner.results(tmp_path / "runs")  # the stopped run wrote its reports
+    assert kept.scores["judge_score"].notna().sum() == answered
+    rest = runner.run(TWO_JUDGES, **_choose(server, tmp_path))
+    assert rest.ok and rest.stats.api_calls == 40 - answered and server.state.answered == 40
+
+
 def _dtypes(frame: Any, name: str) -> None:
     schema = COLUMNS[name]
     assert list(frame.columns[:len(schema)]) == list(schema), name
@@ -100,6 +131,10 @@ def test_errors_are_runner_errors_with_the_fix(server: ThreadedServer, tmp_path:
     with pytest.raises(runner.ReportError, match="no reports here"):
         runner.results(tmp_path)
     runner.run(TWO_JUDGES, **_choose(server, tmp_path, limit=2))
+    judgments = tmp_path / "runs" / "judgments.jsonl"
+    judgments.write_bytes(judgments.read_bytes() + b"{not json\n")
+    with pytest.raises(runner.ReportError, match=r"judgments.jsonl: unreadable .*judge report"):
+        runner.results(tmp_path / "runs")
     monkeypatch.setitem(sys.modules, "pandas", None)  # as if not installed
     with pytest.raises(runner.ConfigError, match=r"pip install judge-runner\[pandas\]"):
         runner.results(tmp_path / "runs")
