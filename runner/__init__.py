@@ -3,17 +3,8 @@
 The Python API (runner/api.py): `load_job`, `plan`, `run` / `arun`, `rescore`, `results`.
 """
 
-from runner.api import (
-    ModelPlan,
-    Results,
-    RunResult,
-    arun,
-    load_job,
-    plan,
-    rescore,
-    results,
-    run,
-)
+import typing
+
 from runner.errors import (
     APIError,
     AuthError,
@@ -27,6 +18,19 @@ from runner.errors import (
     RetryableError,
     RunnerError,
 )
+
+if typing.TYPE_CHECKING:
+    from runner.api import (
+        ModelPlan,
+        Results,
+        RunResult,
+        arun,
+        load_job,
+        plan,
+        rescore,
+        results,
+        run,
+    )
 
 __version__ = "0.1.0"
 
@@ -53,3 +57,22 @@ __all__ = [
     "RunResult",
     "__version__",
 ]
+
+_API = frozenset({"ModelPlan", "Results", "RunResult", "arun", "load_job", "plan", "rescore",
+                  "results", "run"})
+"""Names of runner.api, imported on first use (PEP 562): every process imports this package,
+the store's spawned reader and folding processes included (`python -m runner.execute.store.
+reader`), and the API's pipeline modules took them ~0.1 s more to start (-X importtime)."""
+
+
+def __getattr__(name: str) -> object:
+    if name in _API:
+        from runner import api  # here, not above: see _API
+        value = getattr(api, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'runner' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_API})

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -145,3 +146,15 @@ def test_the_how_to_documents_every_frame_column_and_dtype() -> None:
     for name, schema in COLUMNS.items():
         documented = ", ".join(f"`{c}` {d}" for c, d in schema.items())
         assert f"| `{name}` |" in page and f"| {documented} |" in page, name
+
+
+def test_the_api_loads_on_first_use_not_with_the_package() -> None:
+    """Every spawned store process imports `runner`: the API's pipeline modules (~0.1 s) load
+    only when a name of it is used."""
+    probe = ("import sys, runner.execute.store.reader, runner\n"
+             "before = {'runner.api', 'runner.session'} & set(sys.modules)\n"
+             "runner.run\n"
+             "print(sorted(before), 'runner.api' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert done.stdout.split() == ["[]", "True"]
