@@ -354,9 +354,11 @@ class Results:
     """judgments.jsonl's failed tasks: `kind` (parse, refusal, api, ...), message, raw answer."""
 
 
-def results(run_folder: str | os.PathLike[str] | RunResult) -> Results:
+def results(run_folder: str | os.PathLike[str] | RunResult | Job, *,
+            out: str | os.PathLike[str] | None = None) -> Results:
     """The reports of a run folder (`runs/<job>`, `runs/<job>/latest`,
-    `runs/<job>/history/<run id>`, or a RunResult: its own run) as DataFrames.
+    `runs/<job>/history/<run id>`; a RunResult: its own run; a Job, job file or job name: its
+    report folder, `out` as for `run`) as DataFrames.
 
     Raises:
         ConfigError: pandas is not installed (pip install judge-runner[pandas]).
@@ -367,7 +369,13 @@ def results(run_folder: str | os.PathLike[str] | RunResult) -> Results:
     except ImportError:
         raise ConfigError("results() needs pandas, an optional extra: "
                           "pip install judge-runner[pandas]") from None
-    folder = run_folder.run_dir if isinstance(run_folder, RunResult) else Path(run_folder)
+    if isinstance(run_folder, RunResult):
+        folder = run_folder.run_dir
+    elif isinstance(run_folder, Job) or not Path(run_folder).is_dir():
+        job = run_folder if isinstance(run_folder, Job) else load_job(run_folder)
+        folder = Path(out) if out else job.output_dir
+    else:
+        folder = Path(run_folder)
     if not (folder / "correlations.csv").is_file():
         raise ReportError(f"{folder}: no reports here (no correlations.csv); pass a run folder: "
                           "runs/<job>, runs/<job>/latest or runs/<job>/history/<run id>")

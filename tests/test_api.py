@@ -106,8 +106,10 @@ def test_results_frames_have_the_documented_columns_and_dtypes(
         else default_reply(body))
     done = runner.run(TWO_JUDGES, **_choose(server, tmp_path))
     assert not done.ok and done.headline.scoreless  # one judge without a single score
-    for folder in (done, done.run_dir, tmp_path / "runs", str(tmp_path / "runs" / "latest")):
-        frames = runner.results(folder)
+    job = runner.load_job(TWO_JUDGES)
+    for folder in (done, done.run_dir, tmp_path / "runs", str(tmp_path / "runs" / "latest"),
+                   job, TWO_JUDGES):
+        frames = runner.results(folder, out=tmp_path / "runs")
         for name in COLUMNS:
             _dtypes(getattr(frames, name), name)
     assert set(frames.correlations["judge"]) >= {f"{MODEL}/stars"}
