@@ -247,11 +247,11 @@ async def _pool(sel: Selection, env: Mapping[str, str], judged: TaskLog, *, offl
     """The pool over the selection, local servers started for `local:` models, keys read
     from `env` at call time (never stored); a function that stops its dispatch from any
     thread is added to `stoppers`."""
+    import asyncio  # as in run
+
     def key_reader(name: str) -> Callable[[], str | None]:
         register_secret(env.get(name))
         return lambda: env.get(name) or None
-
-    import asyncio  # as in run
 
     stop, loop = asyncio.Event(), asyncio.get_running_loop()
     if stoppers is not None:
