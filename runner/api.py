@@ -179,12 +179,11 @@ def run(job: JobLike, **options: Any) -> RunResult:
     import asyncio
     import concurrent.futures
 
-    env = _environ(options)
+    loop = event_loop(_environ(options))  # first: a ConfigError leaves no coroutine behind
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return run_async(arun(job, **options), event_loop(env))
-    loop = event_loop(env)
+        return run_async(arun(job, **options), loop)
     stoppers: list[Callable[[], object]] = []  # arun's: each stops its pool from this thread
     worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="judge-run")
     done = worker.submit(lambda: run_async(arun(job, _stoppers=stoppers, **options), loop))
