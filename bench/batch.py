@@ -31,11 +31,11 @@ import aiohttp  # noqa: E402
 import orjson  # noqa: E402
 
 from bench import common  # noqa: E402
-from runner.cli.session import select  # noqa: E402
 from runner.execute.batch import BatchOptions, BatchRun, Provider  # noqa: E402
 from runner.execute.batch_api import OpenAIBatches  # noqa: E402
 from runner.execute.ledger import Ledger  # noqa: E402
 from runner.execute.store.cache import Cache  # noqa: E402
+from runner.session import select  # noqa: E402
 
 TARGET_S = 10.0
 REQUESTS = 100_000

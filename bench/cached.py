@@ -153,7 +153,6 @@ def phases(job: Path, cache: Path, out: Path) -> dict[str, dict[str, float]]:
     gc.set_threshold(100_000, 50, 100)  # as runner.cli.main.main
     from runner.cli import main as cli
     from runner.cli.batches import BatchAnswers
-    from runner.cli.session import manifest, open_selected
     from runner.execute.stats import RunStats
     from runner.execute.store.backend import marked
     from runner.reduce.battle import Battles
@@ -164,6 +163,7 @@ def phases(job: Path, cache: Path, out: Path) -> dict[str, dict[str, float]]:
     from runner.report.html import render
     from runner.report.pagedata import page_data
     from runner.report.reliability import reliability_markdown, reliability_rows
+    from runner.session import manifest, open_selected
     clock.lap("import (the modules judge run loads)")
 
     sel = clock.timed("select: load the job and its data", lambda: cli._select(

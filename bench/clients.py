@@ -23,11 +23,11 @@ import aiohttp
 import openai
 import orjson
 
-from runner.cli.session import LoopFactory, event_loop
 from runner.execute.pool import Endpoint, execute
 from runner.execute.store.cache import Cache
 from runner.expand import Task
 from runner.job.spec import Job
+from runner.session import LoopFactory, event_loop
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ import orjson
 
 import runner.report.write as write
 from bench import common
-from runner.cli import session
+from runner import session
 from runner.execute.store.cache import Cache
 from runner.expand import Task, prepare
 from runner.job.load import load_job

@@ -19,12 +19,12 @@ import pytest
 from click.testing import CliRunner
 
 from runner.cli import main as cli_main
-from runner.cli.session import Selection, select
 from runner.execute.store import backend
 from runner.execute.store import reader as reader_module
 from runner.execute.store.cache import Cache
 from runner.execute.store.reader import Expander, answer
 from runner.reduce import judgments
+from runner.session import Selection, select
 from tests.fakeserver import ThreadedServer
 from tests.test_cli import JOB, clean_env, write_job
 
@@ -266,7 +266,7 @@ def test_a_run_through_the_pool_leaves_the_key_index_for_the_rescore(
     """A run whose pool dispatched every task stores their keys as the index the forked
     expanders of its rescore read (runs of 4 tasks over two parts); a run stopped before the
     end stores none."""
-    from runner.cli import session
+    from runner import session
     from runner.execute.store.keyindex import KeyIndex
     monkeypatch.setattr(reader_module, "MIN_TASKS", 1)
     monkeypatch.setattr(reader_module, "CHUNK", 4)

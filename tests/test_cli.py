@@ -24,8 +24,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from runner.cli.main import cli
-from runner.cli.session import event_loop, run_async
 from runner.errors import ConfigError
+from runner.session import event_loop, run_async
 from tests.fakeserver import ThreadedServer
 
 ROOT = Path(__file__).resolve().parents[1]

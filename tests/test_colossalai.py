@@ -22,12 +22,12 @@ from click.testing import CliRunner, Result
 from rouge_score import rouge_scorer
 
 from runner.cli.main import cli
-from runner.cli.session import resolve_models
 from runner.errors import ConfigError
 from runner.expand import Expansion, prepare
 from runner.job.load import load_job as _load_job
 from runner.job.spec import Job
 from runner.parse import metrics
+from runner.session import resolve_models
 from tests.fakeserver import Script, ThreadedServer
 
 ROOT = Path(__file__).resolve().parents[1]

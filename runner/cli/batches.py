@@ -10,18 +10,24 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from runner.cli.session import Selection, derive, event_loop, open_selected, run_async
 from runner.errors import ConfigError, scrub
 from runner.execute.ledger import FILES, BatchLedger, Ledger
 from runner.execute.store.backend import is_url
 from runner.job.spec import Job
-from runner.reduce.judgments import Judgment
+from runner.session import (  # BatchAnswers: imported from here by main
+    BatchAnswers,
+    Selection,
+    derive,
+    event_loop,
+    open_selected,
+    run_async,
+)
 
 if TYPE_CHECKING:
     from runner.execute.batch import BatchOptions, BatchStats, Provider
@@ -151,28 +157,6 @@ def merge(stats: RunStats, batched: Batched) -> None:
     stats.completion_tokens += b.completion_tokens
     stats.cost += b.cost
     stats.unpriced += b.unpriced
-
-
-class BatchAnswers:
-    """Counts, as the reports stream the judgments by, the answers that came from a batch."""
-
-    def __init__(self) -> None:
-        self.answers = 0
-        self.batches: set[str] = set()
-        self.notes: list[str] = []
-        """report.md's notes: filled once the judgments have all gone by, which write_reports
-        does before it writes report.md."""
-
-    def watch(self, judgments: Iterable[Judgment]) -> Iterator[Judgment]:
-        for j in judgments:
-            if j.source is not None and j.source.startswith("batch:"):
-                self.answers += 1
-                self.batches.add(j.source[6:])
-            yield j
-        if self.answers:
-            self.notes.append(f"{self.answers} judgments read answers from {len(self.batches)} "
-                              "provider batch(es) (Batch API, batch price); `source` in "
-                              "judgments.jsonl says which.")
 
 
 def _age(seconds: float) -> str:

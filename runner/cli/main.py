@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import orjson
 
+from runner import api
 from runner.cli import TERM_EXIT, Terminated, views
 from runner.cli.batches import (
     MAX_BATCH_REQUESTS,
@@ -33,7 +34,19 @@ from runner.cli.batches import (
     merge,
 )
 from runner.cli.cachecmds import cache_option, cache_url, export_command, import_command
-from runner.cli.session import (
+from runner.data import datasets
+from runner.errors import ConfigError, DataError, RunnerError, register_secret, scrub
+from runner.execute.imports import import_answers
+from runner.execute.shard import Shard, split_limits
+from runner.execute.store.backend import CacheBackend, is_url, marked, open_cache, redact
+from runner.execute.store.cache import Cache
+from runner.execute.store.child import one_process
+from runner.execute.store.lease import describe, lease_name
+from runner.expand import task_key
+from runner.job.spec import Job
+from runner.reduce.judgments import CachedFirst, Judgment, judge
+from runner.report.folder import check_out
+from runner.session import (
     Download,
     Selection,
     TaskLog,
@@ -47,27 +60,13 @@ from runner.cli.session import (
     open_selected,
     run_async,
     run_pool,
-    select,
     serving,
 )
-from runner.data import datasets
-from runner.errors import ConfigError, DataError, RunnerError, register_secret, scrub
-from runner.execute.imports import import_answers
-from runner.execute.shard import Shard, split_limits
-from runner.execute.store.backend import CacheBackend, is_url, marked, open_cache, redact
-from runner.execute.store.cache import Cache
-from runner.execute.store.child import one_process
-from runner.execute.store.lease import describe, lease_name
-from runner.expand import task_key
-from runner.job.spec import Job
-from runner.reduce.judgments import CachedFirst, Judgment, judge
-from runner.report.folder import check_out
 
 if TYPE_CHECKING:
     from runner.cli.progress import Progress
     from runner.execute.stats import RunStats
     from runner.report.headline import Headline
-    from runner.report.write import Tables
 
 # The reports (numpy, ~0.15 s to import), the pool (aiohttp, ~0.15 s) and the progress bar
 # (tqdm) are imported inside the commands that use them, not here: `judge --help`, `plan`,
@@ -93,32 +92,16 @@ def _select(job_arg: str, models: tuple[str, ...], base_url: str | None, limit: 
     ctx = click.get_current_context(silent=True)
     meta = ctx.meta if ctx is not None else {}
     sample = meta.get("judge_sample")
-    if sample is not None and limit is not None:
-        raise ConfigError("--limit and --sample choose the items two ways; give one")
-    sel = select(job_path(job_arg), models=models, base_url=base_url, limit=limit,
-                 sample=None if sample is None else (sample, meta.get("judge_seed") or 0),
-                 cache_dir=Path(cache_dir or os.environ.get("JUDGE_CACHE_DIR") or "cache"),
-                 out=Path(out) if out else None, data_dir=_data_dir(),
-                 env_base_url=os.environ.get("OPENAI_BASE_URL"), stream=stream,
-                 download=download, cache_url=cache_url())
-    _register_keys(sel.job)
-    return sel
+    return api.selection(job_path(job_arg), models=models, base_url=base_url, limit=limit,
+                         sample=sample, seed=meta.get("judge_seed"), cache_dir=cache_dir,
+                         cache_url=cache_url(), out=out, data_dir=_data_dir(), stream=stream,
+                         download=download)
 
 
 def _key_reader(name: str) -> Callable[[], str | None]:
     """The key, read from the environment at call time; never stored."""
     register_secret(os.environ.get(name))  # scrubbed from every text a server sends back
     return lambda: os.environ.get(name) or None
-
-
-def _register_keys(job: Job) -> None:
-    """Every key the job's models read, and every variable named like a key, is scrubbed from
-    whatever a server sends back (errors, batch error files) before it is printed or written."""
-    names = {m.api_key_env for m in job.models} | {e.api_key_env for m in job.models
-                                                    for e in m.endpoints}
-    names |= {n for n in os.environ if n.endswith(("_API_KEY", "_TOKEN", "_SECRET"))}
-    for name in names:
-        register_secret(os.environ.get(name))
 
 
 async def _run_async(sel: Selection, served: Job, cache: CacheBackend, opts: dict[str, Any],
@@ -523,14 +506,8 @@ def _finish(sel: Selection, stats: RunStats, started: float, command: str,
             judged: TaskLog, batched: Batched | None = None, partial: bool = True) -> None:
     if stats.fatal:  # no endpoint, no model or no key: the reports would show only that
         _summarise(sel, stats, command)
-    from runner.report.write import write_reports
-    answers = BatchAnswers()
     batch = {} if batched is None else {"batch": batched.stats.as_dict()}
-    with open_selected(sel) as cache:  # the manifest once judged: damaged records are failures
-        tables = write_reports(sel.out_dir, sel.expansion,
-                               answers.watch(_judge_dispatched(sel, cache, stats, judged)),
-                               lambda _: {**manifest(sel, stats, started, command), **batch,
-                                          "batch_answers": answers.answers}, answers.notes)
+    tables = api.report_run(sel, stats, judged, started=started, command=command, extra=batch)
     _summarise(sel, stats, command, partial, tables.headline)
 
 
@@ -594,24 +571,8 @@ def _rescore(sel: Selection, started: float,
              then: Callable[[], None] = lambda: None, partial: bool = False) -> None:
     """Reports from the cache alone: one pass, the counts taken as the judgments go by;
     `then` runs once they are written, before the summary (which may exit)."""
-    from runner.execute.stats import RunStats
-    stats, command = RunStats(), " ".join(["judge", *sys.argv[1:]])
-    answers = BatchAnswers()
-
-    def counted(tables: Tables) -> dict[str, Any]:
-        # a damaged record is a failure (stats.failures), not a task never run
-        stats.total, stats.duplicates = tables.tasks, tables.tasks - tables.distinct
-        stats.missing = [k for k in tables.missing if k not in stats.failures]
-        stats.cache_hits = tables.distinct - len(tables.missing)
-        return {**manifest(sel, stats, started, command, "rebuild"),
-                "batch_answers": answers.answers}
-
-    with open_selected(sel, read_only=True) as cache:
-        # a large job's readers start now, and read
-        judged = judge(sel.expansion, cache, damaged=stats.failures)
-        from runner.report.write import write_reports  # while the reports' modules load
-        tables = write_reports(sel.out_dir, sel.expansion, answers.watch(judged), counted,
-                               answers.notes)
+    command = " ".join(["judge", *sys.argv[1:]])
+    stats, tables = api.rebuild(sel, started=started, command=command)
     then()
     _summarise(sel, stats, command, partial, tables.headline)
 
@@ -643,7 +604,7 @@ def plan(job: str, models: tuple[str, ...], base_url: str | None, limit: int | N
         _plan_power(_select(job, models, base_url, limit, cache_dir, out), power, width)
         return
     sel = _select(job, models, base_url, limit, cache_dir, out, stream=True)
-    plans = estimate(sel)
+    plans = api.plan(sel)
     echo = click.echo
     echo(f"job {sel.job.name}: {sum(len(v) for v in sel.expansion.items.values())} items, "
          f"{len(sel.job.prompts)} prompts, {len(sel.job.models)} models")

@@ -14,10 +14,10 @@ from typing import Any
 import click
 import orjson
 
-from runner.cli.session import job_path
 from runner.errors import ConfigError
 from runner.job.load import load_job
 from runner.report.folder import HISTORY, kept_runs
+from runner.session import job_path
 
 __all__ = ["diff", "figures", "runs", "view"]
 

@@ -1,6 +1,7 @@
 """One command's working set, and the run itself: selection, local servers, the two-stage pool.
 
-`cli` reads the environment and hands in what it found (a mapping, never read here directly);
+`cli` and `api` read the environment and hand in what they found (a mapping, never read here
+directly);
 this module resolves the job's models, loads and expands the job (with any generated data sets
 derived from the cache), starts local servers, runs the pool (generation stage first, then the
 judges), and builds the manifest. It prints nothing and never exits.
@@ -15,7 +16,7 @@ import itertools
 import sys
 import time
 from array import array
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -30,7 +31,7 @@ from runner.execute.store.reader import with_key_index
 from runner.expand import Expansion, Task, estimate_cost, prepare, task_key
 from runner.job.load import load_job
 from runner.job.spec import Job, ModelSpec, parse_model_spec, url_problem
-from runner.reduce.judgments import READ_BATCH, CachedFirst, choices
+from runner.reduce.judgments import READ_BATCH, CachedFirst, Judgment, choices
 
 if TYPE_CHECKING:
     from asyncio import AbstractEventLoop
@@ -40,9 +41,9 @@ if TYPE_CHECKING:
 LoopFactory = Callable[[], "AbstractEventLoop"]
 """Makes the event loop a command's pool runs on (see `event_loop`)."""
 
-__all__ = ["Download", "LoopFactory", "ModelPlan", "Selection", "TaskLog", "all_tasks",
-           "answer_text", "check_budget", "check_keys", "estimate", "event_loop", "job_path",
-           "manifest", "run_async", "run_pool", "select", "serving"]
+__all__ = ["BatchAnswers", "Download", "LoopFactory", "ModelPlan", "Selection", "TaskLog",
+           "all_tasks", "answer_text", "check_budget", "check_keys", "estimate", "event_loop",
+           "job_path", "manifest", "run_async", "run_pool", "select", "serving"]
 
 PACKAGES = ("judge-runner", "aiohttp", "openai", "aiolimiter", "diskcache", "orjson", "scipy",
             "click")
@@ -178,15 +179,15 @@ class Download:
     """Called with the data set's name and its number of missing files, before fetching."""
 
 
-def select(job_path: Path, *, models: tuple[str, ...] = (), base_url: str | None = None,
+def select(job_path: Path | Job, *, models: tuple[str, ...] = (), base_url: str | None = None,
            limit: int | None = None, cache_dir: Path, out: Path | None = None,
            data_dir: Path, env_base_url: str | None = None, stream: bool = False,
            download: Download | None = None, cache_url: str | None = None,
            sample: tuple[int, int] | None = None) -> Selection:
     """Load, resolve and expand a job; generated data sets come from the cache as it is.
     `stream`: one pass over the tasks is all the caller needs (see expand.prepare);
-    `sample`: (N, seed) of --sample."""
-    job = load_job(job_path)
+    `sample`: (N, seed) of --sample; `job_path` may be a Job already loaded."""
+    job = job_path if isinstance(job_path, Job) else load_job(job_path)
     if download is not None:
         _download(job, data_dir, download)
     job = job.with_models(resolve_models(job, models, base_url, env_base_url))
@@ -383,6 +384,28 @@ def _held(tasks: Iterator[Task], hold: frozenset[str], stats: RunStats) -> Itera
             stats.missing.append(task.key)
         else:
             yield task
+
+
+class BatchAnswers:
+    """Counts, as the reports stream the judgments by, the answers that came from a batch."""
+
+    def __init__(self) -> None:
+        self.answers = 0
+        self.batches: set[str] = set()
+        self.notes: list[str] = []
+        """report.md's notes: filled once the judgments have all gone by, which write_reports
+        does before it writes report.md."""
+
+    def watch(self, judgments: Iterable[Judgment]) -> Iterator[Judgment]:
+        for j in judgments:
+            if j.source is not None and j.source.startswith("batch:"):
+                self.answers += 1
+                self.batches.add(j.source[6:])
+            yield j
+        if self.answers:
+            self.notes.append(f"{self.answers} judgments read answers from {len(self.batches)} "
+                              "provider batch(es) (Batch API, batch price); `source` in "
+                              "judgments.jsonl says which.")
 
 
 @dataclass(slots=True)

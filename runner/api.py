@@ -1,0 +1,433 @@
+"""The Python API: a study from a notebook or a script, through the functions `judge` itself uses.
+
+    import runner
+    job = runner.load_job("examples/two-judges.toml")
+    runner.plan(job, models=["gpt-4o-mini"])        # per model: tasks, cached, calls, cost
+    done = runner.run(job, models=["gpt-4o-mini"])  # same cache and resume as `judge run`
+    frames = runner.results(done)                   # pandas DataFrames of its reports
+
+Every function takes the selection the commands take, as keyword arguments: `models` (--model,
+repeatable), `base_url`, `limit` or `sample` with `seed`, `cache_dir`, `cache_url` (--cache),
+`out`; and `data_dir` and `environ` (default os.environ), where the commands read
+JUDGE_DATA_DIR, JUDGE_CACHE_DIR, JUDGE_CACHE_URL, OPENAI_BASE_URL and the models' API keys.
+Unset, they mean what the commands' defaults mean, so `run(job)` and `judge run JOB` in the
+same folder share one cache and one `runs/<job>/`.
+
+Nothing here prints or exits: a problem is a RunnerError (runner/errors.py) with the message
+`judge` would print after "Error:". `run` works inside a running event loop (Jupyter's): it
+runs the pool on its own loop in a worker thread and waits; `await arun(...)` runs it on the
+caller's loop instead. pandas is needed by `results` only (`pip install judge-runner[pandas]`),
+imported there and nowhere else in the runner.
+
+`cli` calls `selection`, `plan`, `report_run` and `rebuild` for its `run`, `plan`, `rescore`,
+`report` and `import`, so the commands and the API cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from runner.errors import APIError, ConfigError, ReportError, register_secret
+from runner.execute.stats import RunStats
+from runner.execute.store.backend import is_url, redact
+from runner.execute.store.lease import describe, lease_name
+from runner.job.load import load_job as _load_job
+from runner.job.spec import Job
+from runner.reduce.judgments import judge
+from runner.report.folder import HISTORY, check_out
+from runner.report.headline import Headline
+from runner.session import (
+    BatchAnswers,
+    Download,
+    ModelPlan,
+    Selection,
+    TaskLog,
+    check_budget,
+    check_keys,
+    estimate,
+    event_loop,
+    job_path,
+    manifest,
+    open_selected,
+    run_async,
+    run_pool,
+    select,
+    serving,
+)
+
+if TYPE_CHECKING:
+    from pandas import DataFrame
+
+    from runner.report.write import Tables
+
+__all__ = ["COLUMNS", "ModelPlan", "Results", "RunResult", "arun", "load_job", "plan",
+           "rebuild", "report_run", "rescore", "results", "run", "selection"]
+
+JobLike = Job | Selection | str | os.PathLike[str]
+"""A Job from load_job, a job file path, or a name under jobs/ (`openmeva`); the commands pass
+a Selection they built with `selection`."""
+
+DEFAULT_DATA_DIR = Path.home() / ".cache" / "judge-runner" / "data"
+
+
+def load_job(path: str | os.PathLike[str]) -> Job:
+    """The job file at `path` (or `jobs/NAME.toml` for a bare name), checked as `judge` checks
+    it. Raises ConfigError naming the key and the fix."""
+    return _load_job(job_path(os.fspath(path)))
+
+
+def selection(job: JobLike, *, models: Sequence[str] = (), base_url: str | None = None,
+              limit: int | None = None, sample: int | None = None, seed: int | None = None,
+              cache_dir: str | os.PathLike[str] | None = None, cache_url: str | None = None,
+              out: str | os.PathLike[str] | None = None,
+              data_dir: str | os.PathLike[str] | None = None,
+              environ: Mapping[str, str] | None = None, stream: bool = False,
+              download: Download | None = None) -> Selection:
+    """The job, its judge models and items, the cache and the report folder a call works on:
+    the task-selection options of every command (see the module docstring). A Selection is
+    returned as it is."""
+    if isinstance(job, Selection):
+        return job
+    env = os.environ if environ is None else environ
+    if sample is not None and limit is not None:
+        raise ConfigError("--limit and --sample choose the items two ways; give one")
+    url = cache_url or env.get("JUDGE_CACHE_URL") or None
+    if url and not is_url(url):
+        raise ConfigError(f"--cache / JUDGE_CACHE_URL {redact(url)!r}: expected a "
+                          "postgresql://USER@HOST:PORT/DBNAME URL; for a folder use --cache-dir")
+    sel = select(job if isinstance(job, Job) else job_path(os.fspath(job)),
+                 models=tuple(models), base_url=base_url, limit=limit,
+                 sample=None if sample is None else (sample, seed or 0),
+                 cache_dir=Path(cache_dir or env.get("JUDGE_CACHE_DIR") or "cache"),
+                 out=Path(out) if out else None,
+                 data_dir=Path(data_dir or env.get("JUDGE_DATA_DIR") or DEFAULT_DATA_DIR),
+                 env_base_url=env.get("OPENAI_BASE_URL"), stream=stream, download=download,
+                 cache_url=url)
+    _register_keys(sel.job, env)
+    return sel
+
+
+def _register_keys(job: Job, env: Mapping[str, str]) -> None:
+    """Every key the job's models read, and every variable named like a key, is scrubbed from
+    whatever a server sends back before it is kept or raised."""
+    names = {m.api_key_env for m in job.models} | {e.api_key_env for m in job.models
+                                                    for e in m.endpoints}
+    names |= {n for n in env if n.endswith(("_API_KEY", "_TOKEN", "_SECRET"))}
+    for name in names:
+        register_secret(env.get(name))
+
+
+def plan(job: JobLike, **choose: Any) -> list[ModelPlan]:
+    """What `run` would do, per judge model: `tasks`, `cached`, `repeats`, `calls`,
+    `prompt_tokens`, `completion_tokens` (an upper bound) and `cost` (USD, None when the price is
+    unknown). No network; the numbers `judge plan` prints. `choose`: the selection."""
+    return estimate(selection(job, stream=True, **choose))
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """What `run`, `arun` or `rescore` did, and where its reports are."""
+
+    out_dir: Path
+    """The report folder (`runs/<job>` by default): its files are the newest report set."""
+    run_dir: Path
+    """This call's own reports, `out_dir/history/<run id>`: never overwritten."""
+    stats: RunStats
+    """Counts: total, cache_hits, api_calls, retries, failures (key -> reason), missing (keys
+    with no answer), prompt_tokens, completion_tokens, cost."""
+    headline: Headline
+    """The correlation table `judge` prints (`lines`), judges mostly unparsed (`unparsed`),
+    judges with no parsed score at all (`scoreless`)."""
+
+    @property
+    def ok(self) -> bool:
+        """Every task has an answer and every judge at least one score (`judge` exits 0)."""
+        return not (self.stats.failures or self.stats.missing or self.headline.scoreless)
+
+
+def run(job: JobLike, **options: Any) -> RunResult:
+    """Call the judges for every task not yet cached, then write the reports: `judge run`.
+
+    Args:
+        job: a Job (load_job), a job file path or a name under jobs/.
+        **options: the selection (models, base_url, limit, sample, seed, cache_dir, cache_url,
+            out, data_dir, environ) and the run's own: concurrency, rpm, tpm, max_retries,
+            timeout (seconds), offline (no call: report what is cached), budget (USD),
+            on_progress (called with the RunStats as the pool goes).
+
+    Returns:
+        A RunResult. Failed tasks do not raise: they are in `stats.failures`, in the
+        `failures` frame of `results`, and make `ok` False. A second run finds every answer in
+        the cache and makes no call.
+
+    Raises:
+        RunnerError: a job, data, key or cache problem (before any call), a report folder that
+            cannot be written, or an error that stopped the run (e.g. a rejected key).
+
+    Inside a running event loop (a notebook cell) the pool runs on its own loop in a worker
+    thread while this call waits; elsewhere on the loop `judge run` uses (uvloop's).
+    """
+    # asyncio (~65 ms to import) here and in _pool only: plan and rescore never load it
+    import asyncio
+    import concurrent.futures
+
+    loop = event_loop(_environ(options))  # first: a ConfigError leaves no coroutine behind
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return run_async(arun(job, **options), loop)
+    stoppers: list[Callable[[], object]] = []  # arun's: each stops its pool from this thread
+    worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="judge-run")
+    done = worker.submit(lambda: run_async(arun(job, _stoppers=stoppers, **options), loop))
+    try:
+        return done.result()
+    except KeyboardInterrupt:
+        # Jupyter's interrupt, as the CLI's first Ctrl-C: no new request; those in flight
+        # finish and are cached, the reports are written, then the interrupt goes on (a
+        # second one while this waits leaves the worker to finish alone)
+        for stop in stoppers:
+            stop()
+        done.result()
+        raise
+    finally:
+        worker.shutdown(wait=False)
+
+
+def _environ(options: Mapping[str, Any]) -> Mapping[str, str]:
+    given: Mapping[str, str] | None = options.get("environ")
+    return os.environ if given is None else given
+
+
+_RUN_OPTIONS = ("concurrency", "rpm", "tpm", "max_retries", "timeout", "offline", "budget",
+                "on_progress", "_stoppers")
+
+
+async def arun(job: JobLike, **options: Any) -> RunResult:
+    """`run` on the caller's event loop: `await runner.arun(job, models=[...])`. Loading the
+    job, reading the cache and writing the reports block the loop meanwhile."""
+    started = time.time()
+    own = {k: options.pop(k) for k in _RUN_OPTIONS if k in options}
+    env = _environ(options)
+    sel = selection(job, **options)
+    limits = {k: v for k, v in (("concurrency", own.get("concurrency")), ("rpm", own.get("rpm")),
+                                ("tpm", own.get("tpm")), ("max_retries", own.get("max_retries")),
+                                ("timeout_s", own.get("timeout"))) if v is not None}
+    sel = replace(sel, job=sel.job.with_limits(**limits))
+    check_out(sel.out_dir)
+    offline, budget = bool(own.get("offline")), own.get("budget")
+    if not offline:
+        check_keys(sel.job, env)
+        check_budget(sel.job, budget)
+    command = f"runner.run({sel.job.name!r})"
+    lease = lease_name(sel.job.name, None)
+    with open_selected(sel) as held, (contextlib.nullcontext() if offline
+                                      else held.lease(lease, describe(command))):
+        judged = TaskLog()
+        stats, sel = await _pool(sel, env, judged, offline=offline, budget=budget,
+                                 on_progress=own.get("on_progress"),
+                                 stoppers=own.get("_stoppers"))
+        if stats.fatal:
+            raise APIError(f"{stats.fatal}; run stopped, nothing lost: rerun to resume")
+        tables = report_run(sel, stats, judged, started=started, command=command)
+    return _result(sel, stats, tables)
+
+
+async def _pool(sel: Selection, env: Mapping[str, str], judged: TaskLog, *, offline: bool,
+                budget: float | None, on_progress: Callable[[RunStats], None] | None,
+                stoppers: list[Callable[[], object]] | None) -> tuple[RunStats, Selection]:
+    """The pool over the selection, local servers started for `local:` models, keys read
+    from `env` at call time (never stored); a function that stops its dispatch from any
+    thread is added to `stoppers`."""
+    import asyncio  # as in run
+
+    def key_reader(name: str) -> Callable[[], str | None]:
+        register_secret(env.get(name))
+        return lambda: env.get(name) or None
+
+    stop, loop = asyncio.Event(), asyncio.get_running_loop()
+    if stoppers is not None:
+        stoppers.append(lambda: loop.call_soon_threadsafe(stop.set))
+    started = contextlib.nullcontext(sel.job) if offline else serving(sel.job)
+    with open_selected(sel) as cache, started as served:
+        return await run_pool(sel, served, cache, stop=stop, key_reader=key_reader,
+                              offline=offline, budget=budget,
+                              on_progress=on_progress or (lambda _: None), judged=judged)
+
+
+def report_run(sel: Selection, stats: RunStats, judged: TaskLog, *, started: float,
+               command: str, extra: Mapping[str, Any] | None = None) -> Tables:
+    """A run's reports, from the tasks the pool dispatched (`judged`, emptied), with its
+    failures and the answers it called; `extra`: more manifest keys (the batch stage's)."""
+    from runner.report.write import write_reports  # numpy: only where reports are written
+    answers = BatchAnswers()
+    with open_selected(sel) as cache:  # the manifest once judged: damaged records are failures
+        judgments = judge(sel.expansion, cache, failures=stats.failures,
+                          fresh=frozenset(stats.called), tasks=judged.drain(),
+                          count=len(judged), damaged=stats.failures)
+        return write_reports(sel.out_dir, sel.expansion, answers.watch(judgments),
+                             lambda _: {**manifest(sel, stats, started, command),
+                                        **(extra or {}), "batch_answers": answers.answers},
+                             answers.notes)
+
+
+def rescore(job: JobLike, **choose: Any) -> RunResult:
+    """Re-parse every cached answer with the current parsers and rewrite the reports, with no
+    network: `judge rescore`. `choose`: the selection, as for `run`. Tasks with no cached
+    answer are in `stats.missing` (and make `ok` False)."""
+    sel = selection(job, **choose)
+    stats, tables = rebuild(sel, started=time.time(),
+                            command=f"runner.rescore({sel.job.name!r})")
+    return _result(sel, stats, tables)
+
+
+def rebuild(sel: Selection, *, started: float, command: str) -> tuple[RunStats, Tables]:
+    """Reports from the cache alone, in one pass, the counts taken as the judgments go by."""
+    stats, answers = RunStats(), BatchAnswers()
+
+    def counted(tables: Tables) -> dict[str, Any]:
+        # a damaged record is a failure (stats.failures), not a task never run
+        stats.total, stats.duplicates = tables.tasks, tables.tasks - tables.distinct
+        stats.missing = [k for k in tables.missing if k not in stats.failures]
+        stats.cache_hits = tables.distinct - len(tables.missing)
+        return {**manifest(sel, stats, started, command, "rebuild"),
+                "batch_answers": answers.answers}
+
+    with open_selected(sel, read_only=True) as cache:
+        # a large job's readers start now, and read
+        judged = judge(sel.expansion, cache, damaged=stats.failures)
+        from runner.report.write import write_reports  # while the reports' modules load
+        tables = write_reports(sel.out_dir, sel.expansion, answers.watch(judged), counted,
+                               answers.notes)
+    return stats, tables
+
+
+def _result(sel: Selection, stats: RunStats, tables: Tables) -> RunResult:
+    run_id = orjson.loads((sel.out_dir / "manifest.json").read_bytes()).get("run_id", "")
+    return RunResult(out_dir=sel.out_dir, run_dir=sel.out_dir / HISTORY / run_id, stats=stats,
+                     headline=tables.headline)
+
+
+TEXT, REAL, COUNT = "string", "float64", "Int64"
+COLUMNS: dict[str, dict[str, str]] = {
+    "scores": {"dataset": TEXT, "item_id": TEXT, "group": TEXT, "system": TEXT,
+               "subset": TEXT, "prompt": TEXT, "aspect": TEXT, "model": TEXT,
+               "judge_score": REAL, "human_score": REAL},
+    "correlations": {"dataset": TEXT, "aspect": TEXT, "judge": TEXT, "level": TEXT,
+                     "method": TEXT, "subset": TEXT, "value": REAL, "n_groups": COUNT,
+                     "n_items": COUNT, "ci_low": REAL, "ci_high": REAL},
+    "reliability": {"dataset": TEXT, "aspect": TEXT, "figure": TEXT, "a": TEXT, "b": TEXT,
+                    "statistic": TEXT, "value": REAL, "n": COUNT, "p_value": REAL},
+    "summary": {"dataset": TEXT, "prompt": TEXT, "aspect": TEXT, "model": TEXT, "n": COUNT,
+                "scored": COUNT, "mean": REAL, "std": REAL, "parse_failures": COUNT,
+                "refusals": COUNT, "api_failures": COUNT},
+    "failures": {"dataset": TEXT, "item_id": TEXT, "prompt": TEXT, "aspect": TEXT,
+                 "model": TEXT, "sample": COUNT, "kind": TEXT, "message": TEXT, "raw": TEXT,
+                 "key": TEXT},
+}
+"""Each frame of `results`: its first columns, in order, with their pandas dtypes (text is
+"string", missing as <NA>; a missing number is NaN or <NA>). Columns a report adds later come
+after them: scores' metric columns (float64), and any other as "string"."""
+
+
+@dataclass(frozen=True, slots=True)
+class Results:
+    """A run folder's reports as pandas DataFrames (columns and dtypes: COLUMNS)."""
+
+    scores: DataFrame
+    """scores.csv: one row per item, prompt, aspect and model; judge and human score, metrics."""
+    correlations: DataFrame
+    """correlations.csv: every judge's and metric's correlation with the humans, 95% CI."""
+    reliability: DataFrame
+    """reliability.csv: agreement, self-consistency, position and length bias."""
+    summary: DataFrame
+    """summary.csv: per judge, counts, mean, std, parse failures, refusals, API failures."""
+    failures: DataFrame
+    """judgments.jsonl's failed tasks: `kind` (parse, refusal, api, ...), message, raw answer."""
+
+
+def results(run_folder: str | os.PathLike[str] | RunResult | Job, *,
+            out: str | os.PathLike[str] | None = None) -> Results:
+    """The reports of a run folder (`runs/<job>`, `runs/<job>/latest`,
+    `runs/<job>/history/<run id>`; a RunResult: its own run; a Job, job file or job name: its
+    report folder, `out` as for `run`) as DataFrames.
+
+    Raises:
+        ConfigError: pandas is not installed (pip install judge-runner[pandas]).
+        ReportError: the folder holds no reports, or a report is unreadable.
+    """
+    try:
+        import pandas as pd  # the runner's only pandas import: an optional extra
+    except ImportError:
+        raise ConfigError("results() needs pandas, an optional extra: "
+                          "pip install judge-runner[pandas]") from None
+    if isinstance(run_folder, RunResult):
+        folder = run_folder.run_dir
+    elif isinstance(run_folder, Job) or not Path(run_folder).is_dir():
+        job = run_folder if isinstance(run_folder, Job) else load_job(run_folder)
+        folder = Path(out) if out else job.output_dir
+    else:
+        folder = Path(run_folder)
+    if not (folder / "correlations.csv").is_file():
+        raise ReportError(f"{folder}: no reports here (no correlations.csv); pass a run folder: "
+                          "runs/<job>, runs/<job>/latest or runs/<job>/history/<run id>")
+    # every cell as text first: the dtypes are COLUMNS', not pandas' guesses
+    frames = {name: _typed(pd, _read(folder / f"{name}.csv", lambda p: pd.read_csv(
+        p, dtype=str, keep_default_na=False)), name)
+        for name in ("scores", "correlations", "reliability", "summary")}
+    failures = _read(folder / "judgments.jsonl", lambda p: list(_failures(p)))
+    return Results(**frames, failures=_typed(
+        pd, pd.DataFrame(failures, columns=list(COLUMNS["failures"])), "failures"))
+
+
+def _read(path: Path, read: Callable[[Path], Any]) -> Any:
+    """read(path), or a ReportError saying how to get the file back."""
+    if not path.is_file():
+        raise ReportError(f"{path}: missing from the run folder; rebuild the reports with "
+                          "`judge report JOB` (or runner.rescore)")
+    try:
+        return read(path)
+    except (OSError, ValueError) as exc:  # orjson's and pandas' parse errors are ValueErrors
+        raise ReportError(f"{path}: unreadable ({exc}); rebuild the reports with "
+                          "`judge report JOB` (or runner.rescore)") from None
+
+
+def _typed(pd: Any, frame: DataFrame, name: str) -> DataFrame:
+    """`frame` with COLUMNS[name] first, in their dtypes; later columns after them (numbers:
+    scores' metrics as float64; else "string")."""
+    schema = COLUMNS[name]
+    out = pd.DataFrame(index=frame.index)
+    for column in [*schema, *(c for c in frame.columns if c not in schema)]:
+        values = frame[column] if column in frame.columns else pd.Series([""] * len(frame),
+                                                                          index=frame.index)
+        dtype = schema.get(column, REAL if name == "scores" else TEXT)
+        if dtype == TEXT:
+            out[column] = values.astype("string").replace("", pd.NA)
+        else:
+            numbers = pd.to_numeric(values, errors="coerce")  # "" and "nan": NaN
+            out[column] = numbers.astype(dtype) if dtype == REAL else \
+                numbers.round().astype(COUNT)
+    return out
+
+
+def _failures(path: Path) -> Iterator[dict[str, Any]]:
+    """judgments.jsonl's failed tasks, one dict each in COLUMNS["failures"]'s order."""
+    with path.open("rb") as f:
+        for line in f:
+            j = orjson.loads(line)
+            error = j.get("error")
+            if error is None:
+                continue
+            raw = j.get("raw")
+            yield {"dataset": j["dataset"], "item_id": j["item_id"], "prompt": j["prompt"],
+                   "aspect": j["aspect"], "model": j["model"], "sample": j.get("sample"),
+                   "kind": error.get("type"), "message": error.get("message"),
+                   "raw": raw if raw is None or isinstance(raw, str) else
+                   orjson.dumps(raw).decode(), "key": j.get("key")}
