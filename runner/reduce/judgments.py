@@ -25,6 +25,7 @@ from runner.parse.parsers import (
     Combined,
     Failure,
     Scores,
+    aspect_key,
     check_options,
     combine,
     get_parser,
@@ -66,11 +67,6 @@ class Judgment(NamedTuple):
     choice order, for self-consistency; empty for a single choice."""
     source: str | None = None
     """Where the answer came from: "api", "batch:<batch id>", "import:<file>"; None if none."""
-
-
-def aspect_key(aspect: str) -> str:
-    """How an aspect name appears among a parser's values: "Overall Quality" -> overall_quality."""
-    return "_".join(aspect.lower().replace("-", " ").split())
 
 
 def choices(response: Mapping[str, Any]) -> list[Choice]:

@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from runner.reduce.jury import judge_name
+
 __all__ = ["Headline", "headline"]
 
 PREFERRED_METHOD = "spearman"
@@ -102,7 +104,7 @@ def _unparsed(summary: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[str
     set and aspect; a line for each with most answers unparsed."""
     answers: dict[str, list[int]] = {}
     for row in summary:
-        judge = f"{row['model']}/{row['prompt']}"
+        judge = judge_name(row["model"], row["prompt"])
         counts = answers.setdefault(judge, [0, 0])
         counts[0] += int(row["n"]) - int(row["api_failures"])
         counts[1] += int(row["scored"])

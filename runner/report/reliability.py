@@ -17,6 +17,7 @@ from typing import Any
 from runner.data.datasets import Item
 from runner.expand import Expansion
 from runner.reduce.correlate import Row
+from runner.reduce.jury import judge_name
 from runner.reduce.reliability import (
     LEVELS,
     Positions,
@@ -86,7 +87,7 @@ def _by_judge(cells: _Cells, dataset: str, aspect: str
     for key, cell in cells.items():
         if key[3] == aspect and key[0] == dataset and (score := cell.score) is not None:
             if (scored := names.get((key[4], key[2]))) is None:
-                scored = names[key[4], key[2]] = out.setdefault(f"{key[4]}/{key[2]}", {})
+                scored = names[key[4], key[2]] = out.setdefault(judge_name(key[4], key[2]), {})
             scored[key[1]] = (cell.item, score)
     return out
 

@@ -35,11 +35,12 @@ from runner.data.seen import Seen, key64
 from runner.errors import ConfigError
 from runner.execute.local import LOCAL_MODELS
 from runner.expand import Expansion
-from runner.job.spec import Job
+from runner.job.spec import Job, JurySpec
 from runner.parse.parsers import get_parser
 from runner.reduce.battle import BATTLE_COLUMNS, Battles, battle_markdown
 from runner.reduce.correlate import Correlation, Row, compare, correlate
 from runner.reduce.judgments import Judgment
+from runner.reduce.jury import judge_name, verdicts
 from runner.reduce.reliability import Positions
 from runner.report.aside import Aside
 from runner.report.browser import ItemRows
@@ -116,8 +117,10 @@ def _judgment_line(j: Judgment) -> bytes:
         "n_parsed": j.n_parsed, "n_failed": j.n_failed, "source": j.source}) + b"\n"
 
 
-def collect(judgments: Iterable[Judgment], jsonl: io.BufferedIOBase) -> Tables:
-    """Stream judgments to `jsonl` and gather the per-cell scores."""
+def collect(judgments: Iterable[Judgment], jsonl: io.BufferedIOBase,
+            juries: Sequence[JurySpec] = ()) -> Tables:
+    """Stream judgments to `jsonl` and gather the per-cell scores; then each jury's verdicts
+    as cells of its own (prompt "", model = the jury's name: judge_name gives its name)."""
     tables = Tables()
     cells, seen, write, missing = tables.cells, tables.seen, jsonl.write, tables.missing
     sources = tables.sources
@@ -147,7 +150,20 @@ def collect(judgments: Iterable[Judgment], jsonl: io.BufferedIOBase) -> Tables:
     tables.judgments, tables.tasks, tables.distinct = judged, tasks, distinct
     for cell in cells.values():
         cell.settle()
+    _add_juries(cells, juries)
     return tables
+
+
+def _add_juries(cells: dict[tuple[str, str, str, str, str], _Cell],
+                juries: Sequence[JurySpec]) -> None:
+    if not juries:
+        return
+    scores = {key: cell.score for key, cell in cells.items()}
+    items = {(key[0], key[1]): cell.item for key, cell in cells.items()}
+    for jury in juries:
+        for (dataset, item_id, aspect), score in verdicts(jury, scores).items():
+            cells[dataset, item_id, "", aspect, jury.name] = _Cell(
+                items[dataset, item_id], (), (), score)
 
 
 def _metrics(item: Item, aspect: str) -> dict[str, float]:
@@ -191,7 +207,7 @@ def judge_rows(expansion: Expansion, tables: Tables) -> dict[tuple[str, str], di
         if (judges := out.get((dataset, aspect))) is None:
             judges = out[dataset, aspect] = {}
         if (name := names.get((model, prompt))) is None:
-            name = names[model, prompt] = f"{model}/{prompt}"
+            name = names[model, prompt] = judge_name(model, prompt)
         if (rows := judges.get(name)) is None:
             rows = judges[name] = []
         rows.append(Row(it.group, it.system, it.subset, cell.score, human))  # positionally
@@ -264,7 +280,7 @@ def leaderboard(tables: Tables) -> tuple[list[str], list[dict[str, Any]]]:
     items: dict[tuple[str, str, str], Item] = {}
     aspects: list[str] = []
     for (dataset, item_id, prompt, aspect, model), cell in tables.cells.items():
-        judge = f"{model}/{prompt}"
+        judge = judge_name(model, prompt)
         per_item[dataset, judge, item_id][aspect] = cell.score
         items[dataset, judge, item_id] = cell.item
         if aspect not in aspects:
@@ -411,7 +427,8 @@ def _write_set(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgment
     positions = Positions(expansion)
     rows = ItemRows()
     with atomic_file(out_dir / "judgments.jsonl") as jsonl:
-        tables = collect(rows.watch(battles.watch(positions.watch(judgments))), jsonl)
+        tables = collect(rows.watch(battles.watch(positions.watch(judgments))), jsonl,
+                         expansion.job.juries)
     # scores.csv and reliability.csv's rows on the other core (about half the reports' time)
     # while the others are made here
     with atomic_file(out_dir / "scores.csv") as scores, Aside(

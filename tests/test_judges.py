@@ -1,0 +1,246 @@
+"""Judges people write today: the json parser, chain-of-thought numbers, juries, the answer
+field of the length-bias analysis, system-level sample sizes and Bradley-Terry rankings; the
+end-to-end test runs the real `judge` CLI against the fake server."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from runner.errors import ConfigError
+from runner.execute.providers import anthropic_body
+from runner.job.load import load_job
+from runner.parse.parsers import Choice, Failure, Scores, get_parser
+from runner.reduce.jury import verdict
+from tests.conftest import JobWriter
+from tests.fakeserver import Script, ThreadedServer
+
+JUDGE = str(Path(sys.executable).parent / "judge")
+
+
+def parse(name: str, text: str, **options: Any) -> Scores | Failure:
+    return get_parser(name)(Choice(text), options)
+
+
+# --- json ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text", [
+    '{"coherence": 4, "reasoning": "clear"}',
+    'Here is my verdict:\n```json\n{"coherence": 4}\n```\nHope this helps.',
+    'I think {"coherence": "4"} is fair.',
+    '"coherence": 4, "reasoning": "answer continuing a prefilled brace"}',
+    '{"coherence": "4/5"}',
+])
+def test_json_reads_the_object_wherever_it_is(text: str) -> None:
+    assert parse("json", text) == Scores({"coherence": 4.0})
+
+
+def test_json_fields_map_keys_and_paths_to_aspects() -> None:
+    fields = {"Coherence": "coherence_score", "fluency": "scores.fluency"}
+    text = '{"coherence_score": 3, "scores": {"fluency": 5}, "coherence": 1}'
+    assert parse("json", text, fields=fields) == Scores({"coherence": 3.0, "fluency": 5.0})
+
+
+@pytest.mark.parametrize(("text", "options", "message"), [
+    ("Coherence is 4.", {}, "no JSON object found"),
+    ('{"coherence": 4', {}, "no JSON object found"),
+    ('{"reasoning": "fine", "ok": true}', {}, "no numeric field 1-5 in the JSON object "
+                                              "(keys: reasoning, ok)"),
+    ('{"c": 7}', {"fields": {"coherence": "c"}}, "c 7 outside 1-5"),
+    ('{"c": 4}', {"fields": {"coherence": "c", "fluency": "f"}}, "f missing or not a number"),
+])
+def test_json_failures_say_why(text: str, options: dict[str, Any], message: str) -> None:
+    result = parse("json", text, **options)
+    assert result == Failure("parse", message)
+
+
+def test_json_without_required_keeps_what_parsed() -> None:
+    result = parse("json", '{"c": 4}', fields={"coherence": "c", "fluency": "f"},
+                   required=False)
+    assert result == Scores({"coherence": 4.0})
+
+
+# --- number with a chain of thought -------------------------------------------------------------
+
+COT = ("Step 1: the summary covers 2 of the 3 key points.\nStep 2: it has 1 error (scale 1-5)."
+       "\nScore: 4\nThat is 4 out of 5.")
+
+
+def test_number_reads_the_last_number_or_the_one_after_a_marker() -> None:
+    assert parse("number", COT) == Scores({"score": 1.0})  # the first: what CoT used to give
+    assert parse("number", COT, pick="last") == Scores({"score": 4.0})
+    assert parse("number", COT.replace("That is 4", "Really 5"), marker="score:") == Scores(
+        {"score": 4.0})
+    assert parse("number", "no verdict", marker="Score:") == Failure(
+        "parse", "no 'Score:' in the answer")
+
+
+def test_number_options_are_checked() -> None:
+    with pytest.raises(ConfigError, match="option 'pick' must be \"first\" or \"last\""):
+        parse("number", "4", pick="final")
+    with pytest.raises(ConfigError, match="option 'marker' must be a non-empty string"):
+        parse("number", "4", marker=" ")
+
+
+# --- the aspect-key rule, in the loader ---------------------------------------------------------
+
+JOB = """
+[[datasets]]
+name = "d"
+path = "data.jsonl"
+fields = {{ id = "id", group = "doc", system = "system", text = {{ output = "output" }}, human = {{ coherence = "human" }} }}
+
+[[prompts]]
+name = "js"
+template = "Rate as JSON: {{{{output}}}}"
+parser = "json"
+aspects = ["coherence"]
+params = {{ temperature = 0, response_format = {{ type = "json_object" }} }}
+{js_options}
+
+[[prompts]]
+name = "cot"
+template = "Think step by step, then write Score: N. {{{{output}}}}"
+parser = "number"
+parser_options = {{ marker = "Score:" }}
+aspects = ["coherence"]
+
+[models.a]
+spec = "a"
+base_url = "{url}"
+
+[models.b]
+spec = "b"
+base_url = "{url}"
+{juries}
+"""
+PANEL = '\n[juries.panel]\njudges = ["a/js", "b/js"]\nmethod = "mean"\n'
+
+
+@pytest.mark.parametrize(("js_options", "juries", "message"), [
+    ('parser_options = { fields = { coherense = "c" } }', "",
+     "prompts[0].parser is wrong: parser 'json': fields names 'coherense', which is not an "
+     "aspect of the prompt (coherence); key each field by its aspect"),
+    ('parser = "form"\nparser_options = { fields = { Coherence = "coh" } }', "",
+     "prompts[0].parser is wrong: parser 'form': no field gives aspect 'coherence' a score; "
+     "map a label to the key 'coherence' (keys now: coh)"),
+    ("", '\n[juries.panel]\njudges = ["a/js"]\n',
+     "juries.panel.judges must list two or more judges (got ['a/js'])"),
+    ("", '\n[juries.panel]\njudges = ["a/js", "c/js"]\n',
+     "juries.panel.judges names 'c/js', which is not a judge of this job; judges are "
+     "model/prompt: a/cot, a/js, b/cot, b/js"),
+    ("", PANEL.replace('"mean"', '"vote"'),
+     "juries.panel.method must be one of mean, median, majority (got 'vote')"),
+    ("", PANEL + "quorum = 3\n", "juries.panel.quorum must be from 1 to 2, or 0 for all "
+                                 "(got 3)"),
+    ("", PANEL + "size = 3\n", "juries.panel.size is not a known key; use one of: judges, "
+                               "method, quorum"),
+])
+def test_loader_errors_name_the_aspect_and_the_jury(write_job: JobWriter, js_options: str,
+                                                     juries: str, message: str) -> None:
+    text = JOB.format(js_options=js_options, juries=juries, url="http://127.0.0.1:9/v1")
+    if 'parser = "form"' in js_options:
+        text = text.replace('parser = "json"\n', "", 1)
+    path = write_job(text, rows=[])
+    with pytest.raises(ConfigError) as caught:
+        load_job(path)
+    assert str(caught.value) == f"{path}: {message}"
+
+
+def test_loader_accepts_response_format_and_a_jury(write_job: JobWriter) -> None:
+    path = write_job(JOB.format(js_options="", juries=PANEL, url="http://127.0.0.1:9/v1"),
+                     rows=[])
+    job = load_job(path)
+    assert job.prompts[0].params["response_format"] == {"type": "json_object"}
+    assert [(j.name, j.judges, j.method, j.quorum) for j in job.juries] == [
+        ("panel", ("a/js", "b/js"), "mean", 0)]
+
+
+def test_anthropic_gets_a_prefilled_brace_for_json() -> None:
+    body = {"model": "c", "messages": [{"role": "user", "content": "Rate as JSON"}],
+            "response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}
+    sent = orjson.loads(anthropic_body(orjson.dumps(body)))
+    assert "response_format" not in sent
+    assert sent["messages"][-1] == {"role": "assistant", "content": "{"}
+    plain = orjson.loads(anthropic_body(orjson.dumps({**body, "response_format": None})))
+    assert plain["messages"] == body["messages"]
+
+
+# --- juries -------------------------------------------------------------------------------------
+
+def test_jury_methods() -> None:
+    assert verdict("mean", [1.0, 2.0, 4.0]) == pytest.approx(7 / 3)
+    assert verdict("median", [1.0, 2.0, 4.0]) == 2.0
+    assert verdict("majority", [4.0, 2.0, 4.0]) == 4.0
+    assert verdict("majority", [1.0, 2.0, 4.0]) == 2.0  # a three-way tie: the median
+    assert verdict("mean", []) is None
+
+
+# --- end to end ---------------------------------------------------------------------------------
+
+def _digest(*parts: str) -> int:
+    return int(hashlib.sha256("|".join(parts).encode()).hexdigest(), 16)
+
+
+def reply(body: dict[str, Any]) -> str:
+    text = body["messages"][-1]["content"]
+    n = _digest(text, body["model"]) % 5 + 1
+    if "as JSON" in text:
+        return f'Sure.\n```json\n{{"coherence": {n}, "reasoning": "1 2 3"}}\n```'
+    return f"Step 1: 2 of 3 points.\nStep 2: 1 error.\nScore: {n}\nSo 3 out of 5 overall."
+
+
+def rows(systems: int = 3, docs: int = 6) -> list[dict[str, Any]]:
+    return [{"id": f"{d}-{s}", "doc": f"d{d}", "system": f"s{s}", "output": f"text {d} {s} "
+             + "word " * (s * 3 + d), "human": _digest(str(d), str(s)) % 5 + 1}
+            for d in range(docs) for s in range(systems)]
+
+
+def _judge(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL")}
+    return subprocess.run([JUDGE, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=180, check=False)
+
+
+def _csv(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def test_a_jury_json_and_cot_study_end_to_end(write_job: JobWriter, tmp_path: Path) -> None:
+    bodies: list[dict[str, Any]] = []
+    lock = threading.Lock()
+
+    def recording(body: dict[str, Any]) -> str:
+        with lock:
+            bodies.append(body)
+        return reply(body)
+
+    with ThreadedServer(Script(reply=recording)) as server:
+        path = write_job(JOB.format(js_options="", juries=PANEL, url=server.url), rows=rows())
+        done = _judge("run", str(path), "--cache-dir", str(tmp_path / "cache"),
+                      "--out", str(tmp_path / "out"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    js = [b for b in bodies if "as JSON" in b["messages"][-1]["content"]]
+    assert js and all(b["response_format"] == {"type": "json_object"} for b in js)
+    assert len(bodies) == 2 * 2 * 18  # two judges, two prompts, 18 items; the jury: no call
+    out = tmp_path / "out"
+    summary = {(r["prompt"], r["model"]): r for r in _csv(out / "summary.csv")}
+    assert summary["cot", "a"]["scored"] == "18" and summary["js", "b"]["scored"] == "18"
+    scores = _csv(out / "scores.csv")
+    by = {(r["item_id"], r["model"], r["prompt"]): r["judge_score"] for r in scores}
+    for r in rows():
+        mean = (float(by[r["id"], "a", "js"]) + float(by[r["id"], "b", "js"])) / 2
+        assert float(by[r["id"], "panel", ""]) == pytest.approx(mean)
+    judges = {r["judge"] for r in _csv(out / "correlations.csv")}
+    assert {"a/js", "b/js", "a/cot", "panel"} <= judges
+    assert '"panel"' in (out / "report.html").read_text(encoding="utf-8")
