@@ -21,7 +21,7 @@ from runner.execute.providers import anthropic_body
 from runner.job.load import load_job
 from runner.parse.parsers import Choice, Failure, Scores, get_parser
 from runner.reduce.jury import verdict
-from tests.conftest import JobWriter
+from tests.conftest import DATA_DIR, ROOT, JobWriter
 from tests.fakeserver import Script, ThreadedServer
 
 JUDGE = str(Path(sys.executable).parent / "judge")
@@ -97,11 +97,17 @@ JOB = """
 [[datasets]]
 name = "d"
 path = "data.jsonl"
-fields = {{ id = "id", group = "doc", system = "system", text = {{ output = "output" }}, human = {{ coherence = "human" }} }}
+[datasets.fields]
+id = "id"
+group = "doc"
+system = "system"
+text = {{ story = "output" }}
+human = {{ coherence = "human" }}
+{answer}
 
 [[prompts]]
 name = "js"
-template = "Rate as JSON: {{{{output}}}}"
+template = "Rate as JSON: {{{{story}}}}"
 parser = "json"
 aspects = ["coherence"]
 params = {{ temperature = 0, response_format = {{ type = "json_object" }} }}
@@ -109,7 +115,7 @@ params = {{ temperature = 0, response_format = {{ type = "json_object" }} }}
 
 [[prompts]]
 name = "cot"
-template = "Think step by step, then write Score: N. {{{{output}}}}"
+template = "Think step by step, then write Score: N. {{{{story}}}}"
 parser = "number"
 parser_options = {{ marker = "Score:" }}
 aspects = ["coherence"]
@@ -123,6 +129,7 @@ spec = "b"
 base_url = "{url}"
 {juries}
 """
+ANSWER = 'answer = "story"'
 PANEL = '\n[juries.panel]\njudges = ["a/js", "b/js"]\nmethod = "mean"\n'
 
 
@@ -147,7 +154,8 @@ PANEL = '\n[juries.panel]\njudges = ["a/js", "b/js"]\nmethod = "mean"\n'
 ])
 def test_loader_errors_name_the_aspect_and_the_jury(write_job: JobWriter, js_options: str,
                                                      juries: str, message: str) -> None:
-    text = JOB.format(js_options=js_options, juries=juries, url="http://127.0.0.1:9/v1")
+    text = JOB.format(js_options=js_options, juries=juries, url="http://127.0.0.1:9/v1",
+                      answer=ANSWER)
     if 'parser = "form"' in js_options:
         text = text.replace('parser = "json"\n', "", 1)
     path = write_job(text, rows=[])
@@ -157,7 +165,8 @@ def test_loader_errors_name_the_aspect_and_the_jury(write_job: JobWriter, js_opt
 
 
 def test_loader_accepts_response_format_and_a_jury(write_job: JobWriter) -> None:
-    path = write_job(JOB.format(js_options="", juries=PANEL, url="http://127.0.0.1:9/v1"),
+    path = write_job(JOB.format(js_options="", juries=PANEL, url="http://127.0.0.1:9/v1",
+                                answer=ANSWER),
                      rows=[])
     job = load_job(path)
     assert job.prompts[0].params["response_format"] == {"type": "json_object"}
@@ -226,7 +235,8 @@ def test_a_jury_json_and_cot_study_end_to_end(write_job: JobWriter, tmp_path: Pa
         return reply(body)
 
     with ThreadedServer(Script(reply=recording)) as server:
-        path = write_job(JOB.format(js_options="", juries=PANEL, url=server.url), rows=rows())
+        path = write_job(JOB.format(js_options="", juries=PANEL, url=server.url,
+                                           answer=ANSWER), rows=rows())
         done = _judge("run", str(path), "--cache-dir", str(tmp_path / "cache"),
                       "--out", str(tmp_path / "out"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
@@ -244,3 +254,27 @@ def test_a_jury_json_and_cot_study_end_to_end(write_job: JobWriter, tmp_path: Pa
     judges = {r["judge"] for r in _csv(out / "correlations.csv")}
     assert {"a/js", "b/js", "a/cot", "panel"} <= judges
     assert '"panel"' in (out / "report.html").read_text(encoding="utf-8")
+    lengths = [r for r in _csv(out / "reliability.csv") if r["figure"] == "length"]
+    assert {r["a"] for r in lengths} >= {"a/js", "panel", "human"}  # from fields.answer
+
+
+def test_answer_must_be_a_text_field(write_job: JobWriter, tmp_path: Path) -> None:
+    path = write_job(JOB.format(js_options="", juries="", url="http://127.0.0.1:9/v1",
+                                answer='answer = "output"'), rows=rows())
+    done = _judge("plan", str(path), "--cache-dir", str(tmp_path / "cache"), cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (f"Error: {path}: datasets.d.fields.answer names 'output', "
+                                   "which is not a text field; use one of: story")
+
+
+def test_openmeva_length_bias_reads_the_storyline(tmp_path: Path) -> None:
+    if not (DATA_DIR / "openmeva").exists():
+        pytest.skip(f"no openmeva data in {DATA_DIR}")
+    with ThreadedServer(Script()) as server:
+        done = _judge("run", str(ROOT / "jobs" / "openmeva.toml"), "--limit", "40", "--model",
+                      "fake", "--base-url", server.url, "--cache-dir", str(tmp_path / "cache"),
+                      "--out", str(tmp_path / "out"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lengths = [r for r in _csv(tmp_path / "out" / "reliability.csv") if r["figure"] == "length"]
+    assert {(r["a"], r["b"]) for r in lengths} >= {("fake/stars", "length (chars)"),
+                                                   ("human", "length (tokens)")}
