@@ -6,20 +6,25 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import math
 import os
+import random
 import subprocess
 import sys
 import threading
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 import pytest
+import scipy.stats
 
 from runner.errors import ConfigError
 from runner.execute.providers import anthropic_body
 from runner.job.load import load_job
 from runner.parse.parsers import Choice, Failure, Scores, get_parser
+from runner.reduce.correlate import Row, _counts, correlate
 from runner.reduce.jury import verdict
 from tests.conftest import DATA_DIR, ROOT, JobWriter
 from tests.fakeserver import Script, ThreadedServer
@@ -256,6 +261,16 @@ def test_a_jury_json_and_cot_study_end_to_end(write_job: JobWriter, tmp_path: Pa
     assert '"panel"' in (out / "report.html").read_text(encoding="utf-8")
     lengths = [r for r in _csv(out / "reliability.csv") if r["figure"] == "length"]
     assert {r["a"] for r in lengths} >= {"a/js", "panel", "human"}  # from fields.answer
+    system = [r for r in _csv(out / "correlations.csv") if r["level"] == "system"]
+    assert system and {(r["n_systems"], r["ci_low"]) for r in system} == {("3", "")}
+    warning = ("warning: d / coherence: the system level rests on 3 systems (n_items = 18): "
+               "no CI, and any ranking of 3 systems gives a coefficient like that; read the "
+               "sample and dataset levels")
+    assert done.stderr.rstrip().endswith(warning)
+    assert "  * panel" in done.stderr or "    panel" in done.stderr  # in the result table
+    note = "System level: only 3 systems, whatever the item count"
+    assert note in (out / "report.md").read_text(encoding="utf-8")
+    assert note in (out / "report.html").read_text(encoding="utf-8")
 
 
 def test_answer_must_be_a_text_field(write_job: JobWriter, tmp_path: Path) -> None:
@@ -278,3 +293,43 @@ def test_openmeva_length_bias_reads_the_storyline(tmp_path: Path) -> None:
     lengths = [r for r in _csv(tmp_path / "out" / "reliability.csv") if r["figure"] == "length"]
     assert {(r["a"], r["b"]) for r in lengths} >= {("fake/stars", "length (chars)"),
                                                    ("human", "length (tokens)")}
+
+
+# --- system level: what it rests on -------------------------------------------------------------
+
+def _rows(systems: int, groups: int = 30) -> list[Row]:
+    draw = random.Random(7)
+    return [Row(f"g{g}", f"s{s}", "", draw.randint(1, 5) + s / 3, draw.uniform(1, 5) + s / 3)
+            for g in range(groups) for s in range(systems)]
+
+
+def test_system_level_counts_systems_and_gets_a_ci_from_five() -> None:
+    few = {c.method: c for c in correlate(_rows(3), levels=("system", "dataset"))
+           if c.level == "system"}
+    assert few["spearman"].n_systems == 3 and few["spearman"].n_items == 90
+    assert (few["spearman"].ci_low, few["spearman"].ci_high) == (None, None)
+    many = correlate(_rows(6), levels=("dataset", "system"), n_boot=200)
+    assert {c.n_systems for c in many} == {6}
+    for c in many:
+        assert c.ci_low is not None and c.ci_high is not None and c.value is not None
+        assert c.ci_low <= c.value + 1e-9 and c.value - 1e-9 <= c.ci_high
+
+
+def test_system_ci_is_the_statistic_over_resampled_groups() -> None:
+    rows_ = _rows(6, groups=12)
+    boot = 50
+    got = next(c for c in correlate(rows_, levels=("system",), methods=("kendall",),
+                                    n_boot=boot, seed=3) if c.method == "kendall")
+    counts = _counts((12,), boot, 3)
+    values = []
+    for b in range(boot):
+        drawn = [r for g in range(12) for _ in range(int(counts[b][g])) for r in rows_
+                 if r.group == f"g{g}"]
+        by = {s: [r for r in drawn if r.system == s] for s in {r.system for r in drawn}}
+        names = sorted(by)
+        mx = [sum(r.judge for r in by[s]) / len(by[s]) for s in names]  # type: ignore[misc]
+        my = [sum(r.human for r in by[s]) / len(by[s]) for s in names]
+        values.append(scipy.stats.kendalltau(mx, my).statistic)
+    finite = [v for v in values if math.isfinite(v)]
+    assert got.ci_low == pytest.approx(float(np.percentile(finite, 2.5)))
+    assert got.ci_high == pytest.approx(float(np.percentile(finite, 97.5)))

@@ -558,7 +558,7 @@ def _summarise(sel: Selection, stats: RunStats, command: str, partial: bool = Fa
              f"(first keys: {', '.join(first)})", err=True)
     if stats.interrupted:
         _exit_interrupted(stats, command)
-    for line in (result.lines + result.unparsed) if result else []:
+    for line in (result.lines + result.unparsed + result.warnings) if result else []:
         echo(line, err=True)
     if stats.failures or (stats.missing and not partial and not stats.budget_stopped) or \
             (result and result.scoreless):

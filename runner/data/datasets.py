@@ -78,8 +78,7 @@ class FieldMap:
     metrics: tuple[str, ...] = ()  # metric columns; they apply to every aspect (under "*")
     lower_is_better: tuple[str, ...] = ()  # those of `metrics` where lower is better
     format: str | None = None  # "jsonl", "csv" or "json" (list of objects); None = extension
-    # the text field being judged (length bias); None = output, answer, response or summary
-    answer: str | None = None
+    answer: str | None = None  # the judged text field (length bias); default: output, answer...
 
 
 def _read_registry() -> dict[str, DatasetInfo]:

@@ -17,6 +17,7 @@ import numpy as np
 from runner.expand import Expansion
 from runner.reduce.correlate import Row
 from runner.report.browser import ItemRows, prompt_text, with_bodies
+from runner.report.headline import system_note
 from runner.report.relpage import reliability_page
 
 __all__ = ["page_data", "with_reliability"]
@@ -34,10 +35,11 @@ def page_data(expansion: Expansion, series: Mapping[tuple[str, str], Mapping[str
     """Everything the page shows, as plain JSON-able values. `reliability` is
     reliability.csv's rows, shown as they are (or given later: `with_reliability`)."""
     job = expansion.job
+    juries = {j.name for j in job.juries}
     datasets: dict[str, dict[str, Any]] = {}
     for (dataset, aspect), judges in series.items():
         d = datasets.setdefault(dataset, {"name": dataset, "aspects": []})
-        llm = {name: data for name, data in judges.items() if "/" in name}
+        llm = {name: data for name, data in judges.items() if "/" in name or name in juries}
         arrays = {name: _arrays(data) for name, data in llm.items()}  # each made once
         first = next(iter(judges), "")  # the human scores: any judge's rows have them
         human = (arrays[first] if first in arrays else _arrays(judges.get(first, [])))[1]
@@ -49,6 +51,8 @@ def page_data(expansion: Expansion, series: Mapping[tuple[str, str], Mapping[str
             "distribution": {name: _counts(arrays[name][0]) for name in llm},
             "human": _counts(human),
             "systems": {name: _systems(data, arrays[name]) for name, data in llm.items()},
+            "system_note": system_note([r for r in corr if r["dataset"] == dataset
+                                        and r["aspect"] == aspect]),
         })
     for s in summ:
         datasets.setdefault(s["dataset"], {"name": s["dataset"], "aspects": []})

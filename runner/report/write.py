@@ -45,7 +45,7 @@ from runner.reduce.reliability import Positions
 from runner.report.aside import Aside
 from runner.report.browser import ItemRows
 from runner.report.folder import atomic_file, new_run_id, report_set, write_atomic
-from runner.report.headline import Headline, headline
+from runner.report.headline import Headline, headline, system_note
 from runner.report.html import render
 from runner.report.pagedata import page_data, with_reliability
 from runner.report.reliability import (
@@ -60,7 +60,7 @@ __all__ = ["Tables", "atomic_file", "collect", "comparison", "correlations", "ju
 
 
 CORRELATION_COLUMNS = ["dataset", "aspect", "judge", "level", "method", "subset", "value",
-                       "n_groups", "n_items", "ci_low", "ci_high"]
+                       "n_groups", "n_items", "ci_low", "ci_high", "n_systems"]
 SUMMARY_COLUMNS = ["dataset", "prompt", "aspect", "model", "n", "scored", "mean", "std",
                    "parse_failures", "refusals", "api_failures"]
 
@@ -246,7 +246,7 @@ def correlations(expansion: Expansion, tables: Tables,
 def _correlation(c: Correlation) -> dict[str, Any]:
     return {"level": c.level, "method": c.method, "subset": c.subset, "value": c.value,
             "n_groups": c.n_groups, "n_items": c.n_items, "ci_low": c.ci_low,
-            "ci_high": c.ci_high}
+            "ci_high": c.ci_high, "n_systems": c.n_systems}
 
 
 def summary(tables: Tables) -> list[dict[str, Any]]:
@@ -394,7 +394,8 @@ def _table(dataset: str, aspect: str, rows: list[dict[str, Any]]) -> list[str]:
             if r is not None and lvl == "dataset" and sub == "all":
                 n = r["n_items"]
         lines.append(f"| {judge} | {' | '.join(values)} | {n} |")
-    return [*lines, ""]
+    note = system_note(rows)
+    return [*lines, "", *([note, ""] if note else [])]
 
 
 def _set_aside(expansion: Expansion, tables: Tables, positions: Positions,
@@ -438,7 +439,8 @@ def _write_set(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgment
         write_atomic(out_dir / "correlations.csv", _csv(CORRELATION_COLUMNS, corr))
         summ = summary(tables)
         write_atomic(out_dir / "summary.csv", _csv(SUMMARY_COLUMNS, summ))
-        tables.headline = headline(expansion.job.levels, expansion.job.methods, corr, summ)
+        tables.headline = headline(expansion.job.levels, expansion.job.methods, corr, summ,
+                                   juries=[j.name for j in expansion.job.juries])
         battle_rows = battles.rows()
         board = leaderboard(tables) if expansion.job.leaderboard else None
         if callable(manifest):

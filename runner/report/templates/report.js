@@ -260,6 +260,7 @@
       s.append(el("h3", { text: `${d.name}: ${a.aspect}` }));
       s.append(el("h4", { text: "Correlation with human ratings (best judge per column in bold; iaa = annotator 2 vs annotator 1)" }));
       s.append(corrTable(a.correlations));
+      if (a.system_note) s.append(el("p", { class: "note", text: a.system_note }));
       const forests = el("div", { class: "plots" });
       for (const lvl of D.levels) for (const m of D.methods.slice(0, 1)) {
         const f = forest(a.correlations, lvl, m);
