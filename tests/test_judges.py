@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import itertools
 import math
 import os
 import random
@@ -26,6 +27,7 @@ from runner.job.load import load_job
 from runner.parse.parsers import Choice, Failure, Scores, get_parser
 from runner.reduce.correlate import Row, _counts, correlate
 from runner.reduce.jury import verdict
+from runner.reduce.ranking import rank_rows
 from tests.conftest import DATA_DIR, ROOT, JobWriter
 from tests.fakeserver import Script, ThreadedServer
 
@@ -333,3 +335,86 @@ def test_system_ci_is_the_statistic_over_resampled_groups() -> None:
     finite = [v for v in values if math.isfinite(v)]
     assert got.ci_low == pytest.approx(float(np.percentile(finite, 2.5)))
     assert got.ci_high == pytest.approx(float(np.percentile(finite, 97.5)))
+
+
+# --- Bradley-Terry ranking ----------------------------------------------------------------------
+
+def _battle(a: str, b: str, a_wins: int, ties: int, b_wins: int,
+            inconsistent: int = 0) -> dict[str, Any]:
+    return {"judge": "j/p", "dataset": "d", "aspect": "x", "model_a": a, "model_b": b,
+            "a_wins": a_wins, "ties": ties, "b_wins": b_wins, "inconsistent": inconsistent}
+
+
+def test_two_systems_have_the_closed_form_strengths() -> None:
+    first, second = rank_rows([_battle("a", "b", 6, 2, 1, 1)], n_boot=0)
+    expected = math.log((6 + 1.5 + 0.05) / (1 + 1.5 + 0.05)) / 2  # ties + inconsistent: halves
+    assert (first["model"], first["rank"], second["model"]) == ("a", 1, "b")
+    assert first["strength"] == pytest.approx(expected, abs=1e-4)
+    assert second["strength"] == pytest.approx(-expected, abs=1e-4)
+    assert (first["battles"], first["wins"], first["ties"], first["losses"]) == (10, 6, 3, 1)
+
+
+def test_the_fit_solves_the_bradley_terry_equations_and_has_cis() -> None:
+    battles = [_battle("x", "y", 8, 1, 2), _battle("y", "z", 7, 0, 3), _battle("x", "z", 9, 1, 1),
+               _battle("w", "x", 0, 0, 10), _battle("w", "y", 1, 2, 5)]
+    rows_ = rank_rows(battles, n_boot=300, seed=1)
+    assert [r["model"] for r in rows_] == ["x", "y", "z", "w"]
+    p = {r["model"]: math.exp(r["strength"]) for r in rows_}
+    for m in p:  # expected score = observed score (wins + half the ties, with the prior)
+        expected = observed = 0.0
+        for b in battles:
+            if m not in (b["model_a"], b["model_b"]):
+                continue
+            other = b["model_b"] if m == b["model_a"] else b["model_a"]
+            won = b["a_wins"] if m == b["model_a"] else b["b_wins"]
+            games = b["a_wins"] + b["ties"] + b["b_wins"] + b["inconsistent"] + 0.1
+            observed += won + (b["ties"] + b["inconsistent"] + 0.1) / 2
+            expected += games * p[m] / (p[m] + p[other])
+        assert expected == pytest.approx(observed, rel=1e-3)
+    for r in rows_:
+        assert r["ci_low"] < r["strength"] < r["ci_high"]
+    assert rank_rows(battles, n_boot=300, seed=1) == rows_  # seeded
+
+
+def test_battles_over_three_systems_write_a_ranking(write_job: JobWriter,
+                                                    tmp_path: Path) -> None:
+    systems = ["m1", "m2", "m3"]
+    data = [{"id": f"q{q}-{a}{b}-{m}", "pair": f"q{q}-{a}{b}", "model": m, "answer": f"{m} {q}"}
+            for q in range(5) for a, b in itertools.combinations(systems, 2) for m in (a, b)]
+    job = """
+[[datasets]]
+name = "answers"
+path = "data.jsonl"
+[datasets.fields]
+id = "id"
+group = "pair"
+system = "model"
+text = { answer = "answer" }
+
+[[prompts]]
+name = "battle"
+per = "group"
+order = "both"
+output_field = "answer"
+template = "Assistant 1: {{output_1}}\\nAssistant 2: {{output_2}}\\nScore both, 1-10."
+parser = "pair"
+parser_options = { min = 1, max = 10 }
+aspects = ["battle"]
+
+[models.judge]
+spec = "judge"
+base_url = "%s"
+"""
+    with ThreadedServer(Script()) as server:
+        path = write_job(job % server.url, rows=data)
+        done = _judge("run", str(path), "--cache-dir", str(tmp_path / "cache"),
+                      "--out", str(tmp_path / "out"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    ranking = _csv(tmp_path / "out" / "ranking.csv")
+    assert sorted(r["model"] for r in ranking) == systems
+    assert [r["rank"] for r in ranking] == ["1", "2", "3"]
+    assert sum(float(r["strength"]) for r in ranking) == pytest.approx(0, abs=1e-3)
+    for r in ranking:
+        assert int(r["wins"]) + int(r["ties"]) + int(r["losses"]) == int(r["battles"]) == 10
+    assert "## Ranking (Bradley-Terry over the battles)" in (
+        tmp_path / "out" / "report.md").read_text(encoding="utf-8")

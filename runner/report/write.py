@@ -7,7 +7,8 @@
 - summary.csv: per data set x prompt x aspect x model: n, mean, std, failures by type.
 - report.md: the correlation tables, judges as rows, failure counts, and any battles.
 - battle.csv (a prompt with order = "both"): per judge and model pair, wins, ties and
-  inconsistent verdicts over the two orders (runner.reduce.battle).
+  inconsistent verdicts over the two orders (runner.reduce.battle); ranking.csv beside it:
+  a Bradley-Terry ranking of the systems with bootstrap CIs (runner.reduce.ranking).
 - reliability.csv: agreement, self-consistency, position and length bias
   (runner.report.reliability).
 - report.html: one self-contained page with plots and an item browser (runner.report.html).
@@ -41,6 +42,7 @@ from runner.reduce.battle import BATTLE_COLUMNS, Battles, battle_markdown
 from runner.reduce.correlate import Correlation, Row, compare, correlate
 from runner.reduce.judgments import Judgment
 from runner.reduce.jury import judge_name, verdicts
+from runner.reduce.ranking import RANKING_COLUMNS, rank_rows, ranking_markdown
 from runner.reduce.reliability import Positions
 from runner.report.aside import Aside
 from runner.report.browser import ItemRows
@@ -442,6 +444,7 @@ def _write_set(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgment
         tables.headline = headline(expansion.job.levels, expansion.job.methods, corr, summ,
                                    juries=[j.name for j in expansion.job.juries])
         battle_rows = battles.rows()
+        ranking = rank_rows(battle_rows, n_boot=expansion.job.bootstrap, seed=expansion.job.seed)
         board = leaderboard(tables) if expansion.job.leaderboard else None
         if callable(manifest):
             manifest = manifest(tables)
@@ -450,10 +453,12 @@ def _write_set(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgment
         reliability = reliable.result()
     write_atomic(out_dir / "report.md", (_markdown(expansion, corr, summ, notes)
                                          + battle_markdown(battle_rows)
+                                         + ranking_markdown(ranking)
                                          + reliability_markdown(reliability)).encode())
     write_atomic(out_dir / "reliability.csv", _csv(RELIABILITY_COLUMNS, reliability))
     if battles.enabled:
         write_atomic(out_dir / "battle.csv", _csv(BATTLE_COLUMNS, battle_rows))
+        write_atomic(out_dir / "ranking.csv", _csv(RANKING_COLUMNS, ranking))
     if board is not None:
         write_atomic(out_dir / "leaderboard.csv", _csv(*board))
     write_atomic(out_dir / "report.html", render(with_reliability(page, expansion, reliability)))
