@@ -28,6 +28,7 @@ from runner.parse.parsers import Choice, Failure, Scores, get_parser
 from runner.reduce.correlate import Row, _counts, correlate
 from runner.reduce.jury import verdict
 from runner.reduce.ranking import rank_rows
+from runner.report.headline import headline
 from tests.conftest import DATA_DIR, ROOT, JobWriter
 from tests.fakeserver import Script, ThreadedServer
 
@@ -68,6 +69,12 @@ def test_json_fields_map_keys_and_paths_to_aspects() -> None:
 def test_json_failures_say_why(text: str, options: dict[str, Any], message: str) -> None:
     result = parse("json", text, **options)
     assert result == Failure("parse", message)
+
+
+def test_json_survives_deep_nesting_and_many_braces() -> None:
+    assert parse("json", '{"a": ' + "[" * 100_000) == Failure("parse", "no JSON object found")
+    assert parse("json", "{" * 50_000 + '{"score": 3}') == Failure("parse",
+                                                                 "no JSON object found")
 
 
 def test_json_without_required_keeps_what_parsed() -> None:
@@ -201,6 +208,15 @@ def test_jury_methods() -> None:
     assert verdict("mean", []) is None
 
 
+def test_a_jury_without_a_quorum_is_not_an_unparsed_judge() -> None:
+    summary = [{"dataset": "d", "prompt": "js", "aspect": "x", "model": "a", "n": 4,
+                "scored": 4, "api_failures": 0},
+               {"dataset": "d", "prompt": "", "aspect": "x", "model": "panel", "n": 4,
+                "scored": 0, "api_failures": 0}]
+    result = headline(["sample"], ["spearman"], [], summary, juries=["panel"])
+    assert (result.unparsed, result.scoreless) == ([], [])
+
+
 # --- end to end ---------------------------------------------------------------------------------
 
 def _digest(*parts: str) -> int:
@@ -270,6 +286,10 @@ def test_a_jury_json_and_cot_study_end_to_end(write_job: JobWriter, tmp_path: Pa
                "sample and dataset levels")
     assert done.stderr.rstrip().endswith(warning)
     assert "  * panel" in done.stderr or "    panel" in done.stderr  # in the result table
+    compared = _judge("compare", str(path), "--judges", "panel", "a/js", "--cache-dir",
+                      str(tmp_path / "cache"), "--out", str(tmp_path / "out"), cwd=tmp_path)
+    assert compared.returncode == 0, compared.stderr
+    assert {r["a"] for r in _csv(out / "compare.csv")} == {"panel"}
     note = "System level: only 3 systems, whatever the item count"
     assert note in (out / "report.md").read_text(encoding="utf-8")
     assert note in (out / "report.html").read_text(encoding="utf-8")

@@ -18,6 +18,7 @@ __all__ = ["find_object", "lookup", "number"]
 
 _FENCE = re.compile(r"```[ \t]*(?:json|JSON)?[ \t]*\n(.*?)```", re.DOTALL)
 _DECODER = json.JSONDecoder()
+_TRIES = 64  # "{" positions tried per text: a long answer full of braces stays linear
 _NUMERIC = re.compile(r"\s*(-?\d+(?:\.\d+)?)\s*(?:/\s*\d+(?:\.\d+)?)?\s*")
 
 
@@ -37,10 +38,12 @@ def find_object(text: str) -> Mapping[str, Any] | None:
 
 def _first_object(text: str) -> Mapping[str, Any] | None:
     start = text.find("{")
-    while start != -1:
+    for _ in range(_TRIES):
+        if start == -1:
+            break
         try:
-            value, _ = _DECODER.raw_decode(text, start)
-        except ValueError:  # JSONDecodeError, or a number too deep / too long for int()
+            value, _end = _DECODER.raw_decode(text, start)
+        except (ValueError, RecursionError):  # not JSON, a number too long, nesting too deep
             value = None
         if isinstance(value, dict):
             return value

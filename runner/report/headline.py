@@ -139,6 +139,8 @@ def _unparsed(summary: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[str
     set and aspect; a line for each with most answers unparsed."""
     answers: dict[str, list[int]] = {}
     for row in summary:
+        if not row["prompt"]:  # a jury: it has no answers of its own
+            continue
         judge = judge_name(row["model"], row["prompt"])
         counts = answers.setdefault(judge, [0, 0])
         counts[0] += int(row["n"]) - int(row["api_failures"])
