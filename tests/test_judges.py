@@ -29,6 +29,7 @@ from runner.reduce.correlate import Row, _counts, correlate
 from runner.reduce.jury import verdict
 from runner.reduce.ranking import rank_rows
 from runner.report.headline import headline
+from runner.report.html import read_page_data
 from tests.conftest import DATA_DIR, ROOT, JobWriter
 from tests.fakeserver import Script, ThreadedServer
 
@@ -438,3 +439,5 @@ base_url = "%s"
         assert int(r["wins"]) + int(r["ties"]) + int(r["losses"]) == int(r["battles"]) == 10
     assert "## Ranking (Bradley-Terry over the battles)" in (
         tmp_path / "out" / "report.md").read_text(encoding="utf-8")
+    page = read_page_data(tmp_path / "out" / "report.html")
+    assert [r["model"] for r in page["ranking"]] == [r["model"] for r in ranking]

@@ -31,9 +31,11 @@ def page_data(expansion: Expansion, series: Mapping[tuple[str, str], Mapping[str
               summ: Sequence[Mapping[str, Any]], battles: Sequence[Mapping[str, Any]],
               board: tuple[list[str], list[dict[str, Any]]] | None,
               manifest: Mapping[str, Any], rows: ItemRows,
-              reliability: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+              reliability: Sequence[Mapping[str, Any]] = (), *,
+              ranking: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """Everything the page shows, as plain JSON-able values. `reliability` is
-    reliability.csv's rows, shown as they are (or given later: `with_reliability`)."""
+    reliability.csv's rows, shown as they are (or given later: `with_reliability`);
+    `ranking`, ranking.csv's (shown with the battles)."""
     job = expansion.job
     juries = {j.name for j in job.juries}
     datasets: dict[str, dict[str, Any]] = {}
@@ -69,6 +71,7 @@ def page_data(expansion: Expansion, series: Mapping[tuple[str, str], Mapping[str
         "failures": [{"dataset": k[0], "prompt": k[1], "aspect": k[2], "model": k[3],
                       "type": k[4], "examples": v} for k, v in rows.examples.items()],
         "battles": [dict(b) for b in battles],
+        "ranking": [dict(r) for r in ranking],
         "leaderboard": {"columns": board[0], "rows": board[1]} if board else None,
         "reliability": reliability_page(expansion, reliability),
         "items": {"seen": rows.seen, "capped": rows.capped, "cap": rows.cap,

@@ -449,7 +449,8 @@ def _write_set(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgment
         if callable(manifest):
             manifest = manifest(tables)
         manifest = {"run_id": run_id, **manifest, "answer_sources": dict(tables.sources)}
-        page = page_data(expansion, series, corr, summ, battle_rows, board, manifest, rows)
+        page = page_data(expansion, series, corr, summ, battle_rows, board, manifest, rows,
+                         ranking=ranking)
         reliability = reliable.result()
     write_atomic(out_dir / "report.md", (_markdown(expansion, corr, summ, notes)
                                          + battle_markdown(battle_rows)

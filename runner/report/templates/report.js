@@ -358,6 +358,9 @@
     const s = section("battles", "Battles");
     s.append(el("p", { class: "note", text: "Pairwise verdicts asked in both orders: inconsistent = the verdict changed when the two outputs swapped places (position bias)." }));
     s.append(table(Object.keys(D.battles[0]), D.battles));
+    if (!(D.ranking || []).length) return;
+    s.append(el("h4", { text: "Ranking: Bradley-Terry strength (log odds against the average system) with its 95% CI, from the battles" }));
+    s.append(table(Object.keys(D.ranking[0]), D.ranking));
   }
   function leaderboard() {
     if (!D.leaderboard) return;
