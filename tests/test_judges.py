@@ -184,6 +184,9 @@ def test_loader_accepts_response_format_and_a_jury(write_job: JobWriter) -> None
                                 answer=ANSWER),
                      rows=[])
     job = load_job(path)
+    score_form = 'parser = "form"\nparser_options = { fields = { Score = "score" } }'
+    load_job(write_job(JOB.format(js_options=score_form, juries="", url="http://127.0.0.1:9/v1",
+                                  answer=ANSWER).replace('parser = "json"\n', "", 1), rows=[]))
     assert job.prompts[0].params["response_format"] == {"type": "json_object"}
     assert [(j.name, j.judges, j.method, j.quorum) for j in job.juries] == [
         ("panel", ("a/js", "b/js"), "mean", 0)]

@@ -559,10 +559,11 @@ def check_options(parser: Parser, options: Mapping[str, Any]) -> None:
 def check_aspect(parser: Parser, options: Mapping[str, Any], aspect: str,
                  aspects: Sequence[str]) -> None:
     """Raise ConfigError where `options` (merged for `aspect`) break the rule of `aspect_key`:
-    a `form` field table with no key for the aspect, or a `json` field table naming an aspect
-    the prompt does not have. Parsers whose keys are not set by options pass."""
+    a `form` field table with no key for the aspect (nor "score"), or a `json` field table
+    naming an aspect the prompt does not have. Parsers whose keys are not set by options
+    pass."""
     fields = options.get("fields") or {}
-    if parser.name == "form" and fields and not {aspect, aspect_key(aspect)} & set(
+    if parser.name == "form" and fields and not {"score", aspect, aspect_key(aspect)} & set(
             fields.values()):
         raise ConfigError(f"parser 'form': no field gives aspect {aspect!r} a score; map a "
                           f"label to the key {aspect_key(aspect)!r} (keys now: "
