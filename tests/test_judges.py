@@ -31,6 +31,7 @@ from runner.reduce.ranking import rank_rows
 from runner.report.headline import headline
 from runner.report.html import read_page_data
 from tests.conftest import DATA_DIR, ROOT, JobWriter
+from tests.fakeproviders import ProviderServer
 from tests.fakeserver import Script, ThreadedServer
 
 JUDGE = str(Path(sys.executable).parent / "judge")
@@ -202,6 +203,40 @@ def test_anthropic_gets_a_prefilled_brace_for_json() -> None:
     assert plain["messages"] == body["messages"]
 
 
+def test_an_anthropic_judge_answers_json_through_a_prefilled_brace(
+        write_job: JobWriter, tmp_path: Path) -> None:
+    job = """
+[[datasets]]
+name = "d"
+path = "data.jsonl"
+fields = { id = "id", text = { story = "output" } }
+
+[[prompts]]
+name = "js"
+template = "Rate as JSON with a score: {{story}}"
+parser = "json"
+aspects = ["overall"]
+params = { response_format = { type = "json_object" } }
+
+[models.claude]
+spec = "anthropic:claude-3-5-haiku-latest"
+base_url = "%s/v1"
+"""
+    with ProviderServer() as provider:
+        path = write_job(job % provider.root, rows=[{"id": f"i{i}", "output": f"Story {i}"}
+                                                      for i in range(3)])
+        env = {"ANTHROPIC_API_KEY": "sk-ant-test"}
+        done = _judge("run", str(path), "--cache-dir", str(tmp_path / "cache"), "--out",
+                      str(tmp_path / "out"), cwd=tmp_path, env=env)
+        seen = [s.body for s in provider.fake.seen]
+    assert done.returncode == 0, done.stderr
+    assert len(seen) == 3 and all(b["messages"][-1] == {"role": "assistant", "content": "{"}
+                                  and "response_format" not in b for b in seen)
+    lines = [orjson.loads(x) for x in (tmp_path / "out" / "judgments.jsonl").read_bytes()
+             .splitlines()]
+    assert all(x["error"] is None and 1 <= x["score"] <= 5 for x in lines)
+
+
 # --- juries -------------------------------------------------------------------------------------
 
 def test_jury_methods() -> None:
@@ -241,10 +276,12 @@ def rows(systems: int = 3, docs: int = 6) -> list[dict[str, Any]]:
             for d in range(docs) for s in range(systems)]
 
 
-def _judge(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL")}
-    return subprocess.run([JUDGE, *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=180, check=False)
+def _judge(*args: str, cwd: Path, env: dict[str, str] | None = None
+           ) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL",
+                                                               "ANTHROPIC_API_KEY")}
+    return subprocess.run([JUDGE, *args], cwd=cwd, env={**clean, **(env or {})},
+                          capture_output=True, text=True, timeout=180, check=False)
 
 
 def _csv(path: Path) -> list[dict[str, str]]:
