@@ -168,6 +168,9 @@ PANEL = '\n[juries.panel]\njudges = ["a/js", "b/js"]\nmethod = "mean"\n'
                                  "(got 3)"),
     ("", PANEL + "size = 3\n", "juries.panel.size is not a known key; use one of: judges, "
                                "method, quorum"),
+    ("", PANEL.replace("juries.panel", 'juries."a/js"'),
+     'juries.a/js is not a jury name: a name without "/" that is not iaa or human (those name '
+     "other rows of the reports)"),
 ])
 def test_loader_errors_name_the_aspect_and_the_jury(write_job: JobWriter, js_options: str,
                                                      juries: str, message: str) -> None:

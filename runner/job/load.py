@@ -143,6 +143,9 @@ def _juries(root: _Reader, models: tuple[ModelSpec, ...],
         if not isinstance(spec, dict):
             raise table.error(name, 'must be a table like [juries.panel] judges = '
                               '["gpt/stars", "claude/stars"]')
+        if "/" in name or name in ("iaa", "human"):
+            raise table.error(name, "is not a jury name: a name without \"/\" that is not iaa "
+                              "or human (those name other rows of the reports)")
         j = table.child(name, spec)
         j.check_keys({"judges", "method", "quorum"})
         members = j.get("judges", list, required=True)
