@@ -29,7 +29,7 @@ from runner.reduce._systems import system_rows
 from runner.reduce.correlate import Row, _counts, _system_value, correlate
 from runner.reduce.jury import verdict
 from runner.reduce.ranking import rank_rows
-from runner.report.headline import headline
+from runner.report.headline import headline, system_warnings
 from runner.report.html import read_page_data
 from tests.conftest import DATA_DIR, ROOT, JobWriter
 from tests.fakeproviders import ProviderServer
@@ -501,3 +501,15 @@ def test_vectorised_system_values_equal_the_scalar_ones(method: str) -> None:
             assert math.isnan(got[row])
         else:
             assert got[row] == pytest.approx(want, abs=1e-12)
+
+
+def test_the_system_warning_counts_the_judges_items() -> None:
+    def row(judge: str, n_items: int) -> dict[str, Any]:
+        return {"dataset": "d", "aspect": "x", "judge": judge, "level": "system",
+                "method": "spearman", "subset": "all", "value": 1.0, "n_groups": 30,
+                "n_items": n_items, "ci_low": None, "ci_high": None, "n_systems": 3}
+
+    assert system_warnings([row("a/js", 90), row("rouge1", 120)]) == [
+        "warning: d / x: the system level rests on 3 systems (n_items = 90): no CI, and any "
+        "ranking of 3 systems gives a coefficient like that; read the sample and dataset levels"]
+    assert system_warnings([{**row("a/js", 90), "n_systems": 5}]) == []

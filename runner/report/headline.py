@@ -91,9 +91,10 @@ def system_note(correlations: Sequence[Mapping[str, Any]]) -> str | None:
 
 def system_warnings(correlations: Sequence[Mapping[str, Any]]) -> list[str]:
     """One line per data set and aspect whose system level rests on fewer than MIN_SYSTEMS
-    systems: its coefficients are over a handful of points, whatever the item count."""
+    systems: its coefficients are over a handful of points, whatever the item count (an LLM
+    judge's, where there is one: a metric column may cover items the judges did not score)."""
     few: dict[tuple[str, str], tuple[int, int]] = {}
-    for row in correlations:
+    for row in sorted(correlations, key=lambda r: "/" in r["judge"]):  # LLM judges last: win
         n = int(row.get("n_systems") or 0)
         if row["level"] == "system" and row["subset"] == "all" and 0 < n < MIN_SYSTEMS:
             few[row["dataset"], row["aspect"]] = (n, int(row["n_items"]))
