@@ -18,9 +18,12 @@ FloatArray = npt.NDArray[np.float64]
 def system_rows(method: str, mx: FloatArray, my: FloatArray, valid: npt.NDArray[np.bool_]
                 ) -> FloatArray:
     """`_system_value` of each row (one resample: systems x means) over its valid systems;
-    NaN where undefined. Vectorised over rows (a loop of scipy-style calls took ~1.5 s a
-    judge and aspect at 16 systems): Pearson of means or of average ranks, Kendall's tau-b
-    and pairwise accuracy from the signs of every pair's differences."""
+    NaN where undefined. Vectorised over rows: Pearson of means or of average ranks,
+    Kendall's tau-b and pairwise accuracy from the signs of every pair's differences. What it
+    buys, measured on this machine (1,600 items, 100 groups, 16 systems, 1,000 resamples,
+    OPENBLAS_NUM_THREADS=1 as `judge` runs): the whole system level with its CI takes ~20 ms
+    a judge and aspect (sample and dataset level together: ~125 ms); a loop of one
+    `_system_value` call per resample and method took ~1.5 s."""
     pair = valid[:, :, None] & valid[:, None, :]
     if method in ("kendall", "pairwise_accuracy"):
         upper = np.triu(np.ones(pair.shape[1:], dtype=bool), 1)
