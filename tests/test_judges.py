@@ -10,6 +10,7 @@ import itertools
 import math
 import os
 import random
+import re
 import subprocess
 import sys
 import threading
@@ -330,7 +331,7 @@ def test_a_jury_json_and_cot_study_end_to_end(write_job: JobWriter, tmp_path: Pa
                "no CI, and any ranking of 3 systems gives a coefficient like that; read the "
                "sample and dataset levels")
     assert done.stderr.rstrip().endswith(warning)
-    assert "  * panel" in done.stderr or "    panel" in done.stderr  # in the result table
+    assert re.search(r"^  [* ] panel +-?\d", done.stderr, re.MULTILINE)  # in the result table
     compared = _judge("compare", str(path), "--judges", "panel", "a/js", "--cache-dir",
                       str(tmp_path / "cache"), "--out", str(tmp_path / "out"), cwd=tmp_path)
     assert compared.returncode == 0, compared.stderr
