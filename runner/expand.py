@@ -384,7 +384,7 @@ def _answer_item(spec: GenerateSpec, src: Item, model: str, text: str) -> Item:
 
 def _field_map(job: Job, name: str, fields: Mapping[str, Any]) -> FieldMap:
     allowed = {"id", "group", "system", "subset", "text", "human", "metrics", "lower_is_better",
-               "format"}
+               "format", "answer"}
     for key in fields:
         if key not in allowed:
             raise ConfigError(f"{job.path}: datasets.{name}.fields.{key} is not a known key; use "
@@ -393,11 +393,14 @@ def _field_map(job: Job, name: str, fields: Mapping[str, Any]) -> FieldMap:
         raise ConfigError(f"{job.path}: datasets.{name}.fields.text is missing: map template "
                           "fields to columns, e.g. text = {output = \"hypothesis\"}")
     human = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.get("human", {}).items()}
+    if (answer := fields.get("answer")) is not None and answer not in fields["text"]:
+        raise ConfigError(f"{job.path}: datasets.{name}.fields.answer names {answer!r}, which is "
+                          "not a text field; use one of: " + ", ".join(fields["text"]))
     return FieldMap(id=fields.get("id"), group=fields.get("group"), system=fields.get("system"),
                     subset=fields.get("subset"), text=dict(fields["text"]), human=human,
                     metrics=tuple(fields.get("metrics", ())),
                     lower_is_better=tuple(fields.get("lower_is_better", ())),
-                    format=fields.get("format"))
+                    format=fields.get("format"), answer=answer)
 
 
 def _check_templates(job: Job, items: Mapping[str, Sequence[Item]]) -> None:

@@ -96,8 +96,13 @@ async def _handle(request: web.Request) -> web.Response:
 
 
 def _anthropic(body: dict[str, Any]) -> dict[str, Any]:
-    """A Messages API answer: content blocks, stop_reason, input/output tokens."""
-    text = default_reply(body)
+    """A Messages API answer: content blocks, stop_reason, input/output tokens. After a
+    prefilled assistant turn ("{"), the answer continues it: the rest of a JSON object."""
+    prefilled = bool(body["messages"]) and body["messages"][-1]["role"] == "assistant"
+    text = default_reply({**body, "messages": body["messages"][:-1]} if prefilled else body)
+    if prefilled:
+        text = f' "score": {text.split()[0]}, "reasoning": "as asked"}}'
+
     tokens = sum(len(m["content"]) for m in body["messages"]) // 4 + len(body.get("system", ""))
     return {"id": "msg_fake", "type": "message", "role": "assistant", "model": body["model"],
             "content": [{"type": "text", "text": text[:2]}, {"type": "text", "text": text[2:]}],

@@ -34,6 +34,7 @@ VALID_OPTIONS: dict[str, dict[str, Any]] = {
     "outputs": {"count": 3},
     "pair": {},
     "logprob": {},
+    "json": {"fields": {"coherence": "scores.coherence"}, "required": False},
 }
 
 
@@ -332,12 +333,12 @@ def test_logprob_refusal() -> None:
 # --- registry and options -----------------------------------------------------------------------
 
 def test_registry() -> None:
-    assert sorted(PARSERS) == ["form", "logprob", "number", "outputs", "pair", "stars"]
+    assert sorted(PARSERS) == ["form", "json", "logprob", "number", "outputs", "pair", "stars"]
     for name, parser in PARSERS.items():
         assert parser.name == name and parser.version
         check_options(parser, VALID_OPTIONS[name])
     with pytest.raises(ConfigError, match="unknown parser 'stras'; known parsers: form, "
-                                          "logprob, number, outputs, pair, stars"):
+                                          "json, logprob, number, outputs, pair, stars"):
         get_parser("stras")
 
 
@@ -464,7 +465,8 @@ json_values = st.recursive(
 answers = st.text() | st.lists(
     st.sampled_from(["Fluency", "(1-5)", "(4)", ":", " ", "\n", "- ", "4", "10", "N/A", "stars",
                      "★", "Output 2", "Score:", "/5", "one", "I'm sorry", "**", "8 7", ",",
-                     "-", "5-5", "out of", "1号AI助手"]), max_size=30).map("".join)
+                     "-", "5-5", "out of", "1号AI助手", "{", "}", '"coherence":',
+                     '"scores": {', "```json\n", "```"]), max_size=30).map("".join)
 
 
 @given(name=st.sampled_from(sorted(PARSERS)), text=answers,

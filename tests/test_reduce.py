@@ -168,8 +168,10 @@ def test_bootstrap_ci_contains_estimate_and_is_seeded() -> None:
     assert first == correlate(rows, n_boot=300, seed=11)
     assert first != correlate(rows, n_boot=300, seed=12)
     for c in first:
-        if c.level == "system":
+        if c.level == "system" and c.subset == "all":  # the mean of the subsets' values
             assert c.ci_low is None and c.ci_high is None
+        elif c.level == "system":  # five systems: a CI from the resampled groups
+            assert c.n_systems == 5 and c.ci_low is not None and c.ci_high is not None
         else:
             assert c.ci_low is not None and c.ci_high is not None and c.value is not None
             assert c.ci_low <= c.value <= c.ci_high

@@ -71,6 +71,9 @@ SECTIONS = (
     Section("endpoints (in [models.NAME])", ("_endpoints", "e"), SPEC, "EndpointSpec",
             intro="A fleet: `endpoints = [{base_url = ..., rpm = ...}, ...]`, several replicas, "
                   "keys or regions serving one model."),
+    Section("[juries.NAME]", ("_juries", "j"), SPEC, "JurySpec",
+            intro="A virtual judge NAME pooling several judges' scores per item (zero calls), "
+                  "reported, correlated and compared like any judge."),
     Section("[[imports]]", ("_import", "r"), SPEC, "ImportSpec",
             intro="Recorded judge answers to store under the job's own requests "
                   "(`judge import`)."),

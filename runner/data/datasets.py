@@ -61,6 +61,7 @@ class DatasetInfo:
     fields: tuple[str, ...]  # template field names its items carry
     lower_is_better: frozenset[str]  # metric names where lower is better; reduce negates them
     subsets: tuple[str, ...]  # empty when the set has none
+    answer: str | None = None  # the field holding the judged text (length bias); None = none
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,6 +78,7 @@ class FieldMap:
     metrics: tuple[str, ...] = ()  # metric columns; they apply to every aspect (under "*")
     lower_is_better: tuple[str, ...] = ()  # those of `metrics` where lower is better
     format: str | None = None  # "jsonl", "csv" or "json" (list of objects); None = extension
+    answer: str | None = None  # the judged text field (length bias); default: output, answer...
 
 
 def _read_registry() -> dict[str, DatasetInfo]:
@@ -87,6 +89,7 @@ def _read_registry() -> dict[str, DatasetInfo]:
         files=tuple(RemoteFile(**file) for file in entry["files"]),
         aspects=tuple(entry["aspects"]), fields=tuple(entry["fields"]),
         lower_is_better=frozenset(entry["lower_is_better"]), subsets=tuple(entry["subsets"]),
+        answer=entry.get("answer"),
     ) for name, entry in table.items()}
 
 

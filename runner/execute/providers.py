@@ -89,7 +89,9 @@ def provider(kind: str, base_url: str, *, model: str = "", api_version: str | No
 
 def anthropic_body(body: bytes) -> bytes:
     """An OpenAI chat-completions body as an Anthropic Messages body: system messages move to
-    `system`, `max_tokens` is always set, `stop` becomes `stop_sequences`."""
+    `system`, `max_tokens` is always set, `stop` becomes `stop_sequences`, and a
+    `response_format` asking for JSON becomes a prefilled "{" (the assistant turn begins the
+    object; a JSON schema is not enforced: describe the fields in the prompt)."""
     request = orjson.loads(body)
     if int(request.get("n", 1)) != 1:
         raise RequestError("anthropic: the Messages API has no n > 1; use the prompt's "
@@ -102,10 +104,20 @@ def anthropic_body(body: bytes) -> bytes:
     for key, value in request.items():
         if key not in _ANTHROPIC_DROPPED:
             out[_ANTHROPIC_RENAMED.get(key, key)] = value
+    if _json_wanted(out.pop("response_format", None)):
+        # the Messages API has no response_format: a prefilled "{" starts the answer as an
+        # object (the json parser reads the continuation as the object's body)
+        out["messages"] = [*out["messages"], {"role": "assistant", "content": "{"}]
     if isinstance(out.get("stop_sequences"), str):
         out["stop_sequences"] = [out["stop_sequences"]]
     out.setdefault("max_tokens", ANTHROPIC_MAX_TOKENS)
     return orjson.dumps(out)
+
+
+def _json_wanted(response_format: Any) -> bool:
+    """Whether an OpenAI `response_format` asks for JSON (json_object or json_schema)."""
+    return isinstance(response_format, Mapping) and response_format.get("type") in (
+        "json_object", "json_schema")
 
 
 def anthropic_answer(data: Mapping[str, Any]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from typing import Any
 
 from runner.errors import ConfigError
 from runner.job.spec import (
+    JURY_METHODS,
     LEVELS,
     METHODS,
     POLICIES,
@@ -25,6 +26,7 @@ from runner.job.spec import (
     GenerateSpec,
     ImportSpec,
     Job,
+    JurySpec,
     Limits,
     ModelSpec,
     PromptSpec,
@@ -32,7 +34,7 @@ from runner.job.spec import (
     url_problem,
 )
 from runner.parse.metrics import LANGUAGES, METRICS
-from runner.parse.parsers import check_options, get_parser
+from runner.parse.parsers import check_aspect, check_options, get_parser
 
 __all__ = ["load_job"]
 
@@ -100,7 +102,7 @@ def load_job(path: Path) -> Job:
     root = _Reader(path, data)
     root.check_keys({"name", "output_dir", "policy", "bootstrap", "seed", "limits", "datasets",
                      "prompts", "models", "imports", "leaderboard", "levels", "methods",
-                     "generate"})
+                     "generate", "juries"})
     name = root.get("name", str, path.stem)
     policy = root.get("policy", str, "skip")
     if policy not in POLICIES:
@@ -125,9 +127,43 @@ def load_job(path: Path) -> Job:
     return Job(name=name, path=path, datasets=datasets, prompts=prompts, models=models,
                limits=_limits(root), output_dir=Path(out), policy=policy,
                bootstrap=root.positive("bootstrap", 1000), seed=root.get("seed", int, 0),
-               imports=imports, generate=generate,
+               imports=imports, generate=generate, juries=_juries(root, models, prompts),
                leaderboard=root.get("leaderboard", bool, False),
                levels=_choices(root, "levels", LEVELS), methods=_choices(root, "methods", METHODS))
+
+
+def _juries(root: _Reader, models: tuple[ModelSpec, ...],
+            prompts: tuple[PromptSpec, ...]) -> tuple[JurySpec, ...]:
+    """`[juries.NAME]`: judges = ["model/prompt", ...] (two or more), method, quorum."""
+    table = root.child("juries", root.get("juries", dict, {}))
+    judges = {f"{m.name}/{p.name}" for m in models for p in prompts
+              if not p.models or m.name in p.models}
+    out = []
+    for name, spec in table.table.items():
+        if not isinstance(spec, dict):
+            raise table.error(name, 'must be a table like [juries.panel] judges = '
+                              '["gpt/stars", "claude/stars"]')
+        if "/" in name or name in ("iaa", "human"):
+            raise table.error(name, "is not a jury name: a name without \"/\" that is not iaa "
+                              "or human (those name other rows of the reports)")
+        j = table.child(name, spec)
+        j.check_keys({"judges", "method", "quorum"})
+        members = j.get("judges", list, required=True)
+        if len(set(members)) < 2 or not all(isinstance(m, str) for m in members):
+            raise j.error("judges", f"must list two or more judges (got {members!r})")
+        for m in members:
+            if m not in judges:
+                raise j.error("judges", f"names {m!r}, which is not a judge of this job; "
+                              f"judges are model/prompt: {', '.join(sorted(judges))}")
+        method = j.get("method", str, "mean")
+        if method not in JURY_METHODS:
+            raise j.error("method", f"must be one of {', '.join(JURY_METHODS)} (got {method!r})")
+        quorum = j.get("quorum", int, 0)
+        if not 0 <= quorum <= len(members):
+            raise j.error("quorum", f"must be from 1 to {len(members)}, or 0 for all "
+                          f"(got {quorum})")
+        out.append(JurySpec(name=name, judges=tuple(members), method=method, quorum=quorum))
+    return tuple(out)
 
 
 def _choices(root: _Reader, key: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
@@ -301,18 +337,7 @@ def _prompt(root: _Reader, index: int, table: Mapping[str, Any],
     parser_name = r.get("parser", str, required=True)
     parser_opts = r.get("parser_options", dict, {})
     aspect_opts = r.get("aspect_options", dict, {})
-    # In group mode the outputs parser's `count` is the group's size, known per request.
-    try:
-        counted = per == "group" and "count" in get_parser(parser_name).options
-        probe = {"count": 1, **parser_opts} if counted else parser_opts
-        check_options(get_parser(parser_name), probe)
-        for aspect, extra in aspect_opts.items():
-            if aspect not in aspects or not isinstance(extra, dict):
-                raise ConfigError(f"aspect_options.{aspect} must be a table for one of the "
-                                  f"prompt's aspects ({', '.join(aspects)})")
-            check_options(get_parser(parser_name), {**probe, **extra})
-    except ConfigError as exc:
-        raise r.error("parser", f"is wrong: {exc}") from None
+    _check_parser(r, parser_name, parser_opts, aspect_opts, aspects, per)
     when_empty = _when_empty(r)
     return PromptSpec(name=name, templates=templates, system=system, per=per,
                       output_field=r.get("output_field", str, "output"), when_empty=when_empty,
@@ -320,6 +345,26 @@ def _prompt(root: _Reader, index: int, table: Mapping[str, Any],
                       aspect_options=aspect_opts, aspects=aspects, models=judges,
                       datasets=for_datasets, params=params, samples=r.positive("samples", 1),
                       order=order, join=_join(r), requires=_names(r, "requires"))
+
+
+def _check_parser(r: _Reader, name: str, options: Mapping[str, Any],
+                  aspect_opts: Mapping[str, Any], aspects: tuple[str, ...], per: str) -> None:
+    """The prompt's parser options, for the prompt and for each aspect (see check_aspect)."""
+    # In group mode the outputs parser's `count` is the group's size, known per request.
+    try:
+        counted = per == "group" and "count" in get_parser(name).options
+        probe = {"count": 1, **options} if counted else options
+        check_options(get_parser(name), probe)
+        for aspect, extra in aspect_opts.items():
+            if aspect not in aspects or not isinstance(extra, dict):
+                raise ConfigError(f"aspect_options.{aspect} must be a table for one of the "
+                                  f"prompt's aspects ({', '.join(aspects)})")
+            check_options(get_parser(name), {**probe, **extra})
+        for aspect in aspects if per == "item" else ():
+            check_aspect(get_parser(name),
+                         {**options, **aspect_opts.get(aspect, {})}, aspect, aspects)
+    except ConfigError as exc:
+        raise r.error("parser", f"is wrong: {exc}") from None
 
 
 def _templates(r: _Reader, aspects: tuple[str, ...]) -> dict[str, str]:

@@ -22,7 +22,9 @@ __all__ = [
     "EndpointSpec",
     "GenerateSpec",
     "ImportSpec",
+    "JURY_METHODS",
     "Job",
+    "JurySpec",
     "Limits",
     "ModelSpec",
     "PromptSpec",
@@ -48,6 +50,7 @@ RESERVED_PARAMS = frozenset({"model", "messages", "stream"})
 POLICIES = ("skip", "zero")
 LEVELS = ("sample", "dataset", "system")
 METHODS = ("pearson", "spearman", "kendall")
+JURY_METHODS = ("mean", "median", "majority")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -237,6 +240,22 @@ class ImportSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class JurySpec:
+    """A virtual judge pooling several judges' scores, with zero calls (runner.reduce.jury)."""
+
+    name: str
+    """The jury's judge name in every report (the table key: `[juries.panel]` -> panel)."""
+    judges: tuple[str, ...]
+    """Its members, as `model/prompt` judge names (at least two), e.g. ["gpt/stars",
+    "claude/stars"]."""
+    method: str = "mean"
+    """How the members' scores become the jury's: "mean", "median" or "majority" (the most
+    frequent score; a tie is the median of the tied scores)."""
+    quorum: int = 0
+    """Members that must have scored an item for the jury to score it; 0 = all of them."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Job:
     """A whole job, validated."""
 
@@ -260,6 +279,8 @@ class Job:
     generate: tuple[GenerateSpec, ...] = ()
     leaderboard: bool = False
     """Also write leaderboard.csv: per judged system, the mean of each aspect."""
+    juries: tuple[JurySpec, ...] = ()
+    """Virtual judges made of the judges' scores (`[juries.NAME]`), reported like any judge."""
 
     def with_models(self, models: tuple[ModelSpec, ...]) -> Job:
         return replace(self, models=models)

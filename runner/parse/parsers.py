@@ -24,9 +24,10 @@ from types import MappingProxyType
 from typing import Any
 
 from runner.errors import ConfigError
+from runner.parse.structured import find_object, lookup, number
 
-__all__ = ["PARSERS", "Choice", "Combined", "Failure", "Parser", "Scores",
-           "check_options", "combine", "get_parser"]
+__all__ = ["PARSERS", "Choice", "Combined", "Failure", "Parser", "Scores", "aspect_key",
+           "check_aspect", "check_options", "combine", "get_parser"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,22 +213,77 @@ def _parse_stars(choice: Choice, options: Mapping[str, Any]) -> Scores | Failure
 def _parse_number(choice: Choice, options: Mapping[str, Any]) -> Scores | Failure:
     """Read one number (G-Eval "scores ONLY" answers: "4", "- 4", "Coherence: 4", "4/5").
 
-    With `pattern`, its first match's group is the score. Otherwise the first standalone number,
-    skipping echoed ranges ("(1-5)", "1 to 5") and denominators ("/5", "out of 5"). The number
-    must lie in min..max; a first number outside it is a failure, not a reason to look further.
+    With `pattern`, its first match's group is the score. Otherwise a standalone number,
+    skipping echoed ranges ("(1-5)", "1 to 5") and denominators ("/5", "out of 5"): the first
+    one, or with `pick = "last"` the last one (a chain-of-thought answer ends with its score).
+    With `marker` (e.g. "Score:", matched without regard to case), only the text after the
+    marker's last occurrence is read, and an answer without the marker is a failure. The number
+    must lie in min..max; a chosen number outside it is a failure, not a reason to look further.
     """
     text = choice.text or ""
     if options["pattern"] is not None:
         found = re.search(options["pattern"], text)
-        number = found and _NUMBER.fullmatch((found.group(1) or "").strip())
-        if not number:
+        number_ = found and _NUMBER.fullmatch((found.group(1) or "").strip())
+        if not number_:
             return Failure("parse", f"pattern {options['pattern']!r} found no number")
-        return _score(float(number.group(1)), "score", options)
-    text = _DENOMINATOR.sub(" ", _RANGE.sub(" ", text))
-    number = _NUMBER.search(text)
-    if not number:
+        return _score(float(number_.group(1)), "score", options)
+    if options["marker"] is not None:
+        at = text.lower().rfind(options["marker"].lower())
+        if at == -1:
+            return Failure("parse", f"no {options['marker']!r} in the answer")
+        text = text[at + len(options["marker"]):]
+    numbers = _NUMBER.findall(_DENOMINATOR.sub(" ", _RANGE.sub(" ", text)))
+    if not numbers:
         return Failure("parse", f"no score {_scale(options)} found")
-    return _score(float(number.group(1)), "score", options)
+    chosen = numbers[-1] if options["pick"] == "last" else numbers[0]
+    return _score(float(chosen), "score", options)
+
+
+# --- json ---------------------------------------------------------------------------------------
+
+def aspect_key(aspect: str) -> str:
+    """How an aspect name appears among a parser's values: "Overall Quality" -> overall_quality.
+
+    The rule every parser keeps: an answer's score for an aspect is its value "score", else
+    its value under `aspect_key(aspect)`. `check_aspect` holds a job's parser options to it, so a
+    misnamed key is a job-file error naming the aspect, not a score missing from every task.
+    """
+    return "_".join(aspect.lower().replace("-", " ").split())
+
+
+def _parse_json(choice: Choice, options: Mapping[str, Any]) -> Scores | Failure:
+    """Read a JSON object ({"coherence": 4, "reasoning": "..."}), bare, in a ```json block,
+    with text around it, or continuing a prefilled "{".
+
+    With `fields` (aspect -> key in the object, or a dotted path "scores.coherence"), each
+    aspect's score is that key's value under `aspect_key(aspect)`; with `required`, a missing,
+    non-numeric or out-of-range field fails the answer, otherwise it is left out. Without
+    `fields`, every numeric top-level value is kept under `aspect_key` of its key ("score" stays
+    "score"), so an aspect's score is the key named like the aspect. Numbers may be written as
+    strings ("4", "4/5"); booleans are not numbers.
+    """
+    obj = find_object(choice.text or "")
+    if obj is None:
+        return Failure("parse", "no JSON object found")
+    if not options["fields"]:
+        values = {aspect_key(k): v for k, raw in obj.items()
+                  if (v := number(raw)) is not None and _in_range(v, options)}
+        if values:
+            return Scores(values)
+        return Failure("parse", f"no numeric field {_scale(options)} in the JSON object "
+                       f"(keys: {', '.join(map(str, obj)) or 'none'})")
+    values, problems = {}, []
+    for aspect, path in options["fields"].items():
+        value = number(lookup(obj, path))
+        if value is None:
+            problems.append(f"{path} missing or not a number")
+        elif not _in_range(value, options):
+            problems.append(f"{path} {value:g} outside {_scale(options)}")
+        else:
+            values[aspect_key(aspect)] = value
+    if (problems and options["required"]) or not values:
+        return Failure("parse", "; ".join(problems))
+    return Scores(values)
 
 
 # --- form ---------------------------------------------------------------------------------------
@@ -447,6 +503,14 @@ _CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
               "a positive integer"),
     "label": (lambda v: isinstance(v, str) and bool(v.strip()), "a non-empty string"),
     "position": (lambda v: v in ("first", "last"), '"first" or "last"'),
+    "pick": (lambda v: v in ("first", "last"), '"first" or "last"'),
+    "marker": (lambda v: v is None or (isinstance(v, str) and bool(v.strip())),
+               'a non-empty string such as "Score:"'),
+}
+# Where one parser's option means something else than the same name's elsewhere.
+_PARSER_CHECKS: dict[tuple[str, str], tuple[Callable[[Any], bool], str]] = {
+    ("json", "fields"): (lambda v: _text_map(v, False),
+                         'a table of aspect -> JSON key, e.g. {coherence = "coherence_score"}'),
 }
 
 
@@ -458,11 +522,12 @@ def _parser(name: str, func: Callable[[Choice, Mapping[str, Any]], Scores | Fail
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 PARSERS: Mapping[str, Parser] = MappingProxyType({p.name: p for p in [
     _parser("stars", _parse_stars, min=1, max=5, levels=_EMPTY),
-    _parser("number", _parse_number, min=1, max=5, pattern=None),
+    _parser("number", _parse_number, min=1, max=5, pattern=None, pick="first", marker=None),
     _parser("form", _parse_form, fields=_EMPTY, min=1, max=5, na_value=None, required=True),
     _parser("outputs", _parse_outputs, count=0, min=0, max=100, required=True, label="Score"),
     _parser("pair", _parse_pair, min=1, max=10),
     _parser("logprob", _parse_logprob, min=1, max=5, position="first"),
+    _parser("json", _parse_json, fields=_EMPTY, min=1, max=5, required=True),
 ]})
 
 
@@ -481,7 +546,7 @@ def check_options(parser: Parser, options: Mapping[str, Any]) -> None:
                               f"valid options: {', '.join(sorted(parser.options))}")
     merged = {**parser.options, **options}
     for key, value in merged.items():
-        valid, expected = _CHECKS[key]
+        valid, expected = _PARSER_CHECKS.get((parser.name, key), _CHECKS[key])
         if not valid(value):
             got = f"got {value!r}" if key in options else "it has no default"
             raise ConfigError(f"parser {parser.name!r}: option {key!r} must be {expected} "
@@ -489,6 +554,27 @@ def check_options(parser: Parser, options: Mapping[str, Any]) -> None:
     if not merged["min"] < merged["max"]:
         raise ConfigError(f"parser {parser.name!r}: option 'min' must be below 'max' "
                           f"(got min={merged['min']!r}, max={merged['max']!r})")
+
+
+def check_aspect(parser: Parser, options: Mapping[str, Any], aspect: str,
+                 aspects: Sequence[str]) -> None:
+    """Raise ConfigError where `options` (merged for `aspect`) break the rule of `aspect_key`:
+    a `form` field table with no key for the aspect (nor "score"), or a `json` field table
+    naming an aspect the prompt does not have. Parsers whose keys are not set by options
+    pass."""
+    fields = options.get("fields") or {}
+    if parser.name == "form" and fields and not {"score", aspect, aspect_key(aspect)} & set(
+            fields.values()):
+        raise ConfigError(f"parser 'form': no field gives aspect {aspect!r} a score; map a "
+                          f"label to the key {aspect_key(aspect)!r} (keys now: "
+                          f"{', '.join(sorted(set(fields.values())))})")
+    if parser.name == "json":
+        known = {aspect_key(a) for a in aspects}
+        for name in fields:
+            if aspect_key(name) not in known:
+                raise ConfigError(f"parser 'json': fields names {name!r}, which is not an "
+                                  f"aspect of the prompt ({', '.join(aspects)}); key each "
+                                  "field by its aspect")
 
 
 def combine(results: Sequence[Scores | Failure]) -> Combined:

@@ -7,7 +7,10 @@
 * dataset: one coefficient over all items pooled.
 * system: mean judge and mean human per system, correlated over systems, plus pairwise
   accuracy (Kocmi et al. 2021): the share of system pairs whose judge and human
-  differences have the same sign (a tie agrees only with a tie).
+  differences have the same sign (a tie agrees only with a tie). It rests on `n_systems`
+  points, not on the items: with at least MIN_SYSTEMS systems a 95% CI comes from the same
+  resamples of groups (system means recomputed from the drawn groups); with fewer, none, and
+  the reports warn (three systems give "spearman 1.000" from any 90 items that rank them).
 
 Subset "all": sample level averages over all groups, dataset level pools all items, system
 level is the mean of the subsets' values. Data without subsets (subset "") reports "all" only.
@@ -40,6 +43,7 @@ import numpy.typing as npt
 
 from runner.errors import ConfigError, DataError
 from runner.reduce import _coef, _kendall
+from runner.reduce._systems import system_rows
 
 __all__ = ["Comparison", "Correlation", "Row", "compare", "correlate"]
 
@@ -49,6 +53,8 @@ IntArray = npt.NDArray[np.intp]
 POLICIES = ("skip", "zero")
 LEVELS = ("sample", "dataset", "system")
 METHODS = ("pearson", "spearman", "kendall", "pairwise_accuracy")
+MIN_SYSTEMS = 5
+"""System level: fewer systems than this get no CI, and a warning in the reports."""
 # Largest number of float64 cells held in one temporary array (32 MiB).
 _CELLS = 1 << 22
 # Groups up to this size get sample-level Kendall from pair counts, not a scipy call each.
@@ -82,8 +88,9 @@ class Correlation:
     value: float | None  # None when undefined (too few groups, constant scores)
     n_groups: int  # sample level: groups averaged (after skip); else groups present
     n_items: int
-    ci_low: float | None  # 95% percentile bootstrap CI; None at system level
+    ci_low: float | None  # 95% percentile bootstrap CI; at system level only from MIN_SYSTEMS
     ci_high: float | None
+    n_systems: int = 0  # distinct systems among the items (the system level's sample size)
 
 
 @dataclass(frozen=True, slots=True)
@@ -484,24 +491,60 @@ def _system_value(method: str, mx: FloatArray, my: FloatArray) -> float | None:
     return float(agree.mean())
 
 
-def _system_level(d: _Data, methods: Sequence[str]) -> list[Correlation]:
-    """System level per subset; "all" averages the subsets (None if any is undefined)."""
+def _system_level(d: _Data, methods: Sequence[str], n_boot: int, seed: int
+                  ) -> list[Correlation]:
+    """System level per subset; "all" averages the subsets (None if any is undefined).
+    A selection with MIN_SYSTEMS systems or more gets a bootstrap CI over its groups."""
     methods = [*(m for m in methods if m != "pairwise_accuracy"), "pairwise_accuracy"]
     out: list[Correlation] = []
     for sel in _selections(d):
         i0, i1 = int(d.edges[sel.g0]), int(d.edges[sel.g1])
         parts = [c for c in out if c.subset != "all"]
+        ids = d.system[i0:i1]
+        n_systems = len(np.unique(ids))
+        boot = (_system_boot(d, sel, methods, n_boot, seed)
+                if n_systems >= MIN_SYSTEMS and n_boot and not (sel.name == "all" and parts)
+                else {})
         for m in methods:
             if sel.name == "all" and parts:
                 vals = [c.value for c in parts if c.method == m]
                 value = None if None in vals else sum(v for v in vals if v is not None) / len(vals)
             else:
-                ids = d.system[i0:i1]
                 mx, my = (np.array([v[i0:i1][ids == s].mean() for s in np.unique(ids)])
                           for v in (d.x, d.y))
                 value = _system_value(m, mx, my)
             out.append(Correlation("system", m, sel.name, value, sel.g1 - sel.g0, i1 - i0,
-                                   None, None))
+                                   *_ci(None if value is None else boot.get(m)),
+                                   n_systems=n_systems))
+    return out
+
+
+def _system_boot(d: _Data, sel: _Selection, methods: Sequence[str], n_boot: int,
+                 seed: int) -> dict[str, FloatArray]:
+    """Each method's system-level value on every resample of the selection's groups: the
+    per-system means of the drawn groups' items (a system no drawn group has is left out)."""
+    g0, g1 = sel.g0, sel.g1
+    i0 = int(d.edges[g0])
+    ids = d.system[i0:int(d.edges[g1])]
+    systems = np.unique(ids)
+    col = np.searchsorted(systems, ids)
+    group = np.repeat(np.arange(g1 - g0), np.diff(d.edges[g0:g1 + 1]))
+    shape = (g1 - g0, len(systems))
+    sums = [np.zeros(shape) for _ in range(3)]
+    for total, values in zip(sums, (d.x[i0:i0 + len(ids)], d.y[i0:i0 + len(ids)],
+                                    np.ones(len(ids))), strict=True):
+        np.add.at(total, (group, col), values)
+    drawn = _counts(sel.strata, n_boot, seed)
+    blocks = drawn.blocks(max(1, _CELLS // max(shape[0], 1))) if isinstance(drawn, _Draws) \
+        else iter([drawn])
+    parts: dict[str, list[FloatArray]] = {m: [] for m in methods}
+    for counts in blocks:
+        n = counts @ sums[2]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mx, my = (counts @ sums[0]) / n, (counts @ sums[1]) / n
+        for m in methods:
+            parts[m].append(system_rows(m, mx, my, n > 0))
+    out = {m: np.concatenate(v) for m, v in parts.items()}
     return out
 
 
@@ -539,11 +582,12 @@ def correlate(rows: Sequence[Row], *, policy: str = "skip",
     out: list[Correlation] = []
     for level in levels:
         if level == "system":
-            out += _system_level(d, methods)
+            out += _system_level(d, methods, n_boot, seed)
             continue
         for sel, m, st in _level_stats(d, level, methods, policy, n_boot, seed):
+            i0, i1 = int(d.edges[sel.g0]), int(d.edges[sel.g1])
             out.append(Correlation(level, m, sel.name, st.value, st.n_groups, st.n_items,
-                                   *_ci(st.boot)))
+                                   *_ci(st.boot), n_systems=len(np.unique(d.system[i0:i1]))))
     return out
 
 

@@ -25,6 +25,7 @@ from runner.parse.parsers import (
     Combined,
     Failure,
     Scores,
+    aspect_key,
     check_options,
     combine,
     get_parser,
@@ -70,11 +71,6 @@ class Judgment(NamedTuple):
     """When the answer was stored (the cache record's `time`); None without an answer."""
     tokens: tuple[int, int] = (0, 0)
     """The answer's (prompt, completion) tokens, from its usage."""
-
-
-def aspect_key(aspect: str) -> str:
-    """How an aspect name appears among a parser's values: "Overall Quality" -> overall_quality."""
-    return "_".join(aspect.lower().replace("-", " ").split())
 
 
 def choices(response: Mapping[str, Any]) -> list[Choice]:

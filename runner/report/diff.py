@@ -17,6 +17,7 @@ from typing import Any
 
 from runner.errors import DataError
 from runner.reduce.correlate import Row, compare
+from runner.reduce.jury import judge_name
 
 __all__ = ["DIFF_COLUMNS", "diff_runs", "read_scores"]
 
@@ -39,7 +40,7 @@ def read_scores(run: Path) -> Series:
             if not r["judge_score"] or not r["human_score"]:
                 continue
             judges = out.setdefault((r["dataset"], r["aspect"]), {})
-            judges.setdefault(f"{r['model']}/{r['prompt']}", []).append(
+            judges.setdefault(judge_name(r["model"], r["prompt"]), []).append(
                 Row(r["group"], r["system"], r["subset"], float(r["judge_score"]),
                     float(r["human_score"])))
     return out

@@ -36,7 +36,7 @@ HISTORY = "history"
 """The out folder's subfolder that keeps every report set, one folder a run."""
 
 REPORT_FILES = ("judgments.jsonl", "scores.csv", "correlations.csv", "summary.csv", "report.md",
-                "reliability.csv", "battle.csv", "leaderboard.csv", "report.html",
+                "reliability.csv", "battle.csv", "ranking.csv", "leaderboard.csv", "report.html",
                 "manifest.json")
 """The files of one report set (manifest.json last): others in the folder (compare.csv,
 power.csv, a user's notes) are left alone."""

@@ -13,7 +13,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Headline", "headline", "unparsed_judges"]
+from runner.reduce.correlate import MIN_SYSTEMS
+from runner.reduce.jury import judge_name
+
+__all__ = ["Headline", "headline", "system_note", "system_warnings", "unparsed_judges"]
 
 PREFERRED_METHOD = "spearman"
 """The coefficient shown when the job computes it (rank correlation: the studies' headline)."""
@@ -28,28 +31,32 @@ class Headline:
     """One line per judge whose answers mostly failed to parse."""
     scoreless: list[str] = field(default_factory=list)
     """Judges with answers and not one parsed score (the run fails)."""
+    warnings: list[str] = field(default_factory=list)
+    """What the numbers rest on where it is too little (system level over few systems)."""
 
 
 def headline(levels: Sequence[str], methods: Sequence[str],
              correlations: Sequence[Mapping[str, Any]],
-             summary: Sequence[Mapping[str, Any]]) -> Headline:
+             summary: Sequence[Mapping[str, Any]], *, juries: Sequence[str] = ()) -> Headline:
     """The result table and the unparsed-judge lines.
 
     Args:
         levels: the job's levels, in its order (sample, dataset, system).
         methods: the job's correlation methods; spearman is shown where computed.
         correlations: correlations.csv rows (dataset, aspect, judge, level, method, subset,
-            value, ci_low, ci_high, ...); only LLM judges (`model/prompt`) over all items.
+            value, ci_low, ci_high, n_systems, ...); only LLM judges (`model/prompt`) and
+            `juries` over all items.
         summary: summary.csv rows (dataset, prompt, aspect, model, n, scored, api_failures).
 
     Returns:
         A Headline: `lines` (empty when no LLM judge has a correlation), `unparsed`,
-        `scoreless`.
+        `scoreless`, `warnings` (system_warnings).
     """
     method = PREFERRED_METHOD if PREFERRED_METHOD in methods else (methods or ["pearson"])[0]
     table: dict[tuple[str, str], dict[str, dict[str, Mapping[str, Any]]]] = {}
     for row in correlations:
-        if "/" in row["judge"] and row["method"] == method and row["subset"] == "all" and \
+        judge = "/" in row["judge"] or row["judge"] in juries
+        if judge and row["method"] == method and row["subset"] == "all" and \
                 _finite(row["value"]):
             cell = table.setdefault((row["dataset"], row["aspect"]), {})
             cell.setdefault(row["judge"], {})[row["level"]] = row
@@ -63,7 +70,38 @@ def headline(levels: Sequence[str], methods: Sequence[str],
                     for (d, a), judges in table.items()) + 4
         for (dataset, aspect), judges in table.items():
             lines += _block(dataset, aspect, judges, shown, width)
-    return Headline(lines, unparsed, scoreless)
+    return Headline(lines, unparsed, scoreless, system_warnings(correlations))
+
+
+def system_note(correlations: Sequence[Mapping[str, Any]]) -> str | None:
+    """What one data set and aspect's system level rests on, for report.md and report.html
+    (None without a system level)."""
+    counts = [int(r.get("n_systems") or 0) for r in correlations
+              if r["level"] == "system" and r["subset"] == "all"]
+    if not counts:
+        return None
+    n = max(counts)
+    if n >= MIN_SYSTEMS:
+        return (f"System level: {n} systems (the points of its coefficients), 95% CIs from "
+                "resampling the groups in correlations.csv.")
+    return (f"System level: only {n} systems, whatever the item count: no CI, and any ranking "
+            f"of {n} systems gives a coefficient like that (fewer than {MIN_SYSTEMS}); read the "
+            "sample and dataset levels.")
+
+
+def system_warnings(correlations: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per data set and aspect whose system level rests on fewer than MIN_SYSTEMS
+    systems: its coefficients are over a handful of points, whatever the item count (an LLM
+    judge's, where there is one: a metric column may cover items the judges did not score)."""
+    few: dict[tuple[str, str], tuple[int, int]] = {}
+    for row in sorted(correlations, key=lambda r: "/" in r["judge"]):  # LLM judges last: win
+        n = int(row.get("n_systems") or 0)
+        if row["level"] == "system" and row["subset"] == "all" and 0 < n < MIN_SYSTEMS:
+            few[row["dataset"], row["aspect"]] = (n, int(row["n_items"]))
+    return [f"warning: {dataset} / {aspect}: the system level rests on {n} systems "
+            f"(n_items = {items}): no CI, and any ranking of {n} systems gives a coefficient "
+            "like that; read the sample and dataset levels" for (dataset, aspect), (n, items)
+            in few.items()]
 
 
 def _block(dataset: str, aspect: str, judges: Mapping[str, Mapping[str, Mapping[str, Any]]],
@@ -103,7 +141,9 @@ def unparsed_judges(summary: Sequence[Mapping[str, Any]]) -> list[tuple[str, int
     lines and report.html's banner, so the two never disagree."""
     answers: dict[str, list[int]] = {}
     for row in summary:
-        judge = f"{row['model']}/{row['prompt']}"
+        if not row["prompt"]:  # a jury: it has no answers of its own
+            continue
+        judge = judge_name(row["model"], row["prompt"])
         counts = answers.setdefault(judge, [0, 0])
         counts[0] += int(row["n"]) - int(row["api_failures"])
         counts[1] += int(row["scored"])

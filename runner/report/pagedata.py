@@ -17,7 +17,7 @@ import numpy as np
 from runner.expand import Expansion
 from runner.reduce.correlate import Row
 from runner.report.browser import ItemRows, prompt_text, with_bodies
-from runner.report.headline import unparsed_judges
+from runner.report.headline import system_note, unparsed_judges
 from runner.report.relpage import reliability_page
 
 __all__ = ["page_data", "with_reliability"]
@@ -31,14 +31,17 @@ def page_data(expansion: Expansion, series: Mapping[tuple[str, str], Mapping[str
               summ: Sequence[Mapping[str, Any]], battles: Sequence[Mapping[str, Any]],
               board: tuple[list[str], list[dict[str, Any]]] | None,
               manifest: Mapping[str, Any], rows: ItemRows,
-              reliability: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+              reliability: Sequence[Mapping[str, Any]] = (), *,
+              ranking: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """Everything the page shows, as plain JSON-able values. `reliability` is
-    reliability.csv's rows, shown as they are (or given later: `with_reliability`)."""
+    reliability.csv's rows, shown as they are (or given later: `with_reliability`);
+    `ranking`, ranking.csv's (shown with the battles)."""
     job = expansion.job
+    juries = {j.name for j in job.juries}
     datasets: dict[str, dict[str, Any]] = {}
     for (dataset, aspect), judges in series.items():
         d = datasets.setdefault(dataset, {"name": dataset, "aspects": []})
-        llm = {name: data for name, data in judges.items() if "/" in name}
+        llm = {name: data for name, data in judges.items() if "/" in name or name in juries}
         arrays = {name: _arrays(data) for name, data in llm.items()}  # each made once
         first = next(iter(judges), "")  # the human scores: any judge's rows have them
         human = (arrays[first] if first in arrays else _arrays(judges.get(first, [])))[1]
@@ -50,6 +53,8 @@ def page_data(expansion: Expansion, series: Mapping[tuple[str, str], Mapping[str
             "distribution": {name: _counts(arrays[name][0]) for name in llm},
             "human": _counts(human),
             "systems": {name: _systems(data, arrays[name]) for name, data in llm.items()},
+            "system_note": system_note([r for r in corr if r["dataset"] == dataset
+                                        and r["aspect"] == aspect]),
         })
     for s in summ:
         datasets.setdefault(s["dataset"], {"name": s["dataset"], "aspects": []})
@@ -69,6 +74,7 @@ def page_data(expansion: Expansion, series: Mapping[tuple[str, str], Mapping[str
         "failures": [{"dataset": k[0], "prompt": k[1], "aspect": k[2], "model": k[3],
                       "type": k[4], "examples": v} for k, v in rows.examples.items()],
         "battles": [dict(b) for b in battles],
+        "ranking": [dict(r) for r in ranking],
         "leaderboard": {"columns": board[0], "rows": board[1]} if board else None,
         "reliability": reliability_page(expansion, reliability),
         "items": {"seen": rows.seen, "capped": rows.capped, "cap": rows.cap,

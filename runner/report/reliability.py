@@ -14,9 +14,11 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from runner.data.datasets import Item
+from runner.data.datasets import REGISTRY, Item
 from runner.expand import Expansion
+from runner.job.spec import Job
 from runner.reduce.correlate import Row
+from runner.reduce.jury import judge_name
 from runner.reduce.reliability import (
     LEVELS,
     Positions,
@@ -38,7 +40,8 @@ SIGNIFICANCE_COLUMNS = ["williams_t", "williams_p", "permutation_p"]
 POWER_COLUMNS = ["dataset", "aspect", "method", "n_pilot", "diff", "ci_width_pilot",
                  "target_width", "n_for_width", "width_check", "groups_pilot", "power_pilot",
                  "groups_for_power", "n_for_power"]
-ANSWER_FIELDS = ("output", "answer", "response", "summary")  # the judged text, first found
+# The judged text where the data set does not name its field: the first of these an item has.
+ANSWER_FIELDS = ("output", "answer", "response", "summary")
 _Cells = Mapping[tuple[str, str, str, str, str], Any]  # Tables.cells
 
 
@@ -87,7 +90,7 @@ def _by_judge(cells: _Cells, dataset: str, aspect: str
     for key, cell in cells.items():
         if key[3] == aspect and key[0] == dataset and (score := cell.score) is not None:
             if (scored := names.get((key[4], key[2]))) is None:
-                scored = names[key[4], key[2]] = out.setdefault(f"{key[4]}/{key[2]}", {})
+                scored = names[key[4], key[2]] = out.setdefault(judge_name(key[4], key[2]), {})
             scored[key[1]] = (cell.item, score)
     return out
 
@@ -131,15 +134,28 @@ def _judge_agreement(dataset: str, aspect: str,
     return out
 
 
-def _length(item: Item) -> tuple[float, float] | None:
+def answer_field(job: Job, dataset: str) -> str | None:
+    """The field holding a data set's judged text: a registered set's `answer`, a file set's
+    `fields.answer`, a generation stage's `field`; None = the first of ANSWER_FIELDS found."""
+    for spec in job.datasets:
+        if spec.name == dataset:
+            if spec.path is not None:
+                return spec.fields.get("answer")
+            return REGISTRY[dataset].answer if dataset in REGISTRY else None
+    return next((g.into for g in job.generate if g.name == dataset), None)
+
+
+def _length(item: Item, field: str | None) -> tuple[float, float] | None:
     """The answer's (characters, whitespace tokens); None when the item has no answer field."""
-    text = next((item.fields[f] for f in ANSWER_FIELDS if item.fields.get(f)), None)
+    fields = (field,) if field is not None else ANSWER_FIELDS
+    text = next((item.fields[f] for f in fields if item.fields.get(f)), None)
     return None if text is None else (float(len(text)), float(len(text.split())))
 
 
 def _length_rows(dataset: str, aspect: str,
                  judges: Mapping[str, Mapping[str, tuple[Item, float]]],
-                 memo: dict[int, tuple[float, float] | None]) -> list[dict[str, Any]]:
+                 memo: dict[int, tuple[float, float] | None],
+                 field: str | None) -> list[dict[str, Any]]:
     """Spearman of score with answer length (characters, whitespace tokens), the human's
     alongside, and the judge-human Pearson / Spearman before and after controlling for length."""
     out = []
@@ -151,7 +167,7 @@ def _length_rows(dataset: str, aspect: str,
                 continue
             # once per item (by id: every judge and aspect asks again)
             if (size := memo.get(id(it), _UNSEEN)) is _UNSEEN:
-                size = memo[id(it)] = _length(it)
+                size = memo[id(it)] = _length(it, field)
             if size is not None:
                 score.append(s)
                 human.append(h)
@@ -204,7 +220,7 @@ def reliability_rows(expansion: Expansion, cells: _Cells,
         out += _annotator_rows(dataset, aspect, items)
         judges = _by_judge(cells, dataset, aspect) if (dataset, aspect) in scored else {}
         out += _judge_agreement(dataset, aspect, judges)
-        out += _length_rows(dataset, aspect, judges, memo)
+        out += _length_rows(dataset, aspect, judges, memo, answer_field(expansion.job, dataset))
     for (judge, dataset, aspect), table in positions.self_consistency():
         for level in LEVELS[1:3]:
             units = sum(sum(v is not None for v in col) >= 2 for col in zip(*table, strict=True))

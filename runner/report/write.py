@@ -7,7 +7,8 @@
 - summary.csv: per data set x prompt x aspect x model: n, mean, std, failures by type.
 - report.md: the correlation tables, judges as rows, failure counts, and any battles.
 - battle.csv (a prompt with order = "both"): per judge and model pair, wins, ties and
-  inconsistent verdicts over the two orders (runner.reduce.battle).
+  inconsistent verdicts over the two orders (runner.reduce.battle); ranking.csv beside it:
+  a Bradley-Terry ranking of the systems with bootstrap CIs (runner.reduce.ranking).
 - reliability.csv: agreement, self-consistency, position and length bias
   (runner.report.reliability).
 - report.html: one self-contained page with plots and an item browser (runner.report.html).
@@ -35,16 +36,18 @@ from runner.data.seen import Seen, key64
 from runner.errors import ConfigError
 from runner.execute.local import LOCAL_MODELS
 from runner.expand import Expansion
-from runner.job.spec import Job
+from runner.job.spec import Job, JurySpec
 from runner.parse.parsers import get_parser
 from runner.reduce.battle import BATTLE_COLUMNS, Battles, battle_markdown
 from runner.reduce.correlate import Correlation, Row, compare, correlate
 from runner.reduce.judgments import Judgment
+from runner.reduce.jury import judge_name, verdicts
+from runner.reduce.ranking import RANKING_COLUMNS, rank_rows, ranking_markdown
 from runner.reduce.reliability import Positions
 from runner.report.aside import Aside
 from runner.report.browser import ItemRows
 from runner.report.folder import atomic_file, new_run_id, report_set, write_atomic
-from runner.report.headline import Headline, headline
+from runner.report.headline import Headline, headline, system_note
 from runner.report.html import render
 from runner.report.pagedata import page_data, with_reliability
 from runner.report.provenance import Provenance
@@ -60,7 +63,7 @@ __all__ = ["Tables", "atomic_file", "collect", "comparison", "correlations", "ju
 
 
 CORRELATION_COLUMNS = ["dataset", "aspect", "judge", "level", "method", "subset", "value",
-                       "n_groups", "n_items", "ci_low", "ci_high"]
+                       "n_groups", "n_items", "ci_low", "ci_high", "n_systems"]
 SUMMARY_COLUMNS = ["dataset", "prompt", "aspect", "model", "n", "scored", "mean", "std",
                    "parse_failures", "refusals", "api_failures"]
 
@@ -117,8 +120,10 @@ def _judgment_line(j: Judgment) -> bytes:
         "n_parsed": j.n_parsed, "n_failed": j.n_failed, "source": j.source}) + b"\n"
 
 
-def collect(judgments: Iterable[Judgment], jsonl: io.BufferedIOBase) -> Tables:
-    """Stream judgments to `jsonl` and gather the per-cell scores."""
+def collect(judgments: Iterable[Judgment], jsonl: io.BufferedIOBase,
+            juries: Sequence[JurySpec] = ()) -> Tables:
+    """Stream judgments to `jsonl` and gather the per-cell scores; then each jury's verdicts
+    as cells of its own (prompt "", model = the jury's name: judge_name gives its name)."""
     tables = Tables()
     cells, seen, write, missing = tables.cells, tables.seen, jsonl.write, tables.missing
     provenance = tables.provenance
@@ -147,7 +152,20 @@ def collect(judgments: Iterable[Judgment], jsonl: io.BufferedIOBase) -> Tables:
     tables.judgments, tables.tasks, tables.distinct = judged, tasks, distinct
     for cell in cells.values():
         cell.settle()
+    _add_juries(cells, juries)
     return tables
+
+
+def _add_juries(cells: dict[tuple[str, str, str, str, str], _Cell],
+                juries: Sequence[JurySpec]) -> None:
+    if not juries:
+        return
+    scores = {key: cell.score for key, cell in cells.items()}
+    items = {(key[0], key[1]): cell.item for key, cell in cells.items()}
+    for jury in juries:
+        for (dataset, item_id, aspect), score in verdicts(jury, scores).items():
+            cells[dataset, item_id, "", aspect, jury.name] = _Cell(
+                items[dataset, item_id], (), (), score)
 
 
 def _metrics(item: Item, aspect: str) -> dict[str, float]:
@@ -191,7 +209,7 @@ def judge_rows(expansion: Expansion, tables: Tables) -> dict[tuple[str, str], di
         if (judges := out.get((dataset, aspect))) is None:
             judges = out[dataset, aspect] = {}
         if (name := names.get((model, prompt))) is None:
-            name = names[model, prompt] = f"{model}/{prompt}"
+            name = names[model, prompt] = judge_name(model, prompt)
         if (rows := judges.get(name)) is None:
             rows = judges[name] = []
         rows.append(Row(it.group, it.system, it.subset, cell.score, human))  # positionally
@@ -230,7 +248,7 @@ def correlations(expansion: Expansion, tables: Tables,
 def _correlation(c: Correlation) -> dict[str, Any]:
     return {"level": c.level, "method": c.method, "subset": c.subset, "value": c.value,
             "n_groups": c.n_groups, "n_items": c.n_items, "ci_low": c.ci_low,
-            "ci_high": c.ci_high}
+            "ci_high": c.ci_high, "n_systems": c.n_systems}
 
 
 def summary(tables: Tables) -> list[dict[str, Any]]:
@@ -264,7 +282,7 @@ def leaderboard(tables: Tables) -> tuple[list[str], list[dict[str, Any]]]:
     items: dict[tuple[str, str, str], Item] = {}
     aspects: list[str] = []
     for (dataset, item_id, prompt, aspect, model), cell in tables.cells.items():
-        judge = f"{model}/{prompt}"
+        judge = judge_name(model, prompt)
         per_item[dataset, judge, item_id][aspect] = cell.score
         items[dataset, judge, item_id] = cell.item
         if aspect not in aspects:
@@ -378,7 +396,8 @@ def _table(dataset: str, aspect: str, rows: list[dict[str, Any]]) -> list[str]:
             if r is not None and lvl == "dataset" and sub == "all":
                 n = r["n_items"]
         lines.append(f"| {judge} | {' | '.join(values)} | {n} |")
-    return [*lines, ""]
+    note = system_note(rows)
+    return [*lines, "", *([note, ""] if note else [])]
 
 
 def _set_aside(expansion: Expansion, tables: Tables, positions: Positions,
@@ -411,7 +430,8 @@ def _write_set(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgment
     positions = Positions(expansion)
     rows = ItemRows()
     with atomic_file(out_dir / "judgments.jsonl") as jsonl:
-        tables = collect(rows.watch(battles.watch(positions.watch(judgments))), jsonl)
+        tables = collect(rows.watch(battles.watch(positions.watch(judgments))), jsonl,
+                         expansion.job.juries)
     # scores.csv and reliability.csv's rows on the other core (about half the reports' time)
     # while the others are made here
     with atomic_file(out_dir / "scores.csv") as scores, Aside(
@@ -421,21 +441,26 @@ def _write_set(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgment
         write_atomic(out_dir / "correlations.csv", _csv(CORRELATION_COLUMNS, corr))
         summ = summary(tables)
         write_atomic(out_dir / "summary.csv", _csv(SUMMARY_COLUMNS, summ))
-        tables.headline = headline(expansion.job.levels, expansion.job.methods, corr, summ)
+        tables.headline = headline(expansion.job.levels, expansion.job.methods, corr, summ,
+                                   juries=[j.name for j in expansion.job.juries])
         battle_rows = battles.rows()
+        ranking = rank_rows(battle_rows, n_boot=expansion.job.bootstrap, seed=expansion.job.seed)
         board = leaderboard(tables) if expansion.job.leaderboard else None
         if callable(manifest):
             manifest = manifest(tables)
         manifest = {"run_id": run_id, **manifest,
                     "provenance": tables.provenance.as_dict(expansion.job)}
-        page = page_data(expansion, series, corr, summ, battle_rows, board, manifest, rows)
+        page = page_data(expansion, series, corr, summ, battle_rows, board, manifest, rows,
+                         ranking=ranking)
         reliability = reliable.result()
     write_atomic(out_dir / "report.md", (_markdown(expansion, corr, summ, notes)
                                          + battle_markdown(battle_rows)
+                                         + ranking_markdown(ranking)
                                          + reliability_markdown(reliability)).encode())
     write_atomic(out_dir / "reliability.csv", _csv(RELIABILITY_COLUMNS, reliability))
     if battles.enabled:
         write_atomic(out_dir / "battle.csv", _csv(BATTLE_COLUMNS, battle_rows))
+        write_atomic(out_dir / "ranking.csv", _csv(RANKING_COLUMNS, ranking))
     if board is not None:
         write_atomic(out_dir / "leaderboard.csv", _csv(*board))
     write_atomic(out_dir / "report.html", render(with_reliability(page, expansion, reliability)))

@@ -249,6 +249,7 @@
       s.append(el("h3", { text: `${d.name}: ${a.aspect}` }));
       s.append(el("h4", { text: "Correlation with human ratings (best judge per column in bold; iaa = annotator 2 vs annotator 1)" }));
       s.append(scroller(corrTable(a.correlations)));
+      if (a.system_note) s.append(el("p", { class: "note", text: a.system_note }));
       const forests = el("div", { class: "plots" });
       for (const lvl of D.levels) for (const m of D.methods.slice(0, 1)) {
         const f = forest(a.correlations, lvl, m);
@@ -346,6 +347,9 @@
     const s = section("battles", "Battles");
     s.append(el("p", { class: "note", text: "Pairwise verdicts asked in both orders: inconsistent = the verdict changed when the two outputs swapped places (position bias)." }));
     s.append(table(Object.keys(D.battles[0]), D.battles));
+    if (!(D.ranking || []).length) return;
+    s.append(el("h4", { text: "Ranking: Bradley-Terry strength (log odds against the average system) with its 95% CI, from the battles" }));
+    s.append(table(Object.keys(D.ranking[0]), D.ranking));
   }
   function leaderboard() {
     if (!D.leaderboard) return;

@@ -1,0 +1,65 @@
+"""Juries: a virtual judge made of several judges' scores (Verga et al. 2024, "Replacing
+Judges with Juries"), with zero calls.
+
+A jury (`[juries.NAME]` in the job) pools, per item and aspect, the scores its member judges
+(`model/prompt`) gave: their mean, median or majority. Its verdicts are cells of the report
+tables like any judge's, under the judge name NAME, so scores.csv, correlations.csv, compare and
+report.html treat it as one. Because it reads only the members' scores, adding a jury to a
+finished study and running `judge rescore` costs nothing.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+from runner.job.spec import JurySpec
+
+__all__ = ["judge_name", "member", "verdict", "verdicts"]
+
+# (dataset, item_id, prompt, aspect, model): a report cell's key (runner.report.write)
+CellKey = tuple[str, str, str, str, str]
+
+
+def judge_name(model: str, prompt: str) -> str:
+    """A judge's name in the reports: `model/prompt`, or a jury's own name (its cells have no
+    prompt)."""
+    return f"{model}/{prompt}" if prompt else model
+
+
+def member(judge: str) -> tuple[str, str]:
+    """(model, prompt) of a member named `model/prompt` (a model name may hold "/")."""
+    model, _, prompt = judge.rpartition("/")
+    return model, prompt
+
+
+def verdict(method: str, scores: Sequence[float]) -> float | None:
+    """The jury's score from its members' scores: "mean", "median", or "majority" (the most
+    frequent score; a tie between the most frequent is their median). None for no scores."""
+    if not scores:
+        return None
+    if method == "mean":
+        return statistics.fmean(scores)
+    if method == "median":
+        return float(statistics.median(scores))
+    counts = Counter(scores).most_common()
+    top = [value for value, count in counts if count == counts[0][1]]
+    return float(statistics.median(top))
+
+
+def verdicts(jury: JurySpec, scores: Mapping[CellKey, float | None]
+             ) -> dict[tuple[str, str, str], float | None]:
+    """(dataset, item_id, aspect) -> the jury's score, for every item and aspect some member
+    judged; None where fewer than `jury.quorum` members have a score for it."""
+    members = {member(j): i for i, j in enumerate(jury.judges)}
+    pooled: dict[tuple[str, str, str], list[float]] = {}
+    for (dataset, item_id, prompt, aspect, model), score in scores.items():
+        if (model, prompt) not in members:
+            continue
+        votes = pooled.setdefault((dataset, item_id, aspect), [])
+        if score is not None:
+            votes.append(score)
+    quorum = jury.quorum or len(jury.judges)
+    return {key: verdict(jury.method, votes) if len(votes) >= quorum else None
+            for key, votes in pooled.items()}
