@@ -43,7 +43,6 @@ from runner.job.load import load_job as _load_job
 from runner.job.spec import Job
 from runner.reduce.judgments import judge
 from runner.report.folder import HISTORY, check_out
-from runner.report.headline import Headline
 from runner.session import (
     BatchAnswers,
     Download,
@@ -66,6 +65,7 @@ from runner.session import (
 if TYPE_CHECKING:
     from pandas import DataFrame
 
+    from runner.report.headline import Headline  # numpy (correlate): not at start-up
     from runner.report.write import Tables
 
 __all__ = ["COLUMNS", "ModelPlan", "Results", "RunResult", "arun", "load_job", "plan",

@@ -117,13 +117,13 @@ _RESPONSE = b',"response":'
 
 def answer_of(raw: bytes) -> Answer:
     """`answer` of a stored record, decoding only its end where that is safe: a record as
-    answer_record writes it ends with "response", "usage", ..., "source", after the request
+    answer_record writes it ends with "response", "usage", ..., "time", "source", after the request
     (~60% of its bytes), which judging never reads.
 
     `,"response":` cannot occur inside a JSON string (its quotes would be escaped), so its last
     occurrence is a key: the record's own, or one nested in a value after it. Nested, the text
     from there leaves a bracket unclosed before the record's end, and does not decode. So if
-    `{` + the text from there decodes with "response", "usage" and "source" in it, those are
+    `{` + the text from there decodes with "response", "usage", "time" and "source" in it, those are
     the record's last values for them (orjson, like json, keeps the last of a repeated key).
     Any other record is decoded whole."""
     at = raw.rfind(_RESPONSE)
@@ -132,8 +132,8 @@ def answer_of(raw: bytes) -> Answer:
             tail = orjson.loads(b"{" + raw[at + 1:])
         except orjson.JSONDecodeError:
             tail = None
-        if tail and "usage" in tail and "source" in tail and isinstance(tail.get("response"),
-                                                                       dict):
+        if tail and "usage" in tail and "source" in tail and "time" in tail and \
+                isinstance(tail.get("response"), dict):
             return answer(tail)
     record = _record(raw)
     return record if DAMAGED in record else answer(record)
