@@ -313,3 +313,21 @@ async def test_take_routes_a_lone_unpaced_replica_without_waiting_and_defers_the
                                   replica("http://127.0.0.1:10/v1")])
     assert paced.take() is None and several.take() is None  # acquire() routes these
     assert all(r.in_flight == 0 for r in paced.replicas + several.replicas)
+
+
+async def test_each_replica_knows_the_variable_its_key_comes_from() -> None:
+    """The message for a refused key names the replica's own variable: two keys for one URL
+    (labels `URL [K1]`, `URL [K2]`) and a URL that is a prefix of another are told apart."""
+    from runner.job.spec import EndpointSpec, parse_model_spec
+    base = "http://127.0.0.1:1/v1"
+    fleet = (EndpointSpec(base_url=base, api_key_env="K1"),
+             EndpointSpec(base_url=base, api_key_env="K2"),
+             EndpointSpec(base_url=base + "beta", api_key_env="K3"))
+    model = parse_model_spec("m", name="judge", base_url=base, endpoints=fleet)
+    built = fleet_module.fleet_for(model, base, lambda: None, lambda name: lambda: None,
+                                   Limits(), {})
+    assert [(r.label, r.key_env) for r in built.replicas] == [
+        (f"{base} [K1]", "K1"), (f"{base} [K2]", "K2"), (f"{base}beta", "K3")]
+    single = fleet_module.fleet_for(parse_model_spec("m", base_url=base, api_key_env="MINE"),
+                                    base, lambda: None, None, Limits(), {})
+    assert [r.key_env for r in single.replicas] == ["MINE"]

@@ -51,6 +51,8 @@ class Replica:
     """Its base URL: names it in the cache record, progress line and manifest (never a key)."""
     provider: Provider
     api_key: Callable[[], str | None]
+    key_env: str = ""
+    """The variable its key is read from (never the key), for the message when it is refused."""
     rpm: float | None = None
     """Set (job) or learned requests per minute; None = unknown."""
     tpm: float | None = None
@@ -215,15 +217,18 @@ def fleet_for(model: ModelSpec, base_url: str, api_key: Callable[[], str | None]
     urls = [e.base_url for e in model.endpoints]
     targets = [(e.base_url, e.rpm, e.tpm,
                 key_reader(e.api_key_env) if key_reader is not None else api_key,
+                e.api_key_env,
                 # two keys for one URL: the variable's name (never the key) tells them apart
                 f" [{e.api_key_env}]" if urls.count(e.base_url) > 1 else "")
-               for e in model.endpoints] or [(base_url, None, None, api_key, "")]
-    for url, rpm, tpm, key, suffix in targets:
+               for e in model.endpoints] or [(base_url, None, None, api_key, model.api_key_env,
+                                              "")]
+    for url, rpm, tpm, key, key_env, suffix in targets:
         label = url.rstrip("/") + suffix
         learn = (rpm is None and model_rpm is None, tpm is None and model_tpm is None)
         route = provider(model.kind, url, model=model.model, api_version=model.api_version)
-        replica = Replica(label=label, api_key=key, rpm=rpm or model_rpm, tpm=tpm or model_tpm,
-                          learn=learn, own=(rpm, tpm), provider=route, cooldown=COOLDOWN_S,
+        replica = Replica(label=label, api_key=key, key_env=key_env, rpm=rpm or model_rpm,
+                          tpm=tpm or model_tpm, learn=learn, own=(rpm, tpm), provider=route,
+                          cooldown=COOLDOWN_S,
                           limiter=Limiter(rpm, tpm) if rpm or tpm else None)
         replica.counts = counts.setdefault(label, {
             "calls": 0, "failures": 0, "cooldowns": 0, "state": "up",

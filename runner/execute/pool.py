@@ -203,9 +203,10 @@ class _Pool:
                 break
             except AuthError as exc:
                 fleet.release(replica)
-                self._fatal(f"the server at {replica.label} refused the credentials "
-                            f"{self._key_name(task.model, replica.label)}(HTTP {exc.status}: "
-                            f"{exc.detail}): check the key and its permissions")
+                where = f"in {replica.key_env} " if replica.key_env else ""
+                self._fatal(f"the server at {replica.label} refused the credentials {where}"
+                            f"(HTTP {exc.status}: {exc.detail}): check the key and its "
+                            "permissions")
                 error = exc
                 break
             # No await from here to the hand-over: a cancel cannot split an answer from its store.
@@ -222,13 +223,6 @@ class _Pool:
         self.stats.fatal = self.stats.fatal or message
         self.stop.set()
         return True
-
-    def _key_name(self, model: str, label: str) -> str:
-        """"in OPENAI_API_KEY " for the variable the replica `label`'s key came from."""
-        spec = self.endpoints[model].model
-        names = [e.api_key_env for e in spec.endpoints if label.startswith(e.base_url.rstrip("/"))]
-        name = names[0] if names else spec.api_key_env
-        return f"in {name} " if name else ""
 
     async def _sleep_unless_stopped(self, delay: float) -> None:
         try:
