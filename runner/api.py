@@ -54,6 +54,7 @@ from runner.session import (
     estimate,
     event_loop,
     job_path,
+    key_reader,
     manifest,
     open_selected,
     run_async,
@@ -248,16 +249,12 @@ async def _pool(sel: Selection, env: Mapping[str, str], judged: TaskLog, *, offl
     thread is added to `stoppers`."""
     import asyncio  # as in run
 
-    def key_reader(name: str) -> Callable[[], str | None]:
-        register_secret(env.get(name))
-        return lambda: env.get(name) or None
-
     stop, loop = asyncio.Event(), asyncio.get_running_loop()
     if stoppers is not None:
         stoppers.append(lambda: loop.call_soon_threadsafe(stop.set))
     started = contextlib.nullcontext(sel.job) if offline else serving(sel.job)
     with open_selected(sel) as cache, started as served:
-        return await run_pool(sel, served, cache, stop=stop, key_reader=key_reader,
+        return await run_pool(sel, served, cache, stop=stop, key_reader=key_reader(env),
                               offline=offline, budget=budget,
                               on_progress=on_progress or (lambda _: None), judged=judged)
 

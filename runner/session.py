@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from runner.data import datasets
 from runner.data.seen import Seen, key64
-from runner.errors import ConfigError, MissingKeyError
+from runner.errors import ConfigError, MissingKeyError, register_secret
 from runner.execute import local
 from runner.execute.shard import Shard
 from runner.execute.store.backend import CacheBackend, is_url, marked, open_cache, redact
@@ -43,7 +43,7 @@ LoopFactory = Callable[[], "AbstractEventLoop"]
 
 __all__ = ["BatchAnswers", "Download", "LoopFactory", "ModelPlan", "Selection", "TaskLog",
            "all_tasks", "answer_text", "check_budget", "check_keys", "estimate", "event_loop",
-           "job_path", "manifest", "run_async", "run_pool", "select", "serving"]
+           "job_path", "key_reader", "manifest", "run_async", "run_pool", "select", "serving"]
 
 PACKAGES = ("judge-runner", "aiohttp", "openai", "aiolimiter", "diskcache", "orjson", "scipy",
             "click")
@@ -108,6 +108,15 @@ def run_async(work: Awaitable[T], loop: LoopFactory | None = None) -> T:
     with asyncio.Runner(loop_factory=loop) as runner:
         runner.run(main())
     return box[0]
+
+
+def key_reader(environ: Mapping[str, str]) -> Callable[[str], Callable[[], str | None]]:
+    """Variable name -> its key's reader, from `environ` at call time (never stored); every key
+    read is registered to be scrubbed from whatever a server sends back (runner.errors.scrub)."""
+    def reader(name: str) -> Callable[[], str | None]:
+        register_secret(environ.get(name))
+        return lambda: environ.get(name) or None
+    return reader
 
 
 def job_path(job: str) -> Path:

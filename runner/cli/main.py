@@ -35,7 +35,7 @@ from runner.cli.batches import (
 )
 from runner.cli.cachecmds import cache_option, cache_url, export_command, import_command
 from runner.data import datasets
-from runner.errors import ConfigError, DataError, RunnerError, register_secret, scrub
+from runner.errors import ConfigError, DataError, RunnerError, scrub
 from runner.execute.imports import import_answers
 from runner.execute.shard import Shard, split_limits
 from runner.execute.store.backend import CacheBackend, is_url, marked, open_cache, redact
@@ -56,6 +56,7 @@ from runner.session import (
     estimate,
     event_loop,
     job_path,
+    key_reader,
     manifest,
     open_selected,
     run_async,
@@ -98,12 +99,6 @@ def _select(job_arg: str, models: tuple[str, ...], base_url: str | None, limit: 
                          download=download)
 
 
-def _key_reader(name: str) -> Callable[[], str | None]:
-    """The key, read from the environment at call time; never stored."""
-    register_secret(os.environ.get(name))  # scrubbed from every text a server sends back
-    return lambda: os.environ.get(name) or None
-
-
 async def _run_async(sel: Selection, served: Job, cache: CacheBackend, opts: dict[str, Any],
                      progress: Progress, judged: TaskLog,
                      after: CachedFirst | None = None) -> tuple[RunStats, Selection]:
@@ -135,7 +130,8 @@ async def _run_async(sel: Selection, served: Job, cache: CacheBackend, opts: dic
     loop.add_signal_handler(signal.SIGINT, on_sigint)
     loop.add_signal_handler(signal.SIGTERM, on_sigterm)
     try:
-        stats, sel = await run_pool(sel, served, cache, stop=stop, key_reader=_key_reader,
+        stats, sel = await run_pool(sel, served, cache, stop=stop,
+                                    key_reader=key_reader(os.environ),
                                     offline=opts["offline"], budget=opts["budget"],
                                     on_progress=progress.update, judged=judged,
                                     hold=opts.get("hold", frozenset()), after=after)
