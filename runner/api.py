@@ -37,7 +37,7 @@ import orjson
 
 from runner.errors import APIError, ConfigError, ReportError, register_secret
 from runner.execute.stats import RunStats
-from runner.execute.store.backend import is_url, redact
+from runner.execute.store.backend import checked_url
 from runner.execute.store.lease import describe, lease_name
 from runner.job.load import load_job as _load_job
 from runner.job.spec import Job
@@ -100,10 +100,7 @@ def selection(job: JobLike, *, models: Sequence[str] = (), base_url: str | None 
     env = os.environ if environ is None else environ
     if sample is not None and limit is not None:
         raise ConfigError("--limit and --sample choose the items two ways; give one")
-    url = cache_url or env.get("JUDGE_CACHE_URL") or None
-    if url and not is_url(url):
-        raise ConfigError(f"--cache / JUDGE_CACHE_URL {redact(url)!r}: expected a "
-                          "postgresql://USER@HOST:PORT/DBNAME URL; for a folder use --cache-dir")
+    url = checked_url(cache_url or env.get("JUDGE_CACHE_URL"))
     sel = select(job if isinstance(job, Job) else job_path(os.fspath(job)),
                  models=tuple(models), base_url=base_url, limit=limit,
                  sample=None if sample is None else (sample, seed or 0),

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from runner.errors import ConfigError
-from runner.execute.store.backend import CacheBackend, is_url, open_cache, redact
+from runner.execute.store.backend import CacheBackend, checked_url, is_url, open_cache, redact
 from runner.execute.transfer import (
     copy_cache,
     is_archive,
@@ -40,11 +40,8 @@ cache_option = click.option("--cache", "cache_url", metavar="URL", expose_value=
 def cache_url() -> str | None:
     """--cache, else JUDGE_CACHE_URL, else None (the diskcache folder); checked."""
     ctx = click.get_current_context(silent=True)
-    url = (ctx.meta.get("judge_cache_url") if ctx else None) or os.environ.get("JUDGE_CACHE_URL")
-    if url and not is_url(url):
-        raise ConfigError(f"--cache / JUDGE_CACHE_URL {redact(url)!r}: expected a "
-                          "postgresql://USER@HOST:PORT/DBNAME URL; for a folder use --cache-dir")
-    return url or None
+    return checked_url((ctx.meta.get("judge_cache_url") if ctx else None)
+                       or os.environ.get("JUDGE_CACHE_URL"))
 
 
 def _here(cache_dir: str | None) -> str | Path:

@@ -14,14 +14,15 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from runner.errors import ConfigError
 from runner.execute.store.cache import Cache
 from runner.execute.store.child import forkable
 from runner.execute.store.lease import Lease
 from runner.execute.store.reader import Answer, Expander, Reader, records, usable
 from runner.expand import Expansion, Task, task_key
 
-__all__ = ["CacheBackend", "answers", "expanded", "is_url", "marked", "marked_batches",
-           "open_cache", "redact"]
+__all__ = ["CacheBackend", "answers", "checked_url", "expanded", "is_url", "marked",
+           "marked_batches", "open_cache", "redact"]
 
 T = TypeVar("T")
 LOOKUP_BATCH = 2000  # things per has_many call (each backend chunks its own queries)
@@ -157,6 +158,14 @@ def _batches(things: Iterable[T], size: int) -> Iterator[list[T]]:
 
 def is_url(location: str | Path) -> bool:
     return isinstance(location, str) and location.startswith(SCHEMES)
+
+
+def checked_url(url: str | None) -> str | None:
+    """A shared cache's URL (--cache / JUDGE_CACHE_URL), checked to be one; None for none."""
+    if url and not is_url(url):
+        raise ConfigError(f"--cache / JUDGE_CACHE_URL {redact(url)!r}: expected a "
+                          "postgresql://USER@HOST:PORT/DBNAME URL; for a folder use --cache-dir")
+    return url or None
 
 
 def redact(url: str) -> str:
