@@ -29,7 +29,7 @@ import contextlib
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,11 +37,11 @@ import orjson
 
 from runner.errors import APIError, ConfigError, ReportError, register_secret
 from runner.execute.stats import RunStats
-from runner.execute.store.backend import checked_url
+from runner.execute.store.backend import CacheBackend, checked_url
 from runner.execute.store.lease import describe, lease_name
 from runner.job.load import load_job as _load_job
 from runner.job.spec import Job
-from runner.reduce.judgments import judge
+from runner.reduce.judgments import Judgment, judge
 from runner.report.folder import HISTORY, check_out
 from runner.session import (
     BatchAnswers,
@@ -61,6 +61,7 @@ from runner.session import (
     run_pool,
     select,
     serving,
+    with_run_limits,
 )
 
 if TYPE_CHECKING:
@@ -69,8 +70,8 @@ if TYPE_CHECKING:
     from runner.report.headline import Headline  # numpy (correlate): not at start-up
     from runner.report.write import Tables
 
-__all__ = ["COLUMNS", "ModelPlan", "Results", "RunResult", "arun", "load_job", "plan",
-           "rebuild", "report_run", "rescore", "results", "run", "selection"]
+__all__ = ["COLUMNS", "ModelPlan", "Results", "RunResult", "arun", "judged_dispatched",
+           "load_job", "plan", "rebuild", "report_run", "rescore", "results", "run", "selection"]
 
 JobLike = Job | Selection | str | os.PathLike[str]
 """A Job from load_job, a job file path, or a name under jobs/ (`openmeva`); the commands pass
@@ -215,10 +216,7 @@ async def arun(job: JobLike, **options: Any) -> RunResult:
     own = {k: options.pop(k) for k in _RUN_OPTIONS if k in options}
     env = _environ(options)
     sel = selection(job, **options)
-    limits = {k: v for k, v in (("concurrency", own.get("concurrency")), ("rpm", own.get("rpm")),
-                                ("tpm", own.get("tpm")), ("max_retries", own.get("max_retries")),
-                                ("timeout_s", own.get("timeout"))) if v is not None}
-    sel = replace(sel, job=sel.job.with_limits(**limits))
+    sel = with_run_limits(sel, own)
     check_out(sel.out_dir)
     offline, budget = bool(own.get("offline")), own.get("budget")
     if not offline:
@@ -256,6 +254,14 @@ async def _pool(sel: Selection, env: Mapping[str, str], judged: TaskLog, *, offl
                               on_progress=on_progress or (lambda _: None), judged=judged)
 
 
+def judged_dispatched(sel: Selection, cache: CacheBackend, stats: RunStats,
+                      judged: TaskLog) -> Iterator[Judgment]:
+    """The judgments of the tasks the pool dispatched (read from `judged`, which they empty),
+    with the run's failures (damaged records among them) and the answers it called."""
+    return judge(sel.expansion, cache, failures=stats.failures, fresh=frozenset(stats.called),
+                 tasks=judged.drain(), count=len(judged), damaged=stats.failures)
+
+
 def report_run(sel: Selection, stats: RunStats, judged: TaskLog, *, started: float,
                command: str, extra: Mapping[str, Any] | None = None) -> Tables:
     """A run's reports, from the tasks the pool dispatched (`judged`, emptied), with its
@@ -263,9 +269,7 @@ def report_run(sel: Selection, stats: RunStats, judged: TaskLog, *, started: flo
     from runner.report.write import write_reports  # numpy: only where reports are written
     answers = BatchAnswers()
     with open_selected(sel) as cache:  # the manifest once judged: damaged records are failures
-        judgments = judge(sel.expansion, cache, failures=stats.failures,
-                          fresh=frozenset(stats.called), tasks=judged.drain(),
-                          count=len(judged), damaged=stats.failures)
+        judgments = judged_dispatched(sel, cache, stats, judged)
         return write_reports(sel.out_dir, sel.expansion, answers.watch(judgments),
                              lambda _: {**manifest(sel, stats, started, command),
                                         **(extra or {}), "batch_answers": answers.answers},

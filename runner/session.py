@@ -43,7 +43,8 @@ LoopFactory = Callable[[], "AbstractEventLoop"]
 
 __all__ = ["BatchAnswers", "Download", "LoopFactory", "ModelPlan", "Selection", "TaskLog",
            "all_tasks", "answer_text", "check_budget", "check_keys", "estimate", "event_loop",
-           "job_path", "key_reader", "manifest", "run_async", "run_pool", "select", "serving"]
+           "job_path", "key_reader", "manifest", "run_async", "run_pool", "select", "serving",
+           "with_run_limits"]
 
 PACKAGES = ("judge-runner", "aiohttp", "openai", "aiolimiter", "diskcache", "orjson", "scipy",
             "click")
@@ -108,6 +109,19 @@ def run_async(work: Awaitable[T], loop: LoopFactory | None = None) -> T:
     with asyncio.Runner(loop_factory=loop) as runner:
         runner.run(main())
     return box[0]
+
+
+RUN_LIMITS = (("concurrency", "concurrency"), ("rpm", "rpm"), ("tpm", "tpm"),
+              ("max_retries", "max_retries"), ("timeout", "timeout_s"))
+"""`judge run`'s (and runner.run's) option -> the job's `[limits]` field it replaces."""
+
+
+def with_run_limits(sel: Selection, options: Mapping[str, Any]) -> Selection:
+    """`sel` with the limits a run was given (concurrency, rpm, tpm, max_retries, timeout)
+    over the job's; an option left out or None keeps the job's."""
+    given = {field: options[name] for name, field in RUN_LIMITS
+             if options.get(name) is not None}
+    return replace(sel, job=sel.job.with_limits(**given))
 
 
 def key_reader(environ: Mapping[str, str]) -> Callable[[str], Callable[[], str | None]]:

@@ -62,6 +62,7 @@ from runner.session import (
     run_async,
     run_pool,
     serving,
+    with_run_limits,
 )
 
 if TYPE_CHECKING:
@@ -294,13 +295,10 @@ def run(job: str, models: tuple[str, ...], base_url: str | None, limit: int | No
     sel = _select(job, models, base_url, limit, cache_dir, out,
                   download=Download(mirror=os.environ.get("JUDGE_DATA_MIRROR"),
                                     notify=_notify_download))
-    limits = {k: v for k, v in (("concurrency", opts["concurrency"]), ("rpm", opts["rpm"]),
-                                ("tpm", opts["tpm"]), ("max_retries", opts["max_retries"]),
-                                ("timeout_s", opts["timeout"])) if v is not None}
     if opts["shard"]:
         shard = Shard.parse(opts["shard"])
         sel = dataclasses.replace(sel, shard=shard, job=split_limits(sel.job, shard.count))
-    sel = dataclasses.replace(sel, job=sel.job.with_limits(**limits))
+    sel = with_run_limits(sel, opts)
     if sel.shard is None:  # a shard writes no reports
         check_out(sel.out_dir)
     if opts["refresh_damaged"]:
@@ -483,7 +481,7 @@ def _run_cached_first(sel: Selection, opts: dict[str, Any], started: float,
                 stats.settle_repeats(first.hashes)
                 return
             _execute(sel, opts, judged, first)
-            yield from _judge_dispatched(sel, cache, stats, judged)
+            yield from api.judged_dispatched(sel, cache, stats, judged)
 
         tables = write_reports(sel.out_dir, sel.expansion, answers.watch(judgments()),
                                lambda _: {**manifest(sel, stats, started, command),
@@ -505,14 +503,6 @@ def _finish(sel: Selection, stats: RunStats, started: float, command: str,
     batch = {} if batched is None else {"batch": batched.stats.as_dict()}
     tables = api.report_run(sel, stats, judged, started=started, command=command, extra=batch)
     _summarise(sel, stats, command, partial, tables.headline)
-
-
-def _judge_dispatched(sel: Selection, cache: CacheBackend, stats: RunStats,
-                      judged: TaskLog) -> Iterator[Judgment]:
-    """The judgments of the tasks the pool dispatched (read from `judged`, which they empty),
-    with the run's failures and the answers it called."""
-    return judge(sel.expansion, cache, failures=stats.failures, fresh=frozenset(stats.called),
-                 tasks=judged.drain(), count=len(judged), damaged=stats.failures)
 
 
 def _summarise(sel: Selection, stats: RunStats, command: str, partial: bool = False,
