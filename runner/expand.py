@@ -360,7 +360,8 @@ def prepare(job: Job, data_dir: Path, *, limit: int | None = None,
         kept = None if sample is None else sample_ids(read(), *sample)
         source = _Reread(read, limit, kept)
         items[spec.name] = source if stream else list(iter(source))  # no len(): a re-read
-        if not items[spec.name] if not stream else next(iter(source), None) is None:
+        empty = next(iter(source), None) is None if stream else not items[spec.name]
+        if empty:
             raise _no_items(job, position, spec.path, spec.options)
     _check_templates(job, items)
     index = {} if stream else {(it.dataset, it.item_id): it for its in items.values()

@@ -399,11 +399,15 @@ def _drop_damaged(sel: Selection) -> None:
     if sel.cache_url:
         raise ConfigError("--refresh-damaged: only a cache folder (--cache-dir) is checked; "
                           "drop --cache/JUDGE_CACHE_URL or the option")
-    keys = list(dict.fromkeys(t.key for t in all_tasks(sel.expansion)))
     with Cache(sel.cache_dir) as cache:
-        dropped = cache.drop([key for key, _ in cache.damaged(keys)])
+        dropped = cache.drop([key for key, _ in cache.damaged(_job_keys(sel))])
     click.echo(f"{sel.cache_dir}: dropped {dropped} damaged records; asking them again",
                err=True)
+
+
+def _job_keys(sel: Selection) -> list[str]:
+    """The selection's distinct cache keys, in task order (generation stage first)."""
+    return list(dict.fromkeys(t.key for t in all_tasks(sel.expansion)))
 
 
 def _notify_download(name: str, missing: int) -> None:
@@ -798,8 +802,7 @@ def cache_check(job: str | None, models: tuple[str, ...], base_url: str | None,
         raise ConfigError(f"{path}: no cache here; pass --cache-dir or set JUDGE_CACHE_DIR")
     keys = None
     if job is not None:
-        sel = _select(job, models, base_url, limit, str(path), None)
-        keys = list(dict.fromkeys(t.key for t in all_tasks(sel.expansion)))
+        keys = _job_keys(_select(job, models, base_url, limit, str(path), None))
     with Cache(path, read_only=not drop) as c:
         found = list(c.damaged(keys))
         for key, why in found:

@@ -62,10 +62,8 @@ def view(job: str, run: str | None, out: str | None, print_only: bool) -> None:
       judge view jobs/summeval.toml --out /tmp/runs/summeval --print
     """
     folder = _folder(job, out)
-    if run is not None and run != "latest":
-        folder = folder / HISTORY / run
-        if not folder.is_dir():
-            raise ConfigError(f"{folder}: no such run; `judge runs {job}` lists them")
+    if run is not None and run != "latest":  # latest: the folder's own set, the newest
+        folder = _kept(folder, job, run)
     page = (folder / "report.html").resolve()
     if not page.exists():
         raise ConfigError(f"{page}: no report yet; run `judge report {job}` (or `judge run "

@@ -92,10 +92,10 @@ def new_run_id(when: float | None = None) -> str:
 
 
 @contextlib.contextmanager
-def report_set(out_dir: Path, run_id: str | None = None) -> Iterator[Path]:
+def report_set(out_dir: Path, run_id: str) -> Iterator[Path]:
     """A folder to write a new report set into; the set replaces `out_dir`'s when the block
-    ends without an error (see the module docstring), kept first as history/`run_id` when
-    one is given. An OSError while writing (disk full, no permission) becomes a ReportError,
+    ends without an error (see the module docstring), kept first as history/`run_id`. An
+    OSError while writing (disk full, no permission) becomes a ReportError,
     with the previous set untouched."""
     out_dir = Path(out_dir)
     _clean_leftovers(out_dir)
@@ -104,8 +104,7 @@ def report_set(out_dir: Path, run_id: str | None = None) -> Iterator[Path]:
         stage.mkdir(parents=True, exist_ok=True)
         yield stage
         out_dir.mkdir(exist_ok=True)
-        if run_id is not None:
-            _keep(stage, out_dir / HISTORY, run_id)
+        _keep(stage, out_dir / HISTORY, run_id)
         (out_dir / "manifest.json").unlink(missing_ok=True)
         for name in REPORT_FILES[:-1]:
             if (stage / name).exists():
@@ -113,8 +112,7 @@ def report_set(out_dir: Path, run_id: str | None = None) -> Iterator[Path]:
             else:
                 (out_dir / name).unlink(missing_ok=True)  # the old set's, not this one's
         os.replace(stage / "manifest.json", out_dir / "manifest.json")
-        if run_id is not None:
-            _point_latest(out_dir, run_id)
+        _point_latest(out_dir, run_id)
     except OSError as exc:
         raise ReportError(f"{out_dir}: cannot write the reports ({exc.strerror or exc}); the "
                           "previous reports are untouched and every answer is cached: free "
