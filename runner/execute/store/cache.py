@@ -364,7 +364,7 @@ class Cache:
 
     @guarded
     def _all_keys(self) -> list[str]:
-        return [row[0] for row in self._disk._sql("SELECT key FROM Cache WHERE raw = 1")]
+        return list(self._disk)  # diskcache's public iteration (and ReadOnlyDisk's)
 
     @guarded
     def drop(self, keys: Iterable[str]) -> int:
