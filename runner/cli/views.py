@@ -118,8 +118,9 @@ def _best(run: Path) -> str:
                 and r["value"] and math.isfinite(float(r["value"]))]
     if not rows:
         return ""
-    methods = {r["method"] for r in rows}
-    method = "spearman" if "spearman" in methods else sorted(methods)[0]
+    # as the run's own result table (runner.report.headline): spearman, else the job's first
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    method = "spearman" if "spearman" in methods else methods[0]
     level = rows[0]["level"]
     best = max((r for r in rows if r["method"] == method and r["level"] == level),
                key=lambda r: float(r["value"]))
