@@ -1,0 +1,92 @@
+"""One judge's scores beside the humans', as columns: what correlate, compare and the page read.
+
+A `Series` is the reducer's input for one (data set, aspect, judge): a row per item the judge
+and the humans both saw, in the reports' row order (the order `Row` lists had). It holds
+numpy columns, 8 bytes a row for each score and 4 for each label code, where a list of `Row`
+tuples held ~150 bytes a row: at ten million judgments that is the difference between ~0.3 GB
+and ~1.5 GB for the series alone. Label codes index `Labels`, shared by every judge of a data
+set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from runner.reduce.correlate import Row
+
+__all__ = ["Labels", "Series"]
+
+FloatArray = npt.NDArray[np.float64]
+CodeArray = npt.NDArray[np.int32]
+
+
+@dataclass(frozen=True, slots=True)
+class Labels:
+    """The names a data set's label codes stand for: `groups[code]`, `systems[code]`,
+    `subsets[code]`."""
+
+    groups: Sequence[str]
+    systems: Sequence[str]
+    subsets: Sequence[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    """One judge against the humans over one data set and aspect, a row per item.
+
+    Fields:
+        judge: the judge's score per row, NaN where it gave none (a failed or unparsed task).
+        human: the human score per row (finite).
+        group, system, subset: each row's label codes into `labels`.
+        labels: the names of the codes.
+    """
+
+    judge: FloatArray
+    human: FloatArray
+    group: CodeArray
+    system: CodeArray
+    subset: CodeArray
+    labels: Labels
+
+    def __len__(self) -> int:
+        return int(self.judge.size)
+
+    @classmethod
+    def of_rows(cls, rows: Iterable[Row]) -> Series:
+        """A series of `Row` tuples (group, system, subset, judge, human), codes in order of
+        first appearance.
+
+        Args:
+            rows: the rows, in the reports' order; a judge of None is NaN.
+        Returns:
+            the same rows as columns.
+        """
+        codes: tuple[dict[str, int], dict[str, int], dict[str, int]] = ({}, {}, {})
+        judge: list[float] = []
+        human: list[float] = []
+        labels: tuple[list[int], list[int], list[int]] = ([], [], [])
+        for r in rows:
+            judge.append(np.nan if r.judge is None else r.judge)
+            human.append(r.human)
+            for names, column, name in zip(codes, labels, (r.group, r.system, r.subset),
+                                           strict=True):
+                column.append(names.setdefault(name, len(names)))
+        return cls(np.array(judge, dtype=np.float64), np.array(human, dtype=np.float64),
+                   *(np.array(c, dtype=np.int32) for c in labels),
+                   Labels(*(tuple(n) for n in codes)))
+
+    def rows(self) -> list[Row]:
+        """The series as `Row` tuples (for small series and tests)."""
+        from runner.reduce.correlate import Row
+
+        g, s, b = self.labels.groups, self.labels.systems, self.labels.subsets
+        return [Row(g[gi], s[si], b[bi], None if np.isnan(j) else float(j), float(h))
+                for gi, si, bi, j, h in zip(self.group.tolist(), self.system.tolist(),
+                                            self.subset.tolist(), self.judge.tolist(),
+                                            self.human.tolist(), strict=True)]
