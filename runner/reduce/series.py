@@ -77,9 +77,9 @@ class Series:
             for names, column, name in zip(codes, labels, (r.group, r.system, r.subset),
                                            strict=True):
                 column.append(names.setdefault(name, len(names)))
+        group, system, subset = (np.array(c, dtype=np.int32) for c in labels)
         return cls(np.array(judge, dtype=np.float64), np.array(human, dtype=np.float64),
-                   *(np.array(c, dtype=np.int32) for c in labels),
-                   Labels(*(tuple(n) for n in codes)))
+                   group, system, subset, Labels(*(tuple(n) for n in codes)))
 
     def rows(self) -> list[Row]:
         """The series as `Row` tuples (for small series and tests)."""
