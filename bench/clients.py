@@ -15,7 +15,6 @@ import asyncio
 import os
 import time
 from collections.abc import Callable, Coroutine, Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -23,25 +22,12 @@ import aiohttp
 import openai
 import orjson
 
+from bench.bare import Timing, bare_loop, connector  # noqa: F401  (bare_loop: for throughput.py)
 from runner.execute.pool import Endpoint, execute
 from runner.execute.store.cache import Cache
 from runner.expand import Task
 from runner.job.spec import Job
 from runner.session import LoopFactory, event_loop
-
-
-@dataclass(frozen=True)
-class Timing:
-    """Answers received in `seconds`; `errors` counts failed requests (retries included)."""
-
-    answers: int
-    seconds: float
-    errors: int = 0
-
-    @property
-    def rate(self) -> float:
-        return self.answers / self.seconds if self.seconds > 0 else 0.0
-
 
 CacheFactory = Callable[[Path], Cache]
 R = TypeVar("R")
@@ -62,11 +48,6 @@ def loop_name(loop: LoopFactory | None) -> str:
     return "asyncio" if loop is None else loop.__module__.split(".")[0]
 
 
-def _connector(concurrency: int) -> aiohttp.TCPConnector:
-    # As runner.cli.main does: one connection per worker, no per-host cap.
-    return aiohttp.TCPConnector(limit=concurrency, limit_per_host=0)
-
-
 async def runner_loop(tasks: Iterable[Task], job: Job, cache_dir: Path, *, deadline_s: float,
                       cache_factory: CacheFactory = Cache) -> Timing:
     """Drive `execute` over `tasks` into a cache at `cache_dir`, timed until the cache is closed
@@ -76,7 +57,7 @@ async def runner_loop(tasks: Iterable[Task], job: Job, cache_dir: Path, *, deadl
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     cache = cache_factory(cache_dir)
-    async with aiohttp.ClientSession(connector=_connector(job.limits.concurrency)) as session:
+    async with aiohttp.ClientSession(connector=connector(job.limits.concurrency)) as session:
         handle = loop.call_later(deadline_s, stop.set)
         started = time.perf_counter()
         try:
@@ -87,35 +68,6 @@ async def runner_loop(tasks: Iterable[Task], job: Job, cache_dir: Path, *, deadl
         seconds = time.perf_counter() - started
         handle.cancel()
     return Timing(stats.api_calls, seconds, stats.retries + len(stats.failures))
-
-
-async def bare_loop(bodies: Sequence[bytes], url: str, *, concurrency: int,
-                    deadline_s: float) -> Timing:
-    """The floor: post each body, read and decode the answer, nothing else."""
-    headers = {"Content-Type": "application/json"}
-    todo = iter(bodies)
-    answers = errors = 0
-    loop = asyncio.get_running_loop()
-
-    async def worker(session: aiohttp.ClientSession, deadline: float) -> None:
-        nonlocal answers, errors
-        for body in todo:
-            if loop.time() > deadline:
-                return
-            async with session.post(url, data=body, headers=headers) as resp:
-                raw = await resp.read()
-                if resp.status != 200:
-                    errors += 1
-                    continue
-            orjson.loads(raw)
-            answers += 1
-
-    async with aiohttp.ClientSession(connector=_connector(concurrency)) as session:
-        started = time.perf_counter()
-        deadline = loop.time() + deadline_s
-        await asyncio.gather(*(worker(session, deadline) for _ in range(concurrency)))
-        seconds = time.perf_counter() - started
-    return Timing(answers, seconds, errors)
 
 
 async def openai_loop(bodies: Sequence[bytes], url: str, *, concurrency: int,

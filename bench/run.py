@@ -28,6 +28,7 @@ import orjson  # noqa: E402
 import bench.pgcache as pgcache  # noqa: E402
 from bench import batch, cached, common, fleet, local, memory, ratelimit, report, throughput  # noqa: E402
 from bench import peers as peers_bench  # noqa: E402
+from bench import process as process_bench  # noqa: E402
 from bench import reliability as reliability_bench  # noqa: E402
 
 # The same collector thresholds as `judge` itself (runner.cli.main.main), for every loop measured
@@ -41,6 +42,7 @@ Bench = Callable[[Path, bool], dict[str, Any]]
 BENCHMARKS: dict[str, Bench] = {
     "throughput": throughput.zero_latency,
     "latency": throughput.high_latency,
+    "process": process_bench.whole_process,
     "cached": cached.cached_rerun,
     "ratelimit": ratelimit.rate_limit,
     "plan_memory": memory.plan_memory,
@@ -64,6 +66,8 @@ HEADLINES: dict[str, list[tuple[str, str, str]]] = {
                    ("openai SDK (aiohttp) / bare", "openai_aiohttp_over_bare", "{:.2f}x")],
     "latency": [("runner req/s, 256 in flight, 200 ms", "runner_rate", "{:.0f}/s"),
                 ("bare aiohttp req/s, same", "bare_rate", "{:.0f}/s")],
+    "process": [("judge run / bare aiohttp, whole processes", "judge_over_bare", "{:.2f}x"),
+                ("same, the calls alone", "judge_over_bare_calls", "{:.2f}x")],
     "cached": [("judge run, 100k tasks all cached", "run_seconds", "{:.1f} s"),
                ("judge rescore rate", "rescore_tasks_per_s", "{:.0f} tasks/s")],
     "ratelimit": [("429s received at 600 rpm", "received_429", "{}"),

@@ -35,9 +35,28 @@ class RecordingState(State):
         return over
 
 
+first_last: list[float | None] = [None, None]
+"""time.time() of the first and the last chat request (bench/process.py splits a whole `judge run`
+by them: start-up before the first, calls between, reports after the last)."""
+
+
+@web.middleware
+async def _stamped(request: web.Request,
+                   handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                   ) -> web.StreamResponse:
+    if request.method == "POST":
+        now = time.time()
+        if first_last[0] is None:
+            first_last[0] = now
+        first_last[1] = now
+    return await handler(request)
+
+
 def _stats_handler(state: RecordingState) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def stats(request: web.Request) -> web.Response:
         return web.json_response({"requests": state.requests, "answered": state.answered,
+                                  "first_request_at": first_last[0],
+                                  "last_request_at": first_last[1],
                                   "status": dict(state.status), "accepted": state.accepted,
                                   "rejected": state.rejected,
                                   "max_in_flight": state.max_in_flight})
@@ -54,6 +73,7 @@ def main() -> None:
     state = RecordingState(Script(latency_s=args.latency, rpm=args.rpm))
     app = make_app(state)
     app.router.add_get("/bench/stats", _stats_handler(state))
+    app.middlewares.append(_stamped)
     web.run_app(app, host="127.0.0.1", port=args.port, access_log=None, print=lambda *a: None,
                 backlog=1024)
 
