@@ -15,7 +15,7 @@ executes is a survivor without a run. That gives the same verdict as the whole f
 fraction of the time. Mutants that cannot change behaviour are listed, with the reason, in
 EQUIVALENT (tools/mutate_equivalent.py) and left out of the score.
 
-    python tools/mutate.py [--only parsers] [--jobs 2] [--out tools/mutate-results.json]
+    python tools/mutate.py [--only parse/] [--jobs 2] [--out tools/mutate-results.json]
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ from mutate_equivalent import EQUIVALENT
 ROOT = Path(__file__).resolve().parents[1]
 
 TARGETS: dict[str, tuple[str, ...]] = {
-    "runner/parse/parsers.py": ("tests/test_parse.py",),
+    **{f"runner/parse/{name}.py": ("tests/test_parse.py",)
+       for name in ("parsers", "base", "ratings", "forms")},
     "runner/parse/metrics.py": tuple(f"tests/test_colossalai.py::test_{name}" for name in (
         "bleu_and_chrf_are_sacrebleu_sentence_scores",
         "rouge_english_is_rouge_score_and_chinese_counts_characters",

@@ -12,6 +12,7 @@ __all__ = ["EQUIVALENT"]
 # Mutants that cannot change behaviour: (module, function, text of "<line> -> <mutated line>",
 # why). Each was read and argued, not just left over.
 _LIMITER, _PARSERS = "runner/execute/limiter.py", "runner/parse/parsers.py"
+_RATINGS, _FORMS = "runner/parse/ratings.py", "runner/parse/forms.py"
 _METRICS, _COEF, _KENDALL = ("runner/parse/metrics.py", "runner/reduce/_coef.py",
                              "runner/reduce/_kendall.py")
 EQUIVALENT: tuple[tuple[str, str, str, str], ...] = (
@@ -20,11 +21,12 @@ EQUIVALENT: tuple[tuple[str, str, str, str], ...] = (
     (_LIMITER, "__init__", "max((0), int(rpm))", "under 1 rpm the bucket (one request per "
      "60/rpm s) already keeps every 60 s window to one request"),
     (_LIMITER, "__init__", "maxlen=self._window or (0)", "the deque is only read with a window"),
-    (_PARSERS, "_parse_number", "float(number.group((0)))",
+    (_RATINGS, "parse_number", "float(standalone.group((0)))",
      "_NUMBER's whole match is its one group (the rest are lookarounds)"),
-    (_PARSERS, "_form_regex", "lru_cache(maxsize=(65))", "a cache's size"),
-    (_PARSERS, "_parse_form", 'found.get(key, ("", (True)))[0]', "only [0] is read"),
-    (_PARSERS, "_pattern", "return False -> return None", "check_options reads it as a bool"),
+    (_FORMS, "_form_regex", "lru_cache(maxsize=(65))", "a cache's size"),
+    (_FORMS, "parse_form", 'found.get(key, ("", (True)))[0]', "only [0] is read"),
+    (_PARSERS, "_is_one_group_regex", "return False -> return None",
+     "check_options reads it as a bool"),
     (_METRICS, "_scorer", "lru_cache(maxsize=(5))", "a cache's size"),
     (_COEF, "rankdata", "stable=(False)", "tied values get one average rank in any order"),
     (_COEF, "_ties", "cnt[(cnt >= 1)]", "a value seen once ties 1 * 0 // 2 = 0 pairs"),

@@ -3,7 +3,7 @@
 Pure, no I/O, never raises on any text. Judges asked for JSON answer with the bare object,
 with a fenced ```json block, with a sentence before or after it, or (an Anthropic answer to a
 prefilled "{") with the object's body only; each of these is read. What the object's fields
-mean is the parser's business (runner.parse.parsers).
+mean is the parser's business (runner.parse.forms).
 """
 
 from __future__ import annotations
