@@ -51,15 +51,28 @@ REDACTED = "[redacted]"
 
 
 def register_secret(value: str | None) -> None:
-    """Remember a key value (from the environment) so `scrub` removes it from any text."""
+    """Remember a key value (from the environment) so `scrub` removes it from any text.
+
+    Args:
+        value: the key's value; None, "" and values under 6 characters are not remembered
+            (they would blank ordinary words).
+    """
     if value and len(value) >= 6:
         _SECRETS.add(value)
 
 
 def scrub(text: str, secrets: tuple[str, ...] = ()) -> str:
-    """`text` without any registered or given key value and without anything shaped like a
-    key (`Bearer ...`, `sk-...`, `AIza...`, `key=...`): for every text a server sent back,
-    before it is printed or written (some gateways echo the Authorization header)."""
+    """Text without any key in it: for every text a server sent back, before it is printed or
+    written (some gateways echo the Authorization header).
+
+    Args:
+        text: the text to clean.
+        secrets: key values to remove besides the registered ones (see `register_secret`).
+
+    Returns:
+        `text` with every registered or given key value, and anything shaped like a key
+        (`Bearer ...`, `sk-...`, `AIza...`, `key=...`), replaced by `REDACTED`.
+    """
     for secret in (*secrets, *_SECRETS):
         if secret and len(secret) >= 6 and secret in text:
             text = text.replace(secret, REDACTED)
@@ -103,6 +116,15 @@ class APIError(RunnerError):
     def __init__(self, message: str, *, status: int | None = None,
                  retry_after: float | None = None, kind: str | None = None,
                  detail: str | None = None) -> None:
+        """Build the error; the attributes are those of the class.
+
+        Args:
+            message: the exception's text, already passed through `scrub`.
+            status: the HTTP status, None without a response.
+            retry_after: seconds the server asked to wait, if it said so.
+            kind: the short label; defaults to the status, else "error".
+            detail: what went wrong without the label; defaults to `message`.
+        """
         super().__init__(message)
         self.status = status
         self.retry_after = retry_after

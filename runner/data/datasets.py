@@ -362,7 +362,7 @@ def _mapped(path: Path, rows: Iterator[tuple[int, str, Any]], mapping: FieldMap,
     # Ids seen so far, as 64-bit hashes (~12 bytes an item: a plan over 2.5M items streams
     # them, where a set of the id strings held ~200 MB); a hash already seen is checked
     # against the file itself, so a collision never turns into a false error.
-    seen, shared = Seen(), _Shared()
+    seen, interner = Seen(), _ItemInterner()
     for index, where, row in rows:
         if not isinstance(row, dict):
             raise DataError(f"{where}: a {type(row).__name__}, expected an object; "
@@ -374,14 +374,14 @@ def _mapped(path: Path, rows: Iterator[tuple[int, str, Any]], mapping: FieldMap,
             if first is not None:
                 raise DataError(f"{where}: item id {item_id!r} (column {mapping.id!r}) repeats "
                                 f"the one at {first}; ids must be unique within a data set")
-        yield shared.item(dataset, item_id, cell, mapping)
+        yield interner.item(dataset, item_id, cell, mapping)
 
 
 NO_VALUES: Mapping[str, Any] = MappingProxyType({})
 """The one empty mapping every item without annotators, metrics or extras shares."""
 
 
-class _Shared:
+class _ItemInterner:
     """Equal values of consecutive items as one object, to hold a large data set in less memory
     (a run keeps every item: 2.5M items of ~580-byte lines took ~1.4 KB each, ~0.8 KB shared).
 
@@ -394,27 +394,27 @@ class _Shared:
     LIMIT = 1 << 16
 
     def __init__(self) -> None:
-        self.names: dict[str, str] = {}
-        self.numbers: dict[float, float] = {}
-        self.last: dict[str, str] = {}
+        self.interned_names: dict[str, str] = {}
+        self.interned_numbers: dict[float, float] = {}
+        self.previous_text: dict[str, str] = {}  # text field name -> the previous item's
 
     def name(self, value: str) -> str:
-        if len(self.names) >= self.LIMIT and value not in self.names:
-            self.names.clear()
-        return self.names.setdefault(value, value)
+        if len(self.interned_names) >= self.LIMIT and value not in self.interned_names:
+            self.interned_names.clear()
+        return self.interned_names.setdefault(value, value)
 
     def number(self, value: float) -> float:
         if not value:  # 0.0 and -0.0 are equal keys: keep the sign as read
             return value
-        if len(self.numbers) >= self.LIMIT and value not in self.numbers:
-            self.numbers.clear()
-        return self.numbers.setdefault(value, value)
+        if len(self.interned_numbers) >= self.LIMIT and value not in self.interned_numbers:
+            self.interned_numbers.clear()
+        return self.interned_numbers.setdefault(value, value)
 
     def text(self, name: str, value: str) -> str:
-        last = self.last.get(name)
+        last = self.previous_text.get(name)
         if last is not None and last == value:
             return last
-        self.last[name] = value
+        self.previous_text[name] = value
         return value
 
     def item(self, dataset: str, item_id: str, cell: _Cells, mapping: FieldMap) -> Item:

@@ -257,6 +257,10 @@ def read_records(path: Path, fmt: str) -> _Rows:
         path: A JSONL, CSV (UTF-8, BOM skipped) or JSON (list of objects) file.
         fmt: "jsonl", "csv" or "json".
 
+    Returns:
+        An iterator of (index, where, record): a CSV row is a dict of str, a JSON record any
+        decoded value (checked by the caller).
+
     Raises:
         DataError: The file is not valid in that format.
     """
@@ -300,7 +304,19 @@ def _json_list(files: Sequence[Path], pattern: str, dataset: str) -> tuple[Path,
 
 
 def openmeva(files: Sequence[Path], dataset: str) -> Iterator[Item]:
-    """OpenMEVA-MANS: one item per (story beginning, generator), 200 x 5 = 1000."""
+    """OpenMEVA-MANS: one item per (story beginning, generator), 200 x 5 = 1000."
+
+    Args:
+        files: the data set's registered files, absolute, in registry order.
+        dataset: the data set's name as the job calls it (for `Item.dataset` and messages).
+
+    Returns:
+        The items in file order, read lazily.
+
+    Raises:
+        DataError: a file is missing, malformed or disagrees with the others, naming the file,
+            the record and the fix (raised as the items are read).
+    """
     path, records = _json_list(files, "openmeva.json", dataset)
     for index, raw in enumerate(records):
         with _record(path, f"record {index}", dataset):
@@ -331,6 +347,17 @@ def tst_formality(files: Sequence[Path], dataset: str) -> Iterator[Item]:
 
     Lines 0-39 are informal->formal, 40-79 formal->informal; the human reference
     counts as system "ref". All four files must agree on src, ref, systems and outputs.
+
+    Args:
+        files: the data set's registered files, absolute, in registry order.
+        dataset: the data set's name as the job calls it (for `Item.dataset` and messages).
+
+    Returns:
+        The items in file order, read lazily.
+
+    Raises:
+        DataError: a file is missing, malformed or disagrees with the others, naming the file,
+            the record and the fix (raised as the items are read).
     """
     tables = {aspect: _read_jsonl(_pick(files, name), dataset)
               for name, aspect in _TST_FILES.items()}
@@ -371,7 +398,19 @@ def _tst_line(dataset: str, line: int, rows: Mapping[str, dict[Any, Any]]) -> li
 
 
 def summeval(files: Sequence[Path], dataset: str) -> Iterator[Item]:
-    """SummEval: one item per (document, system), 100 x 16 = 1600."""
+    """SummEval: one item per (document, system), 100 x 16 = 1600."
+
+    Args:
+        files: the data set's registered files, absolute, in registry order.
+        dataset: the data set's name as the job calls it (for `Item.dataset` and messages).
+
+    Returns:
+        The items in file order, read lazily.
+
+    Raises:
+        DataError: a file is missing, malformed or disagrees with the others, naming the file,
+            the record and the fix (raised as the items are read).
+    """
     path, docs = _pickled_dict(files, dataset)
     for doc_id, raw in docs.items():
         with _record(path, f"document {doc_id!r}", dataset):
@@ -389,7 +428,19 @@ def summeval(files: Sequence[Path], dataset: str) -> Iterator[Item]:
 
 
 def bagel(files: Sequence[Path], dataset: str) -> Iterator[Item]:
-    """BAGEL: one item per output, 404 (202 meaning representations, 2 outputs each)."""
+    """BAGEL: one item per output, 404 (202 meaning representations, 2 outputs each)."
+
+    Args:
+        files: the data set's registered files, absolute, in registry order.
+        dataset: the data set's name as the job calls it (for `Item.dataset` and messages).
+
+    Returns:
+        The items in file order, read lazily.
+
+    Raises:
+        DataError: a file is missing, malformed or disagrees with the others, naming the file,
+            the record and the fix (raised as the items are read).
+    """
     path, outputs = _pickled_dict(files, dataset)
     for key, raw in outputs.items():
         with _record(path, f"item {key!r}", dataset):
@@ -413,6 +464,17 @@ def korean_chat(files: Sequence[Path], dataset: str) -> Iterator[Item]:
 
     Models are the generated/*.jsonl stems, sorted. `extra["recorded_judge"]` is the raw
     gpt-4-0125-preview response from chatgpt_results/<model>.pkl where that file exists.
+
+    Args:
+        files: the data set's registered files, absolute, in registry order.
+        dataset: the data set's name as the job calls it (for `Item.dataset` and messages).
+
+    Returns:
+        The items in file order, read lazily.
+
+    Raises:
+        DataError: a file is missing, malformed or disagrees with the others, naming the file,
+            the record and the fix (raised as the items are read).
     """
     questions_path = _pick(files, "user_oriented_instructions_eval.jsonl")
     questions = _read_jsonl(questions_path, dataset)
@@ -455,7 +517,19 @@ def _korean_line(dataset: str, index: int, question: dict[Any, Any],
 
 
 def colossalai(files: Sequence[Path], dataset: str) -> Iterator[Item]:
-    """ColossalEval GPT-evaluation examples: 25 questions, subset = category."""
+    """ColossalEval GPT-evaluation examples: 25 questions, subset = category."
+
+    Args:
+        files: the data set's registered files, absolute, in registry order.
+        dataset: the data set's name as the job calls it (for `Item.dataset` and messages).
+
+    Returns:
+        The items in file order, read lazily.
+
+    Raises:
+        DataError: a file is missing, malformed or disagrees with the others, naming the file,
+            the record and the fix (raised as the items are read).
+    """
     path, records = _json_list(files, "eval_*_examples.json", dataset)
     for index, raw in enumerate(records):
         with _record(path, f"record {index}", dataset):

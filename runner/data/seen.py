@@ -1,4 +1,5 @@
-"""A set of 64-bit values at about 12 bytes a member, for one pass over millions of things.
+"""An exact set of 64-bit values (`add`, `in`, `len`) at about 12 bytes a member, for one pass
+over millions of things.
 
 A Python set of 10,000,000 sha256 hex keys holds about 1.4 GB (a 113-byte str and a set slot
 each), a set of their 64-bit prefixes as ints about 0.7 GB. `Seen` keeps its members in sorted
@@ -24,13 +25,20 @@ if TYPE_CHECKING:  # numpy is imported by the first run (past `recent` members),
 
 __all__ = ["Seen", "key64"]
 
-RECENT = 1 << 16  # members kept in the Python set before they move to a sorted run
-RUN = 1 << 21  # runs are merged up to this many members (16 MB; a merge holds twice that)
-BITS = 16  # bitmap bits a member at least: it doubles when members pass 1/16 of it
+RECENT_MAX = 1 << 16  # members kept in the Python set before they move to a sorted run
+RUN_MAX = 1 << 21  # runs are merged up to this many members (16 MB; a merge holds twice that)
+BITMAP_BITS = 16  # bitmap bits a member at least: it doubles when members pass 1/16 of it
 
 
 def key64(key: str) -> int:
-    """A sha256 hex cache key's first 64 bits (the keys are uniform, so are these)."""
+    """A sha256 hex cache key's first 64 bits (the keys are uniform, so are these).
+
+    Args:
+        key: a hex string of at least 16 digits.
+
+    Returns:
+        Its first 16 hex digits as an int in 0..2^64-1.
+    """
     return int(key[:16], 16)
 
 
@@ -41,7 +49,13 @@ class Seen:
     of a run has its bit (value & _mask) set in `_bits`; `_count` is the members in runs.
     """
 
-    def __init__(self, *, recent: int = RECENT, run: int = RUN) -> None:
+    def __init__(self, *, recent: int = RECENT_MAX, run: int = RUN_MAX) -> None:
+        """An empty set.
+
+        Args:
+            recent: members kept in a Python set before they move to a sorted run.
+            run: runs are merged while the merged run holds at most this many members.
+        """
         self._recent_max, self._run_max = recent, run
         self._recent: set[int] = set()
         self._runs: list[Run] = []  # empty until the first flush
@@ -56,7 +70,14 @@ class Seen:
         return value in self._recent or self._in_runs(value)
 
     def add(self, value: int) -> bool:
-        """Add `value` (0 <= value < 2^64); True if it was not a member yet."""
+        """Add a value.
+
+        Args:
+            value: an int, 0 <= value < 2^64.
+
+        Returns:
+            True if it was not a member yet.
+        """
         recent = self._recent
         if value in recent:
             return False
@@ -69,7 +90,11 @@ class Seen:
         return True
 
     def nbytes(self) -> int:
-        """Bytes held by the runs and the bitmap (the recent set not counted)."""
+        """The memory the set holds outside Python objects.
+
+        Returns:
+            Bytes held by the runs and the bitmap (the recent set not counted).
+        """
         return sum(r.nbytes for r in self._runs) + len(self._bits)
 
     def _in_runs(self, value: int) -> bool:
@@ -92,9 +117,9 @@ class Seen:
         new.sort()
         self._recent = set()
         self._count += len(new)
-        if (len(self._bits) << 3) < BITS * self._count:
+        if (len(self._bits) << 3) < BITMAP_BITS * self._count:
             size = len(self._bits)
-            while (size << 3) < BITS * self._count:  # 16 to 32 bits a member
+            while (size << 3) < BITMAP_BITS * self._count:  # 16 to 32 bits a member
                 size <<= 1
             self._bits, self._mask = bytearray(size), (size << 3) - 1
             for run in self._runs:

@@ -83,7 +83,18 @@ def _kinds(kind: type | tuple[type, ...]) -> tuple[type, ...]:
 
 
 def load_job(path: Path) -> Job:
-    """Read and validate a job file. Raises ConfigError naming the file and key path."""
+    """Read and validate a job file.
+
+    Args:
+        path: the job's TOML file.
+
+    Returns:
+        The whole job, validated: every later stage reads it and nothing re-checks it.
+
+    Raises:
+        ConfigError: the file cannot be read, is not TOML, has an unknown key or a wrong value;
+            the message names the file, the key path and the fix.
+    """
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:

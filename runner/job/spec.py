@@ -179,8 +179,20 @@ class PromptSpec:
 
     def template(self, aspect: str, subset: str = "",
                  fields: Mapping[str, str] | None = None) -> str | None:
-        """The template for one aspect and subset; None = this aspect does not apply there
-        (e.g. templates keyed "correctness@closed_qa" only, or a required field is empty)."""
+        """The template for one aspect and subset.
+
+        Keys are tried from the most to the least specific: "aspect@subset", "*@subset",
+        "aspect", "*".
+
+        Args:
+            aspect: the aspect to score.
+            subset: the item's subset ("" when the data set has none).
+            fields: the item's fields; None skips the `requires` and `when_empty` rules.
+
+        Returns:
+            The template text, or None when this aspect does not apply there (e.g. templates
+            keyed "correctness@closed_qa" only, or a required field is empty).
+        """
         if fields is not None and any(not fields.get(f, "").strip() for f in self.requires):
             return None
         for name, text in self.when_empty.items():
@@ -218,13 +230,26 @@ class GenerateSpec:
     against it, and generated items carry it as the `reference` field (when set)."""
 
     def prompt(self) -> PromptSpec:
-        """The generation request as a prompt (parser unused), for the expander."""
+        """The generation request as a prompt, for the expander.
+
+        Returns:
+            A PromptSpec named "generate:<name>" with one aspect, "answer", over `dataset`;
+            its parser ("number") is never used.
+        """
         return PromptSpec(name=f"generate:{self.name}", templates=self.templates,
                           system=self.system, parser="number", parser_options={},
                           aspects=("answer",), datasets=(self.dataset,), params=self.params,
                           when_empty=self.when_empty, join=self.join)
 
     def metric_names(self, subset: str) -> tuple[str, ...]:
+        """The automatic metrics of an answer in one subset.
+
+        Args:
+            subset: the source item's subset.
+
+        Returns:
+            The metric names listed for the subset, else for "*", else none.
+        """
         return self.metrics.get(subset, self.metrics.get("*", ()))
 
 
@@ -283,9 +308,25 @@ class Job:
     """Virtual judges made of the judges' scores (`[juries.NAME]`), reported like any judge."""
 
     def with_models(self, models: tuple[ModelSpec, ...]) -> Job:
+        """This job with other models (`--model` on the command line).
+
+        Args:
+            models: the models that replace the job file's.
+
+        Returns:
+            A copy of the job; the job itself is frozen and unchanged.
+        """
         return replace(self, models=models)
 
     def with_limits(self, **changes: Any) -> Job:
+        """This job with some limits changed (command-line overrides of `[limits]`).
+
+        Args:
+            **changes: `Limits` field -> new value.
+
+        Returns:
+            A copy of the job; the job itself is frozen and unchanged.
+        """
         return replace(self, limits=replace(self.limits, **changes))
 
 
@@ -297,6 +338,21 @@ def parse_model_spec(spec: str, *, name: str | None = None, base_url: str | None
     A bare name needs `base_url` (from the job, `--base-url` or `OPENAI_BASE_URL`); a key is
     sent if one is set. The provider prefixes always need a key (in their preset variable
     unless `api_key_env` names another); azure also needs `base_url`, the resource URL.
+
+    Args:
+        spec: the model spec as written in the job file or on the command line.
+        name: the judge's name in reports; defaults to `spec`.
+        base_url: the endpoint; defaults to the provider's preset.
+        api_key_env: the variable holding the key; defaults to the provider's preset or
+            OPENAI_API_KEY.
+        **extra: further `ModelSpec` fields (rpm, params, endpoints, ...).
+
+    Returns:
+        The ModelSpec, with kind "openai", "anthropic", "gemini", "azure", "local" or
+        "compatible".
+
+    Raises:
+        ConfigError: the spec names no model, or azure has no `base_url`.
     """
     prefix, _, rest = spec.partition(":")
     if (prefix in PROVIDERS or prefix == "local") and not rest.strip():
@@ -322,8 +378,17 @@ def parse_model_spec(spec: str, *, name: str | None = None, base_url: str | None
 
 
 def url_problem(url: str) -> str | None:
-    """What is wrong with an endpoint URL (`htp://`, `http//x`, no host, a bad port), or None:
-    a base URL like that was retried as a connection error on every task."""
+    """What is wrong with an endpoint URL (`htp://`, `http//x`, no host, a bad port).
+
+    Checked when the job is read: a base URL like that was retried as a connection error on
+    every task.
+
+    Args:
+        url: the URL as written.
+
+    Returns:
+        A message naming the URL and the fix, or None when it is an http(s) URL with a host.
+    """
     try:
         parts = urlsplit(url)
         port_ok = parts.port is None or 0 < parts.port < 65536
@@ -335,5 +400,12 @@ def url_problem(url: str) -> str | None:
 
 
 def placeholders(template: str) -> set[str]:
-    """The `{{name}}` placeholders of a template."""
+    """The placeholders of a template.
+
+    Args:
+        template: the template text.
+
+    Returns:
+        The names written as `{{name}}`.
+    """
     return set(PLACEHOLDER.findall(template))

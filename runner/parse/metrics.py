@@ -44,13 +44,30 @@ _ZH_TOKEN = re.compile(r"[a-z0-9]+|[^\W_a-z0-9]")
 
 
 def tokens(text: str, language: str) -> list[str]:
-    """The tokens ROUGE, Distinct and overlap count (see the module docstring)."""
+    """The tokens ROUGE, Distinct and overlap count (see the module docstring).
+
+    Args:
+        text: any text.
+        language: "en" or "zh" (anything but "zh" tokenizes as "en").
+
+    Returns:
+        The lowercased tokens in order.
+    """
     pattern = _ZH_TOKEN if language == "zh" else _EN_TOKEN
     return pattern.findall(text.lower())
 
 
 def bleu(hypothesis: str, reference: str, language: str) -> float:
-    """Sentence BLEU (sacrebleu defaults: 4-grams, exp smoothing), 0-100."""
+    """Sentence BLEU (sacrebleu defaults: 4-grams, exp smoothing).
+
+    Args:
+        hypothesis: the generated answer.
+        reference: its reference text.
+        language: "zh" for sacrebleu's Chinese tokenizer, else "13a".
+
+    Returns:
+        BLEU on 0-100.
+    """
     import sacrebleu
 
     tokenize = "zh" if language == "zh" else "13a"
@@ -58,7 +75,15 @@ def bleu(hypothesis: str, reference: str, language: str) -> float:
 
 
 def chrf(hypothesis: str, reference: str) -> float:
-    """Sentence chrF (sacrebleu defaults: character 6-grams, beta 2), 0-100."""
+    """Sentence chrF (sacrebleu defaults: character 6-grams, beta 2), in any language.
+
+    Args:
+        hypothesis: the generated answer.
+        reference: its reference text.
+
+    Returns:
+        chrF on 0-100.
+    """
     import sacrebleu
 
     return float(sacrebleu.sentence_chrf(hypothesis, [reference]).score)
@@ -88,20 +113,47 @@ def _scorer(language: str) -> Any:
 
 
 def rouge(hypothesis: str, reference: str, language: str) -> dict[str, float]:
-    """ROUGE-1, ROUGE-2 and ROUGE-L F-measures (rouge-score, our tokens, no stemming)."""
+    """ROUGE-1, ROUGE-2 and ROUGE-L F-measures (rouge-score, our tokens, no stemming).
+
+    Args:
+        hypothesis: the generated answer.
+        reference: its reference text.
+        language: "en" or "zh", for `tokens`.
+
+    Returns:
+        {"rouge1": f, "rouge2": f, "rougeL": f}, each on 0-1.
+    """
     scores = _scorer(language).score(reference, hypothesis)
     return {name: float(scores[name].fmeasure) for name in ("rouge1", "rouge2", "rougeL")}
 
 
 def distinct(text: str, n: int, language: str) -> float:
-    """Distinct-n: unique n-grams / all n-grams of the text (0.0 when it has none)."""
+    """Distinct-n: unique n-grams / all n-grams of the text.
+
+    Args:
+        text: the generated answer.
+        n: the n-gram length.
+        language: "en" or "zh", for `tokens`.
+
+    Returns:
+        The share on 0-1; 0.0 when the text has no n-gram.
+    """
     words = tokens(text, language)
     grams = [tuple(words[i:i + n]) for i in range(len(words) - n + 1)]
     return len(set(grams)) / len(grams) if grams else 0.0
 
 
 def overlap(hypothesis: str, reference: str, language: str) -> dict[str, float]:
-    """Token-overlap precision, recall and F1 (multiset intersection, as SQuAD's F1)."""
+    """Token-overlap precision, recall and F1 (multiset intersection, as SQuAD's F1).
+
+    Args:
+        hypothesis: the generated answer.
+        reference: its reference text.
+        language: "en" or "zh", for `tokens`.
+
+    Returns:
+        {"precision": p, "recall": r, "f1": f}, each on 0-1; all 0.0 with no common token.
+    """
     hyp, ref = tokens(hypothesis, language), tokens(reference, language)
     common = sum((Counter(hyp) & Counter(ref)).values())
     if common == 0:
@@ -113,8 +165,23 @@ def overlap(hypothesis: str, reference: str, language: str) -> dict[str, float]:
 
 def compute(names: Iterable[str], hypothesis: str, reference: str,
             language: str) -> dict[str, float]:
-    """The listed metrics of one answer, by column. Reference-based metrics are left out when
-    the reference is empty (or only whitespace); Distinct never needs one."""
+    """The listed metrics of one answer, by column.
+
+    Reference-based metrics (`NEEDS_REFERENCE`) are left out when the reference is empty (or
+    only whitespace); Distinct never needs one.
+
+    Args:
+        names: metric names as a job lists them (keys of `METRICS`).
+        hypothesis: the generated answer.
+        reference: its reference text, "" when there is none.
+        language: "en" or "zh", for `tokens`.
+
+    Returns:
+        Column -> value, the columns of `METRICS` for each metric computed.
+
+    Raises:
+        ValueError: a name is not a metric (the job loader lets none through).
+    """
     out: dict[str, float] = {}
     has_reference = bool(reference.strip())
     for name in names:

@@ -23,9 +23,16 @@ _NUMERIC = re.compile(r"\s*(-?\d+(?:\.\d+)?)\s*(?:/\s*\d+(?:\.\d+)?)?\s*")
 
 
 def find_object(text: str) -> Mapping[str, Any] | None:
-    """The first JSON object in `text`: inside a fenced block first, else the first "{" that
-    starts a valid object, else `text` read as the body of an object whose "{" was prefilled;
-    None when there is none."""
+    """The first JSON object in a judge's answer.
+
+    Args:
+        text: the answer.
+
+    Returns:
+        The object inside a fenced block first, else the one at the first "{" that starts a
+        valid object, else `text` read as the body of an object whose "{" was prefilled; None
+        when there is none.
+    """
     for block in _FENCE.findall(text):
         if (found := _first_object(block)) is not None:
             return found
@@ -52,8 +59,15 @@ def _first_object(text: str) -> Mapping[str, Any] | None:
 
 
 def lookup(obj: Mapping[str, Any], path: str) -> Any:
-    """The value at `path`: the key itself, else a dotted path into nested objects
-    ("scores.coherence"); None when absent."""
+    """The value at a key or a dotted path of a JSON object.
+
+    Args:
+        obj: the object.
+        path: a key, or a dotted path into nested objects ("scores.coherence").
+
+    Returns:
+        The value under the key itself if present, else at the dotted path; None when absent.
+    """
     if path in obj:
         return obj[path]
     value: Any = obj
@@ -65,8 +79,15 @@ def lookup(obj: Mapping[str, Any], path: str) -> Any:
 
 
 def number(value: Any) -> float | None:
-    """A score from a JSON value: a finite number (not a boolean), or a string holding one
-    ("4", "4/5"); None otherwise."""
+    """A score from a JSON value.
+
+    Args:
+        value: any decoded JSON value.
+
+    Returns:
+        A finite number (not a boolean) as a float, or the number a string holds ("4", "4/5"
+        gives 4.0); None otherwise.
+    """
     if isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
