@@ -32,40 +32,74 @@ class Breaker:
     seen before any answer."""
 
     def __init__(self, replicas: dict[str, list[str]], names: dict[str, str]) -> None:
-        """`replicas`: model -> the labels (base URLs) of its replicas; `names`: model -> the
-        model name sent in requests (for the 404 message)."""
+        """A breaker that has seen nothing yet.
+
+        Args:
+            replicas: model -> the labels (base URLs) of its replicas.
+            names: model -> the model name sent in requests (for the 404 message).
+        """
         self.replicas, self.names = replicas, names
         self.answered: set[str] = set()
         """Models with at least one answer."""
-        self.refused: Counter[tuple[str, str]] = Counter()
-        self.why: dict[tuple[str, str], str] = {}
-        self.missing: Counter[tuple[str, str]] = Counter()
+        self.connect_failures: Counter[tuple[str, str]] = Counter()
+        """(model, replica) -> failed connections."""
+        self.connect_error: dict[tuple[str, str], str] = {}
+        """(model, replica) -> the last connection error's detail, for the stop message."""
+        self.not_found_count: Counter[tuple[str, str]] = Counter()
+        """(model, the 404's detail) -> how many such 404s."""
 
     def succeeded(self, model: str) -> None:
+        """Book an answer: the model is never judged dead again.
+
+        Args:
+            model: the model's name in the job.
+        """
         self.answered.add(model)
 
     def connect_failed(self, model: str, replica: str, error: APIError) -> str | None:
-        """Book a failed connection; the run's stop message once every replica is down."""
+        """Book a failed connection.
+
+        Args:
+            model: the model's name in the job.
+            replica: the label (base URL) of the replica that failed.
+            error: the ConnectError, whose detail names the cause.
+
+        Returns:
+            The run's stop message once every replica of a model that never answered has
+            failed CONNECT_FAILURES times; None until then.
+        """
         if model in self.answered:
             return None
-        self.refused[model, replica] += 1
-        self.why[model, replica] = error.detail
-        down = [r for r in self.replicas[model] if self.refused[model, r] >= CONNECT_FAILURES]
+        self.connect_failures[model, replica] += 1
+        self.connect_error[model, replica] = error.detail
+        down = [r for r in self.replicas[model]
+                if self.connect_failures[model, r] >= CONNECT_FAILURES]
         if len(down) < len(self.replicas[model]):
             return None
         if len(down) == 1:
-            return f"cannot connect to {down[0]} ({_cause(self.why[model, down[0]])}): is the " \
-                   f"server running? (model {model}; check --base-url / base_url)"
-        each = "; ".join(f"{r}: {_cause(self.why[model, r])}" for r in down)
+            cause = _cause(self.connect_error[model, down[0]])
+            return f"cannot connect to {down[0]} ({cause}): is the server running? " \
+                   f"(model {model}; check --base-url / base_url)"
+        each = "; ".join(f"{r}: {_cause(self.connect_error[model, r])}" for r in down)
         return f"cannot connect to any endpoint of model {model} ({each}): are the servers " \
                "running?"
 
     def not_found(self, model: str, replica: str, error: APIError) -> str | None:
-        """Book a 404; the run's stop message after NOT_FOUND identical ones and no answer."""
+        """Book a failed request, counting it when it is a 404.
+
+        Args:
+            model: the model's name in the job.
+            replica: the label (base URL) of the replica that answered 404.
+            error: the request's error; only a 404 counts.
+
+        Returns:
+            The run's stop message after NOT_FOUND identical 404s of a model that never
+            answered; None until then.
+        """
         if error.status != 404 or model in self.answered:
             return None
-        self.missing[model, error.detail] += 1
-        if self.missing[model, error.detail] < NOT_FOUND:
+        self.not_found_count[model, error.detail] += 1
+        if self.not_found_count[model, error.detail] < NOT_FOUND:
             return None
         return f"the server at {replica} has no model {self.names[model]!r} (HTTP 404: " \
                f"{error.detail}); check --model / base_url (an OpenAI-compatible base URL " \

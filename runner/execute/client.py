@@ -35,7 +35,9 @@ class Response(NamedTuple):
     """A successful chat completion (a tuple: a frozen dataclass took ~1 us an answer)."""
 
     data: dict[str, Any]
+    """The chat-completions JSON (after the provider's `decode`), with at least one answer."""
     latency_s: float
+    """Seconds from sending the request to the whole body read."""
     headers: Mapping[str, str]
     """The response headers (case-insensitive), e.g. for the limits a server announces."""
     raw: bytes | None = None
@@ -45,8 +47,21 @@ class Response(NamedTuple):
 
 async def post_chat(session: aiohttp.ClientSession, url: str, body: bytes, *,
                     api_key: str | None, timeout_s: float) -> Response:
-    """Send one OpenAI-style request (Bearer key); return the parsed body or raise an APIError
-    subclass."""
+    """Send one OpenAI-style chat-completions request with a Bearer key.
+
+    Args:
+        session: the run's aiohttp session.
+        url: the full chat-completions URL.
+        body: the request's JSON bytes.
+        api_key: sent as `Authorization: Bearer`; None sends no key.
+        timeout_s: seconds for the whole request, connection to last byte.
+
+    Returns:
+        The checked answer (see `send`).
+
+    Raises:
+        APIError: a subclass saying what to do about it, as `send` classifies.
+    """
     headers = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
@@ -56,10 +71,28 @@ async def post_chat(session: aiohttp.ClientSession, url: str, body: bytes, *,
 async def send(session: aiohttp.ClientSession, url: str, body: bytes, *,
                headers: Mapping[str, str], timeout: aiohttp.ClientTimeout,
                decode: Callable[[Any], Any] | None = None) -> Response:
-    """post_chat for any provider: the caller builds the URL, headers and body
-    (runner.execute.providers) and the `timeout` (`timeout_of(seconds)`); `decode` turns the
-    answer into chat-completions JSON before it is checked. Errors are classified exactly as
-    for post_chat."""
+    """Send one request to any provider and classify what comes back.
+
+    Args:
+        session: the run's aiohttp session.
+        url: the full URL (runner.execute.providers builds it).
+        body: the request's JSON bytes.
+        headers: the request headers, keys included (never kept: see `scrub`).
+        timeout: from `timeout_of(seconds)`.
+        decode: turns the provider's answer into chat-completions JSON before it is checked;
+            None when the answer is chat-completions JSON already.
+
+    Returns:
+        The decoded answer: a dict whose choices each have a message, at least one with an
+        answer; `raw` is the body itself when there was no `decode`.
+
+    Raises:
+        AuthError: 401, 403.
+        RequestError: 400, 404, 413, 422 and other 4xx: this request will not succeed.
+        RetryableError: 408, 409, 429, 5xx, a timeout, a dropped connection, a body that is
+            not a chat completion or has no answer; `retry_after` set when the server said.
+        ConnectError: no connection at all (refused, unknown host).
+    """
     started = time.monotonic()
     try:
         async with session.post(url, data=body, headers=headers, timeout=timeout) as resp:
@@ -102,7 +135,14 @@ def _connect_error(exc: aiohttp.ClientConnectorError, secrets: tuple[str, ...]) 
 
 @functools.lru_cache(maxsize=8)
 def timeout_of(total_s: float) -> aiohttp.ClientTimeout:
-    """One (immutable) timeout object per value, not one per request."""
+    """The aiohttp timeout for a total time, one (immutable) object per value.
+
+    Args:
+        total_s: seconds for the whole request.
+
+    Returns:
+        An aiohttp.ClientTimeout with `total` = total_s, shared by every request with it.
+    """
     return aiohttp.ClientTimeout(total=total_s)
 
 
@@ -171,14 +211,24 @@ def _server_message(raw: bytes) -> str:
 
 
 def retry_after(headers: Any, *, rate_limited: bool = True) -> float | None:
-    """Seconds the server asks us to wait (at most MAX_WAIT_S): retry-after-ms, Retry-After,
-    and, on a 429 only, x-ratelimit-reset-* (OpenAI sends those on every response; they say
-    when a limit refills, not how long an error wants us to wait)."""
-    wait = _advised(headers, rate_limited)
+    """Seconds the server asks us to wait before the next try.
+
+    Read from retry-after-ms, Retry-After (seconds or an HTTP date), and, on a 429 only, the
+    x-ratelimit-reset-* and anthropic-ratelimit-*-reset headers (OpenAI sends those on every
+    response; they say when a limit refills, not how long an error wants us to wait).
+
+    Args:
+        headers: the response headers (any mapping with a case-insensitive `get`).
+        rate_limited: whether the response was a 429, which makes the reset headers count.
+
+    Returns:
+        The wait in seconds, at most MAX_WAIT_S; None when the server gave no readable advice.
+    """
+    wait = _advised_wait(headers, rate_limited)
     return None if wait is None else min(wait, MAX_WAIT_S)
 
 
-def _advised(headers: Any, rate_limited: bool) -> float | None:
+def _advised_wait(headers: Any, rate_limited: bool) -> float | None:
     ms = headers.get("retry-after-ms")
     if ms is not None:
         try:

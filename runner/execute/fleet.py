@@ -56,9 +56,9 @@ class Replica:
     rpm: float | None = None
     """Set (job) or learned requests per minute; None = unknown."""
     tpm: float | None = None
-    learn: tuple[bool, bool] = (False, False)
+    to_learn: tuple[bool, bool] = (False, False)
     """(rpm, tpm): whether this limit is still to be learned from the response headers."""
-    own: tuple[float | None, float | None] = (None, None)
+    own_limits: tuple[float | None, float | None] = (None, None)
     """(rpm, tpm) of its `endpoints` entry: its own limiter paces these (the model's and
     job's limits pace the whole model in the pool)."""
     limiter: Limiter | None = None
@@ -71,23 +71,37 @@ class Replica:
     counts: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def suspect(self) -> bool:
+    def on_probation(self) -> bool:
+        """Taken out by a streak of failures: cooling down, or taking one probe at a time."""
         return self.streak >= STREAK
 
-    def usable(self, now: float) -> bool:
-        """Up, or back from a cool-down with no probe in flight yet."""
-        return self.out_until <= now and not (self.suspect and self.in_flight > 0)
+    def routable(self, now: float) -> bool:
+        """Whether a request may be routed to it now: up, or back from a cool-down with no
+        probe in flight yet.
+
+        Args:
+            now: the event loop's time.
+
+        Returns:
+            True when it may take a request.
+        """
+        return self.out_until <= now and not (self.on_probation and self.in_flight > 0)
 
 
 class Fleet:
     """Route a model's requests over its replicas. Create it inside the running event loop."""
 
     def __init__(self, replicas: list[Replica]) -> None:
+        """A fleet over its replicas.
+
+        Args:
+            replicas: one or more; their weights are set here from their rpm.
+        """
         assert replicas
         self.replicas = replicas
         self.several = len(replicas) > 1
         self.loop = asyncio.get_running_loop()
-        self.changed = asyncio.Event()  # set when a replica frees up or comes back
+        self.replica_freed = asyncio.Event()  # set when a replica frees up or comes back
         self._weights()
 
     def _weights(self) -> None:
@@ -97,8 +111,15 @@ class Fleet:
             r.weight = r.rpm or default
 
     def pick(self, avoid: Replica | None = None) -> Replica | None:
-        """The usable replica with the most free capacity (None: all out). On the hot path:
-        one pass, no allocation."""
+        """The replica the next request goes to: the routable one with the most free capacity.
+
+        Args:
+            avoid: the replica a retry failed on, taken only when no other is routable.
+
+        Returns:
+            The replica (a fleet of one: always its replica), or None when all are out. On the
+            hot path: one pass, no allocation.
+        """
         if not self.several:
             return self.replicas[0]
         now = self.loop.time()
@@ -109,13 +130,18 @@ class Fleet:
             load = (r.in_flight + 1) / r.weight
             if load < lowest:
                 best, lowest = r, load
-        if best is None and avoid is not None and avoid.usable(now):
+        if best is None and avoid is not None and avoid.routable(now):
             return avoid  # the only one up: retry where it failed
         return best
 
     def take(self) -> Replica | None:
         """`acquire` without waiting, for a fleet of one replica without a limiter of its own
-        (the usual case: no coroutine an answer); None when `acquire` is needed."""
+        (the usual case: no coroutine an answer).
+
+        Returns:
+            The replica, now counting the request in flight until `release`, `succeeded` or
+            `failed`; None when `acquire` is needed.
+        """
         if self.several or self.replicas[0].limiter is not None:
             return None
         replica = self.replicas[0]  # what pick() gives a fleet of one
@@ -124,16 +150,24 @@ class Fleet:
 
     async def acquire(self, tokens: int, avoid: Replica | None = None,
                       stop: asyncio.Event | None = None) -> Replica | None:
-        """Route one request carrying `tokens` tokens: wait for a usable replica, then for its
-        limiter. The replica counts the request in flight until `release`. None: `stop` was
-        set while every replica was out."""
+        """Route one request: wait for a usable replica, then for its limiter.
+
+        Args:
+            tokens: the tokens the request reserves in the replica's limiter.
+            avoid: the replica a retry failed on (see `pick`).
+            stop: set by the pool when the run stops.
+
+        Returns:
+            The replica, now counting the request in flight until `release`, `succeeded` or
+            `failed`; None when `stop` was set while every replica was out.
+        """
         while (replica := self.pick(avoid)) is None:
             if stop is not None and stop.is_set():
                 return None
             wait = min(r.out_until for r in self.replicas) - self.loop.time()
-            self.changed.clear()
+            self.replica_freed.clear()
             try:  # a probe that succeeds frees its replica before the earliest cool-down ends
-                await asyncio.wait_for(self.changed.wait(),
+                await asyncio.wait_for(self.replica_freed.wait(),
                                        timeout=min(max(wait, 0.01), STOP_CHECK_S))
             except TimeoutError:
                 pass
@@ -147,12 +181,25 @@ class Fleet:
         return replica
 
     def release(self, replica: Replica) -> None:
-        """A routed request ended without an answer or an error to book (stop, bad request)."""
+        """A routed request ended without an answer or an error to book (stop, bad request).
+
+        Args:
+            replica: the replica `acquire` or `take` gave.
+        """
         replica.in_flight -= 1
-        self.changed.set()
+        self.replica_freed.set()
 
     def succeeded(self, replica: Replica, headers: Mapping[str, str], reserved: int,
                   used: int | None) -> None:
+        """Book an answer: count it, end a streak when it answered a probe, reconcile its
+        limiter, and learn announced limits from the first answer.
+
+        Args:
+            replica: the replica that answered.
+            headers: the answer's response headers.
+            reserved: the tokens `acquire` reserved.
+            used: the tokens the answer's `usage` reports, None when it reports none.
+        """
         replica.in_flight -= 1
         replica.counts["calls"] += 1
         # An answer to a request sent before the replica was taken out does not bring it
@@ -163,15 +210,24 @@ class Fleet:
             replica.counts["state"] = "up"
         if replica.limiter is not None:
             replica.limiter.reconcile(reserved, used)
-        if replica.learn[0] or replica.learn[1]:
+        if replica.to_learn[0] or replica.to_learn[1]:
             self._learn(replica, headers)
-        self.changed.set()
+        self.replica_freed.set()
 
     def failed(self, replica: Replica, error: RetryableError) -> bool:
-        """Book a retryable failure; True when the retry should go to another replica now."""
+        """Book a retryable failure: a 429 rests the replica for the advised time, a streak of
+        connection errors or 5xx takes it out for a cool-down (only in a fleet of several).
+
+        Args:
+            replica: the replica that failed.
+            error: the failure.
+
+        Returns:
+            True when the retry should go to another replica now (one is routable).
+        """
         replica.in_flight -= 1
         replica.counts["failures"] += 1
-        self.changed.set()
+        self.replica_freed.set()
         if not self.several:
             return False
         now = self.loop.time()
@@ -179,17 +235,17 @@ class Fleet:
             replica.out_until = max(replica.out_until, now + (error.retry_after or 1.0))
         elif error.status is None or error.status >= 500:
             replica.streak += 1
-            if replica.suspect:
+            if replica.on_probation:
                 replica.out_until = now + replica.cooldown
                 replica.cooldown = min(replica.cooldown * 2, COOLDOWN_CAP_S)
                 replica.counts["state"] = "out"
                 replica.counts["cooldowns"] += 1
-        return any(r is not replica and r.usable(now) for r in self.replicas)
+        return any(r is not replica and r.routable(now) for r in self.replicas)
 
     def _learn(self, replica: Replica, headers: Mapping[str, str]) -> None:
         """Pace to the limits the first answer announces (only those no one set)."""
         limits = advertised(headers) or Advertised(None, None)
-        learn_rpm, learn_tpm = replica.learn
+        learn_rpm, learn_tpm = replica.to_learn
         for name, learning in (("rpm", learn_rpm), ("tpm", learn_tpm)):
             if learning:  # the first answer decides: a server that announces nothing has none
                 replica.counts[name] = "none"
@@ -199,9 +255,9 @@ class Fleet:
         if learn_tpm and limits.tpm:
             replica.tpm = limits.tpm
             replica.counts["tpm"] = f"{limits.tpm:.0f} (learned)"
-        replica.learn = (False, False)
-        rpm = limits.rpm if learn_rpm and limits.rpm else replica.own[0]
-        tpm = limits.tpm if learn_tpm and limits.tpm else replica.own[1]
+        replica.to_learn = (False, False)
+        rpm = limits.rpm if learn_rpm and limits.rpm else replica.own_limits[0]
+        tpm = limits.tpm if learn_tpm and limits.tpm else replica.own_limits[1]
         if (learn_rpm and limits.rpm) or (learn_tpm and limits.tpm):
             replica.limiter = Limiter(rpm, tpm)
             self._weights()
@@ -210,8 +266,21 @@ class Fleet:
 def fleet_for(model: ModelSpec, base_url: str, api_key: Callable[[], str | None],
               key_reader: Callable[[str], Callable[[], str | None]] | None, limits: Limits,
               counts: dict[str, dict[str, Any]]) -> Fleet:
-    """The fleet of `model`: its `endpoints`, or one replica at `base_url` with `api_key`.
-    `counts` receives each replica's counters, by label."""
+    """The fleet of a model: its `endpoints`, or one replica at `base_url` with `api_key`.
+
+    Args:
+        model: the model.
+        base_url: where it is served when it has no `endpoints`.
+        api_key: reads the model's key when it has no `endpoints`.
+        key_reader: variable name -> a reader of that key, for each endpoint's own
+            `api_key_env`; None reads every endpoint's key with `api_key`.
+        limits: the job's limits (the model's own rpm/tpm take precedence).
+        counts: receives each replica's counters (calls, failures, cooldowns, state, rpm,
+            tpm), by label; a label already there keeps its counters.
+
+    Returns:
+        The fleet; create it inside the running event loop.
+    """
     model_rpm, model_tpm = model.rpm or limits.rpm, model.tpm or limits.tpm
     replicas = []
     urls = [e.base_url for e in model.endpoints]
@@ -224,16 +293,17 @@ def fleet_for(model: ModelSpec, base_url: str, api_key: Callable[[], str | None]
                                               "")]
     for url, rpm, tpm, key, key_env, suffix in targets:
         label = url.rstrip("/") + suffix
-        learn = (rpm is None and model_rpm is None, tpm is None and model_tpm is None)
+        to_learn = (rpm is None and model_rpm is None, tpm is None and model_tpm is None)
         route = provider(model.kind, url, model=model.model, api_version=model.api_version)
         replica = Replica(label=label, api_key=key, key_env=key_env, rpm=rpm or model_rpm,
-                          tpm=tpm or model_tpm, learn=learn, own=(rpm, tpm), provider=route,
+                          tpm=tpm or model_tpm, to_learn=to_learn, own_limits=(rpm, tpm),
+                          provider=route,
                           cooldown=COOLDOWN_S,
                           limiter=Limiter(rpm, tpm) if rpm or tpm else None)
         replica.counts = counts.setdefault(label, {
             "calls": 0, "failures": 0, "cooldowns": 0, "state": "up",
-            "rpm": _shown(rpm, model_rpm, learn[0], len(targets)),
-            "tpm": _shown(tpm, model_tpm, learn[1], len(targets))})
+            "rpm": _shown(rpm, model_rpm, to_learn[0], len(targets)),
+            "tpm": _shown(tpm, model_tpm, to_learn[1], len(targets))})
         replicas.append(replica)
     return Fleet(replicas)
 

@@ -1,4 +1,6 @@
-"""Per-model request- and token-per-minute limits on top of aiolimiter.
+"""Per-model request- and token-per-minute limits on top of aiolimiter: no 60 s window sends
+more than `rpm` requests, and tokens are reserved at `tpm` / 60 a second, the reservations
+reconciled with the tokens each answer reports.
 
 Buckets are per second (`AsyncLimiter(rpm / 60, 1)`): a per-minute bucket starts full and lets
 twice the configured rate through in the first minute. Token acquisition is serialised behind a
@@ -26,6 +28,12 @@ class Limiter:
     """RPM and TPM for one model. Create it inside the running event loop."""
 
     def __init__(self, rpm: float | None, tpm: float | None) -> None:
+        """Limits for one model; None (or 0) for no limit.
+
+        Args:
+            rpm: requests per minute.
+            tpm: tokens per minute (prompt and answer, as the answer's `usage` counts them).
+        """
         # Under 60 rpm a one-second bucket would hold less than one request and aiolimiter
         # would reject every acquire: stretch the period so the bucket holds exactly one.
         period = max(1.0, 60 / rpm) if rpm else 1.0
@@ -43,7 +51,11 @@ class Limiter:
         """Neither limit: `acquire` never waits (the pool then skips it: a coroutine an answer)."""
 
     async def acquire(self, tokens: int) -> None:
-        """Wait until one request carrying `tokens` tokens may go."""
+        """Wait until one request may go, and count it.
+
+        Args:
+            tokens: the tokens reserved for the request (its estimate before the answer).
+        """
         if self._requests is not None:
             await self._requests.acquire()
         if self._tokens is not None:
@@ -76,6 +88,11 @@ class Limiter:
 
         Unused tokens become credit for later requests (at most one second's worth, so old
         credit cannot fund a burst); extra tokens become a debt paid by the next reservation.
+
+        Args:
+            reserved: the tokens `acquire` reserved for the request.
+            used: the tokens the answer's `usage` reports; None when it reports none (nothing
+                is booked).
         """
         if self._tokens is None or used is None:
             return

@@ -40,12 +40,25 @@ _FINISH = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length",
 @dataclass(frozen=True, slots=True)
 class Provider:
     """How to reach one replica of one kind: `url`, `headers(key)`, `encode(body)` and
-    `decode(answer)` (the answer as chat-completions JSON)."""
+    `decode(answer)` (the answer as chat-completions JSON).
+
+    Args:
+        kind: the endpoint's kind (openai, compatible, local, gemini, azure, anthropic).
+        url: the full URL requests are posted to (see `provider`).
+    """
 
     kind: str
     url: str
 
     def headers(self, api_key: str | None) -> dict[str, str]:
+        """The request headers of this kind.
+
+        Args:
+            api_key: the key, sent in this kind's header; None sends none.
+
+        Returns:
+            Content-Type, the key's header, and for anthropic `anthropic-version`.
+        """
         headers = {"Content-Type": "application/json"}
         if self.kind == "anthropic":
             headers["anthropic-version"] = ANTHROPIC_VERSION
@@ -65,11 +78,29 @@ class Provider:
         return self.kind != "anthropic"
 
     def encode(self, body: bytes) -> bytes:
-        """The body to send: the task's own bytes, except for anthropic."""
+        """The body to send.
+
+        Args:
+            body: the task's OpenAI chat-completions body.
+
+        Returns:
+            The same bytes, except for anthropic (see `anthropic_body`).
+
+        Raises:
+            RequestError: anthropic with n > 1.
+        """
         return body if self.plain else anthropic_body(body)
 
     def decode(self, data: Any) -> Any:
-        """The answer in chat-completions shape (checked afterwards by the client)."""
+        """The answer in chat-completions shape (checked afterwards by the client).
+
+        Args:
+            data: the decoded answer as the provider sent it.
+
+        Returns:
+            An anthropic Messages answer as a chat completion (see `anthropic_answer`); any
+            other answer unchanged.
+        """
         if not self.plain and isinstance(data, dict) and "content" in data:
             return anthropic_answer(data)
         return data
@@ -77,7 +108,17 @@ class Provider:
 
 def provider(kind: str, base_url: str, *, model: str = "", api_version: str | None = None
              ) -> Provider:
-    """The Provider for a replica at `base_url` serving `model` (azure: the deployment)."""
+    """How to reach one replica.
+
+    Args:
+        kind: the endpoint's kind (ModelSpec.kind).
+        base_url: the replica's base URL (azure: the resource URL).
+        model: the model name; for azure, the deployment, which is part of the URL.
+        api_version: azure's api-version query parameter.
+
+    Returns:
+        The Provider with the full URL of the table in the module docstring.
+    """
     root = base_url.rstrip("/")
     if kind == "anthropic":
         return Provider(kind, root + "/messages")
@@ -91,7 +132,17 @@ def anthropic_body(body: bytes) -> bytes:
     """An OpenAI chat-completions body as an Anthropic Messages body: system messages move to
     `system`, `max_tokens` is always set, `stop` becomes `stop_sequences`, and a
     `response_format` asking for JSON becomes a prefilled "{" (the assistant turn begins the
-    object; a JSON schema is not enforced: describe the fields in the prompt)."""
+    object; a JSON schema is not enforced: describe the fields in the prompt).
+
+    Args:
+        body: an OpenAI chat-completions body.
+
+    Returns:
+        The Messages body; parameters without an Anthropic name are sent unchanged.
+
+    Raises:
+        RequestError: the body asks for n > 1, which the Messages API does not have.
+    """
     request = orjson.loads(body)
     if int(request.get("n", 1)) != 1:
         raise RequestError("anthropic: the Messages API has no n > 1; use the prompt's "
@@ -122,7 +173,15 @@ def _json_wanted(response_format: Any) -> bool:
 
 def anthropic_answer(data: Mapping[str, Any]) -> dict[str, Any]:
     """An Anthropic Messages answer as a chat completion: the text blocks joined into one
-    choice, stop_reason as finish_reason, input/output tokens as prompt/completion tokens."""
+    choice, stop_reason as finish_reason, input/output tokens as prompt/completion tokens.
+
+    Args:
+        data: an Anthropic Messages answer.
+
+    Returns:
+        A chat completion with one choice, `usage`, and a `provider` entry keeping the
+        stop_reason and stop_sequence as sent.
+    """
     blocks = data.get("content") or []
     text = "".join(b.get("text", "") for b in blocks
                    if isinstance(b, dict) and b.get("type") == "text")
@@ -144,7 +203,12 @@ def anthropic_answer(data: Mapping[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True, slots=True)
 class Advertised:
-    """Limits a server announced in its response headers (None: not announced)."""
+    """Limits a server announced in its response headers (None: not announced).
+
+    Args:
+        rpm: requests per minute.
+        tpm: tokens per minute (Anthropic's input-token limit when it sends no total).
+    """
 
     rpm: float | None
     tpm: float | None
@@ -157,8 +221,15 @@ _LIMIT_HEADERS = (
 
 
 def advertised(headers: Mapping[str, str]) -> Advertised | None:
-    """The request and token limits in a response's headers: OpenAI's (also vLLM gateways,
-    Azure, Gemini) or Anthropic's. OpenAI's and Anthropic's are per minute."""
+    """The request and token limits in a response's headers.
+
+    Args:
+        headers: the response headers: OpenAI's (also vLLM gateways, Azure, Gemini) or
+            Anthropic's; both are per minute.
+
+    Returns:
+        The limits announced, or None when neither is.
+    """
     rpm = tpm = None
     for requests, tokens in _LIMIT_HEADERS:
         rpm = rpm or _positive(headers.get(requests))

@@ -1,5 +1,8 @@
-"""A run's counters, apart from the pool that keeps them: rescore, the progress line and the
-manifest read them without importing the pool (and with it aiohttp, ~0.17 s a start)."""
+"""A run's counters: every task counts once, as a cache hit, an API call, a repeat of an earlier
+task's key, a failure or not run (`done` + failures + not run = total at the end of a run).
+
+They live apart from the pool that keeps them: rescore, the progress line and the manifest read
+them without importing the pool (and with it aiohttp, ~0.17 s a start)."""
 
 from __future__ import annotations
 
@@ -53,27 +56,42 @@ class RunStats:
 
     @property
     def done(self) -> int:
+        """Tasks with an answer: cache hits, API calls and repeats."""
         return self.cache_hits + self.api_calls + self.duplicates
 
     def endpoint_counts(self) -> dict[str, dict[str, dict[str, Any]]]:
-        """`endpoints` without the replicas this run never called (an all-cached run has none,
-        so its manifest matches what rescore writes)."""
+        """The endpoints this run used, for the manifest.
+
+        Returns:
+            `endpoints` without the replicas this run never called (an all-cached run has
+            none, so its manifest matches what rescore writes).
+        """
         used = {model: {url: dict(c) for url, c in replicas.items()
                         if c["calls"] or c["failures"]}
                 for model, replicas in self.endpoints.items()}
         return {model: replicas for model, replicas in used.items() if replicas}
 
     def as_dict(self) -> dict[str, Any]:
+        """The counts as the manifest records them.
+
+        Returns:
+            tasks, cache_hits, api_calls, attempts, retries, failures, duplicates and not_run.
+        """
         return {"tasks": self.total, "cache_hits": self.cache_hits, "api_calls": self.api_calls,
                 "attempts": self.attempts, "retries": self.retries,
                 "failures": len(self.failures), "duplicates": self.duplicates,
                 "not_run": len(self.missing)}
 
     def settle_repeats(self, hashes: array.array[int], repeats_of_uncached: int = 0) -> None:
-        """Count as repeats, not cache hits, the tasks whose key came before. `hashes` holds a
-        64-bit hash of every task's key (8 bytes a task; two different keys of a 10M-task job
-        share one with probability ~3e-6, which would count one task as a repeat); repeats of
-        keys that were not cached are already counted, `repeats_of_uncached` of them."""
+        """Count as repeats, not cache hits, the tasks whose key came before.
+
+        Args:
+            hashes: a 64-bit hash of every task's key (8 bytes a task; two different keys of a
+                10M-task job share one with probability ~3e-6, which would count one task as a
+                repeat).
+            repeats_of_uncached: repeats of keys that were not cached, already counted as
+                repeats.
+        """
         extra = len(hashes) - _distinct(hashes) - repeats_of_uncached
         self.cache_hits -= extra
         self.duplicates += extra
