@@ -45,19 +45,52 @@ class AnthropicBatches(OpenAIBatches):
     def __init__(self, session: aiohttp.ClientSession, base_url: str,
                  api_key: Callable[[], str | None], files: Path, max_retries: int = 6,
                  known: Callable[[], set[str]] = set) -> None:
+        """One endpoint's API.
+
+        Args:
+            session: the run's aiohttp session.
+            base_url: the endpoint's base URL, ending in /v1.
+            api_key: reads the key at each call (never kept here).
+            files: the folder batch.py keeps request files in (`create` reads them there).
+            max_retries: retries of a retryable failure before it is raised.
+            known: the batch ids the ledger already holds (`find` skips them).
+        """
         super().__init__(session, base_url, api_key, max_retries)
         self.files, self.known = files, known  # known: batch ids the ledger already holds
 
     async def upload(self, path: Path) -> str:
-        """No upload: a local id `anthropic-<ns>-<requests>` for the file batch.py keeps."""
+        """No upload: name the request file batch.py keeps.
+
+        Args:
+            path: the request file.
+
+        Returns:
+            A local file id, `anthropic-<ns>-<request count>`.
+        """
         with path.open("rb") as f:
             count = sum(1 for line in f if line.strip())
         return f"{_PREFIX}{time.time_ns()}-{count}"
 
     async def delete_file(self, file_id: str) -> None:
-        """Nothing was uploaded: batch.py removes the local request file."""
+        """Nothing was uploaded: batch.py removes the local request file.
+
+        Args:
+            file_id: the local file id (unused).
+        """
 
     async def create(self, file_id: str) -> dict[str, Any]:
+        """Send the request file's lines as one Message Batch.
+
+        Args:
+            file_id: the local file id `upload` gave; the file is `files/<file_id>.jsonl`.
+
+        Returns:
+            The batch as an OpenAI batch object (see `_as_openai`).
+
+        Raises:
+            RequestError: the request file is gone, or the batch is over MAX_BYTES or
+                MAX_REQUESTS; and as `OpenAIBatches.create`.
+        """
         local = self.files / f"{file_id}.jsonl"
         if not local.exists():  # reserved on another machine, or its folder was removed
             raise RequestError(f"{local}: the request file of {file_id} is gone, so its batch "
@@ -81,13 +114,16 @@ class AnthropicBatches(OpenAIBatches):
         return _as_openai(await self._call("POST", "/messages/batches", raw=body))
 
     async def get(self, batch_id: str) -> dict[str, Any]:
+        """As `OpenAIBatches.get`, the Message Batch as an OpenAI batch object."""
         return _as_openai(await self._call("GET", f"/messages/batches/{batch_id}"))
 
     async def cancel(self, batch_id: str) -> dict[str, Any]:
+        """As `OpenAIBatches.cancel`, the Message Batch as an OpenAI batch object."""
         return _as_openai(await self._call("POST", f"/messages/batches/{batch_id}/cancel"))
 
     async def find(self, file_id: str, pages: int = 50) -> dict[str, Any] | None:
-        """The batch created over `file_id`: by request count and creation time (see above)."""
+        """As `OpenAIBatches.find`, matched by request count and creation time (see the module
+        docstring); None also when `file_id` is not a local file id."""
         try:
             stamp, count = file_id.removeprefix(_PREFIX).split("-")
             since, requests = int(stamp) / 1e9 - CLOCK_SKEW_S, int(count)
@@ -112,7 +148,11 @@ class AnthropicBatches(OpenAIBatches):
         return None if best is None else _as_openai(best[1])
 
     async def lines(self, file_id: str) -> AsyncIterator[bytes]:
-        """A results_url's lines as OpenAI output lines (the input file is only kept locally)."""
+        """As `OpenAIBatches.lines`, for a results_url: each line as an OpenAI output line.
+
+        Raises:
+            RequestError: `file_id` is not a results URL (an input file is only kept locally).
+        """
         if not file_id.startswith(("http://", "https://")):
             raise RequestError(f"{file_id}: the request file of an Anthropic batch is kept only "
                                f"in {self.files}; it is gone, so its answers cannot be matched")

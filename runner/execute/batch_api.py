@@ -1,4 +1,5 @@
 """OpenAI's Files and Batches endpoints over aiohttp: upload, create, get, find, cancel, read.
+Every call either returns the server's JSON object or raises an APIError after its retries.
 
 The same endpoints serve any OpenAI-compatible server that implements them (vLLM's batch
 runner, LiteLLM's proxy). Statuses map to the error tree the way the chat client maps them:
@@ -32,11 +33,32 @@ class OpenAIBatches:
 
     def __init__(self, session: aiohttp.ClientSession, base_url: str,
                  api_key: Callable[[], str | None], max_retries: int = 6) -> None:
+        """One endpoint's API.
+
+        Args:
+            session: the run's aiohttp session.
+            base_url: the endpoint's base URL, ending in /v1.
+            api_key: reads the key at each call (never kept here).
+            max_retries: retries of a retryable failure before it is raised.
+        """
         self.session, self.base = session, base_url.rstrip("/")
         self.api_key, self.max_retries = api_key, max_retries
 
     async def upload(self, path: Path) -> str:
-        """Upload a request file (purpose "batch"), streamed from disk; returns its file id."""
+        """Upload a request file (purpose "batch"), streamed from disk.
+
+        Args:
+            path: the request file.
+
+        Returns:
+            The provider's file id.
+
+        Raises:
+            AuthError: 401, 403.
+            RequestError: any other refusal, with the server's message.
+            RetryableError: 408, 409, 429, 5xx, a connection error or a malformed body, still
+                so after `max_retries` retries.
+        """
 
         def form() -> aiohttp.FormData:
             data = aiohttp.FormData()
@@ -49,26 +71,90 @@ class OpenAIBatches:
         return str(got["id"])
 
     async def create(self, file_id: str) -> dict[str, Any]:
+        """Create a batch over an uploaded request file (chat completions, 24 h window).
+
+        Args:
+            file_id: the uploaded file's id.
+
+        Returns:
+            The batch object: id, status, request_counts, output_file_id, error_file_id.
+
+        Raises:
+            AuthError: 401, 403.
+            RequestError: any other refusal, with the server's message.
+            RetryableError: 408, 409, 429, 5xx, a connection error or a malformed body, still
+                so after `max_retries` retries.
+        """
         return await self._call("POST", "/batches", json={
             "input_file_id": file_id, "endpoint": CHAT_URL,
             "completion_window": COMPLETION_WINDOW})
 
     async def get(self, batch_id: str) -> dict[str, Any]:
+        """A batch as the provider now reports it.
+
+        Args:
+            batch_id: the batch's id.
+
+        Returns:
+            The batch object, as `create` returns it.
+
+        Raises:
+            AuthError: 401, 403.
+            RequestError: any other refusal, with the server's message.
+            RetryableError: 408, 409, 429, 5xx, a connection error or a malformed body, still
+                so after `max_retries` retries.
+        """
         return await self._call("GET", f"/batches/{batch_id}")
 
     async def delete_file(self, file_id: str) -> None:
         """Delete an uploaded file no batch will use (best effort: a file left over costs
-        storage quota, not money, so a refusal here never stops a run)."""
+        storage quota, not money, so a refusal here never stops a run).
+
+        Args:
+            file_id: the uploaded file's id.
+
+        Raises:
+            AuthError: 401, 403 (other failures are ignored).
+        """
         try:
             await self._call("DELETE", f"/files/{file_id}")
         except (RequestError, RetryableError):
             pass
 
     async def cancel(self, batch_id: str) -> dict[str, Any]:
+        """Ask the provider to cancel a batch (it ends as "cancelled", answered requests kept).
+
+        Args:
+            batch_id: the batch's id.
+
+        Returns:
+            The batch object, as `create` returns it.
+
+        Raises:
+            AuthError: 401, 403.
+            RequestError: any other refusal, with the server's message.
+            RetryableError: 408, 409, 429, 5xx, a connection error or a malformed body, still
+                so after `max_retries` retries.
+        """
         return await self._call("POST", f"/batches/{batch_id}/cancel")
 
     async def find(self, file_id: str, pages: int = 50) -> dict[str, Any] | None:
-        """The batch created over `file_id`, if any (newest first, 100 a page)."""
+        """The batch created over an uploaded file, for a run killed between create and
+        recording the batch's id.
+
+        Args:
+            file_id: the uploaded file's id.
+            pages: pages of the batch list (newest first, 100 a page) to look through.
+
+        Returns:
+            The batch object, or None when no batch within `pages` uses the file.
+
+        Raises:
+            AuthError: 401, 403.
+            RequestError: any other refusal, with the server's message.
+            RetryableError: 408, 409, 429, 5xx, a connection error or a malformed body, still
+                so after `max_retries` retries.
+        """
         after: str | None = None
         for _ in range(pages):
             query = "?limit=100" + (f"&after={after}" if after else "")
@@ -82,7 +168,20 @@ class OpenAIBatches:
         return None
 
     async def lines(self, file_id: str) -> AsyncIterator[bytes]:
-        """The lines of a file (output, error or input), streamed."""
+        """The lines of a file (output, error or input), streamed.
+
+        Args:
+            file_id: the file's id.
+
+        Returns:
+            An async iterator of its non-blank lines, without the newline.
+
+        Raises:
+            AuthError: 401, 403.
+            RequestError: any other refusal, with the server's message.
+            RetryableError: 408, 409, 429, 5xx, a connection error or a malformed body, still
+                so after `max_retries` retries.
+        """
         async for line in self._stream(f"{self.base}/files/{file_id}/content"):
             yield line
 

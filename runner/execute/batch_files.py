@@ -1,4 +1,6 @@
-"""The request and output lines of a provider batch, and the request files they are split into.
+"""The request and output lines of a provider batch, and the request files they are split into:
+a batch request's body is byte for byte the body the online pool would send, under the task's
+cache key as its custom_id, so a batch answer is stored exactly as an online one.
 
 One request line: `{"custom_id": <cache key>, "method": "POST", "url": "/v1/chat/completions",
 "body": <the exact body the online pool would send>}`. A model's requests are split into files
@@ -29,12 +31,27 @@ _MIDDLE = b'","method":"POST","url":"' + CHAT_URL.encode() + b'","body":'
 
 
 def request_line(task: Task) -> bytes:
-    """One JSONL line; the body is written byte for byte as the online pool sends it."""
+    """One request line of a batch file.
+
+    Args:
+        task: the task.
+
+    Returns:
+        The JSONL line, newline included; the body is written byte for byte as the online
+        pool sends it and the custom_id is the task's cache key.
+    """
     return _PREFIX + task.key.encode() + _MIDDLE + task.body + b"}\n"
 
 
 def body_of(line: bytes) -> tuple[str, bytes]:
-    """(custom_id, body) of a request line, by slicing our own format (or parsing another)."""
+    """The custom_id and body of a request line.
+
+    Args:
+        line: a line `request_line` wrote (sliced, not parsed) or any other request line.
+
+    Returns:
+        (custom_id, the body's bytes).
+    """
     end = line.find(b'"', len(_PREFIX))
     if line.startswith(_PREFIX) and line[end:end + len(_MIDDLE)] == _MIDDLE:
         return line[len(_PREFIX):end].decode(), line[end + len(_MIDDLE):].rstrip()[:-1]
@@ -44,8 +61,18 @@ def body_of(line: bytes) -> tuple[str, bytes]:
 
 def write_files(folder: Path, name: str, tasks: list[Task], max_requests: int = MAX_REQUESTS,
                 max_bytes: int = MAX_BYTES) -> Iterator[tuple[Path, list[str]]]:
-    """Model `name`'s request files in `folder`, `upload-<pid>-*.jsonl`, each of at most
-    max_requests lines and max_bytes bytes, with the keys each holds."""
+    """Write a model's request files, one at a time as the iterator is advanced.
+
+    Args:
+        folder: where the files go, named `upload-<pid>-<model>-<ns>-<part>.jsonl`.
+        name: the model's name in the job.
+        tasks: its tasks, in order.
+        max_requests: at most this many lines a file.
+        max_bytes: at most this many bytes a file (a single larger line gets a file alone).
+
+    Returns:
+        An iterator of (path, the keys the file holds, in order).
+    """
     part = 0
     start = 0
     while start < len(tasks):
@@ -69,7 +96,11 @@ def write_files(folder: Path, name: str, tasks: list[Task], max_requests: int = 
 def remove_stale(folder: Path) -> None:
     """Remove the request files of runs killed before their upload finished: those whose
     process is gone. The folder is one machine's, and may be shared by several runs at once
-    (shards of a job): a live run's file is left alone."""
+    (shards of a job): a live run's file is left alone.
+
+    Args:
+        folder: one machine's request-file folder (the ledger's `files`).
+    """
     for path in folder.glob("upload-*.jsonl"):
         pid = path.name.split("-")[1]
         if pid.isdigit() and alive(int(pid)):
@@ -78,7 +109,14 @@ def remove_stale(folder: Path) -> None:
 
 
 def is_answer(data: Any) -> bool:
-    """An output line's body is a chat completion with at least one choice with a message."""
+    """Whether an output line's body is an answer.
+
+    Args:
+        data: the decoded body of one output line.
+
+    Returns:
+        True for a chat completion with at least one choice, each with a message.
+    """
     return isinstance(data, dict) and isinstance(data.get("choices"), list) \
         and bool(data["choices"]) and all(isinstance(c, dict) and isinstance(
             c.get("message"), dict) for c in data["choices"])

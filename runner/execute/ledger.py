@@ -88,11 +88,19 @@ class BatchRow:
 
     @property
     def live(self) -> bool:
+        """Whether the provider may still answer its requests (its state is in LIVE)."""
         return self.state in LIVE
 
     @classmethod
     def of(cls, r: Sequence[object]) -> BatchRow:
-        """A row read as _COLUMNS, from either implementation."""
+        """A row as either implementation reads it.
+
+        Args:
+            r: the values of one row, in the order of COLUMNS.
+
+        Returns:
+            The row, each value converted to its field's type.
+        """
         return cls(file_id=str(r[0]), batch_id=None if r[1] is None else str(r[1]),
                    job=str(r[2]), model=str(r[3]), endpoint=str(r[4]), state=str(r[5]),
                    requests=int(r[6]), completed=int(r[7]), failed=int(r[8]),  # type: ignore[call-overload]
@@ -116,31 +124,102 @@ class BatchLedger(Protocol):
     def reserve(self, *, file_id: str, job: str, model: str, endpoint: str,
                 keys: Sequence[str]) -> None:
         """Record, before the create call, that `keys` are about to be submitted in a batch
-        over the uploaded `file_id` (state `submitting`)."""
+        over the uploaded `file_id` (state `submitting`); durable when it returns.
+
+        Args:
+            file_id: the provider's id of the uploaded request file.
+            job: the job's name.
+            model: the job's model name.
+            endpoint: the batch endpoint's label (its base URL).
+            keys: the cache keys of the file's requests.
+
+        Raises:
+            CacheError: the ledger cannot be written.
+        """
         ...
 
-    def attach(self, file_id: str, batch_id: str, state: str) -> None: ...
+    def attach(self, file_id: str, batch_id: str, state: str) -> None:
+        """Record the batch the provider created over `file_id`.
+
+        Args:
+            file_id: the reserved row's file id.
+            batch_id: the provider's batch id.
+            state: the batch's state as the create call returned it.
+
+        Raises:
+            CacheError: the ledger cannot be written.
+        """
+        ...
 
     def update(self, file_id: str, *, state: str, completed: int = 0, failed: int = 0,
-               output_file: str | None = None, error_file: str | None = None) -> None: ...
+               output_file: str | None = None, error_file: str | None = None) -> None:
+        """Record a batch's state as the provider last reported it.
 
-    def mark_ingested(self, file_id: str) -> None: ...
+        Args:
+            file_id: the row's file id.
+            state: the batch's state.
+            completed: requests answered so far.
+            failed: requests failed so far.
+            output_file: the provider's id of the answers file, once there is one.
+            error_file: the provider's id of the errors file, once there is one.
+
+        Raises:
+            CacheError: the ledger cannot be written.
+        """
+        ...
+
+    def mark_ingested(self, file_id: str) -> None:
+        """Record that every answer of the batch is in the cache: its keys are free again.
+
+        Args:
+            file_id: the row's file id.
+
+        Raises:
+            CacheError: the ledger cannot be written.
+        """
+        ...
 
     def rows(self, job: str | None = None) -> list[BatchRow]:
-        """Every batch (of `job`), oldest first."""
+        """Every batch, oldest first.
+
+        Args:
+            job: only this job's batches; None for every job's.
+
+        Returns:
+            The rows, by creation time.
+        """
         ...
 
     def pending(self) -> list[BatchRow]:
-        """Batches not yet ingested (live, or ended and not collected): every job's."""
+        """Batches not yet ingested (live, or ended and not collected): every job's.
+
+        Returns:
+            The rows, oldest first.
+        """
         ...
 
-    def keys(self, file_id: str) -> list[str]: ...
+    def keys(self, file_id: str) -> list[str]:
+        """The cache keys a batch holds.
+
+        Args:
+            file_id: the row's file id.
+
+        Returns:
+            The keys `reserve` recorded for it.
+        """
+        ...
 
     def held(self) -> set[str]:
-        """Keys in a batch that is not ingested yet: never submit these again."""
+        """Keys in a batch that is not ingested yet: never submit these again.
+
+        Returns:
+            The keys of every row not yet ingested, of every job.
+        """
         ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Close the connection; the ledger is not used again."""
+        ...
 
     def __enter__(self) -> BatchLedger: ...
 
@@ -151,6 +230,14 @@ class Ledger:
     """The batches of one cache directory, in its batches.sqlite."""
 
     def __init__(self, cache_dir: Path) -> None:
+        """Open (or create) the ledger of a cache folder.
+
+        Args:
+            cache_dir: the cache folder; batches.sqlite and the batch-files folder live in it.
+
+        Raises:
+            CacheError: the folder or the file cannot be created or opened.
+        """
         self.path = cache_dir / FILENAME
         self.location, self.files = str(self.path), cache_dir / FILES
         try:
@@ -165,8 +252,7 @@ class Ledger:
 
     def reserve(self, *, file_id: str, job: str, model: str, endpoint: str,
                 keys: Sequence[str]) -> None:
-        """Record, before the create call, that `keys` are about to be submitted in a batch
-        over `file_id`."""
+        """`BatchLedger.reserve`: one transaction for the row and its keys."""
         now = time.time()
         with self._tx():
             self._db.execute(
@@ -177,12 +263,14 @@ class Ledger:
                                  ((file_id, k) for k in keys))
 
     def attach(self, file_id: str, batch_id: str, state: str) -> None:
+        """`BatchLedger.attach`."""
         with self._tx():
             self._db.execute("UPDATE batches SET batch_id = ?, state = ?, updated = ? "
                              "WHERE file_id = ?", (batch_id, state, time.time(), file_id))
 
     def update(self, file_id: str, *, state: str, completed: int = 0, failed: int = 0,
                output_file: str | None = None, error_file: str | None = None) -> None:
+        """`BatchLedger.update`."""
         with self._tx():
             self._db.execute(
                 "UPDATE batches SET state = ?, completed = ?, failed = ?, output_file = ?, "
@@ -190,34 +278,43 @@ class Ledger:
                 (state, completed, failed, output_file, error_file, time.time(), file_id))
 
     def mark_ingested(self, file_id: str) -> None:
+        """`BatchLedger.mark_ingested`."""
         with self._tx():
             self._db.execute("UPDATE batches SET ingested = 1, updated = ? WHERE file_id = ?",
                              (time.time(), file_id))
 
     def rows(self, job: str | None = None) -> list[BatchRow]:
-        """Every batch (of `job`), oldest first."""
+        """`BatchLedger.rows`."""
         where, args = ("WHERE job = ?", (job,)) if job is not None else ("", ())
         cur = self._db.execute(f"SELECT {COLUMNS} FROM batches {where} ORDER BY created", args)
         return [BatchRow.of(r) for r in cur]
 
     def pending(self) -> list[BatchRow]:
-        """Batches not yet ingested (live, or ended and not collected): every job's."""
+        """`BatchLedger.pending`."""
         cur = self._db.execute(f"SELECT {COLUMNS} FROM batches WHERE ingested = 0 "
                                "ORDER BY created")
         return [BatchRow.of(r) for r in cur]
 
     def keys(self, file_id: str) -> list[str]:
+        """`BatchLedger.keys`."""
         return [k for (k,) in self._db.execute(
             "SELECT key FROM batch_keys WHERE file_id = ?", (file_id,))]
 
     def held(self) -> set[str]:
-        """Keys in a batch that is not ingested yet: never submit these again."""
+        """`BatchLedger.held`."""
         return {k for (k,) in self._db.execute(
             "SELECT k.key FROM batch_keys k JOIN batches b ON b.file_id = k.file_id "
             "WHERE b.ingested = 0")}
 
     def count_submissions(self, keys: Iterable[str]) -> Iterator[tuple[str, int]]:
-        """How many batches each key was submitted in (for checks and tests)."""
+        """How many batches each key was submitted in (for checks and tests).
+
+        Args:
+            keys: cache keys.
+
+        Returns:
+            (key, the number of created batches holding it), in the order of `keys`.
+        """
         for key in keys:
             (n,) = self._db.execute("SELECT COUNT(*) FROM batch_keys k JOIN batches b ON "
                                     "b.file_id = k.file_id WHERE k.key = ? AND b.batch_id IS "
@@ -228,6 +325,7 @@ class Ledger:
         return _Transaction(self._db, self.path)
 
     def close(self) -> None:
+        """`BatchLedger.close`."""
         self._db.close()
 
     def __enter__(self) -> Ledger:

