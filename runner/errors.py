@@ -41,7 +41,7 @@ __all__ = [
 
 _SECRETS: set[str] = set()
 """Every key value this process has read (see register_secret); scrub removes each."""
-_SHAPES = re.compile(
+_KEY_SHAPES = re.compile(
     r"(?i)(?P<bearer>\bbearer\s+)[A-Za-z0-9._~+/=-]{6,}"
     r"|\b(?:sk|pk|rk)-[A-Za-z0-9_-]{8,}"
     r"|\bAIza[0-9A-Za-z_-]{20,}"
@@ -76,7 +76,7 @@ def scrub(text: str, secrets: tuple[str, ...] = ()) -> str:
     for secret in (*secrets, *_SECRETS):
         if secret and len(secret) >= 6 and secret in text:
             text = text.replace(secret, REDACTED)
-    return _SHAPES.sub(lambda m: (m.group("bearer") or m.group("param") or "") + REDACTED, text)
+    return _KEY_SHAPES.sub(lambda m: (m.group("bearer") or m.group("param") or "") + REDACTED, text)
 
 
 class RunnerError(Exception):

@@ -1,14 +1,14 @@
 """Readers for the upstream file formats of the registered data sets.
 
-Each loader takes the absolute paths of its data set's registered files (in registry
-order) and the data set name, and yields `Item`s in file order. Loaders never download
-and never hash; `runner.data.datasets` checks that the files exist before calling them.
-
 Invariants every loader keeps (tested in tests/test_datasets.py):
 - `item_id` is unique within the data set and derived only from upstream ids and names,
   so it is stable across runs and machines.
 - Numbers are floats; text fields are passed through byte for byte (no formatting,
   no stripping), so `{` and `}` in the data reach the template engine untouched.
+
+Each loader takes the absolute paths of its data set's registered files (in registry
+order) and the data set name, and yields `Item`s in file order. Loaders never download
+and never hash; `runner.data.datasets` checks that the files exist before calling them.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def _check_plain(value: Any) -> None:
 # ---------------------------------------------------------------------------- helpers
 
 
-def _fix(dataset: str) -> str:
+def _refetch_hint(dataset: str) -> str:
     return f"check it with `judge datasets verify {dataset}` and re-fetch"
 
 
@@ -124,9 +124,9 @@ def _record(path: Path, where: str, dataset: str) -> Iterator[None]:
         yield
     except KeyError as exc:
         raise DataError(f"{path}: {where} has no field {exc.args[0]!r}; "
-                        f"{_fix(dataset)}") from None
+                        f"{_refetch_hint(dataset)}") from None
     except (TypeError, ValueError) as exc:  # TypeError: indexing a list or str by name
-        raise DataError(f"{path}: {where}: {exc}; {_fix(dataset)}") from None
+        raise DataError(f"{path}: {where}: {exc}; {_refetch_hint(dataset)}") from None
 
 
 def _obj(value: Any, what: str) -> dict[Any, Any]:
@@ -166,7 +166,7 @@ def _numbers(record: Mapping[str, Any], skip: tuple[str, ...] = ()) -> dict[str,
     return {key: _num(record, key) for key in record if key not in skip}
 
 
-def _pick(files: Sequence[Path], pattern: str) -> Path:
+def _one_file(files: Sequence[Path], pattern: str) -> Path:
     matches = [path for path in files if fnmatch.fnmatch(path.name, pattern)]
     if len(matches) != 1:  # a registry bug, not a user error
         raise DataError(f"registry: expected one file matching {pattern!r}, got {matches}")
@@ -187,17 +187,17 @@ def _loads(data: bytes) -> Any:
     may have read as a float where `json` keeps an int (an integer past 64 bits)."""
     try:
         value = orjson.loads(data)
-        if _exact(value):
+        if _read_exactly(value):
             return value
     except (orjson.JSONDecodeError, RecursionError):  # RecursionError: nested past ~490
         pass
     return json.loads(data)
 
 
-_INT64 = 2.0**63
+_TWO_TO_63 = 2.0**63
 
 
-def _exact(value: Any) -> bool:
+def _read_exactly(value: Any) -> bool:
     """No float at or past 2**63 in magnitude anywhere in `value`: orjson turns an integer
     outside [-2**63, 2**64) into a float, which `json` reads as an exact int."""
     if type(value) is dict:
@@ -205,13 +205,13 @@ def _exact(value: Any) -> bool:
     elif type(value) is list:
         values = value
     else:
-        return type(value) is not float or -_INT64 < value < _INT64
+        return type(value) is not float or -_TWO_TO_63 < value < _TWO_TO_63
     for v in values:  # a record's scalars checked here, without a call each
         kind = type(v)
         if kind is float:
-            if not -_INT64 < v < _INT64:
+            if not -_TWO_TO_63 < v < _TWO_TO_63:
                 return False
-        elif (kind is dict or kind is list) and not _exact(v):
+        elif (kind is dict or kind is list) and not _read_exactly(v):
             return False
     return True
 
@@ -235,14 +235,14 @@ def _jsonl(path: Path, fix: str) -> Iterator[tuple[int, Any]]:
 
 
 def _read_jsonl(path: Path, dataset: str) -> list[Any]:
-    return [row for _, row in _jsonl(path, _fix(dataset))]
+    return [row for _, row in _jsonl(path, _refetch_hint(dataset))]
 
 
 def _read_pickle(path: Path, dataset: str) -> Any:
     try:
-        return safe_unpickle(_read_bytes(path, _fix(dataset)))
+        return safe_unpickle(_read_bytes(path, _refetch_hint(dataset)))
     except DataError as exc:
-        raise DataError(f"{path}: {exc}; {_fix(dataset)}") from None
+        raise DataError(f"{path}: {exc}; {_refetch_hint(dataset)}") from None
 
 
 # ------------------------------------------------------------------------ user files
@@ -287,15 +287,15 @@ def _csv_rows(path: Path) -> _Rows:
 
 def _pickled_dict(files: Sequence[Path], dataset: str) -> tuple[Path, dict[Any, Any]]:
     """BARTScore's data.pkl of the data set: a dict at the top level (restricted unpickler)."""
-    path = _pick(files, "data.pkl")
+    path = _one_file(files, "data.pkl")
     with _record(path, "the top level", dataset):
         return path, _obj(_read_pickle(path, dataset), "the top level")
 
 
 def _json_list(files: Sequence[Path], pattern: str, dataset: str) -> tuple[Path, list[Any]]:
     """The data set's file matching `pattern`, read as a JSON list of records."""
-    path = _pick(files, pattern)
-    data = _read_json(path, _fix(dataset))
+    path = _one_file(files, pattern)
+    data = _read_json(path, _refetch_hint(dataset))
     with _record(path, "the top level", dataset):
         return path, _list(data, "the top level")
 
@@ -359,13 +359,13 @@ def tst_formality(files: Sequence[Path], dataset: str) -> Iterator[Item]:
         DataError: a file is missing, malformed or disagrees with the others, naming the file,
             the record and the fix (raised as the items are read).
     """
-    tables = {aspect: _read_jsonl(_pick(files, name), dataset)
+    tables = {aspect: _read_jsonl(_one_file(files, name), dataset)
               for name, aspect in _TST_FILES.items()}
-    base = _pick(files, "content.src.json")
+    base = _one_file(files, "content.src.json")
     for aspect, rows in tables.items():
         if len(rows) != _TST_LINES:
             raise DataError(f"{base.parent}: {aspect} has {len(rows)} lines, expected "
-                            f"{_TST_LINES}; {_fix(dataset)}")
+                            f"{_TST_LINES}; {_refetch_hint(dataset)}")
     for line in range(_TST_LINES):
         with _record(base.parent, f"line {line}", dataset):
             items = _tst_line(dataset, line, {a: _obj(t[line], "line") for a, t in tables.items()})
@@ -476,7 +476,7 @@ def korean_chat(files: Sequence[Path], dataset: str) -> Iterator[Item]:
         DataError: a file is missing, malformed or disagrees with the others, naming the file,
             the record and the fix (raised as the items are read).
     """
-    questions_path = _pick(files, "user_oriented_instructions_eval.jsonl")
+    questions_path = _one_file(files, "user_oriented_instructions_eval.jsonl")
     questions = _read_jsonl(questions_path, dataset)
     answers = {p.stem: (p, _read_jsonl(p, dataset))
                for p in sorted(files) if p.parent.name == "generated"}
@@ -485,7 +485,7 @@ def korean_chat(files: Sequence[Path], dataset: str) -> Iterator[Item]:
     for path, rows in [*answers.values(), *judged.values()]:
         if not isinstance(rows, list) or len(rows) != len(questions):
             raise DataError(f"{path}: expected a list of {len(questions)} entries aligned "
-                            f"with {questions_path.name}; {_fix(dataset)}")
+                            f"with {questions_path.name}; {_refetch_hint(dataset)}")
     for index, raw in enumerate(questions):
         with _record(questions_path, f"line {index + 1}", dataset):
             items = list(_korean_line(dataset, index, _obj(raw, "the line"), answers, judged))

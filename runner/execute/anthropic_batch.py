@@ -36,7 +36,7 @@ __all__ = ["CLOCK_SKEW_S", "MAX_BYTES", "MAX_REQUESTS", "AnthropicBatches"]
 MAX_REQUESTS = 100_000
 MAX_BYTES = 256 * 1024 * 1024
 CLOCK_SKEW_S = 300.0
-_PREFIX = "anthropic-"
+_LOCAL_ID_PREFIX = "anthropic-"
 
 
 class AnthropicBatches(OpenAIBatches):
@@ -69,7 +69,7 @@ class AnthropicBatches(OpenAIBatches):
         """
         with path.open("rb") as f:
             count = sum(1 for line in f if line.strip())
-        return f"{_PREFIX}{time.time_ns()}-{count}"
+        return f"{_LOCAL_ID_PREFIX}{time.time_ns()}-{count}"
 
     async def delete_file(self, file_id: str) -> None:
         """Nothing was uploaded: batch.py removes the local request file.
@@ -125,7 +125,7 @@ class AnthropicBatches(OpenAIBatches):
         """As `OpenAIBatches.find`, matched by request count and creation time (see the module
         docstring); None also when `file_id` is not a local file id."""
         try:
-            stamp, count = file_id.removeprefix(_PREFIX).split("-")
+            stamp, count = file_id.removeprefix(_LOCAL_ID_PREFIX).split("-")
             since, requests = int(stamp) / 1e9 - CLOCK_SKEW_S, int(count)
         except ValueError:
             return None

@@ -26,8 +26,8 @@ __all__ = ["MAX_BYTES", "MAX_REQUESTS", "body_of", "is_answer", "remove_stale", 
 
 MAX_REQUESTS = 50_000
 MAX_BYTES = 200 * 1024 * 1024
-_PREFIX = b'{"custom_id":"'
-_MIDDLE = b'","method":"POST","url":"' + CHAT_URL.encode() + b'","body":'
+_LINE_HEAD = b'{"custom_id":"'
+_LINE_MIDDLE = b'","method":"POST","url":"' + CHAT_URL.encode() + b'","body":'
 
 
 def request_line(task: Task) -> bytes:
@@ -40,7 +40,7 @@ def request_line(task: Task) -> bytes:
         The JSONL line, newline included; the body is written byte for byte as the online
         pool sends it and the custom_id is the task's cache key.
     """
-    return _PREFIX + task.key.encode() + _MIDDLE + task.body + b"}\n"
+    return _LINE_HEAD + task.key.encode() + _LINE_MIDDLE + task.body + b"}\n"
 
 
 def body_of(line: bytes) -> tuple[str, bytes]:
@@ -52,9 +52,9 @@ def body_of(line: bytes) -> tuple[str, bytes]:
     Returns:
         (custom_id, the body's bytes).
     """
-    end = line.find(b'"', len(_PREFIX))
-    if line.startswith(_PREFIX) and line[end:end + len(_MIDDLE)] == _MIDDLE:
-        return line[len(_PREFIX):end].decode(), line[end + len(_MIDDLE):].rstrip()[:-1]
+    end = line.find(b'"', len(_LINE_HEAD))
+    if line.startswith(_LINE_HEAD) and line[end:end + len(_LINE_MIDDLE)] == _LINE_MIDDLE:
+        return line[len(_LINE_HEAD):end].decode(), line[end + len(_LINE_MIDDLE):].rstrip()[:-1]
     obj = orjson.loads(line)
     return str(obj["custom_id"]), orjson.dumps(obj["body"])
 

@@ -1,8 +1,8 @@
-"""POST one chat-completions request with aiohttp and classify what comes back.
+"""POST one chat-completions request with aiohttp and classify what comes back: a checked
+answer, or one error of the tree (runner.errors) for every aiohttp exception and HTTP status.
 
-Every aiohttp exception and HTTP status is mapped here, in one place, to the error tree:
-the client classifies (retryable or not, how long the server asked us to wait); `execute`
-decides what to do about it.
+The mapping is here and nowhere else: the client classifies (retryable or not, how long the
+server asked us to wait); `execute` decides what to do about it.
 """
 
 from __future__ import annotations
@@ -28,11 +28,14 @@ REQUEST_STATUS = frozenset({400, 404, 413, 422})
 AUTH_STATUS = frozenset({401, 403})
 MAX_WAIT_S = 600.0  # a server asking for longer (or "inf") is retried after 10 minutes
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
-_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_SECONDS_PER_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 class Response(NamedTuple):
-    """A successful chat completion (a tuple: a frozen dataclass took ~1 us an answer)."""
+    """A successful chat completion.
+
+    A NamedTuple, not a frozen dataclass: building one took ~1 us an answer.
+    """
 
     data: dict[str, Any]
     """The chat-completions JSON (after the provider's `decode`), with at least one answer."""
@@ -280,4 +283,4 @@ def _duration(value: str | None) -> float | None:
             return float(value)
         except ValueError:
             return None
-    return sum(float(n) * _UNIT[u] for n, u in parts)
+    return sum(float(n) * _SECONDS_PER_UNIT[u] for n, u in parts)

@@ -1,5 +1,8 @@
 """The durable ledger of submitted provider batches: batch id -> the cache keys it holds, state.
 
+Invariant: a key is in at most one row whose state is live (LIVE) or not yet ingested: no key
+is submitted again while an answer to it may still come.
+
 It lives beside the answers, because the keys it guards are cache keys: every job and every
 shard sharing a cache sees the same open batches and none submits a key a live batch already
 holds, whatever `--out` or the working directory says. One interface, `BatchLedger`, two
@@ -17,8 +20,6 @@ kill -9 at any point safe (see runner.execute.batch):
 A row still `submitting` on the next run is resolved against the provider's batch list (a batch
 whose input file is that file: attach to it; none: the create never happened, so the batch is
 created now over the file already uploaded, never a second upload).
-
-Invariant: a key is in at most one row whose state is live (LIVE) or not yet ingested.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The offline default judge: llama.cpp's OpenAI-compatible server on 127.0.0.1.
+"""The offline default judge: llama.cpp's OpenAI-compatible server on 127.0.0.1, which never
+outlives the process that started it.
 
 A model spec `local:NAME` names a GGUF file shipped inside a PyPI package (see
 `LOCAL_MODELS`). `LocalServer` runs `python -m llama_cpp.server` for it on a free loopback

@@ -1,4 +1,6 @@
-"""The batch ledger of a PostgreSQL cache, in two tables of the cache's own database.
+"""The batch ledger of a PostgreSQL cache, in two tables of the cache's own database: the rows
+and invariant of the SQLite ledger (runner.execute.ledger), shared by every machine that shares
+the cache.
 
 A folder cache keeps its ledger in the folder (runner.execute.ledger.Ledger); a PostgreSQL cache
 is shared by machines that share no folder, so its ledger is shared the same way: every shard of

@@ -1,4 +1,5 @@
-"""What differs between providers, in one place: URL, headers, request body, answer shape.
+"""What differs between providers, in one place: URL, headers, request body, answer shape;
+after the client, nothing knows which provider answered.
 
 Every task carries an OpenAI chat-completions body (its cache key is built from it, together
 with the endpoint's kind). Here that body becomes the request each kind expects, and each kind's
@@ -33,7 +34,7 @@ ANTHROPIC_MAX_TOKENS = 256  # the Messages API requires max_tokens; expand reser
 # OpenAI parameters with an Anthropic equivalent; any other parameter is sent unchanged.
 _ANTHROPIC_RENAMED = {"max_completion_tokens": "max_tokens", "stop": "stop_sequences"}
 _ANTHROPIC_DROPPED = frozenset({"n", "model", "messages", "stream", "seed"})
-_FINISH = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length",
+_FINISH_REASON = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length",
            "tool_use": "tool_calls", "refusal": "content_filter"}
 
 
@@ -193,7 +194,7 @@ def anthropic_answer(data: Mapping[str, Any]) -> dict[str, Any]:
     completion = int(usage.get("output_tokens") or 0)
     reason = data.get("stop_reason")
     return {"id": data.get("id"), "object": "chat.completion", "model": data.get("model"),
-            "choices": [{"index": 0, "finish_reason": _FINISH.get(str(reason), reason),
+            "choices": [{"index": 0, "finish_reason": _FINISH_REASON.get(str(reason), reason),
                          "message": {"role": "assistant", "content": text}}],
             "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
                       "total_tokens": prompt + completion},

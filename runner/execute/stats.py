@@ -1,5 +1,6 @@
-"""A run's counters: every task counts once, as a cache hit, an API call, a repeat of an earlier
-task's key, a failure or not run (`done` + failures + not run = total at the end of a run).
+"""A run's counters, kept by the pool and read by the progress line, the manifest and rescore:
+an answered task counts as a cache hit, an API call or a repeat of an earlier task's key
+(`done`); one without an answer is in `failures`, with its reason, or in `missing` (not run).
 
 They live apart from the pool that keeps them: rescore, the progress line and the manifest read
 them without importing the pool (and with it aiohttp, ~0.17 s a start)."""

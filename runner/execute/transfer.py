@@ -28,7 +28,7 @@ from runner.execute.store.backend import CacheBackend
 __all__ = ["TransferStats", "copy_cache", "is_archive", "load_archive", "read_archive",
            "write_archive"]
 
-BATCH = 1000  # keys per round of has_many / get_many
+KEYS_PER_ROUND = 1000  # keys per round of has_many / get_many
 _KEY = re.compile(r"^[0-9a-f]{64}$")
 _FIELDS = ("request", "response", "source")
 
@@ -64,7 +64,7 @@ def _open(path: Path, mode: str, gz: bool) -> IO[bytes]:
 def _store(pairs: Iterator[tuple[str, dict[str, Any]]], dst: CacheBackend,
            progress: Callable[[int], None]) -> TransferStats:
     stats = TransferStats()
-    while batch := list(itertools.islice(pairs, BATCH)):
+    while batch := list(itertools.islice(pairs, KEYS_PER_ROUND)):
         there = dst.has_many([k for k, _ in batch])
         fresh = [(key, record) for key, record in batch if key not in there]
         dst.put_many(fresh)  # one transaction per chunk, not one per record
@@ -76,7 +76,7 @@ def _store(pairs: Iterator[tuple[str, dict[str, Any]]], dst: CacheBackend,
 
 def _records(src: CacheBackend) -> Iterator[tuple[str, dict[str, Any]]]:
     keys = src.keys()
-    while batch := list(itertools.islice(keys, BATCH)):
+    while batch := list(itertools.islice(keys, KEYS_PER_ROUND)):
         records = src.get_many(batch)
         yield from ((k, records[k]) for k in batch if k in records)
 
@@ -88,7 +88,7 @@ def copy_cache(src: CacheBackend, dst: CacheBackend,
     Args:
         src: the cache copied from.
         dst: the cache copied into.
-        progress: called with the number of keys done after each batch of BATCH.
+        progress: called with the number of keys done after each batch of KEYS_PER_ROUND.
 
     Returns:
         How many records were copied and how many keys `dst` had already.
@@ -104,7 +104,7 @@ def write_archive(src: CacheBackend, path: Path,
     Args:
         src: the cache.
         path: the archive; gzip-compressed when its name ends in .gz.
-        progress: called with the number of keys done after each batch of BATCH.
+        progress: called with the number of keys done after each batch of KEYS_PER_ROUND.
 
     Returns:
         The number of records written.
@@ -119,8 +119,8 @@ def write_archive(src: CacheBackend, path: Path,
             for key, record in _records(src):
                 out.write(orjson.dumps({"key": key, "record": record}) + b"\n")
                 written += 1
-                if written % BATCH == 0:
-                    progress(BATCH)
+                if written % KEYS_PER_ROUND == 0:
+                    progress(KEYS_PER_ROUND)
         os.replace(tmp, path)
     except OSError as exc:
         raise DataError(f"{path}: cannot write the archive ({exc}); check the folder and "
@@ -177,7 +177,7 @@ def load_archive(path: Path, dst: CacheBackend,
     Args:
         path: the archive.
         dst: the cache; keys it has already are left alone.
-        progress: called with the number of keys done after each batch of BATCH.
+        progress: called with the number of keys done after each batch of KEYS_PER_ROUND.
 
     Returns:
         How many records were stored and how many keys `dst` had already.

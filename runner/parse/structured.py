@@ -18,7 +18,7 @@ __all__ = ["find_object", "lookup", "number"]
 
 _FENCE = re.compile(r"```[ \t]*(?:json|JSON)?[ \t]*\n(.*?)```", re.DOTALL)
 _DECODER = json.JSONDecoder()
-_TRIES = 64  # "{" positions tried per text: a long answer full of braces stays linear
+_BRACES_TRIED = 64  # "{" positions tried per text: a long answer full of braces stays linear
 _NUMERIC = re.compile(r"\s*(-?\d+(?:\.\d+)?)\s*(?:/\s*\d+(?:\.\d+)?)?\s*")
 
 
@@ -45,7 +45,7 @@ def find_object(text: str) -> Mapping[str, Any] | None:
 
 def _first_object(text: str) -> Mapping[str, Any] | None:
     start = text.find("{")
-    for _ in range(_TRIES):
+    for _ in range(_BRACES_TRIED):
         if start == -1:
             break
         try:
