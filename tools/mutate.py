@@ -43,8 +43,13 @@ from mutate_equivalent import EQUIVALENT
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# The parsers' own tests: test_parse.py, and test_judges.py for the json and number parsers and
+# the result-key rule (without it, forms.py's json parser is barely reached). Whole files, not
+# test ids: a mutant that breaks the import must fail collection (exit 2), not miss an id (4).
+_PARSER_TESTS = ("tests/test_parse.py", "tests/test_judges.py")
+
 TARGETS: dict[str, tuple[str, ...]] = {
-    **{f"runner/parse/{name}.py": ("tests/test_parse.py",)
+    **{f"runner/parse/{name}.py": _PARSER_TESTS
        for name in ("parsers", "base", "ratings", "forms")},
     "runner/parse/metrics.py": tuple(f"tests/test_colossalai.py::test_{name}" for name in (
         "bleu_and_chrf_are_sacrebleu_sentence_scores",

@@ -3,8 +3,9 @@
 The rule of keys: a parser's result for an aspect is its value "score", else its value under
 `aspect_key(aspect)` ("Overall Quality" -> "overall_quality"). Where a job's options decide the
 keys (`form`'s and `json`'s `fields`), `check_aspect` holds them to the rule when the job file is
-read: a key no aspect of the prompt has, or an aspect no key gives a score, is a ConfigError
-naming the aspect, never a score silently missing from every task.
+read: a `json` field keyed by a name no aspect of the prompt has, or a `form` table that gives
+an aspect no key (nor "score"), is a ConfigError naming the field or the aspect, never a score
+silently missing from every task.
 
 Pure and versioned: no I/O. Each `Parser` maps one `Choice` to `Scores` or a `Failure`, never
 raises on any text and never turns an answer it cannot read into a number. Bump a parser's
