@@ -307,15 +307,11 @@ def openmeva(files: Sequence[Path], dataset: str) -> Iterator[Item]:
     """OpenMEVA-MANS: one item per (story beginning, generator), 200 x 5 = 1000."
 
     Args:
-        files: the data set's registered files, absolute, in registry order.
-        dataset: the data set's name as the job calls it (for `Item.dataset` and messages).
+        files: the registered files, absolute, in registry order.
+        dataset: the data set's name in the job.
 
     Returns:
-        The items in file order, read lazily.
-
-    Raises:
-        DataError: a file is missing, malformed or disagrees with the others, naming the file,
-            the record and the fix (raised as the items are read).
+        The items in file order, read lazily (a DataError names a bad file and record).
     """
     path, records = _json_list(files, "openmeva.json", dataset)
     for index, raw in enumerate(records):
@@ -349,15 +345,11 @@ def tst_formality(files: Sequence[Path], dataset: str) -> Iterator[Item]:
     counts as system "ref". All four files must agree on src, ref, systems and outputs.
 
     Args:
-        files: the data set's registered files, absolute, in registry order.
-        dataset: the data set's name as the job calls it (for `Item.dataset` and messages).
+        files: the registered files, absolute, in registry order.
+        dataset: the data set's name in the job.
 
     Returns:
-        The items in file order, read lazily.
-
-    Raises:
-        DataError: a file is missing, malformed or disagrees with the others, naming the file,
-            the record and the fix (raised as the items are read).
+        The items in file order, read lazily (a DataError names a bad file and record).
     """
     tables = {aspect: _read_jsonl(_one_file(files, name), dataset)
               for name, aspect in _TST_FILES.items()}
@@ -401,15 +393,11 @@ def summeval(files: Sequence[Path], dataset: str) -> Iterator[Item]:
     """SummEval: one item per (document, system), 100 x 16 = 1600."
 
     Args:
-        files: the data set's registered files, absolute, in registry order.
-        dataset: the data set's name as the job calls it (for `Item.dataset` and messages).
+        files: the registered files, absolute, in registry order.
+        dataset: the data set's name in the job.
 
     Returns:
-        The items in file order, read lazily.
-
-    Raises:
-        DataError: a file is missing, malformed or disagrees with the others, naming the file,
-            the record and the fix (raised as the items are read).
+        The items in file order, read lazily (a DataError names a bad file and record).
     """
     path, docs = _pickled_dict(files, dataset)
     for doc_id, raw in docs.items():
@@ -431,15 +419,11 @@ def bagel(files: Sequence[Path], dataset: str) -> Iterator[Item]:
     """BAGEL: one item per output, 404 (202 meaning representations, 2 outputs each)."
 
     Args:
-        files: the data set's registered files, absolute, in registry order.
-        dataset: the data set's name as the job calls it (for `Item.dataset` and messages).
+        files: the registered files, absolute, in registry order.
+        dataset: the data set's name in the job.
 
     Returns:
-        The items in file order, read lazily.
-
-    Raises:
-        DataError: a file is missing, malformed or disagrees with the others, naming the file,
-            the record and the fix (raised as the items are read).
+        The items in file order, read lazily (a DataError names a bad file and record).
     """
     path, outputs = _pickled_dict(files, dataset)
     for key, raw in outputs.items():
@@ -466,15 +450,11 @@ def korean_chat(files: Sequence[Path], dataset: str) -> Iterator[Item]:
     gpt-4-0125-preview response from chatgpt_results/<model>.pkl where that file exists.
 
     Args:
-        files: the data set's registered files, absolute, in registry order.
-        dataset: the data set's name as the job calls it (for `Item.dataset` and messages).
+        files: the registered files, absolute, in registry order.
+        dataset: the data set's name in the job.
 
     Returns:
-        The items in file order, read lazily.
-
-    Raises:
-        DataError: a file is missing, malformed or disagrees with the others, naming the file,
-            the record and the fix (raised as the items are read).
+        The items in file order, read lazily (a DataError names a bad file and record).
     """
     questions_path = _one_file(files, "user_oriented_instructions_eval.jsonl")
     questions = _read_jsonl(questions_path, dataset)
@@ -520,15 +500,11 @@ def colossalai(files: Sequence[Path], dataset: str) -> Iterator[Item]:
     """ColossalEval GPT-evaluation examples: 25 questions, subset = category."
 
     Args:
-        files: the data set's registered files, absolute, in registry order.
-        dataset: the data set's name as the job calls it (for `Item.dataset` and messages).
+        files: the registered files, absolute, in registry order.
+        dataset: the data set's name in the job.
 
     Returns:
-        The items in file order, read lazily.
-
-    Raises:
-        DataError: a file is missing, malformed or disagrees with the others, naming the file,
-            the record and the fix (raised as the items are read).
+        The items in file order, read lazily (a DataError names a bad file and record).
     """
     path, records = _json_list(files, "eval_*_examples.json", dataset)
     for index, raw in enumerate(records):
