@@ -70,7 +70,8 @@ CREATE INDEX IF NOT EXISTS batch_keys_key ON batch_keys(key);
 
 @dataclass(frozen=True, slots=True)
 class BatchRow:
-    """One submitted (or being submitted) batch as the ledger knows it."""
+    """One submitted (or being submitted) batch as the ledger knows it: the columns of the
+    `batches` table (see _SCHEMA), `ingested` as a bool."""
 
     file_id: str
     batch_id: str | None
