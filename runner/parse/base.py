@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["DECIMAL", "DENOMINATOR", "NUMBER", "RANGE", "Choice", "Failure", "Scores",
-           "aspect_key", "in_range", "scale", "score_in_range"]
+           "aspect_key", "in_range", "scale_text", "score_in_range"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +101,7 @@ def in_range(value: float, options: Mapping[str, Any]) -> bool:
     return bool(options["min"] <= value <= options["max"])
 
 
-def scale(options: Mapping[str, Any]) -> str:
+def scale_text(options: Mapping[str, Any]) -> str:
     """The scale for a message, "1-5".
 
     Args:
@@ -126,4 +126,4 @@ def score_in_range(value: float, what: str, options: Mapping[str, Any]) -> Score
     """
     if in_range(value, options):
         return Scores({"score": float(value)})
-    return Failure("parse", f"{what} {value:g} is outside {scale(options)}")
+    return Failure("parse", f"{what} {value:g} is outside {scale_text(options)}")

@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from runner.parse.base import DECIMAL, Choice, Failure, Scores, aspect_key, in_range, scale
+from runner.parse.base import DECIMAL, Choice, Failure, Scores, aspect_key, in_range, scale_text
 from runner.parse.structured import find_object, lookup, number
 
 __all__ = ["parse_form", "parse_json", "parse_outputs"]
@@ -49,7 +49,7 @@ def parse_json(choice: Choice, options: Mapping[str, Any]) -> Scores | Failure:
                   if (v := number(raw)) is not None and in_range(v, options)}
         if values:
             return Scores(values)
-        return Failure("parse", f"no numeric field {scale(options)} in the JSON object "
+        return Failure("parse", f"no numeric field {scale_text(options)} in the JSON object "
                        f"(keys: {', '.join(map(str, obj)) or 'none'})")
     values, problems = {}, []
     for aspect, path in options["fields"].items():
@@ -57,7 +57,7 @@ def parse_json(choice: Choice, options: Mapping[str, Any]) -> Scores | Failure:
         if value is None:
             problems.append(f"{path} missing or not a number")
         elif not in_range(value, options):
-            problems.append(f"{path} {value:g} outside {scale(options)}")
+            problems.append(f"{path} {value:g} outside {scale_text(options)}")
         else:
             values[aspect_key(aspect)] = value
     if (problems and options["required"]) or not values:
@@ -154,7 +154,7 @@ def parse_form(choice: Choice, options: Mapping[str, Any]) -> Scores | Failure:
         elif value == "na" and options["na_value"] is None:
             problems.append(f"{label} is N/A")
         elif value != "na" and not in_range(float(value), options):
-            problems.append(f"{label} {float(value):g} outside {scale(options)}")
+            problems.append(f"{label} {float(value):g} outside {scale_text(options)}")
         else:
             values[key] = float(options["na_value"] if value == "na" else value)
     if (problems and options["required"]) or not values:
@@ -202,6 +202,6 @@ def parse_outputs(choice: Choice, options: Mapping[str, Any]) -> Scores | Failur
     if (missing and options["required"]) or not values:
         message = f"no score for output {', '.join(missing)}" if missing else ""
         if off_scale:
-            message += f"; outside {scale(options)}: {', '.join(off_scale)}"
+            message += f"; outside {scale_text(options)}: {', '.join(off_scale)}"
         return Failure("parse", message.lstrip("; "))
     return Scores(values)

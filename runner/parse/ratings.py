@@ -22,7 +22,7 @@ from runner.parse.base import (
     Failure,
     Scores,
     in_range,
-    scale,
+    scale_text,
     score_in_range,
 )
 
@@ -108,7 +108,7 @@ def parse_stars(choice: Choice, options: Mapping[str, Any]) -> Scores | Failure:
     if bare:
         return score_in_range(_star_value(bare), "star rating", options)
     level = _star_level(text, options["levels"])
-    return level or Failure("parse", f"no star rating {scale(options)} found")
+    return level or Failure("parse", f"no star rating {scale_text(options)} found")
 
 
 # --- number -------------------------------------------------------------------------------------
@@ -144,7 +144,7 @@ def parse_number(choice: Choice, options: Mapping[str, Any]) -> Scores | Failure
         text = text[at + len(options["marker"]):]
     numbers = NUMBER.findall(DENOMINATOR.sub(" ", RANGE.sub(" ", text)))
     if not numbers:
-        return Failure("parse", f"no score {scale(options)} found")
+        return Failure("parse", f"no score {scale_text(options)} found")
     chosen = numbers[-1] if options["pick"] == "last" else numbers[0]
     return score_in_range(float(chosen), "score", options)
 
@@ -175,7 +175,8 @@ def parse_pair(choice: Choice, options: Mapping[str, Any]) -> Scores | Failure:
     if len(numbers) != 2:
         return Failure("parse", f"first line should hold two scores, found {len(numbers)}")
     if not all(in_range(n, options) for n in numbers):
-        return Failure("parse", f"scores {numbers[0]:g} {numbers[1]:g} not in {scale(options)}")
+        return Failure("parse", f"scores {numbers[0]:g} {numbers[1]:g} not in "
+                       f"{scale_text(options)}")
     return Scores({"1": numbers[0], "2": numbers[1]})
 
 
@@ -207,7 +208,7 @@ def parse_logprob(choice: Choice, options: Mapping[str, Any]) -> Scores | Failur
     allowed = {str(s): s for s in range(math.ceil(options["min"]), math.floor(options["max"]) + 1)}
     positions = [entry for entry in choice.logprobs if _token_text(entry) in allowed]
     if not positions:
-        return Failure("parse", f"no score token {scale(options)} in the response")
+        return Failure("parse", f"no score token {scale_text(options)} in the response")
     tops = positions[0 if options["position"] == "first" else -1].get("top_logprobs")
     mass: dict[int, float] = {}
     for top in tops if isinstance(tops, Sequence) else ():
