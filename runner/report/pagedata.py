@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from runner.expand import Expansion
-from runner.reduce.correlate import Row
+from runner.reduce.series import Series
 from runner.report.browser import ItemRows, prompt_text, with_bodies
 from runner.report.headline import system_note, unparsed_judges
 from runner.report.relpage import reliability_page
@@ -26,7 +26,7 @@ MAX_POINTS = 1500  # a scatter with more pairs is sent as a 2-D histogram
 BINS = 20  # histogram bins for a continuous scale
 
 
-def page_data(expansion: Expansion, series: Mapping[tuple[str, str], Mapping[str, list[Row]]],
+def page_data(expansion: Expansion, series: Mapping[tuple[str, str], Mapping[str, Series]],
               corr: Sequence[Mapping[str, Any]],
               summ: Sequence[Mapping[str, Any]], battles: Sequence[Mapping[str, Any]],
               board: tuple[list[str], list[dict[str, Any]]] | None,
@@ -42,17 +42,16 @@ def page_data(expansion: Expansion, series: Mapping[tuple[str, str], Mapping[str
     for (dataset, aspect), judges in series.items():
         d = datasets.setdefault(dataset, {"name": dataset, "aspects": []})
         llm = {name: data for name, data in judges.items() if "/" in name or name in juries}
-        arrays = {name: _arrays(data) for name, data in llm.items()}  # each made once
-        first = next(iter(judges), "")  # the human scores: any judge's rows have them
-        human = (arrays[first] if first in arrays else _arrays(judges.get(first, [])))[1]
+        first = next(iter(judges.values()), None)  # the human scores: any judge's rows have them
+        human = first.human if first is not None else np.empty(0)
         d["aspects"].append({
             "aspect": aspect,
             "correlations": [dict(r) for r in corr
                              if r["dataset"] == dataset and r["aspect"] == aspect],
-            "scatter": {name: _scatter(data, arrays[name]) for name, data in llm.items()},
-            "distribution": {name: _counts(arrays[name][0]) for name in llm},
+            "scatter": {name: _scatter(data.judge, data.human) for name, data in llm.items()},
+            "distribution": {name: _counts(data.judge) for name, data in llm.items()},
             "human": _counts(human),
-            "systems": {name: _systems(data, arrays[name]) for name, data in llm.items()},
+            "systems": {name: _systems(data) for name, data in llm.items()},
             "system_note": system_note([r for r in corr if r["dataset"] == dataset
                                         and r["aspect"] == aspect]),
         })
@@ -97,17 +96,9 @@ def with_reliability(page: dict[str, Any], expansion: Expansion,
     return page
 
 
-def _arrays(data: Sequence[Row]) -> tuple[Any, Any]:
-    """Judge and human scores as float arrays (NaN where the judge gave none)."""
-    judge = np.array([np.nan if r.judge is None else r.judge for r in data], dtype=float)
-    human = np.array([r.human for r in data], dtype=float)
-    return judge, human
-
-
-def _scatter(data: Sequence[Row], arrays: tuple[Any, Any] | None = None) -> dict[str, Any]:
-    """Judge (x) against human (y): the points, or a 2-D histogram, with the least-squares
-    line of human on judge."""
-    x, y = _arrays(data) if arrays is None else arrays
+def _scatter(x: Any, y: Any) -> dict[str, Any]:
+    """Judge scores `x` against human scores `y`: the points, or a 2-D histogram, with the
+    least-squares line of human on judge."""
     ok = ~(np.isnan(x) | np.isnan(y))
     x, y = x[ok], y[ok]
     out: dict[str, Any] = {"n": int(x.size), "fit": _fit(x, y)}
@@ -157,19 +148,28 @@ def _counts(values: Any) -> dict[str, Any]:
     return out
 
 
-def _systems(data: Sequence[Row], arrays: tuple[Any, Any] | None = None) -> dict[str, Any]:
+def _systems(data: Series) -> dict[str, Any]:
     """Per system: judge and human means (and judge sd); and the pairwise accuracy of the
     judge's system ranking against the humans' (pairs the humans do not tie)."""
-    judge, human = _arrays(data) if arrays is None else arrays
-    names = np.array([r.system for r in data], dtype=object)
-    ok = ~np.isnan(judge) & (names != "")
-    if not ok.any():
+    names = data.labels.systems
+    ok = ~np.isnan(data.judge)
+    codes, judge, human = data.system[ok], data.judge[ok], data.human[ok]
+    count = np.bincount(codes, minlength=len(names))
+    # the systems scored, named (an item without a system has the name ""), by name
+    kept = sorted((names[c], c) for c in np.flatnonzero(count).tolist() if names[c] != "")
+    if not kept:
         return {"rows": [], "pairs": 0, "pairwise_accuracy": None}
-    systems, index = np.unique(names[ok].astype(str), return_inverse=True)
-    n = np.bincount(index)
-    mj = np.bincount(index, judge[ok]) / n
-    mh = np.bincount(index, human[ok]) / n
-    var = np.bincount(index, (judge[ok] - mj[index]) ** 2) / np.maximum(n - 1, 1)
+    systems = [name for name, _ in kept]
+    order = np.array([c for _, c in kept], dtype=np.intp)
+    slot = np.full(len(names), -1, dtype=np.intp)  # code -> row of the kept system, or -1
+    slot[order] = np.arange(order.size)
+    index = slot[codes]
+    named = index >= 0
+    index, judge, human = index[named], judge[named], human[named]
+    n = np.bincount(index, minlength=order.size)
+    mj = np.bincount(index, judge, minlength=order.size) / n
+    mh = np.bincount(index, human, minlength=order.size) / n
+    var = np.bincount(index, (judge - mj[index]) ** 2, minlength=order.size) / np.maximum(n - 1, 1)
     rows = [{"system": str(s), "n": int(k), "judge": float(a), "judge_sd": float(np.sqrt(v)),
              "human": float(h)} for s, k, a, v, h in zip(systems, n, mj, var, mh, strict=True)]
     dj, dh = np.subtract.outer(mj, mj), np.subtract.outer(mh, mh)
