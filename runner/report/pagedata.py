@@ -1,12 +1,14 @@
 """What report.html shows, computed in Python from the tables the other reports use.
 
 The page is one JSON document (see `page_data`) rendered in the browser by a small
-hand-written script; runner.report.figures draws the same data with matplotlib. Large series
-are reduced here, so the page stays small whatever the job's size: a scatter of more than
-`MAX_POINTS` pairs becomes a 2-D histogram, distributions are counts per distinct score
-(or per bin).
+hand-written script; runner.report.figures draws the same data with matplotlib. Every chart
+is sent as an aggregate whose size depends on the score scale, never on the number of
+judgments, so a ten-million-judgment study's page is as small as a ten-thousand one's: a
+scatter of more than `MAX_POINTS` pairs becomes a 2-D histogram (at most ~41 x 41 cells)
+with the judge's score quantiles per human score level; a distribution is counts per
+distinct score (or per bin) with its quantiles; the system view has a row per system up to
+`MAX_SYSTEMS`. The item browser's rows are a bounded sample (runner.report.browser).
 """
-
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -24,6 +26,8 @@ __all__ = ["page_data", "with_reliability"]
 
 MAX_POINTS = 1500  # a scatter with more pairs is sent as a 2-D histogram
 BINS = 20  # histogram bins for a continuous scale
+QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)  # the box summaries: whiskers, box, median
+MAX_SYSTEMS = 200  # more systems than this: no per-system rows (a chart row each), only a count
 
 
 def page_data(expansion: Expansion, series: Mapping[tuple[str, str], Mapping[str, Series]],
@@ -57,7 +61,9 @@ def page_data(expansion: Expansion, series: Mapping[tuple[str, str], Mapping[str
         })
     for s in summ:
         datasets.setdefault(s["dataset"], {"name": s["dataset"], "aspects": []})
-    kept = with_bodies(rows.rows(), expansion)
+    chosen = rows.kept()
+    kept = with_bodies([r for r, _ in chosen], expansion)  # in the same order
+    why = [w for _, w in chosen]
     texts: dict[str, int] = {}
     sampled = any(p.samples > 1 for p in job.prompts)  # a sample column only where it tells
     return {
@@ -76,7 +82,7 @@ def page_data(expansion: Expansion, series: Mapping[tuple[str, str], Mapping[str
         "ranking": [dict(r) for r in ranking],
         "leaderboard": {"columns": board[0], "rows": board[1]} if board else None,
         "reliability": reliability_page(expansion, reliability),
-        "items": {"seen": rows.seen, "capped": rows.capped, "cap": rows.cap,
+        "items": {**rows.counts(), "capped": rows.capped,
                   "columns": ["dataset", "item", "system", "aspect", "judge",
                               *(["sample"] if sampled else []), "score",
                               "human", "diff", "status", "message", "raw", "prompt"],
@@ -84,6 +90,7 @@ def page_data(expansion: Expansion, series: Mapping[tuple[str, str], Mapping[str
                             *([r.sample] if sampled else []), r.score, r.human,
                             r.diff, r.status, r.message, r.raw,
                             texts.setdefault(prompt_text(r.body), len(texts))] for r in kept],
+                  "why": why,  # per row: the pools that kept it, space-separated
                   "prompts": list(texts)},
     }
 
@@ -110,7 +117,31 @@ def _scatter(x: Any, y: Any) -> dict[str, Any]:
     i, j = np.nonzero(grid)
     out["hist"] = {"x": xs.tolist(), "y": ys.tolist(),
                    "cells": np.column_stack([i, j, grid[i, j]]).astype(int).tolist()}
+    out["levels"] = _levels(x, y, ys)
     return out
+
+
+def _levels(x: Any, y: Any, edges: Any) -> dict[str, Any]:
+    """The judge scores `x` per human score level (the bins `edges` cut `y` into): how many,
+    and their `QUANTILES` (None for an empty level), as numpy's default (linear) quantile.
+
+    One sort of the pairs by (level, judge score); each level's quantiles are then read at
+    their positions in its run of the sorted scores."""
+    bins = edges.size - 1
+    level = np.clip(np.searchsorted(edges, y, side="right") - 1, 0, bins - 1)  # as histogram
+    ordered = x[np.lexsort((x, level))]
+    n = np.bincount(level, minlength=bins)
+    start = np.cumsum(n) - n
+    at = start[:, None] + np.multiply.outer(np.maximum(n - 1, 0), QUANTILES)
+    low = np.floor(at).astype(np.intp)
+    high = np.minimum(low + 1, np.maximum(start + n - 1, 0)[:, None])
+    if ordered.size:
+        q = ordered[low] + (ordered[high] - ordered[low]) * (at - low)
+    else:
+        q = np.zeros(at.shape)
+    return {"n": n.tolist(),
+            "q": [np.round(row, 4).tolist() if k else None
+                  for row, k in zip(q, n.tolist(), strict=True)]}
 
 
 def _fit(x: Any, y: Any) -> list[float] | None:
@@ -145,6 +176,8 @@ def _counts(values: Any) -> dict[str, Any]:
     edges = _edges(finite)
     counts, _ = np.histogram(finite, bins=edges)
     out["edges"], out["counts"] = np.round(edges, 6).tolist(), counts.tolist()
+    out["quantiles"] = np.round(np.quantile(finite, QUANTILES), 4).tolist()
+    out["mean"] = round(float(finite.mean()), 4)
     return out
 
 
@@ -157,8 +190,8 @@ def _systems(data: Series) -> dict[str, Any]:
     count = np.bincount(codes, minlength=len(names))
     # the systems scored, named (an item without a system has the name ""), by name
     kept = sorted((names[c], c) for c in np.flatnonzero(count).tolist() if names[c] != "")
-    if not kept:
-        return {"rows": [], "pairs": 0, "pairwise_accuracy": None}
+    if not kept or len(kept) > MAX_SYSTEMS:
+        return {"rows": [], "pairs": 0, "pairwise_accuracy": None, "systems": len(kept)}
     systems = [name for name, _ in kept]
     order = np.array([c for _, c in kept], dtype=np.intp)
     slot = np.full(len(names), -1, dtype=np.intp)  # code -> row of the kept system, or -1
@@ -177,4 +210,4 @@ def _systems(data: Series) -> dict[str, Any]:
     total = int(upper.sum())
     agree = int(((dj * dh) > 0)[upper].sum())
     return {"rows": rows, "pairs": total,
-            "pairwise_accuracy": agree / total if total else None}
+            "pairwise_accuracy": agree / total if total else None, "systems": len(kept)}
