@@ -290,7 +290,8 @@ def test_position_bias_is_a_chart_of_mean_score_by_position(
     page, errors = _page(browser, data, tmp_path / "position.html")
     chart = page.locator("#reliability .position-chart")
     assert chart.count() == 1
-    assert "n=20 a point" in chart.locator(".caption").inner_text()
+    # textContent: a chart off screen is not laid out (content-visibility), innerText skips it
+    assert "n=20 a point" in chart.locator(".caption").text_content()
     points = chart.locator("circle.point")
     assert points.count() == 6 and chart.locator("polyline").count() == 2  # a line a judge
     titles = points.evaluate_all("cs => cs.map(c => c.textContent)")
@@ -394,7 +395,7 @@ def test_a_large_study_draws_aggregates_and_states_the_item_sample(browser: Any,
         len(sc["hist"]["cells"]) for sc in aspect["scatter"].values())
     assert page.locator("svg .quantile").count() == levels == 3 * 9
     assert page.locator(".plot .quantiles").count() == 4  # three judges and the humans
-    assert "median 3, middle half 2–4" in page.inner_text(".plot .quantiles >> nth=0")
+    assert "median 3, middle half 2–4" in page.text_content(".plot .quantiles >> nth=0")
     note = page.inner_text("#item-sample")
     assert note.startswith("A sample: 1,000 of 30,000 judgments, drawn uniformly at random "
                            "(seed 0); with the 500 largest judge-human disagreements and 500 "
