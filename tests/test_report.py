@@ -371,11 +371,12 @@ def test_large_scatter_is_a_2d_histogram(run: dict[str, Path], browser: Any,
 
     import numpy as np
 
-    from runner.report.pagedata import MAX_POINTS, _scatter
+    from runner.report.aggregate import MAX_POINTS, scatter_and_counts
 
     rng = random.Random(1)
     judge = np.array([float(rng.randint(1, 5)) for _ in range(MAX_POINTS * 3)])
-    big = _scatter(judge, np.array([rng.random() * 4 + 1 for _ in range(MAX_POINTS * 3)]))
+    big, _ = scatter_and_counts(
+        judge, np.array([rng.random() * 4 + 1 for _ in range(MAX_POINTS * 3)]))
     assert "points" not in big and big["n"] == MAX_POINTS * 3
     assert sum(c for _, _, c in big["hist"]["cells"]) == MAX_POINTS * 3
     assert len(big["hist"]["x"]) == 6  # one bin per star: 0.5 .. 5.5

@@ -3,12 +3,12 @@
 The page is one JSON document (see `page_data`) rendered in the browser by a small
 hand-written script; runner.report.figures draws the same data with matplotlib. Every chart
 is sent as an aggregate whose size depends on the score scale, never on the number of
-judgments, so a ten-million-judgment study's page is as small as a ten-thousand one's: a
-scatter of more than `MAX_POINTS` pairs becomes a 2-D histogram (at most ~41 x 41 cells)
-with the judge's score quantiles per human score level; a distribution is counts per
-distinct score (or per bin) with its quantiles; the system view has a row per system up to
-`MAX_SYSTEMS`. The item browser's rows are a bounded sample (runner.report.browser).
+judgments, so a ten-million-judgment study's page is as small as a ten-thousand one's: the
+charts of each judge are made by runner.report.aggregate (2-D histograms with quantiles per
+human level, distributions with their quantiles); the system view has a row per system up to
+`MAX_SYSTEMS`; the item browser's rows are a bounded sample (runner.report.browser).
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -18,15 +18,13 @@ import numpy as np
 
 from runner.expand import Expansion
 from runner.reduce.series import Series
+from runner.report.aggregate import MAX_POINTS, QUANTILES, counts, scatter_and_counts
 from runner.report.browser import ItemRows, prompt_text, with_bodies
 from runner.report.headline import system_note, unparsed_judges
 from runner.report.relpage import reliability_page
 
-__all__ = ["page_data", "with_reliability"]
+__all__ = ["MAX_POINTS", "MAX_SYSTEMS", "QUANTILES", "page_data", "with_reliability"]
 
-MAX_POINTS = 1500  # a scatter with more pairs is sent as a 2-D histogram
-BINS = 20  # histogram bins for a continuous scale
-QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)  # the box summaries: whiskers, box, median
 MAX_SYSTEMS = 200  # more systems than this: no per-system rows (a chart row each), only a count
 
 
@@ -48,13 +46,14 @@ def page_data(expansion: Expansion, series: Mapping[tuple[str, str], Mapping[str
         llm = {name: data for name, data in judges.items() if "/" in name or name in juries}
         first = next(iter(judges.values()), None)  # the human scores: any judge's rows have them
         human = first.human if first is not None else np.empty(0)
+        charts = {name: scatter_and_counts(data.judge, data.human) for name, data in llm.items()}
         d["aspects"].append({
             "aspect": aspect,
             "correlations": [dict(r) for r in corr
                              if r["dataset"] == dataset and r["aspect"] == aspect],
-            "scatter": {name: _scatter(data.judge, data.human) for name, data in llm.items()},
-            "distribution": {name: _counts(data.judge) for name, data in llm.items()},
-            "human": _counts(human),
+            "scatter": {name: scatter for name, (scatter, _) in charts.items()},
+            "distribution": {name: dist for name, (_, dist) in charts.items()},
+            "human": counts(human),
             "systems": {name: _systems(data) for name, data in llm.items()},
             "system_note": system_note([r for r in corr if r["dataset"] == dataset
                                         and r["aspect"] == aspect]),
@@ -103,106 +102,27 @@ def with_reliability(page: dict[str, Any], expansion: Expansion,
     return page
 
 
-def _scatter(x: Any, y: Any) -> dict[str, Any]:
-    """Judge scores `x` against human scores `y`: the points, or a 2-D histogram, with the
-    least-squares line of human on judge."""
-    ok = ~(np.isnan(x) | np.isnan(y))
-    x, y = x[ok], y[ok]
-    out: dict[str, Any] = {"n": int(x.size), "fit": _fit(x, y)}
-    if x.size <= MAX_POINTS:
-        out["points"] = np.round(np.column_stack([x, y]), 4).tolist()
-        return out
-    xs, ys = _edges(x), _edges(y)
-    grid, _, _ = np.histogram2d(x, y, bins=[xs, ys])
-    i, j = np.nonzero(grid)
-    out["hist"] = {"x": xs.tolist(), "y": ys.tolist(),
-                   "cells": np.column_stack([i, j, grid[i, j]]).astype(int).tolist()}
-    out["levels"] = _levels(x, y, ys)
-    return out
-
-
-def _levels(x: Any, y: Any, edges: Any) -> dict[str, Any]:
-    """The judge scores `x` per human score level (the bins `edges` cut `y` into): how many,
-    and their `QUANTILES` (None for an empty level), as numpy's default (linear) quantile.
-
-    One sort of the pairs by (level, judge score); each level's quantiles are then read at
-    their positions in its run of the sorted scores."""
-    bins = edges.size - 1
-    level = np.clip(np.searchsorted(edges, y, side="right") - 1, 0, bins - 1)  # as histogram
-    ordered = x[np.lexsort((x, level))]
-    n = np.bincount(level, minlength=bins)
-    start = np.cumsum(n) - n
-    at = start[:, None] + np.multiply.outer(np.maximum(n - 1, 0), QUANTILES)
-    low = np.floor(at).astype(np.intp)
-    high = np.minimum(low + 1, np.maximum(start + n - 1, 0)[:, None])
-    if ordered.size:
-        q = ordered[low] + (ordered[high] - ordered[low]) * (at - low)
-    else:
-        q = np.zeros(at.shape)
-    return {"n": n.tolist(),
-            "q": [np.round(row, 4).tolist() if k else None
-                  for row, k in zip(q, n.tolist(), strict=True)]}
-
-
-def _fit(x: Any, y: Any) -> list[float] | None:
-    if x.size < 2 or np.ptp(x) == 0:
-        return None
-    slope, intercept = np.polyfit(x, y, 1)
-    return [float(slope), float(intercept)]
-
-
-def _edges(values: Any) -> Any:
-    """Bin edges: one bin per step of a regular scale (1-5 stars, halves), else BINS equal
-    bins."""
-    distinct = np.unique(values)
-    if distinct.size == 1:
-        return np.array([distinct[0] - 0.5, distinct[0] + 0.5])
-    step = float(np.min(np.diff(distinct)))
-    span = (distinct[-1] - distinct[0]) / step
-    on_grid = np.allclose((distinct - distinct[0]) / step,
-                          np.round((distinct - distinct[0]) / step), atol=0.1)
-    if on_grid and span < 2 * BINS:
-        return distinct[0] - step / 2 + step * np.arange(round(span) + 2)
-    return np.linspace(distinct[0], distinct[-1], BINS + 1)
-
-
-def _counts(values: Any) -> dict[str, Any]:
-    """Counts per distinct value (few values) or per bin, plus the missing count."""
-    finite = values[~np.isnan(values)]
-    out: dict[str, Any] = {"missing": int(values.size - finite.size)}
-    if not finite.size:
-        out["edges"], out["counts"] = [], []
-        return out
-    edges = _edges(finite)
-    counts, _ = np.histogram(finite, bins=edges)
-    out["edges"], out["counts"] = np.round(edges, 6).tolist(), counts.tolist()
-    out["quantiles"] = np.round(np.quantile(finite, QUANTILES), 4).tolist()
-    out["mean"] = round(float(finite.mean()), 4)
-    return out
-
-
 def _systems(data: Series) -> dict[str, Any]:
     """Per system: judge and human means (and judge sd); and the pairwise accuracy of the
     judge's system ranking against the humans' (pairs the humans do not tie)."""
     names = data.labels.systems
     ok = ~np.isnan(data.judge)
-    codes, judge, human = data.system[ok], data.judge[ok], data.human[ok]
-    count = np.bincount(codes, minlength=len(names))
+    count = np.bincount(data.system, weights=ok, minlength=len(names))
     # the systems scored, named (an item without a system has the name ""), by name
     kept = sorted((names[c], c) for c in np.flatnonzero(count).tolist() if names[c] != "")
     if not kept or len(kept) > MAX_SYSTEMS:
         return {"rows": [], "pairs": 0, "pairwise_accuracy": None, "systems": len(kept)}
     systems = [name for name, _ in kept]
-    order = np.array([c for _, c in kept], dtype=np.intp)
-    slot = np.full(len(names), -1, dtype=np.intp)  # code -> row of the kept system, or -1
-    slot[order] = np.arange(order.size)
-    index = slot[codes]
-    named = index >= 0
-    index, judge, human = index[named], judge[named], human[named]
-    n = np.bincount(index, minlength=order.size)
-    mj = np.bincount(index, judge, minlength=order.size) / n
-    mh = np.bincount(index, human, minlength=order.size) / n
-    var = np.bincount(index, (judge - mj[index]) ** 2, minlength=order.size) / np.maximum(n - 1, 1)
+    k = len(kept)
+    slot = np.full(len(names), k, dtype=np.intp)  # code -> row of its kept system, or k
+    slot[[c for _, c in kept]] = np.arange(k)
+    # rows left out (unscored, or of no system) go to an extra bin k: no copy of the columns
+    index = np.where(ok, slot[data.system], k)
+    n = np.bincount(index, minlength=k + 1)[:k]
+    mj = np.bincount(index, data.judge, minlength=k + 1)[:k] / n
+    mh = np.bincount(index, data.human, minlength=k + 1)[:k] / n
+    var = np.bincount(index, (data.judge - np.append(mj, 0)[index]) ** 2,
+                      minlength=k + 1)[:k] / np.maximum(n - 1, 1)
     rows = [{"system": str(s), "n": int(k), "judge": float(a), "judge_sd": float(np.sqrt(v)),
              "human": float(h)} for s, k, a, v, h in zip(systems, n, mj, var, mh, strict=True)]
     dj, dh = np.subtract.outer(mj, mj), np.subtract.outer(mh, mh)
