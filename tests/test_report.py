@@ -589,3 +589,25 @@ def test_quantiles_are_numpy_quantiles_per_human_level(tmp_path: Path) -> None:
         dist = aspect["distribution"][name]
         assert dist["quantiles"] == np.round(np.quantile(judge, QUANTILES), 4).tolist()
         assert dist["mean"] == round(float(judge.mean()), 4)
+
+
+def test_bins_and_quantiles_match_numpy_on_any_column() -> None:
+    """The page's arithmetic bins are numpy's histogram's (values on the edges included), and
+    a score first seen after the first rows still gets its own bin and count."""
+    import numpy as np
+
+    from runner.report.aggregate import QUANTILES, _edges, counts
+
+    rng = np.random.default_rng(5)
+    wide = np.concatenate([rng.random(50_000) * 7.3 - 1, np.linspace(-1, 6.3, 21), [np.nan]])
+    stars = np.concatenate([rng.integers(1, 5, 9000).astype(float), [5.0, 5.0, np.nan]])
+    for values in (wide, stars):
+        got = counts(values)
+        finite = values[~np.isnan(values)]
+        assert got["missing"] == 1
+        edges = _edges(np.unique(finite))  # the page sends them rounded to 6 places
+        assert got["edges"] == np.round(edges, 6).tolist()
+        assert got["counts"] == np.histogram(finite, bins=edges)[0].tolist()
+        assert got["quantiles"] == np.round(np.quantile(finite, QUANTILES), 4).tolist()
+    assert counts(stars)["edges"] == [0.5, 1.5, 2.5, 3.5, 4.5, 5.5]  # the late 5s: a bin
+    assert counts(stars)["counts"][-1] == 2
