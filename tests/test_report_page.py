@@ -408,8 +408,10 @@ def test_a_large_study_draws_aggregates_and_states_the_item_sample(browser: Any,
     assert set(page.locator("#items-table td:nth-child(9)").all_inner_texts()) == {"parse"}
     assert errors == []
     page.close()
+    import matplotlib.pyplot
+
     from runner.report.figures import _scatter  # the paper figure draws the same boxes
 
     fig = _scatter(aspect["scatter"], "fluency", "large")
     assert fig is not None and sum(len(ax.patches) for ax in fig.axes) == levels
-    fig.clf()
+    matplotlib.pyplot.close(fig)
