@@ -611,3 +611,22 @@ def test_bins_and_quantiles_match_numpy_on_any_column() -> None:
         assert got["quantiles"] == np.round(np.quantile(finite, QUANTILES), 4).tolist()
     assert counts(stars)["edges"] == [0.5, 1.5, 2.5, 3.5, 4.5, 5.5]  # the late 5s: a bin
     assert counts(stars)["counts"][-1] == 2
+
+
+def test_reservoir_keeps_every_item_with_the_same_chance() -> None:
+    """The reservoir's sample: over 400 seeded streams of 1,000 items, each tenth of the stream
+    is kept about as often as the others (10 slots: 400 expected per tenth)."""
+    import random
+
+    from runner.report.browser import Reservoir
+
+    kept = [0] * 10
+    for seed in range(400):
+        sampler, slots = Reservoir(10, random.Random(seed)), [0] * 10
+        for i in range(1000):
+            if (slot := sampler.offer()) is not None:
+                slots[slot] = i
+        assert sampler.seen == 1000
+        for i in slots:
+            kept[i // 100] += 1
+    assert all(320 <= k <= 480 for k in kept), kept
