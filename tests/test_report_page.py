@@ -415,3 +415,20 @@ def test_a_large_study_draws_aggregates_and_states_the_item_sample(browser: Any,
     fig = _scatter(aspect["scatter"], "fluency", "large")
     assert fig is not None and sum(len(ax.patches) for ax in fig.axes) == levels
     matplotlib.pyplot.close(fig)
+
+
+def test_too_many_systems_are_counted_not_drawn(browser: Any, tmp_path: Path) -> None:
+    """Past MAX_SYSTEMS systems the page draws no row per system and says how many."""
+    from runner.report.browser import ItemRows
+    from runner.report.pagedata import MAX_SYSTEMS, page_data
+
+    series = synthetic_series(5_000, systems=MAX_SYSTEMS + 1)
+    data = page_data(small_expansion(tmp_path), {("news", "fluency"): series}, [], [], [],
+                     None, {}, ItemRows())
+    page, errors = _page(browser, data, tmp_path / "systems.html")
+    assert page.locator(".ranking").count() == 0
+    assert page.text_content(".system-count") == (
+        f"{MAX_SYSTEMS + 1} systems: too many to draw a row each here; the system-level "
+        "correlations are in the table above.")
+    assert errors == []
+    page.close()
