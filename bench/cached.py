@@ -158,6 +158,7 @@ def phases(job: Path, cache: Path, out: Path) -> dict[str, dict[str, float]]:
     from runner.reduce.battle import Battles
     from runner.reduce.judgments import judge
     from runner.reduce.reliability import Positions
+    from runner.reduce.series import Series
     from runner.report import write
     from runner.report.browser import ItemRows
     from runner.report.html import render
@@ -206,8 +207,9 @@ def phases(job: Path, cache: Path, out: Path) -> dict[str, dict[str, float]]:
         write._markdown(expansion, corr, summ, answers.notes) + reliability_markdown(reliability),
         write._csv(write.CORRELATION_COLUMNS, corr), write._csv(write.SUMMARY_COLUMNS, summ)))
     made = clock.timed("manifest", lambda: manifest(sel, RunStats(), time.time(), "judge run"))
+    columns = {k: {n: Series.of_rows(r) for n, r in v.items()} for k, v in series.items()}
     clock.timed("report.html", lambda: write.write_atomic(out / "report.html", render(page_data(
-        expansion, series, corr, summ, battles.rows(), None, made, rows, reliability))))
+        expansion, columns, corr, summ, battles.rows(), None, made, rows, reliability))))
     return clock.stages
 
 

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import orjson  # noqa: E402
 
 import bench.pgcache as pgcache  # noqa: E402
-from bench import batch, cached, common, fleet, local, memory, ratelimit, report, throughput  # noqa: E402
+from bench import batch, cached, common, fleet, local, memory, page, ratelimit, report, throughput  # noqa: E402
 from bench import peers as peers_bench  # noqa: E402
 from bench import process as process_bench  # noqa: E402
 from bench import reliability as reliability_bench  # noqa: E402
@@ -52,6 +52,7 @@ BENCHMARKS: dict[str, Bench] = {
     "batch": batch.batch_job,
     "reliability": reliability_bench.reliability,
     "report": report.report_page,
+    "page": page.report_page_10m,
     "fleet": fleet.fleet_throughput,
     "peers": peers_bench.peer_comparison,
 }
@@ -96,6 +97,11 @@ HEADLINES: dict[str, list[tuple[str, str, str]]] = {
     "report": [("report.html for 100k judgments: added time", "html_seconds", "{:.2f} s"),
                ("report.html size", "page_mb", "{:.2f} MB"),
                ("report.html drawn in chromium", "browser_load_seconds", "{:.2f} s")],
+    "page": [("report.html of a 10M-judgment study: size", "html_mb", "{:.2f} MB"),
+             ("drawn in chromium (best of 3 tabs)", "drawn_s", "{:.2f} s"),
+             ("page_data over 100 series of 100k rows", "page_data_s", "{:.2f} s"),
+             ("page_data peak allocation", "page_data_peak_mb", "{:.0f} MB"),
+             ("ItemRows.add, per judgment", "item_rows_add_us", "{} us")],
     "fleet": [("8 endpoints, 200 ms: answers/s over ideal", "over_ideal", "{:.2f}"),
               ("answers/s", "rate", "{:.0f}/s"),
               ("runner / bare aiohttp loop, same servers", "runner_over_bare", "{:.2f}x"),

@@ -171,6 +171,8 @@ def test_item_browser_filters_and_opens_a_row(run: dict[str, Path], browser: Any
     page, errors = _open(browser, run["out"] / "report.html")
     rows = page.locator("#items-table tbody tr")
     assert rows.count() == 40
+    assert page.inner_text("#item-sample").startswith("All 40 judgments")  # a small job: all
+    assert page.locator("#item-filter-kept").count() == 0
     page.select_option("#item-filter-status", "parse")
     parse = rows.count()
     assert 0 < parse < 40
@@ -238,14 +240,47 @@ def test_item_rows_keep_top_disagreements_failures_and_a_sample() -> None:
     judgments = [_judgment(i, None if i % 50 == 7 else float(i % 5), 2.0 + (i == 977) * 100)
                  for i in range(1000)]
     assert list(rows.watch(judgments)) == judgments  # passed through untouched
-    kept = rows.rows()
+    kept = rows.kept()
     assert rows.capped and rows.seen == 1000 and len(kept) <= 40
-    assert kept[0].item == "i977"  # the largest disagreement, first
-    failed = [r for r in kept if r.status == "parse"]
-    assert len(failed) == 10  # a quarter of the cap
-    top = [r for r in kept if r.diff is not None][:20]
-    assert all(r.diff is not None and r.diff >= 2.0 for r in top)
-    assert len({id(r) for r in kept}) == len(kept)
+    assert kept[0][0].item == "i977" and "disagreement" in kept[0][1]  # the largest, first
+    assert rows.failed == 20 and len(rows.failures) == 10  # a quarter of the cap, of 20
+    assert all(r.status == "parse" for r in rows.failures)
+    assert {r.item for r, why in kept if "failure" in why} == {r.item for r in rows.failures}
+    top = [r for r, why in kept if "disagreement" in why]
+    assert len(top) == 10 and all(r.diff is not None and r.diff >= 2.0 for r in top)
+    assert len([r for r, why in kept if "random" in why]) == 20  # half the cap
+    assert len({id(r) for r, _ in kept}) == len(kept)
+
+
+def test_item_rows_sample_every_judgment_uniformly_in_bounded_memory() -> None:
+    """Past `cap` judgments the browser keeps a seeded uniform sample of them all (failures
+    included, at their rate), never more than `cap` rows at any moment."""
+    from runner.report.browser import ItemRows
+
+    def stream(n: int) -> Any:
+        return (_judgment(i, None if i % 10 == 3 else float(i % 5), 3.0) for i in range(n))
+
+    rows, most = ItemRows(cap=400), 0
+    for k, _ in enumerate(rows.watch(stream(100_000))):
+        if k % 997 == 0:
+            most = max(most, len(rows.everything) + len(rows.sample) + len(rows.top)
+                       + len(rows.failures))
+    assert most <= 400 and rows.everything == []
+    assert rows.seen == 100_000 and rows.failed == 10_000
+    picked = [int(r.item[1:]) for r in rows.sample]
+    assert len(picked) == len(set(picked)) == 200
+    assert 40_000 < sum(picked) / len(picked) < 60_000  # spread over the whole stream
+    fifths = [sum(i // 20_000 == f for i in picked) for f in range(5)]
+    assert all(20 <= n <= 60 for n in fifths), fifths  # 40 expected in each
+    assert 10 <= sum(i % 10 == 3 for i in picked) <= 32  # failures at their 10% rate
+    again = ItemRows(cap=400)
+    list(again.watch(stream(100_000)))
+    assert [r.item for r in again.sample] == [r.item for r in rows.sample]  # seeded
+    other = ItemRows(cap=400, seed=1)
+    list(other.watch(stream(100_000)))
+    assert [r.item for r in other.sample] != [r.item for r in rows.sample]
+    assert rows.counts() == {"seen": 100_000, "failed": 10_000, "cap": 400, "seed": 0,
+                             "sample": 200, "disagreements": 100, "failures": 100}
 
 
 def test_small_jobs_keep_every_row() -> None:
@@ -317,7 +352,8 @@ def test_battles_and_leaderboard_render(job: str, section: str, browser: Any,
     assert done.returncode == 0, done.stderr
     data = read_page_data(tmp_path / "out" / "report.html")
     prompts = data["items"]["prompts"]  # generated answers' judge prompts rebuilt too
-    assert data["items"]["rows"] and all("[user]" in prompts[r[-1]] for r in data["items"]["rows"])
+    at = data["items"]["columns"].index("prompt")
+    assert data["items"]["rows"] and all("[user]" in prompts[r[at]] for r in data["items"]["rows"])
     page, errors = _open(browser, tmp_path / "out" / "report.html")
     cells = page.locator(f"{section} table td")
     assert cells.count() > 4 and any(t.strip() for t in cells.all_inner_texts())
@@ -333,13 +369,14 @@ def test_large_scatter_is_a_2d_histogram(run: dict[str, Path], browser: Any,
                                          tmp_path: Path) -> None:
     import random
 
-    from runner.reduce.correlate import Row
-    from runner.report.pagedata import MAX_POINTS, _scatter
+    import numpy as np
+
+    from runner.report.aggregate import MAX_POINTS, scatter_and_counts
 
     rng = random.Random(1)
-    rows = [Row(group=str(i // 10), system="s", subset="", judge=float(rng.randint(1, 5)),
-                human=rng.random() * 4 + 1) for i in range(MAX_POINTS * 3)]
-    big = _scatter(rows)
+    judge = np.array([float(rng.randint(1, 5)) for _ in range(MAX_POINTS * 3)])
+    big, _ = scatter_and_counts(
+        judge, np.array([rng.random() * 4 + 1 for _ in range(MAX_POINTS * 3)]))
     assert "points" not in big and big["n"] == MAX_POINTS * 3
     assert sum(c for _, _, c in big["hist"]["cells"]) == MAX_POINTS * 3
     assert len(big["hist"]["x"]) == 6  # one bin per star: 0.5 .. 5.5
@@ -435,6 +472,161 @@ def test_script_in_a_reliability_row_is_text(run: dict[str, Path], browser: Any,
     assert PAYLOAD not in page_path.read_text()  # escaped in the JSON block
     page, errors = _open(browser, page_path)
     assert page.evaluate("window.__pwned") is None
-    assert page.inner_text("#reliability").count(PAYLOAD) >= 3  # row, column, note
+    # textContent: off-screen tables are not laid out (content-visibility), so innerText
+    # skips them; a payload parsed as HTML would not be in the text at all
+    assert page.text_content("#reliability").count(PAYLOAD) >= 3  # row, column, note
     assert errors == []
     page.close()
+
+
+# --- the page's data stays bounded whatever the number of judgments ----------------------------
+
+SMALL_JOB = """\
+name = "big"
+levels = ["sample", "dataset", "system"]
+
+[[datasets]]
+name = "news"
+path = "outputs.jsonl"
+[datasets.fields]
+id = "id"
+group = "doc"
+system = "system"
+text = { source = "source", summary = "summary" }
+human = { fluency = ["rater1", "rater2"] }
+
+[[prompts]]
+name = "stars"
+template = "fluency.txt"
+parser = "stars"
+aspects = ["fluency"]
+
+[models.judge]
+spec = "openai:gpt-4o-mini"
+"""
+
+
+def small_expansion(folder: Path) -> Any:
+    """The expansion of a small job over examples/my-data (the page names its prompts)."""
+    import shutil
+
+    from runner.expand import prepare
+    from runner.job.load import load_job
+
+    for name in ("outputs.jsonl", "fluency.txt"):
+        shutil.copy(ROOT / "examples" / "my-data" / name, folder / name)
+    (folder / "job.toml").write_text(SMALL_JOB)
+    return prepare(load_job(folder / "job.toml"), folder)
+
+
+def synthetic_series(rows: int, systems: int = 8, seed: int = 0) -> dict[str, Any]:
+    """judge -> Series of `rows` rows: stars, a 0-100 scale and a judge with 1% unscored,
+    against human scores that are the mean of two 1-5 raters."""
+    import numpy as np
+
+    from runner.reduce.series import Labels, Series
+
+    rng = np.random.default_rng(seed)
+    human = (rng.integers(1, 6, rows) + rng.integers(1, 6, rows)) / 2.0
+    noisy = human + rng.normal(0, 0.7, rows)
+    judges = {"m/stars": np.clip(np.rint(noisy), 1, 5), "m/percent": np.clip(noisy, 1, 5) * 20,
+              "m/gaps": np.where(rng.random(rows) < 0.01, np.nan, np.clip(np.rint(noisy), 1, 5))}
+    codes = np.arange(rows, dtype=np.int32)
+    labels = Labels(groups=[f"g{g}" for g in range(rows // 4 + 1)],
+                    systems=[f"s{s}" for s in range(systems)], subsets=[""])
+    return {name: Series(judge, human, codes // 4, (codes % systems).astype(np.int32),
+                         np.zeros(rows, dtype=np.int32), labels) for name, judge in judges.items()}
+
+
+def _charts(expansion: Any, series: dict[str, Any]) -> dict[str, Any]:
+    from runner.report.browser import ItemRows
+    from runner.report.pagedata import page_data
+
+    data = page_data(expansion, {("news", "fluency"): series}, [], [], [], None, {}, ItemRows())
+    aspect: dict[str, Any] = data["datasets"][0]["aspects"][0]
+    return aspect
+
+
+def test_page_data_size_does_not_grow_with_the_judgments(tmp_path: Path) -> None:
+    """A million rows a judge make a page no larger than a hundred thousand do (a few more
+    digits in the counts): every chart is sent as an aggregate (bins, quantiles, a row per
+    system up to MAX_SYSTEMS)."""
+    from runner.report.pagedata import MAX_SYSTEMS
+
+    expansion = small_expansion(tmp_path)
+    small = embed_json(_charts(expansion, synthetic_series(100_000)))
+    big = _charts(expansion, synthetic_series(1_000_000))
+    assert len(embed_json(big)) < 1.1 * len(small) < 12_000  # more cells filled, more digits
+    for name in ("m/stars", "m/percent", "m/gaps"):
+        sc = big["scatter"][name]
+        assert "points" not in sc and sc["n"] == 1_000_000 - big["distribution"][name]["missing"]
+        assert len(sc["hist"]["cells"]) <= (len(sc["hist"]["x"]) - 1) * (len(sc["hist"]["y"]) - 1)
+        assert sum(sc["levels"]["n"]) == sc["n"] and len(sc["levels"]["q"]) == 9  # 1, 1.5 .. 5
+    assert big["scatter"]["m/percent"]["hist"]["x"][-1] == 100.0  # 20 bins on a 0-100 scale
+    many = _charts(expansion, synthetic_series(1_000_000, systems=MAX_SYSTEMS + 1))
+    assert len(embed_json(many)) < 1.1 * len(small)
+    assert many["systems"]["m/stars"] == {"rows": [], "pairs": 0, "pairwise_accuracy": None,
+                                          "systems": MAX_SYSTEMS + 1}
+    assert len(big["systems"]["m/stars"]["rows"]) == 8
+
+
+def test_quantiles_are_numpy_quantiles_per_human_level(tmp_path: Path) -> None:
+    import numpy as np
+
+    from runner.report.pagedata import QUANTILES
+
+    series = synthetic_series(20_000)
+    aspect = _charts(small_expansion(tmp_path), series)
+    for name, s in series.items():
+        ok = ~np.isnan(s.judge)
+        judge, human = s.judge[ok], s.human[ok]
+        levels = aspect["scatter"][name]["levels"]
+        edges = aspect["scatter"][name]["hist"]["y"]
+        for k, (n, q) in enumerate(zip(levels["n"], levels["q"], strict=True)):
+            inside = (human >= edges[k]) & (human < edges[k + 1])
+            assert n == int(inside.sum()) > 0
+            assert q == np.round(np.quantile(judge[inside], QUANTILES), 4).tolist()
+        dist = aspect["distribution"][name]
+        assert dist["quantiles"] == np.round(np.quantile(judge, QUANTILES), 4).tolist()
+        assert dist["mean"] == round(float(judge.mean()), 4)
+
+
+def test_bins_and_quantiles_match_numpy_on_any_column() -> None:
+    """The page's arithmetic bins are numpy's histogram's (values on the edges included), and
+    a score first seen after the first rows still gets its own bin and count."""
+    import numpy as np
+
+    from runner.report.aggregate import QUANTILES, _edges, counts
+
+    rng = np.random.default_rng(5)
+    wide = np.concatenate([rng.random(50_000) * 7.3 - 1, np.linspace(-1, 6.3, 21), [np.nan]])
+    stars = np.concatenate([rng.integers(1, 5, 9000).astype(float), [5.0, 5.0, np.nan]])
+    for values in (wide, stars):
+        got = counts(values)
+        finite = values[~np.isnan(values)]
+        assert got["missing"] == 1
+        edges = _edges(np.unique(finite))  # the page sends them rounded to 6 places
+        assert got["edges"] == np.round(edges, 6).tolist()
+        assert got["counts"] == np.histogram(finite, bins=edges)[0].tolist()
+        assert got["quantiles"] == np.round(np.quantile(finite, QUANTILES), 4).tolist()
+    assert counts(stars)["edges"] == [0.5, 1.5, 2.5, 3.5, 4.5, 5.5]  # the late 5s: a bin
+    assert counts(stars)["counts"][-1] == 2
+
+
+def test_reservoir_keeps_every_item_with_the_same_chance() -> None:
+    """The reservoir's sample: over 400 seeded streams of 1,000 items, each tenth of the stream
+    is kept about as often as the others (10 slots: 400 expected per tenth)."""
+    import random
+
+    from runner.report.browser import Reservoir
+
+    kept = [0] * 10
+    for seed in range(400):
+        sampler, slots = Reservoir(10, random.Random(seed)), [0] * 10
+        for i in range(1000):
+            if (slot := sampler.offer()) is not None:
+                slots[slot] = i
+        assert sampler.seen == 1000
+        for i in slots:
+            kept[i // 100] += 1
+    assert all(320 <= k <= 480 for k in kept), kept

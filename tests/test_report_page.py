@@ -1,7 +1,8 @@
 """report.html, looked at: the unparsed-judge banner, the system ranking view, the position and
-length bias charts, sticky judge columns, the forest plot's CIs and the item browser's sample
-column, each checked in Debian's chromium as tests/test_report.py does (its fixtures: the
-openmeva run against the hostile fake server, and the browser)."""
+length bias charts, sticky judge columns, the forest plot's CIs, the item browser's sample
+column, and a large study's page (aggregated charts, a sampled item browser that says so), each
+checked in Debian's chromium as tests/test_report.py does (its fixtures: the openmeva run
+against the hostile fake server, and the browser)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from runner.report.html import read_page_data, render
 from tests import test_report
 from tests.conftest import ROOT
 from tests.fakeserver import Script, ThreadedServer, default_reply
-from tests.test_report import PAYLOAD, _judge, _open
+from tests.test_report import PAYLOAD, _judge, _judgment, _open, small_expansion, synthetic_series
 
 # test_report's fixtures, shared here (each module runs its own: they are module-scoped)
 browser = test_report.browser
@@ -289,7 +290,8 @@ def test_position_bias_is_a_chart_of_mean_score_by_position(
     page, errors = _page(browser, data, tmp_path / "position.html")
     chart = page.locator("#reliability .position-chart")
     assert chart.count() == 1
-    assert "n=20 a point" in chart.locator(".caption").inner_text()
+    # textContent: a chart off screen is not laid out (content-visibility), innerText skips it
+    assert "n=20 a point" in chart.locator(".caption").text_content()
     points = chart.locator("circle.point")
     assert points.count() == 6 and chart.locator("polyline").count() == 2  # a line a judge
     titles = points.evaluate_all("cs => cs.map(c => c.textContent)")
@@ -367,3 +369,66 @@ def test_paper_figure_draws_a_flat_judge_flat(run: dict[str, Path]) -> None:
     assert forest is not None
     labels = [ax.get_xlabel() for ax in forest.axes]
     assert labels == ["spearman (95% CI)", "spearman (no CI)"]
+
+
+# --- a large study's page -----------------------------------------------------------------------
+
+def test_a_large_study_draws_aggregates_and_states_the_item_sample(browser: Any,
+                                                                   tmp_path: Path) -> None:
+    """A million rows a judge and 30,000 judgments through the item browser: the page draws
+    2-D histograms with quantile boxes and the distributions' quantiles, and says the browser
+    holds a random sample, how large, of how many, and can show that sample alone."""
+    from runner.report.browser import ItemRows
+    from runner.report.pagedata import page_data
+
+    rows = ItemRows()
+    list(rows.watch(_judgment(i, None if i % 40 == 3 else float(i % 5), 3.0)
+                    for i in range(30_000)))
+    series = synthetic_series(1_000_000)
+    data = page_data(small_expansion(tmp_path), {("news", "fluency"): series}, [], [], [],
+                     None, {}, rows)
+    page, errors = _page(browser, data, tmp_path / "large.html")
+    assert (tmp_path / "large.html").stat().st_size < 1_500_000  # 2,000 rows and the charts
+    aspect = data["datasets"][0]["aspects"][0]
+    levels = sum(q is not None for sc in aspect["scatter"].values() for q in sc["levels"]["q"])
+    assert page.locator("svg .cell").count() == sum(
+        len(sc["hist"]["cells"]) for sc in aspect["scatter"].values())
+    assert page.locator("svg .quantile").count() == levels == 3 * 9
+    assert page.locator(".plot .quantiles").count() == 4  # three judges and the humans
+    assert "median 3, middle half 2–4" in page.text_content(".plot .quantiles >> nth=0")
+    note = page.inner_text("#item-sample")
+    assert note.startswith("A sample: 1,000 of 30,000 judgments, drawn uniformly at random "
+                           "(seed 0); with the 500 largest judge-human disagreements and 500 "
+                           "of the 750 failures, drawn at random"), note
+    assert f": {len(data['items']['rows']):,} rows" in note
+    page.select_option("#item-filter-kept", "random")
+    assert page.inner_text("#item-count").startswith("1000 of ")
+    page.select_option("#item-filter-kept", "failure")
+    assert page.inner_text("#item-count").startswith("500 of ")
+    assert set(page.locator("#items-table td:nth-child(9)").all_inner_texts()) == {"parse"}
+    assert errors == []
+    page.close()
+    import matplotlib.pyplot
+
+    from runner.report.figures import _scatter  # the paper figure draws the same boxes
+
+    fig = _scatter(aspect["scatter"], "fluency", "large")
+    assert fig is not None and sum(len(ax.patches) for ax in fig.axes) == levels
+    matplotlib.pyplot.close(fig)
+
+
+def test_too_many_systems_are_counted_not_drawn(browser: Any, tmp_path: Path) -> None:
+    """Past MAX_SYSTEMS systems the page draws no row per system and says how many."""
+    from runner.report.browser import ItemRows
+    from runner.report.pagedata import MAX_SYSTEMS, page_data
+
+    series = synthetic_series(5_000, systems=MAX_SYSTEMS + 1)
+    data = page_data(small_expansion(tmp_path), {("news", "fluency"): series}, [], [], [],
+                     None, {}, ItemRows())
+    page, errors = _page(browser, data, tmp_path / "systems.html")
+    assert page.locator(".ranking").count() == 0
+    assert page.text_content(".system-count") == (
+        f"{MAX_SYSTEMS + 1} systems: too many to draw a row each here; the system-level "
+        "correlations are in the table above.")
+    assert errors == []
+    page.close()

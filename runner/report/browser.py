@@ -1,11 +1,20 @@
 """The item browser's rows: chosen while the judgments stream by, with the prompt sent.
 
-A job of 100,000 judgments cannot embed every row (and its prompt) in one page that opens
-fast, so `ItemRows` keeps at most `cap` rows: every row when the job is small, else the
-largest judge-human disagreements, the failures and a seeded sample of the rest. The page
-says which. Rows keep their task's request body when the judgments carry it (`judge
-rescore`, `judge report`); a run keeps its tasks without bodies, so the bodies of the kept
-rows are rebuilt from the expansion, over the kept rows' groups only.
+A study of ten million judgments cannot embed every row (and its prompt) in a page that opens
+in seconds, so `ItemRows` never holds more than `cap` rows (2,000: ~10 MB at most, whatever
+the study's size). While at most `cap` judgments have gone by it keeps them all, and the page
+shows every one, as a small study expects. Past that it keeps three bounded pools, all from
+one seeded generator (the same rows for the same judgments in the same order):
+
+- a uniform random sample of every judgment (reservoir sampling, `Reservoir`, `cap` // 2
+  rows), which the page states as such ("1,000 of 10,000,000 judgments, drawn uniformly at
+  random") and can show alone, so the browser's rows can be read as the study in small;
+- the largest judge-human disagreements (a min-heap, `cap` // 4 rows);
+- a uniform random sample of the failures (another reservoir, `cap` // 4 rows).
+
+Rows keep their task's request body when the judgments carry it (`judge rescore`, `judge
+report`); a run keeps its tasks without bodies, so the bodies of the kept rows are rebuilt
+from the expansion, over the kept rows' groups only.
 """
 
 from __future__ import annotations
@@ -22,7 +31,7 @@ import orjson
 from runner.expand import Expansion
 from runner.reduce.judgments import Judgment
 
-__all__ = ["ItemRows", "Row"]
+__all__ = ["ItemRows", "Reservoir", "Row"]
 
 RAW_CHARS = 4000  # a raw answer is cut here in the page (judgments.jsonl has it whole)
 EXAMPLES = 3  # example raw answers per (dataset, prompt, aspect, model, failure type)
@@ -75,36 +84,77 @@ def _row(j: Judgment) -> Row:
 
 
 @dataclass(slots=True)
+class Reservoir:
+    """Which items of a stream a uniform random sample of `size` keeps, drawn as they go by
+    (reservoir sampling, Vitter's Algorithm R: the n-th item replaces a random slot with
+    chance size / n). Li's Algorithm L, which draws the gap to the next item kept instead of
+    a number per item, kept ItemRows no faster as a whole (1.2-2.7 us a judgment either way,
+    load 10): this is the simpler one.
+
+    Invariant: after `seen` items, every one of them is in the sample with probability
+    size / seen (all of them while seen <= size)."""
+
+    size: int
+    rng: random.Random
+    seen: int = 0
+
+    def offer(self) -> int | None:
+        """One more item: the slot it takes (a new one, `seen` - 1, while the sample fills;
+        else the slot it replaces), or None if the sample passes it by."""
+        self.seen += 1
+        if self.seen <= self.size:
+            return self.seen - 1
+        slot = int(self.rng.random() * self.seen)  # randrange: 5x slower
+        return slot if slot < self.size else None
+
+
+@dataclass(slots=True)
 class ItemRows:
-    """Keeps the rows the page embeds; see the module docstring for which."""
+    """Keeps the rows the page embeds; see the module docstring for which.
+
+    Invariants: `everything` holds a row per judgment while `seen` <= `cap`, then is empty
+    for good; `sample`, `top` and `failures` hold at most `cap` rows together; a row may be
+    in two pools (a sampled failure), never twice in one."""
 
     cap: int = 2000
     seed: int = 0
     seen: int = 0
+    """Judgments gone by."""
+    failed: int = 0
+    """Of them, failures (an API failure, a refusal or an answer that did not parse)."""
     everything: list[Row] = field(default_factory=list)
     """All rows while there are at most `cap`; then emptied into the three pools."""
+    sample: list[Row] = field(default_factory=list)
+    """Reservoir sample of every judgment: `cap` // 2 rows."""
     top: list[tuple[float, int, Row]] = field(default_factory=list)
     """Min-heap of (|judge - human|, arrival, row): the largest disagreements."""
     failures: list[Row] = field(default_factory=list)
-    sample: list[Row] = field(default_factory=list)
-    """Reservoir sample of the scored rows."""
+    """Reservoir sample of the failures: `cap` // 4 rows."""
     examples: dict[tuple[str, str, str, str, str], list[str]] = field(default_factory=dict)
     """(dataset, prompt, aspect, model, failure type) -> the first raw answers."""
     _rng: random.Random = field(default_factory=random.Random)
-    _pooled: int = 0
-    """Rows pooled so far: the heap's tie-breaker (rows themselves do not compare)."""
+    _sampler: Reservoir = field(init=False)
+    """Picks `sample`'s slots among every judgment offered to the pools."""
+    _failure_sampler: Reservoir = field(init=False)
+    """Picks `failures`' slots among the failures offered."""
+
+    def __post_init__(self) -> None:
+        self._rng.seed(self.seed)
+        self._sampler = Reservoir(self.cap // 2, self._rng)
+        self._failure_sampler = Reservoir(self.cap // 4, self._rng)
 
     def watch(self, judgments: Iterable[Judgment]) -> Iterator[Judgment]:
         """Pass the judgments through, keeping rows as they go by."""
-        self._rng.seed(self.seed)
         for j in judgments:
             self.add(j)
             yield j
 
     def add(self, j: Judgment) -> None:
+        """Count one judgment, and keep its row if a pool wants it."""
         self.seen += 1
         error = j.error
         if error is not None:
+            self.failed += 1
             t, kind = j.task, error["type"]
             got = self.examples.setdefault((t.dataset, t.prompt, t.aspect, t.model, kind), [])
             if len(got) < EXAMPLES:
@@ -121,38 +171,65 @@ class ItemRows:
         self._place("ok" if error is None else error["type"], diff, j)
 
     def _place(self, status: str, diff: float | None, row_of: Row | Judgment) -> None:
-        """Put a row in the pools that want it; a judgment's row is built only if one does
-        (most judgments of a large job go by without a row)."""
-        quarter = self.cap // 4
-        if status != "ok":
-            if len(self.failures) < quarter:
-                self.failures.append(_made(row_of))
-            return
-        self._pooled += 1
+        """Offer a row to the pools; a judgment's row is built only if one takes it (most
+        judgments of a large study go by without a row)."""
         row = None
-        if diff is not None:
-            if len(self.top) < self.cap - 2 * quarter:
-                heapq.heappush(self.top, (diff, self._pooled, row := _made(row_of)))
-            elif diff > self.top[0][0]:
-                heapq.heapreplace(self.top, (diff, self._pooled, row := _made(row_of)))
-        if len(self.sample) < quarter:
-            self.sample.append(row or _made(row_of))
-        elif (i := int(self._rng.random() * self._pooled)) < quarter:  # randrange: 5x slower
-            self.sample[i] = row or _made(row_of)
+        if (slot := self._sampler.offer()) is not None:
+            row = _made(row_of)
+            if slot < len(self.sample):
+                self.sample[slot] = row
+            else:
+                self.sample.append(row)
+        if status != "ok":
+            if (slot := self._failure_sampler.offer()) is not None:
+                row = row or _made(row_of)
+                if slot < len(self.failures):
+                    self.failures[slot] = row
+                else:
+                    self.failures.append(row)
+            return
+        if diff is None:
+            return
+        if len(self.top) < self.cap - self.cap // 2 - self.cap // 4:
+            heapq.heappush(self.top, (diff, self._sampler.seen, row or _made(row_of)))
+        elif diff > self.top[0][0]:
+            heapq.heapreplace(self.top, (diff, self._sampler.seen, row or _made(row_of)))
+
+    def kept(self) -> list[tuple[Row, str]]:
+        """The kept rows, each once, largest disagreement first, with why each was kept:
+        "" while every row is kept, else the pools it is in ("random", "disagreement",
+        "failure"), space-separated."""
+        if not self.capped:
+            rows = [(r, "") for r in self.everything]
+        else:
+            why: dict[int, list[str]] = {}
+            pools = (("random", self.sample), ("disagreement", [r for _, _, r in self.top]),
+                     ("failure", self.failures))
+            byid: dict[int, Row] = {}
+            for reason, pool in pools:
+                for r in pool:
+                    byid[id(r)] = r
+                    why.setdefault(id(r), []).append(reason)
+            rows = [(r, " ".join(why[key])) for key, r in byid.items()]
+        rows.sort(key=lambda rw: (-(rw[0].diff if rw[0].diff is not None else -1.0),
+                                  rw[0].status == "ok"))
+        return rows
 
     def rows(self) -> list[Row]:
         """The kept rows, largest disagreement first, each once."""
-        if self.everything or self.seen <= self.cap:
-            kept = list(self.everything)
-        else:
-            kept = [r for _, _, r in self.top] + self.failures + self.sample
-        unique = list({id(r): r for r in kept}.values())  # a row can be in two pools
-        unique.sort(key=lambda r: (-(r.diff if r.diff is not None else -1.0), r.status == "ok"))
-        return unique
+        return [r for r, _ in self.kept()]
 
     @property
     def capped(self) -> bool:
+        """Whether more judgments went by than the page holds (the pools are in use)."""
         return self.seen > self.cap
+
+    def counts(self) -> dict[str, int]:
+        """What the page says of the kept rows: judgments seen and failed, the pools' sizes
+        and the seed."""
+        return {"seen": self.seen, "failed": self.failed, "cap": self.cap, "seed": self.seed,
+                "sample": len(self.sample) if self.capped else 0, "disagreements": len(self.top),
+                "failures": len(self.failures)}
 
 
 def with_bodies(rows: list[Row], expansion: Expansion) -> list[Row]:

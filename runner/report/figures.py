@@ -7,8 +7,8 @@ Per data set and aspect:
   subset as columns; the best judge per column boxed), the layout of the papers' tables.
 - forest_*: each judge's correlation, with its 95% CI where one is computed, one panel per
   level (first method).
-- scatter_*: judge against human per judge (jittered points, or a 2-D histogram), with the
-  least-squares line.
+- scatter_*: judge against human per judge (jittered points, or a 2-D histogram with the
+  judge's score quantiles per human level as boxes), with the least-squares line.
 - distribution_*: judge score histograms, with the human scores'.
 - systems_*: judge and human system means, sorted by human mean, each centred and divided by
   the span of its own score scale (so a judge whose means barely move looks flat beside the
@@ -163,6 +163,8 @@ def _scatter(scatter: Mapping[str, Any], aspect: str, title: str) -> Figure | No
                 grid[j, i] = c
             ax.pcolormesh(h["x"], h["y"], grid, cmap="Blues")
             xs = np.array([h["x"][0], h["x"][-1]])
+            if "levels" in sc:
+                _quantile_boxes(ax, h["y"], sc["levels"])
         if sc["fit"] is not None and len(xs):
             line = np.linspace(float(np.min(xs)), float(np.max(xs)), 2)
             ax.plot(line, sc["fit"][0] * line + sc["fit"][1], color="#d62728", lw=1)
@@ -172,6 +174,19 @@ def _scatter(scatter: Mapping[str, Any], aspect: str, title: str) -> Figure | No
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     return fig
+
+
+def _quantile_boxes(ax: Any, edges: Sequence[float], levels: Mapping[str, Any]) -> None:
+    """The judge's score quantiles per human level, as the page draws them: whiskers 5-95%,
+    box 25-75%, the median in red, at each level's middle."""
+    for k, q in enumerate(levels["q"]):
+        if q is None:
+            continue
+        mid, half = (edges[k] + edges[k + 1]) / 2, (edges[k + 1] - edges[k]) / 4
+        ax.plot([q[0], q[4]], [mid, mid], color="#222", lw=0.7)
+        ax.add_patch(Rectangle((q[1], mid - half), q[3] - q[1], 2 * half, facecolor="white",
+                               alpha=0.6, edgecolor="#222", lw=0.7))
+        ax.plot([q[2], q[2]], [mid - half, mid + half], color="#d62728", lw=1.2)
 
 
 def _distribution(dist: Mapping[str, Any], human: Mapping[str, Any],

@@ -44,6 +44,7 @@ from runner.reduce.judgments import Judgment
 from runner.reduce.jury import judge_name, verdicts
 from runner.reduce.ranking import RANKING_COLUMNS, rank_rows, ranking_markdown
 from runner.reduce.reliability import Positions
+from runner.reduce.series import Series
 from runner.report.aside import Aside
 from runner.report.browser import ItemRows
 from runner.report.folder import atomic_file, new_run_id, report_set, write_atomic
@@ -450,8 +451,9 @@ def _write_set(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgment
             manifest = manifest(tables)
         manifest = {"run_id": run_id, **manifest,
                     "provenance": tables.provenance.as_dict(expansion.job)}
-        page = page_data(expansion, series, corr, summ, battle_rows, board, manifest, rows,
-                         ranking=ranking)
+        page = page_data(expansion, {k: {n: Series.of_rows(r) for n, r in v.items()}  # adapter
+                                     for k, v in series.items()}, corr, summ, battle_rows, board,
+                         manifest, rows, ranking=ranking)
         reliability = reliable.result()
     write_atomic(out_dir / "report.md", (_markdown(expansion, corr, summ, notes)
                                          + battle_markdown(battle_rows)

@@ -220,6 +220,7 @@
                                fill: "#1f77b4", "fill-opacity": 0.1 + 0.9 * c / max, class: "cell" }))
           .append(svg("title", {}, `${c} judgments`));
       }
+      if (sc.levels) quantileBoxes(s, x, y, sc.hist.y, sc.levels);
     }
     if (sc.fit) {
       const [a, b] = sc.fit;
@@ -228,9 +229,27 @@
     }
     return box;
   }
+  // The judge's score quantiles per human score level, over a 2-D histogram: per level a
+  // whisker from the 5th to the 95th percentile, a box from the 25th to the 75th, a tick at
+  // the median (horizontal: the judge score is the x axis).
+  function quantileBoxes(s, x, y, edges, levels) {
+    levels.q.forEach((q, k) => {
+      if (!q) return;
+      const mid = y((edges[k] + edges[k + 1]) / 2), half = Math.min(Math.abs(y(edges[k]) - y(edges[k + 1])) / 4, 6);
+      const g = put(s, svg("g", { class: "quantile" }));
+      g.append(svg("title", {}, `human ${fmt(edges[k], 2)}–${fmt(edges[k + 1], 2)}: ${levels.n[k]} judgments; judge score median ${fmt(q[2])}, ` +
+                               `middle half ${fmt(q[1])}–${fmt(q[3])}, 90% in ${fmt(q[0])}–${fmt(q[4])}`));
+      g.append(svg("line", { x1: x(q[0]), y1: mid, x2: x(q[4]), y2: mid, stroke: "#222", "stroke-width": 1 }));
+      g.append(svg("rect", { x: x(q[1]), y: mid - half, width: Math.max(x(q[3]) - x(q[1]), 1), height: 2 * half,
+                             fill: "#fff", "fill-opacity": 0.6, stroke: "#222" }));
+      g.append(svg("line", { x1: x(q[2]), y1: mid - half, x2: x(q[2]), y2: mid + half, stroke: "#d62728", "stroke-width": 2 }));
+    });
+  }
   function histogram(name, h, color) {
     const W = 240, H = 150, b = [40, 8, W - 8, H - 30];
     const [box, s] = plot(`${name}` + (h.missing ? ` (${h.missing} unscored)` : ""), W, H);
+    if (h.quantiles) box.append(el("div", { class: "quantiles note", text:
+      `mean ${fmt(h.mean)}, median ${fmt(h.quantiles[2])}, middle half ${fmt(h.quantiles[1])}–${fmt(h.quantiles[3])}, 90% in ${fmt(h.quantiles[0])}–${fmt(h.quantiles[4])}` }));
     if (!h.counts.length) return box;
     const lo = h.edges[0], hi = h.edges[h.edges.length - 1], max = Math.max(...h.counts);
     const x = scale(lo, hi, b[0], b[2]), y = scale(0, max, b[3], b[1]);
@@ -260,7 +279,7 @@
       if (!names.length) continue;
       const sc = el("div", { class: "plots" });
       for (const n of names) sc.append(scatter(n, a.scatter[n], a.aspect));
-      s.append(el("h4", { text: "Judge vs human (jittered points; a 2-D histogram for large jobs; red: least-squares line)" }), sc);
+      s.append(el("h4", { text: "Judge vs human (jittered points; for large jobs a 2-D histogram with the judge's score quantiles per human level: whiskers 5–95%, box 25–75%, median in red; red line: least squares)" }), sc);
       const dist = el("div", { class: "plots" });
       names.forEach((n, k) => dist.append(histogram(n, a.distribution[n], COLORS[k % COLORS.length])));
       dist.append(histogram("human", a.human, "#2ca02c"));
@@ -273,6 +292,8 @@
           if (a.systems[n].rows.length) s.append(el("div", { class: "note", text: n }), scroller(rankingTable(a.systems[n])));
         }
       }
+      const many = Math.max(0, ...names.map(n => a.systems[n].systems || 0));  // rows only up to a bound
+      if (!sy.childNodes.length && many) s.append(el("p", { class: "note system-count", text: `${many} systems: too many to draw a row each here; the system-level correlations are in the table above.` }));
     }
   }
 
@@ -361,12 +382,23 @@
   function items() {
     const I = D.items, s = section("items", "Item browser");
     const cols = I.columns, idx = Object.fromEntries(cols.map((c, i) => [c, i]));
-    s.append(el("p", { class: "note", text: I.capped
-      ? `This job has ${I.seen} judgments; the page embeds ${I.rows.length} of them: the largest judge-human disagreements, failures and a seeded sample. judgments.jsonl has them all.`
-      : `All ${I.rows.length} judgments, largest judge-human disagreement first. Click a row for the prompt sent and the raw answer.` }));
+    const num = v => Number(v).toLocaleString("en-US");
+    // A large study: the rows are a sample, and the page says how it was drawn (runner.report.browser)
+    s.append(el("p", { id: "item-sample", class: "note", text: I.capped
+      ? `A sample: ${num(I.sample)} of ${num(I.seen)} judgments, drawn uniformly at random (seed ${I.seed}); ` +
+        `with the ${num(I.disagreements)} largest judge-human disagreements` +
+        (I.failed ? ` and ${num(I.failures)} of the ${num(I.failed)} failures, drawn at random` : "") +
+        `: ${num(I.rows.length)} rows (a row can be both). Choose "random sample" to see the sample alone; judgments.jsonl has every judgment. Click a row for the prompt sent and the raw answer.`
+      : `All ${num(I.rows.length)} judgments, largest judge-human disagreement first. Click a row for the prompt sent and the raw answer.` }));
     const search = el("input", { id: "item-search", type: "search", placeholder: "search item, system, judge, answer…" });
     const selects = {};
     const controls = el("div", { class: "controls" }, search);
+    if (I.capped) {  // which pool kept a row (I.why)
+      const sel = el("select", { id: "item-filter-kept" }, el("option", { value: "", text: "every kept row" }));
+      for (const [v, t] of [["random", "random sample"], ["disagreement", "largest disagreements"], ["failure", "failures"]])
+        sel.append(el("option", { value: v, text: t }));
+      selects.kept = sel; controls.append(sel);
+    }
     for (const c of ["dataset", "aspect", "judge", "status"]) {
       const sel = el("select", { id: `item-filter-${c}` }, el("option", { value: "", text: `all ${c === "status" ? "statuses" : c + "s"}` }));
       for (const v of [...new Set(I.rows.map(r => r[idx[c]]))].sort()) sel.append(el("option", { value: v, text: v }));
@@ -413,7 +445,10 @@
     }
     function filter() {
       const q = search.value.toLowerCase();
-      matched = I.rows.filter(r => Object.entries(selects).every(([c, sel]) => !sel.value || r[idx[c]] === sel.value)
+      // I.why[i]: why row i was kept ("random", "disagreement", "failure", space-separated)
+      const has = (c, v) => c === "kept" ? (r, i) => I.why[i].split(" ").includes(v) : r => r[idx[c]] === v;
+      const tests = Object.entries(selects).filter(([, sel]) => sel.value).map(([c, sel]) => has(c, sel.value));
+      matched = I.rows.filter((r, i) => tests.every(t => t(r, i))
         && (!q || [r[idx.item], r[idx.system], r[idx.judge], r[idx.raw], r[idx.message]].some(v => String(v).toLowerCase().includes(q))));
       limit = 200;
       draw();
