@@ -6,8 +6,9 @@ draws it as inline SVG and fills the tables with `textContent` only, so no value
 set or a judge answer is ever parsed as HTML. Hand-rolled SVG instead of an inlined plotting
 library keeps the page small and leaves nothing to fetch: with the charts sent as aggregates
 and the item browser as a bounded sample, a ten-million-judgment study's page (25 judges x 4
-aspects) is 0.66 MB and draws in ~1 s in headless chromium (bench/page.py). The JSON is escaped so that `</script>` (or any `<`) inside a value cannot end the
-block: `<`, `>` and `&` become `\\u003c`, `\\u003e`, `\\u0026`, which JSON.parse reads back.
+aspects) is 0.66 MB and draws in ~1 s in headless chromium (bench/page.py). The JSON is
+escaped so that `</script>` (or any `<`) inside a value cannot end the block: `<`, `>` and
+`&` become `\\u003c`, `\\u003e`, `\\u0026`, which JSON.parse reads back.
 The charts (templates/charts.js) are spliced into report.js's closure at `/*CHARTS*/`: one
 script, two files of a readable size.
 """
