@@ -25,13 +25,14 @@ from runner.data import datasets
 from runner.data.seen import Seen, key64
 from runner.errors import ConfigError, MissingKeyError, register_secret
 from runner.execute import local
-from runner.execute.shard import Shard
+from runner.execute.shard import Shard, split_limits
 from runner.execute.store.backend import CacheBackend, is_url, marked, open_cache, redact
 from runner.execute.store.reader import with_key_index
-from runner.expand import Expansion, Task, estimate_cost, prepare, task_key
+from runner.expand import Expansion, Task, estimate_cost, new_task, prepare, task_key
 from runner.job.load import load_job
 from runner.job.spec import Job, ModelSpec, parse_model_spec, url_problem
 from runner.reduce.judgments import READ_BATCH, CachedFirst, Judgment, choices
+from runner.selection import DEFAULT_CACHE_DIR, TaskSelection
 
 if TYPE_CHECKING:
     from asyncio import AbstractEventLoop
@@ -64,6 +65,9 @@ class Selection:
     """A shared cache (postgresql://...) used instead of cache_dir; see open_selected."""
     shard: Shard | None = None
     """`judge run --shard I/N`: only this shard's tasks are run."""
+    task_selection: TaskSelection | None = None
+    """The selection this was resolved from, its defaults filled in (the manifest's
+    `selection`)."""
 
 
 T = TypeVar("T")
@@ -202,23 +206,41 @@ class Download:
     """Called with the data set's name and its number of missing files, before fetching."""
 
 
-def select(job_path: Path | Job, *, models: tuple[str, ...] = (), base_url: str | None = None,
-           limit: int | None = None, cache_dir: Path, out: Path | None = None,
-           data_dir: Path, env_base_url: str | None = None, stream: bool = False,
-           download: Download | None = None, cache_url: str | None = None,
-           sample: tuple[int, int] | None = None) -> Selection:
+def select(chosen: TaskSelection, *, data_dir: Path, env_base_url: str | None = None,
+           stream: bool = False, download: Download | None = None) -> Selection:
     """Load, resolve and expand a job; generated data sets come from the cache as it is.
-    `stream`: one pass over the tasks is all the caller needs (see expand.prepare);
-    `sample`: (N, seed) of --sample; `job_path` may be a Job already loaded."""
-    job = job_path if isinstance(job_path, Job) else load_job(job_path)
+
+    Args:
+        chosen: the task selection; its cache location as given (see
+            CacheLocation.with_environment: a cache_dir left None is ./cache).
+        data_dir: where the data sets' files are.
+        env_base_url: OPENAI_BASE_URL, the endpoint of bare model names without --base-url.
+        stream: one pass over the tasks is all the caller needs (see expand.prepare).
+        download: fetch the job's missing registered data sets first (`judge run`).
+
+    Returns:
+        The Selection: the job (its judges replaced by `chosen.models`, a shard's rpm and tpm
+        divided among the shards), its expansion, cache and report folder, and `chosen` with
+        its defaults filled in.
+
+    Raises:
+        RunnerError: a job, model, data or download problem.
+    """
+    job = chosen.job if isinstance(chosen.job, Job) else load_job(job_path(chosen.job_name()))
     if download is not None:
         _download(job, data_dir, download)
-    job = job.with_models(resolve_models(job, models, base_url, env_base_url))
-    if models:  # prompts' own judge lists name the replaced models
+    job = job.with_models(resolve_models(job, chosen.models, chosen.base_url, env_base_url))
+    if chosen.models:  # prompts' own judge lists name the replaced models
         job = replace(job, prompts=tuple(replace(p, models=()) for p in job.prompts))
-    expansion = prepare(job, data_dir, limit=limit, stream=stream, sample=sample)
-    sel = Selection(job=job, expansion=expansion, cache_dir=cache_dir,
-                    out_dir=out if out is not None else job.output_dir, cache_url=cache_url)
+    if chosen.shard is not None:
+        job = split_limits(job, chosen.shard.count)
+    expansion = prepare(job, data_dir, limit=chosen.limit, stream=stream, sample=chosen.drawn())
+    out_dir = chosen.out if chosen.out is not None else job.output_dir
+    cache_dir = chosen.cache_dir or DEFAULT_CACHE_DIR
+    filled = replace(chosen, cache_dir=cache_dir, out=out_dir,
+                     seed=None if chosen.sample is None else chosen.seed or 0)
+    sel = Selection(job=job, expansion=expansion, cache_dir=cache_dir, out_dir=out_dir,
+                    cache_url=chosen.cache_url, shard=chosen.shard, task_selection=filled)
     return derive(sel) if job.generate else sel
 
 
@@ -281,14 +303,28 @@ def serving(job: Job) -> Iterator[Job]:
 async def run_pool(sel: Selection, served: Job, cache: CacheBackend, *, stop: Any,
                    key_reader: Callable[[str], Callable[[], str | None]], offline: bool,
                    budget: float | None, on_progress: Callable[[RunStats], None],
-                   judged: TaskLog, hold: frozenset[str] = frozenset(),
-                   after: CachedFirst | None = None) -> tuple[RunStats, Selection]:
-    """Generation stage (if any), then every judge task. `served` is sel.job with local
-    servers' base URLs. Returns the counters and the selection with generated data sets;
-    `judged` logs the judge tasks as they are dispatched; keys in `hold`
-    (held by a provider batch) are never called: they count as not run. `after`: the judge
-    tasks from `after.rest` on, with `after.stats`, when a CachedFirst pass judged the ones
-    before (a job without a generation stage)."""
+                   dispatched: TaskLog, in_batches: frozenset[str] = frozenset(),
+                   cached_first: CachedFirst | None = None) -> tuple[RunStats, Selection]:
+    """Generation stage (if any), then every judge task, through the pool.
+
+    Args:
+        sel: the selection (with --shard: only its shard's tasks run).
+        served: sel.job with the base URLs of the local servers `serving` started.
+        cache: the selection's open cache.
+        stop: an asyncio.Event: set, the pool dispatches nothing more.
+        key_reader: variable name -> its API key's reader (see `key_reader`).
+        offline: no call: what is not cached is counted as not run.
+        budget: stop dispatching before the estimated spend passes this many USD.
+        on_progress: called with the counters as the pool goes.
+        dispatched: logs the judge tasks as they are dispatched, for the reports.
+        in_batches: keys a live provider batch holds: never called, counted as not run.
+        cached_first: a CachedFirst pass that judged the tasks before `cached_first.rest`
+            (a job without a generation stage): the pool runs the rest, with its counters.
+
+    Returns:
+        The counters, and the selection with the generated data sets derived from the
+        generators' answers.
+    """
     # Here, not at the top: aiohttp costs ~0.15 s to import, which plan, status and the
     # report commands would pay for nothing.
     import aiohttp
@@ -300,33 +336,35 @@ async def run_pool(sel: Selection, served: Job, cache: CacheBackend, *, stop: An
                  for m in served.models}
     limits = sel.job.limits
     connector = aiohttp.TCPConnector(limit=limits.concurrency, limit_per_host=0)
-    stats = RunStats() if after is None else after.stats
+    stats = RunStats() if cached_first is None else cached_first.stats
     async with aiohttp.ClientSession(connector=connector) as session:
         run = {"cache": cache, "session": session, "endpoints": endpoints, "limits": limits,
                "stop": stop, "offline": offline, "budget": budget, "stats": stats,
                "on_progress": on_progress}
         if sel.job.generate:
-            stats.total += sum(1 for _ in _mine(sel, sel.expansion.generation_tasks()))
-            await execute(_held(_mine(sel, sel.expansion.generation_tasks()), hold, stats), **run)
+            stats.total += sum(1 for _ in _in_shard(sel, sel.expansion.generation_tasks()))
+            generation = _in_shard(sel, sel.expansion.generation_tasks())
+            await execute(_not_in_batches(generation, in_batches, stats), **run)
             if stop.is_set():
                 return stats, sel
             sel = derive(sel)  # judge what the generators answered
-        if after is None:
+        if cached_first is None:
             count = sel.expansion.count() if sel.shard is None else 0
             stats.total += count
             tasks = sel.expansion.tasks()
             if sel.shard is None:  # the job's keys, kept for its rescore
                 tasks = with_key_index(cache, sel.expansion, READ_BATCH, count, tasks)
-        else:  # counted, and the tasks before after.rest judged, by the CachedFirst pass
-            assert after.rest is not None, "a fully cached CachedFirst pass needs no pool"
-            tasks = after.rest
-        await execute(_held(_kept(_mine(sel, tasks, stats), judged), hold, stats), **run,
-                      hashes=None if after is None else after.hashes)
+        else:  # counted, and the tasks before cached_first.rest judged, by that pass
+            assert cached_first.rest is not None, "a fully cached CachedFirst pass needs no pool"
+            tasks = cached_first.rest
+        logged = _logged(_in_shard(sel, tasks, stats), dispatched)
+        await execute(_not_in_batches(logged, in_batches, stats), **run,
+                      hashes=None if cached_first is None else cached_first.hashes)
     return stats, sel
 
 
-def _mine(sel: Selection, tasks: Iterator[Task], stats: RunStats | None = None
-          ) -> Iterator[Task]:
+def _in_shard(sel: Selection, tasks: Iterator[Task], stats: RunStats | None = None
+              ) -> Iterator[Task]:
     """The tasks of this run's shard (all without --shard); with `stats`, each shard task adds
     one to stats.total as it passes (counting them first would expand the job twice)."""
     if sel.shard is None:
@@ -388,22 +426,25 @@ class TaskLog:
         for i, (unit, kind) in enumerate(zip(self._unit_of, self._kind_of, strict=True)):
             dataset, item_id, members = units[unit]
             prompt, aspect, model, sample = kinds[kind]
-            # positional: half the cost of keywords for a frozen dataclass
-            yield Task(keys[32 * i:32 * i + 32].hex(), dataset, item_id, prompt, aspect, model,
-                       sample, b"", 0, 0, members)
+            yield new_task(key=keys[32 * i:32 * i + 32].hex(), dataset=dataset,
+                           item_id=item_id, prompt=prompt, aspect=aspect, model=model,
+                           sample=sample, body=b"", prompt_tokens=0, max_tokens=0,
+                           members=members)
 
 
-def _kept(tasks: Iterator[Task], into: TaskLog) -> Iterator[Task]:
-    """Pass tasks through, logging each for the reports (see TaskLog)."""
+def _logged(tasks: Iterator[Task], log: TaskLog) -> Iterator[Task]:
+    """Pass tasks through, appending each to `log` for the reports (see TaskLog)."""
     for task in tasks:
-        into.append(task)
+        log.append(task)
         yield task
 
 
-def _held(tasks: Iterator[Task], hold: frozenset[str], stats: RunStats) -> Iterator[Task]:
-    """Tasks whose key a provider batch holds are left out (not run), the rest pass."""
+def _not_in_batches(tasks: Iterator[Task], in_batches: frozenset[str], stats: RunStats
+                    ) -> Iterator[Task]:
+    """The tasks whose key no live provider batch holds; the others are counted as not run
+    (stats.missing)."""
     for task in tasks:
-        if task.key in hold:
+        if task.key in in_batches:
             stats.missing.append(task.key)
         else:
             yield task
@@ -482,8 +523,18 @@ def estimate(sel: Selection) -> list[ModelPlan]:
 def manifest(sel: Selection, stats: RunStats | None, started: float,
              command: str, kind: str = "run") -> dict[str, Any]:
     """manifest.json: what ran, with which versions, what it did and cost. Never a key.
-    `kind`: "run" (a `judge run`, which may have called), or "rebuild" (rescore, report,
-    import: reports from the cache alone, whose counts are of no call)."""
+
+    Args:
+        sel: the selection reported on; its task selection is recorded as `selection`.
+        stats: the counters (None: no call, no count).
+        started: when the command started (seconds since the epoch).
+        command: the command line (or API call) that ran.
+        kind: "run" (a `judge run`, which may have called), or "rebuild" (rescore, report,
+            import: reports from the cache alone, whose counts are of no call).
+
+    Returns:
+        The manifest as JSON-ready values; URLs without their passwords.
+    """
     versions = {}
     for pkg in PACKAGES:
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
@@ -503,7 +554,8 @@ def manifest(sel: Selection, stats: RunStats | None, started: float,
             "unpriced_calls": stats.unpriced if stats else 0,
             "endpoints": stats.endpoint_counts() if stats else {},
             "cache_dir": str(sel.cache_dir),
-            **({"cache_url": redact(sel.cache_url)} if sel.cache_url else {})}
+            **({"cache_url": redact(sel.cache_url)} if sel.cache_url else {}),
+            "selection": None if sel.task_selection is None else sel.task_selection.recorded()}
 
 
 def _iso(t: float) -> str:

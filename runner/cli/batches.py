@@ -16,11 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from runner.cli.options import resolve, task_selection
 from runner.errors import ConfigError, scrub
 from runner.execute.ledger import FILES, BatchLedger, Ledger
 from runner.execute.store.backend import is_url
 from runner.job.spec import Job
-from runner.session import (  # BatchAnswers: imported from here by main
+from runner.selection import TaskSelection
+from runner.session import (  # BatchAnswers: imported from here by runcmd
     BatchAnswers,
     Selection,
     derive,
@@ -40,6 +42,7 @@ MAX_BATCH_REQUESTS = 50_000
 
 __all__ = ["BATCH_KINDS", "MAX_BATCH_REQUESTS", "BatchAnswers", "Batched", "batch_models",
            "batch_stage", "batches", "merge", "open_ledger", "run_batches"]
+
 
 BATCH_KINDS = ("openai", "compatible", "anthropic")
 
@@ -83,8 +86,9 @@ class Batched:
 
     stats: BatchStats
     sel: Selection
-    hold: frozenset[str]
-    """Keys the online pool must not call."""
+    in_batches: frozenset[str]
+    """Keys the online pool must not call: in a live batch, or failed by one (unless
+    --batch-fallback online)."""
 
 
 def open_ledger(sel: Selection) -> BatchLedger:
@@ -116,13 +120,13 @@ def run_batches(sel: Selection, names: tuple[str, ...], options: BatchOptions) -
         f"{len(stats.pending)} pending; " + (
             "cost unknown (no price for the model)" if stats.unpriced and not stats.cost else
             f"~${stats.cost:.4f} at the batch price" + (" + unknown" if stats.unpriced else "")))
-    hold = set(stats.pending)
+    in_batches = set(stats.pending)
     if options.fallback == "batch":
-        hold |= set(stats.failures)
+        in_batches |= set(stats.failures)
     if stats.pending:
         say(f"{len(stats.pending)} requests are in open batches; `judge run {sel.job.path} "
             "--batch` collects them when they are done (`judge batches` shows their state)")
-    return Batched(stats=stats, sel=sel, hold=frozenset(hold))
+    return Batched(stats=stats, sel=sel, in_batches=frozenset(in_batches))
 
 
 def batch_stage(sel: Selection, opts: dict[str, Any]) -> Batched | None:
@@ -165,44 +169,39 @@ def _age(seconds: float) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
-def batches(common: Callable[..., Any], select_args: Callable[..., Selection]) -> click.Command:
-    """The `judge batches` command, with the task-selection options `common` adds."""
+@click.command("batches")
+@task_selection()
+@click.option("--cancel", is_flag=True, help="Cancel every live batch of the job (their "
+              "finished requests are still collected by the next `judge run --batch`).")
+def batches(task_selection: TaskSelection, cancel: bool) -> None:
+    """List the job's provider batches: id, model, state, requests, completed, failed, age.
 
-    @click.command("batches")
-    @common
-    @click.option("--cancel", is_flag=True, help="Cancel every live batch of the job (their "
-                  "finished requests are still collected by the next `judge run --batch`).")
-    def command(job: str, models: tuple[str, ...], base_url: str | None, limit: int | None,
-                cache_dir: str | None, out: str | None, cancel: bool) -> None:
-        """List the job's provider batches: id, model, state, requests, completed, failed, age.
+    Live batches are refreshed from the provider first. The ledger lives beside the
+    answers: batches.sqlite in the cache directory, or tables in the --cache database.
 
-        Live batches are refreshed from the provider first. The ledger lives beside the
-        answers: batches.sqlite in the cache directory, or tables in the --cache database.
+    \b
+    Example:
+      judge batches summeval             state of every batch `judge run --batch` made
+      judge batches summeval --cancel    cancel the live ones
+    """
+    from runner.execute.batch import BatchOptions, BatchRun
+    sel = resolve(task_selection)
+    names = tuple(m.name for m in sel.job.models if m.kind in BATCH_KINDS)
+    with open_selected(sel) as cache, open_ledger(sel) as ledger:
+        run = BatchRun(cache=cache, ledger=ledger, providers=_providers(sel.job, names),
+                       job=sel.job.name, options=BatchOptions(), say=lambda s: None)
+        live_before = sum(r.live for r in ledger.rows(sel.job.name))
+        rows = run_async(run.status(cancel=cancel), event_loop(os.environ))
+    if not rows:
+        click.echo(f"job {sel.job.name}: no batches in {ledger.location}")
+        return
+    click.echo(f"{'batch':<32} {'model':<16} {'state':<12} {'requests':>8} "
+               f"{'completed':>9} {'failed':>6} {'age':>6} collected")
+    now = time.time()
+    for r in rows:
+        click.echo(f"{r.batch_id or '(submitting)':<32} {r.model:<16} {r.state:<12} "
+                   f"{r.requests:>8} {r.completed:>9} {r.failed:>6} "
+                   f"{_age(now - r.created):>6} {'yes' if r.ingested else 'no'}")
+    if cancel:
+        click.echo(f"cancel requested for {live_before} live batch(es)")
 
-        \b
-        Example:
-          judge batches summeval             state of every batch `judge run --batch` made
-          judge batches summeval --cancel    cancel the live ones
-        """
-        from runner.execute.batch import BatchOptions, BatchRun
-        sel = select_args(job, models, base_url, limit, cache_dir, out)
-        names = tuple(m.name for m in sel.job.models if m.kind in BATCH_KINDS)
-        with open_selected(sel) as cache, open_ledger(sel) as ledger:
-            run = BatchRun(cache=cache, ledger=ledger, providers=_providers(sel.job, names),
-                           job=sel.job.name, options=BatchOptions(), say=lambda s: None)
-            live_before = sum(r.live for r in ledger.rows(sel.job.name))
-            rows = run_async(run.status(cancel=cancel), event_loop(os.environ))
-        if not rows:
-            click.echo(f"job {sel.job.name}: no batches in {ledger.location}")
-            return
-        click.echo(f"{'batch':<32} {'model':<16} {'state':<12} {'requests':>8} "
-                   f"{'completed':>9} {'failed':>6} {'age':>6} collected")
-        now = time.time()
-        for r in rows:
-            click.echo(f"{r.batch_id or '(submitting)':<32} {r.model:<16} {r.state:<12} "
-                       f"{r.requests:>8} {r.completed:>9} {r.failed:>6} "
-                       f"{_age(now - r.created):>6} {'yes' if r.ingested else 'no'}")
-        if cancel:
-            click.echo(f"cancel requested for {live_before} live batch(es)")
-
-    return command
