@@ -262,12 +262,12 @@ async def arun(job: JobLike, **options: Any) -> RunResult:
         block the loop meanwhile.
     """
     started = time.time()
-    own = {k: options.pop(k) for k in _RUN_OPTIONS if k in options}
+    run_options = {k: options.pop(k) for k in _RUN_OPTIONS if k in options}
     env = _environ(options)
     sel = _whole(selection(job, **options), "run")
-    sel = with_run_limits(sel, own)
+    sel = with_run_limits(sel, run_options)
     check_out(sel.out_dir)
-    offline, budget = bool(own.get("offline")), own.get("budget")
+    offline, budget = bool(run_options.get("offline")), run_options.get("budget")
     if not offline:
         check_keys(sel.job, env)
         check_budget(sel.job, budget)
@@ -277,8 +277,8 @@ async def arun(job: JobLike, **options: Any) -> RunResult:
                                         else leased.lease(lease, describe(command))):
         dispatched = TaskLog()
         stats, sel = await _pool(sel, env, dispatched, offline=offline, budget=budget,
-                                 on_progress=own.get("on_progress"),
-                                 stoppers=own.get("_stoppers"))
+                                 on_progress=run_options.get("on_progress"),
+                                 stoppers=run_options.get("_stoppers"))
         if stats.fatal:
             raise APIError(f"{stats.fatal}; run stopped, nothing lost: rerun to resume")
         tables = report_run(sel, stats, dispatched, started=started, command=command)
@@ -296,8 +296,8 @@ async def _pool(sel: Selection, env: Mapping[str, str], dispatched: TaskLog, *, 
     stop, loop = asyncio.Event(), asyncio.get_running_loop()
     if stoppers is not None:
         stoppers.append(lambda: loop.call_soon_threadsafe(stop.set))
-    started = contextlib.nullcontext(sel.job) if offline else serving(sel.job)
-    with open_selected(sel) as cache, started as served:
+    servers = contextlib.nullcontext(sel.job) if offline else serving(sel.job)
+    with open_selected(sel) as cache, servers as served:
         return await run_pool(sel, served, cache, stop=stop, key_reader=key_reader(env),
                               offline=offline, budget=budget,
                               on_progress=on_progress or (lambda _: None),

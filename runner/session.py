@@ -66,7 +66,7 @@ class Selection:
     shard: Shard | None = None
     """`judge run --shard I/N`: only this shard's tasks are run."""
     task_selection: TaskSelection | None = None
-    """The selection this was resolved from, its defaults filled in (the manifest's
+    """The selection this was resolved from, its defaults with_defaults in (the manifest's
     `selection`)."""
 
 
@@ -96,8 +96,14 @@ def event_loop(environ: Mapping[str, str]) -> LoopFactory | None:
 
 
 def run_async(work: Awaitable[T], loop: LoopFactory | None = None) -> T:
-    """`asyncio.run(work)` on a loop made by `loop` (see `event_loop`; None: asyncio's),
-    without handing asyncio its result.
+    """`asyncio.run(work)` on a loop made by `loop`, without handing asyncio its result.
+
+    Args:
+        work: the coroutine to run.
+        loop: makes the event loop (see `event_loop`); None: asyncio's.
+
+    Returns:
+        What `work` returned.
 
     On Python 3.11, asyncio.run formats the repr of its main task, result included, when it
     restores its SIGINT handler (signal.getsignal tries the handler, a partial holding the
@@ -121,16 +127,31 @@ RUN_LIMITS = (("concurrency", "concurrency"), ("rpm", "rpm"), ("tpm", "tpm"),
 
 
 def with_run_limits(sel: Selection, options: Mapping[str, Any]) -> Selection:
-    """`sel` with the limits a run was given (concurrency, rpm, tpm, max_retries, timeout)
-    over the job's; an option left out or None keeps the job's."""
+    """The selection with a run's own limits over the job's.
+
+    Args:
+        sel: the selection.
+        options: the run's options by name (concurrency, rpm, tpm, max_retries, timeout); one
+            left out or None keeps the job's.
+
+    Returns:
+        `sel` with its job's `[limits]` replaced where an option was given.
+    """
     given = {field: options[name] for name, field in RUN_LIMITS
              if options.get(name) is not None}
     return replace(sel, job=sel.job.with_limits(**given))
 
 
 def key_reader(environ: Mapping[str, str]) -> Callable[[str], Callable[[], str | None]]:
-    """Variable name -> its key's reader, from `environ` at call time (never stored); every key
-    read is registered to be scrubbed from whatever a server sends back (runner.errors.scrub)."""
+    """Readers of the API keys in `environ`, each read at call time (never stored).
+
+    Args:
+        environ: the environment the keys are read from.
+
+    Returns:
+        Variable name -> its key's reader (None where unset). Every key read is registered
+        to be scrubbed from whatever a server sends back (runner.errors.scrub).
+    """
     def reader(name: str) -> Callable[[], str | None]:
         register_secret(environ.get(name))
         return lambda: environ.get(name) or None
@@ -138,7 +159,17 @@ def key_reader(environ: Mapping[str, str]) -> Callable[[str], Callable[[], str |
 
 
 def job_path(job: str) -> Path:
-    """A job file path, or the name of one under jobs/ (`openmeva` -> jobs/openmeva.toml)."""
+    """The job file a command names.
+
+    Args:
+        job: a job file path, or the name of one under jobs/ (`openmeva`).
+
+    Returns:
+        The path (`openmeva` -> jobs/openmeva.toml).
+
+    Raises:
+        ConfigError: a folder, or no such file and no jobs/NAME.toml.
+    """
     path = Path(job)
     if path.is_dir():
         found = sorted(p.name for p in path.glob("*.toml"))[:3]
@@ -155,20 +186,39 @@ def job_path(job: str) -> Path:
 
 
 def open_selected(sel: Selection, *, read_only: bool = False) -> CacheBackend:
-    """The selection's cache: the shared database when a URL was given, else the folder
-    (`read_only`: the caller only reads, so a folder it may not write is read as it is)."""
+    """The selection's cache, opened.
+
+    Args:
+        sel: the selection.
+        read_only: the caller only reads, so a folder it may not write is read as it is.
+
+    Returns:
+        The shared database when a URL was given, else the folder (a context manager).
+    """
     return open_cache(sel.cache_url if sel.cache_url and is_url(sel.cache_url) else sel.cache_dir,
                       read_only=read_only)
 
 
-def _with(m: ModelSpec, **changes: Any) -> ModelSpec:
+def _model_with(m: ModelSpec, **changes: Any) -> ModelSpec:
     return ModelSpec(**{**{f.name: getattr(m, f.name) for f in fields(m)}, **changes})
 
 
 def resolve_models(job: Job, specs: tuple[str, ...], base_url: str | None,
                    env_base_url: str | None) -> tuple[ModelSpec, ...]:
-    """--model replaces the judges (generators stay); --base-url / OPENAI_BASE_URL serve bare
-    names."""
+    """The job's models after --model and --base-url.
+
+    Args:
+        job: the job as loaded.
+        specs: --model's specs: they replace the judges (generators stay); none: the job's.
+        base_url: --base-url, the endpoint of bare model names.
+        env_base_url: OPENAI_BASE_URL, the endpoint without --base-url.
+
+    Returns:
+        The models, bare names given their endpoint.
+
+    Raises:
+        ConfigError: a bad URL, or a bare name with no endpoint.
+    """
     for where, url in (("--base-url", base_url), ("OPENAI_BASE_URL", env_base_url)):
         if url and (problem := url_problem(url)):
             raise ConfigError(f"{where} {problem}")
@@ -184,13 +234,20 @@ def resolve_models(job: Job, specs: tuple[str, ...], base_url: str | None,
             if not fallback:
                 raise ConfigError(f"{job.path}: model {m.spec!r} needs a server: pass --base-url "
                                   "http://HOST:PORT/v1, set OPENAI_BASE_URL, or use openai:NAME")
-            m = _with(m, base_url=fallback)
+            m = _model_with(m, base_url=fallback)
         resolved.append(m)
     return tuple(resolved)
 
 
 def answer_text(record: Mapping[str, Any] | None) -> str | None:
-    """The first choice's text of a cached record (a generation stage's answer)."""
+    """A generation stage's answer.
+
+    Args:
+        record: a cached record (None: not cached).
+
+    Returns:
+        The text of its first choice; None when not cached or without a choice.
+    """
     if record is None:
         return None
     got = choices(record["response"])
@@ -221,7 +278,7 @@ def select(chosen: TaskSelection, *, data_dir: Path, env_base_url: str | None = 
     Returns:
         The Selection: the job (its judges replaced by `chosen.models`, a shard's rpm and tpm
         divided among the shards), its expansion, cache and report folder, and `chosen` with
-        its defaults filled in.
+        its defaults with_defaults in.
 
     Raises:
         RunnerError: a job, model, data or download problem.
@@ -237,10 +294,10 @@ def select(chosen: TaskSelection, *, data_dir: Path, env_base_url: str | None = 
     expansion = prepare(job, data_dir, limit=chosen.limit, stream=stream, sample=chosen.drawn())
     out_dir = chosen.out if chosen.out is not None else job.output_dir
     cache_dir = chosen.cache_dir or DEFAULT_CACHE_DIR
-    filled = replace(chosen, cache_dir=cache_dir, out=out_dir,
+    with_defaults = replace(chosen, cache_dir=cache_dir, out=out_dir,
                      seed=None if chosen.sample is None else chosen.seed or 0)
     sel = Selection(job=job, expansion=expansion, cache_dir=cache_dir, out_dir=out_dir,
-                    cache_url=chosen.cache_url, shard=chosen.shard, task_selection=filled)
+                    cache_url=chosen.cache_url, shard=chosen.shard, task_selection=with_defaults)
     return derive(sel) if job.generate else sel
 
 
@@ -255,7 +312,15 @@ def _download(job: Job, data_dir: Path, download: Download) -> None:
 
 
 def derive(sel: Selection) -> Selection:
-    """Rebuild the generated data sets from the answers now in the cache."""
+    """The generated data sets rebuilt from the answers now in the cache.
+
+    Args:
+        sel: a selection of a job with a generation stage.
+
+    Returns:
+        `sel` with the generated items, and the number of generation answers still missing
+        (`missing_answers`).
+    """
     with open_selected(sel, read_only=True) as cache:
         expansion, missing = sel.expansion.with_generated(
             lambda task: answer_text(cache.get(task.key)))
@@ -263,7 +328,15 @@ def derive(sel: Selection) -> Selection:
 
 
 def check_keys(job: Job, environ: Mapping[str, str]) -> None:
-    """A model that needs a key and has none is an error before the first call."""
+    """Every key the job's models need is set, before the first call.
+
+    Args:
+        job: the job (its models and fleet endpoints name their key variables).
+        environ: the environment the keys are read from.
+
+    Raises:
+        MissingKeyError: a model or endpoint that needs a key has none (named).
+    """
     for m in job.models:
         if m.key_required and not environ.get(m.api_key_env):
             raise MissingKeyError(f"{job.path}: model {m.name!r} ({m.spec}) needs an API key: "
@@ -275,6 +348,15 @@ def check_keys(job: Job, environ: Mapping[str, str]) -> None:
 
 
 def check_budget(job: Job, budget: float | None) -> None:
+    """--budget can be kept: every model has a price.
+
+    Args:
+        job: the job.
+        budget: --budget in USD; None: no budget, nothing to check.
+
+    Raises:
+        ConfigError: a model without a price (named, with the price line to add).
+    """
     if budget is None:
         return
     for m in job.models:
@@ -286,7 +368,15 @@ def check_budget(job: Job, budget: float | None) -> None:
 
 @contextlib.contextmanager
 def serving(job: Job) -> Iterator[Job]:
-    """Start the embedded local server for `local:` models for the duration of the block."""
+    """Start the embedded local server for `local:` models for the duration of the block.
+
+    Args:
+        job: the job.
+
+    Yields:
+        The job with each `local:` model's base URL set to its server's (the job as it is
+        when it has none).
+    """
     if not any(m.kind == "local" for m in job.models):
         yield job
         return
@@ -295,7 +385,7 @@ def serving(job: Job) -> Iterator[Job]:
         for m in job.models:
             if m.kind == "local":
                 server = stack.enter_context(local.LocalServer(m.model))
-                m = _with(m, base_url=server.base_url)
+                m = _model_with(m, base_url=server.base_url)
             models.append(m)
         yield job.with_models(tuple(models))
 
@@ -403,6 +493,7 @@ class TaskLog:
         return len(self._unit_of)
 
     def append(self, task: Task) -> None:
+        """Log `task` (its key, item and kind; not its body)."""
         self._keys += bytes.fromhex(task.key)
         unit = (task.dataset, task.item_id, task.members)
         if not self._units or self._units[-1] != unit:
@@ -457,10 +548,19 @@ class BatchAnswers:
         self.answers = 0
         self.batches: set[str] = set()
         self.notes: list[str] = []
-        """report.md's notes: filled once the judgments have all gone by, which write_reports
+        """report.md's notes: with_defaults once the judgments have all gone by, which write_reports
         does before it writes report.md."""
 
     def watch(self, judgments: Iterable[Judgment]) -> Iterator[Judgment]:
+        """Pass `judgments` through, counting those whose answer came from a batch.
+
+        Args:
+            judgments: the judgments the reports read.
+
+        Returns:
+            The same judgments, in order; once they have all gone by, `notes` says how many
+            came from which batches.
+        """
         for j in judgments:
             if j.source is not None and j.source.startswith("batch:"):
                 self.answers += 1
@@ -495,12 +595,26 @@ class ModelPlan:
 
 
 def all_tasks(expansion: Expansion) -> Iterator[Task]:
-    """Generation tasks, then judge tasks (those over generated answers once they exist)."""
+    """Every task of an expansion.
+
+    Args:
+        expansion: the selection's expansion.
+
+    Returns:
+        Generation tasks, then judge tasks (those over generated answers once they exist).
+    """
     return itertools.chain(expansion.generation_tasks(), expansion.tasks())
 
 
 def estimate(sel: Selection) -> list[ModelPlan]:
-    """Per model: tasks, cache hits, repeats, calls to make and their tokens. No network."""
+    """What a run would do, per model. No network.
+
+    Args:
+        sel: the selection (with stream=True, one pass is all this needs).
+
+    Returns:
+        One ModelPlan per model: tasks, cache hits, repeats, calls to make and their tokens.
+    """
     plans = {m.name: ModelPlan(model=m) for m in sel.job.models}
     # Repeats are spotted by the keys' first 64 bits, ~12 bytes a task (10M tasks: ~120 MB,
     # where a set of the keys held 1.4 GB); a false repeat among n distinct keys has

@@ -42,13 +42,22 @@ MAX_BATCH_REQUESTS = 50_000
 
 __all__ = ["BATCH_KINDS", "MAX_BATCH_REQUESTS", "BatchAnswers", "Batched", "batch_models",
            "batch_stage", "batches", "merge", "open_ledger", "run_batches"]
-
-
 BATCH_KINDS = ("openai", "compatible", "anthropic")
 
 
 def batch_models(job: Job, everyone: bool) -> tuple[str, ...]:
-    """The models whose tasks go through a Batch API: all with --batch, else mode = "batch"."""
+    """The models whose tasks go through a Batch API.
+
+    Args:
+        job: the job.
+        everyone: --batch: every model; else those with mode = "batch".
+
+    Returns:
+        Their names.
+
+    Raises:
+        ConfigError: such a model has no Batch API (local) or one not supported yet.
+    """
     names = []
     for m in job.models:
         if not (everyone or m.mode == "batch"):
@@ -92,8 +101,15 @@ class Batched:
 
 
 def open_ledger(sel: Selection) -> BatchLedger:
-    """The ledger beside the selection's answers: in the PostgreSQL database of a `--cache`
-    URL (request files then kept in the local cache folder), else in the cache folder."""
+    """The batch ledger beside the selection's answers.
+
+    Args:
+        sel: the selection.
+
+    Returns:
+        The ledger, to open with `with`: in the PostgreSQL database of a `--cache` URL
+        (request files then kept in the local cache folder), else in the cache folder.
+    """
     if sel.cache_url and is_url(sel.cache_url):
         from runner.execute.pgledger import PgLedger  # psycopg: only for a PostgreSQL cache
         return PgLedger(sel.cache_url, sel.cache_dir / FILES)
@@ -101,7 +117,18 @@ def open_ledger(sel: Selection) -> BatchLedger:
 
 
 def run_batches(sel: Selection, names: tuple[str, ...], options: BatchOptions) -> Batched:
-    """Generation stage then judges (over what the generators have answered so far)."""
+    """The batch stage: the generation stage, then the judges (over what the generators have
+    answered so far), each through the providers' Batch APIs.
+
+    Args:
+        sel: the selection.
+        names: the models that run in batch mode (see batch_models).
+        options: wait or not, the fallback, the poll interval, the batch size.
+
+    Returns:
+        The stage's counters, the selection (generated data sets derived), and the keys the
+        online pool must leave alone.
+    """
     from runner.execute.batch import BatchRun, BatchStats
     stats, loop = BatchStats(), event_loop(os.environ)
 
@@ -129,27 +156,46 @@ def run_batches(sel: Selection, names: tuple[str, ...], options: BatchOptions) -
     return Batched(stats=stats, sel=sel, in_batches=frozenset(in_batches))
 
 
-def batch_stage(sel: Selection, opts: dict[str, Any]) -> Batched | None:
-    """`judge run`'s batch stage from its options; None when no model runs in batch mode."""
-    names = batch_models(sel.job, opts["batch"])
-    if names and opts["budget"] is not None and not opts["offline"]:
+def batch_stage(sel: Selection, run_options: dict[str, Any]) -> Batched | None:
+    """`judge run`'s batch stage from its options.
+
+    Args:
+        sel: the run's selection.
+        run_options: `judge run`'s options by name (batch, budget, offline, no_wait, batch_fallback,
+            poll_interval, batch_size).
+
+    Returns:
+        What run_batches returns; None when no model runs in batch mode (or --offline).
+
+    Raises:
+        ConfigError: --budget with batch models, or --no-wait without any.
+    """
+    names = batch_models(sel.job, run_options["batch"])
+    if names and run_options["budget"] is not None and not run_options["offline"]:
         raise ConfigError(f"{sel.job.path}: --budget is not supported with batch mode yet (a "
                           "batch is paid as a whole); drop --budget, or check `judge plan` first")
-    if not names or opts["offline"]:
-        if opts["no_wait"] and not names:
+    if not names or run_options["offline"]:
+        if run_options["no_wait"] and not names:
             raise ConfigError(f"{sel.job.path}: --no-wait needs --batch or a model with mode = "
                               "\"batch\"; e.g. judge run JOB --batch --no-wait")
         return None
     from runner.execute.batch import BatchOptions
     return run_batches(sel, names, BatchOptions(
-        wait=not opts["no_wait"], fallback=opts["batch_fallback"], poll_s=opts["poll_interval"],
-        max_requests=opts["batch_size"], max_retries=sel.job.limits.max_retries))
+        wait=not run_options["no_wait"], fallback=run_options["batch_fallback"],
+        poll_s=run_options["poll_interval"], max_requests=run_options["batch_size"],
+        max_retries=sel.job.limits.max_retries))
 
 
 def merge(stats: RunStats, batched: Batched) -> None:
-    """Fold the batch stage into the run's counters: tasks the pool left alone because a batch
-    failed them are failures with the batch's reason; answers collected from a batch in this run
-    are fresh (not cached before), their tokens and cost counted at the batch price."""
+    """Fold the batch stage into the run's counters.
+
+    Args:
+        stats: the run's counters, changed in place: tasks the pool left alone because a batch
+            failed them become failures with the batch's reason; answers collected from a batch
+            in this run count as fresh (not cached before), their tokens and cost at the batch
+            price.
+        batched: the batch stage's outcome.
+    """
     b = batched.stats
     missing = set(stats.missing)
     for key, reason in b.failures.items():

@@ -36,19 +36,19 @@ def cache() -> None:
     """Inspect the response cache; copy it between folders, PostgreSQL and JSONL archives."""
 
 
-def _here(location: CacheLocation) -> CacheLocation:
+def _with_environment(location: CacheLocation) -> CacheLocation:
     """`location` with the environment's defaults (JUDGE_CACHE_DIR, JUDGE_CACHE_URL)."""
     return location.with_environment(os.environ)
 
 
-def _other(location: str) -> CacheBackend:
+def _open_other(location: str) -> CacheBackend:
     if not is_url(location) and not Path(location).is_dir():
         raise ConfigError(f"{location}: no cache folder here; pass a cache folder, a "
                           "postgresql:// URL or a .jsonl / .jsonl.gz archive")
     return open_cache(location, read_only=True)
 
 
-def _shown(location: str) -> str:
+def _shown_other(location: str) -> str:
     """Another cache's location as given (a URL without its password)."""
     return redact(location) if is_url(location) else location
 
@@ -63,7 +63,7 @@ def export_command(dest: str, cache_location: CacheLocation) -> None:
     paper: `judge cache export --cache-dir cache study-answers.jsonl.gz`; to fill a shared
     database from a laptop's cache: `judge cache export postgresql://judge@db.lab/judge`.
     """
-    here = _here(cache_location)
+    here = _with_environment(cache_location)
     with open_cache(here.location(), read_only=True) as src:
         if is_archive(dest):
             written = write_archive(src, Path(dest))
@@ -73,7 +73,7 @@ def export_command(dest: str, cache_location: CacheLocation) -> None:
             Path(dest).mkdir(parents=True, exist_ok=True)
         with open_cache(dest) as dst:
             stats = copy_cache(src, dst)
-    click.echo(f"exported {stats.copied} records from {here.shown()} to {_shown(dest)} "
+    click.echo(f"exported {stats.copied} records from {here.shown()} to {_shown_other(dest)} "
                f"({stats.already} already there)", err=True)
 
 
@@ -87,14 +87,14 @@ def import_command(source: str, cache_location: CacheLocation) -> None:
     anything is stored. A reader of a paper: `judge cache import study-answers.jsonl.gz`, then
     `judge rescore JOB` rebuilds the study's reports without a single API call.
     """
-    here = _here(cache_location)
+    here = _with_environment(cache_location)
     with open_cache(here.location()) as dst:
         if is_archive(source):
             stats = load_archive(Path(source), dst)
         else:
-            with _other(source) as src:
+            with _open_other(source) as src:
                 stats = copy_cache(src, dst)
-    click.echo(f"imported {stats.copied} records from {_shown(source)} into {here.shown()} "
+    click.echo(f"imported {stats.copied} records from {_shown_other(source)} into {here.shown()} "
                f"({stats.already} already there)", err=True)
 
 
@@ -102,7 +102,7 @@ def import_command(source: str, cache_location: CacheLocation) -> None:
 @cache_location
 def cache_stats(cache_location: CacheLocation) -> None:
     """Entries and size of the cache."""
-    here = _here(cache_location)
+    here = _with_environment(cache_location)
     if here.cache_url is None and not Path(here.location()).exists():
         raise ConfigError(f"{here.shown()}: no cache here; pass --cache-dir or set "
                           "JUDGE_CACHE_DIR")

@@ -41,7 +41,10 @@ def _processes(environ: Mapping[str, str]) -> None:
     one_process(value == "1")
 
 
-class _Group(click.Group):
+class _JudgeGroup(click.Group):
+    """The `judge` group: a RunnerError becomes one `Error:` line (exit 2), Ctrl-C or SIGTERM
+    while no pool runs the resume line (exit 130 or 143)."""
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             _processes(os.environ)
@@ -56,7 +59,7 @@ class _Group(click.Group):
             sys.exit(TERM_EXIT if term else 130)
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_JudgeGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="judge-runner")
 def cli() -> None:
     """Run LLM-as-a-judge studies: cached, rate-limited, resumable judge calls, and reports

@@ -9,6 +9,7 @@ is declared here and nowhere else (tests/test_selection.py checks every command 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from collections.abc import Callable
@@ -100,12 +101,11 @@ def _shard_option() -> Decorator:
              "build the reports once with `judge rescore`. E.g. --shard 0/4.")
 
 
-CACHE_OPTIONS = ("cache_dir", "cache_url")
+CACHE_OPTIONS = tuple(f.name for f in dataclasses.fields(CacheLocation))
 """The parameter names `cache_location` collects: CacheLocation's fields."""
-SELECTION_OPTIONS: tuple[str, ...] = ("job", "models", "base_url", "limit", "sample", "seed", *CACHE_OPTIONS,
-                     "out")
+SELECTION_OPTIONS = tuple(f.name for f in dataclasses.fields(TaskSelection) if f.name != "shard")
 """The parameter names `task_selection` collects (and `shard` where asked): TaskSelection's
-fields."""
+fields, each an option above (or JOB)."""
 
 
 def _collected(f: Callable[..., Any], options: list[Decorator], names: tuple[str, ...],

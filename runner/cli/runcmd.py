@@ -104,7 +104,7 @@ run gains little from it."""
 @click.option("--refresh-damaged", is_flag=True,
               help="First drop the job's cached answers whose records are damaged on disk "
                    "(\"cached answer unreadable\"), so that they are asked again.")
-def run(task_selection: TaskSelection, **opts: Any) -> None:
+def run(task_selection: TaskSelection, **run_options: Any) -> None:
     """Call the judge for every task not yet cached, then write the reports.
 
     Exit 0 when no task failed (tasks left out by --offline or --budget are listed), 1 when
@@ -116,44 +116,45 @@ def run(task_selection: TaskSelection, **opts: Any) -> None:
     started = time.time()
     sel = resolve(task_selection, download=Download(mirror=os.environ.get("JUDGE_DATA_MIRROR"),
                                                     notify=_notify_download))
-    sel = with_run_limits(sel, opts)
+    sel = with_run_limits(sel, run_options)
     # a shard writes no reports: this builds them once every shard is done
-    opts["rescore_hint"] = shlex.join(["judge", "rescore",
+    run_options["rescore_hint"] = shlex.join(["judge", "rescore",
                                        *task_selection.arguments(shard=False)])
     if sel.shard is None:
         check_out(sel.out_dir)
-    if opts["refresh_damaged"]:
+    if run_options["refresh_damaged"]:
         _drop_damaged(sel)
-    if opts["offline"]:  # makes no call: needs no lease, as rescore
-        _run(sel, opts, started)
+    if run_options["offline"]:  # makes no call: needs no lease, as rescore
+        _run_checked(sel, run_options, started)
         return
     check_keys(sel.job, os.environ)
-    check_budget(sel.job, opts["budget"])
+    check_budget(sel.job, run_options["budget"])
     # The run's lease on (cache, job, shard), before any call and before asking: a second run
     # of this job on this cache stops here, naming the first (runner/execute/store/lease.py).
     name = lease_name(sel.job.name, None if sel.shard is None else str(sel.shard))
     with open_selected(sel) as leased, leased.lease(name, describe()):
-        if not opts["yes"] and sys.stdin.isatty():
+        if not run_options["yes"] and sys.stdin.isatty():
             _confirm(sel)
-        _run(sel, opts, started)
+        _run_checked(sel, run_options, started)
 
 
-def _run(sel: Selection, opts: dict[str, Any], started: float) -> None:
+def _run_checked(sel: Selection, run_options: dict[str, Any], started: float) -> None:
     """`judge run` once its options are checked (and its lease held): the batch stage, the
     pool, the reports."""
-    batched = batch_stage(sel, opts)
+    batched = batch_stage(sel, run_options)
     if batched is not None:
-        sel, opts["in_batches"] = batched.sel, batched.in_batches
+        sel, run_options["in_batches"] = batched.sel, batched.in_batches
     dispatched = TaskLog()
     if batched is None and (count := _cached_first(sel)):
-        _run_cached_first(sel, opts, started, dispatched, count)
+        _run_cached_first(sel, run_options, started, dispatched, count)
         return
-    stats, sel = _execute(sel, opts, dispatched)
+    stats, sel = _execute(sel, run_options, dispatched)
     if batched is not None:
         merge(stats, batched)
     if sel.shard is not None:  # one shard's reports would be partial: rescore builds them
-        _summarise_shard(sel, stats, command_line(), opts["rescore_hint"])
-    _finish(sel, stats, started, command_line(), dispatched, batched, _partial(opts))
+        _summarise_shard(sel, stats, command_line(), run_options["rescore_hint"])
+    _report_and_summarise(sel, stats, started, command_line(), dispatched, batched,
+                          _partial(run_options))
 
 
 def _summarise_shard(sel: Selection, stats: RunStats, command: str, rescore_hint: str) -> None:
@@ -199,7 +200,7 @@ def _confirm(sel: Selection) -> None:
         raise click.Abort()
 
 
-def _execute(sel: Selection, opts: dict[str, Any], dispatched: TaskLog,
+def _execute(sel: Selection, run_options: dict[str, Any], dispatched: TaskLog,
              cached_first: CachedFirst | None = None) -> tuple[RunStats, Selection]:
     """The pool over the selection, local servers started, a progress bar on stderr."""
     # asyncio (~65 ms) only where the pool runs: rescore and a fully cached run never import it
@@ -207,10 +208,10 @@ def _execute(sel: Selection, opts: dict[str, Any], dispatched: TaskLog,
 
     from runner.cli.progress import Progress
     progress = Progress(sys.stderr, total=0)  # grows with each stage's task count
-    started = contextlib.nullcontext(sel.job) if opts["offline"] else serving(sel.job)
-    with open_selected(sel) as cache, started as served:
+    servers = contextlib.nullcontext(sel.job) if run_options["offline"] else serving(sel.job)
+    with open_selected(sel) as cache, servers as served:
         try:
-            return run_async(_run_async(sel, served, cache, opts, progress, dispatched,
+            return run_async(_run_async(sel, served, cache, run_options, progress, dispatched,
                                         cached_first), event_loop(os.environ))
         except asyncio.CancelledError:
             # The second Ctrl-C cancelled the pool; every answer received is already cached.
@@ -219,7 +220,7 @@ def _execute(sel: Selection, opts: dict[str, Any], dispatched: TaskLog,
             progress.close()
 
 
-async def _run_async(sel: Selection, served: Job, cache: CacheBackend, opts: dict[str, Any],
+async def _run_async(sel: Selection, served: Job, cache: CacheBackend, run_options: dict[str, Any],
                      progress: Progress, dispatched: TaskLog,
                      cached_first: CachedFirst | None = None) -> tuple[RunStats, Selection]:
     """Run the pool under a two-phase Ctrl-C: stop dispatching, then cancel."""
@@ -252,9 +253,9 @@ async def _run_async(sel: Selection, served: Job, cache: CacheBackend, opts: dic
     try:
         stats, sel = await run_pool(sel, served, cache, stop=stop,
                                     key_reader=key_reader(os.environ),
-                                    offline=opts["offline"], budget=opts["budget"],
+                                    offline=run_options["offline"], budget=run_options["budget"],
                                     on_progress=progress.update, dispatched=dispatched,
-                                    in_batches=opts.get("in_batches", frozenset()),
+                                    in_batches=run_options.get("in_batches", frozenset()),
                                     cached_first=cached_first)
         stats.terminated = bool(terminated)
         return stats, sel
@@ -279,7 +280,7 @@ def _cached_first(sel: Selection) -> int:
     return count if count >= CACHED_FIRST_TASKS else 0
 
 
-def _run_cached_first(sel: Selection, opts: dict[str, Any], started: float,
+def _run_cached_first(sel: Selection, run_options: dict[str, Any], started: float,
                       dispatched: TaskLog, count: int) -> None:
     """A run that judges its tasks in order as rescore does while their answers are cached,
     and hands the first task without one, and every later one, to the pool (then judges them
@@ -292,34 +293,34 @@ def _run_cached_first(sel: Selection, opts: dict[str, Any], started: float,
     stats.total = count
     progress = Progress(sys.stderr, total=count)
     with open_selected(sel) as cache:
-        first = CachedFirst(sel.expansion, cache, stats, count=count,
+        cached_first = CachedFirst(sel.expansion, cache, stats, count=count,
                             on_progress=progress.update)
         # its readers read while the reports' modules load
         from runner.report.write import write_reports
 
         def judgments() -> Iterator[Judgment]:
-            yield from first
+            yield from cached_first
             progress.close()
-            if first.rest is None:  # all cached: repeats counted as the pool counts them
-                stats.settle_repeats(first.hashes)
+            if cached_first.rest is None:  # all cached: repeats counted as the pool counts them
+                stats.settle_repeats(cached_first.hashes)
                 return
-            _execute(sel, opts, dispatched, first)
+            _execute(sel, run_options, dispatched, cached_first)
             yield from api.judged_dispatched(sel, cache, stats, dispatched)
 
         tables = write_reports(sel.out_dir, sel.expansion, answers.watch(judgments()),
                                lambda _: {**manifest(sel, stats, started, command),
                                           "batch_answers": answers.answers}, answers.notes)
-    summarise(sel, stats, command, _partial(opts), tables.headline)
+    summarise(sel, stats, command, _partial(run_options), tables.headline)
 
 
-def _partial(opts: dict[str, Any]) -> bool:
+def _partial(run_options: dict[str, Any]) -> bool:
     """Whether a run's tasks without an answer still make exit 0: online, those are listed
     (held by a batch, over the budget); --offline reports only what is cached, and says so
     with exit 1 unless --partial."""
-    return bool(opts["partial"]) or not opts["offline"]
+    return bool(run_options["partial"]) or not run_options["offline"]
 
 
-def _finish(sel: Selection, stats: RunStats, started: float, command: str,
+def _report_and_summarise(sel: Selection, stats: RunStats, started: float, command: str,
             dispatched: TaskLog, batched: Batched | None = None, partial: bool = True) -> None:
     """The reports of a run that went through the pool, then its summary (which exits)."""
     if stats.fatal:  # no endpoint, no model or no key: the reports would show only that
