@@ -170,7 +170,7 @@ def _selected(job: str | None, **given: Any) -> TaskSelection | CacheLocation:
         if name not in CACHE_OPTIONS and value not in (None, ()):
             flag = "--" + ("model" if name == "models" else name.replace("_", "-"))
             raise ConfigError(f"{flag} chooses a job's tasks: give JOB with it")
-    return CacheLocation(cache_dir=given["cache_dir"], cache_url=given["cache_url"])
+    return CacheLocation(**{name: given[name] for name in CACHE_OPTIONS})
 
 
 def resolve(chosen: TaskSelection, *, stream: bool = False,
