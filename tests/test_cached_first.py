@@ -1,4 +1,4 @@
-"""A run that judges its cached tasks first (runner.cli.main._run_cached_first, used from
+"""A run that judges its cached tasks first (runner.cli.runcmd._run_cached_first, used from
 CACHED_FIRST_TASKS tasks on) writes what the pool-first run writes: the same reports, counts and
 exit code, and calls exactly the tasks without a cached answer, whether none, some at the
 start, a hole in the middle or all of them are cached, with repeated requests among them."""
