@@ -66,7 +66,7 @@ class Selection:
     shard: Shard | None = None
     """`judge run --shard I/N`: only this shard's tasks are run."""
     task_selection: TaskSelection | None = None
-    """The selection this was resolved from, its defaults with_defaults in (the manifest's
+    """The selection this was resolved from, its defaults filled in (the manifest's
     `selection`)."""
 
 
@@ -278,7 +278,7 @@ def select(chosen: TaskSelection, *, data_dir: Path, env_base_url: str | None = 
     Returns:
         The Selection: the job (its judges replaced by `chosen.models`, a shard's rpm and tpm
         divided among the shards), its expansion, cache and report folder, and `chosen` with
-        its defaults with_defaults in.
+        its defaults filled in.
 
     Raises:
         RunnerError: a job, model, data or download problem.
@@ -548,7 +548,7 @@ class BatchAnswers:
         self.answers = 0
         self.batches: set[str] = set()
         self.notes: list[str] = []
-        """report.md's notes: with_defaults once the judgments have all gone by, which write_reports
+        """report.md's notes: filled once the judgments have all gone by, which write_reports
         does before it writes report.md."""
 
     def watch(self, judgments: Iterable[Judgment]) -> Iterator[Judgment]:
