@@ -35,6 +35,7 @@ from runner.execute.batch import BatchOptions, BatchRun, Provider  # noqa: E402
 from runner.execute.batch_api import OpenAIBatches  # noqa: E402
 from runner.execute.ledger import Ledger  # noqa: E402
 from runner.execute.store.cache import Cache  # noqa: E402
+from runner.selection import TaskSelection  # noqa: E402
 from runner.session import select  # noqa: E402
 
 TARGET_S = 10.0
@@ -70,7 +71,7 @@ def batch_job(work: Path, quick: bool) -> dict[str, Any]:
 
 async def _measure(work: Path, requests: int, url: str) -> dict[str, Any]:
     job = common.write_job(work / "job", requests, aspects=("overall",), base_url=url)
-    sel = select(job, cache_dir=work / "cache", data_dir=work)
+    sel = select(TaskSelection(job=job, cache_dir=work / "cache"), data_dir=work)
     tasks = list(sel.expansion.tasks())
     model = sel.job.models[0]
     rss = {"after_expand": _rss_mb()}

@@ -151,7 +151,8 @@ def phases(job: Path, cache: Path, out: Path) -> dict[str, dict[str, float]]:
     the judge's reads are also timed alone, as extra stages (marked "alone")."""
     clock = _Clock()
     gc.set_threshold(100_000, 50, 100)  # as runner.cli.main.main
-    from runner.cli import main as cli
+    from runner import api
+    from runner.cli import runcmd
     from runner.cli.batches import BatchAnswers
     from runner.execute.stats import RunStats
     from runner.execute.store.backend import marked
@@ -167,13 +168,13 @@ def phases(job: Path, cache: Path, out: Path) -> dict[str, dict[str, float]]:
     from runner.session import manifest, open_selected
     clock.lap("import (the modules judge run loads)")
 
-    sel = clock.timed("select: load the job and its data", lambda: cli._select(
-        str(job), (), None, None, str(cache), str(out)))
+    sel = clock.timed("select: load the job and its data", lambda: api.selection(
+        str(job), cache_dir=cache, out=out))
     expansion = sel.expansion
     clock.timed("expansion alone (every task, key and body)",
                 lambda: sum(1 for _ in expansion.tasks()))
     judged: list[Task] = []
-    stats, sel = clock.timed("pool: expansion + lookups + dispatch", lambda: cli._execute(
+    stats, sel = clock.timed("pool: expansion + lookups + dispatch", lambda: runcmd._execute(
         sel, {"offline": False, "budget": None}, judged))
     keys = [t.key for t in judged]
     with open_selected(sel) as c:

@@ -1,6 +1,7 @@
 """judge-runner: LLM-as-a-judge evaluation studies, cached, rate-limited and resumable.
 
-The Python API (runner/api.py): `load_job`, `plan`, `run` / `arun`, `rescore`, `results`.
+The Python API (runner/api.py): `load_job`, `plan`, `run` / `arun`, `rescore`, `results`, and
+`TaskSelection`, the selection they take as one value.
 """
 
 import typing
@@ -24,6 +25,7 @@ if typing.TYPE_CHECKING:
         ModelPlan,
         Results,
         RunResult,
+        TaskSelection,
         arun,
         load_job,
         plan,
@@ -55,11 +57,12 @@ __all__ = [
     "run",
     "RunnerError",
     "RunResult",
+    "TaskSelection",
     "__version__",
 ]
 
-_API = frozenset({"ModelPlan", "Results", "RunResult", "arun", "load_job", "plan", "rescore",
-                  "results", "run"})
+_API = frozenset({"ModelPlan", "Results", "RunResult", "TaskSelection", "arun", "load_job",
+                  "plan", "rescore", "results", "run"})
 """Names of runner.api, imported on first use (PEP 562): every process imports this package,
 the store's spawned reader and folding processes included (`python -m runner.execute.store.
 reader`), and the API's pipeline modules took them ~0.1 s more to start (-X importtime)."""

@@ -6,12 +6,14 @@
     done = runner.run(job, models=["gpt-4o-mini"])  # same cache and resume as `judge run`
     frames = runner.results(done)                   # pandas DataFrames of its reports
 
-Every function takes the selection the commands take, as keyword arguments: `models` (--model,
-repeatable), `base_url`, `limit` or `sample` with `seed`, `cache_dir`, `cache_url` (--cache),
-`out`; and `data_dir` and `environ` (default os.environ), where the commands read
-JUDGE_DATA_DIR, JUDGE_CACHE_DIR, JUDGE_CACHE_URL, OPENAI_BASE_URL and the models' API keys.
-Unset, they mean what the commands' defaults mean, so `run(job)` and `judge run JOB` in the
-same folder share one cache and one `runs/<job>/`.
+Every function takes the selection the commands take (runner/selection.py), as keyword
+arguments: `models` (--model, repeatable), `base_url`, `limit` or `sample` with `seed`,
+`cache_dir`, `cache_url` (--cache), `out`; or as one `TaskSelection(job=..., models=...)` in
+place of the job (its `shard`, `judge run --shard`'s, is refused: the API runs whole jobs).
+And `data_dir` and `environ` (default os.environ), where the commands read JUDGE_DATA_DIR,
+JUDGE_CACHE_DIR, JUDGE_CACHE_URL, OPENAI_BASE_URL and the models' API keys. Unset, they mean
+what the commands' defaults mean, so `run(job)` and `judge run JOB` in the same folder share one
+cache and one `runs/<job>/`.
 
 Nothing here prints or exits: a problem is a RunnerError (runner/errors.py) with the message
 `judge` would print after "Error:". `run` works inside a running event loop (Jupyter's): it
@@ -28,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,12 +39,13 @@ import orjson
 
 from runner.errors import APIError, ConfigError, ReportError, register_secret
 from runner.execute.stats import RunStats
-from runner.execute.store.backend import CacheBackend, checked_url
+from runner.execute.store.backend import CacheBackend
 from runner.execute.store.lease import describe, lease_name
 from runner.job.load import load_job as _load_job
 from runner.job.spec import Job
 from runner.reduce.judgments import Judgment, judge
 from runner.report.folder import HISTORY, check_out
+from runner.selection import TaskSelection
 from runner.session import (
     BatchAnswers,
     Download,
@@ -70,47 +73,78 @@ if TYPE_CHECKING:
     from runner.report.headline import Headline  # numpy (correlate): not at start-up
     from runner.report.write import Tables
 
-__all__ = ["COLUMNS", "ModelPlan", "Results", "RunResult", "arun", "judged_dispatched",
-           "load_job", "plan", "rebuild", "report_run", "rescore", "results", "run", "selection"]
+__all__ = ["COLUMNS", "ModelPlan", "Results", "RunResult", "TaskSelection", "arun",
+           "judged_dispatched", "load_job", "plan", "rebuild", "report_run", "rescore", "results",
+           "run", "selection"]
 
-JobLike = Job | Selection | str | os.PathLike[str]
-"""A Job from load_job, a job file path, or a name under jobs/ (`openmeva`); the commands pass
-a Selection they built with `selection`."""
+JobLike = Job | TaskSelection | Selection | str | os.PathLike[str]
+"""A Job from load_job, a job file path, a name under jobs/ (`openmeva`), or a TaskSelection
+(the job with its selection); the commands pass a Selection they built with `selection`."""
 
 DEFAULT_DATA_DIR = Path.home() / ".cache" / "judge-runner" / "data"
 
 
 def load_job(path: str | os.PathLike[str]) -> Job:
-    """The job file at `path` (or `jobs/NAME.toml` for a bare name), checked as `judge` checks
-    it. Raises ConfigError naming the key and the fix."""
+    """The job file at `path` (or `jobs/NAME.toml` for a bare name), checked as `judge` checks it.
+
+    Args:
+        path: a job file path, or a name under jobs/.
+
+    Returns:
+        The Job, a frozen value to pass to `plan`, `run` or `rescore`.
+
+    Raises:
+        ConfigError: the file is missing or a key is wrong (the message names the key and the
+            fix).
+    """
     return _load_job(job_path(os.fspath(path)))
 
 
-def selection(job: JobLike, *, models: Sequence[str] = (), base_url: str | None = None,
-              limit: int | None = None, sample: int | None = None, seed: int | None = None,
-              cache_dir: str | os.PathLike[str] | None = None, cache_url: str | None = None,
-              out: str | os.PathLike[str] | None = None,
-              data_dir: str | os.PathLike[str] | None = None,
+def selection(job: JobLike, *, data_dir: str | os.PathLike[str] | None = None,
               environ: Mapping[str, str] | None = None, stream: bool = False,
-              download: Download | None = None) -> Selection:
-    """The job, its judge models and items, the cache and the report folder a call works on:
-    the task-selection options of every command (see the module docstring). A Selection is
-    returned as it is."""
+              download: Download | None = None, **choose: Any) -> Selection:
+    """The job, its judge models and items, the cache and the report folder a call works on.
+
+    Args:
+        job: a Job, a job file path or a name under jobs/ (with `choose`), or a TaskSelection
+            (without). A Selection is returned as it is.
+        data_dir: the data sets' folder [default: JUDGE_DATA_DIR, else
+            ~/.cache/judge-runner/data].
+        environ: where JUDGE_CACHE_DIR, JUDGE_CACHE_URL, OPENAI_BASE_URL and the API keys are
+            read [default: os.environ].
+        stream: one pass over the tasks is all the caller needs (see expand.prepare).
+        download: fetch missing registered data sets first (`judge run`).
+        **choose: the fields of a TaskSelection: models, base_url, limit, sample, seed,
+            cache_dir, cache_url, out (and shard, which only `judge run` takes).
+
+    Returns:
+        The Selection, the TaskSelection it came from (defaults filled in) as its
+        `task_selection`.
+
+    Raises:
+        RunnerError: a job, model, data or cache problem; TypeError: an unknown keyword, or
+            keywords beside a TaskSelection.
+    """
     if isinstance(job, Selection):
         return job
+    if isinstance(job, TaskSelection) and choose:
+        raise TypeError(f"selection(): {', '.join(sorted(choose))} given beside a "
+                        "TaskSelection; set them in the TaskSelection")
     env = os.environ if environ is None else environ
-    if sample is not None and limit is not None:
-        raise ConfigError("--limit and --sample choose the items two ways; give one")
-    url = checked_url(cache_url or env.get("JUDGE_CACHE_URL"))
-    sel = select(job if isinstance(job, Job) else job_path(os.fspath(job)),
-                 models=tuple(models), base_url=base_url, limit=limit,
-                 sample=None if sample is None else (sample, seed or 0),
-                 cache_dir=Path(cache_dir or env.get("JUDGE_CACHE_DIR") or "cache"),
-                 out=Path(out) if out else None,
+    chosen = job if isinstance(job, TaskSelection) else TaskSelection(job=job, **choose)
+    sel = select(chosen.with_environment(env),
                  data_dir=Path(data_dir or env.get("JUDGE_DATA_DIR") or DEFAULT_DATA_DIR),
-                 env_base_url=env.get("OPENAI_BASE_URL"), stream=stream, download=download,
-                 cache_url=url)
+                 env_base_url=env.get("OPENAI_BASE_URL"), stream=stream, download=download)
     _register_keys(sel.job, env)
+    return sel
+
+
+def _whole(sel: Selection, function: str) -> Selection:
+    """`sel`, which must be the whole job: the API runs no shard (a shard writes no reports)."""
+    if sel.shard is not None:
+        raise ConfigError(f"runner.{function}(shard={str(sel.shard)!r}): the Python API runs "
+                          "whole jobs; run a shard with `judge run JOB --shard I/N`, then "
+                          "runner.rescore(JOB) over the shared cache")
     return sel
 
 
@@ -125,10 +159,17 @@ def _register_keys(job: Job, env: Mapping[str, str]) -> None:
 
 
 def plan(job: JobLike, **choose: Any) -> list[ModelPlan]:
-    """What `run` would do, per judge model: `tasks`, `cached`, `repeats`, `calls`,
-    `prompt_tokens`, `completion_tokens` (an upper bound) and `cost` (USD, None when the price is
-    unknown). No network; the numbers `judge plan` prints. `choose`: the selection."""
-    return estimate(selection(job, stream=True, **choose))
+    """What `run` would do, per judge model. No network; the numbers `judge plan` prints.
+
+    Args:
+        job: a Job, a job file path, a name under jobs/, or a TaskSelection.
+        **choose: the selection, as for `selection` (and its data_dir, environ).
+
+    Returns:
+        One ModelPlan per model: `tasks`, `cached`, `repeats`, `calls`, `prompt_tokens`,
+        `completion_tokens` (an upper bound) and `cost` (USD, None when the price is unknown).
+    """
+    return estimate(_whole(selection(job, stream=True, **choose), "plan"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,11 +197,11 @@ def run(job: JobLike, **options: Any) -> RunResult:
     """Call the judges for every task not yet cached, then write the reports: `judge run`.
 
     Args:
-        job: a Job (load_job), a job file path or a name under jobs/.
+        job: a Job (load_job), a job file path, a name under jobs/, or a TaskSelection.
         **options: the selection (models, base_url, limit, sample, seed, cache_dir, cache_url,
-            out, data_dir, environ) and the run's own: concurrency, rpm, tpm, max_retries,
-            timeout (seconds), offline (no call: report what is cached), budget (USD),
-            on_progress (called with the RunStats as the pool goes).
+            out, data_dir, environ; see `selection`) and the run's own: concurrency, rpm, tpm,
+            max_retries, timeout (seconds), offline (no call: report what is cached), budget
+            (USD), on_progress (called with the RunStats as the pool goes).
 
     Returns:
         A RunResult. Failed tasks do not raise: they are in `stats.failures`, in the
@@ -210,33 +251,41 @@ _RUN_OPTIONS = ("concurrency", "rpm", "tpm", "max_retries", "timeout", "offline"
 
 
 async def arun(job: JobLike, **options: Any) -> RunResult:
-    """`run` on the caller's event loop: `await runner.arun(job, models=[...])`. Loading the
-    job, reading the cache and writing the reports block the loop meanwhile."""
+    """`run` on the caller's event loop: `await runner.arun(job, models=[...])`.
+
+    Args:
+        job: as for `run`.
+        **options: as for `run`.
+
+    Returns:
+        A RunResult, as `run`'s. Loading the job, reading the cache and writing the reports
+        block the loop meanwhile.
+    """
     started = time.time()
-    own = {k: options.pop(k) for k in _RUN_OPTIONS if k in options}
+    run_options = {k: options.pop(k) for k in _RUN_OPTIONS if k in options}
     env = _environ(options)
-    sel = selection(job, **options)
-    sel = with_run_limits(sel, own)
+    sel = _whole(selection(job, **options), "run")
+    sel = with_run_limits(sel, run_options)
     check_out(sel.out_dir)
-    offline, budget = bool(own.get("offline")), own.get("budget")
+    offline, budget = bool(run_options.get("offline")), run_options.get("budget")
     if not offline:
         check_keys(sel.job, env)
         check_budget(sel.job, budget)
     command = f"runner.run({sel.job.name!r})"
     lease = lease_name(sel.job.name, None)
-    with open_selected(sel) as held, (contextlib.nullcontext() if offline
-                                      else held.lease(lease, describe(command))):
-        judged = TaskLog()
-        stats, sel = await _pool(sel, env, judged, offline=offline, budget=budget,
-                                 on_progress=own.get("on_progress"),
-                                 stoppers=own.get("_stoppers"))
+    with open_selected(sel) as leased, (contextlib.nullcontext() if offline
+                                        else leased.lease(lease, describe(command))):
+        dispatched = TaskLog()
+        stats, sel = await _pool(sel, env, dispatched, offline=offline, budget=budget,
+                                 on_progress=run_options.get("on_progress"),
+                                 stoppers=run_options.get("_stoppers"))
         if stats.fatal:
             raise APIError(f"{stats.fatal}; run stopped, nothing lost: rerun to resume")
-        tables = report_run(sel, stats, judged, started=started, command=command)
+        tables = report_run(sel, stats, dispatched, started=started, command=command)
     return _result(sel, stats, tables)
 
 
-async def _pool(sel: Selection, env: Mapping[str, str], judged: TaskLog, *, offline: bool,
+async def _pool(sel: Selection, env: Mapping[str, str], dispatched: TaskLog, *, offline: bool,
                 budget: float | None, on_progress: Callable[[RunStats], None] | None,
                 stoppers: list[Callable[[], object]] | None) -> tuple[RunStats, Selection]:
     """The pool over the selection, local servers started for `local:` models, keys read
@@ -247,29 +296,51 @@ async def _pool(sel: Selection, env: Mapping[str, str], judged: TaskLog, *, offl
     stop, loop = asyncio.Event(), asyncio.get_running_loop()
     if stoppers is not None:
         stoppers.append(lambda: loop.call_soon_threadsafe(stop.set))
-    started = contextlib.nullcontext(sel.job) if offline else serving(sel.job)
-    with open_selected(sel) as cache, started as served:
+    servers = contextlib.nullcontext(sel.job) if offline else serving(sel.job)
+    with open_selected(sel) as cache, servers as served:
         return await run_pool(sel, served, cache, stop=stop, key_reader=key_reader(env),
                               offline=offline, budget=budget,
-                              on_progress=on_progress or (lambda _: None), judged=judged)
+                              on_progress=on_progress or (lambda _: None),
+                              dispatched=dispatched)
 
 
 def judged_dispatched(sel: Selection, cache: CacheBackend, stats: RunStats,
-                      judged: TaskLog) -> Iterator[Judgment]:
-    """The judgments of the tasks the pool dispatched (read from `judged`, which they empty),
-    with the run's failures (damaged records among them) and the answers it called."""
+                      dispatched: TaskLog) -> Iterator[Judgment]:
+    """The judgments of the tasks the pool dispatched.
+
+    Args:
+        sel: the run's selection.
+        cache: its open cache, to read the answers from.
+        stats: the run's counters: its failures (damaged records among them) and the keys
+            it called (their judgments are marked fresh).
+        dispatched: the tasks the pool dispatched, read once and emptied.
+
+    Returns:
+        The judgments, streamed in the order of `dispatched`.
+    """
     return judge(sel.expansion, cache, failures=stats.failures, fresh=frozenset(stats.called),
-                 tasks=judged.drain(), count=len(judged), damaged=stats.failures)
+                 tasks=dispatched.drain(), count=len(dispatched), damaged=stats.failures)
 
 
-def report_run(sel: Selection, stats: RunStats, judged: TaskLog, *, started: float,
+def report_run(sel: Selection, stats: RunStats, dispatched: TaskLog, *, started: float,
                command: str, extra: Mapping[str, Any] | None = None) -> Tables:
-    """A run's reports, from the tasks the pool dispatched (`judged`, emptied), with its
-    failures and the answers it called; `extra`: more manifest keys (the batch stage's)."""
+    """A run's reports, written into sel.out_dir.
+
+    Args:
+        sel: the run's selection.
+        stats: the run's counters (failures, keys called, tokens, cost).
+        dispatched: the tasks the pool dispatched (emptied).
+        started: when the run started (seconds since the epoch), for the manifest.
+        command: the command line (or API call), for the manifest.
+        extra: more manifest keys (the batch stage's).
+
+    Returns:
+        The reports' tables (their headline: the correlations `judge` prints).
+    """
     from runner.report.write import write_reports  # numpy: only where reports are written
     answers = BatchAnswers()
     with open_selected(sel) as cache:  # the manifest once judged: damaged records are failures
-        judgments = judged_dispatched(sel, cache, stats, judged)
+        judgments = judged_dispatched(sel, cache, stats, dispatched)
         return write_reports(sel.out_dir, sel.expansion, answers.watch(judgments),
                              lambda _: {**manifest(sel, stats, started, command),
                                         **(extra or {}), "batch_answers": answers.answers},
@@ -278,16 +349,33 @@ def report_run(sel: Selection, stats: RunStats, judged: TaskLog, *, started: flo
 
 def rescore(job: JobLike, **choose: Any) -> RunResult:
     """Re-parse every cached answer with the current parsers and rewrite the reports, with no
-    network: `judge rescore`. `choose`: the selection, as for `run`. Tasks with no cached
-    answer are in `stats.missing` (and make `ok` False)."""
-    sel = selection(job, **choose)
+    network: `judge rescore`.
+
+    Args:
+        job: a Job, a job file path, a name under jobs/, or a TaskSelection.
+        **choose: the selection, as for `selection`.
+
+    Returns:
+        A RunResult; tasks with no cached answer are in `stats.missing` (and make `ok` False).
+    """
+    sel = _whole(selection(job, **choose), "rescore")
     stats, tables = rebuild(sel, started=time.time(),
                             command=f"runner.rescore({sel.job.name!r})")
     return _result(sel, stats, tables)
 
 
 def rebuild(sel: Selection, *, started: float, command: str) -> tuple[RunStats, Tables]:
-    """Reports from the cache alone, in one pass, the counts taken as the judgments go by."""
+    """Reports from the cache alone, in one pass, the counts taken as the judgments go by.
+
+    Args:
+        sel: the selection to report on.
+        started: when the command started (seconds since the epoch), for the manifest.
+        command: the command line (or API call), for the manifest.
+
+    Returns:
+        The counts (cache hits, repeats, tasks with no answer, damaged records as failures)
+        and the reports' tables.
+    """
     stats, answers = RunStats(), BatchAnswers()
 
     def counted(tables: Tables) -> dict[str, Any]:
@@ -356,6 +444,14 @@ def results(run_folder: str | os.PathLike[str] | RunResult | Job, *,
     """The reports of a run folder (`runs/<job>`, `runs/<job>/latest`,
     `runs/<job>/history/<run id>`; a RunResult: its own run; a Job, job file or job name: its
     report folder, `out` as for `run`) as DataFrames.
+
+    Args:
+        run_folder: a run folder, a RunResult, or a Job, job file or job name.
+        out: with a job: its report folder, as given to `run` [default: the job's output_dir].
+
+    Returns:
+        Results: the frames scores, correlations, reliability, summary and failures (their
+        columns and dtypes: COLUMNS).
 
     Raises:
         ConfigError: pandas is not installed (pip install judge-runner[pandas]).

@@ -25,13 +25,14 @@ from runner.data import datasets
 from runner.data.seen import Seen, key64
 from runner.errors import ConfigError, MissingKeyError, register_secret
 from runner.execute import local
-from runner.execute.shard import Shard
+from runner.execute.shard import Shard, split_limits
 from runner.execute.store.backend import CacheBackend, is_url, marked, open_cache, redact
 from runner.execute.store.reader import with_key_index
-from runner.expand import Expansion, Task, estimate_cost, prepare, task_key
+from runner.expand import Expansion, Task, estimate_cost, new_task, prepare, task_key
 from runner.job.load import load_job
 from runner.job.spec import Job, ModelSpec, parse_model_spec, url_problem
 from runner.reduce.judgments import READ_BATCH, CachedFirst, Judgment, choices
+from runner.selection import DEFAULT_CACHE_DIR, TaskSelection
 
 if TYPE_CHECKING:
     from asyncio import AbstractEventLoop
@@ -64,6 +65,9 @@ class Selection:
     """A shared cache (postgresql://...) used instead of cache_dir; see open_selected."""
     shard: Shard | None = None
     """`judge run --shard I/N`: only this shard's tasks are run."""
+    task_selection: TaskSelection | None = None
+    """The selection this was resolved from, its defaults filled in (the manifest's
+    `selection`)."""
 
 
 T = TypeVar("T")
@@ -92,8 +96,14 @@ def event_loop(environ: Mapping[str, str]) -> LoopFactory | None:
 
 
 def run_async(work: Awaitable[T], loop: LoopFactory | None = None) -> T:
-    """`asyncio.run(work)` on a loop made by `loop` (see `event_loop`; None: asyncio's),
-    without handing asyncio its result.
+    """`asyncio.run(work)` on a loop made by `loop`, without handing asyncio its result.
+
+    Args:
+        work: the coroutine to run.
+        loop: makes the event loop (see `event_loop`); None: asyncio's.
+
+    Returns:
+        What `work` returned.
 
     On Python 3.11, asyncio.run formats the repr of its main task, result included, when it
     restores its SIGINT handler (signal.getsignal tries the handler, a partial holding the
@@ -117,16 +127,31 @@ RUN_LIMITS = (("concurrency", "concurrency"), ("rpm", "rpm"), ("tpm", "tpm"),
 
 
 def with_run_limits(sel: Selection, options: Mapping[str, Any]) -> Selection:
-    """`sel` with the limits a run was given (concurrency, rpm, tpm, max_retries, timeout)
-    over the job's; an option left out or None keeps the job's."""
+    """The selection with a run's own limits over the job's.
+
+    Args:
+        sel: the selection.
+        options: the run's options by name (concurrency, rpm, tpm, max_retries, timeout); one
+            left out or None keeps the job's.
+
+    Returns:
+        `sel` with its job's `[limits]` replaced where an option was given.
+    """
     given = {field: options[name] for name, field in RUN_LIMITS
              if options.get(name) is not None}
     return replace(sel, job=sel.job.with_limits(**given))
 
 
 def key_reader(environ: Mapping[str, str]) -> Callable[[str], Callable[[], str | None]]:
-    """Variable name -> its key's reader, from `environ` at call time (never stored); every key
-    read is registered to be scrubbed from whatever a server sends back (runner.errors.scrub)."""
+    """Readers of the API keys in `environ`, each read at call time (never stored).
+
+    Args:
+        environ: the environment the keys are read from.
+
+    Returns:
+        Variable name -> its key's reader (None where unset). Every key read is registered
+        to be scrubbed from whatever a server sends back (runner.errors.scrub).
+    """
     def reader(name: str) -> Callable[[], str | None]:
         register_secret(environ.get(name))
         return lambda: environ.get(name) or None
@@ -134,7 +159,17 @@ def key_reader(environ: Mapping[str, str]) -> Callable[[str], Callable[[], str |
 
 
 def job_path(job: str) -> Path:
-    """A job file path, or the name of one under jobs/ (`openmeva` -> jobs/openmeva.toml)."""
+    """The job file a command names.
+
+    Args:
+        job: a job file path, or the name of one under jobs/ (`openmeva`).
+
+    Returns:
+        The path (`openmeva` -> jobs/openmeva.toml).
+
+    Raises:
+        ConfigError: a folder, or no such file and no jobs/NAME.toml.
+    """
     path = Path(job)
     if path.is_dir():
         found = sorted(p.name for p in path.glob("*.toml"))[:3]
@@ -151,20 +186,39 @@ def job_path(job: str) -> Path:
 
 
 def open_selected(sel: Selection, *, read_only: bool = False) -> CacheBackend:
-    """The selection's cache: the shared database when a URL was given, else the folder
-    (`read_only`: the caller only reads, so a folder it may not write is read as it is)."""
+    """The selection's cache, opened.
+
+    Args:
+        sel: the selection.
+        read_only: the caller only reads, so a folder it may not write is read as it is.
+
+    Returns:
+        The shared database when a URL was given, else the folder (a context manager).
+    """
     return open_cache(sel.cache_url if sel.cache_url and is_url(sel.cache_url) else sel.cache_dir,
                       read_only=read_only)
 
 
-def _with(m: ModelSpec, **changes: Any) -> ModelSpec:
+def _model_with(m: ModelSpec, **changes: Any) -> ModelSpec:
     return ModelSpec(**{**{f.name: getattr(m, f.name) for f in fields(m)}, **changes})
 
 
 def resolve_models(job: Job, specs: tuple[str, ...], base_url: str | None,
                    env_base_url: str | None) -> tuple[ModelSpec, ...]:
-    """--model replaces the judges (generators stay); --base-url / OPENAI_BASE_URL serve bare
-    names."""
+    """The job's models after --model and --base-url.
+
+    Args:
+        job: the job as loaded.
+        specs: --model's specs: they replace the judges (generators stay); none: the job's.
+        base_url: --base-url, the endpoint of bare model names.
+        env_base_url: OPENAI_BASE_URL, the endpoint without --base-url.
+
+    Returns:
+        The models, bare names given their endpoint.
+
+    Raises:
+        ConfigError: a bad URL, or a bare name with no endpoint.
+    """
     for where, url in (("--base-url", base_url), ("OPENAI_BASE_URL", env_base_url)):
         if url and (problem := url_problem(url)):
             raise ConfigError(f"{where} {problem}")
@@ -180,13 +234,20 @@ def resolve_models(job: Job, specs: tuple[str, ...], base_url: str | None,
             if not fallback:
                 raise ConfigError(f"{job.path}: model {m.spec!r} needs a server: pass --base-url "
                                   "http://HOST:PORT/v1, set OPENAI_BASE_URL, or use openai:NAME")
-            m = _with(m, base_url=fallback)
+            m = _model_with(m, base_url=fallback)
         resolved.append(m)
     return tuple(resolved)
 
 
 def answer_text(record: Mapping[str, Any] | None) -> str | None:
-    """The first choice's text of a cached record (a generation stage's answer)."""
+    """A generation stage's answer.
+
+    Args:
+        record: a cached record (None: not cached).
+
+    Returns:
+        The text of its first choice; None when not cached or without a choice.
+    """
     if record is None:
         return None
     got = choices(record["response"])
@@ -202,23 +263,41 @@ class Download:
     """Called with the data set's name and its number of missing files, before fetching."""
 
 
-def select(job_path: Path | Job, *, models: tuple[str, ...] = (), base_url: str | None = None,
-           limit: int | None = None, cache_dir: Path, out: Path | None = None,
-           data_dir: Path, env_base_url: str | None = None, stream: bool = False,
-           download: Download | None = None, cache_url: str | None = None,
-           sample: tuple[int, int] | None = None) -> Selection:
+def select(chosen: TaskSelection, *, data_dir: Path, env_base_url: str | None = None,
+           stream: bool = False, download: Download | None = None) -> Selection:
     """Load, resolve and expand a job; generated data sets come from the cache as it is.
-    `stream`: one pass over the tasks is all the caller needs (see expand.prepare);
-    `sample`: (N, seed) of --sample; `job_path` may be a Job already loaded."""
-    job = job_path if isinstance(job_path, Job) else load_job(job_path)
+
+    Args:
+        chosen: the task selection; its cache location as given (see
+            CacheLocation.with_environment: a cache_dir left None is ./cache).
+        data_dir: where the data sets' files are.
+        env_base_url: OPENAI_BASE_URL, the endpoint of bare model names without --base-url.
+        stream: one pass over the tasks is all the caller needs (see expand.prepare).
+        download: fetch the job's missing registered data sets first (`judge run`).
+
+    Returns:
+        The Selection: the job (its judges replaced by `chosen.models`, a shard's rpm and tpm
+        divided among the shards), its expansion, cache and report folder, and `chosen` with
+        its defaults filled in.
+
+    Raises:
+        RunnerError: a job, model, data or download problem.
+    """
+    job = chosen.job if isinstance(chosen.job, Job) else load_job(job_path(chosen.job_name()))
     if download is not None:
         _download(job, data_dir, download)
-    job = job.with_models(resolve_models(job, models, base_url, env_base_url))
-    if models:  # prompts' own judge lists name the replaced models
+    job = job.with_models(resolve_models(job, chosen.models, chosen.base_url, env_base_url))
+    if chosen.models:  # prompts' own judge lists name the replaced models
         job = replace(job, prompts=tuple(replace(p, models=()) for p in job.prompts))
-    expansion = prepare(job, data_dir, limit=limit, stream=stream, sample=sample)
-    sel = Selection(job=job, expansion=expansion, cache_dir=cache_dir,
-                    out_dir=out if out is not None else job.output_dir, cache_url=cache_url)
+    if chosen.shard is not None:
+        job = split_limits(job, chosen.shard.count)
+    expansion = prepare(job, data_dir, limit=chosen.limit, stream=stream, sample=chosen.drawn())
+    out_dir = chosen.out if chosen.out is not None else job.output_dir
+    cache_dir = chosen.cache_dir or DEFAULT_CACHE_DIR
+    with_defaults = replace(chosen, cache_dir=cache_dir, out=out_dir,
+                     seed=None if chosen.sample is None else chosen.seed or 0)
+    sel = Selection(job=job, expansion=expansion, cache_dir=cache_dir, out_dir=out_dir,
+                    cache_url=chosen.cache_url, shard=chosen.shard, task_selection=with_defaults)
     return derive(sel) if job.generate else sel
 
 
@@ -233,7 +312,15 @@ def _download(job: Job, data_dir: Path, download: Download) -> None:
 
 
 def derive(sel: Selection) -> Selection:
-    """Rebuild the generated data sets from the answers now in the cache."""
+    """The generated data sets rebuilt from the answers now in the cache.
+
+    Args:
+        sel: a selection of a job with a generation stage.
+
+    Returns:
+        `sel` with the generated items, and the number of generation answers still missing
+        (`missing_answers`).
+    """
     with open_selected(sel, read_only=True) as cache:
         expansion, missing = sel.expansion.with_generated(
             lambda task: answer_text(cache.get(task.key)))
@@ -241,7 +328,15 @@ def derive(sel: Selection) -> Selection:
 
 
 def check_keys(job: Job, environ: Mapping[str, str]) -> None:
-    """A model that needs a key and has none is an error before the first call."""
+    """Every key the job's models need is set, before the first call.
+
+    Args:
+        job: the job (its models and fleet endpoints name their key variables).
+        environ: the environment the keys are read from.
+
+    Raises:
+        MissingKeyError: a model or endpoint that needs a key has none (named).
+    """
     for m in job.models:
         if m.key_required and not environ.get(m.api_key_env):
             raise MissingKeyError(f"{job.path}: model {m.name!r} ({m.spec}) needs an API key: "
@@ -253,6 +348,15 @@ def check_keys(job: Job, environ: Mapping[str, str]) -> None:
 
 
 def check_budget(job: Job, budget: float | None) -> None:
+    """--budget can be kept: every model has a price.
+
+    Args:
+        job: the job.
+        budget: --budget in USD; None: no budget, nothing to check.
+
+    Raises:
+        ConfigError: a model without a price (named, with the price line to add).
+    """
     if budget is None:
         return
     for m in job.models:
@@ -264,7 +368,15 @@ def check_budget(job: Job, budget: float | None) -> None:
 
 @contextlib.contextmanager
 def serving(job: Job) -> Iterator[Job]:
-    """Start the embedded local server for `local:` models for the duration of the block."""
+    """Start the embedded local server for `local:` models for the duration of the block.
+
+    Args:
+        job: the job.
+
+    Yields:
+        The job with each `local:` model's base URL set to its server's (the job as it is
+        when it has none).
+    """
     if not any(m.kind == "local" for m in job.models):
         yield job
         return
@@ -273,7 +385,7 @@ def serving(job: Job) -> Iterator[Job]:
         for m in job.models:
             if m.kind == "local":
                 server = stack.enter_context(local.LocalServer(m.model))
-                m = _with(m, base_url=server.base_url)
+                m = _model_with(m, base_url=server.base_url)
             models.append(m)
         yield job.with_models(tuple(models))
 
@@ -281,14 +393,28 @@ def serving(job: Job) -> Iterator[Job]:
 async def run_pool(sel: Selection, served: Job, cache: CacheBackend, *, stop: Any,
                    key_reader: Callable[[str], Callable[[], str | None]], offline: bool,
                    budget: float | None, on_progress: Callable[[RunStats], None],
-                   judged: TaskLog, hold: frozenset[str] = frozenset(),
-                   after: CachedFirst | None = None) -> tuple[RunStats, Selection]:
-    """Generation stage (if any), then every judge task. `served` is sel.job with local
-    servers' base URLs. Returns the counters and the selection with generated data sets;
-    `judged` logs the judge tasks as they are dispatched; keys in `hold`
-    (held by a provider batch) are never called: they count as not run. `after`: the judge
-    tasks from `after.rest` on, with `after.stats`, when a CachedFirst pass judged the ones
-    before (a job without a generation stage)."""
+                   dispatched: TaskLog, in_batches: frozenset[str] = frozenset(),
+                   cached_first: CachedFirst | None = None) -> tuple[RunStats, Selection]:
+    """Generation stage (if any), then every judge task, through the pool.
+
+    Args:
+        sel: the selection (with --shard: only its shard's tasks run).
+        served: sel.job with the base URLs of the local servers `serving` started.
+        cache: the selection's open cache.
+        stop: an asyncio.Event: set, the pool dispatches nothing more.
+        key_reader: variable name -> its API key's reader (see `key_reader`).
+        offline: no call: what is not cached is counted as not run.
+        budget: stop dispatching before the estimated spend passes this many USD.
+        on_progress: called with the counters as the pool goes.
+        dispatched: logs the judge tasks as they are dispatched, for the reports.
+        in_batches: keys a live provider batch holds: never called, counted as not run.
+        cached_first: a CachedFirst pass that judged the tasks before `cached_first.rest`
+            (a job without a generation stage): the pool runs the rest, with its counters.
+
+    Returns:
+        The counters, and the selection with the generated data sets derived from the
+        generators' answers.
+    """
     # Here, not at the top: aiohttp costs ~0.15 s to import, which plan, status and the
     # report commands would pay for nothing.
     import aiohttp
@@ -300,33 +426,35 @@ async def run_pool(sel: Selection, served: Job, cache: CacheBackend, *, stop: An
                  for m in served.models}
     limits = sel.job.limits
     connector = aiohttp.TCPConnector(limit=limits.concurrency, limit_per_host=0)
-    stats = RunStats() if after is None else after.stats
+    stats = RunStats() if cached_first is None else cached_first.stats
     async with aiohttp.ClientSession(connector=connector) as session:
         run = {"cache": cache, "session": session, "endpoints": endpoints, "limits": limits,
                "stop": stop, "offline": offline, "budget": budget, "stats": stats,
                "on_progress": on_progress}
         if sel.job.generate:
-            stats.total += sum(1 for _ in _mine(sel, sel.expansion.generation_tasks()))
-            await execute(_held(_mine(sel, sel.expansion.generation_tasks()), hold, stats), **run)
+            stats.total += sum(1 for _ in _in_shard(sel, sel.expansion.generation_tasks()))
+            generation = _in_shard(sel, sel.expansion.generation_tasks())
+            await execute(_not_in_batches(generation, in_batches, stats), **run)
             if stop.is_set():
                 return stats, sel
             sel = derive(sel)  # judge what the generators answered
-        if after is None:
+        if cached_first is None:
             count = sel.expansion.count() if sel.shard is None else 0
             stats.total += count
             tasks = sel.expansion.tasks()
             if sel.shard is None:  # the job's keys, kept for its rescore
                 tasks = with_key_index(cache, sel.expansion, READ_BATCH, count, tasks)
-        else:  # counted, and the tasks before after.rest judged, by the CachedFirst pass
-            assert after.rest is not None, "a fully cached CachedFirst pass needs no pool"
-            tasks = after.rest
-        await execute(_held(_kept(_mine(sel, tasks, stats), judged), hold, stats), **run,
-                      hashes=None if after is None else after.hashes)
+        else:  # counted, and the tasks before cached_first.rest judged, by that pass
+            assert cached_first.rest is not None, "a fully cached CachedFirst pass needs no pool"
+            tasks = cached_first.rest
+        logged = _logged(_in_shard(sel, tasks, stats), dispatched)
+        await execute(_not_in_batches(logged, in_batches, stats), **run,
+                      hashes=None if cached_first is None else cached_first.hashes)
     return stats, sel
 
 
-def _mine(sel: Selection, tasks: Iterator[Task], stats: RunStats | None = None
-          ) -> Iterator[Task]:
+def _in_shard(sel: Selection, tasks: Iterator[Task], stats: RunStats | None = None
+              ) -> Iterator[Task]:
     """The tasks of this run's shard (all without --shard); with `stats`, each shard task adds
     one to stats.total as it passes (counting them first would expand the job twice)."""
     if sel.shard is None:
@@ -365,6 +493,7 @@ class TaskLog:
         return len(self._unit_of)
 
     def append(self, task: Task) -> None:
+        """Log `task` (its key, item and kind; not its body)."""
         self._keys += bytes.fromhex(task.key)
         unit = (task.dataset, task.item_id, task.members)
         if not self._units or self._units[-1] != unit:
@@ -388,22 +517,25 @@ class TaskLog:
         for i, (unit, kind) in enumerate(zip(self._unit_of, self._kind_of, strict=True)):
             dataset, item_id, members = units[unit]
             prompt, aspect, model, sample = kinds[kind]
-            # positional: half the cost of keywords for a frozen dataclass
-            yield Task(keys[32 * i:32 * i + 32].hex(), dataset, item_id, prompt, aspect, model,
-                       sample, b"", 0, 0, members)
+            yield new_task(key=keys[32 * i:32 * i + 32].hex(), dataset=dataset,
+                           item_id=item_id, prompt=prompt, aspect=aspect, model=model,
+                           sample=sample, body=b"", prompt_tokens=0, max_tokens=0,
+                           members=members)
 
 
-def _kept(tasks: Iterator[Task], into: TaskLog) -> Iterator[Task]:
-    """Pass tasks through, logging each for the reports (see TaskLog)."""
+def _logged(tasks: Iterator[Task], log: TaskLog) -> Iterator[Task]:
+    """Pass tasks through, appending each to `log` for the reports (see TaskLog)."""
     for task in tasks:
-        into.append(task)
+        log.append(task)
         yield task
 
 
-def _held(tasks: Iterator[Task], hold: frozenset[str], stats: RunStats) -> Iterator[Task]:
-    """Tasks whose key a provider batch holds are left out (not run), the rest pass."""
+def _not_in_batches(tasks: Iterator[Task], in_batches: frozenset[str], stats: RunStats
+                    ) -> Iterator[Task]:
+    """The tasks whose key no live provider batch holds; the others are counted as not run
+    (stats.missing)."""
     for task in tasks:
-        if task.key in hold:
+        if task.key in in_batches:
             stats.missing.append(task.key)
         else:
             yield task
@@ -420,6 +552,15 @@ class BatchAnswers:
         does before it writes report.md."""
 
     def watch(self, judgments: Iterable[Judgment]) -> Iterator[Judgment]:
+        """Pass `judgments` through, counting those whose answer came from a batch.
+
+        Args:
+            judgments: the judgments the reports read.
+
+        Returns:
+            The same judgments, in order; once they have all gone by, `notes` says how many
+            came from which batches.
+        """
         for j in judgments:
             if j.source is not None and j.source.startswith("batch:"):
                 self.answers += 1
@@ -454,12 +595,26 @@ class ModelPlan:
 
 
 def all_tasks(expansion: Expansion) -> Iterator[Task]:
-    """Generation tasks, then judge tasks (those over generated answers once they exist)."""
+    """Every task of an expansion.
+
+    Args:
+        expansion: the selection's expansion.
+
+    Returns:
+        Generation tasks, then judge tasks (those over generated answers once they exist).
+    """
     return itertools.chain(expansion.generation_tasks(), expansion.tasks())
 
 
 def estimate(sel: Selection) -> list[ModelPlan]:
-    """Per model: tasks, cache hits, repeats, calls to make and their tokens. No network."""
+    """What a run would do, per model. No network.
+
+    Args:
+        sel: the selection (with stream=True, one pass is all this needs).
+
+    Returns:
+        One ModelPlan per model: tasks, cache hits, repeats, calls to make and their tokens.
+    """
     plans = {m.name: ModelPlan(model=m) for m in sel.job.models}
     # Repeats are spotted by the keys' first 64 bits, ~12 bytes a task (10M tasks: ~120 MB,
     # where a set of the keys held 1.4 GB); a false repeat among n distinct keys has
@@ -482,8 +637,18 @@ def estimate(sel: Selection) -> list[ModelPlan]:
 def manifest(sel: Selection, stats: RunStats | None, started: float,
              command: str, kind: str = "run") -> dict[str, Any]:
     """manifest.json: what ran, with which versions, what it did and cost. Never a key.
-    `kind`: "run" (a `judge run`, which may have called), or "rebuild" (rescore, report,
-    import: reports from the cache alone, whose counts are of no call)."""
+
+    Args:
+        sel: the selection reported on; its task selection is recorded as `selection`.
+        stats: the counters (None: no call, no count).
+        started: when the command started (seconds since the epoch).
+        command: the command line (or API call) that ran.
+        kind: "run" (a `judge run`, which may have called), or "rebuild" (rescore, report,
+            import: reports from the cache alone, whose counts are of no call).
+
+    Returns:
+        The manifest as JSON-ready values; URLs without their passwords.
+    """
     versions = {}
     for pkg in PACKAGES:
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
@@ -503,7 +668,8 @@ def manifest(sel: Selection, stats: RunStats | None, started: float,
             "unpriced_calls": stats.unpriced if stats else 0,
             "endpoints": stats.endpoint_counts() if stats else {},
             "cache_dir": str(sel.cache_dir),
-            **({"cache_url": redact(sel.cache_url)} if sel.cache_url else {})}
+            **({"cache_url": redact(sel.cache_url)} if sel.cache_url else {}),
+            "selection": None if sel.task_selection is None else sel.task_selection.recorded()}
 
 
 def _iso(t: float) -> str:

@@ -1,4 +1,4 @@
-"""A run that judges its cached tasks first (runner.cli.main._run_cached_first, used from
+"""A run that judges its cached tasks first (runner.cli.runcmd._run_cached_first, used from
 CACHED_FIRST_TASKS tasks on) writes what the pool-first run writes: the same reports, counts and
 exit code, and calls exactly the tasks without a cached answer, whether none, some at the
 start, a hole in the middle or all of them are cached, with repeated requests among them."""
@@ -19,11 +19,13 @@ import pytest
 from click.testing import CliRunner
 
 from runner.cli import main as cli_main
+from runner.cli import runcmd
 from runner.execute.store import backend
 from runner.execute.store import reader as reader_module
 from runner.execute.store.cache import Cache
 from runner.execute.store.reader import Expander, answer
 from runner.reduce import judgments
+from runner.selection import TaskSelection
 from runner.session import Selection, select
 from tests.fakeserver import ThreadedServer
 from tests.test_cli import JOB, clean_env, write_job
@@ -38,7 +40,7 @@ REPORTS = ("judgments.jsonl", "scores.csv", "correlations.csv", "summary.csv",
 
 def _run(job: Path, cache: Path, out: Path, server: ThreadedServer, *, first: int,
          monkeypatch: pytest.MonkeyPatch, limit: int = 40) -> Any:
-    monkeypatch.setattr(cli_main, "CACHED_FIRST_TASKS", first)
+    monkeypatch.setattr(runcmd, "CACHED_FIRST_TASKS", first)
     return CliRunner().invoke(cli_main.cli, [
         "run", str(job), "--limit", str(limit), "--base-url", server.url, "--model", "fake",
         "--cache-dir", str(cache), "--out", str(out), "--yes"], catch_exceptions=False)
@@ -58,8 +60,8 @@ def _called(job: Path, cache: Path, out: Path, data_dir: Path, monkeypatch: pyte
     with ThreadedServer() as server:
         done = _run(job, cache, out, server, first=10**9, monkeypatch=monkeypatch, limit=limit)
         assert done.exit_code == 0, done.output
-        return select(job, models=("fake",), base_url=server.url, limit=limit,
-                      cache_dir=cache, data_dir=data_dir)
+        return select(TaskSelection(job=job, models=("fake",), base_url=server.url,
+                                    limit=limit, cache_dir=cache), data_dir=data_dir)
 
 
 def _outputs(out: Path) -> dict[str, Any]:
@@ -128,12 +130,13 @@ def test_cached_first_writes_what_the_pool_first_run_writes(
 # to this small job and a marker for each forked Expander.
 FORCED = """import sys
 import runner.cli.main as m
+import runner.cli.runcmd as run
 import runner.execute.store.backend as b
 import runner.execute.store.reader as r
 import runner.reduce.judgments as j
 from runner.execute.store.cache import Cache
 forced = sys.argv.pop(1) == "forced"
-m.CACHED_FIRST_TASKS = 1
+run.CACHED_FIRST_TASKS = 1
 j.READ_BATCH, r.CHUNK = 3, 6  # runs of 2 batches: the expander's children take turns
 b.usable = lambda cache, count: forced and isinstance(cache, Cache)
 start = r.Expander.__init__
@@ -230,8 +233,8 @@ def test_an_expander_dropped_unfinished_stops_its_children(
     monkeypatch.setattr(reader_module, "CHUNK", 30)
     monkeypatch.setattr(reader_module, "PIPE_SIZE", 0)  # children blocked on full pipes
     job, cache = write_job(tmp_path / "job", REPEATED), tmp_path / "cache"
-    sel = select(job, models=("fake",), base_url="http://127.0.0.1:9/v1", limit=400,
-                 cache_dir=cache, data_dir=data_dir)
+    sel = select(TaskSelection(job=job, models=("fake",), base_url="http://127.0.0.1:9/v1",
+                               limit=400, cache_dir=cache), data_dir=data_dir)
     pids = []
     real = reader_module.Forked
 

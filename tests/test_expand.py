@@ -24,6 +24,7 @@ from runner.expand import (
     _key,
     _tasks,
     cache_key,
+    new_task,
     prepare,
     request_body,
 )
@@ -360,3 +361,16 @@ def test_without_body_keeps_every_other_field(write_job: JobWriter) -> None:
         kept = task.without_body()
         assert kept.body == b"" and task.body
         assert task._replace(body=b"") == kept
+
+
+def test_new_task_takes_every_field_by_name_and_makes_a_task() -> None:
+    fields = {"key": "k", "dataset": "d", "item_id": "i", "prompt": "p", "aspect": "a",
+              "model": "m", "sample": 2, "body": b"{}", "prompt_tokens": 3, "max_tokens": 4,
+              "members": ("x", "y")}
+    made = new_task(**fields)
+    assert type(made) is Task and made._asdict() == fields
+    assert new_task(**{**fields, "members": ()}) == Task(*[*fields.values()][:-1])
+    with pytest.raises(TypeError):
+        new_task(*fields.values())  # type: ignore[misc]  # keywords only
+    with pytest.raises(TypeError):
+        new_task(**{k: v for k, v in fields.items() if k != "sample"})  # type: ignore[arg-type]

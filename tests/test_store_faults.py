@@ -19,6 +19,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from runner.cli import main as cli_main
+from runner.cli import runcmd
 from runner.errors import CacheError
 from runner.execute.store import reader as reader_module
 from runner.reduce import judgments as judgments_module
@@ -78,7 +79,7 @@ def test_a_damaged_record_fails_its_task_alone_in_run_and_rescore(
         monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
         monkeypatch.setattr(judgments_module, "READ_BATCH", 3)
     if way == "cached first":
-        monkeypatch.setattr(cli_main, "CACHED_FIRST_TASKS", 1)
+        monkeypatch.setattr(runcmd, "CACHED_FIRST_TASKS", 1)
     before = server.state.requests
     for command in (args, ["rescore", *args[1:-1]]):
         done = _judge(*command)
@@ -276,7 +277,7 @@ def test_a_killed_reader_process_is_read_for_in_place_and_nothing_is_lost(
     with Cache(cache) as c:  # a hole in the middle: the rest goes through the pool
         hole = keys[4:7]
         assert all(c._disk.delete(key) for key in hole)
-    monkeypatch.setattr(cli_main, "CACHED_FIRST_TASKS", 1)
+    monkeypatch.setattr(runcmd, "CACHED_FIRST_TASKS", 1)
     monkeypatch.setattr(reader_module, "MIN_TASKS", 1)
     monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
     monkeypatch.setattr(judgments_module, "READ_BATCH", 2)
@@ -426,10 +427,11 @@ def test_enospc_from_the_journals_write_stops_the_run_and_the_rerun_asks_only_th
 # the thresholds down to this small job.
 SMALL_THRESHOLDS = """import os, sys
 import runner.cli.main as m
+import runner.cli.runcmd as run
 import runner.execute.store.backend as b
 import runner.execute.store.reader as r
 import runner.reduce.judgments as j
-m.CACHED_FIRST_TASKS, r.MIN_TASKS, b.LOOKUP_BATCH, j.READ_BATCH = 1, 1, 2, 2
+run.CACHED_FIRST_TASKS, r.MIN_TASKS, b.LOOKUP_BATCH, j.READ_BATCH = 1, 1, 2, 2
 os.sched_getaffinity = lambda _: {0, 1}
 sys.argv[0] = "judge"
 m.main()

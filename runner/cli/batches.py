@@ -16,11 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from runner.cli.options import resolve, task_selection
 from runner.errors import ConfigError, scrub
 from runner.execute.ledger import FILES, BatchLedger, Ledger
 from runner.execute.store.backend import is_url
 from runner.job.spec import Job
-from runner.session import (  # BatchAnswers: imported from here by main
+from runner.selection import TaskSelection
+from runner.session import (  # BatchAnswers: imported from here by runcmd
     BatchAnswers,
     Selection,
     derive,
@@ -40,12 +42,22 @@ MAX_BATCH_REQUESTS = 50_000
 
 __all__ = ["BATCH_KINDS", "MAX_BATCH_REQUESTS", "BatchAnswers", "Batched", "batch_models",
            "batch_stage", "batches", "merge", "open_ledger", "run_batches"]
-
 BATCH_KINDS = ("openai", "compatible", "anthropic")
 
 
 def batch_models(job: Job, everyone: bool) -> tuple[str, ...]:
-    """The models whose tasks go through a Batch API: all with --batch, else mode = "batch"."""
+    """The models whose tasks go through a Batch API.
+
+    Args:
+        job: the job.
+        everyone: --batch: every model; else those with mode = "batch".
+
+    Returns:
+        Their names.
+
+    Raises:
+        ConfigError: such a model has no Batch API (local) or one not supported yet.
+    """
     names = []
     for m in job.models:
         if not (everyone or m.mode == "batch"):
@@ -83,13 +95,21 @@ class Batched:
 
     stats: BatchStats
     sel: Selection
-    hold: frozenset[str]
-    """Keys the online pool must not call."""
+    in_batches: frozenset[str]
+    """Keys the online pool must not call: in a live batch, or failed by one (unless
+    --batch-fallback online)."""
 
 
 def open_ledger(sel: Selection) -> BatchLedger:
-    """The ledger beside the selection's answers: in the PostgreSQL database of a `--cache`
-    URL (request files then kept in the local cache folder), else in the cache folder."""
+    """The batch ledger beside the selection's answers.
+
+    Args:
+        sel: the selection.
+
+    Returns:
+        The ledger, to open with `with`: in the PostgreSQL database of a `--cache` URL
+        (request files then kept in the local cache folder), else in the cache folder.
+    """
     if sel.cache_url and is_url(sel.cache_url):
         from runner.execute.pgledger import PgLedger  # psycopg: only for a PostgreSQL cache
         return PgLedger(sel.cache_url, sel.cache_dir / FILES)
@@ -97,7 +117,18 @@ def open_ledger(sel: Selection) -> BatchLedger:
 
 
 def run_batches(sel: Selection, names: tuple[str, ...], options: BatchOptions) -> Batched:
-    """Generation stage then judges (over what the generators have answered so far)."""
+    """The batch stage: the generation stage, then the judges (over what the generators have
+    answered so far), each through the providers' Batch APIs.
+
+    Args:
+        sel: the selection.
+        names: the models that run in batch mode (see batch_models).
+        options: wait or not, the fallback, the poll interval, the batch size.
+
+    Returns:
+        The stage's counters, the selection (generated data sets derived), and the keys the
+        online pool must leave alone.
+    """
     from runner.execute.batch import BatchRun, BatchStats
     stats, loop = BatchStats(), event_loop(os.environ)
 
@@ -116,36 +147,55 @@ def run_batches(sel: Selection, names: tuple[str, ...], options: BatchOptions) -
         f"{len(stats.pending)} pending; " + (
             "cost unknown (no price for the model)" if stats.unpriced and not stats.cost else
             f"~${stats.cost:.4f} at the batch price" + (" + unknown" if stats.unpriced else "")))
-    hold = set(stats.pending)
+    in_batches = set(stats.pending)
     if options.fallback == "batch":
-        hold |= set(stats.failures)
+        in_batches |= set(stats.failures)
     if stats.pending:
         say(f"{len(stats.pending)} requests are in open batches; `judge run {sel.job.path} "
             "--batch` collects them when they are done (`judge batches` shows their state)")
-    return Batched(stats=stats, sel=sel, hold=frozenset(hold))
+    return Batched(stats=stats, sel=sel, in_batches=frozenset(in_batches))
 
 
-def batch_stage(sel: Selection, opts: dict[str, Any]) -> Batched | None:
-    """`judge run`'s batch stage from its options; None when no model runs in batch mode."""
-    names = batch_models(sel.job, opts["batch"])
-    if names and opts["budget"] is not None and not opts["offline"]:
+def batch_stage(sel: Selection, run_options: dict[str, Any]) -> Batched | None:
+    """`judge run`'s batch stage from its options.
+
+    Args:
+        sel: the run's selection.
+        run_options: `judge run`'s options by name (batch, budget, offline, no_wait, batch_fallback,
+            poll_interval, batch_size).
+
+    Returns:
+        What run_batches returns; None when no model runs in batch mode (or --offline).
+
+    Raises:
+        ConfigError: --budget with batch models, or --no-wait without any.
+    """
+    names = batch_models(sel.job, run_options["batch"])
+    if names and run_options["budget"] is not None and not run_options["offline"]:
         raise ConfigError(f"{sel.job.path}: --budget is not supported with batch mode yet (a "
                           "batch is paid as a whole); drop --budget, or check `judge plan` first")
-    if not names or opts["offline"]:
-        if opts["no_wait"] and not names:
+    if not names or run_options["offline"]:
+        if run_options["no_wait"] and not names:
             raise ConfigError(f"{sel.job.path}: --no-wait needs --batch or a model with mode = "
                               "\"batch\"; e.g. judge run JOB --batch --no-wait")
         return None
     from runner.execute.batch import BatchOptions
     return run_batches(sel, names, BatchOptions(
-        wait=not opts["no_wait"], fallback=opts["batch_fallback"], poll_s=opts["poll_interval"],
-        max_requests=opts["batch_size"], max_retries=sel.job.limits.max_retries))
+        wait=not run_options["no_wait"], fallback=run_options["batch_fallback"],
+        poll_s=run_options["poll_interval"], max_requests=run_options["batch_size"],
+        max_retries=sel.job.limits.max_retries))
 
 
 def merge(stats: RunStats, batched: Batched) -> None:
-    """Fold the batch stage into the run's counters: tasks the pool left alone because a batch
-    failed them are failures with the batch's reason; answers collected from a batch in this run
-    are fresh (not cached before), their tokens and cost counted at the batch price."""
+    """Fold the batch stage into the run's counters.
+
+    Args:
+        stats: the run's counters, changed in place: tasks the pool left alone because a batch
+            failed them become failures with the batch's reason; answers collected from a batch
+            in this run count as fresh (not cached before), their tokens and cost at the batch
+            price.
+        batched: the batch stage's outcome.
+    """
     b = batched.stats
     missing = set(stats.missing)
     for key, reason in b.failures.items():
@@ -165,44 +215,39 @@ def _age(seconds: float) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
-def batches(common: Callable[..., Any], select_args: Callable[..., Selection]) -> click.Command:
-    """The `judge batches` command, with the task-selection options `common` adds."""
+@click.command("batches")
+@task_selection()
+@click.option("--cancel", is_flag=True, help="Cancel every live batch of the job (their "
+              "finished requests are still collected by the next `judge run --batch`).")
+def batches(task_selection: TaskSelection, cancel: bool) -> None:
+    """List the job's provider batches: id, model, state, requests, completed, failed, age.
 
-    @click.command("batches")
-    @common
-    @click.option("--cancel", is_flag=True, help="Cancel every live batch of the job (their "
-                  "finished requests are still collected by the next `judge run --batch`).")
-    def command(job: str, models: tuple[str, ...], base_url: str | None, limit: int | None,
-                cache_dir: str | None, out: str | None, cancel: bool) -> None:
-        """List the job's provider batches: id, model, state, requests, completed, failed, age.
+    Live batches are refreshed from the provider first. The ledger lives beside the
+    answers: batches.sqlite in the cache directory, or tables in the --cache database.
 
-        Live batches are refreshed from the provider first. The ledger lives beside the
-        answers: batches.sqlite in the cache directory, or tables in the --cache database.
+    \b
+    Example:
+      judge batches summeval             state of every batch `judge run --batch` made
+      judge batches summeval --cancel    cancel the live ones
+    """
+    from runner.execute.batch import BatchOptions, BatchRun
+    sel = resolve(task_selection)
+    names = tuple(m.name for m in sel.job.models if m.kind in BATCH_KINDS)
+    with open_selected(sel) as cache, open_ledger(sel) as ledger:
+        run = BatchRun(cache=cache, ledger=ledger, providers=_providers(sel.job, names),
+                       job=sel.job.name, options=BatchOptions(), say=lambda s: None)
+        live_before = sum(r.live for r in ledger.rows(sel.job.name))
+        rows = run_async(run.status(cancel=cancel), event_loop(os.environ))
+    if not rows:
+        click.echo(f"job {sel.job.name}: no batches in {ledger.location}")
+        return
+    click.echo(f"{'batch':<32} {'model':<16} {'state':<12} {'requests':>8} "
+               f"{'completed':>9} {'failed':>6} {'age':>6} collected")
+    now = time.time()
+    for r in rows:
+        click.echo(f"{r.batch_id or '(submitting)':<32} {r.model:<16} {r.state:<12} "
+                   f"{r.requests:>8} {r.completed:>9} {r.failed:>6} "
+                   f"{_age(now - r.created):>6} {'yes' if r.ingested else 'no'}")
+    if cancel:
+        click.echo(f"cancel requested for {live_before} live batch(es)")
 
-        \b
-        Example:
-          judge batches summeval             state of every batch `judge run --batch` made
-          judge batches summeval --cancel    cancel the live ones
-        """
-        from runner.execute.batch import BatchOptions, BatchRun
-        sel = select_args(job, models, base_url, limit, cache_dir, out)
-        names = tuple(m.name for m in sel.job.models if m.kind in BATCH_KINDS)
-        with open_selected(sel) as cache, open_ledger(sel) as ledger:
-            run = BatchRun(cache=cache, ledger=ledger, providers=_providers(sel.job, names),
-                           job=sel.job.name, options=BatchOptions(), say=lambda s: None)
-            live_before = sum(r.live for r in ledger.rows(sel.job.name))
-            rows = run_async(run.status(cancel=cancel), event_loop(os.environ))
-        if not rows:
-            click.echo(f"job {sel.job.name}: no batches in {ledger.location}")
-            return
-        click.echo(f"{'batch':<32} {'model':<16} {'state':<12} {'requests':>8} "
-                   f"{'completed':>9} {'failed':>6} {'age':>6} collected")
-        now = time.time()
-        for r in rows:
-            click.echo(f"{r.batch_id or '(submitting)':<32} {r.model:<16} {r.state:<12} "
-                       f"{r.requests:>8} {r.completed:>9} {r.failed:>6} "
-                       f"{_age(now - r.created):>6} {'yes' if r.ingested else 'no'}")
-        if cancel:
-            click.echo(f"cancel requested for {live_before} live batch(es)")
-
-    return command

@@ -36,6 +36,8 @@ class Progress:
                         mininterval=BAR_EVERY_S) if self.live else None
 
     def update(self, stats: RunStats) -> None:
+        """Show the run's counters (the pool's on_progress): at most every BAR_EVERY_S on a
+        terminal, LINE_EVERY_S as a line elsewhere, and once at the end."""
         if stats.total > self.total:  # a generation stage adds the judge tasks later
             self.total = stats.total
             if self.bar is not None:
@@ -65,6 +67,7 @@ class Progress:
         self.stream.flush()
 
     def say(self, message: str) -> None:
+        """Print `message` on its own line, above the bar at a terminal."""
         if self.bar is not None:
             self.bar.write(message, file=self.stream)
         else:
@@ -72,13 +75,22 @@ class Progress:
             self.stream.flush()
 
     def close(self) -> None:
+        """End the bar (a terminal's); the lines elsewhere need nothing."""
         if self.bar is not None:
             self.bar.close()
 
 
 def fleet_summary(stats: RunStats) -> str:
-    """Per model, each replica's calls (and "out" while cooling down) and its effective
-    limits, e.g. `judge[127.0.0.1:8001 120 rpm=600 (learned), 127.0.0.1:8002 31 out]`."""
+    """A fleet's state for the progress line.
+
+    Args:
+        stats: the run's counters (their per-endpoint counts).
+
+    Returns:
+        Per model, each replica's calls (and "out" while cooling down) and its effective
+        limits, e.g. `judge[127.0.0.1:8001 120 rpm=600 (learned), 127.0.0.1:8002 31 out]`;
+        "" without replicas.
+    """
     models = []
     for model, replicas in stats.endpoints.items():
         parts = []

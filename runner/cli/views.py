@@ -7,51 +7,47 @@ from __future__ import annotations
 import csv
 import math
 import webbrowser
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import click
 import orjson
 
+from runner.cli.options import task_selection
 from runner.errors import ConfigError
 from runner.job.load import load_job
 from runner.report.folder import HISTORY, kept_runs
+from runner.selection import TaskSelection
 from runner.session import job_path
 
 __all__ = ["diff", "figures", "runs", "view"]
 
 
 def figures(out_dir: Path, figures_dir: Path) -> int:
-    """Write the key plots of out_dir/report.html as PNG and SVG into figures_dir; how many."""
+    """Write the key plots of a report as PNG and SVG for a paper.
+
+    Args:
+        out_dir: the report folder, whose report.html holds the plots' data.
+        figures_dir: where the PNG and SVG files go (made if missing).
+
+    Returns:
+        How many figures were written.
+    """
     # Only here: matplotlib costs a second to import, and runs never need it.
     from runner.report.figures import write_figures
     return len(write_figures(out_dir / "report.html", figures_dir))
 
 
-def _selection(f: Callable[..., Any]) -> Callable[..., Any]:
-    """The task-selection options every command takes, accepted here so that the same command
-    line works: the report folder depends on --out (and the job's output_dir) alone."""
-    for name, metavar in (("--model", "SPEC"), ("--base-url", "URL"), ("--limit", "N"),
-                          ("--cache-dir", "DIR"), ("--cache", "URL")):
-        f = click.option(name, metavar=metavar, multiple=name == "--model", expose_value=False,
-                         help="Accepted as every command takes it; the report folder does "
-                              "not depend on it.")(f)
-    return click.option("--out", help="Report folder [default: the job's output_dir, "
-                                      "runs/<job>].")(f)
-
-
-def _folder(job: str, out: str | None) -> Path:
-    return Path(out) if out else load_job(job_path(job)).output_dir
+def _folder(chosen: TaskSelection) -> Path:
+    """The job's report folder: --out, else the job's output_dir."""
+    return chosen.out if chosen.out else load_job(job_path(chosen.job_name())).output_dir
 
 
 @click.command()
-@click.argument("job")
+@task_selection(report_folder_only=True)
 @click.argument("run", required=False)
-@_selection
 @click.option("--print", "print_only", is_flag=True,
               help="Only print the report's path, e.g. `judge view openmeva --print`.")
-def view(job: str, run: str | None, out: str | None, print_only: bool) -> None:
+def view(task_selection: TaskSelection, run: str | None, print_only: bool) -> None:
     """Open a run's report.html in a browser (the latest, or RUN from `judge runs`); print its
     path where there is no browser.
 
@@ -61,9 +57,9 @@ def view(job: str, run: str | None, out: str | None, print_only: bool) -> None:
       judge view openmeva 20261125T143015.123Z-a1b2c3
       judge view jobs/summeval.toml --out /tmp/runs/summeval --print
     """
-    folder = _folder(job, out)
+    folder, job = _folder(task_selection), task_selection.job_name()
     if run is not None and run != "latest":  # latest: the folder's own set, the newest
-        folder = _kept(folder, job, run)
+        folder = _run_folder(folder, job, run)
     page = (folder / "report.html").resolve()
     if not page.exists():
         raise ConfigError(f"{page}: no report yet; run `judge report {job}` (or `judge run "
@@ -80,19 +76,19 @@ def view(job: str, run: str | None, out: str | None, print_only: bool) -> None:
 
 
 @click.command()
-@click.argument("job")
-@_selection
-def runs(job: str, out: str | None) -> None:
+@task_selection(report_folder_only=True)
+def runs(task_selection: TaskSelection) -> None:
     """List the job's kept runs, oldest first: id, kind (run, or rebuild from the cache),
     models, tasks, calls, estimated cost, and the best LLM judge's correlation.
 
     Every `judge run`, `rescore`, `report` and `import` keeps its report set in
     runs/<job>/history/RUN (hard links: no copy); `judge view JOB RUN` opens one.
     """
-    folder = _folder(job, out)
+    folder = _folder(task_selection)
     kept = kept_runs(folder)
     if not kept:
-        raise ConfigError(f"{folder / HISTORY}: no kept runs yet; `judge run {job}` makes one")
+        raise ConfigError(f"{folder / HISTORY}: no kept runs yet; `judge run "
+                          f"{task_selection.job_name()}` makes one")
     rows = [("run", "kind", "models", "tasks", "calls", "cost", "best correlation")]
     for path in kept:
         m = orjson.loads((path / "manifest.json").read_bytes())
@@ -129,11 +125,10 @@ def _best(run: Path) -> str:
 
 
 @click.command()
-@click.argument("job")
+@task_selection(report_folder_only=True)
 @click.argument("run_a")
 @click.argument("run_b")
-@_selection
-def diff(job: str, run_a: str, run_b: str, out: str | None) -> None:
+def diff(task_selection: TaskSelection, run_a: str, run_b: str) -> None:
     """What changed between two kept runs (RUN_A, RUN_B from `judge runs`; `latest` for the
     newest): each judge's correlation with the human scores in both, the change (B - A) with
     its 95% CI and p-value from a paired bootstrap over the groups both scored. Writes
@@ -147,9 +142,10 @@ def diff(job: str, run_a: str, run_b: str, out: str | None) -> None:
     from runner.report.diff import DIFF_COLUMNS, diff_runs, read_scores  # numpy: only here
     from runner.report.folder import write_atomic
     from runner.report.reliability import csv_bytes
+    job = task_selection.job_name()
     loaded = load_job(job_path(job))
-    folder = Path(out) if out else loaded.output_dir
-    series = [read_scores(_kept(folder, job, run)) for run in (run_a, run_b)]
+    folder = task_selection.out or loaded.output_dir
+    series = [read_scores(_run_folder(folder, job, run)) for run in (run_a, run_b)]
     rows = diff_runs(*series, policy=loaded.policy, levels=loaded.levels,
                      methods=loaded.methods, n_boot=loaded.bootstrap, seed=loaded.seed)
     if not rows:
@@ -167,7 +163,8 @@ def diff(job: str, run_a: str, run_b: str, out: str | None) -> None:
     click.echo(f"all methods and levels: {folder / 'diff.csv'}", err=True)
 
 
-def _kept(folder: Path, job: str, run: str) -> Path:
+def _run_folder(folder: Path, job: str, run: str) -> Path:
+    """The folder of the kept run RUN (`latest`: the newest) of the report folder `folder`."""
     path = folder / "latest" if run == "latest" else folder / HISTORY / run
     if not (path / "manifest.json").is_file():
         raise ConfigError(f"{path}: no such run; `judge runs {job}` lists them")

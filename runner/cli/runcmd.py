@@ -1,0 +1,331 @@
+"""`judge run`: its options, the batch stage, the pool under a two-phase Ctrl-C, the cached-first
+path of a large rerun, a shard's summary, and the reports.
+
+Exit codes: 0 all tasks done, 1 some tasks failed (listed), 2 usage or configuration error,
+130 interrupted by Ctrl-C, 143 stopped by SIGTERM (rerun the same command to resume).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from runner import api
+from runner.cli import Terminated
+from runner.cli.batches import MAX_BATCH_REQUESTS, BatchAnswers, Batched, batch_stage, merge
+from runner.cli.cachecmds import job_keys
+from runner.cli.options import PARTIAL_HELP, UsageError, data_dir, resolve, task_selection
+from runner.cli.outcome import command_line, counts, exit_interrupted, summarise
+from runner.errors import ConfigError, scrub
+from runner.execute.store.backend import CacheBackend, is_url
+from runner.execute.store.cache import Cache
+from runner.execute.store.lease import describe, lease_name
+from runner.job.spec import Job
+from runner.reduce.judgments import CachedFirst, Judgment
+from runner.report.folder import check_out
+from runner.selection import TaskSelection
+from runner.session import (
+    Download,
+    Selection,
+    TaskLog,
+    check_budget,
+    check_keys,
+    estimate,
+    event_loop,
+    key_reader,
+    manifest,
+    open_selected,
+    run_async,
+    run_pool,
+    serving,
+    with_run_limits,
+)
+
+if TYPE_CHECKING:
+    from runner.cli.progress import Progress
+    from runner.execute.stats import RunStats
+
+# The reports (numpy, ~0.15 s to import), the pool (aiohttp, ~0.15 s) and the progress bar
+# (tqdm) are imported inside the functions that use them, not here: `judge --help`, `plan`,
+# `status`, `datasets` and `cache` never pay for them.
+
+__all__ = ["CACHED_FIRST_TASKS", "TERM_GRACE_S", "run"]
+
+TERM_GRACE_S = 5.0
+"""After SIGTERM, how long requests in flight may take before they are cancelled (docker stop
+sends SIGKILL after 10 s)."""
+
+CACHED_FIRST_TASKS = 20_000
+"""From this many tasks, a run judges the cached ones first (see _run_cached_first); a smaller
+run gains little from it."""
+
+
+@click.command()
+@task_selection(shard=True)
+@click.option("--concurrency", type=click.IntRange(min=1), help="Requests in flight.")
+@click.option("--rpm", type=click.FloatRange(min=0, min_open=True), help="Requests/minute/model.")
+@click.option("--tpm", type=click.FloatRange(min=0, min_open=True), help="Tokens/minute/model.")
+@click.option("--max-retries", type=click.IntRange(min=0), help="Retries per task.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True),
+              help="Per-request timeout in seconds.")
+@click.option("--offline", is_flag=True,
+              help="Never touch the network: report from the cache and list the misses "
+                   "(exit 1 when some tasks have no answer, unless --partial).")
+@click.option("--partial", is_flag=True, help=PARTIAL_HELP)
+@click.option("--budget", type=click.FloatRange(min=0), metavar="USD",
+              help="Stop dispatching before the estimated spend would pass USD.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask before paid calls.")
+@click.option("--batch", is_flag=True,
+              help="Send what misses the cache through the provider's Batch API (half price, "
+                   "answered within 24 h; every model, else only those with mode = \"batch\"), "
+                   "e.g. judge run summeval --batch")
+@click.option("--no-wait", is_flag=True,
+              help="With --batch: submit and exit; a later `judge run JOB --batch` collects "
+                   "what is done, e.g. judge run summeval --batch --no-wait")
+@click.option("--batch-fallback", type=click.Choice(["batch", "online"]), default="batch",
+              show_default=True,
+              help="Where requests a batch failed or let expire go: one new batch per run, or "
+                   "the online pool, e.g. --batch-fallback online")
+@click.option("--batch-size", type=click.IntRange(1, MAX_BATCH_REQUESTS),
+              default=MAX_BATCH_REQUESTS, show_default=True,
+              help="Most requests per batch file (files are also split at 200 MB), e.g. "
+                   "--batch-size 10000")
+@click.option("--poll-interval", type=click.FloatRange(min=0, min_open=True), default=30.0,
+              show_default=True, metavar="S",
+              help="Seconds between polls of open batches, e.g. --poll-interval 60")
+@click.option("--refresh-damaged", is_flag=True,
+              help="First drop the job's cached answers whose records are damaged on disk "
+                   "(\"cached answer unreadable\"), so that they are asked again.")
+def run(task_selection: TaskSelection, **run_options: Any) -> None:
+    """Call the judge for every task not yet cached, then write the reports.
+
+    Exit 0 when no task failed (tasks left out by --offline or --budget are listed), 1 when
+    some failed (listed), 2 on a configuration error (before any call), 130 when
+    interrupted: rerun the same command to resume. At a terminal it asks before paid calls
+    unless --yes. Requests go out on uvloop's event loop where it is installed
+    (JUDGE_EVENT_LOOP=asyncio: on asyncio's own).
+    """
+    started = time.time()
+    sel = resolve(task_selection, download=Download(mirror=os.environ.get("JUDGE_DATA_MIRROR"),
+                                                    notify=_notify_download))
+    sel = with_run_limits(sel, run_options)
+    # a shard writes no reports: this builds them once every shard is done
+    run_options["rescore_hint"] = shlex.join(["judge", "rescore",
+                                       *task_selection.arguments(shard=False)])
+    if sel.shard is None:
+        check_out(sel.out_dir)
+    if run_options["refresh_damaged"]:
+        _drop_damaged(sel)
+    if run_options["offline"]:  # makes no call: needs no lease, as rescore
+        _run_checked(sel, run_options, started)
+        return
+    check_keys(sel.job, os.environ)
+    check_budget(sel.job, run_options["budget"])
+    # The run's lease on (cache, job, shard), before any call and before asking: a second run
+    # of this job on this cache stops here, naming the first (runner/execute/store/lease.py).
+    name = lease_name(sel.job.name, None if sel.shard is None else str(sel.shard))
+    with open_selected(sel) as leased, leased.lease(name, describe()):
+        if not run_options["yes"] and sys.stdin.isatty():
+            _confirm(sel)
+        _run_checked(sel, run_options, started)
+
+
+def _run_checked(sel: Selection, run_options: dict[str, Any], started: float) -> None:
+    """`judge run` once its options are checked (and its lease held): the batch stage, the
+    pool, the reports."""
+    batched = batch_stage(sel, run_options)
+    if batched is not None:
+        sel, run_options["in_batches"] = batched.sel, batched.in_batches
+    dispatched = TaskLog()
+    if batched is None and (count := _cached_first(sel)):
+        _run_cached_first(sel, run_options, started, dispatched, count)
+        return
+    stats, sel = _execute(sel, run_options, dispatched)
+    if batched is not None:
+        merge(stats, batched)
+    if sel.shard is not None:  # one shard's reports would be partial: rescore builds them
+        _summarise_shard(sel, stats, command_line(), run_options["rescore_hint"])
+    _report_and_summarise(sel, stats, started, command_line(), dispatched, batched,
+                          _partial(run_options))
+
+
+def _summarise_shard(sel: Selection, stats: RunStats, command: str, rescore_hint: str) -> None:
+    """A shard's counts and the command that builds the reports; exits like run."""
+    click.echo(f"shard {sel.shard}: {counts(stats)}", err=True)
+    if stats.fatal:
+        raise UsageError(f"{stats.fatal}; run stopped, nothing lost: rerun to resume")
+    for key, reason in list(stats.failures.items())[:20]:
+        click.echo(f"failed {key[:12]}: {scrub(reason)}", err=True)
+    if stats.interrupted:
+        exit_interrupted(stats, command)
+    click.echo(f"no reports written for one shard: when every shard is done, build them with: "
+               f"{rescore_hint}", err=True)
+    sys.exit(1 if stats.failures else 0)
+
+
+def _drop_damaged(sel: Selection) -> None:
+    """judge run --refresh-damaged: the job's damaged records dropped, for the run to ask
+    them again."""
+    if sel.cache_url:
+        raise ConfigError("--refresh-damaged: only a cache folder (--cache-dir) is checked; "
+                          "drop --cache/JUDGE_CACHE_URL or the option")
+    with Cache(sel.cache_dir) as cache:
+        dropped = cache.drop([key for key, _ in cache.damaged(job_keys(sel))])
+    click.echo(f"{sel.cache_dir}: dropped {dropped} damaged records; asking them again",
+               err=True)
+
+
+def _notify_download(name: str, missing: int) -> None:
+    click.echo(f"data set {name}: {missing} file(s) not in {data_dir()}; downloading from "
+               "upstream and checking sha256 (first use)", err=True)
+
+
+def _confirm(sel: Selection) -> None:
+    """At a terminal, ask before paid calls (those with a price); --yes skips this."""
+    paid = [p for p in estimate(sel) if p.calls and p.model.kind != "local" and p.cost != 0]
+    if not paid:
+        return
+    calls = sum(p.calls for p in paid)
+    costs = [p.cost for p in paid]
+    spend = "an unknown amount" if None in costs else f"up to ~${sum(c or 0 for c in costs):.2f}"
+    if not click.confirm(f"{calls} API calls, {spend}. Continue?", default=True, err=True):
+        raise click.Abort()
+
+
+def _execute(sel: Selection, run_options: dict[str, Any], dispatched: TaskLog,
+             cached_first: CachedFirst | None = None) -> tuple[RunStats, Selection]:
+    """The pool over the selection, local servers started, a progress bar on stderr."""
+    # asyncio (~65 ms) only where the pool runs: rescore and a fully cached run never import it
+    import asyncio
+
+    from runner.cli.progress import Progress
+    progress = Progress(sys.stderr, total=0)  # grows with each stage's task count
+    servers = contextlib.nullcontext(sel.job) if run_options["offline"] else serving(sel.job)
+    with open_selected(sel) as cache, servers as served:
+        try:
+            return run_async(_run_async(sel, served, cache, run_options, progress, dispatched,
+                                        cached_first), event_loop(os.environ))
+        except asyncio.CancelledError:
+            # The second Ctrl-C cancelled the pool; every answer received is already cached.
+            raise KeyboardInterrupt from None
+        finally:
+            progress.close()
+
+
+async def _run_async(sel: Selection, served: Job, cache: CacheBackend, run_options: dict[str, Any],
+                     progress: Progress, dispatched: TaskLog,
+                     cached_first: CachedFirst | None = None) -> tuple[RunStats, Selection]:
+    """Run the pool under a two-phase Ctrl-C: stop dispatching, then cancel."""
+    import asyncio  # as in _execute
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    assert main is not None
+
+    def on_sigint() -> None:
+        if stop.is_set():
+            progress.say("second Ctrl-C: cancelling in-flight requests")
+            main.cancel()
+        else:
+            progress.say("stopping: no new requests; in-flight requests finish "
+                         "(Ctrl-C again to cancel them)")
+            stop.set()
+
+    def on_sigterm() -> None:  # as the first Ctrl-C, with a deadline: SIGKILL may follow
+        if not terminated:
+            progress.say(f"SIGTERM: no new requests; in-flight requests have {TERM_GRACE_S:g} s "
+                         "to finish")
+            terminated.append(loop.call_later(TERM_GRACE_S, main.cancel))
+            stop.set()
+
+    terminated: list[Any] = []
+    before = signal.getsignal(signal.SIGTERM)
+    loop.add_signal_handler(signal.SIGINT, on_sigint)
+    loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+    try:
+        stats, sel = await run_pool(sel, served, cache, stop=stop,
+                                    key_reader=key_reader(os.environ),
+                                    offline=run_options["offline"], budget=run_options["budget"],
+                                    on_progress=progress.update, dispatched=dispatched,
+                                    in_batches=run_options.get("in_batches", frozenset()),
+                                    cached_first=cached_first)
+        stats.terminated = bool(terminated)
+        return stats, sel
+    except asyncio.CancelledError:
+        if terminated:  # the grace period ended: what was received is cached
+            raise Terminated from None
+        raise
+    finally:
+        for handle in terminated:
+            handle.cancel()
+        loop.remove_signal_handler(signal.SIGINT)
+        loop.remove_signal_handler(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, before)  # remove_signal_handler left the default: death
+
+
+def _cached_first(sel: Selection) -> int:
+    """The run's task count if it can judge its cached tasks first (a folder cache, one
+    shard-less judge stage, no generation stage, CACHED_FIRST_TASKS tasks or more), else 0."""
+    if sel.shard is not None or sel.job.generate or (sel.cache_url and is_url(sel.cache_url)):
+        return 0
+    count = sel.expansion.count()  # ~0.04 s at 100k tasks: counted once for the whole run
+    return count if count >= CACHED_FIRST_TASKS else 0
+
+
+def _run_cached_first(sel: Selection, run_options: dict[str, Any], started: float,
+                      dispatched: TaskLog, count: int) -> None:
+    """A run that judges its tasks in order as rescore does while their answers are cached,
+    and hands the first task without one, and every later one, to the pool (then judges them
+    as a run does). A fully cached run never starts the pool: it took ~1 s of a 100k-task
+    rerun (dispatch, the task log, aiohttp). Reports, counts and exit codes are the pool's;
+    Ctrl-C while cached answers are read stops without reports (nothing was called)."""
+    from runner.cli.progress import Progress
+    from runner.execute.stats import RunStats
+    stats, command, answers = RunStats(), command_line(), BatchAnswers()
+    stats.total = count
+    progress = Progress(sys.stderr, total=count)
+    with open_selected(sel) as cache:
+        cached_first = CachedFirst(sel.expansion, cache, stats, count=count,
+                            on_progress=progress.update)
+        # its readers read while the reports' modules load
+        from runner.report.write import write_reports
+
+        def judgments() -> Iterator[Judgment]:
+            yield from cached_first
+            progress.close()
+            if cached_first.rest is None:  # all cached: repeats counted as the pool counts them
+                stats.settle_repeats(cached_first.hashes)
+                return
+            _execute(sel, run_options, dispatched, cached_first)
+            yield from api.judged_dispatched(sel, cache, stats, dispatched)
+
+        tables = write_reports(sel.out_dir, sel.expansion, answers.watch(judgments()),
+                               lambda _: {**manifest(sel, stats, started, command),
+                                          "batch_answers": answers.answers}, answers.notes)
+    summarise(sel, stats, command, _partial(run_options), tables.headline)
+
+
+def _partial(run_options: dict[str, Any]) -> bool:
+    """Whether a run's tasks without an answer still make exit 0: online, those are listed
+    (held by a batch, over the budget); --offline reports only what is cached, and says so
+    with exit 1 unless --partial."""
+    return bool(run_options["partial"]) or not run_options["offline"]
+
+
+def _report_and_summarise(sel: Selection, stats: RunStats, started: float, command: str,
+            dispatched: TaskLog, batched: Batched | None = None, partial: bool = True) -> None:
+    """The reports of a run that went through the pool, then its summary (which exits)."""
+    if stats.fatal:  # no endpoint, no model or no key: the reports would show only that
+        summarise(sel, stats, command)
+    batch = {} if batched is None else {"batch": batched.stats.as_dict()}
+    tables = api.report_run(sel, stats, dispatched, started=started, command=command,
+                            extra=batch)
+    summarise(sel, stats, command, partial, tables.headline)
