@@ -25,7 +25,7 @@ from runner.data import datasets
 from runner.data.seen import Seen, key64
 from runner.errors import ConfigError, MissingKeyError, register_secret
 from runner.execute import local
-from runner.execute.shard import Shard
+from runner.execute.shard import Shard, split_limits
 from runner.execute.store.backend import CacheBackend, is_url, marked, open_cache, redact
 from runner.execute.store.reader import with_key_index
 from runner.expand import Expansion, Task, estimate_cost, prepare, task_key
@@ -44,7 +44,7 @@ LoopFactory = Callable[[], "AbstractEventLoop"]
 __all__ = ["BatchAnswers", "Download", "LoopFactory", "ModelPlan", "Selection", "TaskLog",
            "all_tasks", "answer_text", "check_budget", "check_keys", "estimate", "event_loop",
            "job_path", "key_reader", "manifest", "run_async", "run_pool", "select", "serving",
-           "with_run_limits"]
+           "with_run_limits", "with_shard"]
 
 PACKAGES = ("judge-runner", "aiohttp", "openai", "aiolimiter", "diskcache", "orjson", "scipy",
             "click")
@@ -63,7 +63,7 @@ class Selection:
     cache_url: str | None = None
     """A shared cache (postgresql://...) used instead of cache_dir; see open_selected."""
     shard: Shard | None = None
-    """`judge run --shard I/N`: only this shard's tasks are run."""
+    """`judge run --shard I/N`: `expansion` is this shard's share (see `with_shard`)."""
 
 
 T = TypeVar("T")
@@ -122,6 +122,20 @@ def with_run_limits(sel: Selection, options: Mapping[str, Any]) -> Selection:
     given = {field: options[name] for name, field in RUN_LIMITS
              if options.get(name) is not None}
     return replace(sel, job=sel.job.with_limits(**given))
+
+
+def with_shard(sel: Selection, shard: Shard) -> Selection:
+    """`judge run --shard I/N`'s selection.
+
+    Args:
+        sel: the whole job's selection.
+        shard: which shard of how many.
+    Returns:
+        `sel` with `shard` set, its expansion narrowed to the shard's items (Shard.share: the
+        other shards' items are never rendered) and the job's rpm/tpm divided by the shard
+        count (split_limits)."""
+    return replace(sel, shard=shard, expansion=shard.share(sel.expansion),
+                   job=split_limits(sel.job, shard.count))
 
 
 def key_reader(environ: Mapping[str, str]) -> Callable[[str], Callable[[], str | None]]:
@@ -306,13 +320,13 @@ async def run_pool(sel: Selection, served: Job, cache: CacheBackend, *, stop: An
                "stop": stop, "offline": offline, "budget": budget, "stats": stats,
                "on_progress": on_progress}
         if sel.job.generate:
-            stats.total += sum(1 for _ in _mine(sel, sel.expansion.generation_tasks()))
-            await execute(_held(_mine(sel, sel.expansion.generation_tasks()), hold, stats), **run)
+            stats.total += sum(1 for _ in sel.expansion.generation_tasks())
+            await execute(_held(sel.expansion.generation_tasks(), hold, stats), **run)
             if stop.is_set():
                 return stats, sel
             sel = derive(sel)  # judge what the generators answered
         if after is None:
-            count = sel.expansion.count() if sel.shard is None else 0
+            count = sel.expansion.count()
             stats.total += count
             tasks = sel.expansion.tasks()
             if sel.shard is None:  # the job's keys, kept for its rescore
@@ -320,23 +334,9 @@ async def run_pool(sel: Selection, served: Job, cache: CacheBackend, *, stop: An
         else:  # counted, and the tasks before after.rest judged, by the CachedFirst pass
             assert after.rest is not None, "a fully cached CachedFirst pass needs no pool"
             tasks = after.rest
-        await execute(_held(_kept(_mine(sel, tasks, stats), judged), hold, stats), **run,
+        await execute(_held(_kept(tasks, judged), hold, stats), **run,
                       hashes=None if after is None else after.hashes)
     return stats, sel
-
-
-def _mine(sel: Selection, tasks: Iterator[Task], stats: RunStats | None = None
-          ) -> Iterator[Task]:
-    """The tasks of this run's shard (all without --shard); with `stats`, each shard task adds
-    one to stats.total as it passes (counting them first would expand the job twice)."""
-    if sel.shard is None:
-        return tasks
-
-    def seen() -> None:
-        if stats is not None:
-            stats.total += 1
-
-    return sel.shard.tasks(tasks, seen)
 
 
 class TaskLog:

@@ -7,7 +7,6 @@ Exit codes: 0 all tasks done, 1 some tasks failed (listed), 2 usage or configura
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import gc
 import hashlib
 import io
@@ -37,7 +36,7 @@ from runner.cli.cachecmds import cache_option, cache_url, export_command, import
 from runner.data import datasets
 from runner.errors import ConfigError, DataError, RunnerError, scrub
 from runner.execute.imports import import_answers
-from runner.execute.shard import Shard, split_limits
+from runner.execute.shard import Shard
 from runner.execute.store.backend import CacheBackend, is_url, marked, open_cache, redact
 from runner.execute.store.cache import Cache
 from runner.execute.store.child import one_process
@@ -63,6 +62,7 @@ from runner.session import (
     run_pool,
     serving,
     with_run_limits,
+    with_shard,
 )
 
 if TYPE_CHECKING:
@@ -296,8 +296,7 @@ def run(job: str, models: tuple[str, ...], base_url: str | None, limit: int | No
                   download=Download(mirror=os.environ.get("JUDGE_DATA_MIRROR"),
                                     notify=_notify_download))
     if opts["shard"]:
-        shard = Shard.parse(opts["shard"])
-        sel = dataclasses.replace(sel, shard=shard, job=split_limits(sel.job, shard.count))
+        sel = with_shard(sel, Shard.parse(opts["shard"]))
     sel = with_run_limits(sel, opts)
     if sel.shard is None:  # a shard writes no reports
         check_out(sel.out_dir)
