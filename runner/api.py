@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from runner.errors import APIError, ConfigError, ReportError, register_secret
+from runner.execute.shard import Shard
 from runner.execute.stats import RunStats
 from runner.execute.store.backend import CacheBackend, checked_url
 from runner.execute.store.lease import describe, lease_name
@@ -92,10 +93,11 @@ def selection(job: JobLike, *, models: Sequence[str] = (), base_url: str | None 
               out: str | os.PathLike[str] | None = None,
               data_dir: str | os.PathLike[str] | None = None,
               environ: Mapping[str, str] | None = None, stream: bool = False,
-              download: Download | None = None) -> Selection:
+              download: Download | None = None, shard: Shard | None = None) -> Selection:
     """The job, its judge models and items, the cache and the report folder a call works on:
-    the task-selection options of every command (see the module docstring). A Selection is
-    returned as it is."""
+    the task-selection options of every command (see the module docstring); `shard` (`judge
+    run --shard I/N`): only that shard's items are loaded (runner.execute.shard). A Selection
+    is returned as it is."""
     if isinstance(job, Selection):
         return job
     env = os.environ if environ is None else environ
@@ -109,7 +111,7 @@ def selection(job: JobLike, *, models: Sequence[str] = (), base_url: str | None 
                  out=Path(out) if out else None,
                  data_dir=Path(data_dir or env.get("JUDGE_DATA_DIR") or DEFAULT_DATA_DIR),
                  env_base_url=env.get("OPENAI_BASE_URL"), stream=stream, download=download,
-                 cache_url=url)
+                 cache_url=url, shard=shard)
     _register_keys(sel.job, env)
     return sel
 

@@ -44,7 +44,7 @@ LoopFactory = Callable[[], "AbstractEventLoop"]
 __all__ = ["BatchAnswers", "Download", "LoopFactory", "ModelPlan", "Selection", "TaskLog",
            "all_tasks", "answer_text", "check_budget", "check_keys", "estimate", "event_loop",
            "job_path", "key_reader", "manifest", "run_async", "run_pool", "select", "serving",
-           "with_run_limits", "with_shard"]
+           "with_run_limits"]
 
 PACKAGES = ("judge-runner", "aiohttp", "openai", "aiolimiter", "diskcache", "orjson", "scipy",
             "click")
@@ -63,7 +63,7 @@ class Selection:
     cache_url: str | None = None
     """A shared cache (postgresql://...) used instead of cache_dir; see open_selected."""
     shard: Shard | None = None
-    """`judge run --shard I/N`: `expansion` is this shard's share (see `with_shard`)."""
+    """`judge run --shard I/N`: `expansion` holds only this shard's items (see `select`)."""
 
 
 T = TypeVar("T")
@@ -122,20 +122,6 @@ def with_run_limits(sel: Selection, options: Mapping[str, Any]) -> Selection:
     given = {field: options[name] for name, field in RUN_LIMITS
              if options.get(name) is not None}
     return replace(sel, job=sel.job.with_limits(**given))
-
-
-def with_shard(sel: Selection, shard: Shard) -> Selection:
-    """`judge run --shard I/N`'s selection.
-
-    Args:
-        sel: the whole job's selection.
-        shard: which shard of how many.
-    Returns:
-        `sel` with `shard` set, its expansion narrowed to the shard's items (Shard.share: the
-        other shards' items are never rendered) and the job's rpm/tpm divided by the shard
-        count (split_limits)."""
-    return replace(sel, shard=shard, expansion=shard.share(sel.expansion),
-                   job=split_limits(sel.job, shard.count))
 
 
 def key_reader(environ: Mapping[str, str]) -> Callable[[str], Callable[[], str | None]]:
@@ -220,19 +206,24 @@ def select(job_path: Path | Job, *, models: tuple[str, ...] = (), base_url: str 
            limit: int | None = None, cache_dir: Path, out: Path | None = None,
            data_dir: Path, env_base_url: str | None = None, stream: bool = False,
            download: Download | None = None, cache_url: str | None = None,
-           sample: tuple[int, int] | None = None) -> Selection:
+           sample: tuple[int, int] | None = None, shard: Shard | None = None) -> Selection:
     """Load, resolve and expand a job; generated data sets come from the cache as it is.
     `stream`: one pass over the tasks is all the caller needs (see expand.prepare);
-    `sample`: (N, seed) of --sample; `job_path` may be a Job already loaded."""
+    `sample`: (N, seed) of --sample; `job_path` may be a Job already loaded; `shard`
+    (`judge run --shard I/N`): only the shard's items are loaded (the others dropped as they
+    are read: runner.execute.shard) and the job's rpm/tpm are divided by its count."""
     job = job_path if isinstance(job_path, Job) else load_job(job_path)
     if download is not None:
         _download(job, data_dir, download)
     job = job.with_models(resolve_models(job, models, base_url, env_base_url))
     if models:  # prompts' own judge lists name the replaced models
         job = replace(job, prompts=tuple(replace(p, models=()) for p in job.prompts))
-    expansion = prepare(job, data_dir, limit=limit, stream=stream, sample=sample)
-    sel = Selection(job=job, expansion=expansion, cache_dir=cache_dir,
-                    out_dir=out if out is not None else job.output_dir, cache_url=cache_url)
+    expansion = prepare(job, data_dir, limit=limit, stream=stream, sample=sample,
+                        keep=None if shard is None else shard.owns)
+    sel = Selection(job=job if shard is None else split_limits(job, shard.count),
+                    expansion=expansion, cache_dir=cache_dir,
+                    out_dir=out if out is not None else job.output_dir, cache_url=cache_url,
+                    shard=shard)
     return derive(sel) if job.generate else sel
 
 

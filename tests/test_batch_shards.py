@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from runner.execute.shard import Shard
-from runner.session import select, with_shard
+from runner.session import select
 from tests.fakebatch import BatchServer
 from tests.test_cli import (
     OPENMEVA,
@@ -77,9 +77,9 @@ def _shards_at_once(fake: BatchServer, cache: tuple[object, ...], dirs: list[Pat
 
 def _shard_keys(fake: BatchServer, tmp_path: Path, data_dir: Path) -> list[set[str]]:
     """Each shard's keys: those of the tasks of its share of the job (runner.execute.shard)."""
-    whole = select(OPENMEVA, models=("fake",), base_url=fake.url, limit=LIMIT,
-                   cache_dir=tmp_path / "unused", data_dir=data_dir)
-    return [{t.key for t in with_shard(whole, Shard(i, SHARDS)).expansion.tasks()}
+    return [{t.key for t in select(OPENMEVA, models=("fake",), base_url=fake.url, limit=LIMIT,
+                                   cache_dir=tmp_path / "unused", data_dir=data_dir,
+                                   shard=Shard(i, SHARDS)).expansion.tasks()}
             for i in range(SHARDS)]
 
 

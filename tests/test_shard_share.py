@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 
 import runner.expand
+from runner.errors import DataError
 from runner.execute.shard import Shard
 from runner.expand import Task
-from runner.session import Selection, select, with_shard
+from runner.session import Selection, select
 from tests.conftest import JobWriter
 from tests.fakeserver import ThreadedServer
 from tests.test_cli import clean_env, judgments, run_judge
@@ -72,8 +73,8 @@ def _rows(questions: int) -> list[dict[str, Any]]:
     return rows[::2] + rows[1::2]
 
 
-def _select(job: Path, tmp_path: Path) -> Selection:
-    return select(job, cache_dir=tmp_path / "cache", data_dir=tmp_path)
+def _select(job: Path, tmp_path: Path, shard: Shard | None = None) -> Selection:
+    return select(job, cache_dir=tmp_path / "cache", data_dir=tmp_path, shard=shard)
 
 
 def _units(tasks: Iterator[Task]) -> set[tuple[str, str]]:
@@ -111,7 +112,8 @@ def test_the_shards_are_disjoint_whole_groups_and_together_the_job(
     job = write_job(_JOB.format(url="http://127.0.0.1:9/v1"), rows=_rows(30), files=_FILES)
     whole = _select(job, tmp_path)
     every = list(whole.expansion.tasks())
-    parts = [list(with_shard(whole, Shard(i, SHARDS)).expansion.tasks()) for i in range(SHARDS)]
+    parts = [list(_select(job, tmp_path, Shard(i, SHARDS)).expansion.tasks())
+             for i in range(SHARDS)]
 
     assert sorted(t for part in parts for t in part) == sorted(every)  # each task once
     assert all(part for part in parts)
@@ -127,14 +129,13 @@ def test_the_shards_are_disjoint_whole_groups_and_together_the_job(
     # the group prompt's requests show every member: 3 answers, in both orders -> 2 per group
     battles = [t for part in parts for t in part if t.prompt == "battle"]
     assert len(battles) == 2 * 30 and all(len(t.members) == 3 for t in battles)
-    counts = [with_shard(whole, Shard(i, SHARDS)).expansion.count() for i in range(SHARDS)]
+    counts = [_select(job, tmp_path, Shard(i, SHARDS)).expansion.count() for i in range(SHARDS)]
     assert counts == [len(part) for part in parts]
 
 
-def test_a_shard_renders_only_its_own_items(write_job: JobWriter, tmp_path: Path,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_shard_holds_and_renders_only_its_own_items(
+        write_job: JobWriter, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     job = write_job(_JOB.format(url="http://127.0.0.1:9/v1"), rows=_rows(30), files=_FILES)
-    whole = _select(job, tmp_path)
     rendered: list[str] = []
     real = runner.expand._tasks
 
@@ -143,14 +144,29 @@ def test_a_shard_renders_only_its_own_items(write_job: JobWriter, tmp_path: Path
         return real(item, *args)
 
     monkeypatch.setattr(runner.expand, "_tasks", counting)
-    shard = with_shard(whole, Shard(1, SHARDS))
+    shard = _select(job, tmp_path, Shard(1, SHARDS))
     tasks = list(shard.expansion.tasks())
 
     owned = {f"q{q}" for q in range(30) if Shard(1, SHARDS).owns("answers", f"q{q}")}
     assert 0 < len(owned) < 30
+    held = shard.expansion.items["answers"]
+    assert len(held) == 3 * len(owned) and {it.group for it in held} == owned
+    assert {key[1].split("-")[0] for key in shard.expansion.index} == owned
     # 8 units a group (3 answers x 2 aspects, the battle in 2 orders), the other groups' none
     assert len(rendered) == 8 * len(owned) and set(rendered) == owned
     assert {t.item_id.split("-")[0] for t in tasks} == owned
+
+
+def test_a_shard_with_none_of_a_data_sets_items_is_no_error_but_an_empty_file_is(
+        write_job: JobWriter, tmp_path: Path) -> None:
+    job = write_job(_JOB.format(url="http://127.0.0.1:9/v1"), rows=_rows(2), files=_FILES)
+    owners = {i for q in range(2) for i in range(100) if Shard(i, 100).owns("answers", f"q{q}")}
+    idle = next(i for i in range(100) if i not in owners)
+
+    assert _select(job, tmp_path, Shard(idle, 100)).expansion.count() == 0
+    (job.parent / "data.jsonl").write_text("", encoding="utf-8")
+    with pytest.raises(DataError, match="no items"):
+        _select(job, tmp_path, Shard(idle, 100))
 
 
 _DUPLICATE_JOB = """

@@ -62,7 +62,6 @@ from runner.session import (
     run_pool,
     serving,
     with_run_limits,
-    with_shard,
 )
 
 if TYPE_CHECKING:
@@ -90,14 +89,14 @@ def _data_dir() -> Path:
 
 def _select(job_arg: str, models: tuple[str, ...], base_url: str | None, limit: int | None,
             cache_dir: str | None, out: str | None, stream: bool = False,
-            download: Download | None = None) -> Selection:
+            download: Download | None = None, shard: Shard | None = None) -> Selection:
     ctx = click.get_current_context(silent=True)
     meta = ctx.meta if ctx is not None else {}
     sample = meta.get("judge_sample")
     return api.selection(job_path(job_arg), models=models, base_url=base_url, limit=limit,
                          sample=sample, seed=meta.get("judge_seed"), cache_dir=cache_dir,
                          cache_url=cache_url(), out=out, data_dir=_data_dir(), stream=stream,
-                         download=download)
+                         download=download, shard=shard)
 
 
 async def _run_async(sel: Selection, served: Job, cache: CacheBackend, opts: dict[str, Any],
@@ -256,10 +255,13 @@ def cli() -> None:
               help="Stop dispatching before the estimated spend would pass USD.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask before paid calls.")
 @click.option("--shard", metavar="I/N",
-              help="Run only shard I of N (0-based, split by cache key) against a shared "
-                   "--cache; rpm/tpm of the job are divided by N (--rpm/--tpm are this "
-                   "shard's own). Then build the reports once with `judge rescore`. "
-                   "E.g. --shard 0/4.")
+              help="Run only shard I of N (0-based) against a shared --cache: the items "
+                   "whose data set and group hash to I, whole groups, the others never "
+                   "rendered; rpm/tpm of the job are divided by N (--rpm/--tpm are this "
+                   "shard's own). Then build the reports once with `judge rescore`. A request "
+                   "that items of two shards both render is paid twice only if both shards "
+                   "look it up before either has stored its answer; a shard cannot count "
+                   "these (`judge plan` counts all repeats). E.g. --shard 0/4.")
 @click.option("--batch", is_flag=True,
               help="Send what misses the cache through the provider's Batch API (half price, "
                    "answered within 24 h; every model, else only those with mode = \"batch\"), "
@@ -294,9 +296,8 @@ def run(job: str, models: tuple[str, ...], base_url: str | None, limit: int | No
     started = time.time()
     sel = _select(job, models, base_url, limit, cache_dir, out,
                   download=Download(mirror=os.environ.get("JUDGE_DATA_MIRROR"),
-                                    notify=_notify_download))
-    if opts["shard"]:
-        sel = with_shard(sel, Shard.parse(opts["shard"]))
+                                    notify=_notify_download),
+                  shard=Shard.parse(opts["shard"]) if opts["shard"] else None)
     sel = with_run_limits(sel, opts)
     if sel.shard is None:  # a shard writes no reports
         check_out(sel.out_dir)

@@ -4,13 +4,14 @@ N processes on N machines (a SLURM array, a Kubernetes indexed Job) each run `--
 against one shared cache. The split is by group: an item's data set and group (the source that
 several systems' outputs share; an item without one is its own group), hashed with blake2b (not
 Python's salted hash), so it is the same on every machine whatever the order. It is known
-before anything is rendered: `Shard.share` drops the other shards' items from the expansion, so
-a shard renders and hashes only its own requests (a fully cached 40k-task job on one cache
-folder, 8 shards: see bench/README.md, "Shards", for each shard's CPU, peak RSS and wall time
+before anything is rendered: `Shard.owns` is the `keep` of runner.expand.prepare
+(runner.session.select with `shard`), so a shard drops the other shards' items as it reads the
+data files, and holds, renders, hashes and looks up only its own (bench/README.md, "Shards": a
+fully cached 40k-task job on one cache folder, each of 8 shards' CPU, peak RSS and wall time
 against one process running all). Whole groups, because a group prompt needs every member and
 tasks that send one request (aspects of one form, several parsers over one prompt) are nearly
-always of one item. A generated data set's items count under their source data set's name: a
-shard judges the answers it generated itself.
+always of one item. A generation stage's data sets derive from the items kept: a shard
+generates the answers of its own items and judges them itself.
 
 Disjoint, and together the whole job: every (data set, group) falls in exactly one shard, so
 every task does (the tasks of N shards are the job's, each once).
@@ -32,13 +33,9 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import overload
 
-from runner.data.datasets import Item
 from runner.errors import ConfigError
-from runner.expand import Expansion
 from runner.job.spec import Job
 
 __all__ = ["Shard", "split_limits"]
@@ -76,63 +73,8 @@ class Shard:
         digest = hashlib.blake2b(text, digest_size=8).digest()
         return int.from_bytes(digest, "big") % self.count == self.index
 
-    def share(self, expansion: Expansion) -> Expansion:
-        """This shard's part of a job.
-
-        Args:
-            expansion: the whole job, its items loaded (a list each, or streamed).
-        Returns:
-            The same expansion over this shard's items only (`owns`), in their order; its
-            tasks(), count(), generation_tasks() and groups() are this shard's, and the other
-            items are never rendered. `index` (item lookups) stays whole."""
-        source = {g.name: g.dataset for g in expansion.job.generate}
-        items = {name: _share(its, source.get(name, name), self.owns)
-                 for name, its in expansion.items.items()}
-        return replace(expansion, items=items)
-
     def __str__(self) -> str:
         return f"{self.index}/{self.count}"
-
-
-def _owned(items: Iterable[Item], dataset: str, owns: Callable[[str, str], bool]
-           ) -> Iterator[Item]:
-    """The items of `items` whose group `owns` accepts, in order; a group's items are
-    usually consecutive, so each run of one group is hashed once."""
-    group, kept = None, False
-    for item in items:
-        if item.group != group:
-            group, kept = item.group, owns(dataset, item.group)
-        if kept:
-            yield item
-
-
-def _share(items: Sequence[Item], dataset: str, owns: Callable[[str, str], bool]
-           ) -> Sequence[Item]:
-    if isinstance(items, list):
-        return list(_owned(items, dataset, owns))
-    return _Streamed(items, dataset, owns)
-
-
-class _Streamed(Sequence[Item]):
-    """A streamed data set's share (expand.prepare's `stream`): filtered again on every pass,
-    never held in memory."""
-
-    def __init__(self, items: Sequence[Item], dataset: str,
-                 owns: Callable[[str, str], bool]) -> None:
-        self.items, self.dataset, self.owns = items, dataset, owns
-
-    def __iter__(self) -> Iterator[Item]:
-        return _owned(self.items, self.dataset, self.owns)
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
-    @overload
-    def __getitem__(self, i: int) -> Item: ...
-    @overload
-    def __getitem__(self, i: slice) -> Sequence[Item]: ...
-    def __getitem__(self, i: int | slice) -> Item | Sequence[Item]:
-        return list(self)[i]
 
 
 def _split(value: float | None, count: int) -> float | None:
