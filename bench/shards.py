@@ -4,7 +4,9 @@ A fully cached job of 40,000 items x 1 aspect (8 systems a group: 5,000 groups; 
 items), pre-filled into one cache folder (bench/cached.py's `prefill`), with its model on one
 zero-latency fake server (bench/server.py; the run must make no call: its request count is
 checked). Each round runs, one process at a time, `judge run JOB --shard I/8` for I = 0..7,
-then `judge run JOB` once over the whole job (the reports included), each through
+`judge run JOB --shard 0/1000` (the floor: a shard of ~40 items still starts Python, reads the
+whole data file and opens the cache), then `judge run JOB` once over the whole job (the
+reports included), each through
 common.run_child: its own CPU seconds, peak RSS and wall time. A fully cached run is the
 expansion's share of a shard's cost: every request rendered and hashed, every key looked up.
 
@@ -61,6 +63,11 @@ def _round(tree: Path, job: Path, cache: Path, work: Path) -> dict[str, Any]:
         shards.append(child)
         found = re.search(r"shard \d+/\d+: (\d+) tasks: (\d+) cached", child.stderr)
         totals.append((int(found[1]), int(found[2])) if found else (-1, -1))
+    # The floor: a shard holding almost nothing (1 of 1,000: ~40 items of 40,000) still starts
+    # Python, reads the whole data file and opens the cache.
+    floor = common.run_child(_judge(tree, "run", str(job), "--cache-dir", str(cache), "--out",
+                                    str(work / "shard-out"), "--yes", "--shard", "0/1000"),
+                             cwd=work, timeout_s=600)
     load.append(common.load_avg())
     whole = common.run_child(_judge(tree, "run", str(job), "--cache-dir", str(cache),
                                     "--out", str(work / "whole-out"), "--yes"),
@@ -68,8 +75,9 @@ def _round(tree: Path, job: Path, cache: Path, work: Path) -> dict[str, Any]:
     load.append(common.load_avg())
     return {"shards": [c.figures() for c in shards], "shard_tasks": [t for t, _ in totals],
             "shard_cached": [c for _, c in totals], "one_process": whole.figures(),
+            "shard_of_1000": floor.figures(),
             "shard_summary": _summary(shards), "load_avg": load,
-            "ok": all(c.exit_code == 0 for c in [*shards, whole])}
+            "ok": all(c.exit_code == 0 for c in [*shards, floor, whole])}
 
 
 def _best(rounds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -88,6 +96,9 @@ def _best(rounds: list[dict[str, Any]]) -> dict[str, Any]:
             "shard_rss_mib_max": low(("shard_summary", "max_rss_mib", "max")),
             "shard_wall_s_median": low(("shard_summary", "wall_s", "median")),
             "shards_cpu_s_sum": low(("shard_summary", "cpu_s", "sum")),
+            "shard_of_1000_cpu_s": min(r["shard_of_1000"]["cpu_user_s"] + r["shard_of_1000"]
+                                       ["cpu_sys_s"] for r in rounds),
+            "shard_of_1000_rss_mib": low(("shard_of_1000", "max_rss_mib")),
             "one_process_cpu_s": min(r["one_process"]["cpu_user_s"] + r["one_process"]
                                      ["cpu_sys_s"] for r in rounds),
             "one_process_rss_mib": low(("one_process", "max_rss_mib")),

@@ -6,12 +6,16 @@ several systems' outputs share; an item without one is its own group), hashed wi
 Python's salted hash), so it is the same on every machine whatever the order. It is known
 before anything is rendered: `Shard.owns` is the `keep` of runner.expand.prepare
 (runner.session.select with `shard`), so a shard drops the other shards' items as it reads the
-data files, and holds, renders, hashes and looks up only its own (bench/README.md, "Shards": a
-fully cached 40k-task job on one cache folder, each of 8 shards' CPU, peak RSS and wall time
-against one process running all). Whole groups, because a group prompt needs every member and
-tasks that send one request (aspects of one form, several parsers over one prompt) are nearly
-always of one item. A generation stage's data sets derive from the items kept: a shard
-generates the answers of its own items and judges them itself.
+data files, and holds, renders, hashes and looks up only its own. Measured as whole `judge run
+--shard I/8` processes on a fully cached 40k-task job (bench/README.md, "Shards"): 0.63 s of CPU
+and 90 MB peak RSS a shard, where the split by cache key (every shard rendering the whole job)
+took 0.93 s and 121 MB (1.48x, 1.34x); the rest is what every shard pays whatever N (Python, the
+whole data file parsed, the cache opened: 0.57 s and 49 MB for a shard of 1,000).
+
+Whole groups, because a group prompt needs every member and tasks that send one request
+(aspects of one form, several parsers over one prompt) are nearly always of one item. A
+generation stage's data sets derive from the items kept: a shard generates the answers of its
+own items and judges them itself.
 
 Disjoint, and together the whole job: every (data set, group) falls in exactly one shard, so
 every task does (the tasks of N shards are the job's, each once).
@@ -20,7 +24,7 @@ Cross-shard duplicates: two tasks of groups in different shards that render the 
 request (one model, one message text: e.g. two items with the same text under a template that
 reads only that text, one data set listed twice, a source repeated under two group ids) are one
 cache key asked by two shards. The pool looks every key up in the shared cache just before it
-sends it (runner.execute.pool, a lookup batch ahead), so the shard that comes second reads the
+sends it (runner.execute.pool, a few lookup batches ahead), so the shard that comes second reads the
 first one's answer: such a request is paid twice only when both shards look it up before either
 has stored its answer (run at the same time, at the same point of their share); never when the
 shards run one after another. A shard cannot count them: it would have to render the other
@@ -64,7 +68,7 @@ class Shard:
         """Whether the items of `group` in data set `dataset` are this shard's.
 
         Args:
-            dataset: the data set's name in the job (a generated data set: its source's).
+            dataset: the data set's name in the job.
             group: the item's group (its own id when the data set has no groups).
         Returns:
             True for exactly one shard of `count`, the same on every machine."""
