@@ -30,6 +30,7 @@ from bench import batch, cached, common, fleet, local, memory, page, ratelimit, 
 from bench import peers as peers_bench  # noqa: E402
 from bench import process as process_bench  # noqa: E402
 from bench import reliability as reliability_bench  # noqa: E402
+from bench import shards as shards_bench  # noqa: E402
 
 # The same collector thresholds as `judge` itself (runner.cli.main.main), for every loop measured
 # in this process, the bare ones included.
@@ -55,6 +56,7 @@ BENCHMARKS: dict[str, Bench] = {
     "page": page.report_page_10m,
     "fleet": fleet.fleet_throughput,
     "peers": peers_bench.peer_comparison,
+    "shards": shards_bench.shard_share,
 }
 # What the table shows for each: (label, key in the result, format)
 HEADLINES: dict[str, list[tuple[str, str, str]]] = {
@@ -106,6 +108,12 @@ HEADLINES: dict[str, list[tuple[str, str, str]]] = {
               ("answers/s", "rate", "{:.0f}/s"),
               ("runner / bare aiohttp loop, same servers", "runner_over_bare", "{:.2f}x"),
               ("busiest replica's share / even share", "max_share_over_even", "{:.2f}")],
+    "shards": [("judge run --shard I/8, 40k cached tasks: CPU (median shard)", "shard_cpu_s",
+                "{:.2f} s"),
+               ("same: peak RSS (median shard)", "shard_rss_mib", "{:.0f} MB"),
+               ("judge run, the whole job in 1 process: CPU", "one_process_cpu_s", "{:.2f} s"),
+               ("shard CPU, split by cache key / by group", "before_over_after_shard_cpu",
+                "{:.2f}x")],
     "peers": [("judge-runner / cookbook pattern, 0 ms, 64", "cookbook_0ms", "{:.2f}x"),
               ("judge-runner / inspect_ai, 0 ms, 64", "inspect_ai_0ms", "{:.2f}x"),
               ("judge-runner / cookbook pattern, 200 ms, 256", "cookbook_200ms", "{:.2f}x"),

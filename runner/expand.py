@@ -352,17 +352,25 @@ def sample_ids(items: Iterable[Item], n: int, seed: int) -> frozenset[str]:
 
 
 def prepare(job: Job, data_dir: Path, *, limit: int | None = None,
-            stream: bool = False, sample: tuple[int, int] | None = None) -> Expansion:
+            stream: bool = False, sample: tuple[int, int] | None = None,
+            keep: Callable[[str, str], bool] | None = None) -> Expansion:
     """Load every data set of the job and check each template against its fields.
 
     `limit`: the first N items of each data set, in file order; `sample`: (N, seed), N items
     of each drawn at random, whole groups at a time (`sample_ids`).
 
+    `keep`: (data set, group) -> whether that group's items are loaded (`judge run --shard`:
+    runner.execute.shard.Shard.owns), after `limit` and `sample`; the other items are dropped
+    as they are read, never held, indexed or rendered. Generated data sets derive from the
+    items kept.
+
     With `stream`, a job with no group prompts and no generation stage keeps no item in
     memory: every pass over the tasks reads the files again, and `item()` lookups are not
-    available (for `plan` and `status`, which make one pass).
+    available (for `plan` and `status`, which make one pass). Not with `keep`: the kept items
+    are held.
     """
-    stream = stream and not job.generate and all(p.per == "item" for p in job.prompts)
+    stream = stream and keep is None and not job.generate and all(
+        p.per == "item" for p in job.prompts)
     items: dict[str, Sequence[Item]] = {}
     lower: dict[str, frozenset[str]] = {}
     for position, spec in enumerate(job.datasets):
@@ -386,14 +394,38 @@ def prepare(job: Job, data_dir: Path, *, limit: int | None = None,
             read = functools.partial(datasets.load, spec.name, data_dir, options=spec.options)
         kept = None if sample is None else sample_ids(read(), *sample)
         source = _Reread(read, limit, kept)
-        items[spec.name] = source if stream else list(iter(source))  # no len(): a re-read
-        empty = next(iter(source), None) is None if stream else not items[spec.name]
+        items[spec.name] = _loaded(source, spec.name, stream, keep)
+        if stream or keep is not None:  # a shard may hold none of its items: is the file empty?
+            empty = next(iter(source), None) is None
+        else:
+            empty = not items[spec.name]
         if empty:
             raise _no_items(job, position, spec.path, spec.options)
     _check_templates(job, items)
     index = {} if stream else {(it.dataset, it.item_id): it for its in items.values()
                                for it in its}
     return Expansion(job=job, items=items, index=index, lower_is_better=lower)
+
+
+def _loaded(source: Sequence[Item], dataset: str, stream: bool,
+            keep: Callable[[str, str], bool] | None) -> Sequence[Item]:
+    """A data set's items as prepare holds them: `source` itself (streamed), or a list of its
+    items (those `keep` accepts)."""
+    if stream:
+        return source
+    return list(iter(source)) if keep is None else list(_kept(source, dataset, keep))  # no len()
+
+
+def _kept(items: Iterable[Item], dataset: str, keep: Callable[[str, str], bool]
+          ) -> Iterator[Item]:
+    """The items whose (data set, group) `keep` accepts, in order; `keep` is asked once for a
+    run of items of one group (a group's items are usually consecutive)."""
+    group, kept = None, False
+    for item in items:
+        if item.group != group:
+            group, kept = item.group, keep(dataset, item.group)
+        if kept:
+            yield item
 
 
 def _answer_item(spec: GenerateSpec, src: Item, model: str, text: str) -> Item:

@@ -64,7 +64,7 @@ class Selection:
     cache_url: str | None = None
     """A shared cache (postgresql://...) used instead of cache_dir; see open_selected."""
     shard: Shard | None = None
-    """`judge run --shard I/N`: only this shard's tasks are run."""
+    """`judge run --shard I/N`: `expansion` holds only this shard's items (see `select`)."""
     task_selection: TaskSelection | None = None
     """The selection this was resolved from, its defaults filled in (the manifest's
     `selection`)."""
@@ -291,7 +291,8 @@ def select(chosen: TaskSelection, *, data_dir: Path, env_base_url: str | None = 
         job = replace(job, prompts=tuple(replace(p, models=()) for p in job.prompts))
     if chosen.shard is not None:
         job = split_limits(job, chosen.shard.count)
-    expansion = prepare(job, data_dir, limit=chosen.limit, stream=stream, sample=chosen.drawn())
+    expansion = prepare(job, data_dir, limit=chosen.limit, stream=stream, sample=chosen.drawn(),
+                        keep=None if chosen.shard is None else chosen.shard.owns)
     out_dir = chosen.out if chosen.out is not None else job.output_dir
     cache_dir = chosen.cache_dir or DEFAULT_CACHE_DIR
     with_defaults = replace(chosen, cache_dir=cache_dir, out=out_dir,
@@ -432,14 +433,14 @@ async def run_pool(sel: Selection, served: Job, cache: CacheBackend, *, stop: An
                "stop": stop, "offline": offline, "budget": budget, "stats": stats,
                "on_progress": on_progress}
         if sel.job.generate:
-            stats.total += sum(1 for _ in _in_shard(sel, sel.expansion.generation_tasks()))
-            generation = _in_shard(sel, sel.expansion.generation_tasks())
+            stats.total += sum(1 for _ in sel.expansion.generation_tasks())
+            generation = sel.expansion.generation_tasks()
             await execute(_not_in_batches(generation, in_batches, stats), **run)
             if stop.is_set():
                 return stats, sel
             sel = derive(sel)  # judge what the generators answered
         if cached_first is None:
-            count = sel.expansion.count() if sel.shard is None else 0
+            count = sel.expansion.count()
             stats.total += count
             tasks = sel.expansion.tasks()
             if sel.shard is None:  # the job's keys, kept for its rescore
@@ -447,24 +448,10 @@ async def run_pool(sel: Selection, served: Job, cache: CacheBackend, *, stop: An
         else:  # counted, and the tasks before cached_first.rest judged, by that pass
             assert cached_first.rest is not None, "a fully cached CachedFirst pass needs no pool"
             tasks = cached_first.rest
-        logged = _logged(_in_shard(sel, tasks, stats), dispatched)
+        logged = _logged(tasks, dispatched)
         await execute(_not_in_batches(logged, in_batches, stats), **run,
                       hashes=None if cached_first is None else cached_first.hashes)
     return stats, sel
-
-
-def _in_shard(sel: Selection, tasks: Iterator[Task], stats: RunStats | None = None
-              ) -> Iterator[Task]:
-    """The tasks of this run's shard (all without --shard); with `stats`, each shard task adds
-    one to stats.total as it passes (counting them first would expand the job twice)."""
-    if sel.shard is None:
-        return tasks
-
-    def seen() -> None:
-        if stats is not None:
-            stats.total += 1
-
-    return sel.shard.tasks(tasks, seen)
 
 
 class TaskLog:

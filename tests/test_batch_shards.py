@@ -18,6 +18,8 @@ import psycopg
 import pytest
 
 from runner.execute.shard import Shard
+from runner.selection import TaskSelection
+from runner.session import select
 from tests.fakebatch import BatchServer
 from tests.test_cli import (
     OPENMEVA,
@@ -74,17 +76,28 @@ def _shards_at_once(fake: BatchServer, cache: tuple[object, ...], dirs: list[Pat
                 p.communicate(timeout=SUBPROCESS_TIMEOUT_S)
 
 
+def _shard_keys(fake: BatchServer, tmp_path: Path, data_dir: Path) -> list[set[str]]:
+    """Each shard's keys: those of the tasks of its share of the job (runner.execute.shard)."""
+    return [{t.key for t in select(TaskSelection(
+        job=OPENMEVA, models=("fake",), base_url=fake.url, limit=LIMIT,
+        cache_dir=tmp_path / "unused", shard=Shard(i, SHARDS)), data_dir=data_dir
+    ).expansion.tasks()}
+            for i in range(SHARDS)]
+
+
 def _assert_disjoint_halves(fake: BatchServer, cache: tuple[object, ...], tmp_path: Path,
-                            env: dict[str, str]) -> None:
+                            env: dict[str, str], data_dir: Path) -> None:
     """Each uploaded file holds one shard's keys only; no key was sent twice; together they are
     every key of the job (read back by a rescore over the shared cache)."""
     files = _uploaded(fake)
     sent = [key for keys in files for key in keys]
     assert len(sent) == len(set(sent)), f"{len(sent)} lines for {len(set(sent))} keys"
+    shards = _shard_keys(fake, tmp_path, data_dir)
+    assert not shards[0] & shards[1] and all(shards)
     for keys in files:
-        owners = {i for i in range(SHARDS) for k in keys if Shard(i, SHARDS).owns(k)}
+        owners = {i for i in range(SHARDS) for k in keys if k in shards[i]}
         assert len(owners) == 1, owners
-    assert {i for i in range(SHARDS) for k in sent if Shard(i, SHARDS).owns(k)} == {0, 1}
+    assert set(sent) == shards[0] | shards[1]
     assert set(fake.batch.creations.values()) == {1}
     merged = run_judge("rescore", *_job(fake), *cache, "--out", tmp_path / "merged", env=env,
                        cwd=tmp_path)
@@ -103,7 +116,7 @@ def test_two_shards_on_one_folder_cache_submit_disjoint_halves_of_the_job(
     results = _shards_at_once(fake, cache, [tmp_path / "a", tmp_path / "b"], env)
 
     assert [code for code, _ in results] == [0] * SHARDS, results
-    _assert_disjoint_halves(fake, cache, tmp_path, env)
+    _assert_disjoint_halves(fake, cache, tmp_path, env, data_dir)
 
 
 @pytest.mark.slow
@@ -114,7 +127,7 @@ def test_two_shards_on_postgresql_submit_disjoint_halves_and_share_one_ledger(
     results = _shards_at_once(fake, cache, [tmp_path / "a", tmp_path / "b"], env)
 
     assert [code for code, _ in results] == [0] * SHARDS, results
-    _assert_disjoint_halves(fake, cache, tmp_path, env)
+    _assert_disjoint_halves(fake, cache, tmp_path, env, data_dir)
     with psycopg.connect(pg_url) as conn:
         rows = conn.execute("SELECT * FROM judge_batches").fetchall()
         keys = conn.execute("SELECT count(*) FROM judge_batch_keys").fetchone()

@@ -96,9 +96,13 @@ def _selection_options(ignored: bool = False) -> list[Decorator]:
 def _shard_option() -> Decorator:
     return click.option(
         "--shard", metavar="I/N",
-        help="Run only shard I of N (0-based, split by cache key) against a shared --cache; "
-             "rpm/tpm of the job are divided by N (--rpm/--tpm are this shard's own). Then "
-             "build the reports once with `judge rescore`. E.g. --shard 0/4.")
+        help="Run only shard I of N (0-based) against a shared --cache: the items whose data "
+             "set and group hash to I, whole groups, the others never rendered; rpm/tpm of "
+             "the job are divided by N (--rpm/--tpm are this shard's own). Then build the "
+             "reports once with `judge rescore`. A request that items of two shards both "
+             "render is paid twice only if both shards look it up before either has stored "
+             "its answer; a shard cannot count these (`judge plan` counts all repeats). E.g. "
+             "--shard 0/4.")
 
 
 CACHE_OPTIONS = tuple(f.name for f in dataclasses.fields(CacheLocation))

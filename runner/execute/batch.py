@@ -14,10 +14,16 @@ live ones, ingests the ended ones) and only then submits the keys that are neith
 held by a batch not yet ingested. A per-request error is a failure with its reason, never an
 answer; an expired or cancelled batch keeps its finished part.
 
-Shards (`judge run --shard I/N --batch`): a run submits only its shard's keys (the split of
-runner.execute.shard, as the online pool's), and settles only the batches whose smallest key
-is its shard's. A shard's batches hold only its keys, so N shards settling at once never
-create, collect or count one batch twice, whatever ledger they share.
+Shards (`judge run --shard I/N --batch`): a run is handed only its shard's tasks (the split of
+runner.execute.shard, as the online pool's), submits only their keys, and settles only the
+batches whose smallest key is one of them. A shard's batches hold only its keys, so N shards
+settling at once never create, collect or count one batch twice, whatever ledger they share,
+with one exception: a request that groups of two shards both render (a cross-shard duplicate,
+see runner.execute.shard) may be the smallest key of a batch both settle; both then wait for
+that batch, and collect its answers (the same records) and count them. A key held by an open
+batch is never submitted again, so such a request is paid twice only when two shards submit it
+at the same moment. Batches whose smallest key no task of the shard renders (another job's, or
+an older version of this job's) are left to a run without --shard.
 """
 
 from __future__ import annotations
@@ -127,14 +133,17 @@ class BatchRun:
         self._seen: set[str] = set()  # ledger rows met by this run (file ids)
         self._tried: set[str] = set()  # file ids this run asked the provider to create from
         self._first: dict[str, str] = {}  # file id -> its smallest key (shard ownership)
+        self._keys: set[str] = set()  # with a shard: the keys of its tasks (shard ownership)
 
     async def run(self, tasks: Iterable[Task]) -> BatchStats:
         """Settle the ledger, submit every task of a batch-mode model that is neither cached
         nor held, and (when waiting) poll and collect; one fallback round for failures."""
         mine: dict[str, Task] = {}
         for task in tasks:
-            if task.model in self.providers and (self.shard is None or self.shard.owns(task.key)):
+            if task.model in self.providers:
                 mine.setdefault(task.key, task)
+        if self.shard is not None:
+            self._keys.update(mine)
         async with aiohttp.ClientSession() as session:
             apis = {name: self._api(session, p) for name, p in self.providers.items()}
             await self.settle(apis, wait=False)
@@ -276,12 +285,12 @@ class BatchRun:
 
     def _owned(self, row: BatchRow) -> bool:
         """Whether this run settles `row`: every row without a shard, else those whose
-        smallest key is the shard's (see the module)."""
+        smallest key is one of the shard's tasks' (see the module)."""
         if self.shard is None:
             return True
         if row.file_id not in self._first:
-            self._first[row.file_id] = min(self.ledger.keys(row.file_id), default="0" * 16)
-        return self.shard.owns(self._first[row.file_id])
+            self._first[row.file_id] = min(self.ledger.keys(row.file_id), default="")
+        return self._first[row.file_id] in self._keys
 
     async def _refresh(self, api: OpenAIBatches, row: BatchRow, *, create: bool) -> str:
         """The row's state, asked of the provider and recorded. A row reserved but with no

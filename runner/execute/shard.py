@@ -1,19 +1,45 @@
-"""One of N shards of a job: the tasks whose cache key falls in it, and its share of the limits.
+"""One of N shards of a job: the groups that fall in it, and its share of the limits.
 
 N processes on N machines (a SLURM array, a Kubernetes indexed Job) each run `--shard I/N`
-against one shared cache. The split is by cache key (a sha256, so uniform), which makes it
-deterministic on every machine whatever the task order, and keeps tasks that send the same
-request (aspects of one form) in the same shard, so no request is paid for twice.
+against one shared cache. The split is by group: an item's data set and group (the source that
+several systems' outputs share; an item without one is its own group), hashed with blake2b (not
+Python's salted hash), so it is the same on every machine whatever the order. It is known
+before anything is rendered: `Shard.owns` is the `keep` of runner.expand.prepare
+(runner.session.select with `shard`), so a shard drops the other shards' items as it reads the
+data files, and holds, renders, hashes and looks up only its own. Measured as whole `judge run
+--shard I/8` processes on a fully cached 40k-task job (bench/README.md, "Shards"): 0.63 s of CPU
+and 90 MB peak RSS a shard, where the split by cache key (every shard rendering the whole job)
+took 0.93 s and 121 MB (1.48x, 1.34x); the rest is what every shard pays whatever N (Python, the
+whole data file parsed, the cache opened: 0.57 s and 49 MB for a shard of 1,000).
+
+Whole groups, because a group prompt needs every member and tasks that send one request
+(aspects of one form, several parsers over one prompt) are nearly always of one item. A
+generation stage's data sets derive from the items kept: a shard generates the answers of its
+own items and judges them itself.
+
+Disjoint, and together the whole job: every (data set, group) falls in exactly one shard, so
+every task does (the tasks of N shards are the job's, each once).
+
+Cross-shard duplicates: two tasks of groups in different shards that render the very same
+request (one model, one message text: e.g. two items with the same text under a template that
+reads only that text, one data set listed twice, a source repeated under two group ids) are one
+cache key asked by two shards. The pool looks every key up in the shared cache just before it
+sends it (runner.execute.pool, a few lookup batches ahead), so the shard that comes second reads the
+first one's answer: such a request is paid twice only when both shards look it up before either
+has stored its answer (run at the same time, at the same point of their share); never when the
+shards run one after another. A shard cannot count them: it would have to render the other
+shards' items, the very cost this split removes. `judge plan` over the whole job counts every
+repeated request (its `repeats`), whichever shards they fall in. With `--batch`, a key held by
+another shard's open batch is never submitted again (runner.execute.batch).
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
-from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 
 from runner.errors import ConfigError
-from runner.expand import Task
 from runner.job.spec import Job
 
 __all__ = ["Shard", "split_limits"]
@@ -38,23 +64,24 @@ class Shard:
                               "$SLURM_ARRAY_TASK_COUNT with --array=0-3)")
         return cls(int(match[1]), int(match[2]))
 
-    def owns(self, key: str) -> bool:
-        """Whether the task with this cache key (64 hex digits) is this shard's."""
-        return int(key[:16], 16) % self.count == self.index
+    def owns(self, dataset: str, group: str) -> bool:
+        """Whether the items of `group` in data set `dataset` are this shard's.
 
-    def tasks(self, tasks: Iterable[Task], seen: Callable[[], None] = lambda: None
-              ) -> Iterator[Task]:
-        """This shard's tasks of `tasks`, in order; `seen` is called once for each."""
-        for task in tasks:
-            if self.owns(task.key):
-                seen()
-                yield task
+        Args:
+            dataset: the data set's name in the job.
+            group: the item's group (its own id when the data set has no groups).
+        Returns:
+            True for exactly one shard of `count`, the same on every machine."""
+        text = b"%s\x00%s" % (dataset.encode("utf-8", "surrogatepass"),
+                              group.encode("utf-8", "surrogatepass"))
+        digest = hashlib.blake2b(text, digest_size=8).digest()
+        return int.from_bytes(digest, "big") % self.count == self.index
 
     def __str__(self) -> str:
         return f"{self.index}/{self.count}"
 
 
-def _share(value: float | None, count: int) -> float | None:
+def _split(value: float | None, count: int) -> float | None:
     return None if value is None else value / count
 
 
@@ -63,10 +90,10 @@ def split_limits(job: Job, count: int) -> Job:
     divided by `count`: N shards together then stay within what one process was allowed.
     Limits a replica announces in its headers (learned limits) are learned by each process on
     its own: with --shard, set rpm/tpm in the job to split them."""
-    models = tuple(replace(m, rpm=_share(m.rpm, count), tpm=_share(m.tpm, count),
-                           endpoints=tuple(replace(e, rpm=_share(e.rpm, count),
-                                                   tpm=_share(e.tpm, count))
+    models = tuple(replace(m, rpm=_split(m.rpm, count), tpm=_split(m.tpm, count),
+                           endpoints=tuple(replace(e, rpm=_split(e.rpm, count),
+                                                   tpm=_split(e.tpm, count))
                                            for e in m.endpoints))
                    for m in job.models)
-    return job.with_models(models).with_limits(rpm=_share(job.limits.rpm, count),
-                                               tpm=_share(job.limits.tpm, count))
+    return job.with_models(models).with_limits(rpm=_split(job.limits.rpm, count),
+                                               tpm=_split(job.limits.tpm, count))
