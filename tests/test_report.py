@@ -266,7 +266,8 @@ def test_judge_rows_negate_lower_is_better_metrics_and_pair_annotators() -> None
 
     from runner.data.datasets import Item
     from runner.reduce.correlate import Row
-    from runner.report.write import Tables, _Cell, judge_rows
+    from runner.reduce.cells import CellBuilder
+    from runner.report.write import Tables, judge_rows
 
     def item(i: int, human: dict[str, float], votes: tuple[float, ...] = ()) -> Item:
         return Item(dataset="d", item_id=f"i{i}", group=f"g{i // 2}", system=f"s{i % 2}",
@@ -276,14 +277,17 @@ def test_judge_rows_negate_lower_is_better_metrics_and_pair_annotators() -> None
 
     items = [item(0, {"a": 3.0}, (2.0, 4.0)), item(1, {"a": 1.0}), item(2, {}),
              item(3, {"a": 5.0}, (5.0, 4.0))]
-    tables = Tables()
+    expansion = types.SimpleNamespace(items={"d": items},
+                                      lower_is_better={"d": frozenset({"ter"})},
+                                      job=types.SimpleNamespace(prompts=[]))
+    builder = CellBuilder(expansion)  # type: ignore[arg-type]
     for model, prompt in (("m2", "p"), ("m1", "p")):
         for it in items:
-            cell = tables.cells[it.dataset, it.item_id, prompt, "a", model] = _Cell(it)
-            cell.score = None if it.item_id == "i1" else float(len(model) + int(it.item_id[1:]))
-    expansion = types.SimpleNamespace(items={"d": items},
-                                      lower_is_better={"d": frozenset({"ter"})})
-    got = judge_rows(expansion, tables)  # type: ignore[arg-type]
+            builder.add("d", it, (prompt, "a", model),
+                        None if it.item_id == "i1" else float(len(model) + int(it.item_id[1:])),
+                        None)
+    got = {where: {judge: series.rows() for judge, series in judges.items()} for where, judges
+           in judge_rows(expansion, Tables(builder.finish())).items()}  # type: ignore[arg-type]
 
     def row(it: Item, judge: float | None, human: float) -> Row:
         return Row(it.group, it.system, it.subset, judge, human)
@@ -334,12 +338,13 @@ def test_large_scatter_is_a_2d_histogram(run: dict[str, Path], browser: Any,
     import random
 
     from runner.reduce.correlate import Row
+    from runner.reduce.series import Series
     from runner.report.pagedata import MAX_POINTS, _scatter
 
     rng = random.Random(1)
     rows = [Row(group=str(i // 10), system="s", subset="", judge=float(rng.randint(1, 5)),
                 human=rng.random() * 4 + 1) for i in range(MAX_POINTS * 3)]
-    big = _scatter(rows)
+    big = _scatter(Series.of_rows(rows))
     assert "points" not in big and big["n"] == MAX_POINTS * 3
     assert sum(c for _, _, c in big["hist"]["cells"]) == MAX_POINTS * 3
     assert len(big["hist"]["x"]) == 6  # one bin per star: 0.5 .. 5.5

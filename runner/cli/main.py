@@ -658,7 +658,8 @@ def compare(job: str, models: tuple[str, ...], base_url: str | None, limit: int 
     from runner.report.write import COMPARE_COLUMNS, collect, comparison, judge_rows, write_atomic
     sel = _select(job, models, base_url, limit, cache_dir, out)
     with open_selected(sel, read_only=True) as c:
-        tables = collect(judge(sel.expansion, c), io.BytesIO(), sel.expansion.job.juries)
+        tables = collect(sel.expansion, judge(sel.expansion, c), io.BytesIO(),
+                         sel.expansion.job.juries)
     series = judge_rows(sel.expansion, tables)
     rows = significance(comparison(sel.expansion, series, judges), series, judges,
                         permutations=permutations, seed=sel.job.seed)
@@ -679,7 +680,8 @@ def _plan_power(sel: Selection, judges: tuple[str, str], width: float) -> None:
     from runner.report.reliability import POWER_COLUMNS, csv_bytes, power_lines, power_rows
     from runner.report.write import collect, judge_rows, write_atomic
     with open_selected(sel, read_only=True) as c:
-        tables = collect(judge(sel.expansion, c), io.BytesIO(), sel.expansion.job.juries)
+        tables = collect(sel.expansion, judge(sel.expansion, c), io.BytesIO(),
+                         sel.expansion.job.juries)
     by_data = judge_rows(sel.expansion, tables)
     for name in judges:
         if not any(name in judges_there for judges_there in by_data.values()):

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from runner.expand import Expansion
-from runner.reduce.correlate import Row
+from runner.reduce.series import Series
 from runner.report.browser import ItemRows, prompt_text, with_bodies
 from runner.report.headline import system_note, unparsed_judges
 from runner.report.relpage import reliability_page
@@ -26,7 +26,7 @@ MAX_POINTS = 1500  # a scatter with more pairs is sent as a 2-D histogram
 BINS = 20  # histogram bins for a continuous scale
 
 
-def page_data(expansion: Expansion, series: Mapping[tuple[str, str], Mapping[str, list[Row]]],
+def page_data(expansion: Expansion, series: Mapping[tuple[str, str], Mapping[str, Series]],
               corr: Sequence[Mapping[str, Any]],
               summ: Sequence[Mapping[str, Any]], battles: Sequence[Mapping[str, Any]],
               board: tuple[list[str], list[dict[str, Any]]] | None,
@@ -44,7 +44,8 @@ def page_data(expansion: Expansion, series: Mapping[tuple[str, str], Mapping[str
         llm = {name: data for name, data in judges.items() if "/" in name or name in juries}
         arrays = {name: _arrays(data) for name, data in llm.items()}  # each made once
         first = next(iter(judges), "")  # the human scores: any judge's rows have them
-        human = (arrays[first] if first in arrays else _arrays(judges.get(first, [])))[1]
+        human = (arrays[first] if first in arrays
+                 else _arrays(judges[first]) if first in judges else (np.zeros(0),) * 2)[1]
         d["aspects"].append({
             "aspect": aspect,
             "correlations": [dict(r) for r in corr
@@ -97,14 +98,12 @@ def with_reliability(page: dict[str, Any], expansion: Expansion,
     return page
 
 
-def _arrays(data: Sequence[Row]) -> tuple[Any, Any]:
+def _arrays(data: Series) -> tuple[Any, Any]:
     """Judge and human scores as float arrays (NaN where the judge gave none)."""
-    judge = np.array([np.nan if r.judge is None else r.judge for r in data], dtype=float)
-    human = np.array([r.human for r in data], dtype=float)
-    return judge, human
+    return data.judge, data.human
 
 
-def _scatter(data: Sequence[Row], arrays: tuple[Any, Any] | None = None) -> dict[str, Any]:
+def _scatter(data: Series, arrays: tuple[Any, Any] | None = None) -> dict[str, Any]:
     """Judge (x) against human (y): the points, or a 2-D histogram, with the least-squares
     line of human on judge."""
     x, y = _arrays(data) if arrays is None else arrays
@@ -157,11 +156,12 @@ def _counts(values: Any) -> dict[str, Any]:
     return out
 
 
-def _systems(data: Sequence[Row], arrays: tuple[Any, Any] | None = None) -> dict[str, Any]:
+def _systems(data: Series, arrays: tuple[Any, Any] | None = None) -> dict[str, Any]:
     """Per system: judge and human means (and judge sd); and the pairwise accuracy of the
     judge's system ranking against the humans' (pairs the humans do not tie)."""
     judge, human = _arrays(data) if arrays is None else arrays
-    names = np.array([r.system for r in data], dtype=object)
+    names = np.array(data.labels.systems, dtype=object)[data.system] if len(data) else \
+        np.zeros(0, dtype=object)
     ok = ~np.isnan(judge) & (names != "")
     if not ok.any():
         return {"rows": [], "pairs": 0, "pairwise_accuracy": None}
