@@ -188,12 +188,12 @@ def phases(job: Path, cache: Path, out: Path) -> dict[str, dict[str, float]]:
                                          Positions(expansion), ItemRows())
     buffer = io.BytesIO()
     tables = clock.timed("collect: judgments.jsonl lines, cells, item rows", lambda: write.collect(
-        rows.watch(battles.watch(positions.watch(answers.watch(judgments)))), buffer))
+        expansion, rows.watch(battles.watch(positions.watch(answers.watch(judgments)))), buffer))
     clock.timed("write judgments.jsonl", lambda: write.write_atomic(
         out / "judgments.jsonl", buffer.getvalue()))
     def scores_csv() -> None:
         with write.atomic_file(out / "scores.csv") as f:
-            write._scores_csv(tables, f)
+            write.scores_csv(tables, f)
     clock.timed("scores.csv", scores_csv)
     series = clock.timed("judge_rows (judge vs human rows)",
                          lambda: write.judge_rows(expansion, tables))

@@ -69,7 +69,7 @@ def report_page(work: Path, quick: bool) -> dict[str, Any]:
         pass
     watch_s = time.perf_counter() - started
     positions = Positions(expansion)
-    tables = collect(battles.watch(positions.watch(judgments)), _Sink())
+    tables = collect(expansion, battles.watch(positions.watch(judgments)), _Sink())
     series = judge_rows(expansion, tables)  # shared with correlations.csv: not added work
     corr, summ = correlations(expansion, tables, series), summary(tables)
     reliability = reliability_rows(expansion, tables.cells, positions)  # reliability.csv's

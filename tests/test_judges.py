@@ -28,9 +28,9 @@ from runner.job.load import load_job
 from runner.parse.parsers import Choice, Failure, Scores, get_parser
 from runner.reduce._systems import system_rows
 from runner.reduce.correlate import Row, _system_value, correlate
-from runner.reduce.resample import Resamples
 from runner.reduce.jury import verdict
 from runner.reduce.ranking import rank_rows
+from runner.reduce.resample import Resamples
 from runner.report.headline import headline, system_warnings
 from runner.report.html import read_page_data
 from tests.conftest import DATA_DIR, ROOT, JobWriter

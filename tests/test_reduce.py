@@ -19,7 +19,6 @@ from runner.errors import ConfigError, DataError
 from runner.reduce import _coef, _kendall
 from runner.reduce import correlate as correlate_module
 from runner.reduce import resample as resample_module
-from runner.reduce.series import Labels, Series
 from runner.reduce.correlate import (
     Correlation,
     Row,
@@ -32,6 +31,8 @@ from runner.reduce.correlate import (
     compare,
     correlate,
 )
+from runner.reduce.series import Labels, Series
+
 
 def _counts(strata: tuple[int, ...], n_boot: int, seed: int) -> Any:
     """The draw counts of a fresh Resamples (nothing remembered from elsewhere)."""
@@ -339,8 +340,8 @@ def test_correlations_from_lazy_draws_equal_those_from_the_matrix(
     coefs = {"pearson": np.where(rng.random(40) < 0.2, np.nan, rng.random(40)),
              "kendall": rng.random(40)}
     sizes = np.full(40, 5)
-    drawn = correlate_module._samples(coefs, sizes, resample_module.Resamples(kept_cells=0).counts((25, 15), 300, 2),
-                                      "skip")
+    lazy = resample_module.Resamples(kept_cells=0).counts((25, 15), 300, 2)
+    drawn = correlate_module._samples(coefs, sizes, lazy, "skip")
     matrix = correlate_module._samples(coefs, sizes, resample_module._draw((25, 15), 300, 2),
                                        "skip")
     for m in coefs:

@@ -265,8 +265,8 @@ def test_judge_rows_negate_lower_is_better_metrics_and_pair_annotators() -> None
     import types
 
     from runner.data.datasets import Item
-    from runner.reduce.correlate import Row
     from runner.reduce.cells import CellBuilder
+    from runner.reduce.correlate import Row
     from runner.report.write import Tables, judge_rows
 
     def item(i: int, human: dict[str, float], votes: tuple[float, ...] = ()) -> Item:

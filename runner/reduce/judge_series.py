@@ -132,16 +132,16 @@ def _item_series(expansion: Expansion, cells: Cells, dataset: str, aspect: str,
             got[0].append(votes[1])
             got[1].append(votes[0])
             got[2].append(local)
-    for name, (judge, human, local) in gathered.items():
+    for name, (judge, human, at) in gathered.items():
         series = c.series(np.array(judge, dtype=np.float64), np.array(human, dtype=np.float64),
-                          c.local(local))
+                          c.local(at))
         judges[name] = _joined(judges[name], series) if name in judges else series
 
 
 def _joined(a: Series, b: Series) -> Series:
     """Two series of one data set (the same labels), a's rows then b's."""
-    return Series(*(np.concatenate([x, y]) for x, y in
-                    ((a.judge, b.judge), (a.human, b.human), (a.group, b.group),
-                     (a.system, b.system), (a.subset, b.subset))), a.labels)
+    return Series(np.concatenate([a.judge, b.judge]), np.concatenate([a.human, b.human]),
+                  np.concatenate([a.group, b.group]), np.concatenate([a.system, b.system]),
+                  np.concatenate([a.subset, b.subset]), a.labels)
 
 
