@@ -11,7 +11,7 @@ bootstrap over the groups both runs scored, both coefficients on the same resamp
 from __future__ import annotations
 
 import csv
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,29 +32,47 @@ Scores = dict[tuple[str, str], dict[str, Series]]
 
 def read_scores(run: Path) -> Scores:
     """(dataset, aspect) -> judge (`model/prompt`) -> its rows with a judge and a human score,
-    from a kept run's scores.csv.
+    from a kept run's scores.csv (or its scores.parquet, for a job that sets scores_csv =
+    false: the same rows and values).
 
     Args:
         run: the run's report folder.
     Returns:
         the series, in the file's order.
     Raises:
-        DataError: the folder has no scores.csv.
+        DataError: the folder has neither file.
     """
     path = run / "scores.csv"
-    if not path.is_file():
-        raise DataError(f"{path}: missing; the run's report set is incomplete")
     rows: dict[tuple[str, str], dict[str, list[Row]]] = {}
-    with path.open(newline="", encoding="utf-8") as f:
-        for r in csv.DictReader(f):
-            if not r["judge_score"] or not r["human_score"]:
-                continue
-            judges = rows.setdefault((r["dataset"], r["aspect"]), {})
-            judges.setdefault(judge_name(r["model"], r["prompt"]), []).append(
-                Row(r["group"], r["system"], r["subset"], float(r["judge_score"]),
-                    float(r["human_score"])))
+    for r in _score_rows(path, run / "scores.parquet"):
+        if r["judge_score"] is None or r["human_score"] is None:
+            continue
+        judges = rows.setdefault((r["dataset"], r["aspect"]), {})
+        judges.setdefault(judge_name(r["model"], r["prompt"]), []).append(
+            Row(r["group"], r["system"], r["subset"], r["judge_score"], r["human_score"]))
     return {where: {judge: Series.of_rows(data) for judge, data in judges.items()}
             for where, judges in rows.items()}
+
+
+def _score_rows(path: Path, parquet: Path) -> Iterator[dict[str, Any]]:
+    """scores.csv's rows with the two scores as floats (None for an empty cell)."""
+    if path.is_file():
+        with path.open(newline="", encoding="utf-8") as f:
+            for r in csv.DictReader(f):
+                yield {**r, **{k: float(r[k]) if r[k] else None
+                               for k in ("judge_score", "human_score")}}
+        return
+    if not parquet.is_file():
+        raise DataError(f"{path}: missing; the run's report set is incomplete")
+    # here, not at start-up: pyarrow takes 0.1-0.2 s to import; only a run without scores.csv
+    # needs it
+    import pyarrow.parquet as pq
+
+    columns = ["dataset", "group", "system", "subset", "prompt", "aspect", "model",
+               "judge_score", "human_score"]
+    table = pq.read_table(parquet, columns=columns)
+    for batch in table.to_batches():
+        yield from batch.to_pylist()
 
 
 def diff_runs(a: Scores, b: Scores, *, policy: str, levels: Sequence[str],

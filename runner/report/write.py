@@ -1,7 +1,9 @@
 """Write a run's reports into runs/<job>/, each atomically (temp file + rename).
 
 - judgments.jsonl: one line per task (score, raw answer, error, cached, usage).
-- scores.csv: one row per item x prompt x aspect x model: judge score, human score, metrics.
+- scores.csv: one row per item x prompt x aspect x model: judge score, human score, metrics
+  (unless the job sets scores_csv = false); scores.parquet: the same table as Parquet
+  (runner.report.parquet).
 - correlations.csv: judge (LLM judges `model/prompt`, every metric column, `iaa`) against
   human at sample, dataset and system level, per subset, with bootstrap CIs.
 - summary.csv: per data set x prompt x aspect x model: n, mean, std, failures by type.
@@ -19,6 +21,7 @@ Each set is written whole or not at all (runner.report.folder).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 from collections import defaultdict
@@ -47,12 +50,21 @@ from runner.report.folder import atomic_file, new_run_id, report_set, write_atom
 from runner.report.headline import headline, system_note
 from runner.report.html import render
 from runner.report.pagedata import page_data, with_reliability
+from runner.report.parquet import write_scores_parquet
 from runner.report.reliability import (
     RELIABILITY_COLUMNS,
     reliability_markdown,
     reliability_rows,
 )
-from runner.report.tables import Tables, collect, fmt, leaderboard, scores_csv, summary
+from runner.report.tables import (
+    Tables,
+    collect,
+    fmt,
+    leaderboard,
+    metric_names,
+    scores_csv,
+    summary,
+)
 
 __all__ = ["Tables", "atomic_file", "collect", "comparison", "correlations", "judge_rows",
            "leaderboard", "scores_csv", "summary", "write_atomic", "write_reports"]
@@ -192,15 +204,23 @@ def _table(dataset: str, aspect: str, rows: list[dict[str, Any]]) -> list[str]:
 
 
 def _set_aside(expansion: Expansion, tables: Tables, positions: Positions,
-               scores: io.BufferedWriter) -> list[dict[str, Any]]:
-    """The reports' work for the other core: scores.csv written to `scores` (from its start: a
-    child that died part-way leaves a part, overwritten when the work is done again in place),
-    and reliability.csv's rows, returned."""
-    scores.seek(0)
-    scores.truncate()
-    scores_csv(tables, scores)
-    scores.flush()
+               scores: io.BufferedWriter | None, parquet: io.BufferedWriter | None = None
+               ) -> list[dict[str, Any]]:
+    """The reports' work for the other core: scores.csv written to `scores` and scores.parquet
+    to `parquet` (each None: not written; each from its start: a child that died part-way
+    leaves a part, overwritten when the work is done again in place), and reliability.csv's
+    rows, returned."""
+    for file, write in ((scores, scores_csv), (parquet, _parquet)):
+        if file is not None:
+            file.seek(0)
+            file.truncate()
+            write(tables, file)
+            file.flush()
     return reliability_rows(expansion, tables.cells, positions)
+
+
+def _parquet(tables: Tables, file: io.BufferedWriter) -> None:
+    write_scores_parquet(tables.cells, metric_names(tables.cells), file)
 
 
 def write_reports(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgment],
@@ -223,10 +243,14 @@ def _write_set(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgment
     with atomic_file(out_dir / "judgments.jsonl") as jsonl:
         tables = collect(expansion, rows.watch(battles.watch(positions.watch(judgments))),
                          jsonl, expansion.job.juries)
-    # scores.csv and reliability.csv's rows on the other core (about half the reports' time)
-    # while the others are made here
-    with atomic_file(out_dir / "scores.csv") as scores, Aside(
-            lambda: _set_aside(expansion, tables, positions, scores)) as reliable:
+    # scores.csv, scores.parquet and reliability.csv's rows on the other core (about half the
+    # reports' time) while the others are made here
+    with contextlib.ExitStack() as files:
+        scores = (files.enter_context(atomic_file(out_dir / "scores.csv"))
+                  if expansion.job.scores_csv else None)
+        parquet = files.enter_context(atomic_file(out_dir / "scores.parquet"))
+        reliable = files.enter_context(Aside(
+            lambda: _set_aside(expansion, tables, positions, scores, parquet)))
         series = judge_rows(expansion, tables)
         corr = correlations(expansion, tables, series, Resamples())
         write_atomic(out_dir / "correlations.csv", _csv(CORRELATION_COLUMNS, corr))
