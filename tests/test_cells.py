@@ -251,3 +251,37 @@ def test_the_mean_of_several_samples_is_fmean_bit_for_bit() -> None:
     got = builder.finish().score.tolist()
     assert got == [statistics.fmean(v) for v in values]
     assert got[0] != sum(values[0]) / 3  # what a running sum would give
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_sample_columns_give_the_self_consistency_tables_of_the_dicts(seed: int) -> None:
+    """SampleScores (four columns) against the nested dicts Positions kept before: the same
+    keys in the same order and the same samples x items tables, with items seen without a
+    score (a judgment of n choices none of which scored), scores repeated in one sample (two
+    orders) and non-integer scores."""
+    from runner.reduce.samples import SampleScores
+
+    rng = np.random.default_rng(seed)
+    columns = SampleScores()
+    dicts: dict[tuple[str, str, str], dict[str, dict[int, list[float]]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(list)))
+    for _ in range(400):
+        key = (f"m{rng.integers(0, 3)}/p", f"d{rng.integers(0, 2)}", str(rng.choice(["a", "b"])))
+        item_id = f"i{rng.integers(0, 25):02d}"
+        if rng.random() < 0.1:  # seen, no score
+            columns.touch(key, item_id)
+            dicts[key][item_id]  # noqa: B018  # touched, as Positions.watch did
+            continue
+        sample = int(rng.integers(0, 4 if key[0] != "m2/p" else 1))
+        score = float(rng.integers(1, 6)) if rng.random() < 0.6 else float(rng.random() * 5)
+        columns.add(key, item_id, sample, score)
+        dicts[key][item_id][sample].append(score)
+    want = []
+    for key, items in dicts.items():
+        if max((len(s) for s in items.values()), default=0) < 2:
+            continue
+        ids = sorted(items)
+        want.append((key, [[statistics.fmean(items[i][s]) if items[i].get(s) else None
+                            for i in ids] for s in sorted({s for i in ids for s in items[i]})]))
+    got = list(columns.tables())
+    assert got == want and len(got) >= 2
