@@ -252,7 +252,7 @@ def _write_set(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgment
         reliable = files.enter_context(Aside(
             lambda: _set_aside(expansion, tables, positions, scores, parquet)))
         series = judge_rows(expansion, tables)
-        corr = correlations(expansion, tables, series, Resamples())
+        corr = correlations(expansion, tables, series)  # one Resamples for the set
         write_atomic(out_dir / "correlations.csv", _csv(CORRELATION_COLUMNS, corr))
         summ = summary(tables)
         write_atomic(out_dir / "summary.csv", _csv(SUMMARY_COLUMNS, summ))
