@@ -28,14 +28,47 @@ ROW_GROUP = 1 << 20
 LABELS = ("dataset", "item_id", "group", "system", "subset", "prompt", "aspect", "model")
 
 
-def _codes(names: Sequence[str]) -> tuple[npt.NDArray[np.int32], pa.Array]:
-    """Each name's code into the distinct names (a dictionary's values must be unique)."""
+def _codes(names: list[str]) -> tuple[npt.NDArray[np.int32], pa.Array]:
+    """Each name's code into the distinct names (a dictionary's values must be unique).
+    Hashed with a dict, not pyarrow's dictionary_encode: its first call loads pyarrow's
+    compute kernels, 0.3 s."""
+    index = {n: i for i, n in enumerate(dict.fromkeys(names))}
+    codes = np.fromiter(map(index.__getitem__, names), dtype=np.int32, count=len(names))
+    return codes, _strings(list(index))
+
+
+# Arrays are made from their buffers: pyarrow.array() imports pandas on its first call to
+# check for pandas objects (0.35 s), in a process that has no other use for it.
+
+def _strings(names: list[str]) -> pa.Array:
     import pyarrow as pa
 
-    distinct: dict[str, int] = {}
-    codes = np.array([distinct.setdefault(n, len(distinct)) for n in names] or [0],
-                     dtype=np.int32)
-    return codes, pa.array(list(distinct), type=pa.string())
+    data = [n.encode() for n in names]
+    offsets = np.zeros(len(data) + 1, dtype=np.int64)
+    np.cumsum([len(b) for b in data], out=offsets[1:])
+    if offsets[-1] >= 2 ** 31:
+        raise ValueError("scores.parquet: more than 2 GiB of names in one column")
+    return pa.Array.from_buffers(pa.string(), len(data), [
+        None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(data))])
+
+
+def _labels(codes: npt.NDArray[np.int32], names: pa.Array) -> pa.Array:
+    import pyarrow as pa
+
+    indices = pa.Array.from_buffers(pa.int32(), len(codes), [
+        None, pa.py_buffer(np.ascontiguousarray(codes, dtype=np.int32))])
+    return pa.DictionaryArray.from_arrays(indices, names)
+
+
+def _floats(values: npt.NDArray[np.float64]) -> pa.Array:
+    """float64, null where NaN."""
+    import pyarrow as pa
+
+    missing = np.isnan(values)
+    valid = pa.py_buffer(np.packbits(~missing, bitorder="little"))
+    return pa.Array.from_buffers(pa.float64(), len(values), [
+        valid, pa.py_buffer(np.ascontiguousarray(values, dtype=np.float64))],
+        null_count=int(missing.sum()))
 
 
 def _metric_values(cells: Cells, names: Sequence[str], aspects: Sequence[str]
@@ -69,16 +102,14 @@ def write_scores_parquet(cells: Cells, metric_names: Sequence[str], file: IO[byt
     aspects, aspect_of = cells.aspect_codes()
     items = cells.items
     # per item: its data set, id, group, system, subset codes; per judge: prompt, aspect, model
-    item_codes = [_codes([cells.datasets[d] for d in cells.item_dataset.tolist()]),
+    datasets = _codes(list(cells.datasets))
+    item_codes = [(datasets[0][cells.item_dataset], datasets[1]),
                   *(_codes([getattr(it, f) for it in items])
                     for f in ("item_id", "group", "system", "subset"))]
     judge_codes = [_codes([j[k] for j in cells.judges]) for k in range(3)]
-    human = np.full((len(items), max(len(aspects), 1)), np.nan)
-    where = {a: k for k, a in enumerate(aspects)}
-    for i, it in enumerate(items):
-        for aspect, value in it.human.items():
-            if (k := where.get(aspect)) is not None:
-                human[i, k] = value
+    nan = float("nan")
+    human = np.array([[it.human.get(a, nan) for a in aspects] for it in items],
+                     dtype=np.float64).reshape(len(items), len(aspects))
     metrics = _metric_values(cells, metric_names, aspects) if metric_names else None
     fields = [pa.field(n, pa.dictionary(pa.int32(), pa.string())) for n in LABELS]
     fields += [pa.field(n, pa.float64()) for n in ("judge_score", "human_score",
@@ -88,13 +119,11 @@ def write_scores_parquet(cells: Cells, metric_names: Sequence[str], file: IO[byt
         for start in range(0, max(len(cells), 1), ROW_GROUP):
             part = slice(start, start + ROW_GROUP)
             item, judge = cells.item[part], cells.judge[part]
-            columns: list[Any] = [pa.DictionaryArray.from_arrays(pa.array(c[item]), d)
-                                  for c, d in item_codes]
-            columns += [pa.DictionaryArray.from_arrays(pa.array(c[judge]), d)
-                        for c, d in judge_codes]
-            at = aspect_of[judge] if len(aspects) else np.zeros(len(judge), np.int32)
+            columns: list[Any] = [_labels(c[item], d) for c, d in item_codes]
+            columns += [_labels(c[judge], d) for c, d in judge_codes]
+            at = aspect_of[judge]
             floats = [cells.score[part], human[item, at]]
             if metrics is not None:
                 floats += list((metrics[item.astype(np.int64) * len(aspects) + at]).T)
-            columns += [pa.array(f, type=pa.float64(), mask=np.isnan(f)) for f in floats]
+            columns += [_floats(np.asarray(f, dtype=np.float64)) for f in floats]
             writer.write_table(pa.Table.from_arrays(columns, schema=schema))
