@@ -2,9 +2,9 @@
 what correlations.csv, compare.csv, power.csv and report.html's plots are made from.
 
 The LLM judges' (and juries') series come from the cells with numpy (a stable sort of the
-cells by data set, aspect and judge); the metric columns and `iaa` from the items. A series
-holds ~28 bytes a row where a list of `Row` tuples held ~82 kept and ~146 at its peak
-(bench/README.md, "Memory").
+cells by data set, aspect and judge); the metric columns and `iaa` from the items. Measured
+with bench/memory.py's holders on a cached 100k-task run: the series keep 28 bytes a task
+where the `Row` lists kept 95 (bench/README.md, "Memory": "Columnar cells").
 """
 
 from __future__ import annotations
