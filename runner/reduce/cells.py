@@ -23,6 +23,7 @@ import math
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -32,7 +33,7 @@ from runner.expand import Expansion
 from runner.job.spec import JurySpec
 from runner.reduce.jury import judge_name, member, verdict
 
-__all__ = ["FAILURES", "CellBuilder", "Cells"]
+__all__ = ["FAILURES", "CellBuilder", "Cells", "grouped"]
 
 FAILURES = ("parse", "refusal", "api")
 """The failure types counted per cell (summary.csv's parse_failures, refusals, api_failures)."""
@@ -102,6 +103,37 @@ class Cells:
         return [(self.datasets[int(self.item_dataset[i])], self.items[i].item_id, *j[:2], j[2])
                 for i, j in zip(self.item.tolist(), (self.judges[c] for c in self.judge.tolist()),
                                 strict=True)]
+
+
+def grouped(keys: npt.NDArray[np.integer[Any]], size: int
+            ) -> tuple[list[int], list[npt.NDArray[np.intp]]]:
+    """The distinct values of `keys` (each in range(size), a small range: judges, data sets,
+    aspects) in order of first appearance, and each one's positions in order.
+
+    A counting pass (the first position of each value) and a stable argsort of the values'
+    ranks, a radix sort for up to 32,767 of them: at ten million cells ~1.6 s and ~10 bytes a
+    cell at its peak, where numpy.unique with return_inverse took ~8 s and ~40 bytes.
+
+    Args:
+        keys: one small non-negative integer per row.
+        size: an upper bound of the keys, exclusive.
+    Returns:
+        (distinct keys, positions of each), both in order of first appearance.
+    """
+    n = int(keys.size)
+    if not n:
+        return [], []
+    first = np.full(size, n, dtype=np.int64)
+    np.minimum.at(first, keys, np.arange(n))
+    present = np.flatnonzero(first < n)
+    distinct = present[np.argsort(first[present], kind="stable")]
+    rank = np.zeros(size, dtype=np.int16 if len(distinct) < 2 ** 15 else np.int32)
+    rank[distinct] = np.arange(len(distinct))
+    ranks = rank[keys]
+    order = np.argsort(ranks, kind="stable")
+    bounds = np.r_[0, np.cumsum(np.bincount(ranks, minlength=len(distinct)))].tolist()
+    return distinct.tolist(), [order[a:b] for a, b in zip(bounds[:-1], bounds[1:],
+                                                          strict=True)]
 
 
 class _Grid:

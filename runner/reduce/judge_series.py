@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from runner.data.datasets import Item
 from runner.expand import Expansion
-from runner.reduce.cells import Cells
+from runner.reduce.cells import Cells, grouped
 from runner.reduce.series import Labels, Series
 
 __all__ = ["judge_series"]
@@ -84,26 +84,20 @@ def judge_series(expansion: Expansion, cells: Cells
     human, has = _humans(cells, aspects)
     cell_aspect = aspect_of[cells.judge]
     kept = np.flatnonzero(has[cells.item, cell_aspect])
-    pair = (cells.dataset()[kept].astype(np.int64) * len(aspects) + cell_aspect[kept])
-    key = pair * max(len(names), 1) + name_of[cells.judge[kept]]
+    width = max(len(names), 1)
+    key = ((cells.dataset()[kept] * len(aspects) + cell_aspect[kept]) * width
+           + name_of[cells.judge[kept]])  # int32: a few thousand values at most
     out: dict[tuple[str, str], dict[str, Series]] = {}
     codes: dict[int, _Codes] = {}
-    uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    by_first = np.argsort(first, kind="stable")
-    rank = np.empty(len(uniq), dtype=np.intp)
-    rank[by_first] = np.arange(len(uniq))
-    order = kept[np.argsort(rank[inverse.ravel()], kind="stable")]
-    bounds = np.r_[0, np.cumsum(np.bincount(inverse.ravel(), minlength=len(uniq))[by_first])]
-    for k, a, b in zip(uniq[by_first].tolist(), bounds[:-1].tolist(), bounds[1:].tolist(),
-                       strict=True):
-        p, name = divmod(k, max(len(names), 1))
-        d, aspect = divmod(p, len(aspects))
+    for k, at in zip(*grouped(key, len(cells.datasets) * len(aspects) * width), strict=True):
+        p, name = divmod(k, width)
+        d, a = divmod(p, len(aspects))
         if (c := codes.get(d)) is None:
             c = codes[d] = _Codes(cells.items, np.flatnonzero(cells.item_dataset == d))
-        rows = order[a:b]
+        rows = kept[at]
         items = cells.item[rows]
-        out.setdefault((cells.datasets[d], aspects[aspect]), {})[names[name]] = c.series(
-            cells.score[rows], human[items, aspect], c.local(items))
+        out.setdefault((cells.datasets[d], aspects[a]), {})[names[name]] = c.series(
+            cells.score[rows], human[items, a], c.local(items))
     for (dataset, aspect), judges in out.items():
         _item_series(expansion, cells, dataset, aspect, judges,
                      codes[cells.datasets.index(dataset)])

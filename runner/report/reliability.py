@@ -20,7 +20,7 @@ import numpy.typing as npt
 from runner.data.datasets import REGISTRY, Item
 from runner.expand import Expansion
 from runner.job.spec import Job
-from runner.reduce.cells import Cells
+from runner.reduce.cells import Cells, grouped
 from runner.reduce.correlate import Row
 from runner.reduce.reliability import (
     LEVELS,
@@ -84,9 +84,8 @@ def _scored_pairs(cells: Cells) -> list[tuple[str, str]]:
     aspects, aspect_of = cells.aspect_codes()
     at = np.flatnonzero(cells.scored)
     pair = cells.dataset()[at].astype(np.int64) * len(aspects) + aspect_of[cells.judge[at]]
-    uniq, first = np.unique(pair, return_index=True)
-    return [(cells.datasets[p // len(aspects)], aspects[p % len(aspects)])
-            for p in uniq[np.argsort(first, kind="stable")].tolist()]
+    distinct, _ = grouped(pair, len(cells.datasets) * len(aspects))
+    return [(cells.datasets[p // len(aspects)], aspects[p % len(aspects)]) for p in distinct]
 
 
 def _by_judge(cells: Cells, dataset: str, aspect: str) -> dict[str, _Scored]:
@@ -101,11 +100,8 @@ def _by_judge(cells: Cells, dataset: str, aspect: str) -> dict[str, _Scored]:
     at = np.flatnonzero(cells.scored & np.isin(cells.judge, codes) & (cells.dataset() == d))
     names, name_of = cells.names()
     out: dict[str, _Scored] = {}
-    judge = name_of[cells.judge[at]]
-    uniq, first = np.unique(judge, return_index=True)
-    for n in uniq[np.argsort(first, kind="stable")].tolist():
-        rows = at[judge == n]
-        out[names[n]] = (cells.item[rows], cells.score[rows])
+    for n, rows in zip(*grouped(name_of[cells.judge[at]], len(names)), strict=True):
+        out[names[n]] = (cells.item[at[rows]], cells.score[at[rows]])
     return out
 
 

@@ -25,7 +25,7 @@ from runner.data.datasets import Item
 from runner.data.seen import Seen, key64
 from runner.expand import Expansion
 from runner.job.spec import JurySpec
-from runner.reduce.cells import FAILURES, CellBuilder, Cells
+from runner.reduce.cells import FAILURES, CellBuilder, Cells, grouped
 from runner.reduce.judgments import Judgment
 from runner.reduce.jury import judge_name
 from runner.report.headline import Headline
@@ -150,25 +150,12 @@ def fmt(value: float | None) -> str:
     return "" if value is None or (isinstance(value, float) and math.isnan(value)) else repr(value)
 
 
-def _grouped(keys: np.ndarray[Any, Any]) -> tuple[list[int], list[np.ndarray[Any, Any]]]:
-    """The distinct keys in order of first appearance, and each one's positions in order."""
-    if not keys.size:
-        return [], []
-    uniq, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-    by_first = np.argsort(first, kind="stable")
-    rank = np.empty(len(uniq), dtype=np.intp)
-    rank[by_first] = np.arange(len(uniq))
-    order = np.argsort(rank[inverse.ravel()], kind="stable")
-    bounds = np.r_[0, np.cumsum(np.bincount(inverse.ravel(), minlength=len(uniq))[by_first])]
-    return uniq[by_first].tolist(), [order[a:b] for a, b in zip(bounds[:-1], bounds[1:],
-                                                               strict=True)]
-
-
 def summary(tables: Tables) -> list[dict[str, Any]]:
     """summary.csv rows: per data set x prompt x aspect x model."""
     cells = tables.cells
     width = max(len(cells.judges), 1)
-    keys, where = _grouped(cells.dataset().astype(np.int64) * width + cells.judge)
+    keys, where = grouped(cells.dataset() * width + cells.judge,
+                          len(cells.datasets) * width)
     rows = []
     for key, at in zip(keys, where, strict=True):
         prompt, aspect, model = cells.judges[key % width]
