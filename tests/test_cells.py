@@ -285,3 +285,27 @@ def test_sample_columns_give_the_self_consistency_tables_of_the_dicts(seed: int)
                             for i in ids] for s in sorted({s for i in ids for s in items[i]})]))
     got = list(columns.tables())
     assert got == want and len(got) >= 2
+
+
+def test_order_columns_give_each_group_s_orders_as_the_dicts_did() -> None:
+    """OrderScores (four columns) against the dict per group of dicts per order of lists that
+    Positions kept before: the same groups in the same order, each with its orders, members
+    (seen even without a score) and scores."""
+    from runner.reduce.orders import OrderScores
+
+    rng = np.random.default_rng(7)
+    columns = OrderScores()
+    dicts: dict[tuple[str, str, str, str], dict[tuple[str, ...], dict[str, list[float]]]] = (
+        defaultdict(dict))
+    for _ in range(500):
+        key = (f"m{rng.integers(0, 2)}/p", "d", str(rng.choice(["a", "b"])),
+               f"g{rng.integers(0, 12)}")
+        members = [f"{key[3]}-{k}" for k in range(3)]
+        order = tuple(str(m) for m in rng.permutation(members)[:2])
+        member = str(rng.choice(order))
+        score = None if rng.random() < 0.2 else float(rng.integers(1, 11))
+        columns.add(key, order, member, score)
+        got = dicts[key].setdefault(order, {}).setdefault(member, [])
+        if score is not None:
+            got.append(score)
+    assert list(columns.groups()) == list(dicts.items())

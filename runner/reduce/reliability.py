@@ -36,6 +36,7 @@ import numpy.typing as npt
 from runner.expand import Expansion
 from runner.reduce import _coef
 from runner.reduce.judgments import Judgment
+from runner.reduce.orders import Orders, OrderScores
 from runner.reduce.samples import SampleScores
 
 __all__ = ["PowerPlan", "Positions", "alpha", "correlation", "partial", "permutation_p",
@@ -367,7 +368,7 @@ def _pearson_pairs(x: FloatArray, y: FloatArray) -> FloatArray:
 
 
 # (judge, dataset, aspect, group) -> order (member ids as sent) -> member -> scores
-_Orders = dict[tuple[str, ...], dict[str, list[float]]]
+_Orders = Orders
 
 
 class Positions:
@@ -379,7 +380,8 @@ class Positions:
         self.sampled = frozenset(p.name for p in job.prompts if p.samples > 1)
         """Prompts with several samples a task: only their scores are kept for
         self-consistency, so a large single-sample job pays one set lookup a judgment."""
-        self.groups: dict[tuple[str, str, str, str], _Orders] = defaultdict(dict)
+        self.groups = OrderScores()
+        """(judge, dataset, aspect, group), order shown, member -> scores (group prompts)."""
         self.samples = SampleScores()
         """(judge, dataset, aspect), item id, sample -> scores (one per order). A sample is a
         task's sample index, or with n > 1 choices an answer (sample index x n + choice)."""
@@ -403,10 +405,8 @@ class Positions:
                 self.samples.add((judge, t.dataset, t.aspect), j.item.item_id, t.sample,
                                  j.score)
             if t.members:
-                orders = self.groups[judge, t.dataset, t.aspect, t.item_id]
-                scores = orders.setdefault(t.members, {}).setdefault(j.item.item_id, [])
-                if j.score is not None:
-                    scores.append(j.score)
+                self.groups.add((judge, t.dataset, t.aspect, t.item_id), t.members,
+                                j.item.item_id, j.score)
             yield j
 
     def self_consistency(self) -> Iterator[tuple[tuple[str, str, str], list[list[float | None]]]]:
@@ -417,7 +417,7 @@ class Positions:
     def position_rows(self) -> list[dict[str, Any]]:
         """reliability.csv rows of figure `position`, per judge, data set and aspect."""
         tally: dict[tuple[str, str, str], dict[str, Any]] = {}
-        for (judge, dataset, aspect, _group), orders in self.groups.items():
+        for (judge, dataset, aspect, _group), orders in self.groups.groups():
             t = tally.setdefault((judge, dataset, aspect), {
                 "first": 0, "second": 0, "ties": 0, "pairs": 0, "flips": 0,
                 "by_position": defaultdict(list)})
