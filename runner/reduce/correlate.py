@@ -17,9 +17,13 @@ level is the mean of the subsets' values. Data without subsets (subset "") repor
 
 Items whose judge score is missing (None/NaN, a parse failure) are dropped first.
 
+Input: a `runner.reduce.series.Series` (numpy columns with label codes), or `Row`s made one by
+Series.of_rows: one code path inside.
+
 Bootstrap: groups are drawn with replacement (within each subset, for "all"). One matrix of
 draw counts per selection, seeded, is shared by every method and level, so paired judges see
-the same resamples. Point values are scipy.stats' statistics, computed by runner.reduce._coef
+the same resamples; it comes from a `runner.reduce.resample.Resamples` the caller owns (one per
+report set: every judge and aspect of a data set reuses it), never from module state. Point values are scipy.stats' statistics, computed by runner.reduce._coef
 with scipy's own operations in numpy (the same bits, without importing scipy; sample-level
 Kendall over groups of up to 64 items: scipy's counts and arithmetic, vectorised); resampled
 dataset-level values are the same statistics written as weighted sums over the drawn groups,
