@@ -147,6 +147,7 @@ def scores_csv(tables: Tables, binary: io.BufferedWriter) -> None:
 
 
 def fmt(value: float | None) -> str:
+    """A CSV cell: "" for None or NaN, else the value's repr (floats keep every bit)."""
     return "" if value is None or (isinstance(value, float) and math.isnan(value)) else repr(value)
 
 
