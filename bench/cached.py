@@ -159,7 +159,6 @@ def phases(job: Path, cache: Path, out: Path) -> dict[str, dict[str, float]]:
     from runner.reduce.battle import Battles
     from runner.reduce.judgments import judge
     from runner.reduce.reliability import Positions
-    from runner.reduce.series import Series
     from runner.report import write
     from runner.report.browser import ItemRows
     from runner.report.html import render
@@ -190,12 +189,12 @@ def phases(job: Path, cache: Path, out: Path) -> dict[str, dict[str, float]]:
                                          Positions(expansion), ItemRows())
     buffer = io.BytesIO()
     tables = clock.timed("collect: judgments.jsonl lines, cells, item rows", lambda: write.collect(
-        rows.watch(battles.watch(positions.watch(answers.watch(judgments)))), buffer))
+        expansion, rows.watch(battles.watch(positions.watch(answers.watch(judgments)))), buffer))
     clock.timed("write judgments.jsonl", lambda: write.write_atomic(
         out / "judgments.jsonl", buffer.getvalue()))
     def scores_csv() -> None:
         with write.atomic_file(out / "scores.csv") as f:
-            write._scores_csv(tables, f)
+            write.scores_csv(tables, f)
     clock.timed("scores.csv", scores_csv)
     series = clock.timed("judge_rows (judge vs human rows)",
                          lambda: write.judge_rows(expansion, tables))
@@ -208,9 +207,8 @@ def phases(job: Path, cache: Path, out: Path) -> dict[str, dict[str, float]]:
         write._markdown(expansion, corr, summ, answers.notes) + reliability_markdown(reliability),
         write._csv(write.CORRELATION_COLUMNS, corr), write._csv(write.SUMMARY_COLUMNS, summ)))
     made = clock.timed("manifest", lambda: manifest(sel, RunStats(), time.time(), "judge run"))
-    columns = {k: {n: Series.of_rows(r) for n, r in v.items()} for k, v in series.items()}
     clock.timed("report.html", lambda: write.write_atomic(out / "report.html", render(page_data(
-        expansion, columns, corr, summ, battles.rows(), None, made, rows, reliability))))
+        expansion, series, corr, summ, battles.rows(), None, made, rows, reliability))))
     return clock.stages
 
 

@@ -45,7 +45,7 @@ SHAPES = {  # name: (items, prompts, aspects)
     "2500k_items_x_4_aspects": (2_500_000, 1, ASPECTS),
 }
 # What write_reports calls, watched one at a time under tracemalloc (absent names are skipped).
-STAGES = ("collect", "_scores_csv", "judge_rows", "correlations", "summary", "reliability_rows",
+STAGES = ("collect", "scores_csv", "judge_rows", "correlations", "summary", "reliability_rows",
           "leaderboard", "page_data", "render")
 
 

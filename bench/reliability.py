@@ -41,13 +41,15 @@ def reliability(work: Path, quick: bool) -> dict[str, Any]:
     expansion = prepare(load_job(job_path), job_path.parent)
     load = [common.load_avg()]
     with Cache(work / "cache") as cache:
-        _, plain_s = _timed(lambda: collect(judge(expansion, cache), io.BytesIO()))
+        _, plain_s = _timed(lambda: collect(expansion, judge(expansion, cache), io.BytesIO()))
         positions = Positions(expansion)
-        tables, watched_s = _timed(lambda: collect(positions.watch(judge(expansion, cache)),
-                                                   io.BytesIO()))
+        tables, watched_s = _timed(lambda: collect(
+            expansion, positions.watch(judge(expansion, cache)), io.BytesIO()))
     rows, rows_s = _timed(lambda: reliability_rows(expansion, tables.cells, positions))
-    scores = np.array([c.score for c in tables.cells.values()], dtype=float)
-    human = np.array([c.item.human[k[3]] for k, c in tables.cells.items()], dtype=float)
+    cells = tables.cells
+    scores = cells.score
+    human = np.array([cells.items[i].human[cells.judges[j][1]] for i, j in
+                      zip(cells.item.tolist(), cells.judge.tolist(), strict=True)], dtype=float)
     other = scores + np.random.default_rng(0).normal(size=scores.size)
     _, perm_s = _timed(lambda: permutation_p("pearson", scores, other, human, 1000))
     _, power_s = _timed(lambda: plan_power(scores, other, human, method="spearman", width=0.05))

@@ -22,7 +22,6 @@ from runner.job.load import load_job
 from runner.reduce.battle import Battles
 from runner.reduce.judgments import judge
 from runner.reduce.reliability import Positions
-from runner.reduce.series import Series
 from runner.report.browser import ItemRows
 from runner.report.html import render
 from runner.report.pagedata import page_data
@@ -70,13 +69,12 @@ def report_page(work: Path, quick: bool) -> dict[str, Any]:
         pass
     watch_s = time.perf_counter() - started
     positions = Positions(expansion)
-    tables = collect(battles.watch(positions.watch(judgments)), _Sink())
+    tables = collect(expansion, battles.watch(positions.watch(judgments)), _Sink())
     series = judge_rows(expansion, tables)  # shared with correlations.csv: not added work
     corr, summ = correlations(expansion, tables, series), summary(tables)
     reliability = reliability_rows(expansion, tables.cells, positions)  # reliability.csv's
     started = time.perf_counter()
-    data = page_data(expansion, {k: {n: Series.of_rows(r) for n, r in v.items()}
-                                 for k, v in series.items()}, corr, summ, battles.rows(), None,
+    data = page_data(expansion, series, corr, summ, battles.rows(), None,
                      {"job": expansion.job.name}, rows, reliability)
     page = render(data)
     path = work / "report.html"

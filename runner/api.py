@@ -474,7 +474,9 @@ def results(run_folder: str | os.PathLike[str] | RunResult | Job, *,
                           "runs/<job>, runs/<job>/latest or runs/<job>/history/<run id>")
     # every cell as text first: the dtypes are COLUMNS', not pandas' guesses
     frames = {name: _typed(pd, _read(folder / f"{name}.csv", lambda p: pd.read_csv(
-        p, dtype=str, keep_default_na=False)), name)
+        p, dtype=str, keep_default_na=False)) if name != "scores" or
+        (folder / "scores.csv").is_file() or not (folder / "scores.parquet").is_file()
+        else _read(folder / "scores.parquet", pd.read_parquet), name)  # scores_csv = false
         for name in ("scores", "correlations", "reliability", "summary")}
     failures = _read(folder / "judgments.jsonl", lambda p: list(_failures(p)))
     return Results(**frames, failures=_typed(

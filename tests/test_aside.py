@@ -155,17 +155,21 @@ def test_scores_written_aside_overwrite_what_a_dead_child_left(
     """A child that died part-way through scores.csv leaves part of it in the file: the work
     done again in place (runner.report.write._set_aside) writes the file from its start."""
     import io
+    import types
 
+    from runner.reduce.cells import CellBuilder
     from runner.report import write
     from tests.test_report import _judgment
 
-    tables = write.Tables()
+    expansion = types.SimpleNamespace(items={}, job=types.SimpleNamespace(prompts=[]))
+    builder = CellBuilder(expansion)  # type: ignore[arg-type]
     for i in range(3):
         j = _judgment(i, float(i), 2.0)
-        key = (j.task.dataset, j.item.item_id, j.task.prompt, j.task.aspect, j.task.model)
-        tables.cells[key] = write._Cell(j.item, score=float(i))
+        builder.add(j.task.dataset, j.item, (j.task.prompt, j.task.aspect, j.task.model),
+                    j.score, None)
+    tables = write.Tables(builder.finish())
     whole = io.BytesIO()
-    write._scores_csv(tables, whole)
+    write.scores_csv(tables, whole)
     monkeypatch.setattr(write, "reliability_rows", lambda *_: [{"rows": "computed"}])
     with open(tmp_path / "scores.csv", "wb") as f:
         f.write(b"dataset,item_id,group,a half-written row from a child that died" * 20)

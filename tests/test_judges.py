@@ -27,9 +27,10 @@ from runner.execute.providers import anthropic_body
 from runner.job.load import load_job
 from runner.parse.parsers import Choice, Failure, Scores, get_parser
 from runner.reduce._systems import system_rows
-from runner.reduce.correlate import Row, _counts, _system_value, correlate
+from runner.reduce.correlate import Row, _system_value, correlate
 from runner.reduce.jury import verdict
 from runner.reduce.ranking import rank_rows
+from runner.reduce.resample import Resamples
 from runner.report.headline import headline, system_warnings
 from runner.report.html import read_page_data
 from tests.conftest import DATA_DIR, ROOT, JobWriter
@@ -388,7 +389,7 @@ def test_system_ci_is_the_statistic_over_resampled_groups() -> None:
     boot = 50
     got = next(c for c in correlate(rows_, levels=("system",), methods=("kendall",),
                                     n_boot=boot, seed=3) if c.method == "kendall")
-    counts = _counts((12,), boot, 3)
+    counts = Resamples().counts((12,), boot, 3)
     values = []
     for b in range(boot):
         drawn = [r for g in range(12) for _ in range(int(counts[b][g])) for r in rows_

@@ -18,11 +18,11 @@ from scipy import stats
 from runner.errors import ConfigError, DataError
 from runner.reduce import _coef, _kendall
 from runner.reduce import correlate as correlate_module
+from runner.reduce import resample as resample_module
 from runner.reduce.correlate import (
     Correlation,
     Row,
     _boot_pooled,
-    _counts,
     _Data,
     _prepare,
     _Selection,
@@ -31,6 +31,17 @@ from runner.reduce.correlate import (
     compare,
     correlate,
 )
+from runner.reduce.series import Labels, Series
+
+
+def _counts(strata: tuple[int, ...], n_boot: int, seed: int) -> Any:
+    """The draw counts of a fresh Resamples (nothing remembered from elsewhere)."""
+    return resample_module.Resamples().counts(strata, n_boot, seed)
+
+
+def _prepared(rows: Any) -> _Data:
+    return _prepare(Series.of_rows(rows))
+
 
 SCIPY: dict[str, Callable[..., Any]] = {
     "pearson": stats.pearsonr, "spearman": stats.spearmanr, "kendall": stats.kendalltau}
@@ -198,7 +209,7 @@ def test_dataset_bootstrap_equals_scipy_on_resampled_rows(discrete: bool) -> Non
     rows = [Row(f"g{g}", f"s{s}", "ab"[g % 2],
                 float(rng.integers(1, 4)) if discrete else float(rng.random()),
                 float(rng.integers(1, 5))) for g in range(24) for s in range(rng.integers(1, 6))]
-    d = _prepare(rows)
+    d = _prepared(rows)
     for sel in _selections(d):
         counts = _counts(sel.strata, 40, 1)
         boots = _boot_pooled(d, sel, ("pearson", "spearman", "kendall"), counts)
@@ -248,7 +259,7 @@ def both_ways(d: _Data, g0: int, g1: int, c: np.ndarray[Any, np.dtype[np.float64
 def test_kendall_pair_sums_equal_the_direct_quadratic_form(x_values: int, y_values: int) -> None:
     rng = np.random.default_rng(x_values * 1000 + y_values)
     for trial in range(4):
-        d = _prepare(varied(rng, int(rng.integers(1, 80)), x_values, y_values))
+        d = _prepared(varied(rng, int(rng.integers(1, 80)), x_values, y_values))
         for sel in _selections(d):
             c = _counts(sel.strata, 60, trial)
             want = ((c @ pair_signs(d, sel.g0, sel.g1)) * c).sum(axis=1)
@@ -261,7 +272,7 @@ def test_kendall_pair_sums_on_singleton_groups_of_a_larger_set() -> None:
     n = 1500  # continuous human against a 1-5 judge, every group a single item
     rows = [Row(f"g{i}", "s", "", float(rng.integers(1, 6)), float(rng.random()))
             for i in range(n)]
-    d = _prepare(rows)
+    d = _prepared(rows)
     c = _counts((n,), 8, 0)
     want = ((c @ pair_signs(d, 0, n)) * c).sum(axis=1)
     for got in both_ways(d, 0, n, c):
@@ -271,7 +282,7 @@ def test_kendall_pair_sums_on_singleton_groups_of_a_larger_set() -> None:
 def test_kendall_way_is_chosen_by_cost() -> None:
     rng = np.random.default_rng(14)
     def way(n: int, group: int, judge: Callable[[], float]) -> str:
-        d = _prepare([Row(f"g{i // group}", "s", "", judge(), float(rng.random()))
+        d = _prepared([Row(f"g{i // group}", "s", "", judge(), float(rng.random()))
                       for i in range(n)])
         p = _summarise(d, _selections(d)[0], 1000)
         assert p.kendall is not None
@@ -285,8 +296,7 @@ def test_kendall_way_is_chosen_by_cost() -> None:
 @pytest.mark.parametrize("draw_cells", [1 << 20, 1, 700])  # all at once, a row, a few rows
 def test_counts_are_the_seeded_group_draws(draw_cells: int,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(correlate_module, "_DRAW_CELLS", draw_cells)
-    monkeypatch.setattr(correlate_module, "_DRAWN", {})  # nothing remembered from elsewhere
+    monkeypatch.setattr(resample_module, "_DRAW_CELLS", draw_cells)
     for strata in [(1,), (7,), (5, 1, 12), (300, 200)]:
         rng = np.random.default_rng(9)  # the definition: each stratum's draws, one after another
         want = np.concatenate([np.stack([np.bincount(row, minlength=k)
@@ -302,10 +312,10 @@ def test_counts_are_the_seeded_group_draws(draw_cells: int,
 def test_lazy_draws_are_the_matrix_a_block_at_a_time(strata: tuple[int, ...], step: int,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """A matrix too big to keep is made a block of resamples at a time: the same bits."""
-    monkeypatch.setattr(correlate_module, "_DRAW_CELLS", 90)  # the start search in chunks too
-    monkeypatch.setattr(correlate_module, "_STARTS", {})
-    want = correlate_module._draw(strata, 50, 4)
-    lazy = correlate_module._Draws(strata, 50, 4)
+    monkeypatch.setattr(resample_module, "_DRAW_CELLS", 90)  # the start search in chunks too
+    want = resample_module._draw(strata, 50, 4)
+    lazy = resample_module.Resamples(kept_cells=0).counts(strata, 50, 4)
+    assert isinstance(lazy, resample_module.Draws)
     blocks = list(lazy.blocks(step))
     assert len(lazy) == 50 and [len(b) for b in blocks][:-1] == [step] * (len(blocks) - 1)
     np.testing.assert_array_equal(np.concatenate(blocks), want)
@@ -315,13 +325,11 @@ def test_lazy_draws_are_the_matrix_a_block_at_a_time(strata: tuple[int, ...], st
 def test_correlations_from_lazy_draws_equal_those_from_the_matrix(
         monkeypatch: pytest.MonkeyPatch) -> None:
     rows = synthetic(5, groups=40, subsets=("p", "q"), discrete=False)
-    monkeypatch.setattr(correlate_module, "_DRAWN", {})
     held = correlate(rows, levels=("sample", "dataset"), n_boot=300, seed=2)
-    monkeypatch.setattr(correlate_module, "_KEPT_CELLS", 0)  # every matrix made lazily
     monkeypatch.setattr(correlate_module, "_CELLS", 700)  # in blocks of a few resamples
-    monkeypatch.setattr(correlate_module, "_DRAWN", {})
-    lazy = correlate(rows, levels=("sample", "dataset"), n_boot=300, seed=2)
-    assert not correlate_module._DRAWN
+    lazily = resample_module.Resamples(kept_cells=0)  # every matrix made lazily
+    lazy = correlate(rows, levels=("sample", "dataset"), n_boot=300, seed=2, resamples=lazily)
+    assert not lazily.drawn and lazily.starts
     assert [(c.level, c.method, c.subset, c.value) for c in lazy] == [
         (c.level, c.method, c.subset, c.value) for c in held]
     for a, b in zip(lazy, held, strict=True):
@@ -332,9 +340,9 @@ def test_correlations_from_lazy_draws_equal_those_from_the_matrix(
     coefs = {"pearson": np.where(rng.random(40) < 0.2, np.nan, rng.random(40)),
              "kendall": rng.random(40)}
     sizes = np.full(40, 5)
-    drawn = correlate_module._samples(coefs, sizes, correlate_module._Draws((25, 15), 300, 2),
-                                      "skip")
-    matrix = correlate_module._samples(coefs, sizes, correlate_module._draw((25, 15), 300, 2),
+    lazy = resample_module.Resamples(kept_cells=0).counts((25, 15), 300, 2)
+    drawn = correlate_module._samples(coefs, sizes, lazy, "skip")
+    matrix = correlate_module._samples(coefs, sizes, resample_module._draw((25, 15), 300, 2),
                                        "skip")
     for m in coefs:
         assert drawn[m].value == matrix[m].value and drawn[m].boot is not None
@@ -536,3 +544,90 @@ def test_counts_drawn_are_table_times_draws(cells: int, monkeypatch: pytest.Monk
     got = counts.drawn(c)
     assert got.flags.c_contiguous
     np.testing.assert_array_equal(got, table.T @ c.T)
+
+
+# --- the reducer's input as columns ----------------------------------------------------------
+
+def _reference_prepare(rows: list[Row]) -> _Data:
+    """correlate._prepare as it was on Row lists (f08defe): the definition the columns keep."""
+    x = np.array([r.judge for r in rows], dtype=np.float64)
+    y = np.array([r.human for r in rows], dtype=np.float64)
+    ok = np.flatnonzero(np.isfinite(x) & np.isfinite(y))
+    keys: dict[tuple[str, str], int] = {}
+    code = np.array([keys.setdefault((r.subset, r.group), len(keys)) for r in rows],
+                    dtype=np.intp)[ok]
+    names = list(keys)
+    first_code, first_at = np.unique(code, return_index=True)
+    appearance = first_code[np.argsort(first_at)]
+    group_rank = np.empty(len(names), dtype=np.intp)
+    group_rank[appearance] = np.arange(len(appearance))
+    subsets = tuple(dict.fromkeys(names[c][0] for c in appearance))
+    subset_of = {s: i for i, s in enumerate(subsets)}
+    group_subset = np.array([subset_of.get(n[0], -1) for n in names], dtype=np.intp)
+    perm = np.lexsort((group_rank[code], group_subset[code]))
+    order, kept = ok[perm], code[perm]
+    firsts = np.flatnonzero(np.r_[True, kept[1:] != kept[:-1]]) if len(kept) else kept
+    system_names = [rows[i].system for i in order]
+    systems = {s: i for i, s in enumerate(sorted(set(system_names)))}
+    bounds = np.searchsorted(group_subset[kept[firsts]], np.arange(len(subsets)))
+    return _Data(x=x[order], y=y[order],
+                 system=np.array([systems[s] for s in system_names], dtype=np.intp),
+                 edges=np.r_[firsts, len(kept)].astype(np.intp),
+                 bounds=np.r_[bounds, len(firsts)].astype(np.intp), subsets=subsets)
+
+
+def _shuffled_labels(s: Series, rng: np.random.Generator) -> Series:
+    """The same rows with label codes numbered in another order (as a data set's shared labels
+    number them), and names no row uses."""
+    columns, names = [], []
+    for labels, column in ((s.labels.groups, s.group), (s.labels.systems, s.system),
+                           (s.labels.subsets, s.subset)):
+        extra = [f"unused{k}" for k in range(3)]
+        every = list(labels) + extra
+        perm = rng.permutation(len(every))
+        new_code = np.empty(len(every), dtype=np.int32)
+        new_code[perm] = np.arange(len(every))
+        shuffled = [""] * len(every)
+        for old, new in enumerate(new_code.tolist()):
+            shuffled[new] = every[old]
+        columns.append(new_code[column])
+        names.append(tuple(shuffled))
+    return Series(s.judge, s.human, *columns, Labels(*names))
+
+
+def _same_data(a: _Data, b: _Data) -> None:
+    for field in ("x", "y", "system", "edges", "bounds"):
+        got, want = getattr(a, field), getattr(b, field)
+        assert got.dtype == want.dtype, field
+        np.testing.assert_array_equal(got, want, err_msg=field)
+    assert a.subsets == b.subsets
+
+
+@pytest.mark.parametrize("trial", range(40))
+def test_prepare_from_a_series_equals_prepare_from_its_rows(trial: int) -> None:
+    """_prepare on a Series gives the _Data the Row-list code gave: subsets and groups in order
+    of first appearance among usable rows, systems by sorted name, whatever the label codes'
+    numbering (NaN and None judges, NaN humans, subsets, repeated groups, empty)."""
+    rng = np.random.default_rng(trial)
+    n = int(rng.integers(0, 60))
+    subsets = [["", "x"], ["b", "a", "c"], [""]][trial % 3]
+    rows = []
+    for _ in range(n):
+        judge: float | None = float(rng.integers(1, 6))
+        if rng.random() < 0.15:
+            judge = None if rng.random() < 0.5 else math.nan
+        human = math.nan if rng.random() < 0.05 else float(rng.random())
+        rows.append(Row(f"g{rng.integers(0, 8)}", f"s{rng.integers(0, 6)}",
+                        str(rng.choice(subsets)), judge, human))
+    series = Series.of_rows(rows)
+    want = _reference_prepare(rows)
+    _same_data(_prepare(series), want)
+    _same_data(_prepare(_shuffled_labels(series, rng)), want)
+
+
+def test_correlate_and_compare_take_a_series_or_rows_alike() -> None:
+    a, b = synthetic(1, subsets=("p", "q")), noisy(synthetic(1, subsets=("p", "q")), 2, 0.7)
+    rng = np.random.default_rng(0)
+    sa = _shuffled_labels(Series.of_rows(a), rng)
+    assert correlate(sa, n_boot=50, seed=1) == correlate(a, n_boot=50, seed=1)
+    assert compare(sa, Series.of_rows(b), n_boot=50) == compare(a, b, n_boot=50)

@@ -94,6 +94,8 @@ NOTES: dict[str, dict[str, tuple[str, str]]] = {
                     "`pairwise_accuracy`.", "all three"),
         "leaderboard": ("Also write `leaderboard.csv` (per judged system, each aspect's mean, "
                         "each automatic metric's mean).", "`false`"),
+        "scores_csv": ("Also write `scores.csv` (the same table as `scores.parquet`, which is "
+                       "always written); `false` for a large study.", "`true`"),
         "limits": ("The `[limits]` table below.", ""),
         "datasets": ("The `[[datasets]]` tables below (at least one).", ""),
         "prompts": ("The `[[prompts]]` tables below.", ""),

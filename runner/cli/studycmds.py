@@ -115,7 +115,8 @@ def _plan_power(sel: Selection, judges: tuple[str, str], width: float) -> None:
     from runner.report.reliability import POWER_COLUMNS, csv_bytes, power_lines, power_rows
     from runner.report.write import collect, judge_rows, write_atomic
     with open_selected(sel, read_only=True) as c:
-        tables = collect(judge(sel.expansion, c), io.BytesIO(), sel.expansion.job.juries)
+        tables = collect(sel.expansion, judge(sel.expansion, c), io.BytesIO(),
+                         sel.expansion.job.juries)
     by_data = judge_rows(sel.expansion, tables)
     for name in judges:
         if not any(name in judges_there for judges_there in by_data.values()):
@@ -171,7 +172,8 @@ def compare(task_selection: TaskSelection, judges: tuple[str, str], permutations
     from runner.report.write import COMPARE_COLUMNS, collect, comparison, judge_rows, write_atomic
     sel = resolve(task_selection)
     with open_selected(sel, read_only=True) as c:
-        tables = collect(judge(sel.expansion, c), io.BytesIO(), sel.expansion.job.juries)
+        tables = collect(sel.expansion, judge(sel.expansion, c), io.BytesIO(),
+                         sel.expansion.job.juries)
     series = judge_rows(sel.expansion, tables)
     rows = significance(comparison(sel.expansion, series, judges), series, judges,
                         permutations=permutations, seed=sel.job.seed)

@@ -113,7 +113,7 @@ def load_job(path: Path) -> Job:
     root = _Reader(path, data)
     root.check_keys({"name", "output_dir", "policy", "bootstrap", "seed", "limits", "datasets",
                      "prompts", "models", "imports", "leaderboard", "levels", "methods",
-                     "generate", "juries"})
+                     "generate", "juries", "scores_csv"})
     name = root.get("name", str, path.stem)
     policy = root.get("policy", str, "skip")
     if policy not in POLICIES:
@@ -140,6 +140,7 @@ def load_job(path: Path) -> Job:
                bootstrap=root.positive("bootstrap", 1000), seed=root.get("seed", int, 0),
                imports=imports, generate=generate, juries=_juries(root, models, prompts),
                leaderboard=root.get("leaderboard", bool, False),
+               scores_csv=root.get("scores_csv", bool, True),
                levels=_choices(root, "levels", LEVELS), methods=_choices(root, "methods", METHODS))
 
 

@@ -304,6 +304,9 @@ class Job:
     generate: tuple[GenerateSpec, ...] = ()
     leaderboard: bool = False
     """Also write leaderboard.csv: per judged system, the mean of each aspect."""
+    scores_csv: bool = True
+    """Write scores.csv beside scores.parquet (which is always written); false for a large
+    study, whose scores.csv would be gigabytes of text."""
     juries: tuple[JurySpec, ...] = ()
     """Virtual judges made of the judges' scores (`[juries.NAME]`), reported like any judge."""
 

@@ -17,23 +17,25 @@ level is the mean of the subsets' values. Data without subsets (subset "") repor
 
 Items whose judge score is missing (None/NaN, a parse failure) are dropped first.
 
-Bootstrap: groups are drawn with replacement (within each subset, for "all"). One matrix of
-draw counts per selection, seeded, is shared by every method and level, so paired judges see
-the same resamples. Point values are scipy.stats' statistics, computed by runner.reduce._coef
-with scipy's own operations in numpy (the same bits, without importing scipy; sample-level
-Kendall over groups of up to 64 items: scipy's counts and arithmetic, vectorised); resampled
-dataset-level values are the same statistics written as weighted sums over the drawn groups,
-which is what makes 1,000 resamples cheap (the tests check them against scipy on explicitly
-resampled rows). Kendall's
-concordance sum is quadratic in the draw counts; runner.reduce._kendall evaluates it exactly,
-by a merge sort over the distinct (judge, human) cells planned once per selection (per resample
-O(cells x log2(distinct values of the side with fewer))) or, when cheaper (few groups, both
-sides near-continuous), by a groups x groups matrix of at most 4,096 groups.
-"""
+Input: a `runner.reduce.series.Series` (numpy columns with label codes), or `Row`s made one by
+Series.of_rows: one code path inside.
+
+Bootstrap: groups are drawn with replacement (within each subset, for "all"). One matrix of draw
+counts per selection, seeded, is shared by every method and level, so paired judges see the same
+resamples; it comes from a `runner.reduce.resample.Resamples` the caller owns (one per report
+set: every judge and aspect of a data set reuses it), never from module state. Point values are
+scipy.stats' statistics, computed by runner.reduce._coef with scipy's own operations in numpy
+(the same bits, without importing scipy; sample-level Kendall over groups of up to 64 items:
+scipy's counts and arithmetic, vectorised); resampled dataset-level values are the same
+statistics written as weighted sums over the drawn groups, which is what makes 1,000 resamples
+cheap (the tests check them against scipy on explicitly resampled rows). Kendall's concordance
+sum is quadratic in the draw counts; runner.reduce._kendall evaluates it exactly, by a merge
+sort over the distinct (judge, human) cells planned once per selection (per resample O(cells x
+log2(distinct values of the side with fewer))) or, when cheaper (few groups, both sides near-
+continuous), by a groups x groups matrix of at most 4,096 groups. """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -44,6 +46,8 @@ import numpy.typing as npt
 from runner.errors import ConfigError, DataError
 from runner.reduce import _coef, _kendall
 from runner.reduce._systems import system_rows
+from runner.reduce.resample import Draws, Resamples, blocks
+from runner.reduce.series import Series
 
 __all__ = ["Comparison", "Correlation", "Row", "compare", "correlate"]
 
@@ -59,12 +63,6 @@ MIN_SYSTEMS = 5
 _CELLS = 1 << 22
 # Groups up to this size get sample-level Kendall from pair counts, not a scipy call each.
 _SHORT = 64
-# Draw counts kept for reuse (see _counts): (strata, n_boot, seed) -> counts, at most this many
-# float64 cells in all (64 MiB).
-_KEPT_CELLS = 1 << 23
-# Draws of one stratum taken at a time by _draw (int64, 8 MiB).
-_DRAW_CELLS = 1 << 20
-_DRAWN: dict[tuple[tuple[int, ...], int, int], FloatArray] = {}
 
 
 class Row(NamedTuple):
@@ -141,44 +139,45 @@ class _Stat:
     n_items: int
 
 
-def _usable(r: Row) -> bool:
-    return r.judge is not None and math.isfinite(r.judge) and math.isfinite(r.human)
-
-
-def _prepare(rows: Sequence[Row]) -> _Data:
+def _prepare(s: Series) -> _Data:
     """Usable rows (finite judge and human) in (subset, group) order: subsets and groups in
-    order of first appearance among them, each group's items in row order."""
-    # Columns first, then numpy: None (a failed judge) becomes NaN in a float array.
-    x = np.array([r.judge for r in rows], dtype=np.float64)
-    y = np.array([r.human for r in rows], dtype=np.float64)
+    order of first appearance among them, each group's items in row order; systems numbered
+    by their names' sorted order."""
+    x, y = s.judge, s.human
     ok = np.flatnonzero(np.isfinite(x) & np.isfinite(y))
-    keys: dict[tuple[str, str], int] = {}
-    code = np.array([keys.setdefault((r.subset, r.group), len(keys)) for r in rows],
-                    dtype=np.intp)[ok]
-    names = list(keys)
-    # groups ranked by first appearance among the usable rows; subsets likewise
-    first_code, first_at = np.unique(code, return_index=True)
-    appearance = first_code[np.argsort(first_at)]
-    group_rank = np.empty(len(names), dtype=np.intp)
-    group_rank[appearance] = np.arange(len(appearance))
-    subsets = tuple(dict.fromkeys(names[c][0] for c in appearance))
+    width = max(len(s.labels.groups), 1)
+    code = s.subset[ok].astype(np.int64) * width + s.group[ok]
+    # (subset, group) pairs ranked by first appearance among the usable rows; subsets likewise
+    uniq, first_at, inverse = np.unique(code, return_index=True, return_inverse=True)
+    inverse = inverse.ravel()
+    appearance = np.argsort(first_at, kind="stable")
+    group_rank = np.empty(len(uniq), dtype=np.intp)
+    group_rank[appearance] = np.arange(len(uniq))
+    subset_codes = dict.fromkeys((uniq[appearance] // width).tolist())
+    subsets = tuple(s.labels.subsets[c] for c in subset_codes)
     if "all" in subsets:
         raise DataError('subset name "all" is reserved for the overall value; rename the subset')
-    subset_of = {s: i for i, s in enumerate(subsets)}
-    group_subset = np.array([subset_of.get(n[0], -1) for n in names], dtype=np.intp)
-    perm = np.lexsort((group_rank[code], group_subset[code]))  # stable: row order inside
-    order, kept = ok[perm], code[perm]
+    subset_of = {c: i for i, c in enumerate(subset_codes)}
+    group_subset = np.array([subset_of[c] for c in (uniq // width).tolist()], dtype=np.intp)
+    perm = np.lexsort((group_rank[inverse], group_subset[inverse]))  # stable: row order inside
+    order, kept = ok[perm], inverse[perm]
     firsts = np.flatnonzero(np.r_[True, kept[1:] != kept[:-1]]) if len(kept) else kept
-    system_names = [rows[i].system for i in order]
-    systems = {s: i for i, s in enumerate(sorted(set(system_names)))}
+    present = np.unique(s.system[order])
+    by_name = sorted(present.tolist(), key=lambda c: s.labels.systems[c])
+    rank = np.zeros(int(present.max()) + 1 if present.size else 0, dtype=np.intp)
+    rank[by_name] = np.arange(len(by_name))
     bounds = np.searchsorted(group_subset[kept[firsts]], np.arange(len(subsets)))
     return _Data(
         x=x[order], y=y[order],
-        system=np.array([systems[s] for s in system_names], dtype=np.intp),
+        system=rank[s.system[order]].astype(np.intp),
         edges=np.r_[firsts, len(kept)].astype(np.intp),
         bounds=np.r_[bounds, len(firsts)].astype(np.intp),
         subsets=subsets,
     )
+
+
+def _series(data: Series | Sequence[Row]) -> Series:
+    return data if isinstance(data, Series) else Series.of_rows(data)
 
 
 def _selections(d: _Data) -> list[_Selection]:
@@ -237,97 +236,6 @@ def _pooled(method: str, x: FloatArray, y: FloatArray) -> float | None:
     if method == "spearman":
         return _coef.spearman(x, y)
     return _coef.kendall(x, y)
-
-
-def _counts(strata: tuple[int, ...], n_boot: int, seed: int) -> FloatArray | _Draws:
-    """(n_boot, sum(strata)) times each group is drawn, each stratum drawn within itself.
-
-    Read-only, and remembered (up to _KEPT_CELLS cells in all): every judge and aspect of a
-    data set, at sample and dataset level, resamples the same groups with the same seed, and
-    drawing them is most of a 1,000-resample bootstrap's time. A matrix past _KEPT_CELLS
-    (past ~8,000 groups at 1,000 resamples) is never held whole: `_Draws` makes it a block
-    of resamples at a time, the same bits."""
-    key = (strata, n_boot, seed)
-    if (kept := _DRAWN.get(key)) is not None:
-        return kept
-    if n_boot * sum(strata) > _KEPT_CELLS:
-        return _Draws(strata, n_boot, seed)
-    counts = _draw(strata, n_boot, seed)
-    counts.flags.writeable = False
-    while _DRAWN and sum(c.size for c in _DRAWN.values()) + counts.size > _KEPT_CELLS:
-        del _DRAWN[next(iter(_DRAWN))]  # the oldest first
-    _DRAWN[key] = counts
-    return counts
-
-
-def _draw(strata: tuple[int, ...], n_boot: int, seed: int) -> FloatArray:
-    """Each stratum's n_boot x k draws, taken _DRAW_CELLS at a time straight into the result.
-
-    The generator's stream runs on across calls, so the counts are the bits of one
-    (n_boot, k) draw per stratum, without holding its int64 draws, their bincount and a
-    concatenated copy at once (~4x the result's size at its peak)."""
-    rng = np.random.default_rng(seed)
-    out = np.empty((n_boot, sum(strata)), dtype=np.float64)
-    start = 0
-    for k in strata:
-        step = max(1, _DRAW_CELLS // max(k, 1))
-        for b0 in range(0, n_boot, step):
-            rows = min(step, n_boot - b0)
-            out[b0:b0 + rows, start:start + k] = _drawn(rng, k, rows)
-        start += k
-    return out
-
-
-def _drawn(rng: np.random.Generator, k: int, rows: int) -> npt.NDArray[np.intp]:
-    """(rows, k) counts of k groups drawn k times with replacement, per row."""
-    draws = rng.integers(0, k, size=(rows, k)) + k * np.arange(rows)[:, None]
-    return np.bincount(draws.ravel(), minlength=rows * k).reshape(rows, k)
-
-
-# Where each stratum's draws start in the seeded stream, by (strata, n_boot, seed): a few
-# hundred bytes a stratum, found with one pass over every draw.
-_STARTS: dict[tuple[tuple[int, ...], int, int], list[Mapping[str, Any]]] = {}
-
-
-class _Draws:
-    """_draw's matrix of counts, made `step` resamples at a time and never held whole.
-
-    Each stratum gets a generator that starts where that stratum's draws start in the seeded
-    stream (the stream runs on across calls, so a block of rows is the same bits as those
-    rows of one draw); finding those starts costs one pass over every draw, once per
-    (strata, n_boot, seed)."""
-
-    def __init__(self, strata: tuple[int, ...], n_boot: int, seed: int) -> None:
-        self.strata, self.n_boot = strata, n_boot
-        key = (strata, n_boot, seed)
-        if key not in _STARTS:
-            rng, starts = np.random.default_rng(seed), []
-            for k in strata:
-                starts.append(rng.bit_generator.state)
-                step = max(1, _DRAW_CELLS // k)
-                for b0 in range(0, n_boot, step):
-                    rng.integers(0, k, size=(min(step, n_boot - b0), k))
-            _STARTS[key] = starts
-        self.starts = _STARTS[key]
-
-    def __len__(self) -> int:
-        return self.n_boot
-
-    def blocks(self, step: int) -> Iterator[FloatArray]:
-        """The matrix's rows, `step` at a time, in order."""
-        rngs = []
-        for state in self.starts:
-            rng = np.random.default_rng(0)
-            rng.bit_generator.state = state
-            rngs.append(rng)
-        for b0 in range(0, self.n_boot, step):
-            rows = min(step, self.n_boot - b0)
-            block = np.empty((rows, sum(self.strata)), dtype=np.float64)
-            start = 0
-            for k, rng in zip(self.strata, rngs, strict=True):
-                block[:, start:start + k] = _drawn(rng, k, rows)
-                start += k
-            yield block
 
 
 def _table(v: npt.NDArray[Any], gid: IntArray,
@@ -409,26 +317,20 @@ def _boot_chunk(p: _Pooled, methods: Sequence[str], c: FloatArray) -> dict[str, 
     return {m: np.where(undefined, np.nan, r) for m, r in out.items()}
 
 
-def _blocks(counts: FloatArray | _Draws, step: int) -> Iterator[FloatArray]:
-    if isinstance(counts, _Draws):
-        return counts.blocks(step)
-    return (counts[b:b + step] for b in range(0, len(counts), step))
-
-
 def _boot_pooled(d: _Data, sel: _Selection, methods: Sequence[str],
-                 counts: FloatArray | _Draws) -> dict[str, FloatArray]:
+                 counts: FloatArray | Draws) -> dict[str, FloatArray]:
     """The pooled coefficient per resample of sel's groups, resamples taken in chunks."""
     p = _summarise(d, sel, len(counts) if "kendall" in methods else None)
     width = max(p.txy.shape[1], 1)  # at least as many cells as x or y values
     step = max(1, _CELLS // 8 // width)
-    if isinstance(counts, _Draws):  # the block of counts itself kept under _CELLS too
+    if isinstance(counts, Draws):  # the block of counts itself kept under _CELLS too
         step = max(1, min(step, _CELLS // max(sum(counts.strata), 1)))
-    chunks = [_boot_chunk(p, methods, c) for c in _blocks(counts, step)]
+    chunks = [_boot_chunk(p, methods, c) for c in blocks(counts, step)]
     return {m: np.concatenate([ch[m] for ch in chunks]) for m in methods}
 
 
 def _samples(coefs: Mapping[str, FloatArray], sizes: IntArray,
-             counts: FloatArray | _Draws | None, policy: str) -> dict[str, _Stat]:
+             counts: FloatArray | Draws | None, policy: str) -> dict[str, _Stat]:
     """Sample-level statistics of each method from its per-group coefficients; with counts,
     each resample's mean over the groups it drew (one pass over the counts for every method)."""
     used, vals = {}, {}
@@ -440,7 +342,7 @@ def _samples(coefs: Mapping[str, FloatArray], sizes: IntArray,
     if counts is not None:
         # a float operand: a bool one would skip BLAS
         weights = {m: used[m].astype(np.float64) for m in coefs}
-        if isinstance(counts, _Draws):
+        if isinstance(counts, Draws):
             step = max(1, _CELLS // max(sum(counts.strata), 1))
             parts: dict[str, list[tuple[FloatArray, FloatArray]]] = {m: [] for m in coefs}
             for block in counts.blocks(step):
@@ -461,13 +363,14 @@ def _samples(coefs: Mapping[str, FloatArray], sizes: IntArray,
 
 
 def _level_stats(d: _Data, level: str, methods: Sequence[str], policy: str, n_boot: int,
-                 seed: int) -> Iterator[tuple[_Selection, str, _Stat]]:
+                 seed: int, resamples: Resamples) -> Iterator[tuple[_Selection, str, _Stat]]:
     """Sample- or dataset-level statistics for every selection, in selection-major order."""
     methods = [m for m in methods if m != "pairwise_accuracy"]
     sizes = np.diff(d.edges)
     coefs = {m: _group_coefs(d, m) for m in methods} if level == "sample" else {}
     for sel in _selections(d):
-        counts = _counts(sel.strata, n_boot, seed) if n_boot and sel.g1 > sel.g0 else None
+        counts = (resamples.counts(sel.strata, n_boot, seed) if n_boot and sel.g1 > sel.g0
+                  else None)
         if level == "sample":
             stats = _samples({m: coefs[m][sel.g0:sel.g1] for m in methods},
                              sizes[sel.g0:sel.g1], counts, policy)
@@ -491,8 +394,8 @@ def _system_value(method: str, mx: FloatArray, my: FloatArray) -> float | None:
     return float(agree.mean())
 
 
-def _system_level(d: _Data, methods: Sequence[str], n_boot: int, seed: int
-                  ) -> list[Correlation]:
+def _system_level(d: _Data, methods: Sequence[str], n_boot: int, seed: int,
+                  resamples: Resamples) -> list[Correlation]:
     """System level per subset; "all" averages the subsets (None if any is undefined).
     A selection with MIN_SYSTEMS systems or more gets a bootstrap CI over its groups."""
     methods = [*(m for m in methods if m != "pairwise_accuracy"), "pairwise_accuracy"]
@@ -502,7 +405,7 @@ def _system_level(d: _Data, methods: Sequence[str], n_boot: int, seed: int
         parts = [c for c in out if c.subset != "all"]
         ids = d.system[i0:i1]
         n_systems = len(np.unique(ids))
-        boot = (_system_boot(d, sel, methods, n_boot, seed)
+        boot = (_system_boot(d, sel, methods, n_boot, seed, resamples)
                 if n_systems >= MIN_SYSTEMS and n_boot and not (sel.name == "all" and parts)
                 else {})
         for m in methods:
@@ -520,7 +423,7 @@ def _system_level(d: _Data, methods: Sequence[str], n_boot: int, seed: int
 
 
 def _system_boot(d: _Data, sel: _Selection, methods: Sequence[str], n_boot: int,
-                 seed: int) -> dict[str, FloatArray]:
+                 seed: int, resamples: Resamples) -> dict[str, FloatArray]:
     """Each method's system-level value on every resample of the selection's groups: the
     per-system means of the drawn groups' items (a system no drawn group has is left out)."""
     g0, g1 = sel.g0, sel.g1
@@ -534,11 +437,11 @@ def _system_boot(d: _Data, sel: _Selection, methods: Sequence[str], n_boot: int,
     for total, values in zip(sums, (d.x[i0:i0 + len(ids)], d.y[i0:i0 + len(ids)],
                                     np.ones(len(ids))), strict=True):
         np.add.at(total, (group, col), values)
-    drawn = _counts(sel.strata, n_boot, seed)
-    blocks = drawn.blocks(max(1, _CELLS // max(shape[0], 1))) if isinstance(drawn, _Draws) \
+    drawn = resamples.counts(sel.strata, n_boot, seed)
+    chunks = drawn.blocks(max(1, _CELLS // max(shape[0], 1))) if isinstance(drawn, Draws) \
         else iter([drawn])
     parts: dict[str, list[FloatArray]] = {m: [] for m in methods}
-    for counts in blocks:
+    for counts in chunks:
         n = counts @ sums[2]
         with np.errstate(invalid="ignore", divide="ignore"):
             mx, my = (counts @ sums[0]) / n, (counts @ sums[1]) / n
@@ -555,20 +458,24 @@ def _ci(boot: FloatArray | None) -> tuple[float | None, float | None]:
     return float(low), float(high)
 
 
-def correlate(rows: Sequence[Row], *, policy: str = "skip",
+def correlate(rows: Series | Sequence[Row], *, policy: str = "skip",
               levels: Sequence[str] = ("sample", "dataset", "system"),
               methods: Sequence[str] = ("pearson", "spearman", "kendall"),
-              n_boot: int = 1000, seed: int = 0) -> list[Correlation]:
+              n_boot: int = 1000, seed: int = 0,
+              resamples: Resamples | None = None) -> list[Correlation]:
     """Correlate judge with human scores.
 
     Args:
-        rows: judged outputs; rows whose judge (or human) score is None/NaN are dropped.
+        rows: judged outputs, a Series (or `Row`s, made one by Series.of_rows); rows whose
+            judge (or human) score is NaN (None) are dropped.
         policy: "skip" drops sample-level groups without a coefficient, "zero" counts them as 0.
         levels: any of sample, dataset, system.
         methods: any of pearson, spearman, kendall; pairwise_accuracy is always added at
             system level and ignored elsewhere.
         n_boot: bootstrap resamples of groups for sample/dataset CIs (0: no CIs).
         seed: seed of the numpy Generator drawing the resamples.
+        resamples: the draw counts already drawn for the caller's other judges (one per
+            report set); a fresh one if None.
 
     Returns:
         Level by level (in the order given), each subset then "all", each method.
@@ -578,35 +485,79 @@ def correlate(rows: Sequence[Row], *, policy: str = "skip",
         DataError: a subset is named "all".
     """
     _check(policy, levels, methods, n_boot)
-    d = _prepare(rows)
+    d = _prepare(_series(rows))
+    resamples = Resamples() if resamples is None else resamples
     out: list[Correlation] = []
     for level in levels:
         if level == "system":
-            out += _system_level(d, methods, n_boot, seed)
+            out += _system_level(d, methods, n_boot, seed, resamples)
             continue
-        for sel, m, st in _level_stats(d, level, methods, policy, n_boot, seed):
+        for sel, m, st in _level_stats(d, level, methods, policy, n_boot, seed, resamples):
             i0, i1 = int(d.edges[sel.g0]), int(d.edges[sel.g1])
             out.append(Correlation(level, m, sel.name, st.value, st.n_groups, st.n_items,
                                    *_ci(st.boot), n_systems=len(np.unique(d.system[i0:i1]))))
     return out
 
 
-def _pair(a: Sequence[Row], b: Sequence[Row]) -> tuple[list[Row], list[Row]]:
-    """Rows present and scored by both judges, in a's order, matched on (group, system, subset)."""
-    index: dict[str, dict[tuple[str, str, str], Row]] = {"a": {}, "b": {}}
-    for name, rows in (("a", a), ("b", b)):
-        for r in rows:
-            if (key := (r.group, r.system, r.subset)) in index[name]:
-                raise DataError(f"judge {name} has two rows for group {r.group!r}, system "
-                                f"{r.system!r}, subset {r.subset!r}; compare needs one each")
-            index[name][key] = r
-    ia, ib = index["a"], index["b"]
-    pairs = [(ra, ib[k]) for k, ra in ia.items() if k in ib and _usable(ra) and _usable(ib[k])]
-    for ra, rb in pairs:
-        if ra.human != rb.human:
-            raise DataError(f"group {ra.group!r}, system {ra.system!r}: the two judges' rows "
-                            f"carry different human scores ({ra.human} vs {rb.human})")
-    return [p[0] for p in pairs], [p[1] for p in pairs]
+def _keys(a: Series, b: Series) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Each row's (group, system, subset) as one integer, the same in both series (their
+    labels may differ)."""
+    out = [np.zeros(len(a), dtype=np.int64), np.zeros(len(b), dtype=np.int64)]
+    for field in ("groups", "systems", "subsets"):
+        known: dict[str, int] = {}
+        codes = []
+        for s in (a, b):
+            labels: Sequence[str] = getattr(s.labels, field)
+            column = getattr(s, field[:-1])
+            table = np.array([known.setdefault(n, len(known)) for n in labels] or [0],
+                             dtype=np.int64)
+            codes.append(table[column])
+        width = max(len(known), 1)
+        out = [o * width + c for o, c in zip(out, codes, strict=True)]
+    return out[0], out[1]
+
+
+def _duplicate(s: Series, key: npt.NDArray[np.int64], name: str) -> None:
+    """DataError for the first row whose (group, system, subset) an earlier row has."""
+    uniq, first = np.unique(key, return_index=True)
+    if len(uniq) == len(key):
+        return
+    seen_before = np.ones(len(key), dtype=bool)
+    seen_before[first] = False
+    i = int(np.flatnonzero(seen_before)[0])
+    g, sy, sb = (s.labels.groups[int(s.group[i])], s.labels.systems[int(s.system[i])],
+                 s.labels.subsets[int(s.subset[i])])
+    raise DataError(f"judge {name} has two rows for group {g!r}, system {sy!r}, subset "
+                    f"{sb!r}; compare needs one each")
+
+
+def _take(s: Series, rows: npt.NDArray[np.intp]) -> Series:
+    return Series(s.judge[rows], s.human[rows], s.group[rows], s.system[rows], s.subset[rows],
+                  s.labels)
+
+
+def _pair(a: Series, b: Series) -> tuple[Series, Series]:
+    """Rows present and scored by both judges, in a's order, matched on (group, system,
+    subset)."""
+    ka, kb = _keys(a, b)
+    _duplicate(a, ka, "a")
+    _duplicate(b, kb, "b")
+    order = np.argsort(kb, kind="stable")
+    at = np.searchsorted(kb[order], ka)
+    found = at < len(kb)
+    found[found] = kb[order][at[found]] == ka[found]
+    ia = np.flatnonzero(found)
+    ib = order[at[ia]]
+    usable = (np.isfinite(a.judge[ia]) & np.isfinite(a.human[ia]) & np.isfinite(b.judge[ib])
+              & np.isfinite(b.human[ib]))
+    ia, ib = ia[usable], ib[usable]
+    differ = np.flatnonzero(a.human[ia] != b.human[ib])
+    if differ.size:
+        i, j = int(ia[differ[0]]), int(ib[differ[0]])
+        raise DataError(f"group {a.labels.groups[int(a.group[i])]!r}, system "
+                        f"{a.labels.systems[int(a.system[i])]!r}: the two judges' rows carry "
+                        f"different human scores ({float(a.human[i])} vs {float(b.human[j])})")
+    return _take(a, ia), _take(b, ib)
 
 
 def _comparison(level: str, method: str, sel: _Selection, sa: _Stat, sb: _Stat) -> Comparison:
@@ -623,14 +574,23 @@ def _comparison(level: str, method: str, sel: _Selection, sa: _Stat, sb: _Stat) 
                       sel.g1 - sel.g0)
 
 
-def compare(a: Sequence[Row], b: Sequence[Row], *, policy: str = "skip",
+def compare(a: Series | Sequence[Row], b: Series | Sequence[Row], *, policy: str = "skip",
             levels: Sequence[str] = ("sample", "dataset"),
             methods: Sequence[str] = ("pearson", "spearman", "kendall"),
-            n_boot: int = 1000, seed: int = 0) -> list[Comparison]:
+            n_boot: int = 1000, seed: int = 0,
+            resamples: Resamples | None = None) -> list[Comparison]:
     """Paired bootstrap comparison of two judges' correlations with the same human scores.
 
     Rows are matched on (group, system, subset); only items both judges scored are used,
     and both judges' coefficients are computed on the same group resamples.
+
+    Args:
+        a, b: the two judges' rows, as for `correlate`.
+        policy, levels, methods, n_boot, seed, resamples: as for `correlate` (no system
+            level).
+
+    Returns:
+        Level by level, each subset then "all", each method: a minus b.
 
     Raises:
         ConfigError: as for correlate, or "system" among the levels.
@@ -639,12 +599,13 @@ def compare(a: Sequence[Row], b: Sequence[Row], *, policy: str = "skip",
     _check(policy, levels, methods, n_boot)
     if "system" in levels:
         raise ConfigError("compare supports levels sample and dataset (got 'system')")
-    ra, rb = _pair(a, b)
+    ra, rb = _pair(_series(a), _series(b))
     da, db = _prepare(ra), _prepare(rb)
+    resamples = Resamples() if resamples is None else resamples
     out: list[Comparison] = []
     for level in levels:
-        for (sel, m, sa), (_, _, sb) in zip(_level_stats(da, level, methods, policy, n_boot, seed),
-                                            _level_stats(db, level, methods, policy, n_boot, seed),
-                                            strict=True):
+        for (sel, m, sa), (_, _, sb) in zip(
+                _level_stats(da, level, methods, policy, n_boot, seed, resamples),
+                _level_stats(db, level, methods, policy, n_boot, seed, resamples), strict=True):
             out.append(_comparison(level, m, sel, sa, sb))
     return out

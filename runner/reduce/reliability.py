@@ -36,6 +36,8 @@ import numpy.typing as npt
 from runner.expand import Expansion
 from runner.reduce import _coef
 from runner.reduce.judgments import Judgment
+from runner.reduce.orders import Orders, OrderScores
+from runner.reduce.samples import SampleScores
 
 __all__ = ["PowerPlan", "Positions", "alpha", "correlation", "partial", "permutation_p",
            "plan_power", "weighted_kappa", "williams"]
@@ -366,7 +368,7 @@ def _pearson_pairs(x: FloatArray, y: FloatArray) -> FloatArray:
 
 
 # (judge, dataset, aspect, group) -> order (member ids as sent) -> member -> scores
-_Orders = dict[tuple[str, ...], dict[str, list[float]]]
+_Orders = Orders
 
 
 class Positions:
@@ -378,11 +380,11 @@ class Positions:
         self.sampled = frozenset(p.name for p in job.prompts if p.samples > 1)
         """Prompts with several samples a task: only their scores are kept for
         self-consistency, so a large single-sample job pays one set lookup a judgment."""
-        self.groups: dict[tuple[str, str, str, str], _Orders] = defaultdict(dict)
-        self.samples: dict[tuple[str, str, str], dict[str, dict[int, list[float]]]] = (
-            defaultdict(lambda: defaultdict(lambda: defaultdict(list))))
-        """(judge, dataset, aspect) -> item id -> sample -> scores (one per order). A sample is
-        a task's sample index, or with n > 1 choices an answer (sample index x n + choice)."""
+        self.groups = OrderScores()
+        """(judge, dataset, aspect, group), order shown, member -> scores (group prompts)."""
+        self.samples = SampleScores()
+        """(judge, dataset, aspect), item id, sample -> scores (one per order). A sample is a
+        task's sample index, or with n > 1 choices an answer (sample index x n + choice)."""
 
     def watch(self, judgments: Iterable[Judgment]) -> Iterator[Judgment]:
         """Pass every judgment through, keeping its score."""
@@ -393,35 +395,29 @@ class Positions:
                 continue
             judge = f"{t.model}/{t.prompt}"
             if j.choice_scores:  # n choices in one answer: coder = (sample, choice)
-                kept = self.samples[judge, t.dataset, t.aspect][j.item.item_id]
+                key = (judge, t.dataset, t.aspect)
+                self.samples.touch(key, j.item.item_id)
                 n = len(j.choice_scores)
                 for c, score in enumerate(j.choice_scores):
                     if score is not None:
-                        kept[t.sample * n + c].append(score)
+                        self.samples.add(key, j.item.item_id, t.sample * n + c, score)
             elif j.score is not None and t.prompt in self.sampled:
-                self.samples[judge, t.dataset, t.aspect][j.item.item_id][t.sample].append(
-                    j.score)
+                self.samples.add((judge, t.dataset, t.aspect), j.item.item_id, t.sample,
+                                 j.score)
             if t.members:
-                orders = self.groups[judge, t.dataset, t.aspect, t.item_id]
-                scores = orders.setdefault(t.members, {}).setdefault(j.item.item_id, [])
-                if j.score is not None:
-                    scores.append(j.score)
+                self.groups.add((judge, t.dataset, t.aspect, t.item_id), t.members,
+                                j.item.item_id, j.score)
             yield j
 
     def self_consistency(self) -> Iterator[tuple[tuple[str, str, str], list[list[float | None]]]]:
-        """Per judge with several samples: the samples x items table for alpha."""
-        for key, items in self.samples.items():
-            n = max((len(s) for s in items.values()), default=0)
-            if n < 2:
-                continue
-            ids = sorted(items)
-            yield key, [[statistics.fmean(items[i][s]) if items[i].get(s) else None
-                         for i in ids] for s in sorted({s for i in ids for s in items[i]})]
+        """Per judge with several samples: the samples x items table for alpha (one judge,
+        data set and aspect at a time: SampleScores.tables)."""
+        return self.samples.tables()
 
     def position_rows(self) -> list[dict[str, Any]]:
         """reliability.csv rows of figure `position`, per judge, data set and aspect."""
         tally: dict[tuple[str, str, str], dict[str, Any]] = {}
-        for (judge, dataset, aspect, _group), orders in self.groups.items():
+        for (judge, dataset, aspect, _group), orders in self.groups.groups():
             t = tally.setdefault((judge, dataset, aspect), {
                 "first": 0, "second": 0, "ties": 0, "pairs": 0, "flips": 0,
                 "by_position": defaultdict(list)})

@@ -11,13 +11,15 @@ bootstrap over the groups both runs scored, both coefficients on the same resamp
 from __future__ import annotations
 
 import csv
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from runner.errors import DataError
 from runner.reduce.correlate import Row, compare
 from runner.reduce.jury import judge_name
+from runner.reduce.resample import Resamples
+from runner.reduce.series import Series
 
 __all__ = ["DIFF_COLUMNS", "diff_runs", "read_scores"]
 
@@ -25,38 +27,65 @@ DIFF_COLUMNS = ["dataset", "aspect", "judge_a", "judge_b", "level", "method", "v
                 "value_b", "change", "ci_low", "ci_high", "p_value", "n_groups"]
 """`change` is value_b - value_a (what run B changed), with the 95% CI of that change."""
 
-Series = dict[tuple[str, str], dict[str, list[Row]]]
+Scores = dict[tuple[str, str], dict[str, Series]]
 
 
-def read_scores(run: Path) -> Series:
-    """(dataset, aspect) -> judge (`model/prompt`) -> rows with a judge and a human score, from
-    a kept run's scores.csv."""
+def read_scores(run: Path) -> Scores:
+    """(dataset, aspect) -> judge (`model/prompt`) -> its rows with a judge and a human score,
+    from a kept run's scores.csv (or its scores.parquet, for a job that sets scores_csv =
+    false: the same rows and values).
+
+    Args:
+        run: the run's report folder.
+    Returns:
+        the series, in the file's order.
+    Raises:
+        DataError: the folder has neither file.
+    """
     path = run / "scores.csv"
-    if not path.is_file():
+    rows: dict[tuple[str, str], dict[str, list[Row]]] = {}
+    for r in _score_rows(path, run / "scores.parquet"):
+        if r["judge_score"] is None or r["human_score"] is None:
+            continue
+        judges = rows.setdefault((r["dataset"], r["aspect"]), {})
+        judges.setdefault(judge_name(r["model"], r["prompt"]), []).append(
+            Row(r["group"], r["system"], r["subset"], r["judge_score"], r["human_score"]))
+    return {where: {judge: Series.of_rows(data) for judge, data in judges.items()}
+            for where, judges in rows.items()}
+
+
+def _score_rows(path: Path, parquet: Path) -> Iterator[dict[str, Any]]:
+    """scores.csv's rows with the two scores as floats (None for an empty cell)."""
+    if path.is_file():
+        with path.open(newline="", encoding="utf-8") as f:
+            for r in csv.DictReader(f):
+                yield {**r, **{k: float(r[k]) if r[k] else None
+                               for k in ("judge_score", "human_score")}}
+        return
+    if not parquet.is_file():
         raise DataError(f"{path}: missing; the run's report set is incomplete")
-    out: Series = {}
-    with path.open(newline="", encoding="utf-8") as f:
-        for r in csv.DictReader(f):
-            if not r["judge_score"] or not r["human_score"]:
-                continue
-            judges = out.setdefault((r["dataset"], r["aspect"]), {})
-            judges.setdefault(judge_name(r["model"], r["prompt"]), []).append(
-                Row(r["group"], r["system"], r["subset"], float(r["judge_score"]),
-                    float(r["human_score"])))
-    return out
+    # here, not at start-up: pyarrow takes 0.1-0.2 s to import; only a run without scores.csv
+    # needs it
+    import pyarrow.parquet as pq
+
+    columns = ["dataset", "group", "system", "subset", "prompt", "aspect", "model",
+               "judge_score", "human_score"]
+    table = pq.read_table(parquet, columns=columns)
+    for batch in table.to_batches():
+        yield from batch.to_pylist()
 
 
-def diff_runs(a: Series, b: Series, *, policy: str, levels: Sequence[str],
+def diff_runs(a: Scores, b: Scores, *, policy: str, levels: Sequence[str],
               methods: Sequence[str], n_boot: int, seed: int) -> list[dict[str, Any]]:
     """DIFF_COLUMNS rows: each pair of judges (see the module docstring) per data set and
     aspect both runs scored, compared at every level but system (a bootstrap over groups)."""
-    rows = []
+    rows, resamples = [], Resamples()
     kept = [lv for lv in levels if lv != "system"] or ["sample", "dataset"]
     for where in [k for k in a if k in b]:
         for judge_a, judge_b in _pairs(a[where], b[where]):
             # B first: compare's difference is its first judge's minus its second's
             for c in compare(b[where][judge_b], a[where][judge_a], policy=policy, levels=kept,
-                             methods=methods, n_boot=n_boot, seed=seed):
+                             methods=methods, n_boot=n_boot, seed=seed, resamples=resamples):
                 if c.subset != "all":
                     continue
                 rows.append({"dataset": where[0], "aspect": where[1], "judge_a": judge_a,

@@ -35,9 +35,9 @@ __all__ = ["HISTORY", "REPORT_FILES", "atomic_file", "check_out", "kept_runs", "
 HISTORY = "history"
 """The out folder's subfolder that keeps every report set, one folder a run."""
 
-REPORT_FILES = ("judgments.jsonl", "scores.csv", "correlations.csv", "summary.csv", "report.md",
-                "reliability.csv", "battle.csv", "ranking.csv", "leaderboard.csv", "report.html",
-                "manifest.json")
+REPORT_FILES = ("judgments.jsonl", "scores.csv", "scores.parquet", "correlations.csv",
+                "summary.csv", "report.md", "reliability.csv", "battle.csv", "ranking.csv",
+                "leaderboard.csv", "report.html", "manifest.json")
 """The files of one report set (manifest.json last): others in the folder (compare.csv,
 power.csv, a user's notes) are left alone."""
 STALE_TMP_S = 600.0

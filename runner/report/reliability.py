@@ -14,11 +14,14 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from runner.data.datasets import REGISTRY, Item
 from runner.expand import Expansion
 from runner.job.spec import Job
+from runner.reduce.cells import Cells, grouped
 from runner.reduce.correlate import Row
-from runner.reduce.jury import judge_name
 from runner.reduce.reliability import (
     LEVELS,
     Positions,
@@ -30,6 +33,7 @@ from runner.reduce.reliability import (
     weighted_kappa,
     williams,
 )
+from runner.reduce.series import Series
 
 __all__ = ["POWER_COLUMNS", "RELIABILITY_COLUMNS", "SIGNIFICANCE_COLUMNS", "csv_bytes",
            "power_lines", "power_rows", "reliability_markdown", "reliability_rows", "significance"]
@@ -42,7 +46,9 @@ POWER_COLUMNS = ["dataset", "aspect", "method", "n_pilot", "diff", "ci_width_pil
                  "groups_for_power", "n_for_power"]
 # The judged text where the data set does not name its field: the first of these an item has.
 ANSWER_FIELDS = ("output", "answer", "response", "summary")
-_Cells = Mapping[tuple[str, str, str, str, str], Any]  # Tables.cells
+_Scored = tuple[npt.NDArray[np.int32], npt.NDArray[np.float64]]
+"""One judge's scored cells of a data set and aspect: item indices (into Cells.items) and
+scores, in the cells' order."""
 
 
 def csv_bytes(columns: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> bytes:
@@ -73,25 +79,29 @@ def _agreement(dataset: str, aspect: str, a: str, b: str,
     return out
 
 
-def _scored_pairs(cells: _Cells) -> list[tuple[str, str]]:
+def _scored_pairs(cells: Cells) -> list[tuple[str, str]]:
     """The (dataset, aspect) pairs that have a scored cell, in the cells' order."""
-    return list(dict.fromkeys((dataset, aspect)
-                              for (dataset, _, _, aspect, _), cell in cells.items()
-                              if cell.score is not None))
+    aspects, aspect_of = cells.aspect_codes()
+    at = np.flatnonzero(cells.scored)
+    pair = cells.dataset()[at].astype(np.int64) * len(aspects) + aspect_of[cells.judge[at]]
+    distinct, _ = grouped(pair, len(cells.datasets) * len(aspects))
+    return [(cells.datasets[p // len(aspects)], aspects[p % len(aspects)]) for p in distinct]
 
 
-def _by_judge(cells: _Cells, dataset: str, aspect: str
-              ) -> dict[str, dict[str, tuple[Item, float]]]:
-    """One data set and aspect's LLM judge -> item id -> (item, score), scored cells only.
-    Built for one pair at a time (a pass over the cells each), not for all at once: at its
-    peak it held ~260 bytes a task of a 4-aspect job, more than any other report's tables."""
-    out: dict[str, dict[str, tuple[Item, float]]] = {}
-    names: dict[tuple[str, str], dict[str, tuple[Item, float]]] = {}
-    for key, cell in cells.items():
-        if key[3] == aspect and key[0] == dataset and (score := cell.score) is not None:
-            if (scored := names.get((key[4], key[2]))) is None:
-                scored = names[key[4], key[2]] = out.setdefault(judge_name(key[4], key[2]), {})
-            scored[key[1]] = (cell.item, score)
+def _by_judge(cells: Cells, dataset: str, aspect: str) -> dict[str, _Scored]:
+    """One data set and aspect's LLM judges (and juries), each with its scored cells' items
+    (indices into cells.items) and scores, in the cells' order. Built for one pair at a time
+    from the columns: a few arrays, not the dicts of (item, score) per task that peaked at
+    ~190 bytes a task."""
+    codes = [c for c, (_, a, _) in enumerate(cells.judges) if a == aspect]
+    if dataset not in cells.datasets or not codes:
+        return {}
+    d = cells.datasets.index(dataset)
+    at = np.flatnonzero(cells.scored & np.isin(cells.judge, codes) & (cells.dataset() == d))
+    names, name_of = cells.names()
+    out: dict[str, _Scored] = {}
+    for n, rows in zip(*grouped(name_of[cells.judge[at]], len(names)), strict=True):
+        out[names[n]] = (cells.item[at[rows]], cells.score[at[rows]])
     return out
 
 
@@ -111,25 +121,29 @@ def _annotator_rows(dataset: str, aspect: str, items: Sequence[Item]) -> list[di
     return out
 
 
-def _judge_agreement(dataset: str, aspect: str,
-                     judges: Mapping[str, Mapping[str, tuple[Item, float]]]
+def _judge_agreement(cells: Cells, dataset: str, aspect: str, judges: Mapping[str, _Scored]
                      ) -> list[dict[str, Any]]:
     out = []
-    for judge, scored in judges.items():
-        k = max((len(votes) for it, _ in scored.values()
+    items = cells.items
+    for judge, (ids, scores) in judges.items():
+        scored = [(items[i], s) for i, s in zip(ids.tolist(), scores.tolist(), strict=True)]
+        k = max((len(votes) for it, _ in scored
                  if it.annotators and (votes := it.annotators.get(aspect))), default=0)
         for c in range(k):
-            pairs = [(s, it.annotators[aspect][c]) for it, s in scored.values()
+            pairs = [(s, it.annotators[aspect][c]) for it, s in scored
                      if len(it.annotators.get(aspect, ())) > c]
             out += _agreement(dataset, aspect, judge, f"annotator {c + 1}", pairs)
-        human = [(s, it.human[aspect]) for it, s in scored.values() if aspect in it.human]
+        human = [(s, it.human[aspect]) for it, s in scored if aspect in it.human]
         if human:
             out += _agreement(dataset, aspect, judge, "human", human)
     names = sorted(judges)
     for i, a in enumerate(names):
         for b in names[i + 1:]:
-            pairs = [(s, judges[b][item_id][1]) for item_id, (_, s) in judges[a].items()
-                     if item_id in judges[b]]
+            (ia, sa), (ib, sb) = judges[a], judges[b]
+            order = np.argsort(ib, kind="stable")
+            at = np.minimum(np.searchsorted(ib[order], ia), max(len(ib) - 1, 0))
+            found = (ib[order][at] == ia) if len(ib) else np.zeros(len(ia), dtype=bool)
+            pairs = list(zip(sa[found].tolist(), sb[order[at[found]]].tolist(), strict=True))
             out += _agreement(dataset, aspect, a, b, pairs)
     return out
 
@@ -152,22 +166,22 @@ def _length(item: Item, field: str | None) -> tuple[float, float] | None:
     return None if text is None else (float(len(text)), float(len(text.split())))
 
 
-def _length_rows(dataset: str, aspect: str,
-                 judges: Mapping[str, Mapping[str, tuple[Item, float]]],
+def _length_rows(cells: Cells, dataset: str, aspect: str, judges: Mapping[str, _Scored],
                  memo: dict[int, tuple[float, float] | None],
                  field: str | None) -> list[dict[str, Any]]:
     """Spearman of score with answer length (characters, whitespace tokens), the human's
     alongside, and the judge-human Pearson / Spearman before and after controlling for length."""
     out = []
     human_done = False
-    for judge, scored in judges.items():
+    for judge, (ids, scores) in judges.items():
         score, human, chars, tokens = [], [], [], []
-        for it, s in scored.values():
+        for i, s in zip(ids.tolist(), scores.tolist(), strict=True):
+            it = cells.items[i]
             if (h := it.human.get(aspect)) is None:
                 continue
-            # once per item (by id: every judge and aspect asks again)
-            if (size := memo.get(id(it), _UNSEEN)) is _UNSEEN:
-                size = memo[id(it)] = _length(it, field)
+            # once per item (every judge and aspect asks again)
+            if (size := memo.get(i, _UNSEEN)) is _UNSEEN:
+                size = memo[i] = _length(it, field)
             if size is not None:
                 score.append(s)
                 human.append(h)
@@ -208,9 +222,17 @@ def _remembered() -> Callable[[str, Sequence[float], Sequence[float]], float | N
     return corr
 
 
-def reliability_rows(expansion: Expansion, cells: _Cells,
+def reliability_rows(expansion: Expansion, cells: Cells,
                      positions: Positions) -> list[dict[str, Any]]:
-    """Every reliability.csv row: agreement, self-consistency, position, length."""
+    """Every reliability.csv row: agreement, self-consistency, position, length.
+
+    Args:
+        expansion: the job and its items (annotators, lengths).
+        cells: the collected cells (runner.report.tables.collect).
+        positions: what the judgments' stream kept for position and self-consistency.
+    Returns:
+        RELIABILITY_COLUMNS rows, data set and aspect by data set and aspect.
+    """
     out: list[dict[str, Any]] = []
     scored = _scored_pairs(cells)
     memo: dict[int, tuple[float, float] | None] = {}
@@ -219,8 +241,9 @@ def reliability_rows(expansion: Expansion, cells: _Cells,
         items = expansion.items.get(dataset, [])
         out += _annotator_rows(dataset, aspect, items)
         judges = _by_judge(cells, dataset, aspect) if (dataset, aspect) in scored else {}
-        out += _judge_agreement(dataset, aspect, judges)
-        out += _length_rows(dataset, aspect, judges, memo, answer_field(expansion.job, dataset))
+        out += _judge_agreement(cells, dataset, aspect, judges)
+        out += _length_rows(cells, dataset, aspect, judges, memo,
+                            answer_field(expansion.job, dataset))
     for (judge, dataset, aspect), table in positions.self_consistency():
         for level in LEVELS[1:3]:
             units = sum(sum(v is not None for v in col) >= 2 for col in zip(*table, strict=True))
@@ -280,7 +303,7 @@ def _matched_groups(a: Sequence[Row], b: Sequence[Row], subset: str
 
 
 def significance(rows: Sequence[dict[str, Any]], by_data: Mapping[tuple[str, str],
-                 Mapping[str, Sequence[Row]]], judges: tuple[str, str], *,
+                 Mapping[str, Series]], judges: tuple[str, str], *,
                  permutations: int = 0, seed: int = 0) -> list[dict[str, Any]]:
     """compare.csv rows with williams_t, williams_p and permutation_p added at dataset level
     (empty at sample level): Williams' test on r(A, human), r(B, human), r(A, B) over the
@@ -290,7 +313,7 @@ def significance(rows: Sequence[dict[str, Any]], by_data: Mapping[tuple[str, str
         extra: dict[str, Any] = dict.fromkeys(SIGNIFICANCE_COLUMNS)
         if r["level"] == "dataset" and r["method"] in ("pearson", "spearman", "kendall"):
             data = by_data[r["dataset"], r["aspect"]]
-            xa, xb, h = _matched(data[judges[0]], data[judges[1]], r["subset"])
+            xa, xb, h = _matched(data[judges[0]].rows(), data[judges[1]].rows(), r["subset"])
             r12, r13, r23 = (correlation(r["method"], x, y) for x, y in ((xa, h), (xb, h),
                                                                           (xa, xb)))
             if r12 is not None and r13 is not None and r23 is not None:
@@ -303,7 +326,7 @@ def significance(rows: Sequence[dict[str, Any]], by_data: Mapping[tuple[str, str
     return out
 
 
-def power_rows(by_data: Mapping[tuple[str, str], Mapping[str, Sequence[Row]]],
+def power_rows(by_data: Mapping[tuple[str, str], Mapping[str, Series]],
                judges: tuple[str, str], *, width: float, methods: Sequence[str],
                n_boot: int = 500, seed: int = 0) -> list[dict[str, Any]]:
     """`judge plan --power`: per data set, aspect and method, the pilot's figures and the
@@ -312,7 +335,8 @@ def power_rows(by_data: Mapping[tuple[str, str], Mapping[str, Sequence[Row]]],
     for (dataset, aspect), data in by_data.items():
         if judges[0] not in data or judges[1] not in data:
             continue
-        xa, xb, h, groups = _matched_groups(data[judges[0]], data[judges[1]], "all")
+        xa, xb, h, groups = _matched_groups(data[judges[0]].rows(), data[judges[1]].rows(),
+                                            "all")
         for method in methods:
             plan = plan_power(xa, xb, h, method=method, width=width, groups=groups,
                               n_boot=n_boot, seed=seed)

@@ -1,0 +1,216 @@
+"""The tables every report is built from, gathered in one pass over the judgments, and the
+reports that read the cells directly: scores.csv, summary.csv, leaderboard.csv.
+
+`collect` streams judgments.jsonl and fills a `runner.reduce.cells.Cells` (one row a cell,
+numpy columns: ~23 bytes a cell where `_Cell` objects held ~241); the rows of every report
+keep today's order and bits (tests/test_cells.py checks them against the dict of cells they
+replace).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+
+from runner.data.datasets import Item
+from runner.data.seen import Seen, key64
+from runner.expand import Expansion
+from runner.job.spec import JurySpec
+from runner.reduce.cells import FAILURES, CellBuilder, Cells, grouped
+from runner.reduce.judgments import Judgment
+from runner.reduce.jury import judge_name
+from runner.report.headline import Headline
+from runner.report.provenance import Provenance
+
+__all__ = ["Tables", "collect", "fmt", "leaderboard", "metric_names", "scores_csv", "summary"]
+
+
+@dataclass(slots=True)
+class Tables:
+    """What the reports are built from, gathered in one pass over the judgments."""
+
+    cells: Cells
+    """One row per item x prompt x aspect x model (and per jury), in order of first
+    appearance."""
+    judgments: int = 0
+    tasks: int = 0
+    """Tasks judged (a group task yields one judgment per output, and counts once)."""
+    distinct: int = 0
+    """Distinct requests among them (two tasks with one cache key make one request)."""
+    missing: list[str] = field(default_factory=list)
+    """Keys of the tasks that have no cached answer."""
+    seen: Seen = field(default_factory=Seen)
+    """The keys judged so far, by their first 64 bits (~12 bytes a task; see Seen)."""
+    provenance: Provenance = field(default_factory=Provenance)
+    """Where the distinct answers came from, their tokens and times (manifest.json)."""
+    headline: Headline = field(default_factory=Headline)
+    """What the command prints last (set once the correlations are made)."""
+
+
+def _judgment_line(j: Judgment) -> bytes:
+    t, it = j.task, j.item
+    return orjson.dumps({
+        "dataset": t.dataset, "item_id": it.item_id, "group": it.group, "system": it.system,
+        "subset": it.subset, "prompt": t.prompt, "aspect": t.aspect, "model": t.model,
+        "sample": t.sample, "key": t.key, "score": j.score, "values": j.values, "raw": j.raw,
+        "error": j.error, "cached": j.cached, "usage": j.usage,
+        "n_parsed": j.n_parsed, "n_failed": j.n_failed, "source": j.source}) + b"\n"
+
+
+def collect(expansion: Expansion, judgments: Iterable[Judgment], jsonl: io.BufferedIOBase,
+            juries: Sequence[JurySpec] = ()) -> Tables:
+    """Stream judgments to `jsonl` and gather the cells; then each jury's verdicts as cells
+    of its own (prompt "", model = the jury's name: judge_name gives its name).
+
+    Args:
+        expansion: the job's items and judges (the cells index them).
+        judgments: every task's judgments, in task order.
+        jsonl: where judgments.jsonl's lines go.
+        juries: the job's juries.
+    Returns:
+        the tables, with the counts and provenance of the tasks.
+    """
+    builder = CellBuilder(expansion)
+    tables = Tables(Cells.empty())
+    seen, write, missing = tables.seen, jsonl.write, tables.missing
+    provenance, add = tables.provenance, builder.add
+    judged = tasks = distinct = 0
+    last = None
+    for j in judgments:
+        write(_judgment_line(j))
+        t = j.task
+        add(t.dataset, j.item, (t.prompt, t.aspect, t.model), j.score,
+            None if j.error is None else j.error["type"])
+        judged += 1
+        if t is last:  # the next output of a group task
+            continue
+        last, tasks = t, tasks + 1
+        if seen.add(key64(t.key)):
+            distinct += 1
+            if j.raw is None:
+                missing.append(t.key)
+            else:
+                provenance.add(t.model, j.source, j.time, j.tokens)
+    tables.judgments, tables.tasks, tables.distinct = judged, tasks, distinct
+    tables.cells = builder.finish(juries)
+    return tables
+
+
+def _metrics(item: Item, aspect: str) -> dict[str, float]:
+    return {**item.metrics.get("*", {}), **item.metrics.get(aspect, {})}
+
+
+def metric_names(cells: Cells) -> list[str]:
+    """The metric columns of scores.csv: every metric of a cell's item for its aspect."""
+    with_metrics = np.array([bool(it.metrics) for it in cells.items], dtype=bool)
+    if not with_metrics.any():
+        return []
+    aspects, aspect_of = cells.aspect_codes()
+    keep = with_metrics[cells.item]
+    pairs = np.unique(cells.item[keep].astype(np.int64) * len(aspects)
+                      + aspect_of[cells.judge[keep]])
+    return sorted({m for p in pairs.tolist()
+                   for m in _metrics(cells.items[p // len(aspects)], aspects[p % len(aspects)])})
+
+
+def scores_csv(tables: Tables, binary: io.BufferedWriter) -> None:
+    """scores.csv into `binary` (left open): a row per cell, in order."""
+    cells = tables.cells
+    names = metric_names(cells)
+    out = io.TextIOWrapper(binary, encoding="utf-8", newline="")
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(["dataset", "item_id", "group", "system", "subset", "prompt", "aspect", "model",
+                "judge_score", "human_score", *names])
+    items, judges, datasets = cells.items, cells.judges, cells.datasets
+    dataset_of = cells.item_dataset.tolist()
+    for i, j, score in zip(cells.item.tolist(), cells.judge.tolist(), cells.score.tolist(),
+                           strict=True):
+        it = items[i]
+        prompt, aspect, model = judges[j]
+        row = [datasets[dataset_of[i]], it.item_id, it.group, it.system, it.subset, prompt,
+               aspect, model, fmt(score), fmt(it.human.get(aspect))]
+        if names:
+            metrics = _metrics(it, aspect)
+            row += [fmt(metrics.get(m)) for m in names]
+        w.writerow(row)
+    out.flush()
+    out.detach()  # the caller's file stays open
+
+
+def fmt(value: float | None) -> str:
+    """A CSV cell: "" for None or NaN, else the value's repr (floats keep every bit)."""
+    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else repr(value)
+
+
+def summary(tables: Tables) -> list[dict[str, Any]]:
+    """summary.csv rows: per data set x prompt x aspect x model."""
+    cells = tables.cells
+    width = max(len(cells.judges), 1)
+    keys, where = grouped(cells.dataset() * width + cells.judge,
+                          len(cells.datasets) * width)
+    rows = []
+    for key, at in zip(keys, where, strict=True):
+        prompt, aspect, model = cells.judges[key % width]
+        scores = cells.score[at][cells.scored[at]].tolist()
+        failed = cells.failures[at].sum(axis=0).tolist()
+        rows.append({"dataset": cells.datasets[key // width], "prompt": prompt,
+                     "aspect": aspect, "model": model, "n": int(at.size), "scored": len(scores),
+                     "mean": statistics.fmean(scores) if scores else None,
+                     "std": statistics.stdev(scores) if len(scores) > 1 else None,
+                     **{column: failed[FAILURES.index(kind)] for column, kind in
+                        (("parse_failures", "parse"), ("refusals", "refusal"),
+                         ("api_failures", "api"))}})
+    return rows
+
+
+def leaderboard(tables: Tables) -> tuple[list[str], list[dict[str, Any]]]:
+    """Per judge and judged system: n items, items failed, each aspect's mean, then the mean
+    of each automatic metric the items carry (Item.metrics["*"], e.g. a generation stage's).
+
+    An item any of whose aspects has no score is counted in `failed` and left out of every
+    aspect mean (the Korean chat study's rule), so those columns average the same items. An
+    item's aspects are those it has tasks for (per-category aspects: only its category's).
+    Metric means cover every item of the system that has the metric.
+    """
+    cells = tables.cells
+    per_item: dict[tuple[int, str, int], dict[str, float | None]] = defaultdict(dict)
+    aspects: list[str] = []
+    dataset_of = cells.item_dataset.tolist()
+    for i, j, score, ok in zip(cells.item.tolist(), cells.judge.tolist(),
+                               cells.score.tolist(), cells.scored.tolist(), strict=True):
+        prompt, aspect, model = cells.judges[j]
+        per_item[dataset_of[i], judge_name(model, prompt), i][aspect] = score if ok else None
+        if aspect not in aspects:
+            aspects.append(aspect)
+    board: dict[tuple[str, str], list[tuple[int, str, int]]] = defaultdict(list)
+    for key in per_item:
+        board[key[1], cells.items[key[2]].system].append(key)
+    metric_names = sorted({m for _, _, i in per_item for m in cells.items[i].metrics.get("*", {})})
+    rows = []
+    for (judge, system), keys in board.items():
+        complete = [per_item[k] for k in keys if None not in per_item[k].values()]
+        row: dict[str, Any] = {"judge": judge, "model": system, "n": len(keys),
+                               "failed": len(keys) - len(complete)}
+        for a in aspects:
+            values = [v for s in complete if (v := s.get(a)) is not None]
+            row[a] = round(statistics.fmean(values), 4) if values else None
+        for m in metric_names:
+            values = [v for k in keys
+                      if (v := cells.items[k[2]].metrics.get("*", {}).get(m)) is not None]
+            row[m] = round(statistics.fmean(values), 4) if values else None
+        rows.append(row)
+    columns = ["n", "failed", *aspects, *metric_names]
+    if len({r["judge"] for r in rows}) == 1:  # one judge: the study's own layout
+        for r in rows:
+            del r["judge"]
+        return ["model", *columns], rows
+    return ["judge", "model", *columns], rows
