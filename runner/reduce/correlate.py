@@ -32,7 +32,8 @@ cheap (the tests check them against scipy on explicitly resampled rows). Kendall
 sum is quadratic in the draw counts; runner.reduce._kendall evaluates it exactly, by a merge
 sort over the distinct (judge, human) cells planned once per selection (per resample O(cells x
 log2(distinct values of the side with fewer))) or, when cheaper (few groups, both sides near-
-continuous), by a groups x groups matrix of at most 4,096 groups. """
+continuous), by a groups x groups matrix of at most 4,096 groups.
+"""
 
 from __future__ import annotations
 
