@@ -300,8 +300,9 @@ def test_judge_rows_negate_lower_is_better_metrics_and_pair_annotators() -> None
     import types
 
     from runner.data.datasets import Item
+    from runner.reduce.cells import CellBuilder
     from runner.reduce.correlate import Row
-    from runner.report.write import Tables, _Cell, judge_rows
+    from runner.report.write import Tables, judge_rows
 
     def item(i: int, human: dict[str, float], votes: tuple[float, ...] = ()) -> Item:
         return Item(dataset="d", item_id=f"i{i}", group=f"g{i // 2}", system=f"s{i % 2}",
@@ -311,14 +312,17 @@ def test_judge_rows_negate_lower_is_better_metrics_and_pair_annotators() -> None
 
     items = [item(0, {"a": 3.0}, (2.0, 4.0)), item(1, {"a": 1.0}), item(2, {}),
              item(3, {"a": 5.0}, (5.0, 4.0))]
-    tables = Tables()
+    expansion = types.SimpleNamespace(items={"d": items},
+                                      lower_is_better={"d": frozenset({"ter"})},
+                                      job=types.SimpleNamespace(prompts=[]))
+    builder = CellBuilder(expansion)  # type: ignore[arg-type]
     for model, prompt in (("m2", "p"), ("m1", "p")):
         for it in items:
-            cell = tables.cells[it.dataset, it.item_id, prompt, "a", model] = _Cell(it)
-            cell.score = None if it.item_id == "i1" else float(len(model) + int(it.item_id[1:]))
-    expansion = types.SimpleNamespace(items={"d": items},
-                                      lower_is_better={"d": frozenset({"ter"})})
-    got = judge_rows(expansion, tables)  # type: ignore[arg-type]
+            builder.add("d", it, (prompt, "a", model),
+                        None if it.item_id == "i1" else float(len(model) + int(it.item_id[1:])),
+                        None)
+    got = {where: {judge: series.rows() for judge, series in judges.items()} for where, judges
+           in judge_rows(expansion, Tables(builder.finish())).items()}  # type: ignore[arg-type]
 
     def row(it: Item, judge: float | None, human: float) -> Row:
         return Row(it.group, it.system, it.subset, judge, human)
