@@ -24,7 +24,6 @@ from runner.session import (  # BatchAnswers: imported from here by main
     BatchAnswers,
     Selection,
     derive,
-    event_loop,
     open_selected,
     run_async,
 )
@@ -99,7 +98,7 @@ def open_ledger(sel: Selection) -> BatchLedger:
 def run_batches(sel: Selection, names: tuple[str, ...], options: BatchOptions) -> Batched:
     """Generation stage then judges (over what the generators have answered so far)."""
     from runner.execute.batch import BatchRun, BatchStats
-    stats, loop = BatchStats(), event_loop(os.environ)
+    stats = BatchStats()
 
     def say(line: str) -> None:
         click.echo(f"batch: {line}", err=True)
@@ -108,9 +107,9 @@ def run_batches(sel: Selection, names: tuple[str, ...], options: BatchOptions) -
         run = BatchRun(cache=cache, ledger=ledger, providers=_providers(sel.job, names),
                        job=sel.job.name, options=options, say=say, stats=stats, shard=sel.shard)
         if sel.job.generate:
-            run_async(run.run(sel.expansion.generation_tasks()), loop)
+            run_async(run.run(sel.expansion.generation_tasks()))
             sel = derive(sel)
-        run_async(run.run(sel.expansion.tasks()), loop)
+        run_async(run.run(sel.expansion.tasks()))
     say(f"{len(stats.created)} batch(es) made this run, {stats.attached} from earlier runs; "
         f"{len(stats.collected)} answers collected, {len(stats.failures)} failed, "
         f"{len(stats.pending)} pending; " + (
@@ -191,7 +190,7 @@ def batches(common: Callable[..., Any], select_args: Callable[..., Selection]) -
             run = BatchRun(cache=cache, ledger=ledger, providers=_providers(sel.job, names),
                            job=sel.job.name, options=BatchOptions(), say=lambda s: None)
             live_before = sum(r.live for r in ledger.rows(sel.job.name))
-            rows = run_async(run.status(cancel=cancel), event_loop(os.environ))
+            rows = run_async(run.status(cancel=cancel))
         if not rows:
             click.echo(f"job {sel.job.name}: no batches in {ledger.location}")
             return

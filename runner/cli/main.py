@@ -54,7 +54,6 @@ from runner.session import (
     check_budget,
     check_keys,
     estimate,
-    event_loop,
     job_path,
     key_reader,
     manifest,
@@ -288,8 +287,7 @@ def run(job: str, models: tuple[str, ...], base_url: str | None, limit: int | No
     Exit 0 when no task failed (tasks left out by --offline or --budget are listed), 1 when
     some failed (listed), 2 on a configuration error (before any call), 130 when
     interrupted: rerun the same command to resume. At a terminal it asks before paid calls
-    unless --yes. Requests go out on uvloop's event loop where it is installed
-    (JUDGE_EVENT_LOOP=asyncio: on asyncio's own).
+    unless --yes.
     """
     started = time.time()
     sel = _select(job, models, base_url, limit, cache_dir, out,
@@ -437,8 +435,7 @@ def _execute(sel: Selection, opts: dict[str, Any], judged: TaskLog,
     started = contextlib.nullcontext(sel.job) if opts["offline"] else serving(sel.job)
     with open_selected(sel) as cache, started as served:
         try:
-            return run_async(_run_async(sel, served, cache, opts, progress, judged, after),
-                             event_loop(os.environ))
+            return run_async(_run_async(sel, served, cache, opts, progress, judged, after))
         except asyncio.CancelledError:
             # The second Ctrl-C cancelled the pool; every answer received is already cached.
             raise KeyboardInterrupt from None

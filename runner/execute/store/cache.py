@@ -14,7 +14,6 @@ Only successful responses are stored; the API key is never part of a record.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import itertools
 import os
@@ -29,7 +28,6 @@ import orjson
 from diskcache.core import MODE_RAW
 
 from runner.errors import CacheError
-from runner.execute.store.child import second_core
 from runner.execute.store.faults import (
     ReadOnlyDisk,
     damage,
@@ -40,19 +38,14 @@ from runner.execute.store.faults import (
     refused,
     writable,
 )
-from runner.execute.store.journal import Folder, Journal, Row, fold_file, recover, unfolded
+from runner.execute.store.journal import Journal, Row, recover, unfolded
 from runner.execute.store.lease import FolderLease
 
 __all__ = ["Cache", "answer_record"]
 
 NEVER = 2**62  # size limit no cache reaches: eviction stays off
-FOLD_ROWS = 1024  # appended answers handed over together (SQLite takes CHUNK a transaction)
+FOLD_ROWS = 1024  # appended answers folded into SQLite together, in one transaction
 FOLD_S = 1.0  # or the age of the oldest of them that makes the next append fold
-FOLDER_ROWS = 256  # from this many answers a fold, a folding process does it (2+ cores)
-MAX_SENT = 2  # journals handed to the folding process and not yet folded, at most
-STARVED_S = 1.0
-"""How long this process waits for an answer of the folding process (which runs only on an
-otherwise idle core) before it stops it and folds here: a machine too busy to give it a core."""
 
 
 def answer_record(*, body: bytes, endpoint: str, response: Mapping[str, Any] | orjson.Fragment,
@@ -72,6 +65,7 @@ def answer_record(*, body: bytes, endpoint: str, response: Mapping[str, Any] | o
 
 
 CHUNK = 500  # keys per query: under SQLite's 999-parameter limit on old builds
+TRANSACTION = 2 * FOLD_ROWS  # records a transaction, at most: a fold is one
 # A record stored as diskcache.Cache.set stores a str key and a small bytes value: raw key,
 # no expiry, no tag, size 0, MODE_RAW (1), the bytes inline; replacing keeps the row.
 _UPSERT = ("INSERT INTO Cache(key, raw, store_time, expire_time, access_time, access_count, "
@@ -121,11 +115,7 @@ class Cache:
         self._journal: Journal | None = None  # the one being written
         self._pending: list[Row] = []  # appended to it
         self._since = 0.0  # when the oldest of them was
-        self._sent: collections.deque[tuple[Path, list[Row]]] = collections.deque()
-        """Each journal handed to the folding process and not yet folded, with its rows."""
         self._unfolded: dict[str, bytes] = {}  # every appended row not yet known in SQLite
-        self._folder: Folder | None = None
-        self._may_fork = True  # False once a folding process could not start, or failed
         self._pid = os.getpid()
         if self.read_only:
             self._unfolded.update(unfolded(directory))
@@ -206,7 +196,7 @@ class Cache:
             raise CacheError(f"{self.directory}: could not store {key}; free space, then rerun")
 
     def put_many(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
-        """Store many records, CHUNK per SQLite transaction (one put is one transaction, ~60 us);
+        """Store many records, TRANSACTION per SQLite transaction (one put is one, ~60 us);
         a later record of a key replaces an earlier one, as put does. Returns the number stored.
         Each committed chunk is durable: a kill -9 mid-way loses at most the chunk being written,
         and a rerun stores it again. Raises CacheError if the disk refuses a chunk.
@@ -224,10 +214,9 @@ class Cache:
         """Store answers as they arrive (the pool, once an event-loop turn): put_many's
         semantics, durable against a kill -9 as soon as they are in the journal
         (runner/execute/store/journal.py, one write), and read by this object at once. They go into
-        SQLite together when an append finds FOLD_ROWS pending or the oldest FOLD_S old: on a
-        machine with two cores or more, from FOLDER_ROWS answers, a folding process does it
-        while this one goes on (journal.Folder); `fold` and `close` wait for all of them.
-        Raises CacheError if the journal is refused, or a fold here."""
+        SQLite together, in one transaction, when an append finds FOLD_ROWS pending or the
+        oldest FOLD_S old, and at `fold` and `close`. Raises CacheError if the journal is
+        refused, or the fold."""
         self._writing()
         rows = [(key, orjson.dumps(record)) for key, record in items]
         if self._journal is None:
@@ -238,71 +227,22 @@ class Cache:
         self._pending += rows
         self._unfolded.update(rows)
         if len(self._pending) >= FOLD_ROWS or time.monotonic() - self._since >= FOLD_S:
-            self._hand_off(background=True)
+            self.fold()
         return len(rows)
 
     def fold(self) -> None:
-        """Put every appended answer into SQLite now, for other processes to read (the next
-        stage's reader processes). Raises CacheError if SQLite refuses them: they stay in
-        their journals, which the next open of the folder folds."""
-        if os.getpid() != self._pid:
-            return  # a forked child: its parent's answers are its parent's
-        self._hand_off(background=False)
-        while self._sent and self._folder is not None:
-            self._answered(wait=True)
-        self._fold_sent()
-
-    def _fold_sent(self) -> None:
-        """Fold here, in order, the journals a folding process that failed left unfolded."""
-        while self._sent and self._folder is None:
-            path, rows = self._sent[0]
-            fold_file(path, self.put_raw, wait=True)
-            self._sent.popleft()
-            self._forget(rows)
-
-    def _hand_off(self, *, background: bool) -> None:
-        """The rows of the journal being written go into SQLite: sent to the folding process
-        (started here if `background` and the rows are FOLDER_ROWS or more), or stored here."""
-        if not self._pending or self._journal is None or not self._journal.mine:
-            return
-        if self._folder is None and background and self._may_fork and \
-                len(self._pending) >= FOLDER_ROWS and second_core():
-            try:
-                self._folder = Folder(self.directory)
-            except OSError:
-                self._may_fork = False
-        if self._folder is None:
-            self._fold_sent()  # older answers first: a later record of a key wins
-            self.put_raw(self._pending)
-            self._journal.clear()
-            self._forget(self._pending)
-            self._pending = []
-            return
-        journal, self._journal = self._journal, None
-        journal.close(remove=False)  # its lock ends: the folding process may take it
-        self._sent.append((journal.path, self._pending))
+        """Put every appended answer into SQLite now, in one transaction (~14 us an answer,
+        where the pool's turns of ~10-20 would cost ~30-40 us each), for other processes to
+        read (the next stage's reader processes); the journal is then emptied. Raises
+        CacheError if SQLite refuses them: they stay in the journal, which the next open of
+        the folder folds."""
+        journal = self._journal
+        if not self._pending or journal is None or not journal.mine:
+            return  # nothing appended; or a forked child: its parent's answers are its parent's
+        self.put_raw(self._pending)
+        journal.clear()
+        self._forget(self._pending)
         self._pending = []
-        if not self._folder.request(journal.path):
-            self._answered(wait=True)  # it is gone: that answer says so
-        while self._folder is not None and self._sent and \
-                self._answered(wait=len(self._sent) > MAX_SENT):
-            pass
-
-    def _answered(self, *, wait: bool) -> bool:
-        """Take the folding process's next answer; False if none has come and not `wait`. If
-        it failed (a full disk) or ended, or `wait` saw no answer within STARVED_S, it is
-        stopped, and its journals, and every later one, are folded here."""
-        assert self._folder is not None
-        answer = self._folder.answer(STARVED_S if wait else 0)
-        if answer is None and not wait:
-            return False
-        if answer == "ok":
-            _, rows = self._sent.popleft()
-            self._forget(rows)
-        else:
-            self._folder.kill()
-            self._folder, self._may_fork = None, False
-        return True
 
     def _forget(self, rows: list[Row]) -> None:
         """These rows are in SQLite: reads find them there."""
@@ -315,18 +255,20 @@ class Cache:
             raise not_writable(self.directory)
 
     def _settle(self) -> None:
-        if self._pending or self._sent:
+        if self._pending:
             self.fold()
 
     def put_raw(self, rows: Iterable[Row]) -> int:
         """put_many of records already serialised (a journal's rows), without waiting for
-        the appended ones: `fold` and the recovery of journals use it."""
+        the appended ones: `fold` and the recovery of journals use it. Returns the number
+        stored."""
         self._writing()
         stream, stored = iter(rows), 0
-        while chunk := list(itertools.islice(stream, CHUNK)):
+        while chunk := list(itertools.islice(stream, TRANSACTION)):
             try:
                 with self._disk.transact():
-                    self._put_chunk(chunk)
+                    for start in range(0, len(chunk), CHUNK):
+                        self._put_chunk(chunk[start:start + CHUNK])
             except (OSError, sqlite3.Error) as exc:
                 if "locked" in str(exc) or "malformed" in str(exc):
                     raise refused(self.directory, exc) from None
@@ -389,14 +331,11 @@ class Cache:
         return FolderLease(self.directory, name, holder)
 
     def close(self) -> None:
-        """Fold every appended answer, end the folding process, and close. What SQLite
-        refuses stays in its journal, which the next open of the folder folds."""
+        """Fold every appended answer and close. What SQLite refuses stays in its journal,
+        which the next open of the folder folds."""
         if os.getpid() == self._pid:
             with contextlib.suppress(CacheError):
                 self.fold()
-            if self._folder is not None:
-                self._folder.finish()
-                self._folder = None
             if self._journal is not None:
                 self._journal.close(remove=not self._pending)
                 self._journal = None
