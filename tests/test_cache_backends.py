@@ -15,7 +15,7 @@ import pytest
 from runner.errors import CacheError
 from runner.execute.store import pgcache
 from runner.execute.store.backend import CacheBackend, marked, open_cache, redact
-from runner.execute.store.cache import Cache
+from runner.execute.store.cache import TRANSACTION, Cache
 from runner.execute.store.pgcache import PgCache
 
 Opener = Callable[[], CacheBackend]
@@ -186,7 +186,7 @@ def test_redact_hides_passwords_in_the_url_and_its_query() -> None:
 
 def _chunk(cache: CacheBackend) -> int:
     """Records per put_many transaction of this backend."""
-    return pgcache.CHUNK if isinstance(cache, PgCache) else 500
+    return pgcache.CHUNK if isinstance(cache, PgCache) else TRANSACTION
 
 
 def _refuse(cache: CacheBackend, key: str) -> None:
@@ -199,8 +199,8 @@ def _refuse(cache: CacheBackend, key: str) -> None:
                          f"WHEN (NEW.key = '{key}') EXECUTE FUNCTION refuse()")
     else:
         assert isinstance(cache, Cache)
-        cache._disk._sql(f"CREATE TRIGGER refuse BEFORE INSERT ON Cache WHEN NEW.key = '{key}' "
-                         "BEGIN SELECT RAISE(ABORT, 'refused by test'); END")
+        cache._db.execute(f"CREATE TRIGGER refuse BEFORE INSERT ON Cache WHEN NEW.key = '{key}' "
+                          "BEGIN SELECT RAISE(ABORT, 'refused by test'); END")
 
 
 def test_put_many_round_trips_across_chunk_boundaries(opener: Opener) -> None:

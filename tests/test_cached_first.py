@@ -74,7 +74,7 @@ def _hole(cache: Path, out: Path, items: set[str]) -> int:
             if (j := orjson.loads(line))["item_id"] in items}
     with Cache(cache) as c:
         for key in keys:
-            assert c._disk.delete(key)
+            assert c._store.delete(key)
     return len(keys)
 
 

@@ -5,7 +5,9 @@ never drop a paid answer (the default 1 GiB limit silently culls past ~700k entr
 every read into a write, and FanoutCache drops writes under contention). Reads and writes are
 direct calls on the event loop thread: a hit costs ~14 us, far less than a thread hop. The
 pool's answers go through `append`: a journal file first (runner/execute/store/journal.py),
-SQLite in large transactions afterwards.
+SQLite in large transactions afterwards. Batches of keys are read and written through this
+process's own SQLite connection (runner/execute/store/table.py: the table's layout checked,
+never assumed); one key through diskcache's public API.
 
 A record: {"request": body, "endpoint": str, "response": chat-completions JSON,
 "usage": {...}, "latency_s": float, "time": unix seconds, "source": "api" | "import:<file>"}.
@@ -28,7 +30,9 @@ import orjson
 from diskcache.core import MODE_RAW
 
 from runner.errors import CacheError
+from runner.execute.store import table
 from runner.execute.store.faults import (
+    DBNAME,
     ReadOnlyDisk,
     damage,
     decoded,
@@ -64,24 +68,7 @@ def answer_record(*, body: bytes, endpoint: str, response: Mapping[str, Any] | o
     return record
 
 
-CHUNK = 500  # keys per query: under SQLite's 999-parameter limit on old builds
 TRANSACTION = 2 * FOLD_ROWS  # records a transaction, at most: a fold is one
-# A record stored as diskcache.Cache.set stores a str key and a small bytes value: raw key,
-# no expiry, no tag, size 0, MODE_RAW (1), the bytes inline; replacing keeps the row.
-_UPSERT = ("INSERT INTO Cache(key, raw, store_time, expire_time, access_time, access_count, "
-           "tag, size, mode, filename, value) VALUES (?, 1, ?, NULL, ?, 0, NULL, 0, 1, NULL, ?) "
-           "ON CONFLICT(key, raw) DO UPDATE SET store_time = excluded.store_time, "
-           "expire_time = NULL, access_time = excluded.access_time, tag = NULL, size = 0, "
-           "mode = 1, filename = NULL, value = excluded.value")
-
-
-def _chunks(keys: Sequence[str]) -> Iterator[Sequence[str]]:
-    for start in range(0, len(keys), CHUNK):
-        yield keys[start:start + CHUNK]
-
-
-def _marks(chunk: Sequence[str]) -> str:
-    return ",".join("?" * len(chunk))
 
 
 class Cache:
@@ -95,18 +82,22 @@ class Cache:
         self.read_only = not writable(directory)
         if self.read_only and not read_only:
             raise not_writable(directory)
-        self._disk: Any = None
+        self._store: Any = None  # diskcache.Cache, or a ReadOnlyDisk: the one-key API
         try:
             if self.read_only:
-                self._disk = ReadOnlyDisk(directory)
-            directory.mkdir(parents=True, exist_ok=True)
-            # synchronous=OFF: SQLite hands every write to the OS at once but never waits for
-            # fsync, so a killed process (kill -9, OOM) loses nothing; only an OS crash or a
-            # power cut can lose the last answers. The fsyncs stalled the event loop (~40 us a
-            # put, and a disk flush every ~45 puts).
-            if self._disk is None:
-                self._disk = diskcache.Cache(str(directory), eviction_policy="none",
-                                             size_limit=NEVER, cull_limit=0, sqlite_synchronous=0)
+                self._store = ReadOnlyDisk(directory)
+                self._db = self._store.connection
+            else:
+                directory.mkdir(parents=True, exist_ok=True)
+                # synchronous=OFF: SQLite hands every write to the OS at once but never waits
+                # for fsync, so a killed process (kill -9, OOM) loses nothing; only an OS crash
+                # or a power cut can lose the last answers. The fsyncs stalled the event loop
+                # (~40 us a put, and a disk flush every ~45 puts).
+                self._store = diskcache.Cache(str(directory), eviction_policy="none",
+                                              size_limit=NEVER, cull_limit=0,
+                                              sqlite_synchronous=0)
+                self._db = table.connect(str(directory / DBNAME), synchronous_off=True)
+            self._batched = table.matches(self._db)  # else the one-key API (store/table.py)
         except OSError as exc:
             raise CacheError(f"{directory}: cannot open the cache ({exc}); check the path and "
                              "its permissions or pass --cache-dir") from None
@@ -138,29 +129,28 @@ class Cache:
         (diskcache maps 64 MiB), for a process that mostly reads many records: lookups over a
         140 MB cache took ~40% less. Not stored in the folder's settings, unlike diskcache's own
         sqlite_mmap_size; SQLite caps it at its build's limit."""
-        self._disk._sql(f"PRAGMA mmap_size = {int(size)}").fetchall()
+        self._db.execute(f"PRAGMA mmap_size = {int(size)}").fetchall()
 
     @guarded
     def __contains__(self, key: str) -> bool:
-        return key in self._unfolded or key in self._disk
+        return key in self._unfolded or key in self._store
 
     @guarded
     def get(self, key: str) -> dict[str, Any] | None:
         """The record stored under `key`, or None."""
         raw = self._unfolded.get(key)
         if raw is None:
-            raw = self._disk.get(key)
+            raw = self._store.get(key)
         return None if raw is None else decoded(self.directory, key, raw)
 
     @guarded
     def has_many(self, keys: Sequence[str]) -> set[str]:
-        """The keys among `keys` that are stored: one query per CHUNK keys, where `in` would
+        """The keys among `keys` that are stored: one query per table.CHUNK keys, where `in` would
         make one each (a 100k-task rerun asks 100k times)."""
-        found: set[str] = set()
-        for chunk in _chunks(keys):
-            rows = self._disk._sql(  # diskcache's own connection; str keys are stored raw
-                f"SELECT key FROM Cache WHERE raw = 1 AND key IN ({_marks(chunk)})", chunk)
-            found.update(row[0] for row in rows)
+        if self._batched:
+            found = table.stored_keys(self._db, keys)
+        else:
+            found = {key for key in keys if key in self._store}
         if self._unfolded:
             found.update(key for key in keys if key in self._unfolded)
         return found
@@ -174,15 +164,16 @@ class Cache:
     def get_many_raw(self, keys: Sequence[str]) -> dict[str, bytes]:
         """get_many's records as the bytes stored (orjson), not decoded."""
         out: dict[str, bytes] = {}
-        for chunk in _chunks(keys):
-            rows = self._disk._sql(
-                "SELECT key, mode, filename, value FROM Cache WHERE raw = 1 AND key IN "
-                f"({_marks(chunk)})", chunk).fetchall()
-            fetch = self._disk._disk.fetch
-            for key, mode, filename, value in rows:
-                # An inline record is the bytes themselves (what fetch() returns for them);
-                # fetch() reads the large ones kept as files.
-                out[key] = value if mode == MODE_RAW else fetch(mode, filename, value, False)
+        if self._batched:
+            for key, mode, filename, value in table.stored_rows(self._db, keys):
+                # An inline record is the bytes themselves; a large one kept as a file is read
+                # through diskcache's get.
+                if mode == MODE_RAW and filename is None and value is not None:
+                    out[key] = value
+                elif (raw := self._store.get(key)) is not None:
+                    out[key] = raw
+        else:
+            out = {key: raw for key in keys if (raw := self._store.get(key)) is not None}
         if self._unfolded:
             out.update((key, raw) for key in keys if (raw := self._unfolded.get(key)) is not None)
         return out
@@ -192,7 +183,7 @@ class Cache:
         """Store a record; raises CacheError if the disk refuses it."""
         self._writing()
         self._settle()
-        if not self._disk.set(key, orjson.dumps(record)):
+        if not self._store.set(key, orjson.dumps(record)):
             raise CacheError(f"{self.directory}: could not store {key}; free space, then rerun")
 
     def put_many(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
@@ -266,9 +257,7 @@ class Cache:
         stream, stored = iter(rows), 0
         while chunk := list(itertools.islice(stream, TRANSACTION)):
             try:
-                with self._disk.transact():
-                    for start in range(0, len(chunk), CHUNK):
-                        self._put_chunk(chunk[start:start + CHUNK])
+                self._put_chunk(chunk)
             except (OSError, sqlite3.Error) as exc:
                 if "locked" in str(exc) or "malformed" in str(exc):
                     raise refused(self.directory, exc) from None
@@ -278,35 +267,46 @@ class Cache:
             stored += len(chunk)
         return stored
 
-    def _put_chunk(self, chunk: Sequence[tuple[str, bytes]]) -> None:
-        limit = self._disk._disk.min_file_size
-        keys = [key for key, _ in chunk]
-        as_files = {row[0] for row in self._disk._sql(
-            f"SELECT key FROM Cache WHERE raw = 1 AND filename IS NOT NULL AND key IN "
-            f"({_marks(keys)})", keys)}
-        now = time.time()
-        inline = [(key, now, now, raw) for key, raw in chunk
-                  if len(raw) < limit and key not in as_files]
-        self._disk._con.executemany(_UPSERT, inline)
-        if len(inline) < len(chunk):
-            for key, raw in chunk:  # in order, so a later record of a key still wins
-                if len(raw) >= limit or key in as_files:
-                    self._disk.set(key, raw)
+    def _put_chunk(self, chunk: Sequence[Row]) -> None:
+        """Store `chunk` in one transaction (store/table.py's upsert); a record too large to
+        be kept in its row, every record of its key, and every key whose record is a file go
+        through diskcache's `set` after it, in order, so a later record of a key still wins.
+        A folder whose table does not match: all of them, in one diskcache transaction."""
+        if not self._batched:
+            with self._store.transact():
+                for key, raw in chunk:
+                    self._store.set(key, raw)
+            return
+        limit, now = self._store.disk.min_file_size, time.time()
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            keys = [key for key, _ in chunk]
+            by_set = table.filed(self._db, keys) | {k for k, raw in chunk if len(raw) >= limit}
+            table.upsert(self._db, [(k, now, raw) for k, raw in chunk if k not in by_set])
+            self._db.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            raise
+        for key, raw in chunk:
+            if key in by_set:
+                self._store.set(key, raw)
 
     def damaged(self, keys: Sequence[str] | None = None) -> Iterator[tuple[str, str]]:
         """Each stored record among `keys` (None: every one) that is damaged, with why
-        (`damage`), read CHUNK at a time: `judge cache check` and `judge run --refresh-damaged`."""
+        (`damage`), read table.CHUNK at a time: `judge cache check` and `judge run
+        --refresh-damaged`."""
         self._settle()
         if keys is None:
             keys = self._all_keys()
-        for chunk in _chunks(keys):
+        for chunk in table.chunks(keys):
             for key, raw in self.get_many_raw(chunk).items():
                 if (why := damage(raw)) is not None:
                     yield key, why
 
     @guarded
     def _all_keys(self) -> list[str]:
-        return list(self._disk)  # diskcache's public iteration (and ReadOnlyDisk's)
+        return list(self._store)  # diskcache's public iteration (and ReadOnlyDisk's)
 
     @guarded
     def drop(self, keys: Iterable[str]) -> int:
@@ -314,17 +314,17 @@ class Cache:
         how many there were."""
         self._writing()
         self._settle()
-        return sum(bool(self._disk.delete(key)) for key in keys)
+        return sum(bool(self._store.delete(key)) for key in keys)
 
     def keys(self) -> Iterator[str]:
         self._settle()
-        return iter(self._disk)
+        return iter(self._store)
 
     @guarded
     def stats(self) -> dict[str, int]:
         """Entries and bytes on disk."""
         self._settle()
-        return {"entries": len(self._disk), "bytes": int(self._disk.volume())}
+        return {"entries": len(self._store), "bytes": int(self._store.volume())}
 
     def lease(self, name: str, holder: str) -> FolderLease:
         """The run lease `name`: a flock on a file in this folder (store/lease.py)."""
@@ -339,7 +339,9 @@ class Cache:
             if self._journal is not None:
                 self._journal.close(remove=not self._pending)
                 self._journal = None
-        self._disk.close()
+        if not self.read_only:
+            self._db.close()  # a ReadOnlyDisk closes its own
+        self._store.close()
 
     def __enter__(self) -> Cache:
         return self
