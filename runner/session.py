@@ -26,9 +26,9 @@ from runner.data.seen import Seen, key64
 from runner.errors import ConfigError, MissingKeyError, register_secret
 from runner.execute import local
 from runner.execute.shard import Shard
-from runner.execute.store.backend import CacheBackend, is_url, marked, open_cache, redact
-from runner.execute.store.reader import with_key_index
+from runner.execute.store.backend import CacheBackend, cached_flags, is_url, open_cache, redact
 from runner.expand import Expansion, Task, estimate_cost, prepare, task_key
+from runner.expand_ahead import with_key_index
 from runner.job.load import load_job
 from runner.job.spec import Job, ModelSpec, parse_model_spec, url_problem
 from runner.reduce.judgments import READ_BATCH, CachedFirst, Judgment, choices
@@ -260,8 +260,8 @@ async def run_pool(sel: Selection, served: Job, cache: CacheBackend, *, stop: An
     servers' base URLs. Returns the counters and the selection with generated data sets;
     `judged` logs the judge tasks as they are dispatched; keys in `hold`
     (held by a provider batch) are never called: they count as not run. `after`: the judge
-    tasks from `after.rest` on, with `after.stats`, when a CachedFirst pass judged the ones
-    before (a job without a generation stage)."""
+    tasks from `after.uncached_onward` on, with `after.stats`, when a CachedFirst pass judged
+    the ones before (a job without a generation stage)."""
     # Here, not at the top: aiohttp costs ~0.15 s to import, which plan, status and the
     # report commands would pay for nothing.
     import aiohttp
@@ -290,9 +290,9 @@ async def run_pool(sel: Selection, served: Job, cache: CacheBackend, *, stop: An
             tasks = sel.expansion.tasks()
             if sel.shard is None:  # the job's keys, kept for its rescore
                 tasks = with_key_index(cache, sel.expansion, READ_BATCH, count, tasks)
-        else:  # counted, and the tasks before after.rest judged, by the CachedFirst pass
-            assert after.rest is not None, "a fully cached CachedFirst pass needs no pool"
-            tasks = after.rest
+        else:  # counted, and the tasks before it judged, by the CachedFirst pass
+            assert after.uncached_onward is not None, "a fully cached pass needs no pool"
+            tasks = after.uncached_onward
         await execute(_held(_kept(_mine(sel, tasks, stats), judged), hold, stats), **run,
                       hashes=None if after is None else after.hashes)
     return stats, sel
@@ -439,7 +439,7 @@ def estimate(sel: Selection) -> list[ModelPlan]:
     # probability <= n^2 / 2^65 (2.7e-6 at 10M) and would only move one task's count.
     seen = Seen()
     with open_selected(sel, read_only=True) as cache:
-        for task, cached in marked(cache, all_tasks(sel.expansion), task_key):
+        for task, cached in cached_flags(cache, all_tasks(sel.expansion), task_key):
             plan = plans[task.model]
             plan.tasks += 1
             if not seen.add(key64(task.key)):

@@ -14,7 +14,7 @@ import pytest
 
 from runner.errors import CacheError
 from runner.execute.store import pgcache
-from runner.execute.store.backend import CacheBackend, marked, open_cache, redact
+from runner.execute.store.backend import CacheBackend, cached_flags, open_cache, redact
 from runner.execute.store.cache import TRANSACTION, Cache
 from runner.execute.store.pgcache import PgCache
 
@@ -59,14 +59,14 @@ def test_round_trip_keeps_every_character(opener: Opener) -> None:
 
 
 def test_batched_lookups_across_chunks(opener: Opener) -> None:
-    """has_many, marked and get_many past one query's chunk (500 disk, 2000 PostgreSQL)."""
+    """has_many, cached_flags and get_many past one query's chunk (500 disk, 2000 PostgreSQL)."""
     keys = [_key(n) for n in range(4500)]
     with opener() as cache:
         for n in range(0, 4500, 3):
             cache.put(keys[n], _record(n))
         stored = set(keys[::3])
         assert cache.has_many(keys) == stored
-        flagged = list(marked(cache, range(4500), lambda n: keys[n]))
+        flagged = list(cached_flags(cache, range(4500), lambda n: keys[n]))
         assert [n for n, _ in flagged] == list(range(4500))  # order kept
         assert [n for n, hit in flagged if hit] == list(range(0, 4500, 3))
         got = cache.get_many(keys[:3000])

@@ -286,9 +286,9 @@ def test_a_killed_reader_process_is_read_for_in_place_and_nothing_is_lost(
     def killing(self: reader_module.Reader, *a: Any, **k: Any) -> Any:
         for n, got in enumerate(pipelined(self, *a, **k)):
             if n == 0:
-                os.kill(self._child.pid, signal.SIGKILL)
-                self._child.wait(timeout=30)
-                killed.append(self._child.pid)
+                os.kill(self._child.process.pid, signal.SIGKILL)
+                self._child.process.wait(timeout=30)
+                killed.append(self._child.process.pid)
             yield got
 
     monkeypatch.setattr(reader_module.Reader, "_pipelined", killing)

@@ -24,6 +24,7 @@ import click
 import orjson
 
 from runner import api
+from runner.children import one_process
 from runner.cli import TERM_EXIT, Terminated, views
 from runner.cli.batches import (
     MAX_BATCH_REQUESTS,
@@ -38,9 +39,8 @@ from runner.data import datasets
 from runner.errors import ConfigError, DataError, RunnerError, scrub
 from runner.execute.imports import import_answers
 from runner.execute.shard import Shard, split_limits
-from runner.execute.store.backend import CacheBackend, is_url, marked, open_cache, redact
+from runner.execute.store.backend import CacheBackend, cached_flags, is_url, open_cache, redact
 from runner.execute.store.cache import Cache
-from runner.execute.store.child import one_process
 from runner.execute.store.lease import describe, lease_name
 from runner.expand import task_key
 from runner.job.spec import Job
@@ -201,7 +201,7 @@ def _common(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _processes(environ: Mapping[str, str]) -> None:
-    """JUDGE_PROCESSES=1: every command in one process (runner.execute.store.child)."""
+    """JUDGE_PROCESSES=1: every command in one process (runner.children)."""
     value = environ.get("JUDGE_PROCESSES", "").strip()
     if value not in ("", "1"):
         raise ConfigError(f"JUDGE_PROCESSES must be 1 (every command in one process) or unset "
@@ -478,7 +478,7 @@ def _run_cached_first(sel: Selection, opts: dict[str, Any], started: float,
         def judgments() -> Iterator[Judgment]:
             yield from first
             progress.close()
-            if first.rest is None:  # all cached: repeats counted as the pool counts them
+            if first.uncached_onward is None:  # all cached: repeats counted as the pool counts them
                 stats.settle_repeats(first.hashes)
                 return
             _execute(sel, opts, judged, first)
@@ -618,7 +618,7 @@ def status(job: str, models: tuple[str, ...], base_url: str | None, limit: int |
     sel = _select(job, models, base_url, limit, cache_dir, out, stream=True)
     with open_selected(sel, read_only=True) as cache:
         total = cached = 0
-        for _, hit in marked(cache, all_tasks(sel.expansion), task_key):
+        for _, hit in cached_flags(cache, all_tasks(sel.expansion), task_key):
             total += 1
             cached += hit
     click.echo(f"job {sel.job.name}: {cached}/{total} tasks cached, {total - cached} to call")

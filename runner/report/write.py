@@ -44,7 +44,7 @@ from runner.reduce.judgments import Judgment
 from runner.reduce.jury import judge_name, verdicts
 from runner.reduce.ranking import RANKING_COLUMNS, rank_rows, ranking_markdown
 from runner.reduce.reliability import Positions
-from runner.report.aside import Aside
+from runner.report.aside import ForkedResult
 from runner.report.browser import ItemRows
 from runner.report.folder import atomic_file, new_run_id, report_set, write_atomic
 from runner.report.headline import Headline, headline, system_note
@@ -434,7 +434,7 @@ def _write_set(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgment
                          expansion.job.juries)
     # scores.csv and reliability.csv's rows on the other core (about half the reports' time)
     # while the others are made here
-    with atomic_file(out_dir / "scores.csv") as scores, Aside(
+    with atomic_file(out_dir / "scores.csv") as scores, ForkedResult(
             lambda: _set_aside(expansion, tables, positions, scores)) as reliable:
         series = judge_rows(expansion, tables)
         corr = correlations(expansion, tables, series)

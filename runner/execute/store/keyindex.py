@@ -6,7 +6,7 @@ A key depends only on what `Expansion.fingerprint()` digests (the prompts but fo
 the models, the items, the code that renders requests), and an index is found only under its
 fingerprint: an index can be missing, never stale. A parser change keeps the fingerprint.
 
-Each child of a forked expander (runner.execute.store.reader.Expander) keeps the keys of its own
+Each child of a forked expander (runner.expand_ahead.Expander) keeps the keys of its own
 part of the tasks (its runs: Expansion.part) in `keys/<fingerprint>-<run size>-<part>of<parts>`, 32
 bytes (the sha256 digest) a key, in its order. It writes them as it renders them to a temporary
 file, renamed into place when the part is complete and has as many keys as expected. A run
