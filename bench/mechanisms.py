@@ -59,10 +59,10 @@ def main() -> None:
     items = args.tasks // len(ASPECTS)
     rounds: list[dict[str, Any]] = []
     if args.command == "rescore":
-        dead = f"http://127.0.0.1:{common.free_port()}/v1"
-        job = common.write_job(work / "job", items, aspects=ASPECTS, base_url=dead)
-        cache = work / "cache"
-        if not cache.exists():
+        job, cache = work / "job" / "job.toml", work / "cache"
+        if not cache.exists():  # a new job: its dead port is part of every key
+            dead = f"http://127.0.0.1:{common.free_port()}/v1"
+            job = common.write_job(work / "job", items, aspects=ASPECTS, base_url=dead)
             prefill(job, cache)
         warm = _judge(["rescore", str(job), "--cache-dir", str(cache), "--out",
                        str(work / "out")], {}, work)
