@@ -188,8 +188,8 @@ class Expansion:
         renders requests (this module's and the job spec's source, orjson's version), the
         prompts but for their parsers, the models, the generation stages, and every data
         set's items in order (id, group, subset, fields). Two expansions with one fingerprint
-        have the same keys in the same order (the key index relied on it until 2026-11-25). A
-        parser change keeps the fingerprint (a rescore's usual reason)."""
+        have the same keys in the same order: runner.execute.store.keyindex relies on it. A parser
+        change keeps the fingerprint (a rescore's usual reason)."""
         digest = hashlib.sha256(_code_digest())
         prompts = [[(f.name, getattr(p, f.name)) for f in dataclasses.fields(p)
                     if f.name not in _PARSER_FIELDS] for p in self.job.prompts]

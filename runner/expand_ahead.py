@@ -1,17 +1,13 @@
 """Expanding ahead: forked children that render a large job's tasks and read their answers
-while this process judges them (`Expander`). Next to runner.expand, not in the storage layer:
-the store hands out keys and bytes (runner.execute.store.reader.sent_answers), this module
-makes tasks of them.
+while this process judges them (`Expander`), and the key index a run leaves for them
+(`with_key_index`). Next to runner.expand, not in the storage layer: the store hands out keys
+and bytes (runner.execute.store.reader.sent_answers), this module makes tasks of them.
 
-What it buys, as a whole process, with the reader child (runner.execute.store.reader): a fully
-cached `judge rescore` took 1.24x as long with JUDGE_PROCESSES=1 (no child) as with them, at
-100k tasks (rounds 0.63-1.37) and at 1M (rounds 1.42, 1.07); issue 26 measured 1.45x at 100k
-(bench/mechanisms.py; bench/README.md "What each mechanism buys").
-
-The key index that let the children skip rendering a job they had read before (its keys kept
-in the cache folder's keys/) bought 0.90x at 100k and 0.95x at 1M (rounds 1.09, 0.80) as a
-whole process, 1.10x in issue 26: under 1.2x, so it was removed on 2026-11-25; a keys/ folder
-an older version left is never read.
+What it buys, as a whole process: with the reader child (runner.execute.store.reader), the
+"second-core machinery" of bench/README.md "What each mechanism buys" (a fully cached `judge
+rescore`, JUDGE_PROCESSES=1 against the default, alternated rounds). The key index
+(runner.execute.store.keyindex) spares the children rendering and hashing a job they have read
+before; its figure is there too.
 """
 
 from __future__ import annotations
@@ -31,10 +27,11 @@ from runner.errors import CacheError
 from runner.execute.store.answers import Answer, Sent, received
 from runner.execute.store.backend import CacheBackend, answers
 from runner.execute.store.cache import Cache
+from runner.execute.store.keyindex import KeyIndex, recorded_parts
 from runner.execute.store.reader import read_here, reader_pays, sent_answers
 from runner.expand import Expansion, Task, task_key
 
-__all__ = ["Expander", "expanded"]
+__all__ = ["Expander", "expanded", "with_key_index"]
 
 
 def expanded(cache: CacheBackend, expansion: Expansion, size: int, count: int
@@ -46,7 +43,7 @@ def expanded(cache: CacheBackend, expansion: Expansion, size: int, count: int
     they work while the caller prepares. Otherwise a reader process reads, or this process
     (runner.execute.store.backend.answers)."""
     if isinstance(cache, Cache) and reader_pays(cache, count) and forkable():
-        return Expander(cache, expansion, size).batches()
+        return Expander(cache, expansion, size, count).batches()
     return answers(cache, expansion.tasks(), task_key, size, count)
 
 
@@ -58,12 +55,14 @@ class Expander:
     0, 2, 4, ..., child 1 runs 1, 3, 5, ..., so that one child renders and reads its next run
     while this process judges the other's (one child alone could not keep up: it does most
     of a rescore's work). Each child sends every batch's keys and answers (as a reader child
-    sends them: runner.execute.store.answers.sent), in task order, through a pipe that holds a
-    whole run. This process makes the tasks from `Expansion.skeleton()`, which renders
-    nothing. Fork only where `forkable()` says so. A child that stops early (killed, out of
+    sends them: runner.execute.store.answers.sent), in task
+    order, through a pipe that holds a whole run. This process makes the tasks from
+    `Expansion.skeleton()`, which renders nothing. A job read before has its keys in the
+    cache folder's key index (runner.execute.store.keyindex): the children then render nothing
+    either. Fork only where `forkable()` says so. A child that stops early (killed, out of
     memory) is not an error: the rest is read here."""
 
-    def __init__(self, cache: Cache, expansion: Expansion, size: int) -> None:
+    def __init__(self, cache: Cache, expansion: Expansion, size: int, count: int) -> None:
         self.cache, self.expansion, self.size = cache, expansion, size
         self.chunk = _run(size)
         self._children: list[Forked] = []
@@ -73,7 +72,8 @@ class Expander:
         for part in range(PARTS):
             self._children.append(Forked(
                 functools.partial(_expand_and_read, directory=cache.directory,
-                                  expansion=expansion, size=size, chunk=self.chunk, part=part),
+                                  expansion=expansion, size=size, chunk=self.chunk, part=part,
+                                  count=count),
                 "cache reader", pipe_size=PIPE_SIZE,
                 siblings=[c.pipe for c in self._children]))
 
@@ -119,6 +119,18 @@ class Expander:
         self.close()
 
 
+def with_key_index(cache: object, expansion: Expansion, size: int, count: int,
+                   tasks: Iterator[Task]) -> Iterator[Task]:
+    """`tasks` (every task of `expansion`, `count` of them, in order) passed through; once
+    they have all gone by, their keys are stored as the key index that an Expander reading
+    this job in batches of `size` finds (runner.execute.store.keyindex): the pool's dispatch of a
+    whole job leaves it for the job's first rescore. Only where an Expander could read it."""
+    if not isinstance(cache, Cache) or not reader_pays(cache, count):
+        return tasks
+    return recorded_parts(cache.directory, expansion.fingerprint(), _run(size), PARTS, count,
+                          tasks, task_key)
+
+
 def _run(size: int) -> int:
     """The tasks in a run of an Expander's child: CHUNK, in whole batches of `size`."""
     return max(1, CHUNK // size) * size
@@ -150,13 +162,18 @@ def _message(pipe: IO[bytes]) -> tuple[list[str], list[Sent | None]] | None:
 
 
 def _expand_and_read(out: IO[bytes], *, directory: Path, expansion: Expansion, size: int,
-                     chunk: int, part: int) -> None:
-    """An Expander's child: render its runs' requests (Expansion.part) and write every batch's
-    [keys, answers] to `out`, each as soon as it is made (a whole run fits in the pipe: the
-    child goes on with its next run while this process reads the other child's)."""
+                     chunk: int, part: int, count: int) -> None:
+    """An Expander's child: write every batch's [keys, answers] of its runs to `out`, each as
+    soon as it is made (a whole run fits in the pipe: the child goes on with its next run
+    while this process reads the other child's). The keys come from the key index when this
+    job's are stored there, else from rendering the requests, and are then stored there
+    (runner.execute.store.keyindex)."""
     with Cache(directory, read_only=True) as cache:  # its own connection, not the parent's
         cache.map_reads()
-        stream = (t.key for t in expansion.part(chunk, part, PARTS))
+        index = KeyIndex(directory, expansion.fingerprint(), chunk, part, PARTS, count)
+        stream = index.keys()
+        if stream is None:
+            stream = index.recorded(t.key for t in expansion.part(chunk, part, PARTS))
         while keys := list(itertools.islice(stream, size)):
             out.write(framed(orjson.dumps([keys, sent_answers(cache, keys)])))
             out.flush()

@@ -28,9 +28,10 @@ from runner.execute import local
 from runner.execute.shard import Shard
 from runner.execute.store.backend import CacheBackend, cached_flags, is_url, open_cache, redact
 from runner.expand import Expansion, Task, estimate_cost, prepare, task_key
+from runner.expand_ahead import with_key_index
 from runner.job.load import load_job
 from runner.job.spec import Job, ModelSpec, parse_model_spec, url_problem
-from runner.reduce.judgments import CachedFirst, Judgment, choices
+from runner.reduce.judgments import READ_BATCH, CachedFirst, Judgment, choices
 
 if TYPE_CHECKING:
     from runner.execute.stats import RunStats
@@ -287,6 +288,8 @@ async def run_pool(sel: Selection, served: Job, cache: CacheBackend, *, stop: An
             count = sel.expansion.count() if sel.shard is None else 0
             stats.total += count
             tasks = sel.expansion.tasks()
+            if sel.shard is None:  # the job's keys, kept for its rescore
+                tasks = with_key_index(cache, sel.expansion, READ_BATCH, count, tasks)
         else:  # counted, and the tasks before it judged, by the CachedFirst pass
             assert after.uncached_onward is not None, "a fully cached pass needs no pool"
             tasks = after.uncached_onward

@@ -5,6 +5,7 @@ start, a hole in the middle or all of them are cached, with repeated requests am
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import signal
@@ -201,7 +202,7 @@ def test_an_expander_whose_child_dies_is_finished_in_place(
     monkeypatch.setattr(expand_ahead, "PIPE_SIZE", 0)
     sel = _called(job, cache, tmp_path / "out", data_dir, monkeypatch, limit=400)
     expected = list(sel.expansion.tasks())
-    with Cache(cache) as c, Expander(c, sel.expansion, 3) as expander:
+    with Cache(cache) as c, Expander(c, sel.expansion, 3, len(expected)) as expander:
         stream = expander.batches()
         got = [next(stream)]
         os.kill(expander._children[dies].pid, signal.SIGKILL)
@@ -209,6 +210,7 @@ def test_an_expander_whose_child_dies_is_finished_in_place(
         stored = c.get_many([t.key for t in expected])
     assert [t.key for batch, _ in got for t in batch] == [t.key for t in expected]
     assert [t.item_id for batch, _ in got for t in batch] == [t.item_id for t in expected]
+    # what judging reads of each: the child sends only that, the reads here whole records
     # what judging reads of each, whether a child sent it (its usage as JSON text) or it was
     # read here (its usage a dict)
     read = {k: a._replace(usage=orjson.loads(orjson.dumps(a.usage)))
@@ -216,7 +218,6 @@ def test_an_expander_whose_child_dies_is_finished_in_place(
     assert read == {k: of_record(r) for k, r in stored.items()}
     assert any(isinstance(a.usage, dict) for _, records in got for a in records.values())
     assert len(stored) == 400  # one answer per item: the second prompt repeats the request
-    assert not (cache / "keys").exists()  # no key index: it bought under 1.2x, removed
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="the Expander forks")
@@ -261,3 +262,32 @@ def _alive(pid: int) -> bool:
         return os.waitpid(pid, os.WNOHANG) == (0, 0)
     except ChildProcessError:
         return False
+
+
+def test_a_run_through_the_pool_leaves_the_key_index_for_the_rescore(
+        tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run whose pool dispatched every task stores their keys as the index the forked
+    expanders of its rescore read (runs of 4 tasks over two parts); a run stopped before the
+    end stores none."""
+    from runner import session
+    from runner.execute.store.keyindex import KeyIndex
+    monkeypatch.setattr(reader_module, "MIN_TASKS", 1)
+    monkeypatch.setattr(expand_ahead, "CHUNK", 4)
+    monkeypatch.setattr(session, "READ_BATCH", 2)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
+    _isolated(monkeypatch, data_dir)
+    job, cache = write_job(tmp_path / "job", JOB), tmp_path / "cache"
+    sel = _called(job, cache, tmp_path / "out", data_dir, monkeypatch, limit=15)
+    keys = [t.key for t in sel.expansion.tasks()]
+    assert len(keys) == 15
+    for part in (0, 1):
+        index = KeyIndex(cache, sel.expansion.fingerprint(), 4, part, 2, len(keys))
+        assert list(index.keys() or ["missing"]) == [
+            k for i, k in enumerate(keys) if i // 4 % 2 == part]
+
+    with Cache(tmp_path / "other") as other:  # dispatch stopped after 3 tasks
+        stream = expand_ahead.with_key_index(other, sel.expansion, 2, len(keys),
+                                             sel.expansion.tasks())
+        assert [t.key for t in itertools.islice(stream, 3)] == keys[:3]
+        stream.close()
+    assert list((tmp_path / "other" / "keys").iterdir()) == []

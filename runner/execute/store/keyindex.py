@@ -1,0 +1,149 @@
+"""The key index: a job's cache keys in task order, kept in a diskcache folder, so that a rescore
+(or a run's cached-first pass) of a job it has read before finds its answers without rendering
+and hashing every request again (about half of a forked expander's work: ~6 us a task).
+
+A key depends only on what `Expansion.fingerprint()` digests (the prompts but for their parsers,
+the models, the items, the code that renders requests), and an index is found only under its
+fingerprint: an index can be missing, never stale. A parser change keeps the fingerprint.
+
+Each child of a forked expander (runner.expand_ahead.Expander) keeps the keys of its own
+part of the tasks (its runs: Expansion.part) in `keys/<fingerprint>-<run size>-<part>of<parts>`, 32
+bytes (the sha256 digest) a key, in its order. It writes them as it renders them to a temporary
+file, renamed into place when the part is complete and has as many keys as expected. A run
+whose pool dispatched every task of a job stores the same files (`recorded_parts`), so that the
+job's first rescore finds them. An index of the wrong size is ignored (and replaced). The newest
+KEEP indexes are kept. Every failure to read or write an index only means rendering: the index
+is never needed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import IO, TypeVar
+
+__all__ = ["DIGEST", "KEEP", "KeyIndex", "part_size", "recorded_parts"]
+
+T = TypeVar("T")
+
+DIGEST = 32  # bytes of a sha256 key
+KEEP = 8  # index files kept (a part each, two a job version): the newest
+_READ = DIGEST << 11  # bytes read at a time: 2,048 keys
+STALE = 3600
+
+
+def part_size(count: int, run: int, part: int, parts: int) -> int:
+    """Tasks in `part` of `count` tasks cut in runs of `run`, every `parts`-th run a part's."""
+    full, rest = divmod(count, run)
+    runs = full + (rest > 0)
+    mine = len(range(part, runs, parts))
+    last_is_mine = rest > 0 and (runs - 1) % parts == part
+    return mine * run - (run - rest if last_is_mine else 0)
+
+
+class KeyIndex:
+    """One part's keys in a cache folder (see the module docstring)."""
+
+    def __init__(self, directory: Path, fingerprint: str, run: int, part: int, parts: int,
+                 count: int) -> None:
+        self.path = directory / "keys" / f"{fingerprint}-{run}-{part}of{parts}"
+        self.expected = part_size(count, run, part, parts)
+
+    def keys(self) -> Iterator[str] | None:
+        """The part's keys in order, if a complete index of them is stored; else None."""
+        try:
+            f = open(self.path, "rb")  # noqa: SIM115  # closed by the generator
+        except OSError:
+            return None
+        try:
+            if os.fstat(f.fileno()).st_size != DIGEST * self.expected:
+                f.close()
+                return None
+        except OSError:
+            f.close()
+            return None
+        return _read(f)
+
+    def recorded(self, keys: Iterable[str]) -> Iterator[str]:
+        """`keys` passed through, stored as this part's index once all have gone by (if
+        there are as many as expected); nothing is stored if the caller stops early."""
+        return _recorded([self.path], self.expected, keys, str, lambda _: 0)
+
+
+def recorded_parts(directory: Path, fingerprint: str, run: int, parts: int, count: int,
+                   things: Iterable[T], key: Callable[[T], str]) -> Iterator[T]:
+    """`things` (every task of a job, `count` of them, in task order) passed through, their
+    keys stored as the index of each of `parts` parts once all have gone by: what the children
+    of a forked expander would have stored (a run that called the API leaves the index its
+    first rescore reads). Nothing is stored if the caller stops early."""
+    paths = [KeyIndex(directory, fingerprint, run, part, parts, count).path
+             for part in range(parts)]
+    return _recorded(paths, count, things, key, lambda i: i // run % parts)
+
+
+def _recorded(paths: list[Path], expected: int, things: Iterable[T], key: Callable[[T], str],
+              route: Callable[[int], int]) -> Iterator[T]:
+    """`things` passed through, the key of the i-th written to a temporary file beside
+    paths[route(i)]; each put in place once all `expected` have gone by. A folder it cannot
+    write to, or a full disk, only means no index: every thing still goes by."""
+    temps = [p.with_name(f"{p.name}.{os.getpid()}.tmp") for p in paths]
+    outs: list[IO[bytes]] = []
+    stored = False
+    try:
+        try:
+            paths[0].parent.mkdir(exist_ok=True)
+            outs.extend(open(t, "wb") for t in temps)  # noqa: SIM115  # closed below
+            recording = True
+        except OSError:
+            recording = False
+        seen = 0
+        for thing in things:
+            if recording:
+                try:
+                    outs[route(seen)].write(bytes.fromhex(key(thing)))
+                except OSError:
+                    recording = False
+            seen += 1
+            yield thing
+        if recording and seen == expected:
+            with contextlib.suppress(OSError):
+                for out in outs:
+                    out.close()
+                for temp, path in zip(temps, paths, strict=True):
+                    os.replace(temp, path)
+                stored = True
+    finally:
+        for out in outs:
+            with contextlib.suppress(OSError):
+                out.close()
+        if not stored:
+            for temp in temps:
+                with contextlib.suppress(OSError):
+                    temp.unlink()
+    if stored:
+        _prune(paths[0].parent)
+
+
+def _read(f: IO[bytes]) -> Iterator[str]:
+    with f:
+        while data := f.read(_READ):  # a whole number of keys
+            yield from (data[i:i + DIGEST].hex() for i in range(0, len(data), DIGEST))
+
+
+def _prune(folder: Path) -> None:
+    """Keep the KEEP newest index files; remove temporary files a killed child left (those
+    older than STALE seconds: a live child's is younger)."""
+    with contextlib.suppress(OSError):
+        files = [(p, p.stat().st_mtime) for p in folder.iterdir()]
+        done = sorted(((p, t) for p, t in files if not p.name.endswith(".tmp")),
+                      key=lambda pt: pt[1], reverse=True)
+        now = time.time()
+        for old, _ in itertools.islice(done, KEEP, None):
+            old.unlink(missing_ok=True)
+        for temp, made in files:
+            if temp.name.endswith(".tmp") and now - made > STALE:
+                temp.unlink(missing_ok=True)
