@@ -3,11 +3,12 @@ while this process judges them (`Expander`), and the key index a run leaves for 
 (`with_key_index`). Next to runner.expand, not in the storage layer: the store hands out keys
 and bytes (runner.execute.store.reader.sent_answers), this module makes tasks of them.
 
-What it buys, as a whole process: with the reader child (runner.execute.store.reader), the
-"second-core machinery" of bench/README.md "What each mechanism buys" (a fully cached `judge
-rescore`, JUDGE_PROCESSES=1 against the default, alternated rounds). The key index
+What it buys, as a whole process, with the reader child (runner.execute.store.reader): a fully
+cached `judge rescore` took 1.24x as long with JUDGE_PROCESSES=1 (no child) as with them, at
+100k tasks (rounds 0.63-1.37) and at 1M (rounds 1.42, 1.07); issue 26 measured 1.45x at 100k
+(bench/mechanisms.py; bench/README.md "What each mechanism buys"). The key index
 (runner.execute.store.keyindex) spares the children rendering and hashing a job they have read
-before; its figure is there too.
+before: 1.22-1.25x (its docstring).
 """
 
 from __future__ import annotations
