@@ -104,10 +104,13 @@ class Expander:
                               if a is not None}
             if got < self.chunk:  # that child has sent all it will
                 break
-        self.close()
         keys_in.append("")
-        if next(skeleton, None) is None:
+        if next(skeleton, None) is None:  # every task read: the children are ending
+            for child in self._children:
+                child.reap()  # not killed: each stores its part of the key index as it ends
+            self.close()
             return
+        self.close()
         # A child stopped early: the rest is expanded and read here.
         stream = self.expansion.tasks(done)
         while batch := list(itertools.islice(stream, self.size)):
