@@ -76,8 +76,8 @@ docs-build: install
 typecheck: install
 	$(BIN)/mypy runner
 
-# Then the kill tests again with every command in one process (JUDGE_PROCESSES=1: no reader,
-# folding or forked child), so the simple path stays a baseline to bisect against.
+# Then the kill tests again with every command in one process (JUDGE_PROCESSES=1: no reader
+# child, no forked one), so the simple path stays a baseline to bisect against.
 test: install lint typecheck
 	$(BIN)/pytest -q $(ARGS)
 	JUDGE_PROCESSES=1 $(BIN)/pytest -q tests/test_resume.py $(ARGS)

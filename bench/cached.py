@@ -155,7 +155,7 @@ def phases(job: Path, cache: Path, out: Path) -> dict[str, dict[str, float]]:
     from runner.cli import runcmd
     from runner.cli.batches import BatchAnswers
     from runner.execute.stats import RunStats
-    from runner.execute.store.backend import marked
+    from runner.execute.store.backend import cached_flags
     from runner.reduce.battle import Battles
     from runner.reduce.judgments import judge
     from runner.reduce.reliability import Positions
@@ -178,7 +178,7 @@ def phases(job: Path, cache: Path, out: Path) -> dict[str, dict[str, float]]:
     keys = [t.key for t in judged]
     with open_selected(sel) as c:
         clock.timed("cache lookups alone (has_many over every key)",
-                    lambda: sum(hit for _, hit in marked(c, keys, str)))
+                    lambda: sum(hit for _, hit in cached_flags(c, keys, str)))
         clock.timed("cache reads alone (get_many over every key)",
                     lambda: [c.get_many(keys[i:i + 128]) for i in range(0, len(keys), 128)])
     with open_selected(sel) as c:

@@ -5,14 +5,13 @@
 - `openai_loop`: N workers calling `openai.AsyncOpenAI().chat.completions.create`.
 
 All three use `concurrency` requests in flight and stop dispatching at `deadline_s`. `run`
-runs one on an event loop: `JUDGE_LOOP`, the one `judge run` uses (uvloop where installed), for
-the runner; asyncio's own (None) for the bare and SDK loops, unless a benchmark says otherwise.
+runs one on asyncio's event loop, the one `judge run` uses (uvloop's was removed: it bought
+nothing as a whole process, bench/README.md "What each mechanism buys").
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from pathlib import Path
@@ -27,25 +26,16 @@ from runner.execute.pool import Endpoint, execute
 from runner.execute.store.cache import Cache
 from runner.expand import Task
 from runner.job.spec import Job
-from runner.session import LoopFactory, event_loop
 
 CacheFactory = Callable[[Path], Cache]
 R = TypeVar("R")
 
-JUDGE_LOOP: LoopFactory | None = event_loop(os.environ)
-"""The event loop `judge run` runs its pool on: uvloop's where installed (JUDGE_EVENT_LOOP=asyncio
-opts out); None is asyncio's own."""
-
-
-def run(work: Coroutine[Any, Any, R], loop: LoopFactory | None = None) -> R:
-    """asyncio.run(work) on a loop made by `loop` (None: asyncio's own)."""
-    with asyncio.Runner(loop_factory=loop) as runner:
+def run(work: Coroutine[Any, Any, R]) -> R:
+    """asyncio.run(work), on asyncio's own loop as `judge run` runs its pool."""
+    with asyncio.Runner() as runner:
         return runner.run(work)
 
 
-def loop_name(loop: LoopFactory | None) -> str:
-    """"asyncio" or the module of the loop factory ("uvloop")."""
-    return "asyncio" if loop is None else loop.__module__.split(".")[0]
 
 
 async def runner_loop(tasks: Iterable[Task], job: Job, cache_dir: Path, *, deadline_s: float,

@@ -212,8 +212,7 @@ def _runner(b: Bench) -> dict[str, Any]:
     job, folder = load_job(b.job_path), b.folder("runner")
     cpu = time.process_time()
     timing = clients.run(clients.runner_loop(prepare(job, b.job_path.parent).tasks(), job,
-                                             folder / "cache", deadline_s=b.setting.timeout_s),
-                         clients.JUDGE_LOOP)
+                                             folder / "cache", deadline_s=b.setting.timeout_s))
     return {"seconds": round(timing.seconds, 3), "answers": timing.answers,
             "errors": timing.errors, "cpu_s": round(time.process_time() - cpu, 2)}
 
@@ -367,7 +366,7 @@ def peer_comparison(work: Path, quick: bool) -> dict[str, Any]:
     result: dict[str, Any] = {
         "setup": {**setup, "skipped": skipped, "rounds": rounds,
                   "peer_settings": PEER_SETTINGS,
-                  "event_loop": clients.loop_name(clients.JUDGE_LOOP)},
+                  "event_loop": "asyncio"},
         "target": "judge-runner/peer >= 1.0x at 200 ms and >= 2.0x at 0 ms, each peer, "
                   "in-process and whole-process",
         "settings": settings,

@@ -1,7 +1,7 @@
 """Benchmark: the shared PostgreSQL cache against diskcache, and 4 shards on one PostgreSQL.
 
 1. lookups: 100,000 cached records (~1 KiB each; quick: 20,000) stored in a diskcache folder
-   and in PostgreSQL on loopback; then, per backend, `marked` over every key (the batched
+   and in PostgreSQL on loopback; then, per backend, `cached_flags` over every key (the batched
    cache-state lookup the pool, plan and status make) and `get_many` over every key (what
    rescore reads). Target: PostgreSQL within 3x of diskcache on both.
 2. shards: 4 `judge run --shard I/4` processes at once (25,000 tasks each; quick: 2,500)
@@ -25,7 +25,7 @@ import orjson
 import psycopg
 
 from bench import common
-from runner.execute.store.backend import CacheBackend, marked, open_cache
+from runner.execute.store.backend import CacheBackend, cached_flags, open_cache
 from tests.pgserver import PgCluster, find_bindir
 
 TARGET_RATIO = 3.0
@@ -58,7 +58,7 @@ def _fill_disk(folder: Path, keys: list[str]) -> None:
 
 def _time(cache: CacheBackend, keys: list[str]) -> dict[str, float]:
     started = time.perf_counter()
-    hits = sum(hit for _, hit in marked(cache, keys, lambda k: k))
+    hits = sum(hit for _, hit in cached_flags(cache, keys, lambda k: k))
     marked_s = time.perf_counter() - started
     started = time.perf_counter()
     read = sum(len(cache.get_many(keys[i:i + 1000])) for i in range(0, len(keys), 1000))

@@ -49,8 +49,7 @@ def rate_limit(work: Path, quick: bool) -> dict[str, Any]:
                                 base_url=server.url, concurrency=16, rpm=RPM)
         job = load_job(path)
         timing = clients.run(clients.runner_loop(prepare(job, path.parent).tasks(), job,
-                                                 work / "cache", deadline_s=run_s),
-                             clients.JUDGE_LOOP)
+                                                 work / "cache", deadline_s=run_s))
         stats = server.stats()
     figures = _window_figures(stats["accepted"], stats["rejected"])
     received_429 = int(stats["status"].get("429", 0))

@@ -61,8 +61,6 @@ BENCHMARKS: dict[str, Bench] = {
 # What the table shows for each: (label, key in the result, format)
 HEADLINES: dict[str, list[tuple[str, str, str]]] = {
     "throughput": [("runner / bare aiohttp, 64 in flight", "runner_over_bare", "{:.2f}x"),
-                   ("same, both on asyncio's loop", "runner_asyncio_over_bare", "{:.2f}x"),
-                   ("same, both on uvloop", "runner_over_bare_uvloop", "{:.2f}x"),
                    ("runner + in-memory cache / bare", "runner_memorycache_over_bare",
                     "{:.2f}x"),
                    ("openai SDK (default) / bare", "openai_default_over_bare", "{:.2f}x"),

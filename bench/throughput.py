@@ -8,9 +8,7 @@
 2. 200 ms server latency, 256 in flight: runner requests/s against 0.9 x 256 / 0.2 (1,152/s).
 
 All loops post the same bodies: the `Task.body` of tasks expanded from a synthetic JSONL job.
-The runner runs on the event loop `judge run` uses (clients.JUDGE_LOOP: uvloop where installed),
-the bare and SDK loops on asyncio's own; benchmark 1 also runs the runner on asyncio's loop and,
-where uvloop is installed, the bare loop on uvloop's, for the two same-loop ratios.
+Every loop runs on asyncio's event loop, as `judge run` does.
 """
 
 from __future__ import annotations
@@ -26,12 +24,9 @@ from bench import cached, caches, clients, common
 from runner.expand import Task, prepare
 from runner.job.load import load_job
 from runner.job.spec import Job
-from runner.session import LoopFactory
 
 ASPECTS = ("coherence", "consistency", "fluency", "relevance")
 Loop = Callable[[Path], Coroutine[Any, Any, clients.Timing]]
-OnLoop = tuple[Loop, LoopFactory | None]
-"""A request loop and the event loop it runs on (None: asyncio's own)."""
 
 
 def _tasks(folder: Path, items: int, url: str, concurrency: int) -> tuple[Job, list[Task]]:
@@ -41,10 +36,10 @@ def _tasks(folder: Path, items: int, url: str, concurrency: int) -> tuple[Job, l
     return job, list(prepare(job, folder).tasks())
 
 
-def _measure(loop: OnLoop, work: Path, server: common.Server) -> dict[str, Any]:
+def _measure(loop: Loop, work: Path, server: common.Server) -> dict[str, Any]:
     """Run one loop on its event loop; throughput plus client and server CPU per answer."""
     cpu0, server0 = time.process_time(), common.process_cpu_s(server.process.pid)
-    timing = clients.run(loop[0](work), loop[1])
+    timing = clients.run(loop(work))
     cpu1, server1 = time.process_time(), common.process_cpu_s(server.process.pid)
     per = 1e6 / max(timing.answers, 1)
     return {"answers": timing.answers, "seconds": round(timing.seconds, 3),
@@ -53,7 +48,7 @@ def _measure(loop: OnLoop, work: Path, server: common.Server) -> dict[str, Any]:
             "server_cpu_us_per_answer": round((server1 - server0) * per)}
 
 
-def _rounds(loops: dict[str, OnLoop], rounds: int, work: Path,
+def _rounds(loops: dict[str, Loop], rounds: int, work: Path,
             server: common.Server) -> dict[str, list[dict[str, Any]]]:
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in loops}
     names = list(loops)
@@ -89,7 +84,6 @@ def zero_latency(work: Path, quick: bool) -> dict[str, Any]:
     """Benchmark 1."""
     concurrency, rounds = 64, (2 if quick else 5)
     items = 1000 if quick else 2500  # x 4 aspects: requests per run
-    judge_loop = clients.JUDGE_LOOP
     with common.server() as server:
         job, tasks = _tasks(work / "job", items, server.url, concurrency)
         bodies, url = [t.body for t in tasks], server.url + "/chat/completions"
@@ -105,34 +99,26 @@ def zero_latency(work: Path, quick: bool) -> dict[str, Any]:
             return clients.runner_loop(tasks, job, d, deadline_s=deadline,
                                        cache_factory=caches.MemoryCache)
 
-        loops: dict[str, OnLoop] = {"bare": (bare, None), "runner": (runner, judge_loop),
-                                    "runner_memorycache": (in_memory, judge_loop)}
-        if judge_loop is not None:  # the same-loop pairs: both on asyncio's, both on judge's
-            loops |= {"runner_asyncio": (runner, None), "bare_judge_loop": (bare, judge_loop)}
+        loops: dict[str, Loop] = {"bare": bare, "runner": runner,
+                                  "runner_memorycache": in_memory}
         runs = _rounds(loops, rounds, work, server)
         sdk = bodies[: 600 if quick else 3000]
         sdk_deadline = 4.0 if quick else 8.0
         for transport in ("default", "aiohttp"):
             sdk_loop: Loop = functools.partial(_openai, sdk, server.url, concurrency,
                                                sdk_deadline, transport)
-            runs[f"openai_{transport}"] = [_measure((sdk_loop, None), work, server)]
+            runs[f"openai_{transport}"] = [_measure(sdk_loop, work, server)]
     ratio = _ratio(runs, "runner")
     bare_rate = statistics.median(r["rate"] for r in runs["bare"])
-    same_loop = ({"runner_asyncio_over_bare": _ratio(runs, "runner_asyncio"),
-                  f"runner_over_bare_{clients.loop_name(judge_loop)}":
-                      _ratio(runs, "runner", "bare_judge_loop")}
-                 if judge_loop is not None else {})
     return {
         "setup": {"concurrency": concurrency, "requests_per_run": len(tasks), "rounds": rounds,
                   "deadline_s": deadline, "body_bytes": len(bodies[0]),
                   "cache": "fresh runner.execute.store.cache.Cache per run, in a temp dir on the "
                            "same disk",
-                  "event_loops": {"runner": clients.loop_name(judge_loop), "bare": "asyncio",
-                                  "bare_judge_loop": clients.loop_name(judge_loop)}},
+                  "event_loops": {"runner": "asyncio", "bare": "asyncio"}},
         "target": "runner/bare >= 0.8",
         "runner_over_bare": ratio,
         "pass": ratio >= 0.8,
-        **same_loop,
         "runner_memorycache_over_bare": _ratio(runs, "runner_memorycache"),
         "cache_store_us": caches.put_cost(work / "put-cost", [
             (t.key, cached.record(t, job.models[0].endpoint)) for t in tasks[:4000]]),
@@ -159,7 +145,7 @@ def high_latency(work: Path, quick: bool) -> dict[str, Any]:
         def runner(d: Path) -> Coroutine[Any, Any, clients.Timing]:
             return clients.runner_loop(tasks, job, d, deadline_s=deadline)
 
-        loops: dict[str, OnLoop] = {"bare": (bare, None), "runner": (runner, clients.JUDGE_LOOP)}
+        loops: dict[str, Loop] = {"bare": bare, "runner": runner}
         runs = _rounds(loops, rounds, work, server)
         max_in_flight = server.stats()["max_in_flight"]
     runner = statistics.median(r["rate"] for r in runs["runner"])
@@ -167,8 +153,7 @@ def high_latency(work: Path, quick: bool) -> dict[str, Any]:
     return {
         "setup": {"concurrency": concurrency, "latency_s": latency, "requests_per_run": len(tasks),
                   "rounds": rounds, "server_max_in_flight": max_in_flight,
-                  "event_loops": {"runner": clients.loop_name(clients.JUDGE_LOOP),
-                                  "bare": "asyncio"}},
+                  "event_loops": {"runner": "asyncio", "bare": "asyncio"}},
         "target": f"runner >= 0.9 x {ideal:.0f} = {0.9 * ideal:.0f} requests/s",
         "runner_rate": runner,
         "runner_over_ideal": round(runner / ideal, 3),

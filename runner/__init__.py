@@ -64,7 +64,7 @@ __all__ = [
 _API = frozenset({"ModelPlan", "Results", "RunResult", "TaskSelection", "arun", "load_job",
                   "plan", "rescore", "results", "run"})
 """Names of runner.api, imported on first use (PEP 562): every process imports this package,
-the store's spawned reader and folding processes included (`python -m runner.execute.store.
+the store's spawned reader process included (`python -m runner.execute.store.
 reader`), and the API's pipeline modules took them ~0.1 s more to start (-X importtime)."""
 
 

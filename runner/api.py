@@ -55,7 +55,6 @@ from runner.session import (
     check_budget,
     check_keys,
     estimate,
-    event_loop,
     job_path,
     key_reader,
     manifest,
@@ -213,20 +212,19 @@ def run(job: JobLike, **options: Any) -> RunResult:
             cannot be written, or an error that stopped the run (e.g. a rejected key).
 
     Inside a running event loop (a notebook cell) the pool runs on its own loop in a worker
-    thread while this call waits; elsewhere on the loop `judge run` uses (uvloop's).
+    thread while this call waits; elsewhere on asyncio's loop in this thread.
     """
     # asyncio (~65 ms to import) here and in _pool only: plan and rescore never load it
     import asyncio
     import concurrent.futures
 
-    loop = event_loop(_environ(options))  # first: a ConfigError leaves no coroutine behind
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return run_async(arun(job, **options), loop)
+        return run_async(arun(job, **options))
     stoppers: list[Callable[[], object]] = []  # arun's: each stops its pool from this thread
     worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="judge-run")
-    done = worker.submit(lambda: run_async(arun(job, _stoppers=stoppers, **options), loop))
+    done = worker.submit(lambda: run_async(arun(job, _stoppers=stoppers, **options)))
     try:
         return done.result()
     except KeyboardInterrupt:

@@ -294,7 +294,7 @@ class Expansion:
                               ) from None
 
 
-class _Reread(Sequence[Item]):
+class _ItemsFromFile(Sequence[Item]):
     """A data set read again from its file on every pass, never held in memory (`plan` over
     a million tasks). Indexing reads up to the item; len() reads it all. `kept`: the item ids
     of a --sample draw (None: every item, up to `limit`)."""
@@ -393,7 +393,7 @@ def prepare(job: Job, data_dir: Path, *, limit: int | None = None,
             lower[spec.name] = datasets.REGISTRY[spec.name].lower_is_better
             read = functools.partial(datasets.load, spec.name, data_dir, options=spec.options)
         kept = None if sample is None else sample_ids(read(), *sample)
-        source = _Reread(read, limit, kept)
+        source = _ItemsFromFile(read, limit, kept)
         items[spec.name] = _loaded(source, spec.name, stream, keep)
         if stream or keep is not None:  # a shard may hold none of its items: is the file empty?
             empty = next(iter(source), None) is None

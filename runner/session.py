@@ -26,26 +26,20 @@ from runner.data.seen import Seen, key64
 from runner.errors import ConfigError, MissingKeyError, register_secret
 from runner.execute import local
 from runner.execute.shard import Shard, split_limits
-from runner.execute.store.backend import CacheBackend, is_url, marked, open_cache, redact
-from runner.execute.store.reader import with_key_index
+from runner.execute.store.backend import CacheBackend, cached_flags, is_url, open_cache, redact
 from runner.expand import Expansion, Task, estimate_cost, new_task, prepare, task_key
+from runner.expand_ahead import with_key_index
 from runner.job.load import load_job
 from runner.job.spec import Job, ModelSpec, parse_model_spec, url_problem
 from runner.reduce.judgments import READ_BATCH, CachedFirst, Judgment, choices
 from runner.selection import DEFAULT_CACHE_DIR, TaskSelection
 
 if TYPE_CHECKING:
-    from asyncio import AbstractEventLoop
-
     from runner.execute.stats import RunStats
 
-LoopFactory = Callable[[], "AbstractEventLoop"]
-"""Makes the event loop a command's pool runs on (see `event_loop`)."""
-
-__all__ = ["BatchAnswers", "Download", "LoopFactory", "ModelPlan", "Selection", "TaskLog",
-           "all_tasks", "answer_text", "check_budget", "check_keys", "estimate", "event_loop",
-           "job_path", "key_reader", "manifest", "run_async", "run_pool", "select", "serving",
-           "with_run_limits"]
+__all__ = ["BatchAnswers", "Download", "ModelPlan", "Selection", "TaskLog", "all_tasks",
+           "answer_text", "check_budget", "check_keys", "estimate", "job_path", "key_reader",
+           "manifest", "run_async", "run_pool", "select", "serving", "with_run_limits"]
 
 PACKAGES = ("judge-runner", "aiohttp", "openai", "aiolimiter", "diskcache", "orjson", "scipy",
             "click")
@@ -73,37 +67,10 @@ class Selection:
 T = TypeVar("T")
 
 
-def event_loop(environ: Mapping[str, str]) -> LoopFactory | None:
-    """The event loop the pool runs on: uvloop's where it is installed (libuv's loop and
-    transports spend ~7 us less CPU a request than asyncio's: ~9% more answers a second from a
-    zero-latency server), asyncio's with JUDGE_EVENT_LOOP=asyncio or without uvloop. None:
-    asyncio's own."""
-    choice = environ.get("JUDGE_EVENT_LOOP", "").strip().lower()
-    if choice not in ("", "uvloop", "asyncio"):
-        raise ConfigError(f"JUDGE_EVENT_LOOP must be uvloop or asyncio (got {choice!r}); unset "
-                          "it to use uvloop where it is installed")
-    if choice == "asyncio":
-        return None
-    try:
-        import uvloop  # here: only the pool needs it
-    except ImportError:
-        if choice == "uvloop":
-            raise ConfigError("JUDGE_EVENT_LOOP=uvloop, but uvloop is not installed; "
-                              "pip install uvloop, or unset JUDGE_EVENT_LOOP") from None
-        return None
-    factory: LoopFactory = uvloop.new_event_loop
-    return factory
-
-
-def run_async(work: Awaitable[T], loop: LoopFactory | None = None) -> T:
-    """`asyncio.run(work)` on a loop made by `loop`, without handing asyncio its result.
-
-    Args:
-        work: the coroutine to run.
-        loop: makes the event loop (see `event_loop`); None: asyncio's.
-
-    Returns:
-        What `work` returned.
+def run_async(work: Awaitable[T]) -> T:
+    """`asyncio.run(work)` on asyncio's own event loop, without handing asyncio its result.
+    (uvloop's loop was tried and removed: 0.97x at 0 ms and 0.99x at 200 ms as a whole `judge
+    run`, bench/README.md "What each mechanism buys".)
 
     On Python 3.11, asyncio.run formats the repr of its main task, result included, when it
     restores its SIGINT handler (signal.getsignal tries the handler, a partial holding the
@@ -116,7 +83,7 @@ def run_async(work: Awaitable[T], loop: LoopFactory | None = None) -> T:
     async def main() -> None:
         box.append(await work)
 
-    with asyncio.Runner(loop_factory=loop) as runner:
+    with asyncio.Runner() as runner:
         runner.run(main())
     return box[0]
 
@@ -409,7 +376,7 @@ async def run_pool(sel: Selection, served: Job, cache: CacheBackend, *, stop: An
         on_progress: called with the counters as the pool goes.
         dispatched: logs the judge tasks as they are dispatched, for the reports.
         in_batches: keys a live provider batch holds: never called, counted as not run.
-        cached_first: a CachedFirst pass that judged the tasks before `cached_first.rest`
+        cached_first: a CachedFirst pass that judged the tasks before `cached_first.uncached_onward`
             (a job without a generation stage): the pool runs the rest, with its counters.
 
     Returns:
@@ -445,9 +412,9 @@ async def run_pool(sel: Selection, served: Job, cache: CacheBackend, *, stop: An
             tasks = sel.expansion.tasks()
             if sel.shard is None:  # the job's keys, kept for its rescore
                 tasks = with_key_index(cache, sel.expansion, READ_BATCH, count, tasks)
-        else:  # counted, and the tasks before cached_first.rest judged, by that pass
-            assert cached_first.rest is not None, "a fully cached CachedFirst pass needs no pool"
-            tasks = cached_first.rest
+        else:  # counted, and the tasks before its uncached_onward judged, by that pass
+            assert cached_first.uncached_onward is not None, "a fully cached pass needs no pool"
+            tasks = cached_first.uncached_onward
         logged = _logged(tasks, dispatched)
         await execute(_not_in_batches(logged, in_batches, stats), **run,
                       hashes=None if cached_first is None else cached_first.hashes)
@@ -608,7 +575,7 @@ def estimate(sel: Selection) -> list[ModelPlan]:
     # probability <= n^2 / 2^65 (2.7e-6 at 10M) and would only move one task's count.
     seen = Seen()
     with open_selected(sel, read_only=True) as cache:
-        for task, cached in marked(cache, all_tasks(sel.expansion), task_key):
+        for task, cached in cached_flags(cache, all_tasks(sel.expansion), task_key):
             plan = plans[task.model]
             plan.tasks += 1
             if not seen.add(key64(task.key)):

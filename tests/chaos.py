@@ -9,7 +9,7 @@ What one trial checks, and counts for the campaign's summary:
 - repeats: answers the server sent more than once for one cache key (a request body), at most
   the concurrency per interruption (what was in flight when the process died);
 - an exit status that is not the signal's (kill -9: -9; SIGTERM: 143 or -15; Ctrl-C: 130), a
-  traceback on stderr, or a process of a killed run (its reader, its folding child) left
+  traceback on stderr, or a process of a killed run (its reader, its forked children) left
   running.
 
 The fault a request meets depends only on its body and how many times that body was asked
@@ -145,7 +145,7 @@ class Campaign:
         return trial
 
     def _orphans(self) -> list[int]:
-        """The killed runs' children (reader, folding process) still running after 60 s."""
+        """The killed runs' children (reader, forked children) still running after 60 s."""
         left = [pid for pid in self.processes.adopted if alive(pid)]
         deadline = time.monotonic() + 60
         while left and time.monotonic() < deadline:

@@ -125,8 +125,6 @@ def test_errors_are_runner_errors_with_the_fix(server: ThreadedServer, tmp_path:
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(runner.ConfigError, match="job file not found"):
         runner.load_job(tmp_path / "nowhere.toml")
-    with pytest.raises(runner.ConfigError, match="JUDGE_EVENT_LOOP must be uvloop or asyncio"):
-        runner.run(TWO_JUDGES, **_choose(server, tmp_path, environ={"JUDGE_EVENT_LOOP": "x"}))
     with pytest.raises(runner.ConfigError, match="give one"):
         runner.run(TWO_JUDGES, **_choose(server, tmp_path, limit=4, sample=4))
     with pytest.raises(runner.MissingKeyError, match="set OPENAI_API_KEY"):

@@ -14,20 +14,21 @@ from pathlib import Path
 
 import pytest
 
+from runner.children import forkable
 from runner.report import aside as aside_module
-from runner.report.aside import Aside, forkable
+from runner.report.aside import ForkedResult
 from tests.conftest import ROOT
 from tests.fakeserver import ThreadedServer
 from tests.test_cli import clean_env, run_judge
 
 linux_only = pytest.mark.skipif(not hasattr(os, "fork") or not Path("/proc/self").exists(),
-                                reason="Aside forks only on Linux")
+                                reason="ForkedResult forks only on Linux")
 
 
 @linux_only
 def test_the_child_computes_and_the_result_comes_back() -> None:
     parent = os.getpid()
-    work = Aside(lambda: {"pid": os.getpid(), "rows": [{"value": 0.5}] * 3}, fork=True)
+    work = ForkedResult(lambda: {"pid": os.getpid(), "rows": [{"value": 0.5}] * 3}, fork=True)
     got = work.result()
     assert got["rows"] == [{"value": 0.5}] * 3
     assert got["pid"] != parent  # computed in the child
@@ -39,7 +40,7 @@ def test_an_exception_in_the_child_is_raised_here() -> None:
         raise ValueError("bad table in child")
 
     with pytest.raises(ValueError, match="bad table in child"):
-        Aside(fail, fork=True).result()
+        ForkedResult(fail, fork=True).result()
 
 
 @linux_only
@@ -51,13 +52,13 @@ def test_a_child_that_dies_is_redone_in_place() -> None:
             os.kill(os.getpid(), signal.SIGKILL)
         return os.getpid()
 
-    assert Aside(die_in_child, fork=True).result() == parent
+    assert ForkedResult(die_in_child, fork=True).result() == parent
 
 
 @linux_only
 def test_an_unpicklable_result_is_redone_in_place() -> None:
     parent = os.getpid()
-    got = Aside(lambda: (os.getpid(), lambda: None), fork=True).result()
+    got = ForkedResult(lambda: (os.getpid(), lambda: None), fork=True).result()
     assert got[0] == parent
 
 
@@ -67,7 +68,7 @@ def test_leaving_without_the_result_ends_the_child() -> None:
     and reaped, not left running or as a zombie."""
     started = time.monotonic()
     with pytest.raises(OSError, match="disk full"):
-        with Aside(lambda: time.sleep(60), fork=True) as work:
+        with ForkedResult(lambda: time.sleep(60), fork=True) as work:
             child = work._child.pid
             raise OSError("disk full")
     assert time.monotonic() - started < 10
@@ -78,7 +79,7 @@ def test_leaving_without_the_result_ends_the_child() -> None:
 def test_without_a_fork_the_work_runs_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(aside_module, "forkable", lambda: False)
     calls: list[int] = []
-    work = Aside(lambda: calls.append(os.getpid()) or len(calls))
+    work = ForkedResult(lambda: calls.append(os.getpid()) or len(calls))
     assert calls == []
     assert work.result() == 1 and calls == [os.getpid()]
 
@@ -138,7 +139,7 @@ def test_judge_writes_the_same_reliability_forked_or_not(
 def test_no_fork_without_memory_for_a_copy_of_the_process() -> None:
     """A fresh interpreter (one thread) may fork; told that only its own resident size is
     available (less than twice it), it may not."""
-    script = ("import runner.execute.store.child as a\nprint(a.forkable())\nreal = a._fields\n"
+    script = ("import runner.children as a\nprint(a.forkable())\nreal = a._fields\n"
               "def low(path):\n    got = real(path)\n"
               "    if path == '/proc/meminfo':\n"
               "        got['MemAvailable'] = real('/proc/self/status')['VmRSS']\n"

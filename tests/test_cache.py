@@ -101,7 +101,7 @@ def test_reads_do_not_write(cache_dir: Path, policy: str | None, writes: bool) -
     with Cache(cache_dir) as cache:
         cache.put(_key(0), _record(0))
         if policy is not None:
-            cache._disk.reset("eviction_policy", policy)
+            cache._store.reset("eviction_policy", policy)
         before = _access_columns(cache_dir)
         for _ in range(3):
             assert cache.get(_key(0)) == _record(0)
@@ -113,7 +113,7 @@ def test_only_the_record_is_stored(cache_dir: Path) -> None:
     record = _record(7)
     with Cache(cache_dir) as cache:
         cache.put(_key(7), record)
-        stored = cache._disk.get(_key(7))
+        stored = cache._store.get(_key(7))
     assert isinstance(stored, bytes) and stored.startswith(b'{"request":')
     disk = _bytes_on_disk(cache_dir)
     assert _key(7).encode() in disk and b'"content":"q7 {x}"' in disk
@@ -174,3 +174,47 @@ def test_put_many_writes_rows_as_diskcache_set_does(cache_dir: Path) -> None:
         assert cache.get(_key(5)) == _record(5, "3 stars")
         assert cache.get(_key(0)) == _record(0, "1 star")
         assert not files[0].exists() and cache.stats()["entries"] == len(records)
+
+
+PRIVATE = {"_sql", "_sql_retry", "_con", "_disk", "_txn_id", "_local"}
+"""diskcache.Cache's private attributes: a release may change them without notice."""
+
+
+def test_no_private_attribute_of_diskcache_is_used() -> None:
+    """The runner reads and writes the cache through diskcache's public API and its own SQLite
+    connection (runner/execute/store/table.py), never through diskcache's internals."""
+    import ast
+    root = Path(__file__).resolve().parents[1] / "runner"
+    used = [f"{path.relative_to(root)}:{node.lineno}: .{node.attr}"
+            for path in sorted(root.rglob("*.py"))
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.Attribute) and node.attr in PRIVATE]
+    assert used == []
+
+
+def test_a_table_laid_out_otherwise_is_read_and_written_through_diskcache_api(
+        cache_dir: Path) -> None:
+    """A folder whose SQLite table is not laid out as store/table.py expects (here: a column
+    more, as another diskcache might make it) is used through diskcache's public API: the
+    same answers, counts and replacements, nothing written in a layout it does not know."""
+    with Cache(cache_dir) as cache:
+        assert cache._batched
+        assert cache._db.execute("PRAGMA synchronous").fetchone()[0] == 0  # no fsync: ours too
+        cache.put_many((_key(n), _record(n)) for n in range(10))
+    with sqlite3.connect(cache_dir / "cache.db") as db:
+        db.execute("ALTER TABLE Cache ADD COLUMN extra TEXT")
+    with Cache(cache_dir) as cache:
+        assert not cache._batched
+        keys = [_key(n) for n in range(20)]
+        assert cache.has_many(keys) == set(keys[:10])
+        assert cache.put_many([(_key(n), _record(n)) for n in range(10, 20)] +
+                              [(_key(3), _record(3, "1 star"))]) == 11
+        cache.append([(_key(4), _record(4, "2 stars"))])
+        cache.fold()
+        got = cache.get_many(keys + [_key(99)])
+        assert cache.has_many(keys + [_key(99)]) == set(keys)
+        assert cache.stats()["entries"] == 20
+    assert got == {**{_key(n): _record(n) for n in range(20)}, _key(3): _record(3, "1 star"),
+                   _key(4): _record(4, "2 stars")}
+    with diskcache.Cache(str(cache_dir)) as plain:
+        assert orjson.loads(plain.get(_key(4))) == _record(4, "2 stars")

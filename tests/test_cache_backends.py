@@ -14,8 +14,8 @@ import pytest
 
 from runner.errors import CacheError
 from runner.execute.store import pgcache
-from runner.execute.store.backend import CacheBackend, marked, open_cache, redact
-from runner.execute.store.cache import Cache
+from runner.execute.store.backend import CacheBackend, cached_flags, open_cache, redact
+from runner.execute.store.cache import TRANSACTION, Cache
 from runner.execute.store.pgcache import PgCache
 
 Opener = Callable[[], CacheBackend]
@@ -59,14 +59,14 @@ def test_round_trip_keeps_every_character(opener: Opener) -> None:
 
 
 def test_batched_lookups_across_chunks(opener: Opener) -> None:
-    """has_many, marked and get_many past one query's chunk (500 disk, 2000 PostgreSQL)."""
+    """has_many, cached_flags and get_many past one query's chunk (500 disk, 2000 PostgreSQL)."""
     keys = [_key(n) for n in range(4500)]
     with opener() as cache:
         for n in range(0, 4500, 3):
             cache.put(keys[n], _record(n))
         stored = set(keys[::3])
         assert cache.has_many(keys) == stored
-        flagged = list(marked(cache, range(4500), lambda n: keys[n]))
+        flagged = list(cached_flags(cache, range(4500), lambda n: keys[n]))
         assert [n for n, _ in flagged] == list(range(4500))  # order kept
         assert [n for n, hit in flagged if hit] == list(range(0, 4500, 3))
         got = cache.get_many(keys[:3000])
@@ -186,7 +186,7 @@ def test_redact_hides_passwords_in_the_url_and_its_query() -> None:
 
 def _chunk(cache: CacheBackend) -> int:
     """Records per put_many transaction of this backend."""
-    return pgcache.CHUNK if isinstance(cache, PgCache) else 500
+    return pgcache.CHUNK if isinstance(cache, PgCache) else TRANSACTION
 
 
 def _refuse(cache: CacheBackend, key: str) -> None:
@@ -199,8 +199,8 @@ def _refuse(cache: CacheBackend, key: str) -> None:
                          f"WHEN (NEW.key = '{key}') EXECUTE FUNCTION refuse()")
     else:
         assert isinstance(cache, Cache)
-        cache._disk._sql(f"CREATE TRIGGER refuse BEFORE INSERT ON Cache WHEN NEW.key = '{key}' "
-                         "BEGIN SELECT RAISE(ABORT, 'refused by test'); END")
+        cache._db.execute(f"CREATE TRIGGER refuse BEFORE INSERT ON Cache WHEN NEW.key = '{key}' "
+                          "BEGIN SELECT RAISE(ABORT, 'refused by test'); END")
 
 
 def test_put_many_round_trips_across_chunk_boundaries(opener: Opener) -> None:

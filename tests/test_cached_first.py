@@ -18,12 +18,13 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
+from runner import expand_ahead
 from runner.cli import main as cli_main
 from runner.cli import runcmd
-from runner.execute.store import backend
 from runner.execute.store import reader as reader_module
+from runner.execute.store.answers import of_record
 from runner.execute.store.cache import Cache
-from runner.execute.store.reader import Expander, answer
+from runner.expand_ahead import Expander
 from runner.reduce import judgments
 from runner.selection import TaskSelection
 from runner.session import Selection, select
@@ -76,7 +77,7 @@ def _hole(cache: Path, out: Path, items: set[str]) -> int:
             if (j := orjson.loads(line))["item_id"] in items}
     with Cache(cache) as c:
         for key in keys:
-            assert c._disk.delete(key)
+            assert c._store.delete(key)
     return len(keys)
 
 
@@ -132,18 +133,18 @@ FORCED = """import sys
 import runner.cli.main as m
 import runner.cli.runcmd as run
 import runner.execute.store.backend as b
-import runner.execute.store.reader as r
+import runner.expand_ahead as e
 import runner.reduce.judgments as j
 from runner.execute.store.cache import Cache
 forced = sys.argv.pop(1) == "forced"
 run.CACHED_FIRST_TASKS = 1
-j.READ_BATCH, r.CHUNK = 3, 6  # runs of 2 batches: the expander's children take turns
-b.usable = lambda cache, count: forced and isinstance(cache, Cache)
-start = r.Expander.__init__
-def marked(self, *args):
+j.READ_BATCH, e.CHUNK = 3, 6  # runs of 2 batches: the expander's children take turns
+b.reader_pays = e.reader_pays = lambda cache, count: forced and isinstance(cache, Cache)
+start = e.Expander.__init__
+def announced(self, *args):
     print("expander forked", file=sys.stderr)
     start(self, *args)
-r.Expander.__init__ = marked
+e.Expander.__init__ = announced
 sys.argv[0] = "judge"
 m.main()
 """
@@ -200,8 +201,8 @@ def test_an_expander_whose_child_dies_is_finished_in_place(
     job, cache = write_job(tmp_path / "job", REPEATED), tmp_path / "cache"
     # 800 tasks in runs of 30: their replies (~200 KB) outgrow the pipes (64 KiB), so the
     # children cannot have sent them all before one is killed, and the rest must be read here
-    monkeypatch.setattr(reader_module, "CHUNK", 30)
-    monkeypatch.setattr(reader_module, "PIPE_SIZE", 0)
+    monkeypatch.setattr(expand_ahead, "CHUNK", 30)
+    monkeypatch.setattr(expand_ahead, "PIPE_SIZE", 0)
     sel = _called(job, cache, tmp_path / "out", data_dir, monkeypatch, limit=400)
     expected = list(sel.expansion.tasks())
     with Cache(cache) as c, Expander(c, sel.expansion, 3, len(expected)) as expander:
@@ -213,10 +214,12 @@ def test_an_expander_whose_child_dies_is_finished_in_place(
     assert [t.key for batch, _ in got for t in batch] == [t.key for t in expected]
     assert [t.item_id for batch, _ in got for t in batch] == [t.item_id for t in expected]
     # what judging reads of each: the child sends only that, the reads here whole records
-    read = {k: a if isinstance(a, list) else answer(a)  # a plain answer's list as it came
+    # what judging reads of each, whether a child sent it (its usage as JSON text) or it was
+    # read here (its usage a dict)
+    read = {k: a._replace(usage=orjson.loads(orjson.dumps(a.usage)))
             for _, records in got for k, a in records.items()}
-    assert read == {k: answer(r) for k, r in stored.items()}
-    assert any("request" in a for _, records in got for a in records.values())  # read here
+    assert read == {k: of_record(r) for k, r in stored.items()}
+    assert any(isinstance(a.usage, dict) for _, records in got for a in records.values())
     assert len(stored) == 400  # one answer per item: the second prompt repeats the request
 
 
@@ -228,25 +231,25 @@ def test_an_expander_dropped_unfinished_stops_its_children(
     a caller that fails before reading, or stops part-way, must not leave them running."""
     import gc
 
-    from runner.execute.store.backend import expanded
+    from runner.expand_ahead import expanded
     monkeypatch.setenv("JUDGE_DATA_DIR", str(data_dir))
-    monkeypatch.setattr(reader_module, "CHUNK", 30)
-    monkeypatch.setattr(reader_module, "PIPE_SIZE", 0)  # children blocked on full pipes
+    monkeypatch.setattr(expand_ahead, "CHUNK", 30)
+    monkeypatch.setattr(expand_ahead, "PIPE_SIZE", 0)  # children blocked on full pipes
     job, cache = write_job(tmp_path / "job", REPEATED), tmp_path / "cache"
     sel = select(TaskSelection(job=job, models=("fake",), base_url="http://127.0.0.1:9/v1",
                                limit=400, cache_dir=cache), data_dir=data_dir)
     pids = []
-    real = reader_module.Forked
+    real = expand_ahead.Forked
 
     def recorded(*args: Any, **kwargs: Any) -> Any:
         child = real(*args, **kwargs)
         pids.append(child.pid)
         return child
 
-    monkeypatch.setattr(reader_module, "Forked", recorded)
+    monkeypatch.setattr(expand_ahead, "Forked", recorded)
     with Cache(cache) as c:
-        monkeypatch.setattr(backend, "usable", lambda *_: True)
-        monkeypatch.setattr(backend, "forkable", lambda: True)
+        monkeypatch.setattr(expand_ahead, "reader_pays", lambda *_: True)
+        monkeypatch.setattr(expand_ahead, "forkable", lambda: True)
         reads = expanded(c, sel.expansion, 3, 800)
         assert len(pids) == 2 and all(_alive(p) for p in pids)  # forked by the call
         if way == "read in part":
@@ -272,7 +275,7 @@ def test_a_run_through_the_pool_leaves_the_key_index_for_the_rescore(
     from runner import session
     from runner.execute.store.keyindex import KeyIndex
     monkeypatch.setattr(reader_module, "MIN_TASKS", 1)
-    monkeypatch.setattr(reader_module, "CHUNK", 4)
+    monkeypatch.setattr(expand_ahead, "CHUNK", 4)
     monkeypatch.setattr(session, "READ_BATCH", 2)
     monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
     _isolated(monkeypatch, data_dir)
@@ -286,8 +289,8 @@ def test_a_run_through_the_pool_leaves_the_key_index_for_the_rescore(
             k for i, k in enumerate(keys) if i // 4 % 2 == part]
 
     with Cache(tmp_path / "other") as other:  # dispatch stopped after 3 tasks
-        stream = reader_module.with_key_index(other, sel.expansion, 2, len(keys),
-                                              sel.expansion.tasks())
+        stream = expand_ahead.with_key_index(other, sel.expansion, 2, len(keys),
+                                             sel.expansion.tasks())
         assert [t.key for t in itertools.islice(stream, 3)] == keys[:3]
         stream.close()
     assert list((tmp_path / "other" / "keys").iterdir()) == []

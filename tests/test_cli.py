@@ -24,8 +24,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from runner.cli.main import cli
-from runner.errors import ConfigError
-from runner.session import event_loop, run_async
+from runner.session import run_async
 from tests.fakeserver import ThreadedServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,8 +37,7 @@ REPORTS = ("judgments.jsonl", "scores.csv", "correlations.csv", "summary.csv", "
 JUDGMENT_KEYS = {"dataset", "item_id", "group", "system", "subset", "prompt", "aspect", "model",
                  "sample", "key", "score", "values", "raw", "error", "cached", "usage"}
 COUNT_KEYS = {"tasks", "cache_hits", "api_calls", "retries", "failures"}
-ENV_KEYS = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "JUDGE_CACHE_DIR", "JUDGE_DATA_MIRROR",
-            "JUDGE_EVENT_LOOP")
+ENV_KEYS = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "JUDGE_CACHE_DIR", "JUDGE_DATA_MIRROR")
 FAILED_LINE = re.compile(r"^failed [0-9a-f]{12}: ", re.M)
 SUBPROCESS_TIMEOUT_S = 60
 
@@ -583,7 +581,7 @@ PROBE = ("import sys\nfrom runner.cli.main import cli\ntry:\n"
     (("datasets", "list"), set()),
     (("rescore", "{job}", "--limit", "3", "--base-url", "{url}", "--partial"), {"numpy"}),
     (("run", "{job}", "--limit", "3", "--base-url", "{url}"),
-     {"numpy", "aiohttp", "asyncio", "tqdm", "uvloop"}),
+     {"numpy", "aiohttp", "asyncio", "tqdm"}),  # asyncio's loop: uvloop bought nothing
 ])
 def test_commands_import_only_what_they_use(args: tuple[str, ...], wanted: set[str],
                                             tmp_path: Path, data_dir: Path) -> None:
@@ -618,41 +616,3 @@ def test_run_async_returns_the_result_without_formatting_it() -> None:
     assert isinstance(run_async(work()), Loud)
     assert not formatted
 
-
-# ---------------------------------------------------------------- the pool's event loop
-
-def test_the_pool_runs_on_uvloop_unless_told_asyncio() -> None:
-    import asyncio
-
-    import uvloop
-
-    async def loop_type() -> type:
-        return type(asyncio.get_running_loop())
-
-    assert run_async(loop_type(), event_loop({})) is uvloop.Loop
-    assert run_async(loop_type(), event_loop({"JUDGE_EVENT_LOOP": " UVloop "})) is uvloop.Loop
-    plain = run_async(loop_type(), event_loop({"JUDGE_EVENT_LOOP": "asyncio"}))
-    assert plain is not uvloop.Loop and issubclass(plain, asyncio.BaseEventLoop)
-    with pytest.raises(ConfigError, match=r"^JUDGE_EVENT_LOOP must be uvloop or asyncio "
-                                          r"\(got 'trio'\); unset it"):
-        event_loop({"JUDGE_EVENT_LOOP": "trio"})
-
-
-def test_a_run_on_either_event_loop_stores_and_reports_the_same(
-        server: ThreadedServer, tmp_path: Path, data_dir: Path) -> None:
-    runs = {}
-    for loop in ("uvloop", "asyncio"):
-        out = tmp_path / f"out-{loop}"
-        proc = run_judge("run", OPENMEVA, "--limit", 20, "--base-url", server.url, "--model",
-                         "fake", "--cache-dir", tmp_path / f"cache-{loop}", "--out", out,
-                         env=clean_env(data_dir, JUDGE_EVENT_LOOP=loop), cwd=tmp_path)
-        assert proc.returncode == 0, proc.stderr
-        assert manifest(out)["counts"]["api_calls"] == 20
-        runs[loop] = [(line["key"], line["score"]) for line in judgments(out)]
-    assert runs["uvloop"] == runs["asyncio"] and len(runs["asyncio"]) == 20
-    assert server.state.requests == 40
-    bad = run_judge("run", OPENMEVA, "--limit", 2, "--base-url", server.url, "--model", "fake",
-                    "--cache-dir", tmp_path / "cache-bad", "--out", tmp_path / "out-bad",
-                    env=clean_env(data_dir, JUDGE_EVENT_LOOP="tokio"), cwd=tmp_path)
-    assert bad.returncode == 2 and "JUDGE_EVENT_LOOP must be uvloop or asyncio" in bad.stderr
-    assert server.state.requests == 40

@@ -22,8 +22,8 @@ from runner.errors import CacheError
 from runner.execute import pool as execute_module
 from runner.execute import stats as stats_module
 from runner.execute.pool import Endpoint, RunStats, backoff, execute
+from runner.execute.store.answers import of_raw, of_record
 from runner.execute.store.cache import Cache
-from runner.execute.store.reader import answer, answer_of
 from runner.expand import Task, estimate_cost, prepare
 from runner.job.load import load_job
 from runner.job.spec import Job, Limits
@@ -402,8 +402,8 @@ async def test_an_answer_is_stored_as_the_server_sent_it(
         record = cache.get(key)
         assert record is not None and record["response"] == json.loads(bodies[0])
         assert record["usage"] == {"prompt_tokens": 9, "completion_tokens": 2}
-        assert answer_of(stored[key]) == answer(record)
-        assert answer(record)[0] == "4 stars"
+        assert of_raw(stored[key]) == of_record(record)
+        assert of_record(record).text == "4 stars"
 
 
 async def test_every_answer_is_in_sqlite_for_other_readers_when_execute_returns(

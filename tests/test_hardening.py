@@ -454,7 +454,7 @@ def test_the_counts_add_up_to_the_tasks_in_run_and_rescore(server: ThreadedServe
 # ------------------------------------------------------------ one process
 
 def test_judge_processes_1_runs_every_command_in_one_process() -> None:
-    from runner.execute.store import child
+    from runner import children as child
     before = child.second_core()
     try:
         child.one_process(True)

@@ -12,12 +12,11 @@ from typing import Any
 
 import pytest
 
-from runner.execute.store import backend
-from runner.execute.store import reader as reader_module
-from runner.execute.store.backend import expanded
+from runner import expand_ahead
 from runner.execute.store.cache import Cache
 from runner.execute.store.keyindex import DIGEST, KEEP, KeyIndex, part_size, recorded_parts
 from runner.expand import Expansion, prepare
+from runner.expand_ahead import expanded
 from runner.job.load import load_job
 from tests.conftest import ROOT, JobWriter
 from tests.test_expand import JOB, ROWS, TEMPLATE
@@ -126,9 +125,9 @@ def test_a_rescore_reads_the_index_and_an_edited_job_does_not(
     """The real forked expander: the first read renders and stores the index; the second
     reads it (rendering is broken in the children, and every answer still comes from them);
     after an edit of one item's text, its tasks get their new keys, without answers."""
-    monkeypatch.setattr(backend, "usable", lambda *_: True)
-    monkeypatch.setattr(backend, "forkable", lambda: True)
-    monkeypatch.setattr(reader_module, "CHUNK", 4)  # runs of 2 batches of 2: both children
+    monkeypatch.setattr(expand_ahead, "reader_pays", lambda *_: True)
+    monkeypatch.setattr(expand_ahead, "forkable", lambda: True)
+    monkeypatch.setattr(expand_ahead, "CHUNK", 4)  # runs of 2 batches of 2: both children
     first = _expand(write_job)
     keys = [t.key for t in first.tasks()]
     record = {"response": {"choices": [{"message": {"content": "4 stars"},
@@ -140,20 +139,24 @@ def test_a_rescore_reads_the_index_and_an_edited_job_does_not(
         def read(expansion: Expansion) -> tuple[list[str], list[Any]]:
             got = list(expanded(cache, expansion, 2, expansion.count()))
             return ([t.key for batch, _ in got for t in batch],
-                    [a for _, answers in got for a in answers.values()])
+                    [(a.text, a.finish_reason, a.source) for _, answers in got
+                     for a in answers.values()])
 
-        assert read(first) == (keys, [["4 stars", "stop", None, "api", None, 0, 0]] * len(keys))
+        assert read(first) == (keys, [("4 stars", "stop", "api")] * len(keys))
         stored = sorted(p.name for p in (tmp_path / "cache" / "keys").iterdir())
         assert stored == [f"{first.fingerprint()}-4-{part}of2" for part in (0, 1)]
 
         def broken(*args: Any) -> Any:
             raise AssertionError("rendered although the keys are in the index")
 
+        def not_here(*args: Any) -> Any:
+            raise AssertionError("read here: a child failed")
+
         with monkeypatch.context() as m:
             m.setattr(Expansion, "part", broken)  # in the forked children too
+            m.setattr(expand_ahead, "read_here", not_here)  # the children's answers, all
             again = read(first)
-        # the children's plain answers, not whole records read here after a child failed
-        assert again == (keys, [["4 stars", "stop", None, "api", None, 0, 0]] * len(keys))
+        assert again == (keys, [("4 stars", "stop", "api")] * len(keys))
 
         edited = _expand(write_job, rows=[{**ROWS[0], "output": "edited"}, *ROWS[1:]])
         new_keys = [t.key for t in edited.tasks()]

@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +23,18 @@ from runner.cli.main import cli
 from runner.errors import CacheError
 from runner.execute.store import backend
 from runner.execute.store import reader as reader_module
-from runner.execute.store.backend import answers, marked
+from runner.execute.store.answers import Answer, of_record, received, sent, sent_of_raw
+from runner.execute.store.backend import answers, cached_flags
 from runner.execute.store.cache import Cache
-from runner.execute.store.reader import Reader, answer, answer_of, usable
+from runner.execute.store.reader import Reader, reader_pays
 from tests.conftest import DATA_DIR, ROOT
 from tests.fakeserver import ThreadedServer
 from tests.processes import Processes, processes_fixture, wait_until  # noqa: F401
+
+
+def _same(got: dict[str, Answer]) -> dict[str, Answer]:
+    """Answers comparable with ==: a usage sent as JSON text (an orjson.Fragment) decoded."""
+    return {k: a._replace(usage=orjson.loads(orjson.dumps(a.usage))) for k, a in got.items()}
 
 
 def _key(n: int) -> str:
@@ -68,11 +75,14 @@ def test_batches_come_back_in_order_with_what_judging_reads(
         got = list(reader.batches(iter(batches), lambda k: k))
     assert [b for b, _ in got] == batches
     for batch, records in got:
-        assert records == {k: answer(stored[k]) for k in batch if k in stored}
-    assert answer(stored[_key(0)])["response"]["choices"][0]["message"]["content"] == "x" * 100_000
-    assert answer(stored[_key(5)])["response"]["choices"][1]["logprobs"] is not None
-    # one plain choice: [text, finish_reason, usage as JSON text, source, time, tokens]
-    assert answer(stored[_key(2)]) == [
+        assert _same(records) == {k: of_record(stored[k]) for k in batch if k in stored}
+    assert records[_key(597)].text == "597 stars" and records[_key(597)].choices is None
+    several = of_record(stored[_key(0)]).choices  # two choices: read as they are
+    assert several is not None and several[0]["message"]["content"] == "x" * 100_000
+    assert several[1]["logprobs"] is not None
+    # on the pipe, one plain choice: [text, finish_reason, usage as JSON text, source, time,
+    # tokens]
+    assert sent(stored[_key(2)]) == [
         "2 stars", "stop", '{"prompt_tokens":2,"completion_tokens":1,"total_tokens":3}', "api",
         stored[_key(2)].get("time"), 2, 1]
 
@@ -83,15 +93,15 @@ def test_answers_reads_through_the_reader_only_when_it_pays(
     asked = [_key(n) for n in range(600)]
     with Cache(folder) as cache:
         direct = list(answers(cache, asked, lambda k: k, 64, len(asked)))
-        assert direct[0][1] == cache.get_many(asked[:64])  # whole records: below MIN_TASKS
+        assert direct[0][1] == {k: of_record(r) for k, r in cache.get_many(asked[:64]).items()}
         monkeypatch.setattr(reader_module, "MIN_TASKS", 100)
         monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
         through = list(answers(cache, asked, lambda k: k, 64, len(asked)))
     assert [b for b, _ in through] == [b for b, _ in direct]
-    assert [r for _, r in through] == [{k: answer(v) for k, v in r.items()} for _, r in direct]
+    assert [_same(r) for _, r in through] == [r for _, r in direct]
 
 
-def test_marked_looks_up_through_the_reader_once_the_job_is_large(
+def test_cached_flags_looks_up_through_the_reader_once_the_job_is_large(
         filled: tuple[Path, dict[str, dict[str, Any]]], monkeypatch: pytest.MonkeyPatch) -> None:
     """The first MIN_TASKS things are looked up here, the rest by a reader process: every
     thing comes back once, in order, marked as has_many marks it."""
@@ -109,24 +119,24 @@ def test_marked_looks_up_through_the_reader_once_the_job_is_large(
 
     monkeypatch.setattr(backend, "Reader", counted)
     with Cache(folder) as cache:
-        got = list(marked(cache, things, lambda t: t[1]))
+        got = list(cached_flags(cache, things, lambda t: t[1]))
         assert started == [folder]
         assert got == [(t, t[1] in stored) for t in things]
         assert sum(flag for _, flag in got) == len(stored) + sum(
             _key(n) in stored for n in range(0, 600, 4))
-        assert list(marked(cache, things[:112], lambda t: t[1])) == got[:112]
+        assert list(cached_flags(cache, things[:112], lambda t: t[1])) == got[:112]
         assert started == [folder]  # 112 things: asked here, no process started for nothing
 
 
-def test_usable_needs_a_folder_cache_a_large_job_and_two_cores(
+def test_reader_pays_needs_a_folder_cache_a_large_job_and_two_cores(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
     with Cache(tmp_path / "cache") as cache:
-        assert usable(cache, reader_module.MIN_TASKS)
-        assert not usable(cache, reader_module.MIN_TASKS - 1)
-        assert not usable(object(), 10**7)  # another backend (PostgreSQL): read directly
+        assert reader_pays(cache, reader_module.MIN_TASKS)
+        assert not reader_pays(cache, reader_module.MIN_TASKS - 1)
+        assert not reader_pays(object(), 10**7)  # another backend (PostgreSQL): read directly
         monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0}, raising=False)
-        assert not usable(cache, 10**7)
+        assert not reader_pays(cache, 10**7)
 
 
 def test_a_runner_package_in_the_current_folder_does_not_shadow_ours(
@@ -141,7 +151,8 @@ def test_a_runner_package_in_the_current_folder_does_not_shadow_ours(
     monkeypatch.chdir(decoy.parent)
     with Reader(folder) as reader:
         got = list(reader.batches(iter([[_key(2), _key(1)]]), lambda k: k))
-    assert got == [([_key(2), _key(1)], {_key(2): answer(stored[_key(2)])})]
+    assert [(b, _same(r)) for b, r in got] == [([_key(2), _key(1)],
+                                                {_key(2): of_record(stored[_key(2)])})]
 
 
 def test_a_child_that_cannot_open_the_cache_says_why(tmp_path: Path) -> None:
@@ -159,7 +170,7 @@ def test_a_killed_child_is_an_error_not_a_hang_or_a_gap(
     with Reader(folder) as reader:
         stream = reader.batches(batches, lambda k: k)
         next(stream)
-        reader._child.kill()
+        reader._child.process.kill()
         with pytest.raises(CacheError, match="reader process stopped"):
             list(stream)
 
@@ -175,7 +186,7 @@ def test_leaving_early_ends_the_child(filled: tuple[Path, dict[str, dict[str, An
     started = time.monotonic()
     reader.close()
     assert time.monotonic() - started < 5
-    assert reader._child.returncode in (0, 1)  # ended itself: not killed (-9)
+    assert reader._child.process.returncode in (0, 1)  # ended itself: not killed (-9)
 
 
 def test_rescore_through_the_reader_writes_the_same_reports(
@@ -223,7 +234,7 @@ def test_a_reader_does_not_outlive_a_killed_parent(
     parent = processes.start(
         [sys.executable, "-c", "import sys, time\nfrom pathlib import Path\n"
          "from runner.execute.store.reader import Reader\nreader = Reader(Path(sys.argv[1]))\n"
-         "print(reader._child.pid, flush=True)\ntime.sleep(60)\n", str(folder)], cwd=ROOT)
+         "print(reader._child.process.pid, flush=True)\ntime.sleep(60)\n", str(folder)], cwd=ROOT)
     child = processes.adopt(int(parent.wait_for("", stream="out")))  # killed if it outlives
     assert _running(child)
     parent.signal(signal.SIGKILL)
@@ -276,12 +287,12 @@ def test_answer_of_the_stored_bytes_is_the_answer_of_the_whole_record(
         record: dict[str, Any]) -> None:
     """The reader decodes only a record's end when that is safe: it must give what decoding
     the whole record gives, for any record."""
-    assert answer_of(orjson.dumps(record)) == answer(record)
+    assert sent_of_raw(orjson.dumps(record)) == sent(record)
 
 
-def _line(record: Any, parser: str) -> bytes | str:
-    """The judgments.jsonl line of one task whose cached answer is `record` (or a reader's
-    answer of it) judged with `parser`, or the error judging it raised."""
+def _line(answer: Callable[[], Answer], parser: str) -> bytes | str:
+    """The judgments.jsonl line of one task whose Answer `answer()` makes (of a record, or
+    of what a reader sent of it) judged with `parser`, or the error that raised."""
     from runner.data.datasets import Item
     from runner.expand import Task
     from runner.job.spec import PromptSpec
@@ -295,7 +306,7 @@ def _line(record: Any, parser: str) -> bytes | str:
     task = Task(_key(1), "d", "i", "p", "a", "m", 0, b"", 0, 0)
     context = _Context(None, {"p": prompt}, {}, {}, frozenset())  # type: ignore[arg-type]
     try:
-        return _judgment_line(context.parsed(task, item, record, None))
+        return _judgment_line(context.parsed(task, item, answer(), None))
     except Exception as exc:  # judged the same way, it fails the same way
         return type(exc).__name__
 
@@ -306,5 +317,5 @@ def test_judging_a_readers_answer_is_judging_the_record(record: dict[str, Any],
                                                         parser: str) -> None:
     """A reader sends a plain answer as a list and its usage as JSON text: the judgment line
     must be the one judging the whole record gives, byte for byte."""
-    sent = orjson.loads(orjson.dumps(answer_of(orjson.dumps(record))))  # through the pipe
-    assert _line(sent, parser) == _line(record, parser)
+    piped = orjson.loads(orjson.dumps(sent_of_raw(orjson.dumps(record))))  # through the pipe
+    assert _line(lambda: received(piped), parser) == _line(lambda: of_record(record), parser)

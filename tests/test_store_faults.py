@@ -276,7 +276,7 @@ def test_a_killed_reader_process_is_read_for_in_place_and_nothing_is_lost(
     keys = sorted(j["key"] for j in judgments(tmp_path / "out"))
     with Cache(cache) as c:  # a hole in the middle: the rest goes through the pool
         hole = keys[4:7]
-        assert all(c._disk.delete(key) for key in hole)
+        assert all(c._store.delete(key) for key in hole)
     monkeypatch.setattr(runcmd, "CACHED_FIRST_TASKS", 1)
     monkeypatch.setattr(reader_module, "MIN_TASKS", 1)
     monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
@@ -287,9 +287,9 @@ def test_a_killed_reader_process_is_read_for_in_place_and_nothing_is_lost(
     def killing(self: reader_module.Reader, *a: Any, **k: Any) -> Any:
         for n, got in enumerate(pipelined(self, *a, **k)):
             if n == 0:
-                os.kill(self._child.pid, signal.SIGKILL)
-                self._child.wait(timeout=30)
-                killed.append(self._child.pid)
+                os.kill(self._child.process.pid, signal.SIGKILL)
+                self._child.process.wait(timeout=30)
+                killed.append(self._child.process.pid)
             yield got
 
     monkeypatch.setattr(reader_module.Reader, "_pipelined", killing)
@@ -366,7 +366,7 @@ def test_answers_sqlite_refuses_to_fold_are_read_from_their_journal_not_bought_a
     with Cache(cache) as c:
         keys = sorted(c.keys())[:5]
         rows = sorted(c.get_many_raw(keys).items())
-        assert all(c._disk.delete(key) for key in keys)
+        assert all(c._store.delete(key) for key in keys)
         journal = Journal(cache)  # as a killed run leaves it
         journal.append(rows)
         journal.close(remove=False)
@@ -466,7 +466,7 @@ def test_a_reader_process_killed_during_a_cached_first_run_costs_nothing(
     keys = sorted(j["key"] for j in judgments(tmp_path / "out"))
     with Cache(cache) as c:
         hole = keys[2:10]
-        assert all(c._disk.delete(key) for key in hole)
+        assert all(c._store.delete(key) for key in hole)
     server.state.script.latency_s = 0.3  # the pool's lookups last while it calls
     before = server.state.requests
     proc = subprocess.Popen([sys.executable, "-c", SMALL_THRESHOLDS, *map(str, args[:-1]),

@@ -26,7 +26,6 @@ from runner.session import (  # BatchAnswers: imported from here by runcmd
     BatchAnswers,
     Selection,
     derive,
-    event_loop,
     open_selected,
     run_async,
 )
@@ -130,7 +129,7 @@ def run_batches(sel: Selection, names: tuple[str, ...], options: BatchOptions) -
         online pool must leave alone.
     """
     from runner.execute.batch import BatchRun, BatchStats
-    stats, loop = BatchStats(), event_loop(os.environ)
+    stats = BatchStats()
 
     def say(line: str) -> None:
         click.echo(f"batch: {line}", err=True)
@@ -139,9 +138,9 @@ def run_batches(sel: Selection, names: tuple[str, ...], options: BatchOptions) -
         run = BatchRun(cache=cache, ledger=ledger, providers=_providers(sel.job, names),
                        job=sel.job.name, options=options, say=say, stats=stats, shard=sel.shard)
         if sel.job.generate:
-            run_async(run.run(sel.expansion.generation_tasks()), loop)
+            run_async(run.run(sel.expansion.generation_tasks()))
             sel = derive(sel)
-        run_async(run.run(sel.expansion.tasks()), loop)
+        run_async(run.run(sel.expansion.tasks()))
     say(f"{len(stats.created)} batch(es) made this run, {stats.attached} from earlier runs; "
         f"{len(stats.collected)} answers collected, {len(stats.failures)} failed, "
         f"{len(stats.pending)} pending; " + (
@@ -237,7 +236,7 @@ def batches(task_selection: TaskSelection, cancel: bool) -> None:
         run = BatchRun(cache=cache, ledger=ledger, providers=_providers(sel.job, names),
                        job=sel.job.name, options=BatchOptions(), say=lambda s: None)
         live_before = sum(r.live for r in ledger.rows(sel.job.name))
-        rows = run_async(run.status(cancel=cancel), event_loop(os.environ))
+        rows = run_async(run.status(cancel=cancel))
     if not rows:
         click.echo(f"job {sel.job.name}: no batches in {ledger.location}")
         return

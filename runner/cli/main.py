@@ -19,6 +19,7 @@ from typing import Any
 
 import click
 
+from runner.children import one_process
 from runner.cli import TERM_EXIT, Terminated, studycmds, views
 from runner.cli.batches import batches
 from runner.cli.cachecmds import cache
@@ -27,13 +28,12 @@ from runner.cli.outcome import command_line
 from runner.cli.runcmd import run
 from runner.data import datasets
 from runner.errors import ConfigError, DataError, RunnerError, scrub
-from runner.execute.store.child import one_process
 
 __all__ = ["cli", "main"]
 
 
 def _processes(environ: Mapping[str, str]) -> None:
-    """JUDGE_PROCESSES=1: every command in one process (runner.execute.store.child)."""
+    """JUDGE_PROCESSES=1: every command in one process (runner.children)."""
     value = environ.get("JUDGE_PROCESSES", "").strip()
     if value not in ("", "1"):
         raise ConfigError(f"JUDGE_PROCESSES must be 1 (every command in one process) or unset "

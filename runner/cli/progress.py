@@ -16,7 +16,7 @@ from runner.execute.stats import RunStats
 __all__ = ["Progress"]
 
 # No tqdm monitor thread: a process with a thread may not fork, and a large run forks its
-# cache reader and a report (runner.execute.store.child.forkable). The monitor only adjusts the
+# cache reader and a report (runner.children.forkable). The monitor only adjusts the
 # refresh interval of a bar that has stalled.
 tqdm.monitor_interval = 0
 

@@ -39,7 +39,6 @@ from runner.session import (
     check_budget,
     check_keys,
     estimate,
-    event_loop,
     key_reader,
     manifest,
     open_selected,
@@ -212,7 +211,7 @@ def _execute(sel: Selection, run_options: dict[str, Any], dispatched: TaskLog,
     with open_selected(sel) as cache, servers as served:
         try:
             return run_async(_run_async(sel, served, cache, run_options, progress, dispatched,
-                                        cached_first), event_loop(os.environ))
+                                        cached_first))
         except asyncio.CancelledError:
             # The second Ctrl-C cancelled the pool; every answer received is already cached.
             raise KeyboardInterrupt from None
@@ -301,7 +300,8 @@ def _run_cached_first(sel: Selection, run_options: dict[str, Any], started: floa
         def judgments() -> Iterator[Judgment]:
             yield from cached_first
             progress.close()
-            if cached_first.rest is None:  # all cached: repeats counted as the pool counts them
+            if cached_first.uncached_onward is None:  # all cached: repeats counted as the pool
+                # counts them
                 stats.settle_repeats(cached_first.hashes)
                 return
             _execute(sel, run_options, dispatched, cached_first)

@@ -18,7 +18,7 @@ from runner.cli.options import PARTIAL_HELP, resolve, task_selection
 from runner.cli.outcome import rebuild_reports
 from runner.errors import ConfigError
 from runner.execute.imports import import_answers
-from runner.execute.store.backend import marked
+from runner.execute.store.backend import cached_flags
 from runner.expand import task_key
 from runner.reduce.judgments import judge
 from runner.selection import TaskSelection
@@ -137,7 +137,7 @@ def status(task_selection: TaskSelection) -> None:
     sel = resolve(task_selection, stream=True)
     with open_selected(sel, read_only=True) as cache:
         total = cached = 0
-        for _, hit in marked(cache, all_tasks(sel.expansion), task_key):
+        for _, hit in cached_flags(cache, all_tasks(sel.expansion), task_key):
             total += 1
             cached += hit
     click.echo(f"job {sel.job.name}: {cached}/{total} tasks cached, {total - cached} to call")

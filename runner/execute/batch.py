@@ -51,7 +51,7 @@ from runner.execute.batch_files import (
 )
 from runner.execute.ledger import LIVE, BatchLedger, BatchRow
 from runner.execute.shard import Shard
-from runner.execute.store.backend import CacheBackend, marked
+from runner.execute.store.backend import CacheBackend, cached_flags
 from runner.execute.store.cache import answer_record
 from runner.expand import Task, estimate_cost
 from runner.job.spec import ModelSpec
@@ -189,7 +189,7 @@ class BatchRun:
     def _missing(self, mine: Mapping[str, Task], skip: set[str]) -> dict[str, list[Task]]:
         held = self.ledger.held()
         by_model: dict[str, list[Task]] = {}
-        for task, cached in marked(self.cache, list(mine.values()), _key):
+        for task, cached in cached_flags(self.cache, list(mine.values()), _key):
             if not cached and task.key not in held and task.key not in skip:
                 by_model.setdefault(task.model, []).append(task)
         return by_model

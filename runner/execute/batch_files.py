@@ -17,8 +17,8 @@ from typing import Any
 
 import orjson
 
+from runner.children import alive
 from runner.execute.batch_api import CHAT_URL
-from runner.execute.store.child import alive
 from runner.expand import Task
 
 __all__ = ["MAX_BYTES", "MAX_REQUESTS", "body_of", "is_answer", "remove_stale", "request_line",

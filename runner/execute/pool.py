@@ -38,7 +38,7 @@ from runner.execute.client import Response, send, timeout_of
 from runner.execute.fleet import Fleet, Replica, fleet_for
 from runner.execute.limiter import Limiter
 from runner.execute.stats import RunStats
-from runner.execute.store.backend import CacheBackend, marked_batches
+from runner.execute.store.backend import CacheBackend, cached_flag_batches
 from runner.execute.store.cache import answer_record
 from runner.expand import Task, estimate_cost, task_key
 from runner.job.spec import Limits, ModelSpec
@@ -353,7 +353,7 @@ def _to_call(tasks: Iterable[Task], pool: _Pool, *, offline: bool, budget: float
     a 64-bit hash of every key, appended to `hashes` (RunStats.settle_repeats)."""
     stats, uncached = pool.stats, set()
     repeats_of_uncached = 0
-    for batch, flags in marked_batches(pool.cache, tasks, task_key):
+    for batch, flags in cached_flag_batches(pool.cache, tasks, task_key):
         hashes.extend([hash(task.key) for task in batch])
         for task, cached in zip(batch, flags, strict=True):
             if cached:

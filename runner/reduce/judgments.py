@@ -16,9 +16,10 @@ import orjson
 
 from runner.data.datasets import Item
 from runner.execute.stats import RunStats
-from runner.execute.store.backend import CacheBackend, answers, expanded
-from runner.execute.store.reader import DAMAGED, Answer, tokens_of
+from runner.execute.store.answers import Answer
+from runner.execute.store.backend import CacheBackend, answers
 from runner.expand import Expansion, Task, task_key
+from runner.expand_ahead import expanded
 from runner.job.spec import PromptSpec
 from runner.parse.parsers import (
     Choice,
@@ -58,8 +59,8 @@ class Judgment(NamedTuple):
     """{"type": "api" | "parse" | "refusal", "message": ...} or None."""
     cached: bool
     usage: Mapping[str, Any] | orjson.Fragment | None
-    """The response's usage; as its JSON text when a reader read it (the judgment line embeds
-    it as it is)."""
+    """The response's usage (Answer.usage: as its JSON text when a reader child read it, which
+    the judgment line embeds as it is)."""
     n_parsed: int = 0
     n_failed: int = 0
     choice_scores: tuple[float | None, ...] = ()
@@ -89,14 +90,14 @@ def judge(expansion: Expansion, cache: CacheBackend, *, failures: Mapping[str, s
           count: int | None = None, damaged: dict[str, str] | None = None) -> Iterator[Judgment]:
     """Parse every task's cached answer; `failures` (key -> message) explains missing ones.
     `tasks`: the expansion's tasks if the caller kept them (a run does), else expanded anew
-    (by forked children for a large job, which this call starts: see backend.expanded);
+    (by forked children for a large job, which this call starts: see expand_ahead.expanded);
     `count`: how many there are, if known (else counted: it decides how answers are read).
     `damaged` gets key -> message of each task whose cached record is damaged (its judgment
     is a failure saying so)."""
     context = _Context(expansion, {p.name: p for p in expansion.job.prompts}, {},
                        failures or {}, fresh, {} if damaged is None else damaged)
-    # a query per READ_BATCH tasks, not one a task; records only judging's part of each when
-    # a reader process reads them (runner.execute.store.reader)
+    # a query per READ_BATCH tasks, not one a task; each task's Answer (what judging reads of
+    # its record), read by a reader process for a large job (runner.execute.store.reader)
     if count is None:
         count = len(tasks) if isinstance(tasks, Sized) else expansion.count()
     reads = (expanded(cache, expansion, READ_BATCH, count) if tasks is None
@@ -106,31 +107,31 @@ def judge(expansion: Expansion, cache: CacheBackend, *, failures: Mapping[str, s
 
 def _judged(context: _Context, reads: Iterable[tuple[list[Task], Mapping[str, Answer]]],
             item: Callable[[str, str], Item]) -> Iterator[Judgment]:
-    for batch, records in reads:
+    for batch, stored in reads:
         for task in batch:
-            record = records.get(task.key)
-            if task.members or record is None:
-                yield from context.judged(task, record)
+            answer = stored.get(task.key)
+            if task.members or answer is None:
+                yield from context.judged(task, answer)
             else:  # the usual case, without the generator
-                yield context.parsed(task, item(task.dataset, task.item_id), record, None)
+                yield context.parsed(task, item(task.dataset, task.item_id), answer, None)
 
 
 class CachedFirst:
     """A run's judgments of its tasks in order while their answers are cached, up to the first
     task without one. Iterating it reads and judges them as rescore does (no pool, no task
-    log); then `rest` is None if every task was cached, else an iterator of that first task
-    and every later one, for the pool and then `judge`, in order. Each cached task is counted
-    in `stats` as the pool counts it: a cache hit, its key's hash in `hashes` for
-    RunStats.settle_repeats. A run of a partly cached job loses nothing by it: the tasks
-    judged here are not called, expanded or judged again."""
+    log); then `uncached_onward` is None if every task was cached, else an iterator of that
+    first task without an answer and every later one, for the pool and then `judge`, in
+    order. Each cached task is counted in `stats` as the pool counts it: a cache hit, its key's
+    hash in `hashes` for RunStats.settle_repeats. A run of a partly cached job loses nothing
+    by it: the tasks judged here are not called, expanded or judged again."""
 
     def __init__(self, expansion: Expansion, cache: CacheBackend, stats: RunStats, *,
                  count: int, on_progress: Callable[[RunStats], None] = lambda s: None) -> None:
         self.expansion, self.cache, self.stats = expansion, cache, stats
         self.count, self.on_progress = count, on_progress  # count: expansion.count()
         self.hashes: array.array[int] = array.array("q")
-        self.rest: Iterator[Task] | None = None
-        # reading starts now (a large job's forked expanders: see backend.expanded)
+        self.uncached_onward: Iterator[Task] | None = None
+        # reading starts now (a large job's forked expanders: see expand_ahead.expanded)
         self._reads = expanded(cache, expansion, READ_BATCH, count)
 
     def __iter__(self) -> Iterator[Judgment]:
@@ -139,12 +140,12 @@ class CachedFirst:
                            frozenset(), stats.failures)
         reads = self._reads
         item, done = expansion.item, 0
-        for batch, records in reads:
+        for batch, stored in reads:
             self.on_progress(stats)  # a batch at a time: ~0.6 us a task otherwise
             for task in batch:
-                if (record := records.get(task.key)) is None:
+                if (answer := stored.get(task.key)) is None:
                     # from here on, with their bodies (those read ahead are expanded again)
-                    self.rest = expansion.tasks(done)
+                    self.uncached_onward = expansion.tasks(done)
                     reads.close()  # ends the reader, if any
                     self.on_progress(stats)
                     return
@@ -152,9 +153,9 @@ class CachedFirst:
                 stats.cache_hits += 1
                 hashes.append(hash(task.key))
                 if task.members:
-                    yield from context.judged(task, record)
+                    yield from context.judged(task, answer)
                 else:
-                    yield context.parsed(task, item(task.dataset, task.item_id), record, None)
+                    yield context.parsed(task, item(task.dataset, task.item_id), answer, None)
         self.on_progress(stats)
 
 
@@ -193,44 +194,33 @@ class _Context:
                 self.memo[key] = result
         return result
 
-    def judged(self, task: Task, record: Answer | None) -> Iterator[Judgment]:
+    def judged(self, task: Task, answer: Answer | None) -> Iterator[Judgment]:
         """The judgments of one task: one, or one per output of a group."""
         members = task.members or (task.item_id,)
         for position, item_id in enumerate(members, 1):
             item = self.expansion.item(task.dataset, item_id)
-            if record is None:
+            if answer is None:
                 message = self.failures.get(task.key, NOT_CACHED)
                 yield Judgment(task=task, item=item, score=None, values={}, raw=None,
                                error={"type": "api", "message": message}, cached=False,
                                usage=None)
                 continue
-            yield self.parsed(task, item, record, position if task.members else None)
+            yield self.parsed(task, item, answer, position if task.members else None)
 
-    def parsed(self, task: Task, item: Item, record: Answer, position: int | None) -> Judgment:
-        """`record`: a cache record, or what a reader sent of one (reader.answer)."""
+    def parsed(self, task: Task, item: Item, answer: Answer, position: int | None) -> Judgment:
+        """The judgment of `task` (of its group's member at `position`) from its Answer."""
         at = (task.prompt, task.aspect, len(task.members))
         if at not in self.settings:
             prompt = self.prompts[task.prompt]
             self.settings[at] = (get_parser(prompt.parser).func,
                                  _checked(prompt, task.aspect, len(task.members)))
-        if type(record) is list:  # a reader's Plain answer: its usage is JSON text
-            text, finish, usage, source, when, prompt_tokens, completion_tokens = record
-            return self._plain(task, item, at, position, text, finish,
-                               None if usage is None else orjson.Fragment(usage), source,
-                               when, (prompt_tokens, completion_tokens))
-        assert isinstance(record, dict)
-        if DAMAGED in record:
-            message = self.damaged[task.key] = UNREADABLE.format(why=record[DAMAGED])
+        if answer.damaged is not None:
+            message = self.damaged[task.key] = UNREADABLE.format(why=answer.damaged)
             return Judgment(task=task, item=item, score=None, values={}, raw=None,
                             error={"type": "api", "message": message}, cached=True, usage=None)
-        got = record["response"].get("choices") or []
-        if len(got) == 1 and not got[0].get("logprobs"):  # one plain answer: memoised whole
-            return self._plain(task, item, at, position,
-                               (got[0].get("message") or {}).get("content") or "",
-                               got[0].get("finish_reason"), record.get("usage"),
-                               record.get("source"), record.get("time"),
-                               tokens_of(record.get("usage")))
-        choices_ = choices(record["response"])
+        if answer.choices is None:  # one plain answer: memoised whole
+            return self._plain(task, item, at, position, answer)
+        choices_ = choices({"choices": answer.choices})
         results = [self.parse(at, *self.settings[at], c) for c in choices_]
         score, values, error, n_parsed, n_failed = _outcome(combine(results), task.aspect,
                                                             position)
@@ -238,17 +228,16 @@ class _Context:
         slot = str(position) if position is not None else None
         return Judgment(task=task, item=item, score=score, values=values,
                         raw=texts[0] if len(texts) == 1 else texts, error=error,
-                        cached=task.key not in self.fresh, usage=record.get("usage"),
+                        cached=task.key not in self.fresh, usage=answer.usage,
                         n_parsed=n_parsed, n_failed=n_failed,
                         choice_scores=_choice_scores(results, slot, task.aspect),
-                        source=record.get("source"), time=record.get("time"),
-                        tokens=tokens_of(record.get("usage")))
+                        source=answer.source, time=answer.time, tokens=answer.tokens)
 
     def _plain(self, task: Task, item: Item, at: tuple[str, str, int], position: int | None,
-               text: str, finish: str | None, usage: Mapping[str, Any] | orjson.Fragment | None,
-               source: str | None, when: float | None, tokens: tuple[int, int]) -> Judgment:
+               answer: Answer) -> Judgment:
         """The judgment of one plain answer (one choice, no logprobs): its whole outcome
         remembered by prompt, aspect, group size, position, text and finish_reason."""
+        text, finish = answer.text, answer.finish_reason
         key = (at, position, text, finish)
         if len(text) > MEMO_TEXT or (outcome := self.outcomes.get(key)) is None:
             results = [self.parse(at, *self.settings[at], Choice(text, None, finish))]
@@ -257,7 +246,8 @@ class _Context:
                 self.outcomes[key] = outcome
         score, values, error, n_parsed, n_failed = outcome
         return Judgment(task, item, score, values, text, error, task.key not in self.fresh,
-                        usage, n_parsed, n_failed, (), source, when, tokens)
+                        answer.usage, n_parsed, n_failed, (), answer.source, answer.time,
+                        answer.tokens)
 
 
 def _outcome(combined: Combined, aspect: str, position: int | None) -> _Outcome:

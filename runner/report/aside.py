@@ -3,7 +3,8 @@ process writes the others.
 
 The reports of a large run are built from tables of ~100 bytes a task that only a fork shares
 for free (copy-on-write): sending them to a fresh process would cost more than the work. So
-`Aside` forks where that is safe, and computes in place where it is not:
+`ForkedResult` forks where that is safe (runner.children.forkable), and computes in place where
+it is not:
 
 - only on Linux (macOS's system libraries are not fork-safe), with os.fork;
 - only while this process has one thread: a fork copies a lock held by another thread, locked
@@ -14,8 +15,8 @@ for free (copy-on-write): sending them to a fresh process would cost more than t
   child shares the parent's pages until it touches them, and reading every cell touches (its
   reference counts) most of them, so a large run's child can come to copy most of its parent.
 
-The child (runner.execute.store.child.Forked) runs the function and pickles its result or
-exception to a pipe. A child that dies without a result (killed, out of memory) is not an
+The child (a runner.children.Forked) runs the function and pickles its result or exception to
+a pipe. A child that dies without a result (killed, out of memory) is not an
 error: the work is done again in place.
 """
 
@@ -25,14 +26,14 @@ import pickle
 from collections.abc import Callable
 from typing import IO, Generic, TypeVar
 
-from runner.execute.store.child import Forked, forkable
+from runner.children import Forked, forkable
 
-__all__ = ["Aside", "forkable"]  # forkable: runner.execute.store.child's
+__all__ = ["ForkedResult"]
 
 T = TypeVar("T")
 
 
-class Aside(Generic[T]):
+class ForkedResult(Generic[T]):
     """`work()` computed in a forked child from now on, or in place when `result` is asked for
     if forking is not safe. `result` returns it, or raises what it raised. As a context
     manager, a child whose result was never asked for (the caller failed first) is killed
@@ -57,7 +58,7 @@ class Aside(Generic[T]):
             data = b""
         pipe.write(data)
 
-    def __enter__(self) -> Aside[T]:
+    def __enter__(self) -> ForkedResult[T]:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -26,8 +26,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from runner.children import alive
 from runner.errors import ReportError
-from runner.execute.store.child import alive
 
 __all__ = ["HISTORY", "REPORT_FILES", "atomic_file", "check_out", "kept_runs", "new_run_id",
            "report_set", "write_atomic"]

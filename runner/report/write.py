@@ -44,7 +44,7 @@ from runner.reduce.ranking import RANKING_COLUMNS, rank_rows, ranking_markdown
 from runner.reduce.reliability import Positions
 from runner.reduce.resample import Resamples
 from runner.reduce.series import Series
-from runner.report.aside import Aside
+from runner.report.aside import ForkedResult
 from runner.report.browser import ItemRows
 from runner.report.folder import atomic_file, new_run_id, report_set, write_atomic
 from runner.report.headline import headline, system_note
@@ -249,7 +249,7 @@ def _write_set(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgment
         scores = (files.enter_context(atomic_file(out_dir / "scores.csv"))
                   if expansion.job.scores_csv else None)
         parquet = files.enter_context(atomic_file(out_dir / "scores.parquet"))
-        reliable = files.enter_context(Aside(
+        reliable = files.enter_context(ForkedResult(
             lambda: _set_aside(expansion, tables, positions, scores, parquet)))
         series = judge_rows(expansion, tables)
         corr = correlations(expansion, tables, series)  # one Resamples for the set

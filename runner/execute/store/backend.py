@@ -15,14 +15,13 @@ from typing import Any, Protocol, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from runner.errors import ConfigError
+from runner.execute.store.answers import Answer, of_record
 from runner.execute.store.cache import Cache
-from runner.execute.store.child import forkable
 from runner.execute.store.lease import Lease
-from runner.execute.store.reader import Answer, Expander, Reader, records, usable
-from runner.expand import Expansion, Task, task_key
+from runner.execute.store.reader import Reader, read_here, reader_pays
 
-__all__ = ["CacheBackend", "answers", "checked_url", "expanded", "is_url", "marked",
-           "marked_batches", "open_cache", "redact"]
+__all__ = ["CacheBackend", "answers", "cached_flag_batches", "cached_flags", "checked_url",
+           "is_url", "open_cache", "redact"]
 
 T = TypeVar("T")
 LOOKUP_BATCH = 2000  # things per has_many call (each backend chunks its own queries)
@@ -89,16 +88,16 @@ class CacheBackend(Protocol):
     def __exit__(self, *exc: object) -> None: ...
 
 
-def marked(cache: CacheBackend, things: Iterable[T], key: Callable[[T], str]
-           ) -> Iterator[tuple[T, bool]]:
+def cached_flags(cache: CacheBackend, things: Iterable[T], key: Callable[[T], str]
+                 ) -> Iterator[tuple[T, bool]]:
     """Each of `things` with whether its key is stored in `cache`, in order (see
-    `marked_batches`): plan's and status's cache-state lookup."""
-    for batch, flags in marked_batches(cache, things, key):
+    `cached_flag_batches`): plan's and status's cache-state lookup."""
+    for batch, flags in cached_flag_batches(cache, things, key):
         yield from zip(batch, map(bool, flags), strict=True)
 
 
-def marked_batches(cache: CacheBackend, things: Iterable[T], key: Callable[[T], str]
-                   ) -> Iterator[tuple[list[T], Sequence[bool] | bytes]]:
+def cached_flag_batches(cache: CacheBackend, things: Iterable[T], key: Callable[[T], str]
+                        ) -> Iterator[tuple[list[T], Sequence[bool] | bytes]]:
     """`things` in batches, in order, each with a flag per thing (true or 1: its key is
     stored in `cache`), looked up LOOKUP_BATCH at a time through has_many (one query per chunk,
     where `in` makes one each): the pool's, plan's and status's cache-state lookup, the same
@@ -112,7 +111,7 @@ def marked_batches(cache: CacheBackend, things: Iterable[T], key: Callable[[T], 
         found = cache.has_many(keys)
         yield batch, [k in found for k in keys]
         asked += len(batch)
-        if folder is not None and usable(cache, asked):
+        if folder is not None and reader_pays(cache, asked):
             break
     if folder is None or (rest := next(batches, None)) is None:  # no process for nothing
         return
@@ -122,33 +121,20 @@ def marked_batches(cache: CacheBackend, things: Iterable[T], key: Callable[[T], 
 
 def answers(cache: CacheBackend, things: Iterable[T], key: Callable[[T], str], size: int,
             count: int) -> Generator[tuple[list[T], Mapping[str, Answer]], None, None]:
-    """`things` (about `count` of them) in batches of `size`, each with the records of its
-    stored keys: judging's read of a run's answers. A diskcache folder read for a large job
-    goes through a reader process (runner.execute.store.reader), and each record is then only the
-    part judging reads of it (reader.answer: a plain answer's list, else a dict); otherwise
-    one get_many a batch, whole records. A damaged record of a folder comes as
-    {reader.DAMAGED: why}, either way."""
+    """`things` (about `count` of them) in batches of `size`, each with the Answers of its
+    stored keys (runner.execute.store.answers: what judging reads of a record): judging's read
+    of a run's answers. A diskcache folder read for a large job goes through a reader process
+    (runner.execute.store.reader); otherwise one batched read a batch. A damaged record of a
+    folder comes as an Answer saying so (Answer.damaged), either way."""
     batches = _batches(things, size)
-    if isinstance(cache, Cache) and usable(cache, count):
+    if isinstance(cache, Cache) and reader_pays(cache, count):
         with Reader(cache.directory, cache) as reader:
             yield from reader.batches(batches, key)
         return
     for batch in batches:
         keys = [key(t) for t in batch]
-        yield batch, records(cache, keys) if isinstance(cache, Cache) else cache.get_many(keys)
-
-
-def expanded(cache: CacheBackend, expansion: Expansion, size: int, count: int
-             ) -> Generator[tuple[list[Task], Mapping[str, Answer]], None, None]:
-    """Every task of `expansion` (`count` of them: expansion.count()), in order, in batches of
-    `size`, each with the records of its stored keys: a rescore's read. For a large job on a
-    diskcache folder, forked children expand and read while this process judges
-    (reader.Expander: the tasks then come without their request bodies); they are forked by
-    this call, so that they work while the caller prepares. Otherwise a reader process reads
-    (see `answers`)."""
-    if isinstance(cache, Cache) and usable(cache, count) and forkable():
-        return Expander(cache, expansion, size, count).batches()
-    return answers(cache, expansion.tasks(), task_key, size, count)
+        yield batch, (read_here(cache, keys) if isinstance(cache, Cache) else
+                      {k: of_record(r) for k, r in cache.get_many(keys).items()})
 
 
 def _batches(things: Iterable[T], size: int) -> Iterator[list[T]]:

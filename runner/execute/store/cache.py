@@ -5,7 +5,9 @@ never drop a paid answer (the default 1 GiB limit silently culls past ~700k entr
 every read into a write, and FanoutCache drops writes under contention). Reads and writes are
 direct calls on the event loop thread: a hit costs ~14 us, far less than a thread hop. The
 pool's answers go through `append`: a journal file first (runner/execute/store/journal.py),
-SQLite in large transactions afterwards.
+SQLite in large transactions afterwards. Batches of keys are read and written through this
+process's own SQLite connection (runner/execute/store/table.py: the table's layout checked,
+never assumed); one key through diskcache's public API.
 
 A record: {"request": body, "endpoint": str, "response": chat-completions JSON,
 "usage": {...}, "latency_s": float, "time": unix seconds, "source": "api" | "import:<file>"}.
@@ -14,7 +16,6 @@ Only successful responses are stored; the API key is never part of a record.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import itertools
 import os
@@ -29,8 +30,9 @@ import orjson
 from diskcache.core import MODE_RAW
 
 from runner.errors import CacheError
-from runner.execute.store.child import second_core
+from runner.execute.store import table
 from runner.execute.store.faults import (
+    DBNAME,
     ReadOnlyDisk,
     damage,
     decoded,
@@ -40,19 +42,14 @@ from runner.execute.store.faults import (
     refused,
     writable,
 )
-from runner.execute.store.journal import Folder, Journal, Row, fold_file, recover, unfolded
+from runner.execute.store.journal import Journal, Row, recover, unfolded
 from runner.execute.store.lease import FolderLease
 
 __all__ = ["Cache", "answer_record"]
 
 NEVER = 2**62  # size limit no cache reaches: eviction stays off
-FOLD_ROWS = 1024  # appended answers handed over together (SQLite takes CHUNK a transaction)
+FOLD_ROWS = 1024  # appended answers folded into SQLite together, in one transaction
 FOLD_S = 1.0  # or the age of the oldest of them that makes the next append fold
-FOLDER_ROWS = 256  # from this many answers a fold, a folding process does it (2+ cores)
-MAX_SENT = 2  # journals handed to the folding process and not yet folded, at most
-STARVED_S = 1.0
-"""How long this process waits for an answer of the folding process (which runs only on an
-otherwise idle core) before it stops it and folds here: a machine too busy to give it a core."""
 
 
 def answer_record(*, body: bytes, endpoint: str, response: Mapping[str, Any] | orjson.Fragment,
@@ -71,23 +68,7 @@ def answer_record(*, body: bytes, endpoint: str, response: Mapping[str, Any] | o
     return record
 
 
-CHUNK = 500  # keys per query: under SQLite's 999-parameter limit on old builds
-# A record stored as diskcache.Cache.set stores a str key and a small bytes value: raw key,
-# no expiry, no tag, size 0, MODE_RAW (1), the bytes inline; replacing keeps the row.
-_UPSERT = ("INSERT INTO Cache(key, raw, store_time, expire_time, access_time, access_count, "
-           "tag, size, mode, filename, value) VALUES (?, 1, ?, NULL, ?, 0, NULL, 0, 1, NULL, ?) "
-           "ON CONFLICT(key, raw) DO UPDATE SET store_time = excluded.store_time, "
-           "expire_time = NULL, access_time = excluded.access_time, tag = NULL, size = 0, "
-           "mode = 1, filename = NULL, value = excluded.value")
-
-
-def _chunks(keys: Sequence[str]) -> Iterator[Sequence[str]]:
-    for start in range(0, len(keys), CHUNK):
-        yield keys[start:start + CHUNK]
-
-
-def _marks(chunk: Sequence[str]) -> str:
-    return ",".join("?" * len(chunk))
+TRANSACTION = 2 * FOLD_ROWS  # records a transaction, at most: a fold is one
 
 
 class Cache:
@@ -101,18 +82,22 @@ class Cache:
         self.read_only = not writable(directory)
         if self.read_only and not read_only:
             raise not_writable(directory)
-        self._disk: Any = None
+        self._store: Any = None  # diskcache.Cache, or a ReadOnlyDisk: the one-key API
         try:
             if self.read_only:
-                self._disk = ReadOnlyDisk(directory)
-            directory.mkdir(parents=True, exist_ok=True)
-            # synchronous=OFF: SQLite hands every write to the OS at once but never waits for
-            # fsync, so a killed process (kill -9, OOM) loses nothing; only an OS crash or a
-            # power cut can lose the last answers. The fsyncs stalled the event loop (~40 us a
-            # put, and a disk flush every ~45 puts).
-            if self._disk is None:
-                self._disk = diskcache.Cache(str(directory), eviction_policy="none",
-                                             size_limit=NEVER, cull_limit=0, sqlite_synchronous=0)
+                self._store = ReadOnlyDisk(directory)
+                self._db = self._store.connection
+            else:
+                directory.mkdir(parents=True, exist_ok=True)
+                # synchronous=OFF: SQLite hands every write to the OS at once but never waits
+                # for fsync, so a killed process (kill -9, OOM) loses nothing; only an OS crash
+                # or a power cut can lose the last answers. The fsyncs stalled the event loop
+                # (~40 us a put, and a disk flush every ~45 puts).
+                self._store = diskcache.Cache(str(directory), eviction_policy="none",
+                                              size_limit=NEVER, cull_limit=0,
+                                              sqlite_synchronous=0)
+                self._db = table.connect(str(directory / DBNAME), synchronous_off=True)
+            self._batched = table.matches(self._db)  # else the one-key API (store/table.py)
         except OSError as exc:
             raise CacheError(f"{directory}: cannot open the cache ({exc}); check the path and "
                              "its permissions or pass --cache-dir") from None
@@ -121,11 +106,7 @@ class Cache:
         self._journal: Journal | None = None  # the one being written
         self._pending: list[Row] = []  # appended to it
         self._since = 0.0  # when the oldest of them was
-        self._sent: collections.deque[tuple[Path, list[Row]]] = collections.deque()
-        """Each journal handed to the folding process and not yet folded, with its rows."""
         self._unfolded: dict[str, bytes] = {}  # every appended row not yet known in SQLite
-        self._folder: Folder | None = None
-        self._may_fork = True  # False once a folding process could not start, or failed
         self._pid = os.getpid()
         if self.read_only:
             self._unfolded.update(unfolded(directory))
@@ -148,29 +129,28 @@ class Cache:
         (diskcache maps 64 MiB), for a process that mostly reads many records: lookups over a
         140 MB cache took ~40% less. Not stored in the folder's settings, unlike diskcache's own
         sqlite_mmap_size; SQLite caps it at its build's limit."""
-        self._disk._sql(f"PRAGMA mmap_size = {int(size)}").fetchall()
+        self._db.execute(f"PRAGMA mmap_size = {int(size)}").fetchall()
 
     @guarded
     def __contains__(self, key: str) -> bool:
-        return key in self._unfolded or key in self._disk
+        return key in self._unfolded or key in self._store
 
     @guarded
     def get(self, key: str) -> dict[str, Any] | None:
         """The record stored under `key`, or None."""
         raw = self._unfolded.get(key)
         if raw is None:
-            raw = self._disk.get(key)
+            raw = self._store.get(key)
         return None if raw is None else decoded(self.directory, key, raw)
 
     @guarded
     def has_many(self, keys: Sequence[str]) -> set[str]:
-        """The keys among `keys` that are stored: one query per CHUNK keys, where `in` would
+        """The keys among `keys` that are stored: one query per table.CHUNK keys, where `in` would
         make one each (a 100k-task rerun asks 100k times)."""
-        found: set[str] = set()
-        for chunk in _chunks(keys):
-            rows = self._disk._sql(  # diskcache's own connection; str keys are stored raw
-                f"SELECT key FROM Cache WHERE raw = 1 AND key IN ({_marks(chunk)})", chunk)
-            found.update(row[0] for row in rows)
+        if self._batched:
+            found = table.stored_keys(self._db, keys)
+        else:
+            found = {key for key in keys if key in self._store}
         if self._unfolded:
             found.update(key for key in keys if key in self._unfolded)
         return found
@@ -184,15 +164,16 @@ class Cache:
     def get_many_raw(self, keys: Sequence[str]) -> dict[str, bytes]:
         """get_many's records as the bytes stored (orjson), not decoded."""
         out: dict[str, bytes] = {}
-        for chunk in _chunks(keys):
-            rows = self._disk._sql(
-                "SELECT key, mode, filename, value FROM Cache WHERE raw = 1 AND key IN "
-                f"({_marks(chunk)})", chunk).fetchall()
-            fetch = self._disk._disk.fetch
-            for key, mode, filename, value in rows:
-                # An inline record is the bytes themselves (what fetch() returns for them);
-                # fetch() reads the large ones kept as files.
-                out[key] = value if mode == MODE_RAW else fetch(mode, filename, value, False)
+        if self._batched:
+            for key, mode, filename, value in table.stored_rows(self._db, keys):
+                # An inline record is the bytes themselves; a large one kept as a file is read
+                # through diskcache's get.
+                if mode == MODE_RAW and filename is None and value is not None:
+                    out[key] = value
+                elif (raw := self._store.get(key)) is not None:
+                    out[key] = raw
+        else:
+            out = {key: raw for key in keys if (raw := self._store.get(key)) is not None}
         if self._unfolded:
             out.update((key, raw) for key in keys if (raw := self._unfolded.get(key)) is not None)
         return out
@@ -202,11 +183,11 @@ class Cache:
         """Store a record; raises CacheError if the disk refuses it."""
         self._writing()
         self._settle()
-        if not self._disk.set(key, orjson.dumps(record)):
+        if not self._store.set(key, orjson.dumps(record)):
             raise CacheError(f"{self.directory}: could not store {key}; free space, then rerun")
 
     def put_many(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
-        """Store many records, CHUNK per SQLite transaction (one put is one transaction, ~60 us);
+        """Store many records, TRANSACTION per SQLite transaction (one put is one, ~60 us);
         a later record of a key replaces an earlier one, as put does. Returns the number stored.
         Each committed chunk is durable: a kill -9 mid-way loses at most the chunk being written,
         and a rerun stores it again. Raises CacheError if the disk refuses a chunk.
@@ -224,10 +205,9 @@ class Cache:
         """Store answers as they arrive (the pool, once an event-loop turn): put_many's
         semantics, durable against a kill -9 as soon as they are in the journal
         (runner/execute/store/journal.py, one write), and read by this object at once. They go into
-        SQLite together when an append finds FOLD_ROWS pending or the oldest FOLD_S old: on a
-        machine with two cores or more, from FOLDER_ROWS answers, a folding process does it
-        while this one goes on (journal.Folder); `fold` and `close` wait for all of them.
-        Raises CacheError if the journal is refused, or a fold here."""
+        SQLite together, in one transaction, when an append finds FOLD_ROWS pending or the
+        oldest FOLD_S old, and at `fold` and `close`. Raises CacheError if the journal is
+        refused, or the fold."""
         self._writing()
         rows = [(key, orjson.dumps(record)) for key, record in items]
         if self._journal is None:
@@ -238,71 +218,22 @@ class Cache:
         self._pending += rows
         self._unfolded.update(rows)
         if len(self._pending) >= FOLD_ROWS or time.monotonic() - self._since >= FOLD_S:
-            self._hand_off(background=True)
+            self.fold()
         return len(rows)
 
     def fold(self) -> None:
-        """Put every appended answer into SQLite now, for other processes to read (the next
-        stage's reader processes). Raises CacheError if SQLite refuses them: they stay in
-        their journals, which the next open of the folder folds."""
-        if os.getpid() != self._pid:
-            return  # a forked child: its parent's answers are its parent's
-        self._hand_off(background=False)
-        while self._sent and self._folder is not None:
-            self._answered(wait=True)
-        self._fold_sent()
-
-    def _fold_sent(self) -> None:
-        """Fold here, in order, the journals a folding process that failed left unfolded."""
-        while self._sent and self._folder is None:
-            path, rows = self._sent[0]
-            fold_file(path, self.put_raw, wait=True)
-            self._sent.popleft()
-            self._forget(rows)
-
-    def _hand_off(self, *, background: bool) -> None:
-        """The rows of the journal being written go into SQLite: sent to the folding process
-        (started here if `background` and the rows are FOLDER_ROWS or more), or stored here."""
-        if not self._pending or self._journal is None or not self._journal.mine:
-            return
-        if self._folder is None and background and self._may_fork and \
-                len(self._pending) >= FOLDER_ROWS and second_core():
-            try:
-                self._folder = Folder(self.directory)
-            except OSError:
-                self._may_fork = False
-        if self._folder is None:
-            self._fold_sent()  # older answers first: a later record of a key wins
-            self.put_raw(self._pending)
-            self._journal.clear()
-            self._forget(self._pending)
-            self._pending = []
-            return
-        journal, self._journal = self._journal, None
-        journal.close(remove=False)  # its lock ends: the folding process may take it
-        self._sent.append((journal.path, self._pending))
+        """Put every appended answer into SQLite now, in one transaction (~14 us an answer,
+        where the pool's turns of ~10-20 would cost ~30-40 us each), for other processes to
+        read (the next stage's reader processes); the journal is then emptied. Raises
+        CacheError if SQLite refuses them: they stay in the journal, which the next open of
+        the folder folds."""
+        journal = self._journal
+        if not self._pending or journal is None or not journal.mine:
+            return  # nothing appended; or a forked child: its parent's answers are its parent's
+        self.put_raw(self._pending)
+        journal.clear()
+        self._forget(self._pending)
         self._pending = []
-        if not self._folder.request(journal.path):
-            self._answered(wait=True)  # it is gone: that answer says so
-        while self._folder is not None and self._sent and \
-                self._answered(wait=len(self._sent) > MAX_SENT):
-            pass
-
-    def _answered(self, *, wait: bool) -> bool:
-        """Take the folding process's next answer; False if none has come and not `wait`. If
-        it failed (a full disk) or ended, or `wait` saw no answer within STARVED_S, it is
-        stopped, and its journals, and every later one, are folded here."""
-        assert self._folder is not None
-        answer = self._folder.answer(STARVED_S if wait else 0)
-        if answer is None and not wait:
-            return False
-        if answer == "ok":
-            _, rows = self._sent.popleft()
-            self._forget(rows)
-        else:
-            self._folder.kill()
-            self._folder, self._may_fork = None, False
-        return True
 
     def _forget(self, rows: list[Row]) -> None:
         """These rows are in SQLite: reads find them there."""
@@ -315,18 +246,18 @@ class Cache:
             raise not_writable(self.directory)
 
     def _settle(self) -> None:
-        if self._pending or self._sent:
+        if self._pending:
             self.fold()
 
     def put_raw(self, rows: Iterable[Row]) -> int:
         """put_many of records already serialised (a journal's rows), without waiting for
-        the appended ones: `fold` and the recovery of journals use it."""
+        the appended ones: `fold` and the recovery of journals use it. Returns the number
+        stored."""
         self._writing()
         stream, stored = iter(rows), 0
-        while chunk := list(itertools.islice(stream, CHUNK)):
+        while chunk := list(itertools.islice(stream, TRANSACTION)):
             try:
-                with self._disk.transact():
-                    self._put_chunk(chunk)
+                self._put_chunk(chunk)
             except (OSError, sqlite3.Error) as exc:
                 if "locked" in str(exc) or "malformed" in str(exc):
                     raise refused(self.directory, exc) from None
@@ -336,35 +267,46 @@ class Cache:
             stored += len(chunk)
         return stored
 
-    def _put_chunk(self, chunk: Sequence[tuple[str, bytes]]) -> None:
-        limit = self._disk._disk.min_file_size
-        keys = [key for key, _ in chunk]
-        as_files = {row[0] for row in self._disk._sql(
-            f"SELECT key FROM Cache WHERE raw = 1 AND filename IS NOT NULL AND key IN "
-            f"({_marks(keys)})", keys)}
-        now = time.time()
-        inline = [(key, now, now, raw) for key, raw in chunk
-                  if len(raw) < limit and key not in as_files]
-        self._disk._con.executemany(_UPSERT, inline)
-        if len(inline) < len(chunk):
-            for key, raw in chunk:  # in order, so a later record of a key still wins
-                if len(raw) >= limit or key in as_files:
-                    self._disk.set(key, raw)
+    def _put_chunk(self, chunk: Sequence[Row]) -> None:
+        """Store `chunk` in one transaction (store/table.py's upsert); a record too large to
+        be kept in its row, every record of its key, and every key whose record is a file go
+        through diskcache's `set` after it, in order, so a later record of a key still wins.
+        A folder whose table does not match: all of them, in one diskcache transaction."""
+        if not self._batched:
+            with self._store.transact():
+                for key, raw in chunk:
+                    self._store.set(key, raw)
+            return
+        limit, now = self._store.disk.min_file_size, time.time()
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            keys = [key for key, _ in chunk]
+            by_set = table.filed(self._db, keys) | {k for k, raw in chunk if len(raw) >= limit}
+            table.upsert(self._db, [(k, now, raw) for k, raw in chunk if k not in by_set])
+            self._db.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            raise
+        for key, raw in chunk:
+            if key in by_set:
+                self._store.set(key, raw)
 
     def damaged(self, keys: Sequence[str] | None = None) -> Iterator[tuple[str, str]]:
         """Each stored record among `keys` (None: every one) that is damaged, with why
-        (`damage`), read CHUNK at a time: `judge cache check` and `judge run --refresh-damaged`."""
+        (`damage`), read table.CHUNK at a time: `judge cache check` and `judge run
+        --refresh-damaged`."""
         self._settle()
         if keys is None:
             keys = self._all_keys()
-        for chunk in _chunks(keys):
+        for chunk in table.chunks(keys):
             for key, raw in self.get_many_raw(chunk).items():
                 if (why := damage(raw)) is not None:
                     yield key, why
 
     @guarded
     def _all_keys(self) -> list[str]:
-        return list(self._disk)  # diskcache's public iteration (and ReadOnlyDisk's)
+        return list(self._store)  # diskcache's public iteration (and ReadOnlyDisk's)
 
     @guarded
     def drop(self, keys: Iterable[str]) -> int:
@@ -372,35 +314,34 @@ class Cache:
         how many there were."""
         self._writing()
         self._settle()
-        return sum(bool(self._disk.delete(key)) for key in keys)
+        return sum(bool(self._store.delete(key)) for key in keys)
 
     def keys(self) -> Iterator[str]:
         self._settle()
-        return iter(self._disk)
+        return iter(self._store)
 
     @guarded
     def stats(self) -> dict[str, int]:
         """Entries and bytes on disk."""
         self._settle()
-        return {"entries": len(self._disk), "bytes": int(self._disk.volume())}
+        return {"entries": len(self._store), "bytes": int(self._store.volume())}
 
     def lease(self, name: str, holder: str) -> FolderLease:
         """The run lease `name`: a flock on a file in this folder (store/lease.py)."""
         return FolderLease(self.directory, name, holder)
 
     def close(self) -> None:
-        """Fold every appended answer, end the folding process, and close. What SQLite
-        refuses stays in its journal, which the next open of the folder folds."""
+        """Fold every appended answer and close. What SQLite refuses stays in its journal,
+        which the next open of the folder folds."""
         if os.getpid() == self._pid:
             with contextlib.suppress(CacheError):
                 self.fold()
-            if self._folder is not None:
-                self._folder.finish()
-                self._folder = None
             if self._journal is not None:
                 self._journal.close(remove=not self._pending)
                 self._journal = None
-        self._disk.close()
+        if not self.read_only:
+            self._db.close()  # a ReadOnlyDisk closes its own
+        self._store.close()
 
     def __enter__(self) -> Cache:
         return self

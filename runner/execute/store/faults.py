@@ -16,7 +16,7 @@ import contextlib
 import errno
 import os
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 from urllib.parse import quote
@@ -142,43 +142,42 @@ class ReadOnlyDisk:
         if not (directory / DBNAME).is_file():
             raise CacheError(f"{directory}: no cache database here ({DBNAME}); pass the "
                              "cache folder as --cache-dir")
-        self._con = sqlite3.connect(f"file:{path}?immutable=1", uri=True,
-                                    isolation_level=None, check_same_thread=False)
+        self.connection = sqlite3.connect(f"file:{path}?immutable=1", uri=True,
+                                          isolation_level=None, check_same_thread=False)
+        """Read-only: store/table.py reads batches of keys through it."""
         if (directory / f"{DBNAME}-wal").exists():  # a writer may be at work: take its locks
             with contextlib.suppress(sqlite3.OperationalError):
                 locking = sqlite3.connect(f"file:{path}?mode=ro", uri=True,
                                           isolation_level=None, check_same_thread=False)
                 locking.execute("SELECT count(*) FROM Settings").fetchall()
-                self._con.close()
-                self._con = locking
-        settings = dict(self._con.execute("SELECT key, value FROM Settings").fetchall())
-        self._disk = diskcache.Disk(str(directory),
-                                    min_file_size=settings.get("disk_min_file_size", 2**15))
+                self.connection.close()
+                self.connection = locking
+        settings = dict(self.connection.execute("SELECT key, value FROM Settings").fetchall())
+        self._files = diskcache.Disk(str(directory),  # reads the records kept as files
+                                     min_file_size=settings.get("disk_min_file_size", 2**15))
         self._size, self._count = int(settings.get("size", 0)), int(settings.get("count", 0))
 
-    def _sql(self, query: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
-        return self._con.execute(query, params)
-
     def get(self, key: str) -> bytes | None:
-        row = self._con.execute("SELECT mode, filename, value FROM Cache WHERE key = ? AND "
-                                "raw = 1", (key,)).fetchone()
-        return None if row is None else bytes(self._disk.fetch(*row, False))
+        row = self.connection.execute("SELECT mode, filename, value FROM Cache WHERE key = ? "
+                                      "AND raw = 1", (key,)).fetchone()
+        return None if row is None else bytes(self._files.fetch(*row, False))
 
     def __contains__(self, key: str) -> bool:
-        return self._con.execute("SELECT 1 FROM Cache WHERE key = ? AND raw = 1",
-                                 (key,)).fetchone() is not None
+        return self.connection.execute("SELECT 1 FROM Cache WHERE key = ? AND raw = 1",
+                                       (key,)).fetchone() is not None
 
     def __len__(self) -> int:
         return self._count
 
     def __iter__(self) -> Iterator[str]:
-        for (key,) in self._con.execute("SELECT key FROM Cache WHERE raw = 1 ORDER BY rowid"):
+        for (key,) in self.connection.execute("SELECT key FROM Cache WHERE raw = 1 ORDER BY "
+                                              "rowid"):
             yield key
 
     def volume(self) -> int:
-        (pages,), (size,) = (self._con.execute(f"PRAGMA {p}").fetchone()
+        (pages,), (size,) = (self.connection.execute(f"PRAGMA {p}").fetchone()
                              for p in ("page_count", "page_size"))
         return int(pages) * int(size) + self._size
 
     def close(self) -> None:
-        self._con.close()
+        self.connection.close()

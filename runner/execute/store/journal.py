@@ -20,26 +20,21 @@ its last whole frame.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import errno
 import fcntl
 import os
-import select
 import struct
-import subprocess
 import time
 import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from runner.errors import CacheError
-from runner.execute.store.child import spawn
 
-__all__ = ["Folder", "Journal", "frames", "recover", "unfolded"]
+__all__ = ["Journal", "frames", "recover", "unfolded"]
 
 FOLDER = "journal"
-ORPHAN_WAIT_S = 5.0  # how long a folding child waits to be orphaned; and at exit, to end
 _HEAD = struct.Struct("<IIH")
 _LIVE: set[str] = set()
 """This process's open journals. A POSIX lock stops other processes (a forked child too), but
@@ -62,7 +57,7 @@ def _framed(rows: Sequence[Row]) -> bytes:
 def frames(data: bytes) -> list[Row]:
     """The whole frames at the start of `data`, up to the first cut or damaged one (a frame
     without a key, as zeroed blocks would read, is damaged). Each record is copied once, out
-    of `data`: the folding process reads every answer of a run through here."""
+    of `data`: a run's recovery reads every answer of a killed run through here."""
     rows, pos, end, view = [], 0, len(data), memoryview(data)
     while pos + _HEAD.size <= end:
         size, crc, key_len = _HEAD.unpack_from(data, pos)
@@ -157,7 +152,7 @@ def recover(directory: Path, store: Callable[[list[Row]], object]) -> int:
             _remove_stale(path)
         elif name.endswith(".log") and str(path) not in _LIVE:
             with contextlib.suppress(CacheError):  # a full disk: kept for the next open
-                folded += fold_file(path, store, wait=False) or 0
+                folded += fold_file(path, store) or 0
     return folded
 
 
@@ -173,11 +168,10 @@ def unfolded(directory: Path) -> list[Row]:
     return rows
 
 
-def fold_file(path: Path, store: Callable[[list[Row]], object], *, wait: bool) -> int | None:
+def fold_file(path: Path, store: Callable[[list[Row]], object]) -> int | None:
     """Fold the journal `path` into SQLite with `store` and remove it; the answers folded (0
-    if it is gone: folded by another process). None if another process holds it and `wait` is
-    false; with `wait`, wait for that process (a live writer never hands over a journal it
-    still writes, so only another folder can hold it). Raises CacheError if `store` does."""
+    if it is gone: folded by another process), None if another process holds it (its writer
+    is alive, or another opener is folding it). Raises CacheError if `store` does."""
     try:
         fd = os.open(path, os.O_RDWR)
     except FileNotFoundError:
@@ -186,11 +180,11 @@ def fold_file(path: Path, store: Callable[[list[Row]], object], *, wait: bool) -
         raise CacheError(f"{path}: cannot read the answers' journal ({exc})") from None
     try:
         try:
-            fcntl.lockf(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             return None  # its writer is alive
         if not path.exists():
-            return 0  # folded and removed while this waited
+            return 0  # folded and removed by another opener
         with os.fdopen(os.dup(fd), "rb") as file:
             rows = frames(file.read())
         if rows:
@@ -217,95 +211,3 @@ def _remove_stale(path: Path) -> None:
         pass
     finally:
         os.close(fd)
-
-
-class Folder:
-    """A child process that folds this process's closed journals into SQLite while this one
-    goes on (`python -m runner.execute.store.folding FOLDER`, a fresh interpreter: it works whatever
-    threads this process has). It folds each journal it is sent, in order, and answers one
-    line for each, "ok" or "error: <why>"; at an empty line or the end of its input it folds
-    every journal no live process holds, and leaves. If this process is killed, that last fold
-    stores the answers of the journal it was writing."""
-
-    def __init__(self, directory: Path) -> None:
-        self._child = spawn("runner.execute.store.folding", str(directory))
-        self.pid = self._child.pid
-        self._said = b""  # what the child wrote and was not taken yet: part of a line
-        assert self._child.stdout is not None
-        # poll, not select: a pool with a thousand connections open gives the pipe a
-        # descriptor past select's limit (FD_SETSIZE, 1024)
-        self._pipe = self._child.stdout.fileno()
-        self._readable = select.poll()
-        self._readable.register(self._pipe, select.POLLIN)
-
-    def request(self, path: Path) -> bool:
-        """Ask for the journal `path` to be folded; False if the child is gone."""
-        assert self._child.stdin is not None
-        try:
-            self._child.stdin.write(os.fsencode(path) + b"\n")
-            self._child.stdin.flush()
-        except OSError:
-            return False
-        return True
-
-    def answer(self, timeout: float) -> str | None:
-        """The child's next answer ("ok", "error: ..."; "gone" if it ended); None when none has
-        come within `timeout` seconds (0: only one already written). Read from the pipe itself,
-        not through a buffer that poll cannot see."""
-        deadline = time.monotonic() + timeout
-        while b"\n" not in self._said:
-            if not self._readable.poll(max(deadline - time.monotonic(), 0) * 1000):
-                return None
-            if not (chunk := os.read(self._pipe, 4096)):
-                return "gone"
-            self._said += chunk
-        line, _, self._said = self._said.partition(b"\n")
-        return line.decode(errors="replace").strip()
-
-    def finish(self) -> None:
-        """Tell the child to end, without waiting for it (~25 ms): what it was sent is folded
-        already (Cache.fold), and its last pass only folds journals of dead processes. It is
-        reaped later (`_reap`). Said with an empty line, not by closing its input: a child this
-        process forked since holds that pipe open too."""
-        with contextlib.suppress(OSError):
-            assert self._child.stdin is not None
-            self._child.stdin.write(b"\n")
-            self._child.stdin.flush()
-        self._close_input()
-        for stream in (self._child.stdout, self._child.stderr):
-            if stream is not None:
-                stream.close()
-        _reap()
-        _ENDING.append(self._child)
-
-    def kill(self) -> None:
-        self._close_input()
-        with contextlib.suppress(OSError):
-            self._child.kill()
-        self._child.communicate()
-
-    def _close_input(self) -> None:
-        if self._child.stdin is not None:
-            with contextlib.suppress(OSError):
-                self._child.stdin.close()
-            self._child.stdin = None
-
-
-_ENDING: list[subprocess.Popen[bytes]] = []
-"""Folding children told to end and not yet reaped (a Popen collected unreaped warns)."""
-
-
-def _reap(*, wait: bool = False) -> None:
-    """Reap the folding children that have ended; with `wait` (at exit), all of them."""
-    for child in list(_ENDING):
-        if wait:
-            try:
-                child.wait(timeout=ORPHAN_WAIT_S)
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait()
-        if child.poll() is not None:
-            _ENDING.remove(child)
-
-
-atexit.register(_reap, wait=True)

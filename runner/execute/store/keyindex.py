@@ -2,11 +2,17 @@
 (or a run's cached-first pass) of a job it has read before finds its answers without rendering
 and hashing every request again (about half of a forked expander's work: ~6 us a task).
 
+What it buys, as a whole process (a fully cached `judge rescore`, alternated rounds, wall time
+without the index over with it; bench/mechanisms.py, bench/README.md "What each mechanism
+buys"): 1.22x at 1M tasks (rounds 1.29, 1.15; load 3.4-3.8) and 1.25x at 100k (rounds 1.25,
+1.28, 1.07; load ~3), on 2026-11-25. Under heavy load (7.7-10) the same 1M rounds read 1.09
+and 0.80, and issue 26 measured 1.10x at 100k: it is at the 1.2x line, kept for now.
+
 A key depends only on what `Expansion.fingerprint()` digests (the prompts but for their parsers,
 the models, the items, the code that renders requests), and an index is found only under its
 fingerprint: an index can be missing, never stale. A parser change keeps the fingerprint.
 
-Each child of a forked expander (runner.execute.store.reader.Expander) keeps the keys of its own
+Each child of a forked expander (runner.expand_ahead.Expander) keeps the keys of its own
 part of the tasks (its runs: Expansion.part) in `keys/<fingerprint>-<run size>-<part>of<parts>`, 32
 bytes (the sha256 digest) a key, in its order. It writes them as it renders them to a temporary
 file, renamed into place when the part is complete and has as many keys as expected. A run

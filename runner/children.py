@@ -1,7 +1,22 @@
-"""Child processes of this very runner package: a fresh interpreter running `python -m` a
-module (`spawn`: the reader and folding processes, whatever threads this one has), or a fork
-sharing this process's memory (`Forked`: the expanders of a rescore and the reports' work set
-aside), only where `forkable` says so.
+"""Every child process judge-runner starts for itself, and how it starts, talks to and ends
+them: the one place for them (docs/explanation/processes.md says which command has which).
+
+Two kinds, each with its contract:
+
+- `Spawned`: a fresh interpreter running `python -P -m MODULE ARGS` (the cache reader), whatever
+  threads this process has. It talks over its stdin and stdout in frames (`framed`: a 4-byte
+  big-endian length, then the bytes). `end` closes its pipes (EOF ends it), waits up to 10 s,
+  then kills it; it ignores Ctrl-C (this process decides).
+- `Forked`: a fork sharing this process's memory copy-on-write (the forked expanders of a
+  rescore, a report computed aside), only where `forkable` says so. It writes to one pipe this
+  process reads; `reap` waits for it, `stop` kills it. It never runs the collector or atexit
+  handlers and leaves with os._exit.
+
+A child that dies (killed, out of memory) is never an error of the command: its parent does
+the child's work itself, so a kill -9 of a child loses nothing. `one_process(True)`
+(JUDGE_PROCESSES=1) makes `second_core` and `forkable` false: no child at all, the simple path
+any bug can be bisected against. `alive` says whether the process owning a leftover file (an
+upload, a report stage, by its pid) still runs.
 """
 
 from __future__ import annotations
@@ -18,20 +33,91 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, NoReturn
 
-__all__ = ["Forked", "alive", "forkable", "one_process", "second_core", "spawn"]
+__all__ = ["Forked", "Spawned", "alive", "forkable", "framed", "one_process", "second_core",
+           "unframed"]
+
+_LENGTH = 4  # bytes of a frame's length
 
 _ONE_PROCESS = [False]
 """Set by `one_process`: no child process of the storage layer or the reports."""
 
 
-def spawn(module: str, *args: str) -> subprocess.Popen[bytes]:
-    """`python -P -m module args...` in a fresh interpreter. -P keeps the current folder off
-    sys.path (a user's own ./runner would shadow ours), and PYTHONPATH leads to this package."""
-    ours = str(Path(__file__).resolve().parents[3])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        p for p in (ours, os.environ.get("PYTHONPATH")) if p)}
-    return subprocess.Popen([sys.executable, "-P", "-m", module, *args], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+def framed(data: bytes) -> bytes:
+    """`data` as sent through a pipe to or from a child: its 4-byte big-endian length first."""
+    return len(data).to_bytes(_LENGTH, "big") + data
+
+
+def unframed(pipe: IO[bytes]) -> bytes | None:
+    """The next frame's bytes from `pipe`; None at its end, or if it was cut short (the writer
+    stopped writing it: a child that died)."""
+    if len(head := pipe.read(_LENGTH)) != _LENGTH:
+        return None
+    size = int.from_bytes(head, "big")
+    return data if len(data := pipe.read(size)) == size else None
+
+
+class Spawned:
+    """`python -P -m module args...` in a fresh interpreter, its stdin, stdout and stderr piped
+    to this process. -P keeps the current folder off sys.path (a user's own ./runner would
+    shadow ours), and PYTHONPATH leads to this package. Use as a context manager, which always
+    ends it."""
+
+    def __init__(self, module: str, *args: str) -> None:
+        ours = str(Path(__file__).resolve().parents[1])
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            p for p in (ours, os.environ.get("PYTHONPATH")) if p)}
+        self.process = subprocess.Popen(
+            [sys.executable, "-P", "-m", module, *args], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+
+    def send(self, data: bytes) -> bool:
+        """Write `data` as a frame to the child's stdin; False if the child is gone."""
+        stdin = self.process.stdin
+        try:
+            assert stdin is not None
+            stdin.write(framed(data))
+            stdin.flush()
+        except (OSError, ValueError):  # BrokenPipeError; or a pipe `end` closed
+            return False
+        return True
+
+    def receive(self) -> bytes | None:
+        """The child's next frame from its stdout; None if it ended (or died writing it)."""
+        stdout = self.process.stdout
+        if stdout is None or stdout.closed:
+            return None
+        return unframed(stdout)
+
+    def end(self) -> None:
+        """End the child: its stdin and stdout closed (EOF ends it; a reply it is still writing
+        fails), then a kill if it has not gone within 10 s."""
+        for pipe in (self.process.stdin, self.process.stdout):
+            if pipe is not None and not pipe.closed:
+                with contextlib.suppress(OSError):  # a write it never read: it is gone anyway
+                    pipe.close()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+    def last_words(self) -> str:
+        """Once ended: the last line it left on stderr, else its exit status."""
+        stderr = self.process.stderr
+        said = stderr.read().decode(errors="replace").strip() if stderr is not None else ""
+        return said.splitlines()[-1] if said else f"exit status {self.process.returncode}"
+
+    def close(self) -> None:
+        """End the child and close every pipe to it."""
+        self.end()
+        if self.process.stderr is not None:
+            self.process.stderr.close()
+
+    def __enter__(self) -> Spawned:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def alive(pid: int) -> bool:
@@ -48,7 +134,7 @@ def alive(pid: int) -> bool:
 
 def one_process(on: bool) -> None:
     """Run every command in this one process (JUDGE_PROCESSES=1, read by the cli): no reader
-    or folding child and no forked expander or report, whatever the machine, so that any bug
+    child and no forked expander or report, whatever the machine, so that any bug
     can be bisected against the simple path. Results are the same either way; the children
     only buy speed (docs/explanation/processes.md)."""
     _ONE_PROCESS[0] = on
