@@ -294,16 +294,17 @@ def _line(answer: Callable[[], Answer], parser: str) -> bytes | str:
     """The judgments.jsonl line of one task whose Answer `answer()` makes (of a record, or
     of what a reader sent of it) judged with `parser`, or the error that raised."""
     from runner.data.datasets import Item
-    from runner.expand import Task
+    from runner.expand import new_task
     from runner.job.spec import PromptSpec
     from runner.reduce.judgments import _Context
-    from runner.report.write import _judgment_line
+    from runner.report.tables import _judgment_line
 
     prompt = PromptSpec(name="p", templates={"*": "rate"}, system=None, parser=parser,
                         parser_options={}, aspects=("a",), datasets=(), params={})
     item = Item(dataset="d", item_id="i", group="g", system="s", subset="", fields={},
                 human={"a": 3.0}, annotators={}, metrics={})
-    task = Task(_key(1), "d", "i", "p", "a", "m", 0, b"", 0, 0)
+    task = new_task(key=_key(1), dataset="d", item_id="i", prompt="p", aspect="a", model="m",
+                    sample=0, body=b"", prompt_tokens=0, max_tokens=0)
     context = _Context(None, {"p": prompt}, {}, {}, frozenset())  # type: ignore[arg-type]
     try:
         return _judgment_line(context.parsed(task, item, answer(), None))
