@@ -173,7 +173,6 @@ def _expand_and_read(out: IO[bytes], *, directory: Path, expansion: Expansion, s
     job's are stored there, else from rendering the requests, and are then stored there
     (runner.execute.store.keyindex)."""
     with Cache(directory, read_only=True) as cache:  # its own connection, not the parent's
-        cache.map_reads()
         index = KeyIndex(directory, expansion.fingerprint(), chunk, part, PARTS, count)
         stream = index.keys()
         if stream is None:

@@ -199,8 +199,7 @@ def main(argv: Sequence[str]) -> NoReturn:
     code = 0
     try:
         with Cache(Path(argv[0]), read_only=True) as cache:
-            cache.map_reads()
-            serve(cache, sys.stdin.buffer, sys.stdout.buffer)
+                serve(cache, sys.stdin.buffer, sys.stdout.buffer)
     except Exception as exc:  # one line for the parent's message, not a traceback
         with contextlib.suppress(OSError):
             os.write(2, f"{type(exc).__name__}: {exc}\n".encode(errors="replace"))
