@@ -109,8 +109,7 @@ def run(task_selection: TaskSelection, **run_options: Any) -> None:
     Exit 0 when no task failed (tasks left out by --offline or --budget are listed), 1 when
     some failed (listed), 2 on a configuration error (before any call), 130 when
     interrupted: rerun the same command to resume. At a terminal it asks before paid calls
-    unless --yes. Requests go out on uvloop's event loop where it is installed
-    (JUDGE_EVENT_LOOP=asyncio: on asyncio's own).
+    unless --yes.
     """
     started = time.time()
     sel = resolve(task_selection, download=Download(mirror=os.environ.get("JUDGE_DATA_MIRROR"),
