@@ -123,10 +123,6 @@ def records(job: Path) -> Iterator[tuple[str, dict[str, Any]]]:
             "source": "api", "time": ANSWERED_AT}
 
 
-def _first_key(job: Path) -> str:
-    return next(records(job))[0]
-
-
 def _folder_bytes(folder: Path) -> int:
     return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
 
@@ -139,7 +135,7 @@ def fill(job: Path, location: str | Path, marker: Path) -> dict[str, Any]:
     if marker.exists():
         done: dict[str, Any] = json.loads(marker.read_text())
         with open_cache(location) as cache:
-            if _first_key(job) in cache:
+            if next(records(job))[0] in cache:
                 return {**done, "reused": True}
     if not is_url(location):
         shutil.rmtree(location, ignore_errors=True)  # a fill cut short: start again
@@ -234,12 +230,9 @@ def measure(args: list[str], tree: Path, cwd: Path, tasks: int, *, time_cap_s: f
 
 def report_sizes(out: Path) -> dict[str, float | None]:
     """MB of the report files a researcher loads, and of the whole folder."""
-    sizes: dict[str, float | None] = {
-        name: round((out / name).stat().st_size / 1e6, 1) if (out / name).exists() else None
-        for name in REPORTED}
-    sizes["folder"] = round(sum(f.stat().st_size for f in out.glob("*") if f.is_file()) / 1e6,
-                            1) if out.exists() else None  # not history/: hard links
-    return sizes
+    files = {f.name: f.stat().st_size for f in out.glob("*") if f.is_file()}  # not history/
+    return {**{name: round(files[name] / 1e6, 1) if name in files else None for name in REPORTED},
+            "folder": round(sum(files.values()) / 1e6, 1)}
 
 
 def compare_reports(a: Path, b: Path) -> dict[str, Any]:
@@ -272,37 +265,24 @@ def _shown(line: bytes | None) -> str | None:
     return None if line is None else line.decode(errors="replace").rstrip("\n")[:200]
 
 
-@contextlib.contextmanager
-def kept_cluster(root: Path) -> Iterator[str]:
-    """A private PostgreSQL server whose data folder stays in `root` (made by initdb the first
-    time, started again afterwards); yields its URL; stops it on exit."""
+def kept_cluster(root: Path) -> Any:
+    """tests/pgserver.PgCluster with its data folder in `root`, kept for the next run (initdb
+    only the first time): `with kept_cluster(root) as cluster: cluster.url`."""
     from tests.pgserver import PgCluster
 
     class Kept(PgCluster):
-        def remove(self) -> None:  # kept: the next run starts it again
+        def _run(self, *args: str) -> None:
+            if args[0] != "initdb" or not (self.data / "PG_VERSION").exists():
+                super()._run(*args)
+
+        def remove(self) -> None:
             pass
 
     cluster = Kept()
-    shutil.rmtree(cluster.root)  # the temp dir it made: ours is `root`
+    shutil.rmtree(cluster.root)  # the temp folder it made
     cluster.root, cluster.data = root, root / "data"
     root.mkdir(parents=True, exist_ok=True)
-    if (cluster.data / "PG_VERSION").exists():
-        _start(cluster)
-    else:
-        shutil.rmtree(cluster.data, ignore_errors=True)
-        cluster.__enter__()
-    try:
-        yield cluster.url
-    finally:
-        cluster.__exit__(None, None, None)
-
-
-def _start(cluster: Any) -> None:
-    """pg_ctl start on an existing data folder, with PgCluster's options."""
-    options = (f"-c listen_addresses=127.0.0.1 -c port={cluster.port} "
-               f"-c unix_socket_directories={cluster.root} -c fsync=off -c max_connections=50")
-    cluster._run("pg_ctl", "-D", str(cluster.data), "-o", options, "-l",
-                 str(cluster.root / "log"), "-w", "-t", "60", "start")
+    return cluster
 
 
 def _closed(url: str) -> bool:
@@ -312,19 +292,18 @@ def _closed(url: str) -> bool:
         return s.connect_ex((host, int(port))) != 0
 
 
-def _cache_args(location: str | Path) -> list[str]:
-    return ["--cache", location] if isinstance(location, str) else ["--cache-dir", str(location)]
-
-
-def _command(command: str, job: Path, location: str | Path, out: Path) -> list[str]:
+def _command(command: str, job: Path, location: str | Path, out: Path | None) -> list[str]:
+    cache = ["--cache", location] if isinstance(location, str) else ["--cache-dir", str(location)]
     tail = ["--yes", "--max-retries", "0"] if command == "run" else []
-    return [command, str(job), *_cache_args(location), "--out", str(out), *tail]
+    return [command, str(job), *cache, *(["--out", str(out)] if out else []), *tail]
 
 
 def study(root: Path, size: str, *, backends: tuple[str, ...], trees: dict[str, Path],
-          rounds: int, keep: bool = False) -> dict[str, Any]:
-    """Fill (or reuse) the caches of one size, then measure: plan once per tree, then `rounds`
-    rounds of rescore and run on each backend and tree, alternating; then the comparisons."""
+          rounds: int, keep: bool = False,
+          commands: tuple[str, ...] = ("rescore", "run")) -> dict[str, Any]:
+    """Fill (or reuse) the caches of one size, then measure `rounds` rounds of rescore and run
+    on each backend and tree, alternating, then plan once per tree; then the comparisons. The
+    figures so far are in WORK/SHAPE/progress.json after each command."""
     items = SIZES[size]
     tasks = items * TASKS_PER_ITEM
     folder = root / f"{items}items_{PROMPTS}p_{len(ASPECTS)}a_{JUDGES}j"
@@ -335,6 +314,7 @@ def study(root: Path, size: str, *, backends: tuple[str, ...], trees: dict[str, 
         raise RuntimeError(f"something listens on {DEAD}: a cache miss would be answered")
     runs_dir = folder / "runs"
     figures: dict[str, Any] = {"tasks": tasks, "items": items, "work": str(folder),
+                               "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                                "dataset_mb": round((job.parent / "synth.jsonl").stat().st_size
                                                    / 1e6, 1), "fill": {}, "plan": {},
                                "runs": {}}
@@ -343,16 +323,12 @@ def study(root: Path, size: str, *, backends: tuple[str, ...], trees: dict[str, 
         if "folder" in backends:
             locations["folder"] = folder / "cache"
         if "postgresql" in backends:
-            locations["postgresql"] = stack.enter_context(kept_cluster(folder / "pg"))
+            locations["postgresql"] = stack.enter_context(kept_cluster(folder / "pg")).url
         for name, location in locations.items():
             print(f"[tenm] {size}: filling the {name} cache ...", file=sys.stderr, flush=True)
             figures["fill"][name] = fill(job, location, folder / f"{name}.filled.json")
-        planned = next(iter(locations.values()))
-        for label, tree in trees.items():
-            figures["plan"][label] = measure(["plan", str(job), *_cache_args(planned)], tree,
-                                             runs_dir / f"{label}-plan", tasks)
         for _, command, (backend, location), (label, tree) in itertools.product(
-                range(rounds), ("rescore", "run"), locations.items(), trees.items()):
+                range(rounds), commands, locations.items(), trees.items()):
             print(f"[tenm] {size}: {label} {command} on {backend} ...", file=sys.stderr,
                   flush=True)
             cwd = runs_dir / f"{label}-{command}-{backend}"
@@ -361,7 +337,12 @@ def study(root: Path, size: str, *, backends: tuple[str, ...], trees: dict[str, 
             got["report_mb"] = report_sizes(cwd / "report")
             got["counts"] = common.manifest_counts(cwd / "report")
             figures["runs"].setdefault(f"{command}/{backend}/{label}", []).append(got)
-    figures["compared"] = _comparisons(runs_dir, list(locations), list(trees))
+            (folder / "progress.json").write_text(json.dumps(figures, indent=1))  # if cut short
+        planned = next(iter(locations.values()))
+        for label, tree in trees.items():
+            figures["plan"][label] = measure(_command("plan", job, planned, None), tree,
+                                             runs_dir / f"{label}-plan", tasks)
+    figures["compared"] = _comparisons(runs_dir, list(locations), list(trees), commands)
     if not keep:
         shutil.rmtree(runs_dir, ignore_errors=True)  # 10M tasks: ~5 GB of judgments.jsonl each
     figures["best"] = {name: min(rs, key=lambda r: (r["exit_code"] != 0, r["seconds"]))
@@ -369,10 +350,11 @@ def study(root: Path, size: str, *, backends: tuple[str, ...], trees: dict[str, 
     return figures
 
 
-def _comparisons(runs: Path, backends: list[str], labels: list[str]) -> dict[str, Any]:
+def _comparisons(runs: Path, backends: list[str], labels: list[str],
+                 commands: tuple[str, ...]) -> dict[str, Any]:
     """The other tree's reports against this tree's, and PostgreSQL's against the folder's."""
     pairs: dict[str, tuple[Path, Path]] = {}
-    for command in ("rescore", "run"):
+    for command in commands:
         for other in labels[1:]:
             for backend in backends:
                 pairs[f"{command}/{backend}: {labels[0]} vs {other}"] = (
@@ -427,13 +409,14 @@ def headlines(sizes: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 def run_sizes(root: Path, names: list[str], *, backends: tuple[str, ...],
               compare_tree: Path | None = None, rounds: int | None = None,
-              keep: bool = False) -> dict[str, Any]:
+              keep: bool = False, commands: tuple[str, ...] = ("rescore", "run")
+              ) -> dict[str, Any]:
     """The benchmark over the sizes `names`, smallest first."""
     trees = {"this": common.ROOT, **({"compare": compare_tree} if compare_tree else {})}
     for tree in trees.values():
         subprocess.run([common.PYTHON, "-m", "compileall", "-q", str(tree / "runner")],
                        check=False, timeout=300)  # as installing does: no compiling timed
-    sizes = {name: study(root, name, backends=backends, trees=trees, keep=keep,
+    sizes = {name: study(root, name, backends=backends, trees=trees, keep=keep, commands=commands,
                          rounds=rounds or (1 if name == "10m" else 2))
              for name in sorted(names, key=SIZES.__getitem__)}
     return {"target": f"judge rescore and a cached judge run of 10M tasks at <= {TARGET_MB:g} MB "
@@ -454,6 +437,20 @@ def ten_million(work: Path, quick: bool) -> dict[str, Any]:
     return run_sizes(root, ["100k" if quick else "10m"], backends=backends)
 
 
+def _summary(document: dict[str, Any]) -> Iterator[str]:
+    """A line per command measured (its fastest round) and per report comparison."""
+    for name, size in document["sizes"].items():
+        for run, b in size["best"].items():
+            yield (f"{name} {run}: {b['seconds']} s, {b['tasks_per_s']} tasks/s, {b['cpu_s']} "
+                   f"CPU s, {b['max_rss_mb']} MB, exit {b['exit_code']} {b['killed'] or ''} "
+                   f"(load {b['load_avg_before_after'][0][0]})")
+        for pair, got in size.get("compared", {}).items():
+            same = "identical" if got["identical"] else "DIFFER"
+            yield f"{name} {pair}: {same} {got['compared']}"
+            for d in got["differ"]:
+                yield f"  {d['file']} line {d['line']}:\n    {d['first']}\n    {d['second']}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size", action="append", choices=list(SIZES),
@@ -466,6 +463,8 @@ def main() -> None:
     parser.add_argument("--compare-tree", type=Path,
                         help="another tree of the code: the same commands with PYTHONPATH=PATH, "
                              "their reports compared with this tree's")
+    parser.add_argument("--command", action="append", choices=("rescore", "run"),
+                        help="which commands (default both, rescore first); repeatable")
     parser.add_argument("--rounds", type=int, help="rounds of each command (default 2; 1 at 10m)")
     parser.add_argument("--keep-reports", action="store_true",
                         help="keep the report folders (WORK/SHAPE/runs)")
@@ -473,29 +472,17 @@ def main() -> None:
     parser.add_argument("--merge", action="store_true",
                         help="keep the sizes already in --out that this run does not measure")
     args = parser.parse_args()
-    names = args.size or (["100k"] if args.quick else ["1m"])
-    backends = tuple(args.backend or ("folder", "postgresql"))
-    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    result = run_sizes(args.work, names, backends=backends, compare_tree=args.compare_tree,
-                       rounds=args.rounds, keep=args.keep_reports)
-    document = {"measured": started, "machine": common.machine(), **result}
+    result = run_sizes(args.work, args.size or (["100k"] if args.quick else ["1m"]),
+                       backends=tuple(args.backend or ("folder", "postgresql")),
+                       compare_tree=args.compare_tree, rounds=args.rounds,
+                       keep=args.keep_reports, commands=tuple(args.command or ("rescore", "run")))
+    document = {"machine": common.machine(), **result}
+    if args.merge and args.out and args.out.exists():
+        sizes = {**json.loads(args.out.read_text()).get("sizes", {}), **result["sizes"]}
+        document.update(headlines(sizes), sizes=sizes, projections=projections(sizes))
     if args.out:
-        if args.merge and args.out.exists():
-            old = json.loads(args.out.read_text())
-            document["sizes"] = {**old.get("sizes", {}), **document["sizes"]}
-            document["projections"] = projections(document["sizes"])
         args.out.write_text(json.dumps(document, indent=1) + "\n")
-    for name, size in document["sizes"].items():
-        print(f"{name}: " + json.dumps({k: {f: v.get(f) for f in ("seconds", "tasks_per_s",
-                                                                   "cpu_s", "max_rss_mb",
-                                                                   "killed", "exit_code")}
-                                        for k, v in size["best"].items()}, indent=1))
-        for pair, got in size.get("compared", {}).items():
-            print(f"  {pair}: {'identical' if got['identical'] else 'DIFFER'} "
-                  f"({len(got['compared'])} files)")
-            for d in got["differ"]:
-                print(f"    {d['file']} line {d['line']}:\n      {d['first']}\n      "
-                      f"{d['second']}")
+    print("\n".join(_summary(document)))
 
 
 if __name__ == "__main__":
