@@ -1,33 +1,18 @@
 """Benchmark: ten million judgments (issue 26), whole `judge` processes on a fake-filled cache.
 
-The study shape of the issue: items x 5 prompts (5 templates; parsers stars and number) x 4
-aspects (human scores on each) x 5 judge models = 100 tasks an item, groups of 8 systems,
-~580-byte item lines (bench/common.write_dataset, as bench/memory.py). Sizes: 100k tasks (1k
-items; `--quick`), 1M (10k items; the default) and 10M (100k items; `--size 10m`, and the full
-`bench/run.py`). Every model's base URL is a closed port (127.0.0.1:9), so a cache miss fails
-the run instead of being called.
-
-The cache is filled once per size, under the keys runner.expand computes, with compact records
-of the shape execute stores (response, usage, source, time; no request copy): through
-`Cache.put_many` for a folder, through the PostgreSQL backend's `put_many` for a private
-cluster (tests/pgserver.py, fsync off) kept in the work folder. Each answer is the item's human
-score plus a judge's noise (from the key's bits; a spread per model and prompt), so the
-correlations are neither perfect nor degenerate. `--work DIR` (default /tmp/judge-tenm/SHAPE)
-keeps the filled caches between runs; a marker file says a fill is complete (10M records take
-minutes to write).
-
-Measured, each a whole subprocess through bench.common.run_child (its own wall time, CPU and
-peak RSS: the largest of the command's processes, as wait4 reports it): `judge rescore` and a
-fully cached `judge run`, on the folder and on PostgreSQL, alternating (folder, PostgreSQL; and
-with `--compare-tree`, this tree, that tree), each command under a time cap and an RSS cap (a
-command over either is killed and recorded as such). Also `judge plan`'s peak RSS. With
-`--compare-tree PATH` the same commands also run with PYTHONPATH=PATH (another tree of the
-code, e.g. a worktree of an older commit) on the same cache, and their report folders are
-compared file by file (every CSV and JSONL; manifest.json and report.html are not).
+The issue's study shape: items x 5 prompts x 4 aspects x 5 judge models (100 tasks an item; 1k,
+10k or 100k items: 100k, 1M, 10M tasks), every model at a closed port so that a cache miss
+fails. The cache (a folder, and PostgreSQL in a private cluster) is filled once, under the keys
+runner.expand computes, with compact records (the human score moved by a judge's noise), and
+kept in --work between runs. Then `judge rescore`, a fully cached `judge run` (alternating
+folder and PostgreSQL, and this tree and --compare-tree's) and `judge plan`, each a subprocess
+(bench.common.run_child: its wall time, CPU, peak RSS) under a time and an RSS cap; with
+--compare-tree, the two trees' report sets compared file by file. See bench/README.md, "Ten
+million judgments".
 
     python -m bench.tenm --size 100k --size 1m --out /tmp/tenm.json     # folder + PostgreSQL
-    python -m bench.tenm --size 10m --backend folder --out /tmp/tenm-10m.json
-    python -m bench.tenm --quick --compare-tree /work/wt/old             # byte-identical reports?
+    python -m bench.tenm --size 10m --backend folder --out /tmp/tenm.json --merge
+    python -m bench.tenm --quick --compare-tree /tmp/old                 # byte-identical reports?
 """
 
 from __future__ import annotations
