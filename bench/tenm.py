@@ -404,9 +404,8 @@ def run_sizes(root: Path, names: list[str], *, backends: tuple[str, ...],
     sizes = {name: study(root, name, backends=backends, trees=trees, keep=keep, commands=commands,
                          rounds=rounds or (1 if name == "10m" else 2))
              for name in sorted(names, key=SIZES.__getitem__)}
-    return {"target": f"judge rescore and a cached judge run of 10M tasks at <= {TARGET_MB:g} MB "
-                      f"peak RSS and >= {TARGET_RATE:,.0f} tasks/s, from a folder and from "
-                      f"PostgreSQL; judge plan < {PLAN_TARGET_MB:g} MB",
+    return {"target": f"10M tasks: rescore and cached run <= {TARGET_MB:g} MB, >= "
+                      f"{TARGET_RATE:,.0f} tasks/s; plan < {PLAN_TARGET_MB:g} MB",
             **headlines(sizes), "trees": {k: str(v) for k, v in trees.items()},
             "sizes": sizes, "projections": projections(sizes),
             "command": "python -m bench.tenm --size 100k|1m|10m [--backend folder|postgresql] "
