@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import orjson  # noqa: E402
 
 import bench.pgcache as pgcache  # noqa: E402
+import bench.tenm as tenm  # noqa: E402
 from bench import batch, cached, common, fleet, local, memory, page, ratelimit, report, throughput  # noqa: E402
 from bench import peers as peers_bench  # noqa: E402
 from bench import process as process_bench  # noqa: E402
@@ -57,6 +58,7 @@ BENCHMARKS: dict[str, Bench] = {
     "fleet": fleet.fleet_throughput,
     "peers": peers_bench.peer_comparison,
     "shards": shards_bench.shard_share,
+    "tenm": tenm.ten_million,
 }
 # What the table shows for each: (label, key in the result, format)
 HEADLINES: dict[str, list[tuple[str, str, str]]] = {
@@ -125,6 +127,16 @@ HEADLINES: dict[str, list[tuple[str, str, str]]] = {
               ("diagnostic: / the same, 200 ms", "cookbook_nosleep_200ms", "{:.2f}x"),
               ("judge-runner answers/s, 0 ms", "runner_rate_0ms", "{}/s"),
               ("judge-runner answers/s, 200 ms", "runner_rate_200ms", "{}/s")],
+    "tenm": [("tasks (10M; 100k with --quick)", "tasks", "{}"),
+             ("judge rescore, folder: peak RSS", "rescore_folder_max_rss_mb", "{:.0f} MB"),
+             ("judge rescore, folder: rate", "rescore_folder_tasks_per_s", "{} tasks/s"),
+             ("cached judge run, folder: peak RSS", "run_folder_max_rss_mb", "{:.0f} MB"),
+             ("cached judge run, folder: rate", "run_folder_tasks_per_s", "{} tasks/s"),
+             ("judge rescore, PostgreSQL: peak RSS", "rescore_pg_max_rss_mb", "{:.0f} MB"),
+             ("judge rescore, PostgreSQL: rate", "rescore_pg_tasks_per_s", "{} tasks/s"),
+             ("cached judge run, PostgreSQL: peak RSS", "run_pg_max_rss_mb", "{:.0f} MB"),
+             ("cached judge run, PostgreSQL: rate", "run_pg_tasks_per_s", "{} tasks/s"),
+             ("judge plan: peak RSS", "plan_max_rss_mb", "{:.0f} MB")],
 }
 
 

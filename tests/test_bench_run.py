@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 from bench.run import _merged
 from tests.conftest import ROOT
@@ -28,3 +29,28 @@ def test_merge_without_a_figures_file_is_a_usage_error() -> None:
     run = subprocess.run([sys.executable, "bench/run.py", "--only", "cached", "--merge"],
                          cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
     assert run.returncode == 2 and "--merge needs --out" in run.stderr
+
+
+def test_report_sets_compare_every_csv_and_jsonl_and_show_the_first_differing_line(
+        tmp_path: Path) -> None:
+    from bench.tenm import compare_reports
+    a, b = tmp_path / "a", tmp_path / "b"
+    for folder, stamp in ((a, "1"), (b, "2")):
+        (folder / "history" / stamp).mkdir(parents=True)
+        (folder / "history" / stamp / "scores.csv").write_text(stamp)  # earlier runs: not compared
+        (folder / "judgments.jsonl").write_text('{"score":1.0}\n{"score":2.0}\n')
+        (folder / "manifest.json").write_text(f'{{"started": {stamp}}}')  # times: not compared
+        (folder / "report.html").write_text(stamp)
+        (folder / "scores.csv").write_text("item,score\ni0,1.0\ni1,2.0\n")
+    assert compare_reports(a, b) == {"compared": ["judgments.jsonl", "scores.csv"], "differ": [],
+                                     "only_in_first": [], "only_in_second": [],
+                                     "identical": True}
+    (b / "scores.csv").write_text("item,score\ni0,1.0\ni1,2.5\n")
+    (b / "correlations.csv").write_text("value\n")
+    got = compare_reports(a, b)
+    assert got["differ"] == [{"file": "scores.csv", "line": 3, "first": "i1,2.0",
+                              "second": "i1,2.5"}]
+    assert (got["only_in_second"], got["identical"]) == (["correlations.csv"], False)
+    (b / "scores.csv").write_text("item,score\ni0,1.0\n")  # one line short
+    assert compare_reports(a, b)["differ"][0] == {"file": "scores.csv", "line": 3,
+                                                  "first": "i1,2.0", "second": None}
