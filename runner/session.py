@@ -263,7 +263,7 @@ def select(chosen: TaskSelection, *, data_dir: Path, env_base_url: str | None = 
     out_dir = chosen.out if chosen.out is not None else job.output_dir
     cache_dir = chosen.cache_dir or DEFAULT_CACHE_DIR
     with_defaults = replace(chosen, cache_dir=cache_dir, out=out_dir,
-                     seed=None if chosen.sample is None else chosen.seed or 0)
+                            seed=None if chosen.sample is None else chosen.seed or 0)
     sel = Selection(job=job, expansion=expansion, cache_dir=cache_dir, out_dir=out_dir,
                     cache_url=chosen.cache_url, shard=chosen.shard, task_selection=with_defaults)
     return derive(sel) if job.generate else sel
