@@ -387,9 +387,7 @@ def test_a_server_without_a_batch_api_is_a_configuration_error(
     assert "HTTP 404" in line and "run it online" in line
 
 
-def test_a_generation_stage_then_its_judges_both_go_through_batches(
-        fake: BatchServer, write_job: JobWriter, tmp_path: Path, data_dir: Path) -> None:
-    job = write_job(f"""
+GENERATE_JOB = """
 [[datasets]]
 name = "qs"
 path = "data.jsonl"
@@ -411,13 +409,21 @@ models = ["judge"]
 
 [models.cand]
 spec = "cand"
-base_url = "{fake.url}"
+base_url = "{url}"
 
 [models.judge]
 spec = "judge"
-base_url = "{fake.url}"
-""", rows=[{"id": f"q{i}", "question": f"What is {i} + {i}?"} for i in range(6)],
-        files={"q.txt": "{{question}}", "rate.txt": "Rate in stars: {{output}}"})
+base_url = "{url}"
+"""
+"""Questions answered by a generation stage (model `cand`), the answers judged by `judge`; both
+at the server {url}: fill it with str.format."""
+
+
+def test_a_generation_stage_then_its_judges_both_go_through_batches(
+        fake: BatchServer, write_job: JobWriter, tmp_path: Path, data_dir: Path) -> None:
+    job = write_job(GENERATE_JOB.format(url=fake.url),
+                    rows=[{"id": f"q{i}", "question": f"What is {i} + {i}?"} for i in range(6)],
+                    files={"q.txt": "{{question}}", "rate.txt": "Rate in stars: {{output}}"})
 
     run = _run(tmp_path, data_dir, "run", job, "--batch", "--poll-interval", 0.05,
                "--cache-dir", tmp_path / "cache", "--out", tmp_path / "out")

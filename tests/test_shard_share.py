@@ -22,6 +22,7 @@ from runner.selection import TaskSelection
 from runner.session import Selection, select
 from tests.conftest import JobWriter
 from tests.fakeserver import ThreadedServer
+from tests.test_batch import GENERATE_JOB
 from tests.test_cli import clean_env, judgments, run_judge
 
 SHARDS = 3
@@ -237,36 +238,6 @@ def test_a_request_two_shards_render_is_paid_once_when_they_run_one_after_anothe
     assert len({j["key"] for j in lines}) == 3
 
 
-_GENERATE_JOB = """
-name = "gen"
-
-[[datasets]]
-name = "qs"
-path = "data.jsonl"
-fields = {{ id = "id", text = {{ question = "question" }} }}
-
-[[generate]]
-name = "answers"
-dataset = "qs"
-models = ["cand"]
-template = "q.txt"
-
-[[prompts]]
-name = "rate"
-template = "rate.txt"
-parser = "stars"
-aspects = ["overall"]
-datasets = ["answers"]
-models = ["judge"]
-
-[models.cand]
-spec = "cand"
-base_url = "{url}"
-
-[models.judge]
-spec = "judge"
-base_url = "{url}"
-"""
 
 
 @pytest.mark.slow
@@ -275,7 +246,7 @@ def test_each_shard_judges_the_answers_it_generated_so_one_pass_of_each_is_the_j
     server.state.script.reply = lambda body: (  # every answer its own: no repeated request
         f"answer to {body['messages'][-1]['content']}" if body["model"] == "cand" else "4 stars")
     rows = [{"id": f"q{i}", "question": f"What is {i} + {i}?"} for i in range(12)]
-    job = write_job(_GENERATE_JOB.format(url=server.url), rows=rows,
+    job = write_job(GENERATE_JOB.format(url=server.url), rows=rows,
                     files={"q.txt": "{{question}}", "rate.txt": "Rate in stars: {{output}}"})
     env, cache = clean_env(data_dir), ("--cache-dir", tmp_path / "cache")
     for i in range(2):  # one after the other: shard 0 never sees shard 1's answers
