@@ -20,6 +20,7 @@ import pytest
 from scipy import stats
 
 from runner.reduce.reliability import (
+    agreement,
     alpha,
     correlation,
     partial,
@@ -87,6 +88,37 @@ def test_quadratic_kappa_is_close_to_interval_alpha_on_many_items() -> None:
     kappa, alpha_interval = weighted_kappa(a, b), alpha([a, b], "interval")
     assert kappa is not None and alpha_interval is not None
     assert kappa == pytest.approx(alpha_interval, abs=0.01)
+
+
+def _pairs() -> list[tuple[str, list[float], list[float]]]:
+    rng = np.random.default_rng(7)
+    truth = rng.integers(1, 6, 3000)
+    noisy = np.clip(truth + rng.integers(-2, 3, 3000), 1, 5)
+    return [
+        ("1-5 scale", truth.tolist(), noisy.tolist()),
+        ("0-100 with gaps", (truth * 20).tolist(), (noisy * 20 - 3).tolist()),
+        ("negative integers", (truth - 9).tolist(), (noisy - 9).tolist()),
+        ("halves", (truth / 2).tolist(), (noisy / 2).tolist()),
+        ("continuous", rng.normal(size=1500).tolist(), rng.normal(size=1500).tolist()),
+        ("constant", [3.0] * 50, [3.0] * 50),
+        ("one unit", [1.0], [2.0]),
+        ("none", [], []),
+        ("with a missing score", [1.0, 2.0, math.nan, 4.0, 5.0], [1.0, 3.0, 2.0, 4.0, 4.0]),
+        ("wide integer range", rng.integers(0, 5000, 800).astype(float).tolist(),
+         rng.integers(0, 5000, 800).astype(float).tolist()),
+    ]
+
+
+@pytest.mark.parametrize(("name", "x", "y"), _pairs(), ids=[p[0] for p in _pairs()])
+def test_agreement_equals_alpha_and_kappa_bit_for_bit(name: str, x: list[float],
+                                                      y: list[float]) -> None:
+    # reliability.csv's figures from the one-pass contingency table must be the general
+    # path's to the last bit (the reports of a study stay byte-identical).
+    rows = [[None if math.isnan(v) else v for v in x], y]
+    expected = (alpha(rows, "ordinal"), alpha(rows, "interval"), weighted_kappa(x, y))
+    got = agreement(np.array(x, dtype=float), np.array(y, dtype=float))
+    assert got == expected
+    assert [v is None for v in got] == [v is None for v in expected]
 
 
 def test_williams_matches_steiger_example() -> None:

@@ -4,7 +4,7 @@ Pure functions over scores already judged (zero calls):
 
 * alpha: Krippendorff's alpha (the `krippendorff` package) over a coders x units table with
   missing values; weighted_kappa: Cohen's kappa with linear or quadratic weights, for two
-  raters on an integer scale.
+  raters on an integer scale; agreement: both alphas and kappa of two complete raters at once.
 * Positions: collects the scores of group prompts by the position each member was shown in,
   and pair verdicts per order, so position_rows can report the share of pairs whose verdict
   flips when the order is swapped, the first-position win rate (binomial test against 1/2) and
@@ -39,10 +39,11 @@ from runner.reduce.judgments import Judgment
 from runner.reduce.orders import Orders, OrderScores
 from runner.reduce.samples import SampleScores
 
-__all__ = ["PowerPlan", "Positions", "alpha", "correlation", "partial", "permutation_p",
-           "plan_power", "weighted_kappa", "williams"]
+__all__ = ["PowerPlan", "Positions", "Values", "agreement", "alpha", "correlation", "partial",
+           "permutation_p", "plan_power", "weighted_kappa", "williams"]
 
 FloatArray = npt.NDArray[np.float64]
+Values = Sequence[float] | FloatArray
 Level = Literal["nominal", "ordinal", "interval", "ratio"]
 LEVELS: tuple[Level, ...] = get_args(Level)
 MAX_VALUES = 1000  # above this many distinct values: interval alpha in closed form, else None
@@ -82,7 +83,11 @@ def _krippendorff(data: FloatArray, level: Level) -> float:
     coder, unit = np.nonzero(~np.isnan(data))
     cell = unit * n_values + np.searchsorted(domain, data[coder, unit])
     counts = np.bincount(cell, minlength=n_units * n_values).reshape(n_units, n_values)
-    o = _coincidences(counts)
+    return _alpha_of(_coincidences(counts), domain, level)
+
+
+def _alpha_of(o: FloatArray, domain: FloatArray, level: Level) -> float:
+    """alpha from the coincidence matrix `o` over the sorted values `domain`."""
     n_v = o.sum(axis=0)
     package = krippendorff.krippendorff
     e: FloatArray = package._random_coincidences(n_v)
@@ -125,14 +130,51 @@ def _interval_alpha(data: FloatArray) -> float:
     return 1 - observed / expected
 
 
-def weighted_kappa(a: Sequence[float], b: Sequence[float],
+def agreement(x: Values, y: Values) -> tuple[float | None, float | None, float | None]:
+    """(alpha ordinal, alpha interval, quadratic-weighted kappa) of two raters who both rated
+    every unit: x[i] and y[i] are unit i's two values. Equal, bit for bit, to
+    alpha([x, y], "ordinal"), alpha([x, y], "interval") and weighted_kappa(x, y)
+    (tests/test_reliability.py), in one pass: with two values a unit, the coincidence matrix
+    is the contingency table plus its transpose, counted with one bincount, where alpha's
+    general path enumerates each unit's pairs (reliability.csv of a 100k-item study compares
+    300 pairs of judges a data set and aspect: ~0.1 s a pair that way)."""
+    xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if xs.ndim != 1 or xs.shape != ys.shape or np.isnan(xs).any() or np.isnan(ys).any():
+        rows = [xs.tolist(), ys.tolist()]  # missing values: the general path
+        return alpha(rows, "ordinal"), alpha(rows, "interval"), weighted_kappa(xs, ys)
+    kappa = weighted_kappa(xs, ys)
+    domain, codes = _codes(np.concatenate([xs, ys]))
+    if xs.size < 2 or domain.size < 2:
+        return None, None, kappa
+    if domain.size > MAX_VALUES:
+        return None, _interval_alpha(np.vstack([xs, ys])), kappa
+    n = domain.size
+    table = np.bincount(codes[:xs.size] * n + codes[xs.size:], minlength=n * n).reshape(n, n)
+    o = (table + table.T).astype(np.float64)  # exact: counts well below 2**53
+    return _alpha_of(o, domain, "ordinal"), _alpha_of(o, domain, "interval"), kappa
+
+
+def _codes(values: FloatArray) -> tuple[FloatArray, npt.NDArray[np.intp]]:
+    """The sorted distinct values and each value's index among them: np.unique's, counted
+    without a sort when the values are integers in a small range (judges' scales)."""
+    lo, hi = (float(values.min()), float(values.max())) if values.size else (0.0, 0.0)
+    if values.size and hi - lo <= MAX_CATEGORIES and np.all(values == np.round(values)):
+        offsets = (values - lo).astype(np.intp)
+        present = np.bincount(offsets, minlength=int(hi - lo) + 1) > 0
+        index = np.cumsum(present) - 1
+        return (np.flatnonzero(present) + lo).astype(np.float64), index[offsets]
+    domain, inverse = np.unique(values, return_inverse=True)
+    return domain.astype(np.float64), inverse.astype(np.intp)
+
+
+def weighted_kappa(a: Values, b: Values,
                    weights: str = "quadratic") -> float | None:
     """Cohen's weighted kappa of two raters over the same items, categories = the integers
     from the smallest to the largest value seen: 1 - sum(w * observed) / sum(w * expected),
     w = |i - j| (linear) or (i - j)^2 (quadratic). None when a value is not an integer, the
     range spans more than MAX_CATEGORIES, the lists differ in length, or the expected
     disagreement is 0."""
-    if weights not in ("linear", "quadratic") or len(a) != len(b) or not a:
+    if weights not in ("linear", "quadratic") or len(a) != len(b) or len(a) == 0:
         return None
     xa, xb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if not (np.all(xa == np.round(xa)) and np.all(xb == np.round(xb))):
@@ -150,8 +192,7 @@ def weighted_kappa(a: Sequence[float], b: Sequence[float],
     return None if disagreement == 0 else 1 - float((w * observed).sum()) / disagreement
 
 
-def correlation(method: str, x: Sequence[float] | FloatArray,
-                y: Sequence[float] | FloatArray) -> float | None:
+def correlation(method: str, x: Values, y: Values) -> float | None:
     """scipy's pearson / spearman / kendall (tau-b); None when undefined."""
     xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if xs.size < 3 or np.ptp(xs) == 0 or np.ptp(ys) == 0:
@@ -162,8 +203,8 @@ def correlation(method: str, x: Sequence[float] | FloatArray,
     return None if math.isnan(value) else value
 
 
-def partial(method: str, x: Sequence[float], y: Sequence[float], z: Sequence[float],
-            corr: Callable[[str, Sequence[float], Sequence[float]], float | None] = correlation
+def partial(method: str, x: Values, y: Values, z: Values,
+            corr: Callable[[str, Values, Values], float | None] = correlation
             ) -> float | None:
     """Correlation of x and y controlling for z: (r_xy - r_xz r_yz) / sqrt((1 - r_xz^2)
     (1 - r_yz^2)), each r by `method` (pearson, or spearman: the partial rank correlation);

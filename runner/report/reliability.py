@@ -25,6 +25,8 @@ from runner.reduce.correlate import Row
 from runner.reduce.reliability import (
     LEVELS,
     Positions,
+    Values,
+    agreement,
     alpha,
     correlation,
     partial,
@@ -68,14 +70,15 @@ def _row(dataset: str, aspect: str, figure: str, a: str, b: str, statistic: str,
             "statistic": statistic, "value": value, "n": n, "p_value": p}
 
 
-def _agreement(dataset: str, aspect: str, a: str, b: str,
-               pairs: Sequence[tuple[float, float]]) -> list[dict[str, Any]]:
-    """alpha (ordinal, interval) and, on integer scales, quadratic-weighted kappa."""
-    xs, ys = [p[0] for p in pairs], [p[1] for p in pairs]
-    out = [_row(dataset, aspect, "agreement", a, b, f"alpha_{level}", alpha([xs, ys], level),
-                len(pairs)) for level in LEVELS[1:3]]
-    if (kappa := weighted_kappa(xs, ys)) is not None:
-        out.append(_row(dataset, aspect, "agreement", a, b, "kappa_quadratic", kappa, len(pairs)))
+def _agreement(dataset: str, aspect: str, a: str, b: str, x: npt.NDArray[np.float64],
+               y: npt.NDArray[np.float64]) -> list[dict[str, Any]]:
+    """alpha (ordinal, interval) and, on integer scales, quadratic-weighted kappa of `a`'s
+    scores `x` and `b`'s `y` of the same units."""
+    ordinal, interval, kappa = agreement(x, y)
+    out = [_row(dataset, aspect, "agreement", a, b, f"alpha_{level}", value, len(x))
+           for level, value in zip(LEVELS[1:3], (ordinal, interval), strict=True)]
+    if kappa is not None:
+        out.append(_row(dataset, aspect, "agreement", a, b, "kappa_quadratic", kappa, len(x)))
     return out
 
 
@@ -121,21 +124,34 @@ def _annotator_rows(dataset: str, aspect: str, items: Sequence[Item]) -> list[di
     return out
 
 
-def _judge_agreement(cells: Cells, dataset: str, aspect: str, judges: Mapping[str, _Scored]
-                     ) -> list[dict[str, Any]]:
+class _Humans:
+    """One data set and aspect's human scores and annotators' votes by item (indices into
+    Cells.items), as arrays: what every judge of it is compared with."""
+
+    def __init__(self, items: Sequence[Item], aspect: str) -> None:
+        self.has = np.array([aspect in it.human for it in items], dtype=bool)
+        self.human = np.array([it.human.get(aspect, 0.0) for it in items], dtype=np.float64)
+        votes = [it.annotators.get(aspect, ()) if it.annotators else () for it in items]
+        self.n_votes = np.array([len(v) for v in votes], dtype=np.int64)
+        k = int(self.n_votes.max(initial=0))
+        self.votes = np.zeros((len(items), k))
+        for i, v in enumerate(votes):
+            if v:
+                self.votes[i, :len(v)] = v
+
+
+def _judge_agreement(dataset: str, aspect: str, judges: Mapping[str, _Scored],
+                     humans: _Humans) -> list[dict[str, Any]]:
     out = []
-    items = cells.items
     for judge, (ids, scores) in judges.items():
-        scored = [(items[i], s) for i, s in zip(ids.tolist(), scores.tolist(), strict=True)]
-        k = max((len(votes) for it, _ in scored
-                 if it.annotators and (votes := it.annotators.get(aspect))), default=0)
-        for c in range(k):
-            pairs = [(s, it.annotators[aspect][c]) for it, s in scored
-                     if len(it.annotators.get(aspect, ())) > c]
-            out += _agreement(dataset, aspect, judge, f"annotator {c + 1}", pairs)
-        human = [(s, it.human[aspect]) for it, s in scored if aspect in it.human]
-        if human:
-            out += _agreement(dataset, aspect, judge, "human", human)
+        n_votes = humans.n_votes[ids]
+        for c in range(int(n_votes.max(initial=0))):
+            rated = n_votes > c
+            out += _agreement(dataset, aspect, judge, f"annotator {c + 1}", scores[rated],
+                              humans.votes[ids[rated], c])
+        if (has := humans.has[ids]).any():
+            out += _agreement(dataset, aspect, judge, "human", scores[has],
+                              humans.human[ids[has]])
     names = sorted(judges)
     for i, a in enumerate(names):
         for b in names[i + 1:]:
@@ -143,8 +159,7 @@ def _judge_agreement(cells: Cells, dataset: str, aspect: str, judges: Mapping[st
             order = np.argsort(ib, kind="stable")
             at = np.minimum(np.searchsorted(ib[order], ia), max(len(ib) - 1, 0))
             found = (ib[order][at] == ia) if len(ib) else np.zeros(len(ia), dtype=bool)
-            pairs = list(zip(sa[found].tolist(), sb[order[at[found]]].tolist(), strict=True))
-            out += _agreement(dataset, aspect, a, b, pairs)
+            out += _agreement(dataset, aspect, a, b, sa[found], sb[order[at[found]]])
     return out
 
 
@@ -166,29 +181,37 @@ def _length(item: Item, field: str | None) -> tuple[float, float] | None:
     return None if text is None else (float(len(text)), float(len(text.split())))
 
 
-def _length_rows(cells: Cells, dataset: str, aspect: str, judges: Mapping[str, _Scored],
-                 memo: dict[int, tuple[float, float] | None],
-                 field: str | None) -> list[dict[str, Any]]:
+class _Lengths:
+    """Each item's answer length (characters, whitespace tokens; NaN where it has no answer),
+    worked out once an item, for the items asked for: every judge and aspect asks again."""
+
+    def __init__(self, items: Sequence[Item]) -> None:
+        self.items = items
+        self.done = np.zeros(len(items), dtype=bool)
+        self.sizes = np.full((len(items), 2), math.nan)
+
+    def of(self, ids: npt.NDArray[np.int32], field: str | None) -> npt.NDArray[np.float64]:
+        """The (characters, tokens) rows of the items `ids`."""
+        for i in np.unique(ids[~self.done[ids]]).tolist():
+            if (size := _length(self.items[i], field)) is not None:
+                self.sizes[i] = size
+            self.done[i] = True
+        return self.sizes[ids]
+
+
+def _length_rows(dataset: str, aspect: str, judges: Mapping[str, _Scored], humans: _Humans,
+                 lengths: _Lengths, field: str | None) -> list[dict[str, Any]]:
     """Spearman of score with answer length (characters, whitespace tokens), the human's
     alongside, and the judge-human Pearson / Spearman before and after controlling for length."""
     out = []
     human_done = False
     for judge, (ids, scores) in judges.items():
-        score, human, chars, tokens = [], [], [], []
-        for i, s in zip(ids.tolist(), scores.tolist(), strict=True):
-            it = cells.items[i]
-            if (h := it.human.get(aspect)) is None:
-                continue
-            # once per item (every judge and aspect asks again)
-            if (size := memo.get(i, _UNSEEN)) is _UNSEEN:
-                size = memo[i] = _length(it, field)
-            if size is not None:
-                score.append(s)
-                human.append(h)
-                chars.append(size[0])
-                tokens.append(size[1])
-        if len(score) < 3:
+        sizes = lengths.of(ids, field)
+        keep = humans.has[ids] & ~np.isnan(sizes[:, 0])
+        if keep.sum() < 3:
             continue
+        score, human = scores[keep], humans.human[ids[keep]]
+        chars, tokens = sizes[keep, 0], sizes[keep, 1]
         series = [(judge, score)] + ([] if human_done else [("human", human)])
         human_done = True
         corr = _remembered()  # the partial correlations ask again for ones already computed
@@ -205,15 +228,12 @@ def _length_rows(cells: Cells, dataset: str, aspect: str, judges: Mapping[str, _
     return out
 
 
-_UNSEEN = (-1.0, -1.0)  # memo.get's default: not an item's length yet
-
-
-def _remembered() -> Callable[[str, Sequence[float], Sequence[float]], float | None]:
+def _remembered() -> Callable[[str, Values, Values], float | None]:
     """`correlation`, computed once per (method, x, y) for lists that stay alive meanwhile
     (keyed by identity)."""
     seen: dict[tuple[str, int, int], float | None] = {}
 
-    def corr(method: str, x: Sequence[float], y: Sequence[float]) -> float | None:
+    def corr(method: str, x: Values, y: Values) -> float | None:
         key = (method, id(x), id(y))
         if key not in seen:
             seen[key] = correlation(method, x, y)
@@ -235,15 +255,17 @@ def reliability_rows(expansion: Expansion, cells: Cells,
     """
     out: list[dict[str, Any]] = []
     scored = _scored_pairs(cells)
-    memo: dict[int, tuple[float, float] | None] = {}
+    lengths = _Lengths(cells.items)
     keys = list(dict.fromkeys([*scored, *((d, a) for (d, a) in _annotated(expansion))]))
     for dataset, aspect in keys:
         items = expansion.items.get(dataset, [])
         out += _annotator_rows(dataset, aspect, items)
         judges = _by_judge(cells, dataset, aspect) if (dataset, aspect) in scored else {}
-        out += _judge_agreement(cells, dataset, aspect, judges)
-        out += _length_rows(cells, dataset, aspect, judges, memo,
-                            answer_field(expansion.job, dataset))
+        if judges:
+            humans = _Humans(cells.items, aspect)
+            out += _judge_agreement(dataset, aspect, judges, humans)
+            out += _length_rows(dataset, aspect, judges, humans, lengths,
+                                answer_field(expansion.job, dataset))
     for (judge, dataset, aspect), table in positions.self_consistency():
         for level in LEVELS[1:3]:
             units = sum(sum(v is not None for v in col) >= 2 for col in zip(*table, strict=True))
