@@ -269,13 +269,15 @@ class CellBuilder:
         Returns:
             the columns; the builder is emptied.
         """
-        score = np.array(self.score, dtype=np.float64)
-        count = np.array(self.count, dtype=np.int64)
+        # the columns as numpy arrays over the builder's own buffers, not copies of them: at
+        # ten million cells a copy made the builder's peak ~0.3 GB higher
+        score = _column(self.score, np.float64)
+        count = _column(self.count, np.uint32)
         _means(score, count, np.array(self.more_cell, dtype=np.int64),
                np.array(self.more_score, dtype=np.float64))
         cells = Cells(self.items, np.array(self.item_dataset, dtype=np.int32), self.datasets,
-                      self.starts, self.judges, np.array(self.item, dtype=np.int32),
-                      np.array(self.judge, dtype=np.int32), score, count > 0,
+                      self.starts, self.judges, _column(self.item, np.int32),
+                      _column(self.judge, np.int32), score, count > 0,
                       np.stack([np.array(f, dtype=np.uint16) for f in self.failures], axis=1)
                       if len(self.item) else np.zeros((0, len(FAILURES)), dtype=np.uint16))
         self.grids.clear()
@@ -284,7 +286,17 @@ class CellBuilder:
         return _with_juries(cells, juries) if juries else cells
 
 
-def _means(score: npt.NDArray[np.float64], count: npt.NDArray[np.int64],
+def _column(values: array[Any], dtype: type[np.generic]) -> npt.NDArray[Any]:
+    """A numpy array over an array.array's buffer (which it keeps alive), if the item sizes
+    agree, else a copy."""
+    if not len(values):
+        return np.zeros(0, dtype=dtype)
+    if values.itemsize == np.dtype(dtype).itemsize:
+        return np.frombuffer(values, dtype=dtype)
+    return np.array(values, dtype=dtype)
+
+
+def _means(score: npt.NDArray[np.float64], count: npt.NDArray[np.integer[Any]],
            more_cell: npt.NDArray[np.int64], more_score: npt.NDArray[np.float64]) -> None:
     """Each multi-sample cell's mean in `score`, as statistics.fmean makes it: fsum / n."""
     if not more_cell.size:
