@@ -307,15 +307,19 @@ def test_counts_are_the_seeded_group_draws(draw_cells: int,
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("compact", [0, 1 << 26], ids=["drawn again", "kept as bytes"])
 @pytest.mark.parametrize(("strata", "step"), [((1,), 7), ((7,), 1), ((5, 1, 12), 13),
                                               ((300, 200), 64), ((40,), 50)])
 def test_lazy_draws_are_the_matrix_a_block_at_a_time(strata: tuple[int, ...], step: int,
+                                                    compact: int,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    """A matrix too big to keep is made a block of resamples at a time: the same bits."""
+    """A matrix too big to keep is made a block of resamples at a time, drawn again or
+    converted from its uint8 copy: the same bits."""
     monkeypatch.setattr(resample_module, "_DRAW_CELLS", 90)  # the start search in chunks too
     want = resample_module._draw(strata, 50, 4)
-    lazy = resample_module.Resamples(kept_cells=0).counts(strata, 50, 4)
+    lazy = resample_module.Resamples(kept_cells=0, kept_compact=compact).counts(strata, 50, 4)
     assert isinstance(lazy, resample_module.Draws)
+    assert (lazy.compact is not None) == bool(compact)
     blocks = list(lazy.blocks(step))
     assert len(lazy) == 50 and [len(b) for b in blocks][:-1] == [step] * (len(blocks) - 1)
     np.testing.assert_array_equal(np.concatenate(blocks), want)
@@ -327,9 +331,14 @@ def test_correlations_from_lazy_draws_equal_those_from_the_matrix(
     rows = synthetic(5, groups=40, subsets=("p", "q"), discrete=False)
     held = correlate(rows, levels=("sample", "dataset"), n_boot=300, seed=2)
     monkeypatch.setattr(correlate_module, "_CELLS", 700)  # in blocks of a few resamples
-    lazily = resample_module.Resamples(kept_cells=0)  # every matrix made lazily
+    lazily = resample_module.Resamples(kept_cells=0, kept_compact=0)  # made lazily
     lazy = correlate(rows, levels=("sample", "dataset"), n_boot=300, seed=2, resamples=lazily)
     assert not lazily.drawn and lazily.starts
+    as_bytes = resample_module.Resamples(kept_cells=0)  # kept as uint8
+    assert correlate(rows, levels=("sample", "dataset"), n_boot=300, seed=2,
+                     resamples=as_bytes) == lazy
+    assert not as_bytes.drawn and not as_bytes.starts and all(
+        c is not None for c in as_bytes.compact.values())
     assert [(c.level, c.method, c.subset, c.value) for c in lazy] == [
         (c.level, c.method, c.subset, c.value) for c in held]
     for a, b in zip(lazy, held, strict=True):

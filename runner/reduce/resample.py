@@ -23,6 +23,11 @@ FloatArray = npt.NDArray[np.float64]
 
 KEPT_CELLS = 1 << 23
 """Draw counts a `Resamples` keeps for reuse, in float64 cells (64 MiB)."""
+KEPT_COMPACT = 1 << 26
+"""Draw counts of larger matrices a `Resamples` keeps, one byte a cell (64 MiB in all): a `Draws`
+then converts blocks of them instead of drawing them again for every judge, level and
+aspect. What it buys: the correlations of the ten-million-judgment benchmark (12,500 groups,
+1,000 resamples, 100 judge-aspect series) took ~60 s drawing each block anew."""
 _DRAW_CELLS = 1 << 20
 """Draws of one stratum taken at a time by _draw (int64, 8 MiB)."""
 
@@ -33,12 +38,17 @@ class Resamples:
     Args:
         kept_cells: at most this many float64 cells of matrices kept (oldest dropped first);
             a larger matrix is made a block at a time (`Draws`) whenever asked for.
+        kept_compact: such a larger matrix of at most this many cells is kept as uint8,
+            each, and its blocks converted from it; a matrix past it is drawn again.
     """
 
-    def __init__(self, kept_cells: int = KEPT_CELLS) -> None:
-        self.kept_cells = kept_cells
+    def __init__(self, kept_cells: int = KEPT_CELLS, kept_compact: int = KEPT_COMPACT) -> None:
+        self.kept_cells, self.kept_compact = kept_cells, kept_compact
         self.drawn: dict[tuple[tuple[int, ...], int, int], FloatArray] = {}
         """(strata, n_boot, seed) -> counts, read-only."""
+        self.compact: dict[tuple[tuple[int, ...], int, int], npt.NDArray[np.uint8] | None] = {}
+        """(strata, n_boot, seed) -> the counts of a matrix past kept_cells as uint8 (None:
+        one count passed 255, or the matrix passed KEPT_COMPACT), for `Draws`."""
         self.starts: dict[tuple[tuple[int, ...], int, int], list[Mapping[str, Any]]] = {}
         """Where each stratum's draws start in the seeded stream (for `Draws`): a few hundred
         bytes a stratum, found with one pass over every draw."""
@@ -58,6 +68,15 @@ class Resamples:
         if (kept := self.drawn.get(key)) is not None:
             return kept
         if n_boot * sum(strata) > self.kept_cells:
+            if key not in self.compact:
+                kept = self.compact
+                while kept and sum(c.size for c in kept.values() if c is not None) \
+                        + n_boot * sum(strata) > self.kept_compact:
+                    del kept[next(iter(kept))]  # the oldest first
+                kept[key] = (_draw_compact(strata, n_boot, seed)
+                             if n_boot * sum(strata) <= self.kept_compact else None)
+            if (compact := self.compact[key]) is not None:
+                return Draws(strata, n_boot, [], compact)
             if key not in self.starts:
                 self.starts[key] = _starts(strata, n_boot, seed)
             return Draws(strata, n_boot, self.starts[key])
@@ -88,6 +107,25 @@ def _draw(strata: tuple[int, ...], n_boot: int, seed: int) -> FloatArray:
     return out
 
 
+def _draw_compact(strata: tuple[int, ...], n_boot: int, seed: int
+                  ) -> npt.NDArray[np.uint8] | None:
+    """_draw's matrix as uint8 (the same counts), or None if a count passes 255."""
+    rng = np.random.default_rng(seed)
+    out = np.empty((n_boot, sum(strata)), dtype=np.uint8)
+    start = 0
+    for k in strata:
+        step = max(1, _DRAW_CELLS // max(k, 1))
+        for b0 in range(0, n_boot, step):
+            rows = min(step, n_boot - b0)
+            drawn = _drawn(rng, k, rows)
+            if drawn.size and int(drawn.max()) > 255:
+                return None
+            out[b0:b0 + rows, start:start + k] = drawn
+        start += k
+    out.flags.writeable = False
+    return out
+
+
 def _drawn(rng: np.random.Generator, k: int, rows: int) -> npt.NDArray[np.intp]:
     """(rows, k) counts of k groups drawn k times with replacement, per row."""
     draws = rng.integers(0, k, size=(rows, k)) + k * np.arange(rows)[:, None]
@@ -115,17 +153,26 @@ class Draws:
     Args:
         strata, n_boot: as for `Resamples.counts`.
         starts: each stratum's generator state (`Resamples.starts`).
+        compact: the whole matrix as uint8, if the caller keeps it (`Resamples.compact`):
+            blocks are converted from it, not drawn.
     """
 
     def __init__(self, strata: tuple[int, ...], n_boot: int,
-                 starts: list[Mapping[str, Any]]) -> None:
+                 starts: list[Mapping[str, Any]],
+                 compact: npt.NDArray[np.uint8] | None = None) -> None:
         self.strata, self.n_boot, self.starts = strata, n_boot, starts
+        self.compact = compact
 
     def __len__(self) -> int:
         return self.n_boot
 
     def blocks(self, step: int) -> Iterator[FloatArray]:
         """The matrix's rows, `step` at a time, in order."""
+        if self.compact is not None:
+            compact = self.compact
+            yield from (compact[b:b + step].astype(np.float64)
+                        for b in range(0, self.n_boot, step))
+            return
         rngs = []
         for state in self.starts:
             rng = np.random.default_rng(0)
