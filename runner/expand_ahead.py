@@ -18,18 +18,23 @@ import functools
 import itertools
 import weakref
 from collections.abc import Generator, Iterator, Mapping
-from pathlib import Path
 from typing import IO
 
 import orjson
 
-from runner.children import Forked, forkable, framed, unframed
+from runner.children import Forked, forkable, framed, second_core, unframed
 from runner.errors import CacheError
 from runner.execute.store.answers import Answer, Sent, received
 from runner.execute.store.backend import CacheBackend, answers
 from runner.execute.store.cache import Cache
 from runner.execute.store.keyindex import KeyIndex, recorded_parts
-from runner.execute.store.reader import read_here, reader_pays, sent_answers
+from runner.execute.store.reader import (
+    MIN_TASKS,
+    Rereadable,
+    read_here,
+    reader_pays,
+    sent_answers,
+)
 from runner.expand import Expansion, Task, task_key
 
 __all__ = ["Expander", "expanded", "with_key_index"]
@@ -39,13 +44,24 @@ def expanded(cache: CacheBackend, expansion: Expansion, size: int, count: int
              ) -> Generator[tuple[list[Task], Mapping[str, Answer]], None, None]:
     """Every task of `expansion` (`count` of them: expansion.count()), in order, in batches of
     `size`, each with the Answers of its stored keys: a rescore's read. For a large job on a
-    diskcache folder, forked children expand and read while this process judges (`Expander`:
-    the tasks then come without their request bodies); they are forked by this call, so that
-    they work while the caller prepares. Otherwise a reader process reads, or this process
-    (runner.execute.store.backend.answers)."""
-    if isinstance(cache, Cache) and reader_pays(cache, count) and forkable():
+    diskcache folder or PostgreSQL, forked children expand and read while this process judges
+    (`Expander`: the tasks then come without their request bodies); they are forked by this
+    call, so that they work while the caller prepares. Otherwise a reader process reads, or
+    this process (runner.execute.store.backend.answers)."""
+    if isinstance(cache, Rereadable) and _forked_reads_pay(cache, count):
         return Expander(cache, expansion, size, count).batches()
     return answers(cache, expansion.tasks(), task_key, size, count)
+
+
+def _forked_reads_pay(cache: Rereadable, count: int) -> bool:
+    """Whether an Expander reads `count` tasks' answers of `cache`: a large job, a second
+    core for the children, and a process that may fork now (a PgCache's watchdog thread is
+    ended first: the next call starts it again)."""
+    if not (reader_pays(cache, count) if isinstance(cache, Cache)
+            else count >= MIN_TASKS and second_core()):
+        return False
+    cache.rest()
+    return forkable()
 
 
 class Expander:
@@ -63,7 +79,7 @@ class Expander:
     either. Fork only where `forkable()` says so. A child that stops early (killed, out of
     memory) is not an error: the rest is read here."""
 
-    def __init__(self, cache: Cache, expansion: Expansion, size: int, count: int) -> None:
+    def __init__(self, cache: Rereadable, expansion: Expansion, size: int, count: int) -> None:
         self.cache, self.expansion, self.size = cache, expansion, size
         self.chunk = _run(size)
         self._children: list[Forked] = []
@@ -72,9 +88,8 @@ class Expander:
         self.close = weakref.finalize(self, _stop_all, self._children)
         for part in range(PARTS):
             self._children.append(Forked(
-                functools.partial(_expand_and_read, directory=cache.directory,
-                                  expansion=expansion, size=size, chunk=self.chunk, part=part,
-                                  count=count),
+                functools.partial(_expand_and_read, cache=cache, expansion=expansion,
+                                  size=size, chunk=self.chunk, part=part, count=count),
                 "cache reader", pipe_size=PIPE_SIZE,
                 siblings=[c.pipe for c in self._children]))
 
@@ -96,7 +111,7 @@ class Expander:
                 keys_in.extend(keys)
                 batch = list(itertools.islice(skeleton, len(keys)))
                 if keys_in:
-                    raise CacheError(f"{self.cache.directory}: the cache reader expanded more "
+                    raise CacheError(f"{_where(self.cache)}: the cache reader expanded more "
                                      "tasks than the job has; report this as a bug")
                 done += len(batch)
                 got += len(batch)
@@ -121,6 +136,10 @@ class Expander:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _where(cache: Rereadable) -> str:
+    return str(cache.directory) if isinstance(cache, Cache) else getattr(cache, "location", "")
 
 
 def with_key_index(cache: object, expansion: Expansion, size: int, count: int,
@@ -165,18 +184,22 @@ def _message(pipe: IO[bytes]) -> tuple[list[str], list[Sent | None]] | None:
     return keys, sent_batch
 
 
-def _expand_and_read(out: IO[bytes], *, directory: Path, expansion: Expansion, size: int,
-                     chunk: int, part: int, count: int) -> None:
+def _expand_and_read(out: IO[bytes], *, cache: Rereadable, expansion: Expansion,
+                     size: int, chunk: int, part: int, count: int) -> None:
     """An Expander's child: write every batch's [keys, answers] of its runs to `out`, each as
     soon as it is made (a whole run fits in the pipe: the child goes on with its next run
-    while this process reads the other child's). The keys come from the key index when this
-    job's are stored there, else from rendering the requests, and are then stored there
-    (runner.execute.store.keyindex)."""
-    with Cache(directory, read_only=True) as cache:  # its own connection, not the parent's
-        index = KeyIndex(directory, expansion.fingerprint(), chunk, part, PARTS, count)
-        stream = index.keys()
+    while this process reads the other child's). In a cache folder, the keys come from the
+    key index when this job's are stored there, else from rendering the requests, and are
+    then stored there (runner.execute.store.keyindex); from PostgreSQL, from rendering."""
+    with cache.reopened() as own:  # its own connection, not the parent's
+        stream: Iterator[str] | None = None
+        index = None
+        if isinstance(cache, Cache):
+            index = KeyIndex(cache.directory, expansion.fingerprint(), chunk, part, PARTS, count)
+            stream = index.keys()
         if stream is None:
-            stream = index.recorded(t.key for t in expansion.part(chunk, part, PARTS))
+            rendered = (t.key for t in expansion.part(chunk, part, PARTS))
+            stream = rendered if index is None else index.recorded(rendered)
         while keys := list(itertools.islice(stream, size)):
-            out.write(framed(orjson.dumps([keys, sent_answers(cache, keys)])))
+            out.write(framed(orjson.dumps([keys, sent_answers(own, keys)])))
             out.flush()

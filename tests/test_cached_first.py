@@ -140,6 +140,8 @@ forced = sys.argv.pop(1) == "forced"
 run.CACHED_FIRST_TASKS = 1
 j.READ_BATCH, e.CHUNK = 3, 6  # runs of 2 batches: the expander's children take turns
 b.reader_pays = e.reader_pays = lambda cache, count: forced and isinstance(cache, Cache)
+e.MIN_TASKS = 1 if forced else 10**12  # PostgreSQL's
+e.second_core = lambda: True
 start = e.Expander.__init__
 def announced(self, *args):
     print("expander forked", file=sys.stderr)
@@ -188,6 +190,39 @@ def test_a_forked_expander_reads_what_judge_reads_itself(
             made[way] = _outputs(tmp_path / way / "out")
     assert made["forced"] == made["plain"]
     assert calls["forced"] == calls["plain"] == (10 if command == "run" else 0)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="the Expander forks")
+@pytest.mark.parametrize("command", ["rescore", "run"])
+def test_a_forked_expander_reads_postgresql_as_judge_reads_it(
+        command: str, tmp_path: Path, data_dir: Path, pg_url: str) -> None:
+    """From PostgreSQL too (the children open connections of their own; the watchdog thread
+    is ended before the fork and starts again after): the same reports and no calls, for a
+    rescore and a fully cached run."""
+    job = write_job(tmp_path / "job", REPEATED)
+    env = {**clean_env(data_dir)}
+    with ThreadedServer() as server:
+        where = ["--limit", "40", "--base-url", server.url, "--model", "fake", "--cache",
+                 pg_url]
+        done = subprocess.run([sys.executable, "-c", FORCED, "plain", "run", str(job), *where,
+                               "--out", str(tmp_path / "warmed"), "--yes"], env=env,
+                              cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                              check=False)
+        assert done.returncode == 0, done.stderr
+        made, before = {}, server.state.requests
+        for way in ("plain", "forced"):
+            done = subprocess.run(
+                [sys.executable, "-c", FORCED, way, command, str(job), *where, "--out",
+                 str(tmp_path / way / "out"), *(["--yes"] if command == "run" else [])],
+                env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                check=False)
+            assert done.returncode == 0, done.stderr
+            assert ("expander forked" in done.stderr) == (way == "forced"), done.stderr
+            made[way] = _outputs(tmp_path / way / "out")
+        assert server.state.requests == before  # every answer was in the cache
+    assert made["forced"] == made["plain"]
+    assert made["forced"]["counts"]["cache_hits"] > 0
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="the Expander forks")

@@ -25,7 +25,7 @@ from runner.cli.cachecmds import job_keys
 from runner.cli.options import PARTIAL_HELP, UsageError, data_dir, resolve, task_selection
 from runner.cli.outcome import command_line, counts, exit_interrupted, summarise
 from runner.errors import ConfigError, scrub
-from runner.execute.store.backend import CacheBackend, is_url
+from runner.execute.store.backend import CacheBackend
 from runner.execute.store.cache import Cache
 from runner.execute.store.lease import describe, lease_name
 from runner.job.spec import Job
@@ -270,9 +270,10 @@ async def _run_async(sel: Selection, served: Job, cache: CacheBackend, run_optio
 
 
 def _cached_first(sel: Selection) -> int:
-    """The run's task count if it can judge its cached tasks first (a folder cache, one
-    shard-less judge stage, no generation stage, CACHED_FIRST_TASKS tasks or more), else 0."""
-    if sel.shard is not None or sel.job.generate or (sel.cache_url and is_url(sel.cache_url)):
+    """The run's task count if it can judge its cached tasks first (one shard-less judge
+    stage, no generation stage, CACHED_FIRST_TASKS tasks or more; a cache folder or
+    PostgreSQL), else 0."""
+    if sel.shard is not None or sel.job.generate:
         return 0
     count = sel.expansion.count()  # ~0.04 s at 100k tasks: counted once for the whole run
     return count if count >= CACHED_FIRST_TASKS else 0

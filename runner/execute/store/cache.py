@@ -318,6 +318,14 @@ class Cache:
         self._settle()
         return {"entries": len(self._store), "bytes": int(self._store.volume())}
 
+    def reopened(self) -> Cache:
+        """This folder opened again for reading, on a connection of its own (a forked
+        reader's: runner.expand_ahead)."""
+        return Cache(self.directory, read_only=True)
+
+    def rest(self) -> None:
+        """Nothing to do before a fork (a PgCache ends its watchdog thread)."""
+
     def lease(self, name: str, holder: str) -> FolderLease:
         """The run lease `name`: a flock on a file in this folder (store/lease.py)."""
         return FolderLease(self.directory, name, holder)

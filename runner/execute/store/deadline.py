@@ -11,9 +11,10 @@ import os
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 
-__all__ = ["Watchdog"]
+__all__ = ["Watchdog", "rest_all"]
 
 
 class Watchdog:
@@ -30,7 +31,9 @@ class Watchdog:
         self._idle_s = idle_s  # the longest idle wait: a steady stream of calls never wakes it
         self._fd = -1
         self._closed = False
+        self._resting = False  # `rest` is ending the thread
         self._thread: threading.Thread | None = None
+        _ALL.add(self)
         self.fired = False
         """The last armed call overran its deadline and its socket was shut."""
 
@@ -53,7 +56,7 @@ class Watchdog:
 
     def _watch(self) -> None:
         with self._cond:
-            while not self._closed:
+            while not self._closed and not self._resting:
                 now = time.monotonic()
                 if self._due is not None and now >= self._due:
                     self._due, self.fired = None, True
@@ -63,9 +66,32 @@ class Watchdog:
                 self._wake_at = self._due if self._due is not None else now + self._idle_s
                 self._cond.wait(self._wake_at - now)
 
+    def rest(self) -> None:
+        """End the thread while no call is armed; the next `armed` starts it again. For a
+        process about to fork (runner.children.forkable wants one thread): see rest_all."""
+        with self._cond:
+            thread, self._thread = self._thread, None
+            self._resting = True
+            self._cond.notify()
+        if thread is not None:
+            thread.join()
+        with self._cond:
+            self._resting = False
+
     def close(self) -> None:
         with self._cond:
             self._closed = True
             self._cond.notify()
         if self._thread is not None:
             self._thread.join()
+
+
+_ALL: weakref.WeakSet[Watchdog] = weakref.WeakSet()
+"""Every Watchdog of this process (a run holds two caches: its lease's and its answers')."""
+
+
+def rest_all() -> None:
+    """End every watchdog thread of this process while no call is armed (before a fork);
+    each starts again with its cache's next call."""
+    for watchdog in list(_ALL):
+        watchdog.rest()

@@ -44,7 +44,7 @@ import psycopg
 from psycopg import conninfo
 
 from runner.errors import CacheError
-from runner.execute.store.deadline import Watchdog
+from runner.execute.store.deadline import Watchdog, rest_all
 from runner.execute.store.lease import held_error, lease_id
 
 __all__ = ["SCHEMA_VERSION", "PgCache", "redact"]
@@ -312,6 +312,25 @@ class PgCache:
                                         "WHERE key = ANY(%s)", (chunk,)):
                 out[k] = orjson.loads(record)
         return out
+
+    def get_many_raw(self, keys: Sequence[str]) -> dict[str, bytes]:
+        """get_many's records as the bytes stored, not decoded (as Cache.get_many_raw)."""
+        out: dict[str, bytes] = {}
+        for start in range(0, len(keys), CHUNK):
+            chunk = list(keys[start:start + CHUNK])
+            out.update(self._rows("a read", "SELECT key, record FROM judge_cache "
+                                  "WHERE key = ANY(%s)", (chunk,)))
+        return out
+
+    def reopened(self) -> PgCache:
+        """Another PgCache of the same database, on a connection of its own (a forked
+        reader's: runner.expand_ahead)."""
+        return PgCache(self._url)
+
+    def rest(self) -> None:
+        """End the watchdog threads of this process's caches (this one's, and a run's lease
+        cache's) until their next call: before a fork."""
+        rest_all()
 
     def put(self, key: str, record: Mapping[str, Any]) -> None:
         """Store a record unless the key has one already (the first answer wins)."""

@@ -33,7 +33,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, NoReturn, TypeVar
+from typing import IO, NoReturn, Protocol, TypeVar, runtime_checkable
 
 import orjson
 
@@ -42,7 +42,7 @@ from runner.errors import CacheError
 from runner.execute.store.answers import Answer, Sent, of_raw, received, sent_of_raw
 from runner.execute.store.cache import Cache
 
-__all__ = ["MIN_TASKS", "Reader", "read_here", "reader_pays", "sent_answers"]
+__all__ = ["MIN_TASKS", "Reader", "Rereadable", "read_here", "reader_pays", "sent_answers"]
 
 T = TypeVar("T")
 DEPTH = 4
@@ -52,7 +52,30 @@ MIN_TASKS = 20_000
 ANSWERS, HAS = b"a", b"h"  # the kinds of request
 
 
-def read_here(cache: Cache, keys: Sequence[str]) -> dict[str, Answer]:
+@runtime_checkable
+class Rereadable(Protocol):
+    """A cache whose stored bytes can be read in batches, and which a forked child can open
+    again on a connection of its own: a diskcache folder (Cache) or PostgreSQL
+    (runner.execute.store.pgcache.PgCache; runner.expand_ahead forks its readers)."""
+
+    def get_many_raw(self, keys: Sequence[str]) -> dict[str, bytes]:
+        """The stored bytes of the stored keys among `keys`."""
+
+    def reopened(self) -> Rereadable:
+        """The same cache on a connection of its own, for reading (in a forked child)."""
+
+    def rest(self) -> None:
+        """End any thread of the cache's own until its next call (before a fork)."""
+
+    def close(self) -> None:
+        """Close the connection."""
+
+    def __enter__(self) -> Rereadable: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+def read_here(cache: Rereadable, keys: Sequence[str]) -> dict[str, Answer]:
     """The Answers of the stored keys among `keys`, read in this process (a damaged record's
     says so, where get_many raises)."""
     return {key: of_raw(raw) for key, raw in cache.get_many_raw(keys).items()}
@@ -182,7 +205,7 @@ def _reply(cache: Cache, kind: bytes, keys: Sequence[str]) -> bytes:
     return orjson.dumps(sent_answers(cache, keys))
 
 
-def sent_answers(cache: Cache, keys: Sequence[str]) -> list[Sent | None]:
+def sent_answers(cache: Rereadable, keys: Sequence[str]) -> list[Sent | None]:
     """What a child sends of each key's record (answers.sent_of_raw), None where none is
     stored, in the order of `keys`."""
     raws = cache.get_many_raw(keys)
