@@ -69,12 +69,12 @@ class Resamples:
             return kept
         if n_boot * sum(strata) > self.kept_cells:
             if key not in self.compact:
-                kept = self.compact
-                while kept and sum(c.size for c in kept.values() if c is not None) \
+                compacts = self.compact
+                while compacts and sum(c.size for c in compacts.values() if c is not None) \
                         + n_boot * sum(strata) > self.kept_compact:
-                    del kept[next(iter(kept))]  # the oldest first
-                kept[key] = (_draw_compact(strata, n_boot, seed)
-                             if n_boot * sum(strata) <= self.kept_compact else None)
+                    del compacts[next(iter(compacts))]  # the oldest first
+                compacts[key] = (_draw_compact(strata, n_boot, seed)
+                                 if n_boot * sum(strata) <= self.kept_compact else None)
             if (compact := self.compact[key]) is not None:
                 return Draws(strata, n_boot, [], compact)
             if key not in self.starts:
