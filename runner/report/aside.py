@@ -43,7 +43,7 @@ class ForkedResult(Generic[T]):
         self._work = work
         self._child: Forked | None = None
         if fork if fork is not None else forkable():
-            self._child = Forked(self._send, "the reports' child")
+            self._child = Forked(self._send, "reliability rows")
 
     def _send(self, pipe: IO[bytes]) -> None:
         """In the child: the work's result, or what it raised, pickled (nothing if that fails:

@@ -95,42 +95,16 @@ def correlations(expansion: Expansion, tables: Tables, series: JudgeSeries | Non
     Returns:
         CORRELATION_COLUMNS rows.
     """
+    job, rows = expansion.job, []
     series = judge_rows(expansion, tables) if series is None else series
-    keys = [(d, a, j) for (d, a), judges in series.items() for j in judges]
-    by_key = correlation_rows(expansion, series, keys, resamples)
-    return [row for key in keys for row in by_key[key]]
-
-
-SeriesKey = tuple[str, str, str]
-"""(dataset, aspect, judge): one series of judge_rows."""
-
-
-def correlation_rows(expansion: Expansion, series: JudgeSeries, keys: Sequence[SeriesKey],
-                     resamples: Resamples | None = None) -> dict[SeriesKey, list[dict[str, Any]]]:
-    """correlations' rows of the series `keys` only, by key (the rows of several calls, each
-    with its own Resamples, are those of one call: the draws are seeded)."""
-    job, out = expansion.job, {}
     resamples = Resamples() if resamples is None else resamples
-    for dataset, aspect, judge in keys:
-        out[dataset, aspect, judge] = [
-            {"dataset": dataset, "aspect": aspect, "judge": judge, **_correlation(c)}
-            for c in correlate(series[dataset, aspect][judge], policy=job.policy,
-                               levels=job.levels, methods=job.methods, n_boot=job.bootstrap,
-                               seed=job.seed, resamples=resamples)]
-    return out
-
-
-def _split(series: JudgeSeries, share: float) -> tuple[list[SeriesKey], list[SeriesKey]]:
-    """Every series key, in order, and the last ones, about `share` of the rows, for the other
-    core."""
-    keys = [(d, a, j) for (d, a), judges in series.items() for j in judges]
-    sizes = [len(series[d, a][j].judge) for d, a, j in keys]
-    total, theirs = sum(sizes), 0
-    cut = len(keys)
-    while cut > 0 and theirs + sizes[cut - 1] <= share * total:
-        cut -= 1
-        theirs += sizes[cut]
-    return keys, keys[cut:]
+    for (dataset, aspect), judges in series.items():
+        for judge, data in judges.items():
+            for c in correlate(data, policy=job.policy, levels=job.levels, methods=job.methods,
+                               n_boot=job.bootstrap, seed=job.seed, resamples=resamples):
+                rows.append({"dataset": dataset, "aspect": aspect, "judge": judge,
+                             **_correlation(c)})
+    return rows
 
 
 def _correlation(c: Correlation) -> dict[str, Any]:
@@ -229,28 +203,20 @@ def _table(dataset: str, aspect: str, rows: list[dict[str, Any]]) -> list[str]:
     return [*lines, "", *([note, ""] if note else [])]
 
 
-OTHER_SHARE = 0.3
-"""The share of the correlations' series computed on the other core, beside its files and
-reliability rows: at ten million judgments the correlations took ~36 s on the main core while
-the child's own work took ~16 s."""
-
-
 def _set_aside(expansion: Expansion, tables: Tables, positions: Positions,
-               scores: io.BufferedWriter | None, parquet: io.BufferedWriter | None,
-               series: JudgeSeries, keys: Sequence[SeriesKey]
-               ) -> tuple[list[dict[str, Any]], dict[SeriesKey, list[dict[str, Any]]]]:
+               scores: io.BufferedWriter | None, parquet: io.BufferedWriter | None = None
+               ) -> list[dict[str, Any]]:
     """The reports' work for the other core: scores.csv written to `scores` and scores.parquet
     to `parquet` (each None: not written; each from its start: a child that died part-way
-    leaves a part, overwritten when the work is done again in place); reliability.csv's rows
-    and the correlation rows of the series `keys`, returned."""
+    leaves a part, overwritten when the work is done again in place), and reliability.csv's
+    rows, returned."""
     for file, write in ((scores, scores_csv), (parquet, _parquet)):
         if file is not None:
             file.seek(0)
             file.truncate()
             write(tables, file)
             file.flush()
-    return (reliability_rows(expansion, tables.cells, positions),
-            correlation_rows(expansion, series, keys))
+    return reliability_rows(expansion, tables.cells, positions)
 
 
 def _parquet(tables: Tables, file: io.BufferedWriter) -> None:
@@ -277,33 +243,31 @@ def _write_set(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgment
     with atomic_file(out_dir / "judgments.jsonl") as jsonl:
         tables = collect(expansion, rows.watch(battles.watch(positions.watch(judgments))),
                          jsonl, expansion.job.juries)
-    # scores.csv, scores.parquet, reliability.csv's rows and OTHER_SHARE of the correlations
-    # on the other core (about half the reports' time) while the others are made here
-    series = judge_rows(expansion, tables)
-    keys, theirs = _split(series, OTHER_SHARE)
+    # scores.csv, scores.parquet and reliability.csv's rows on the other core (about half the
+    # reports' time) while the others are made here
     with contextlib.ExitStack() as files:
         scores = (files.enter_context(atomic_file(out_dir / "scores.csv"))
                   if expansion.job.scores_csv else None)
         parquet = files.enter_context(atomic_file(out_dir / "scores.parquet"))
-        aside = files.enter_context(ForkedResult(
-            lambda: _set_aside(expansion, tables, positions, scores, parquet, series, theirs)))
-        mine = correlation_rows(expansion, series, keys[:len(keys) - len(theirs)])
+        reliable = files.enter_context(ForkedResult(
+            lambda: _set_aside(expansion, tables, positions, scores, parquet)))
+        series = judge_rows(expansion, tables)
+        corr = correlations(expansion, tables, series)  # one Resamples for the set
+        write_atomic(out_dir / "correlations.csv", _csv(CORRELATION_COLUMNS, corr))
         summ = summary(tables)
         write_atomic(out_dir / "summary.csv", _csv(SUMMARY_COLUMNS, summ))
+        tables.headline = headline(expansion.job.levels, expansion.job.methods, corr, summ,
+                                   juries=[j.name for j in expansion.job.juries])
         battle_rows = battles.rows()
         ranking = rank_rows(battle_rows, n_boot=expansion.job.bootstrap, seed=expansion.job.seed)
         board = leaderboard(tables) if expansion.job.leaderboard else None
-        reliability, their_rows = aside.result()
-        corr = [row for key in keys for row in (mine[key] if key in mine else their_rows[key])]
-        write_atomic(out_dir / "correlations.csv", _csv(CORRELATION_COLUMNS, corr))
-        tables.headline = headline(expansion.job.levels, expansion.job.methods, corr, summ,
-                                   juries=[j.name for j in expansion.job.juries])
         if callable(manifest):
             manifest = manifest(tables)
         manifest = {"run_id": run_id, **manifest,
                     "provenance": tables.provenance.as_dict(expansion.job)}
         page = page_data(expansion, series, corr, summ, battle_rows, board, manifest, rows,
                          ranking=ranking)
+        reliability = reliable.result()
     write_atomic(out_dir / "report.md", (_markdown(expansion, corr, summ, notes)
                                          + battle_markdown(battle_rows)
                                          + ranking_markdown(ranking)
