@@ -75,6 +75,7 @@ class Watchdog:
             self._cond.notify()
         if thread is not None:
             thread.join()
+            _gone(thread.native_id)
         with self._cond:
             self._resting = False
 
@@ -84,6 +85,15 @@ class Watchdog:
             self._cond.notify()
         if self._thread is not None:
             self._thread.join()
+
+
+def _gone(native_id: int | None, wait_s: float = 1.0) -> None:
+    """Wait until the OS thread `native_id` has ended (Linux): a joined thread can still be
+    listed for a moment, and runner.children.forkable counts the OS's threads."""
+    task = f"/proc/self/task/{native_id}"
+    deadline = time.monotonic() + wait_s
+    while native_id is not None and os.path.exists(task) and time.monotonic() < deadline:
+        time.sleep(0.001)
 
 
 _ALL: weakref.WeakSet[Watchdog] = weakref.WeakSet()
