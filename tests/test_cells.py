@@ -202,8 +202,9 @@ def _same_rows(got: list[Row], want: list[Row]) -> None:
 @pytest.mark.parametrize("seed", range(6))
 def test_columnar_reports_equal_those_of_the_dict_of_cells(
         seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    if seed % 2:  # scores.csv a few cells at a time: the parts' edges
+    if seed % 2:  # scores.csv and the scored pairs a few cells at a time: the parts' edges
         monkeypatch.setattr(report_tables, "ROWS_A_PART", 7)
+        monkeypatch.setattr(report_reliability, "_PART", 5)
     rng = np.random.default_rng(seed)
     items = {"d1": _items(rng, "d1", 30, subsets=False),
              "d2": _items(rng, "d2", 24, subsets=True)}

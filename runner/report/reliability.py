@@ -82,13 +82,24 @@ def _agreement(dataset: str, aspect: str, a: str, b: str, x: npt.NDArray[np.floa
     return out
 
 
+_PART = 1 << 20  # cells looked at a time by _scored_pairs
+
+
 def _scored_pairs(cells: Cells) -> list[tuple[str, str]]:
-    """The (dataset, aspect) pairs that have a scored cell, in the cells' order."""
+    """The (dataset, aspect) pairs that have a scored cell, in the cells' order. The cells
+    are read _PART at a time: at ten million cells, every cell's pair code and their sort
+    at once took ~0.3 GB more of the reports' child."""
     aspects, aspect_of = cells.aspect_codes()
-    at = np.flatnonzero(cells.scored)
-    pair = cells.dataset()[at].astype(np.int64) * len(aspects) + aspect_of[cells.judge[at]]
-    distinct, _ = grouped(pair, len(cells.datasets) * len(aspects))
-    return [(cells.datasets[p // len(aspects)], aspects[p % len(aspects)]) for p in distinct]
+    first = np.full(len(cells.datasets) * len(aspects), len(cells), dtype=np.int64)
+    for start in range(0, len(cells), _PART):
+        at = np.flatnonzero(cells.scored[start:start + _PART]) + start
+        pair = (cells.item_dataset[cells.item[at]].astype(np.int64) * len(aspects)
+                + aspect_of[cells.judge[at]])
+        codes, where = np.unique(pair, return_index=True)
+        np.minimum.at(first, codes, at[where])
+    present = np.flatnonzero(first < len(cells))
+    return [(cells.datasets[p // len(aspects)], aspects[p % len(aspects)])
+            for p in present[np.argsort(first[present], kind="stable")].tolist()]
 
 
 def _by_judge(cells: Cells, dataset: str, aspect: str) -> dict[str, _Scored]:
