@@ -95,35 +95,37 @@ def _draw(strata: tuple[int, ...], n_boot: int, seed: int) -> FloatArray:
     The generator's stream runs on across calls, so the counts are the bits of one
     (n_boot, k) draw per stratum, without holding its int64 draws, their bincount and a
     concatenated copy at once (~4x the result's size at its peak)."""
-    rng = np.random.default_rng(seed)
     out = np.empty((n_boot, sum(strata)), dtype=np.float64)
-    start = 0
-    for k in strata:
-        step = max(1, _DRAW_CELLS // max(k, 1))
-        for b0 in range(0, n_boot, step):
-            rows = min(step, n_boot - b0)
-            out[b0:b0 + rows, start:start + k] = _drawn(rng, k, rows)
-        start += k
+    _draw_into(out, strata, seed)
     return out
 
 
 def _draw_compact(strata: tuple[int, ...], n_boot: int, seed: int
                   ) -> npt.NDArray[np.uint8] | None:
     """_draw's matrix as uint8 (the same counts), or None if a count passes 255."""
-    rng = np.random.default_rng(seed)
     out = np.empty((n_boot, sum(strata)), dtype=np.uint8)
-    start = 0
+    if not _draw_into(out, strata, seed):
+        return None
+    out.flags.writeable = False
+    return out
+
+
+def _draw_into(out: npt.NDArray[Any], strata: tuple[int, ...], seed: int) -> bool:
+    """_draw's counts into `out` (n_boot rows); False, part-filled, if one passes what an
+    unsigned integer `out` holds."""
+    rng = np.random.default_rng(seed)
+    limit = int(np.iinfo(out.dtype).max) if out.dtype.kind == "u" else None
+    n_boot, start = len(out), 0
     for k in strata:
         step = max(1, _DRAW_CELLS // max(k, 1))
         for b0 in range(0, n_boot, step):
             rows = min(step, n_boot - b0)
             drawn = _drawn(rng, k, rows)
-            if drawn.size and int(drawn.max()) > 255:
-                return None
+            if limit is not None and drawn.size and int(drawn.max()) > limit:
+                return False
             out[b0:b0 + rows, start:start + k] = drawn
         start += k
-    out.flags.writeable = False
-    return out
+    return True
 
 
 def _drawn(rng: np.random.Generator, k: int, rows: int) -> npt.NDArray[np.intp]:
