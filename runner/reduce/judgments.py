@@ -142,20 +142,24 @@ class CachedFirst:
         item, done = expansion.item, 0
         for batch, stored in reads:
             self.on_progress(stats)  # a batch at a time: ~0.6 us a task otherwise
-            for task in batch:
-                if (answer := stored.get(task.key)) is None:
-                    # from here on, with their bodies (those read ahead are expanded again)
-                    self.uncached_onward = expansion.tasks(done)
-                    reads.close()  # ends the reader, if any
-                    self.on_progress(stats)
-                    return
-                done += 1
-                stats.cache_hits += 1
-                hashes.append(hash(task.key))
+            # the batch's tasks up to its first without an answer, counted at once
+            cut = next((i for i, t in enumerate(batch) if t.key not in stored), len(batch))
+            cached = batch[:cut] if cut < len(batch) else batch
+            done += cut
+            stats.cache_hits += cut
+            hashes.extend([hash(task.key) for task in cached])
+            for task in cached:
+                answer = stored[task.key]
                 if task.members:
                     yield from context.judged(task, answer)
                 else:
                     yield context.parsed(task, item(task.dataset, task.item_id), answer, None)
+            if cut < len(batch):
+                # from here on, with their bodies (those read ahead are expanded again)
+                self.uncached_onward = expansion.tasks(done)
+                reads.close()  # ends the reader, if any
+                self.on_progress(stats)
+                return
         self.on_progress(stats)
 
 
