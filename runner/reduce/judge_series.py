@@ -19,7 +19,7 @@ from runner.expand import Expansion
 from runner.reduce.cells import Cells, grouped
 from runner.reduce.series import Labels, Series
 
-__all__ = ["judge_series"]
+__all__ = ["humans", "judge_series"]
 
 
 class _Codes:
@@ -48,9 +48,10 @@ class _Codes:
                       self.labels)
 
 
-def _humans(cells: Cells, aspects: Sequence[str]
-            ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]:
-    """items x aspects: the human score, and whether the item has one."""
+def humans(cells: Cells, aspects: Sequence[str]
+           ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]:
+    """items x aspects: the human score (0 where none), and whether the item has one (the
+    judges' series here, reliability.csv's agreement and length rows)."""
     where = {a: k for k, a in enumerate(aspects)}
     human = np.zeros((len(cells.items), len(aspects)))
     has = np.zeros((len(cells.items), len(aspects)), dtype=bool)
@@ -81,7 +82,7 @@ def judge_series(expansion: Expansion, cells: Cells
     """
     aspects, aspect_of = cells.aspect_codes()
     names, name_of = cells.names()
-    human, has = _humans(cells, aspects)
+    human, has = humans(cells, aspects)
     cell_aspect = aspect_of[cells.judge]
     kept = np.flatnonzero(has[cells.item, cell_aspect])
     width = max(len(names), 1)

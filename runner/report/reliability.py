@@ -22,6 +22,7 @@ from runner.expand import Expansion
 from runner.job.spec import Job
 from runner.reduce.cells import Cells, grouped
 from runner.reduce.correlate import Row
+from runner.reduce.judge_series import humans
 from runner.reduce.reliability import (
     LEVELS,
     Positions,
@@ -136,12 +137,13 @@ def _annotator_rows(dataset: str, aspect: str, items: Sequence[Item]) -> list[di
 
 
 class _Humans:
-    """One data set and aspect's human scores and annotators' votes by item (indices into
-    Cells.items), as arrays: what every judge of it is compared with."""
+    """One aspect's human scores and annotators' votes by item (indices into Cells.items), as
+    arrays: what every judge of it is compared with. `human` and `has` are the aspect's
+    columns of runner.reduce.judge_series.humans."""
 
-    def __init__(self, items: Sequence[Item], aspect: str) -> None:
-        self.has = np.array([aspect in it.human for it in items], dtype=bool)
-        self.human = np.array([it.human.get(aspect, 0.0) for it in items], dtype=np.float64)
+    def __init__(self, items: Sequence[Item], aspect: str, human: npt.NDArray[np.float64],
+                 has: npt.NDArray[np.bool_]) -> None:
+        self.human, self.has = human, has
         votes = [it.annotators.get(aspect, ()) if it.annotators else () for it in items]
         self.n_votes = np.array([len(v) for v in votes], dtype=np.int64)
         k = int(self.n_votes.max(initial=0))
@@ -152,17 +154,17 @@ class _Humans:
 
 
 def _judge_agreement(dataset: str, aspect: str, judges: Mapping[str, _Scored],
-                     humans: _Humans) -> list[dict[str, Any]]:
+                     people: _Humans) -> list[dict[str, Any]]:
     out = []
     for judge, (ids, scores) in judges.items():
-        n_votes = humans.n_votes[ids]
+        n_votes = people.n_votes[ids]
         for c in range(int(n_votes.max(initial=0))):
             rated = n_votes > c
             out += _agreement(dataset, aspect, judge, f"annotator {c + 1}", scores[rated],
-                              humans.votes[ids[rated], c])
-        if (has := humans.has[ids]).any():
+                              people.votes[ids[rated], c])
+        if (has := people.has[ids]).any():
             out += _agreement(dataset, aspect, judge, "human", scores[has],
-                              humans.human[ids[has]])
+                              people.human[ids[has]])
     names = sorted(judges)
     for i, a in enumerate(names):
         for b in names[i + 1:]:
@@ -210,7 +212,7 @@ class _Lengths:
         return self.sizes[ids]
 
 
-def _length_rows(dataset: str, aspect: str, judges: Mapping[str, _Scored], humans: _Humans,
+def _length_rows(dataset: str, aspect: str, judges: Mapping[str, _Scored], people: _Humans,
                  lengths: _Lengths, field: str | None) -> list[dict[str, Any]]:
     """Spearman of score with answer length (characters, whitespace tokens), the human's
     alongside, and the judge-human Pearson / Spearman before and after controlling for length."""
@@ -218,10 +220,10 @@ def _length_rows(dataset: str, aspect: str, judges: Mapping[str, _Scored], human
     human_done = False
     for judge, (ids, scores) in judges.items():
         sizes = lengths.of(ids, field)
-        keep = humans.has[ids] & ~np.isnan(sizes[:, 0])
+        keep = people.has[ids] & ~np.isnan(sizes[:, 0])
         if keep.sum() < 3:
             continue
-        score, human = scores[keep], humans.human[ids[keep]]
+        score, human = scores[keep], people.human[ids[keep]]
         chars, tokens = sizes[keep, 0], sizes[keep, 1]
         series = [(judge, score)] + ([] if human_done else [("human", human)])
         human_done = True
@@ -267,15 +269,20 @@ def reliability_rows(expansion: Expansion, cells: Cells,
     out: list[dict[str, Any]] = []
     scored = _scored_pairs(cells)
     lengths = _Lengths(cells.items)
+    aspects = cells.aspect_codes()[0]
+    human, has = humans(cells, aspects)
+    by_aspect: dict[str, _Humans] = {}  # the same for every data set
     keys = list(dict.fromkeys([*scored, *((d, a) for (d, a) in _annotated(expansion))]))
     for dataset, aspect in keys:
         items = expansion.items.get(dataset, [])
         out += _annotator_rows(dataset, aspect, items)
         judges = _by_judge(cells, dataset, aspect) if (dataset, aspect) in scored else {}
         if judges:
-            humans = _Humans(cells.items, aspect)
-            out += _judge_agreement(dataset, aspect, judges, humans)
-            out += _length_rows(dataset, aspect, judges, humans, lengths,
+            if aspect not in by_aspect:
+                k = aspects.index(aspect)
+                by_aspect[aspect] = _Humans(cells.items, aspect, human[:, k], has[:, k])
+            out += _judge_agreement(dataset, aspect, judges, by_aspect[aspect])
+            out += _length_rows(dataset, aspect, judges, by_aspect[aspect], lengths,
                                 answer_field(expansion.job, dataset))
     for (judge, dataset, aspect), table in positions.self_consistency():
         for level in LEVELS[1:3]:
