@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from runner.reduce.cells import Cells
+from runner.reduce.judge_series import humans
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -107,9 +108,8 @@ def write_scores_parquet(cells: Cells, metric_names: Sequence[str], file: IO[byt
                   *(_codes([getattr(it, f) for it in items])
                     for f in ("item_id", "group", "system", "subset"))]
     judge_codes = [_codes([j[k] for j in cells.judges]) for k in range(3)]
-    nan = float("nan")
-    human = np.array([[it.human.get(a, nan) for a in aspects] for it in items],
-                     dtype=np.float64).reshape(len(items), len(aspects))
+    human, has = humans(cells, aspects)
+    human[~has] = np.nan  # null where the item has no human score
     metrics = _metric_values(cells, metric_names, aspects) if metric_names else None
     fields = [pa.field(n, pa.dictionary(pa.int32(), pa.string())) for n in LABELS]
     fields += [pa.field(n, pa.float64()) for n in ("judge_score", "human_score",
