@@ -326,6 +326,25 @@ def test_lazy_draws_are_the_matrix_a_block_at_a_time(strata: tuple[int, ...], st
     np.testing.assert_array_equal(np.concatenate(list(lazy.blocks(50))), want)  # again, whole
 
 
+def test_a_matrix_with_a_count_past_a_byte_is_drawn_again_not_kept(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A count above 255 does not fit the uint8 copy: that matrix is drawn again a block at a
+    time, the same bits, and not tried again (counts made 256x here: real ones stay far
+    below 255)."""
+    real = resample_module._drawn
+    monkeypatch.setattr(resample_module, "_drawn",
+                        lambda rng, k, rows: real(rng, k, rows) * 256)
+    strata = (5, 1, 12)
+    want = resample_module._draw(strata, 50, 4)
+    assert want.max() > 255
+    resamples = resample_module.Resamples(kept_cells=0)
+    for _ in range(2):
+        lazy = resamples.counts(strata, 50, 4)
+        assert isinstance(lazy, resample_module.Draws) and lazy.compact is None
+        np.testing.assert_array_equal(np.concatenate(list(lazy.blocks(7))), want)
+    assert resamples.compact == {(strata, 50, 4): None}
+
+
 def test_correlations_from_lazy_draws_equal_those_from_the_matrix(
         monkeypatch: pytest.MonkeyPatch) -> None:
     rows = synthetic(5, groups=40, subsets=("p", "q"), discrete=False)
