@@ -51,6 +51,8 @@ class BatchScript:
     """Every request whose place in its batch file is a multiple of this fails (status 400)."""
     fail_all_once: bool = False
     """The next batch to finish answers every request with a 500 error line."""
+    upload_500: int = 0
+    """Answer this many uploads with 500 (the client uploads again) before accepting."""
     create_503: bool = False
     """Answer every create with 503 (a server in trouble: the client retries) while set."""
 
@@ -102,6 +104,9 @@ async def _upload(request: web.Request) -> web.Response:
             data = b"".join(chunks)
     if purpose != "batch" or not data:
         return _error(400, "purpose must be batch and file must be given")
+    if state.script.upload_500 > 0:
+        state.script.upload_500 -= 1
+        return _error(500, "the upload failed; try again")
     file_id = f"file-{next(state.ids)}"
     state.files[file_id] = data
     state.uploads += 1

@@ -13,6 +13,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -240,6 +241,47 @@ def test_a_429_on_create_is_retried(fake: BatchServer, tmp_path: Path, data_dir:
     assert run.returncode == 0, run.stderr
     assert fake.batch.refused == 2 and fake.batch.creates == 1
     assert set(fake.batch.creations.values()) == {1}
+
+
+def test_an_upload_is_tried_again_and_leaves_no_file_open(
+        fake: BatchServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch file whose upload fails once is opened again and sent whole the second time,
+    and every handle the attempts opened on it is closed."""
+    import asyncio
+    import os
+
+    import aiohttp
+
+    from runner.execute.batch_api import OpenAIBatches
+
+    path = tmp_path / "requests.jsonl"
+    path.write_bytes(b'{"custom_id": "a"}\n' * 1000)
+    fake.batch.script.upload_500 = 1
+    handles, real_open = [], Path.open
+
+    def recorded(self: Path, *args: Any, **kwargs: Any) -> Any:
+        handle = real_open(self, *args, **kwargs)
+        handles.append(handle)
+        return handle
+
+    monkeypatch.setattr(Path, "open", recorded)
+
+    def open_on_it() -> list[str]:
+        fds = Path("/proc/self/fd")
+        return [f.name for f in fds.iterdir()
+                if os.path.realpath(f) == str(path.resolve())] if fds.exists() else []
+
+    async def upload() -> str:
+        async with aiohttp.ClientSession() as session:
+            batches = OpenAIBatches(session, fake.url, lambda: "sk-test",
+                                    max_retries=2)
+            return await batches.upload(path)
+
+    file_id = asyncio.run(upload())
+    assert fake.batch.uploads == 1 and fake.batch.script.upload_500 == 0
+    assert len(handles) == 2 and all(h.closed for h in handles)  # one an attempt
+    assert fake.batch.files[file_id] == path.read_bytes()
+    assert open_on_it() == []
 
 
 def test_cancel_then_rerun_keeps_the_finished_part_and_submits_the_rest(

@@ -10,6 +10,7 @@ a floor); 401/403 are AuthError; anything else is a RequestError with the server
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -60,10 +61,10 @@ class OpenAIBatches:
                 so after `max_retries` retries.
         """
 
-        def form() -> aiohttp.FormData:
+        def form(files: contextlib.ExitStack) -> aiohttp.FormData:
             data = aiohttp.FormData()
             data.add_field("purpose", "batch")
-            data.add_field("file", path.open("rb"), filename=path.name,
+            data.add_field("file", files.enter_context(path.open("rb")), filename=path.name,
                            content_type="application/jsonl")
             return data
 
@@ -216,7 +217,7 @@ class OpenAIBatches:
         return {"Authorization": f"Bearer {key}"} if key else {}
 
     async def _call(self, method: str, path: str, *, json: Any = None,
-                    form: Callable[[], aiohttp.FormData] | None = None,
+                    form: Callable[[contextlib.ExitStack], aiohttp.FormData] | None = None,
                     raw: bytes | None = None) -> dict[str, Any]:
         error: APIError | None = None
         for attempt in range(self.max_retries + 1):
@@ -231,27 +232,26 @@ class OpenAIBatches:
         raise error
 
     async def _once(self, method: str, path: str, json: Any,
-                    form: Callable[[], aiohttp.FormData] | None) -> dict[str, Any]:
+                    form: Callable[[contextlib.ExitStack], aiohttp.FormData] | None
+                    ) -> dict[str, Any]:
+        """One request; `form` makes a multipart body, its files opened in the stack it is
+        given, closed when the request ends (each attempt opens them again)."""
         headers = self._headers()
         data: Any = None
-        if json is not None:
-            data, headers["Content-Type"] = orjson.dumps(json), "application/json"
-        elif form is not None:
-            data = form()
-        try:
-            async with self.session.request(method, self.base + path, data=data,
-                                            headers=headers, timeout=_TIMEOUT) as resp:
-                raw = await resp.read()
-                if resp.status != 200:
-                    raise _error(resp.status, raw, resp.headers, f"{method} {path}")
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise RetryableError(f"{method} {self.base}{path}: connection error: "
-                                 f"{type(exc).__name__}: {exc}") from None
-        finally:
-            if form is not None and data is not None:
-                for field in data._fields:  # close the uploaded file's handle
-                    if hasattr(field[2], "close"):
-                        field[2].close()
+        with contextlib.ExitStack() as files:
+            if json is not None:
+                data, headers["Content-Type"] = orjson.dumps(json), "application/json"
+            elif form is not None:
+                data = form(files)
+            try:
+                async with self.session.request(method, self.base + path, data=data,
+                                                headers=headers, timeout=_TIMEOUT) as resp:
+                    raw = await resp.read()
+                    if resp.status != 200:
+                        raise _error(resp.status, raw, resp.headers, f"{method} {path}")
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                raise RetryableError(f"{method} {self.base}{path}: connection error: "
+                                     f"{type(exc).__name__}: {exc}") from None
         try:
             got = orjson.loads(raw)
         except orjson.JSONDecodeError:
