@@ -23,10 +23,8 @@ from runner.errors import ConfigError
 from runner.selection import CacheLocation, TaskSelection
 from runner.session import Download, Selection
 
-__all__ = ["CACHE_OPTIONS", "DEFAULT_DATA_DIR", "PARTIAL_HELP", "SELECTION_OPTIONS",
+__all__ = ["CACHE_OPTIONS", "PARTIAL_HELP", "SELECTION_OPTIONS",
            "UsageError", "cache_location", "data_dir", "resolve", "task_selection"]
-
-DEFAULT_DATA_DIR = Path.home() / ".cache" / "judge-runner" / "data"
 
 PARTIAL_HELP = ("Exit 0 although some tasks have no cached answer (the reports leave them "
                 "out); without it that is exit 1, e.g. after shards that did not all run.")
@@ -50,7 +48,7 @@ def data_dir() -> Path:
     Returns:
         The folder (it may not exist yet).
     """
-    return Path(os.environ.get("JUDGE_DATA_DIR") or DEFAULT_DATA_DIR)
+    return Path(os.environ.get("JUDGE_DATA_DIR") or api.DEFAULT_DATA_DIR)
 
 
 def _option(*decls: str, ignored: bool = False, **attrs: Any) -> Decorator:
