@@ -139,9 +139,8 @@ from runner.execute.store.cache import Cache
 forced = sys.argv.pop(1) == "forced"
 run.CACHED_FIRST_TASKS = 1
 j.READ_BATCH, e.CHUNK = 3, 6  # runs of 2 batches: the expander's children take turns
-b.reader_pays = e.reader_pays = lambda cache, count: forced and isinstance(cache, Cache)
-e.MIN_TASKS = 1 if forced else 10**12  # PostgreSQL's
-e.second_core = lambda: True
+b.reader_pays = lambda cache, count: forced and isinstance(cache, Cache)
+e.expander_pays = lambda cache, count: forced
 start = e.Expander.__init__
 def announced(self, *args):
     print("expander forked", file=sys.stderr)
@@ -283,7 +282,7 @@ def test_an_expander_dropped_unfinished_stops_its_children(
 
     monkeypatch.setattr(expand_ahead, "Forked", recorded)
     with Cache(cache) as c:
-        monkeypatch.setattr(expand_ahead, "reader_pays", lambda *_: True)
+        monkeypatch.setattr(expand_ahead, "expander_pays", lambda *_: True)
         monkeypatch.setattr(expand_ahead, "forkable", lambda: True)
         reads = expanded(c, sel.expansion, 3, 800)
         assert len(pids) == 2 and all(_alive(p) for p in pids)  # forked by the call

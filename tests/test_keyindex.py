@@ -125,7 +125,7 @@ def test_a_rescore_reads_the_index_and_an_edited_job_does_not(
     """The real forked expander: the first read renders and stores the index; the second
     reads it (rendering is broken in the children, and every answer still comes from them);
     after an edit of one item's text, its tasks get their new keys, without answers."""
-    monkeypatch.setattr(expand_ahead, "reader_pays", lambda *_: True)
+    monkeypatch.setattr(expand_ahead, "expander_pays", lambda *_: True)
     monkeypatch.setattr(expand_ahead, "forkable", lambda: True)
     monkeypatch.setattr(expand_ahead, "CHUNK", 4)  # runs of 2 batches of 2: both children
     first = _expand(write_job)
