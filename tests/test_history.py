@@ -53,11 +53,16 @@ def test_each_run_is_kept_and_listed(server: ThreadedServer, tmp_path: Path,
 
     assert listed.returncode == 0, listed.stderr
     lines = listed.stdout.splitlines()
-    assert lines[0].split() == ["run", "kind", "models", "tasks", "calls", "cost", "best",
-                                "correlation"]
+    assert lines[0].split() == ["run", "kind", "models", "tasks", "calls", "cost", "disk",
+                                "best", "correlation"]
     assert [line.split()[:5] for line in lines[1:]] == [
         [ids[0], "run", "fake", "12", "12"], [ids[1], "run", "other", "12", "12"],
         [ids[2], "rebuild", "fake", "12", "0"]]
+    # what removing each frees: a replaced set's files are its own; the newest's are the
+    # folder's too
+    own = [sum(p.stat().st_size for p in k.iterdir()) for k in kept[:2]]
+    assert [line.split()[6] for line in lines[1:]] == [f"{own[0] / 1e3:.0f}kB",
+                                                        f"{own[1] / 1e3:.0f}kB", "0B"]
     assert all(re.search(r"/stars -?\d\.\d{3} \(spearman, sample, openmeva/overall\)$", line)
                for line in lines[1:]), lines
 
@@ -71,6 +76,19 @@ def test_each_run_is_kept_and_listed(server: ThreadedServer, tmp_path: Path,
     assert error_line(missing.stderr) == (f"Error: {out / 'history' / '20000101T000000Z-000000'}"
                                           f": no such run; `judge runs {job}` lists them")
 
+    pruned = run_judge("runs", job, "--out", out, "--keep", 1, env=env, cwd=tmp_path)
+    assert pruned.returncode == 0, pruned.stderr
+    assert pruned.stderr.strip() == (f"removed 2 kept runs ({ids[0]}, {ids[1]}); freed "
+                                     f"{(own[0] + own[1]) / 1e3:.0f}kB")
+    assert [line.split()[0] for line in pruned.stdout.splitlines()[1:]] == [ids[2]]
+    assert sorted(p.name for p in (out / "history").iterdir()) == [ids[2]]
+    assert _files(out / "history" / ids[2]) == _files(out) == sets[2]  # the newest, whole
+    assert (out / "latest").resolve() == (out / "history" / ids[2]).resolve()
+    again = run_judge("runs", job, "--out", out, "--keep", 1, env=env, cwd=tmp_path)
+    assert again.stderr.strip() == "removed 0 kept runs; freed 0B"
+    refused = run_judge("runs", job, "--out", out, "--keep", 0, env=env, cwd=tmp_path)
+    assert refused.returncode == 2 and "--keep" in refused.stderr
+
 
 def test_runs_of_a_job_never_run(tmp_path: Path, data_dir: Path) -> None:
     job = write_job(tmp_path / "jobs")
@@ -79,3 +97,26 @@ def test_runs_of_a_job_never_run(tmp_path: Path, data_dir: Path) -> None:
     assert result.returncode == 2
     assert error_line(result.stderr) == (f"Error: {tmp_path / 'out' / 'history'}: no kept runs "
                                          f"yet; `judge run {job}` makes one")
+
+
+def test_keep_never_removes_the_run_latest_points_at(tmp_path: Path) -> None:
+    """A run that started first and finished last has the oldest id and is `latest`: pruning
+    to the newest one keeps it too; a removal a killed pruner left half-done is cleared by the
+    next report set."""
+    from runner.report.folder import forget_runs, kept_runs, report_set
+
+    out = tmp_path / "out"
+    ids = ["20260101T000000.000Z-aaaaaa", "20260102T000000.000Z-bbbbbb",
+           "20260103T000000.000Z-cccccc"]
+    for run_id in ids:
+        (out / "history" / run_id).mkdir(parents=True)
+        (out / "history" / run_id / "manifest.json").write_bytes(b"{}")
+    (out / "latest").symlink_to(Path("history") / ids[0], target_is_directory=True)
+    assert forget_runs(out, 1) == ([ids[1]], 2)
+    assert [p.name for p in kept_runs(out)] == [ids[0], ids[2]]
+
+    left = out / "history" / f".{ids[2]}.removing-999999999"  # no such process
+    left.mkdir()
+    with report_set(out, "20260104T000000.000Z-dddddd") as stage:
+        (stage / "manifest.json").write_bytes(b"{}")
+    assert not left.exists()

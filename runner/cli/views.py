@@ -15,7 +15,7 @@ import orjson
 from runner.cli.options import task_selection
 from runner.errors import ConfigError
 from runner.job.load import load_job
-from runner.report.folder import HISTORY, kept_runs
+from runner.report.folder import HISTORY, forget_runs, kept_runs, own_bytes
 from runner.selection import TaskSelection
 from runner.session import job_path
 
@@ -77,19 +77,35 @@ def view(task_selection: TaskSelection, run: str | None, print_only: bool) -> No
 
 @click.command()
 @task_selection(report_folder_only=True)
-def runs(task_selection: TaskSelection) -> None:
+@click.option("--keep", type=click.IntRange(min=1), metavar="N",
+              help="First remove every kept run but the N newest (their reports only: the "
+                   "cache keeps every answer, so `judge rescore` rebuilds any of them), and "
+                   "say how much space that freed.")
+def runs(task_selection: TaskSelection, keep: int | None) -> None:
     """List the job's kept runs, oldest first: id, kind (run, or rebuild from the cache),
-    models, tasks, calls, estimated cost, and the best LLM judge's correlation.
+    models, tasks, calls, estimated cost, disk (what removing the run frees: its files that
+    neither the folder's reports nor another run link), and the best LLM judge's correlation.
 
     Every `judge run`, `rescore`, `report` and `import` keeps its report set in
-    runs/<job>/history/RUN (hard links: no copy); `judge view JOB RUN` opens one.
+    runs/<job>/history/RUN (hard links: no copy); `judge view JOB RUN` opens one. A run
+    replaced by a newer one holds its own files: ~5 GB at ten million judgments.
+
+    \b
+    Examples:
+      judge runs openmeva
+      judge runs openmeva --keep 3
     """
     folder = _folder(task_selection)
+    if keep is not None:
+        removed, freed = forget_runs(folder, keep)
+        click.echo(f"removed {len(removed)} kept run{'s' * (len(removed) != 1)}"
+                   + (f" ({', '.join(removed)})" if removed else "")
+                   + f"; freed {_size(freed)}", err=True)
     kept = kept_runs(folder)
     if not kept:
         raise ConfigError(f"{folder / HISTORY}: no kept runs yet; `judge run "
                           f"{task_selection.job_name()}` makes one")
-    rows = [("run", "kind", "models", "tasks", "calls", "cost", "best correlation")]
+    rows = [("run", "kind", "models", "tasks", "calls", "cost", "disk", "best correlation")]
     for path in kept:
         m = orjson.loads((path / "manifest.json").read_bytes())
         counts = m.get("counts", {})
@@ -97,10 +113,20 @@ def runs(task_selection: TaskSelection) -> None:
         rows.append((path.name, m.get("kind", "run"),
                      ",".join(x["name"] for x in m.get("models", [])),
                      str(counts.get("tasks", "")), str(counts.get("api_calls", "")),
-                     "unknown" if cost is None else f"${cost:.4f}", _best(path)))
+                     "unknown" if cost is None else f"${cost:.4f}", _size(own_bytes(path)),
+                     _best(path)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         click.echo("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
+
+
+def _size(n: int) -> str:
+    """`0B`, `512B`, `35kB`, `1.2GB`: bytes in decimal units, without a space (one column)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            value = n / scale
+            return f"{value:.1f}{unit}" if value < 10 else f"{value:.0f}{unit}"
+    return f"{n}B"
 
 
 def _best(run: Path) -> str:

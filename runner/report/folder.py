@@ -11,7 +11,10 @@ the first paid call.
 Every set is also kept: before it replaces the folder's, it is linked (hard links: no copy,
 no space) into `history/RUN_ID/` (RUN_ID = UTC time and a short random id, as in the manifest's
 `run_id`), and `latest` points there. A kept set is never touched again; `judge runs` lists
-them, so neither a rebuild nor a run with other models loses an earlier run's reports.
+them, so neither a rebuild nor a run with other models loses an earlier run's reports. Each
+set of a ten-million-judgment study takes ~5 GB once the folder's own set has moved on, so
+`judge runs JOB --keep N` removes all but the newest N (`forget_runs`): a run is hidden by a
+rename first, so it is listed whole or not at all.
 """
 
 from __future__ import annotations
@@ -29,8 +32,8 @@ from pathlib import Path
 from runner.children import alive
 from runner.errors import ReportError
 
-__all__ = ["HISTORY", "REPORT_FILES", "atomic_file", "check_out", "kept_runs", "new_run_id",
-           "report_set", "write_atomic"]
+__all__ = ["HISTORY", "REPORT_FILES", "atomic_file", "check_out", "forget_runs", "kept_runs",
+           "new_run_id", "own_bytes", "report_set", "write_atomic"]
 
 HISTORY = "history"
 """The out folder's subfolder that keeps every report set, one folder a run."""
@@ -152,11 +155,55 @@ def kept_runs(out_dir: Path) -> list[Path]:
                   if not p.name.startswith(".") and (p / "manifest.json").is_file())
 
 
+def own_bytes(run: Path) -> int:
+    """The bytes of `run`'s files that no other name links (the folder's own set, another
+    kept run): what removing it frees."""
+    total = 0
+    for path in run.iterdir():
+        with contextlib.suppress(OSError):
+            st = path.stat(follow_symlinks=False)
+            if st.st_nlink == 1:
+                total += st.st_size
+    return total
+
+
+def forget_runs(out_dir: Path, keep: int) -> tuple[list[str], int]:
+    """Remove out_dir's kept runs but the `keep` newest, and never the one `latest` points at.
+
+    Args:
+        out_dir: the report folder.
+        keep: how many of the newest kept runs stay (1 or more).
+
+    Returns:
+        The removed runs' ids, oldest first, and the bytes that freed.
+
+    Raises:
+        ReportError: a run could not be removed (the ones before it are gone).
+    """
+    kept = kept_runs(out_dir)
+    latest = (out_dir / "latest").resolve() if (out_dir / "latest").is_symlink() else None
+    removed, freed = [], 0
+    for run in kept[:max(0, len(kept) - keep)]:
+        if run.resolve() == latest:
+            continue
+        freed += own_bytes(run)
+        hidden = run.with_name(f".{run.name}.removing-{os.getpid()}")
+        try:
+            os.rename(run, hidden)
+            shutil.rmtree(hidden)
+        except OSError as exc:
+            raise ReportError(f"{run}: cannot remove this kept run ({exc.strerror or exc}); "
+                              "fix the folder's permissions and try again") from None
+        removed.append(run.name)
+    return removed, freed
+
+
 def _clean_leftovers(out_dir: Path) -> None:
     """Stage folders of writers that are gone, and `.NAME.*.tmp` files a killed writer left."""
     with contextlib.suppress(OSError):
         for stage in [*out_dir.parent.glob(f".{out_dir.name}.new-*"),
-                      *(out_dir / HISTORY).glob(".*.partial-*")]:
+                      *(out_dir / HISTORY).glob(".*.partial-*"),
+                      *(out_dir / HISTORY).glob(".*.removing-*")]:
             pid = stage.name.rpartition("-")[2]
             if pid.isdigit() and not alive(int(pid)):
                 shutil.rmtree(stage, ignore_errors=True)
