@@ -26,6 +26,21 @@ linux_only = pytest.mark.skipif(not hasattr(os, "fork") or not Path("/proc/self"
 
 
 @linux_only
+def test_the_child_is_named_by_its_caller(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The name a failing child's line starts with is the caller's, not one built in."""
+    names = []
+    real = aside_module.Forked
+
+    def recorded(work: object, name: str, **kwargs: object) -> object:
+        names.append(name)
+        return real(work, name, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(aside_module, "Forked", recorded)
+    assert ForkedResult(lambda: 7, name="scores.csv", fork=True).result() == 7
+    assert names == ["scores.csv"]
+
+
+@linux_only
 def test_the_child_computes_and_the_result_comes_back() -> None:
     parent = os.getpid()
     work = ForkedResult(lambda: {"pid": os.getpid(), "rows": [{"value": 0.5}] * 3}, fork=True)

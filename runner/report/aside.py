@@ -39,11 +39,13 @@ class ForkedResult(Generic[T]):
     manager, a child whose result was never asked for (the caller failed first) is killed
     and reaped on the way out."""
 
-    def __init__(self, work: Callable[[], T], *, fork: bool | None = None) -> None:
+    def __init__(self, work: Callable[[], T], *, name: str = "forked work",
+                 fork: bool | None = None) -> None:
+        """`name`: the child's, first on the line it writes if it fails."""
         self._work = work
         self._child: Forked | None = None
         if fork if fork is not None else forkable():
-            self._child = Forked(self._send, "reliability rows")
+            self._child = Forked(self._send, name)
 
     def _send(self, pipe: IO[bytes]) -> None:
         """In the child: the work's result, or what it raised, pickled (nothing if that fails:

@@ -250,7 +250,8 @@ def _write_set(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgment
                   if expansion.job.scores_csv else None)
         parquet = files.enter_context(atomic_file(out_dir / "scores.parquet"))
         reliable = files.enter_context(ForkedResult(
-            lambda: _set_aside(expansion, tables, positions, scores, parquet)))
+            lambda: _set_aside(expansion, tables, positions, scores, parquet),
+            name="the reports' child (scores.csv, scores.parquet, reliability rows)"))
         series = judge_rows(expansion, tables)
         corr = correlations(expansion, tables, series)  # one Resamples for the set
         write_atomic(out_dir / "correlations.csv", _csv(CORRELATION_COLUMNS, corr))
