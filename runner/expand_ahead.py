@@ -18,7 +18,7 @@ import functools
 import itertools
 import weakref
 from collections.abc import Generator, Iterator, Mapping
-from typing import IO
+from typing import IO, TypeGuard
 
 import orjson
 
@@ -43,14 +43,14 @@ def expanded(cache: CacheBackend, expansion: Expansion, size: int, count: int
     (`Expander`: the tasks then come without their request bodies); they are forked by this
     call, so that they work while the caller prepares. Otherwise a reader process reads, or
     this process (runner.execute.store.backend.answers)."""
-    if isinstance(cache, Rereadable) and expander_pays(cache, count):
+    if expander_pays(cache, count):
         cache.rest()  # a PgCache's watchdog threads end: the next call starts them again
         if forkable():
             return Expander(cache, expansion, size, count).batches()
     return answers(cache, expansion.tasks(), task_key, size, count)
 
 
-def expander_pays(cache: object, count: int) -> bool:
+def expander_pays(cache: object, count: int) -> TypeGuard[Rereadable]:
     """Whether an Expander reads `count` tasks' answers of `cache`: a cache folder or
     PostgreSQL, a large job and a second core for the children (where the process may also
     fork now: runner.children.forkable)."""
@@ -141,7 +141,7 @@ def with_key_index(cache: object, expansion: Expansion, size: int, count: int,
     they have all gone by, their keys are stored as the key index that an Expander reading
     this job in batches of `size` finds (runner.execute.store.keyindex): the pool's dispatch of a
     whole job leaves it for the job's first rescore. Only where an Expander could read it."""
-    if not isinstance(cache, Cache) or not expander_pays(cache, count):
+    if not expander_pays(cache, count) or not isinstance(cache, Cache):
         return tasks
     return recorded_parts(cache.directory, expansion.fingerprint(), _run(size), PARTS, count,
                           tasks, task_key)
