@@ -25,6 +25,13 @@ os.environ.setdefault("JUDGE_DATA_MIRROR", "http://127.0.0.1:9")
 DATA_DIR = Path(os.environ.get("JUDGE_DATA_DIR") or ROOT.parent / "shared" / "datasets")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _cache_home(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """What a command keeps on the machine (PostgreSQL's located key indexes) goes to a folder
+    of this session, in this process and in every `judge` it starts, not to ~/.cache."""
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache"))
+
+
 @pytest.fixture
 def server() -> Iterator[ThreadedServer]:
     """A fake chat-completions server on 127.0.0.1 in a thread; script it via state.script."""

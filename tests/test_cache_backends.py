@@ -75,6 +75,19 @@ def test_batched_lookups_across_chunks(opener: Opener) -> None:
         assert cache.has_many([]) == set() and cache.get_many([]) == {}
 
 
+def test_batched_lookups_of_keys_that_are_not_digests(opener: Opener) -> None:
+    """PostgreSQL's batched reads send the keys as one text split by the server; a key holding
+    the separator (or a comma, a quote, a brace) is found all the same, and a near miss is not."""
+    odd = ["a\x1fb", "c,d", 'e"f', "{g}", "h i", "é\\"]
+    with opener() as cache:
+        for n, key in enumerate(odd):
+            cache.put(key, _record(n))
+        asked = [*odd, "a", "b", "c", "a\x1f"]
+        assert cache.has_many(asked) == set(odd)
+        assert cache.get_many(asked) == {key: _record(n) for n, key in enumerate(odd)}
+        assert cache.has_many(["c,d", _key(1)]) == {"c,d"}  # the joined path, with a comma
+
+
 def test_persists_across_reopen_with_every_key_listed(opener: Opener) -> None:
     with opener() as cache:
         for n in range(2100):  # past one PostgreSQL page of keys()

@@ -10,11 +10,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from runner import expand_ahead
 from runner.execute.store.cache import Cache
-from runner.execute.store.keyindex import DIGEST, KEEP, KeyIndex, part_size, recorded_parts
+from runner.execute.store.keyindex import DIGEST, KEEP, TID, KeyIndex, part_size, recorded_parts
+from runner.execute.store.pgcache import NOWHERE, PgCache
 from runner.expand import Expansion, prepare
 from runner.expand_ahead import expanded
 from runner.job.load import load_job
@@ -209,3 +211,112 @@ def test_a_disk_that_fails_mid_way_passes_every_key_through(
     index = KeyIndex(tmp_path, "f" * 64, 4, 0, 1, 6)
     assert list(index.recorded(iter(_keys(6)))) == _keys(6)
     assert list((tmp_path / "keys").iterdir()) == []
+
+
+@pytest.mark.parametrize("missing", [1, 2])
+def test_a_located_index_is_kept_with_at_most_one_key_in_a_hundred_unstored(
+        tmp_path: Path, missing: int) -> None:
+    index = KeyIndex(tmp_path, "f" * 64, 100, 0, 1, 100, located=True)
+    entries = [(k, NOWHERE if n < missing else n.to_bytes(TID, "big"))
+               for n, k in enumerate(_keys(100))]
+    assert list(index.recorded_located(iter(entries), NOWHERE)) == entries
+    assert list(index.located() or []) == (entries if missing == 1 else [])
+    assert list(index.keys() or []) == (_keys(100) if missing == 1 else [])
+
+
+def _pg_record(n: int) -> dict[str, Any]:
+    return {"response": {"choices": [{"message": {"content": f"{n} stars"},
+                                      "finish_reason": "stop"}]}, "usage": None,
+            "source": "api"}
+
+
+def test_rows_read_at_their_places_are_the_rows_of_their_keys(pg_url: str) -> None:
+    """PostgreSQL's reads by place: the same records as by key, also where a place is stale
+    (the row deleted and stored again elsewhere, or another key's row there) or none; and a
+    rewritten table is another index folder."""
+    keys = _keys(60)
+    with PgCache(pg_url) as cache:
+        cache.put_many((k, _pg_record(n)) for n, k in enumerate(keys[:50]))  # 50-59: none
+        by_key = cache.get_many_raw(keys)
+        records, places = cache.get_many_raw_located(keys)
+        assert records == by_key and len(by_key) == 50 and set(places) == set(keys[:50])
+        assert all(len(p) == TID and p != NOWHERE for p in places.values())
+        at = [places.get(k, NOWHERE) for k in keys]
+        assert cache.get_many_raw_at(keys, at) == (by_key, 0)
+        # keys 0-9 deleted and stored again (new places); 10's place names 11's row; 50 is
+        # stored now, after the index was made without it
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("DELETE FROM judge_cache WHERE key = ANY(%s)", (keys[:10],))
+        cache.put_many((k, _pg_record(100 + n)) for n, k in enumerate(keys[:10]))
+        cache.put(keys[50], _pg_record(50))
+        stale = [*at[:10], at[11], *at[11:]]
+        assert stale[10] == places[keys[11]]
+        now = cache.get_many_raw(keys)
+        assert len(now) == 51 and now[keys[0]] != by_key[keys[0]]
+        assert cache.get_many_raw_at(keys, stale) == (now, 12)  # 0-10 and 50 read by key
+        # key 20's place names key 11's row, which is not asked for: not in the answer
+        asked = keys[20:30]
+        assert cache.get_many_raw_at(asked, [places[keys[11]], *at[21:30]]) == (
+            {k: now[k] for k in asked}, 1)
+        folder = cache.index_folder()
+        assert folder.parent == Path(os.environ["XDG_CACHE_HOME"]) / "judge-runner" / "postgresql"
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("VACUUM FULL judge_cache")
+        assert cache.index_folder() != folder
+        assert cache.get_many_raw_at(keys, stale)[0] == now
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="the Expander forks")
+def test_a_rescore_from_postgresql_reads_by_place_the_second_time(
+        write_job: JobWriter, pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real forked expander on PostgreSQL: the first read renders, reads by key and
+    stores the located index in this machine's folder; the second renders nothing and reads
+    every answer by place (no read by key at all); after an edit, the new keys are read by
+    key again."""
+    monkeypatch.setattr(expand_ahead, "expander_pays", lambda *_: True)
+    monkeypatch.setattr(expand_ahead, "forkable", lambda: True)
+    monkeypatch.setattr(expand_ahead, "CHUNK", 4)  # runs of 2 batches of 2: both children
+    first = _expand(write_job)
+    keys = [t.key for t in first.tasks()]
+    with PgCache(pg_url) as cache:
+
+        def read(expansion: Expansion) -> tuple[list[str], list[str]]:
+            got = list(expanded(cache, expansion, 2, expansion.count()))
+            return ([t.key for batch, _ in got for t in batch],
+                    [answers[t.key].text for batch, answers in got for t in batch
+                     if t.key in answers])
+
+        texts = [f"{n} stars" for n in range(len(keys))]
+        cache.put_many((k, _pg_record(n)) for n, k in enumerate(keys) if n % 2)
+        assert read(first) == (keys, texts[1::2])  # half the job stored: no index kept
+        assert not list((cache.index_folder() / "keys").glob("*-located"))
+        cache.put_many((k, _pg_record(n)) for n, k in enumerate(keys))
+        assert read(first) == (keys, texts)
+        stored = sorted(p.name for p in (cache.index_folder() / "keys").iterdir())
+        assert stored == [f"{first.fingerprint()}-4-{part}of2-located" for part in (0, 1)]
+
+        def broken(*args: Any) -> Any:
+            raise AssertionError("rendered or read by key although the index is stored")
+
+        with monkeypatch.context() as m:
+            m.setattr(Expansion, "part", broken)  # in the forked children too
+            m.setattr(PgCache, "get_many_raw", broken)
+            m.setattr(expand_ahead, "read_here", broken)  # the children's answers, all
+            assert read(first) == (keys, texts)
+
+        # one answer stored again elsewhere (more than 1 in 100 of a part): read by key, and
+        # the part's index is dropped, to be made again by the next read
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("DELETE FROM judge_cache WHERE key = %s", (keys[0],))
+        cache.put(keys[0], _pg_record(0))
+        indexes = sorted((cache.index_folder() / "keys").glob("*-located"))
+        assert read(first) == (keys, texts)
+        assert sorted((cache.index_folder() / "keys").glob("*-located")) == indexes[1:]
+        assert read(first) == (keys, texts)
+        assert sorted((cache.index_folder() / "keys").glob("*-located")) == indexes
+
+        edited = _expand(write_job, rows=[{**ROWS[0], "output": "edited"}, *ROWS[1:]])
+        got_keys, answers = read(edited)
+        changed = {t.key for t in edited.tasks() if t.item_id == "a"}
+        assert got_keys == [t.key for t in edited.tasks()] and changed.isdisjoint(keys)
+        assert len(answers) == len(keys) - len(changed)  # item a's tasks: no answer

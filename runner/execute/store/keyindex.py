@@ -20,6 +20,13 @@ whose pool dispatched every task of a job stores the same files (`recorded_parts
 job's first rescore finds them. An index of the wrong size is ignored (and replaced). The newest
 KEEP indexes are kept. Every failure to read or write an index only means rendering: the index
 is never needed.
+
+From PostgreSQL, the children keep a located index instead (`...-located`, 38 bytes a key):
+each key with its row's place in the table (`TID`), in a folder of the reading machine named
+for the table (PgCache.index_folder), so that the next read asks the server for rows by place,
+not through the key's btree (PgCache.get_many_raw_at). A place can be stale, never wrong: a
+row is taken for the key it holds, and a key not found at its place is read by key. What it
+buys is in runner/expand_ahead.py's docstring.
 """
 
 from __future__ import annotations
@@ -32,13 +39,13 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, TypeVar
 
-__all__ = ["DIGEST", "KEEP", "KeyIndex", "part_size", "recorded_parts"]
+__all__ = ["DIGEST", "KEEP", "TID", "KeyIndex", "part_size", "recorded_parts"]
 
 T = TypeVar("T")
 
 DIGEST = 32  # bytes of a sha256 key
 KEEP = 8  # index files kept (a part each, two a job version): the newest
-_READ = DIGEST << 11  # bytes read at a time: 2,048 keys
+TID = 6  # bytes of a row's place in a PostgreSQL table (its ctid: block and offset)
 STALE = 3600
 
 
@@ -52,32 +59,63 @@ def part_size(count: int, run: int, part: int, parts: int) -> int:
 
 
 class KeyIndex:
-    """One part's keys in a cache folder (see the module docstring)."""
+    """One part's keys in a cache folder (see the module docstring). A `located` index keeps
+    beside each key where PostgreSQL's table holds its row (`TID` bytes, NOWHERE for none; see
+    runner.execute.store.pgcache.PgCache.get_many_raw_at)."""
 
     def __init__(self, directory: Path, fingerprint: str, run: int, part: int, parts: int,
-                 count: int) -> None:
-        self.path = directory / "keys" / f"{fingerprint}-{run}-{part}of{parts}"
+                 count: int, *, located: bool = False) -> None:
+        self.path = (directory / "keys"
+                     / f"{fingerprint}-{run}-{part}of{parts}{'-located' if located else ''}")
         self.expected = part_size(count, run, part, parts)
+        self.width = DIGEST + (TID if located else 0)
 
     def keys(self) -> Iterator[str] | None:
         """The part's keys in order, if a complete index of them is stored; else None."""
+        entries = self._entries()
+        if entries is None or self.width == DIGEST:
+            return None if entries is None else (entry.hex() for entry in entries)
+        return (entry[:DIGEST].hex() for entry in entries)
+
+    def located(self) -> Iterator[tuple[str, bytes]] | None:
+        """A located index's keys in order, each with its row's place; None as `keys`."""
+        entries = self._entries()
+        return None if entries is None else ((e[:DIGEST].hex(), e[DIGEST:]) for e in entries)
+
+    def _entries(self) -> Iterator[bytes] | None:
         try:
             f = open(self.path, "rb")  # noqa: SIM115  # closed by the generator
         except OSError:
             return None
         try:
-            if os.fstat(f.fileno()).st_size != DIGEST * self.expected:
+            if os.fstat(f.fileno()).st_size != self.width * self.expected:
                 f.close()
                 return None
         except OSError:
             f.close()
             return None
-        return _read(f)
+        return _read(f, self.width)
 
     def recorded(self, keys: Iterable[str]) -> Iterator[str]:
         """`keys` passed through, stored as this part's index once all have gone by (if
         there are as many as expected); nothing is stored if the caller stops early."""
-        return _recorded([self.path], self.expected, keys, str, lambda _: 0)
+        return _recorded([self.path], self.expected, keys, bytes.fromhex, lambda _: 0)
+
+    def recorded_located(self, entries: Iterable[tuple[str, bytes]],
+                         nowhere: bytes) -> Iterator[tuple[str, bytes]]:
+        """`recorded` for a located index: (key, place) pairs, `nowhere` the place of a key
+        not stored. Stored only if at most 1% of the keys have no place: an index made
+        while a job was still uncached would send those keys by key for good, so the next
+        read, once they are stored, makes it."""
+        missing = 0
+
+        def entry(e: tuple[str, bytes]) -> bytes:
+            nonlocal missing
+            missing += e[1] == nowhere
+            return bytes.fromhex(e[0]) + e[1]
+
+        return _recorded([self.path], self.expected, entries, entry, lambda _: 0,
+                         lambda: missing * 100 <= self.expected)
 
 
 def recorded_parts(directory: Path, fingerprint: str, run: int, parts: int, count: int,
@@ -88,20 +126,23 @@ def recorded_parts(directory: Path, fingerprint: str, run: int, parts: int, coun
     first rescore reads). Nothing is stored if the caller stops early."""
     paths = [KeyIndex(directory, fingerprint, run, part, parts, count).path
              for part in range(parts)]
-    return _recorded(paths, count, things, key, lambda i: i // run % parts)
+    return _recorded(paths, count, things, lambda t: bytes.fromhex(key(t)),
+                     lambda i: i // run % parts)
 
 
-def _recorded(paths: list[Path], expected: int, things: Iterable[T], key: Callable[[T], str],
-              route: Callable[[int], int]) -> Iterator[T]:
-    """`things` passed through, the key of the i-th written to a temporary file beside
-    paths[route(i)]; each put in place once all `expected` have gone by. A folder it cannot
-    write to, or a full disk, only means no index: every thing still goes by."""
+def _recorded(paths: list[Path], expected: int, things: Iterable[T],
+              entry: Callable[[T], bytes], route: Callable[[int], int],
+              keep: Callable[[], bool] = lambda: True) -> Iterator[T]:
+    """`things` passed through, the entry of the i-th written to a temporary file beside
+    paths[route(i)]; each put in place once all `expected` have gone by, if `keep()` then. A
+    folder it cannot write to, or a full disk, only means no index: every thing still goes
+    by."""
     temps = [p.with_name(f"{p.name}.{os.getpid()}.tmp") for p in paths]
     outs: list[IO[bytes]] = []
     stored = False
     try:
         try:
-            paths[0].parent.mkdir(exist_ok=True)
+            paths[0].parent.mkdir(parents=True, exist_ok=True)
             outs.extend(open(t, "wb") for t in temps)  # noqa: SIM115  # closed below
             recording = True
         except OSError:
@@ -110,12 +151,12 @@ def _recorded(paths: list[Path], expected: int, things: Iterable[T], key: Callab
         for thing in things:
             if recording:
                 try:
-                    outs[route(seen)].write(bytes.fromhex(key(thing)))
+                    outs[route(seen)].write(entry(thing))
                 except OSError:
                     recording = False
             seen += 1
             yield thing
-        if recording and seen == expected:
+        if recording and seen == expected and keep():
             with contextlib.suppress(OSError):
                 for out in outs:
                     out.close()
@@ -134,10 +175,10 @@ def _recorded(paths: list[Path], expected: int, things: Iterable[T], key: Callab
         _prune(paths[0].parent)
 
 
-def _read(f: IO[bytes]) -> Iterator[str]:
+def _read(f: IO[bytes], width: int) -> Iterator[bytes]:
     with f:
-        while data := f.read(_READ):  # a whole number of keys
-            yield from (data[i:i + DIGEST].hex() for i in range(0, len(data), DIGEST))
+        while data := f.read(width << 11):  # 2,048 whole entries
+            yield from (data[i:i + width] for i in range(0, len(data), width))
 
 
 def _prune(folder: Path) -> None:

@@ -42,7 +42,8 @@ from runner.errors import CacheError
 from runner.execute.store.answers import Answer, Sent, of_raw, received, sent_of_raw
 from runner.execute.store.cache import Cache
 
-__all__ = ["MIN_TASKS", "Reader", "Rereadable", "read_here", "reader_pays", "sent_answers"]
+__all__ = ["MIN_TASKS", "Reader", "Rereadable", "read_here", "reader_pays", "sent_answers",
+           "sent_of"]
 
 T = TypeVar("T")
 DEPTH = 4
@@ -208,7 +209,11 @@ def _reply(cache: Cache, kind: bytes, keys: Sequence[str]) -> bytes:
 def sent_answers(cache: Rereadable, keys: Sequence[str]) -> list[Sent | None]:
     """What a child sends of each key's record (answers.sent_of_raw), None where none is
     stored, in the order of `keys`."""
-    raws = cache.get_many_raw(keys)
+    return sent_of(cache.get_many_raw(keys), keys)
+
+
+def sent_of(raws: Mapping[str, bytes], keys: Sequence[str]) -> list[Sent | None]:
+    """sent_answers of records already read (`raws`: stored bytes by key)."""
     return [sent_of_raw(r) if (r := raws.get(k)) is not None else None for k in keys]
 
 
