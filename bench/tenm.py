@@ -192,14 +192,17 @@ def _rss_pages(pid: int) -> int:
 
 
 def measure(args: list[str], tree: Path, cwd: Path, tasks: int, *, time_cap_s: float = TIME_CAP_S,
-            rss_cap_mb: float = RSS_CAP_MB) -> dict[str, Any]:
-    """One `judge ARGS` process with PYTHONPATH=tree: its figures, the load average beside them."""
+            rss_cap_mb: float = RSS_CAP_MB, machine: Path | None = None) -> dict[str, Any]:
+    """One `judge ARGS` process with PYTHONPATH=tree: its figures, the load average beside them.
+    `machine`: its XDG_CACHE_HOME, where a read from PostgreSQL keeps its located key index
+    (runner.execute.store.pgcache.PgCache.index_folder)."""
     cwd.mkdir(parents=True, exist_ok=True)
     load, watch = common.load_avg(), _Watch(time_cap_s, rss_cap_mb)
     watch.start()
     try:
-        child = common.run_child(["env", f"PYTHONPATH={tree}", common.JUDGE, *args], cwd=cwd,
-                                 timeout_s=time_cap_s + 120)
+        home = [f"XDG_CACHE_HOME={machine}"] if machine else []
+        child = common.run_child(["env", f"PYTHONPATH={tree}", *home, common.JUDGE, *args],
+                                 cwd=cwd, timeout_s=time_cap_s + 120)
     finally:
         watch.done.set()
         watch.join()
@@ -318,7 +321,12 @@ def study(root: Path, size: str, *, backends: tuple[str, ...], trees: dict[str, 
                   flush=True)
             cwd = runs_dir / f"{label}-{command}-{backend}"
             shutil.rmtree(cwd, ignore_errors=True)  # every command writes a new report folder
-            got = measure(_command(command, job, location, cwd / "report"), tree, cwd, tasks)
+            machine = folder / "machine"  # the located index of PostgreSQL's reads
+            located = sorted(machine.glob("judge-runner/postgresql/*/keys/*-located"))
+            got = measure(_command(command, job, location, cwd / "report"), tree, cwd, tasks,
+                          machine=machine)
+            if backend == "postgresql":
+                got["located_index_before"] = len(located)
             got["report_mb"] = report_sizes(cwd / "report")
             got["counts"] = common.manifest_counts(cwd / "report")
             figures["runs"].setdefault(f"{command}/{backend}/{label}", []).append(got)
