@@ -11,11 +11,11 @@ cached `judge rescore` took 1.24x as long with JUDGE_PROCESSES=1 (no child) as w
 before: 1.22-1.25x (its docstring).
 
 From PostgreSQL, the children keep the located index (keyindex; PgCache.get_many_raw_at) and
-read rows by place: a fully cached 10M-task `judge rescore` took 219.3 s on average without
-it (the first read, which stores it: 219.5, 207.4, 231.1 s) and 165.3 s with it (152.7, 174.3,
-168.3, 165.7 s), 1.33x (alternated pairs 1.44, 1.19, 1.37); a cached `judge run` 231.3 s
-against 176.0 s, 1.31x (pairs 1.25, 1.48), on 2026-11-27 at load 0.4-2.4. The server's CPU
-fell from ~82-112 s to ~15 s a command, the two children's from ~46-62 s each to ~32 s.
+read rows by place: `python -m bench.located` (10M tasks, fully cached, 2026-11-27, load
+1.0-2.5) measured `judge rescore` 224.2 s without it (the read by key that stores it) and
+155.4 s with it, 1.44x, and a cached `judge run` 231.5 s and 146.1 s, 1.58x; the server's CPU
+~100 s a command without, ~13 s with. The same alternated by hand that morning: 1.33x and
+1.31x on the means (pairs 1.19-1.48).
 """
 
 from __future__ import annotations
