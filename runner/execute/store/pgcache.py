@@ -315,31 +315,16 @@ class PgCache:
 
     def has_many(self, keys: Sequence[str]) -> set[str]:
         """The keys among `keys` that are stored: one query per CHUNK keys."""
-        found: set[str] = set()
-        for start in range(0, len(keys), CHUNK):
-            any_of, param = _any_of(keys[start:start + CHUNK])
-            found.update(row[0] for row in self._rows(
-                "a lookup", "SELECT key FROM judge_cache WHERE key = " + any_of, param))
-        return found
+        return {row[0] for row in self._by_key("a lookup", "key", keys)}
 
     def get_many(self, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
         """Records of the stored keys among `keys`, CHUNK keys a query."""
-        out: dict[str, dict[str, Any]] = {}
-        for start in range(0, len(keys), CHUNK):
-            any_of, param = _any_of(keys[start:start + CHUNK])
-            for k, record in self._rows("a read", "SELECT key, record FROM judge_cache "
-                                        "WHERE key = " + any_of, param):
-                out[k] = orjson.loads(record)
-        return out
+        return {k: orjson.loads(record) for k, record in self._by_key("a read", "key, record",
+                                                                      keys)}
 
     def get_many_raw(self, keys: Sequence[str]) -> dict[str, bytes]:
         """get_many's records as the bytes stored, not decoded (as Cache.get_many_raw)."""
-        out: dict[str, bytes] = {}
-        for start in range(0, len(keys), CHUNK):
-            any_of, param = _any_of(keys[start:start + CHUNK])
-            out.update(self._rows("a read", "SELECT key, record FROM judge_cache "
-                                  "WHERE key = " + any_of, param))
-        return out
+        return dict(self._by_key("a read", "key, record", keys))
 
     def get_many_raw_located(self, keys: Sequence[str]) -> tuple[dict[str, bytes],
                                                                   dict[str, bytes]]:
@@ -347,13 +332,19 @@ class PgCache:
         bytes): what a located key index keeps (get_many_raw_at)."""
         records: dict[str, bytes] = {}
         places: dict[str, bytes] = {}
+        for key, record, place in self._by_key("a read", "key, record, ctid", keys):
+            records[key] = record
+            places[key] = place
+        return records, places
+
+    def _by_key(self, what: str, columns: LiteralString, keys: Sequence[str]
+                ) -> Iterator[tuple[Any, ...]]:
+        """`columns` of the rows of the stored keys among `keys`: one query per CHUNK keys
+        (their keys as _any_of sends them)."""
         for start in range(0, len(keys), CHUNK):
             any_of, param = _any_of(keys[start:start + CHUNK])
-            for key, record, place in self._rows("a read", "SELECT key, record, ctid FROM "
-                                                 "judge_cache WHERE key = " + any_of, param):
-                records[key] = record
-                places[key] = place
-        return records, places
+            yield from self._rows(what, "SELECT " + columns + " FROM judge_cache WHERE key = "
+                                  + any_of, param)
 
     def get_many_raw_at(self, keys: Sequence[str], places: Sequence[bytes]
                         ) -> tuple[dict[str, bytes], int]:
