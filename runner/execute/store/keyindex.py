@@ -73,9 +73,7 @@ class KeyIndex:
     def keys(self) -> Iterator[str] | None:
         """The part's keys in order, if a complete index of them is stored; else None."""
         entries = self._entries()
-        if entries is None or self.width == DIGEST:
-            return None if entries is None else (entry.hex() for entry in entries)
-        return (entry[:DIGEST].hex() for entry in entries)
+        return None if entries is None else (entry[:DIGEST].hex() for entry in entries)
 
     def located(self) -> Iterator[tuple[str, bytes]] | None:
         """A located index's keys in order, each with its row's place; None as `keys`."""
@@ -104,7 +102,8 @@ class KeyIndex:
     def recorded_located(self, entries: Iterable[tuple[str, bytes]],
                          nowhere: bytes) -> Iterator[tuple[str, bytes]]:
         """`recorded` for a located index: (key, place) pairs, `nowhere` the place of a key
-        not stored. Stored only if at most 1% of the keys have no place: an index made
+        not stored (pgcache's NOWHERE: this module sits beside the backends and imports none
+        of them). Stored only if at most 1% of the keys have no place: an index made
         while a job was still uncached would send those keys by key for good, so the next
         read, once they are stored, makes it."""
         missing = 0
