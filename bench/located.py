@@ -49,12 +49,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     common.compile_runner()
-    items = tenm.SIZES[args.size]
-    tasks = items * tenm.TASKS_PER_ITEM
-    folder = args.work / f"{items}items_{tenm.PROMPTS}p_{len(tenm.ASPECTS)}a_{tenm.JUDGES}j"
-    job = folder / "job" / "job.toml"
-    if not job.exists():
-        tenm.write_study(job.parent, items)
+    folder, job, tasks = tenm.study_job(args.work, args.size)
     machine = folder / "machine-located"  # the commands' XDG_CACHE_HOME
     runs: dict[str, list[dict[str, Any]]] = {}
     with tenm.kept_cluster(folder / "pg") as cluster:

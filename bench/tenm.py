@@ -286,18 +286,25 @@ def _command(command: str, job: Path, location: str | Path, out: Path | None) ->
     return [command, str(job), *cache, *(["--out", str(out)] if out else []), *tail]
 
 
+def study_job(root: Path, size: str) -> tuple[Path, Path, int]:
+    """The work folder of one size under `root`, its job (written the first time) and its
+    number of tasks."""
+    items = SIZES[size]
+    folder = root / f"{items}items_{PROMPTS}p_{len(ASPECTS)}a_{JUDGES}j"
+    job = folder / "job" / "job.toml"
+    if not job.exists():
+        write_study(job.parent, items)
+    return folder, job, items * TASKS_PER_ITEM
+
+
 def study(root: Path, size: str, *, backends: tuple[str, ...], trees: dict[str, Path],
           rounds: int, keep: bool = False,
           commands: tuple[str, ...] = ("rescore", "run")) -> dict[str, Any]:
     """Fill (or reuse) the caches of one size, then measure `rounds` rounds of rescore and run
     on each backend and tree, alternating, then plan once per tree; then the comparisons. The
     figures so far are in WORK/SHAPE/progress.json after each command."""
+    folder, job, tasks = study_job(root, size)
     items = SIZES[size]
-    tasks = items * TASKS_PER_ITEM
-    folder = root / f"{items}items_{PROMPTS}p_{len(ASPECTS)}a_{JUDGES}j"
-    job = folder / "job" / "job.toml"
-    if not job.exists():
-        write_study(job.parent, items)
     if not _closed(DEAD):
         raise RuntimeError(f"something listens on {DEAD}: a cache miss would be answered")
     runs_dir = folder / "runs"
@@ -322,11 +329,11 @@ def study(root: Path, size: str, *, backends: tuple[str, ...], trees: dict[str, 
             cwd = runs_dir / f"{label}-{command}-{backend}"
             shutil.rmtree(cwd, ignore_errors=True)  # every command writes a new report folder
             machine = folder / "machine"  # the located index of PostgreSQL's reads
-            located = sorted(machine.glob("judge-runner/postgresql/*/keys/*-located"))
+            located = len(list(machine.glob("judge-runner/postgresql/*/keys/*-located")))
             got = measure(_command(command, job, location, cwd / "report"), tree, cwd, tasks,
                           machine=machine)
             if backend == "postgresql":
-                got["located_index_before"] = len(located)
+                got["located_index_before"] = located
             got["report_mb"] = report_sizes(cwd / "report")
             got["counts"] = common.manifest_counts(cwd / "report")
             figures["runs"].setdefault(f"{command}/{backend}/{label}", []).append(got)
