@@ -199,7 +199,10 @@ def resolve_models(job: Job, specs: tuple[str, ...], base_url: str | None,
     for m in models:
         if m.kind == "compatible" and (base_url or m.base_url is None):
             if not fallback:
-                raise ConfigError(f"{job.path}: model {m.spec!r} needs a server: pass --base-url "
+                # the URL is part of its cache keys (ModelSpec.endpoint): a command that
+                # calls nothing (rescore, run --offline) finds no answer without it either
+                raise ConfigError(f"{job.path}: model {m.spec!r} needs its server's URL, even "
+                                  "offline (its answers are cached under it): pass --base-url "
                                   "http://HOST:PORT/v1, set OPENAI_BASE_URL, or use openai:NAME")
             m = _model_with(m, base_url=fallback)
         resolved.append(m)

@@ -332,8 +332,9 @@ def test_bare_model_without_a_server_says_how_to_give_one(invoke: Any, tmp_path:
 
     assert result.exit_code == 2
     assert error_line(result.stderr) == (
-        f"Error: {OPENMEVA}: model 'fake' needs a server: pass --base-url "
-        "http://HOST:PORT/v1, set OPENAI_BASE_URL, or use openai:NAME")
+        f"Error: {OPENMEVA}: model 'fake' needs its server's URL, even offline (its answers "
+        "are cached under it): pass --base-url http://HOST:PORT/v1, set OPENAI_BASE_URL, or use "
+        "openai:NAME")
 
 
 def test_budget_without_a_price_is_a_configuration_error(
