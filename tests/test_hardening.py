@@ -447,10 +447,30 @@ def test_the_counts_add_up_to_the_tasks_in_run_and_rescore(server: ThreadedServe
         "12 tasks: 0 cached, 8 called, 4 repeat an earlier task, 0 failed, 0 not run "
         "(0 retries); 1792 tokens, cost unknown",
         "12 tasks: 8 cached, 0 called, 4 repeat an earlier task, 0 failed, 0 not run "
-        "(0 retries); 0 tokens, ~$0.0000",
+        "(0 retries); 0 tokens, cost unknown",  # the fake model has no price, called or not
         "12 tasks: 8 cached, 0 called, 4 repeat an earlier task, 0 failed, 0 not run "
-        "(0 retries); 0 tokens, ~$0.0000"]
+        "(0 retries); 0 tokens, cost unknown"]
     assert server.state.requests == 8
+
+
+def test_a_cached_rerun_of_a_priced_model_costs_zero(server: ThreadedServer, tmp_path: Path,
+                                                     data_dir: Path) -> None:
+    """Where the price is known, a run that calls nothing says ~$0 (and its manifest 0.0)."""
+    from tests.test_cli import manifest
+    job = write_job(tmp_path / "jobs", JOB.replace(
+        'spec = "fake"', 'spec = "fake"\nprice = {input = 1.0, output = 2.0}'))
+    args = (job, "--limit", 4, "--base-url", server.url, "--cache-dir", tmp_path / "cache",
+            "--out", tmp_path / "o")
+    costs = []
+    for _ in range(2):
+        result = run_judge("run", *args, env=clean_env(data_dir), cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        line = next(x for x in result.stderr.splitlines() if " tasks: " in x)
+        costs.append((line.rpartition(" tokens, ")[2], manifest(tmp_path / "o")[
+            "estimated_cost_usd"]))
+
+    assert costs[0][0].startswith("~$") and costs[0][0] != "~$0.0000" and costs[0][1] > 0
+    assert costs[1] == ("~$0.0000", 0.0)
 
 
 # ------------------------------------------------------------ one process

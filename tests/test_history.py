@@ -57,9 +57,10 @@ def test_each_run_is_kept_and_listed(server: ThreadedServer, tmp_path: Path,
     lines = listed.stdout.splitlines()
     assert lines[0].split() == ["run", "kind", "models", "tasks", "calls", "cost", "disk",
                                 "best", "correlation"]
-    assert [line.split()[:5] for line in lines[1:]] == [
-        [ids[0], "run", "fake", "12", "12"], [ids[1], "run", "other", "12", "12"],
-        [ids[2], "rebuild", "fake", "12", "0"]]
+    assert [line.split()[:6] for line in lines[1:]] == [  # no price: unknown, called or not
+        [ids[0], "run", "fake", "12", "12", "unknown"],
+        [ids[1], "run", "other", "12", "12", "unknown"],
+        [ids[2], "rebuild", "fake", "12", "0", "unknown"]]
     # what removing each frees: every kept set's files are its own (the folder's report files
     # are links to the newest's)
     own = [sum(p.stat().st_size for p in k.iterdir()) for k in kept]
