@@ -237,6 +237,10 @@ BAD_JOBS = {
     "malformed TOML": (
         lambda job: "name = 'x'\n[limits\n",
         r"{job}: not valid TOML \(.*line 2.*\); fix the syntax"),
+    "byte-order mark": (  # Windows Notepad's "UTF-8 with BOM"; tomllib: "Invalid statement"
+        lambda job: "\ufeff" + JOB,
+        r"{job}: starts with a UTF-8 byte-order mark \(BOM\), which TOML readers refuse; save "
+        r"the file as UTF-8 without BOM"),
     "unknown parser": (
         lambda job: JOB.replace('parser = "stars"', 'parser = "nosuch"'),
         r"{job}: prompts\[0\]\.parser is wrong: unknown parser 'nosuch'; known parsers: .*stars"),
