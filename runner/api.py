@@ -337,7 +337,9 @@ def report_run(sel: Selection, stats: RunStats, dispatched: TaskLog, *, started:
     """
     from runner.report.write import write_reports  # numpy: only where reports are written
     answers = BatchAnswers()
-    with open_selected(sel) as cache:  # the manifest once judged: damaged records are failures
+    # reads only (an offline run's folder may be read-only); the manifest once judged: damaged
+    # records are failures
+    with open_selected(sel, read_only=True) as cache:
         judgments = judged_dispatched(sel, cache, stats, dispatched)
         return write_reports(sel.out_dir, sel.expansion, answers.watch(judgments),
                              lambda _: {**manifest(sel, stats, started, command),

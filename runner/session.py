@@ -39,7 +39,8 @@ if TYPE_CHECKING:
 
 __all__ = ["BatchAnswers", "Download", "ModelPlan", "Selection", "TaskLog", "all_tasks",
            "answer_text", "check_budget", "check_keys", "estimate", "job_path", "key_reader",
-           "manifest", "run_async", "run_pool", "select", "serving", "with_run_limits"]
+           "manifest", "run_async", "run_pool", "select", "serving", "unpriced_model",
+           "with_run_limits"]
 
 PACKAGES = ("judge-runner", "aiohttp", "openai", "aiolimiter", "diskcache", "orjson", "scipy",
             "click")
@@ -199,7 +200,10 @@ def resolve_models(job: Job, specs: tuple[str, ...], base_url: str | None,
     for m in models:
         if m.kind == "compatible" and (base_url or m.base_url is None):
             if not fallback:
-                raise ConfigError(f"{job.path}: model {m.spec!r} needs a server: pass --base-url "
+                # the URL is part of its cache keys (ModelSpec.endpoint): a command that
+                # calls nothing (rescore, run --offline) finds no answer without it either
+                raise ConfigError(f"{job.path}: model {m.spec!r} needs its server's URL, even "
+                                  "offline (its answers are cached under it): pass --base-url "
                                   "http://HOST:PORT/v1, set OPENAI_BASE_URL, or use openai:NAME")
             m = _model_with(m, base_url=fallback)
         resolved.append(m)
@@ -313,6 +317,20 @@ def check_keys(job: Job, environ: Mapping[str, str]) -> None:
             if not environ.get(e.api_key_env):
                 raise MissingKeyError(f"{job.path}: model {m.name!r} endpoint {e.base_url} "
                                       f"needs an API key: set {e.api_key_env} (no call was made)")
+
+
+def unpriced_model(job: Job) -> bool:
+    """Whether one of the job's models has no price (a local model costs nothing).
+
+    Args:
+        job: the job (as selected: its judges and generators).
+
+    Returns:
+        True when a cost involving that model is unknown: a run or rebuild of the job says
+        `cost unknown` (null in its manifest) even where it called nothing, as its paid run
+        did, rather than ~$0.
+    """
+    return any(estimate_cost(m, 0, 0) is None for m in job.models)
 
 
 def check_budget(job: Job, budget: float | None) -> None:
@@ -617,8 +635,8 @@ def manifest(sel: Selection, stats: RunStats | None, started: float,
             "counts": counts,
             "usage": {"prompt_tokens": stats.prompt_tokens if stats else 0,
                       "completion_tokens": stats.completion_tokens if stats else 0},
-            "estimated_cost_usd": None if stats and stats.unpriced else
-            round(stats.cost, 6) if stats else 0.0,
+            "estimated_cost_usd": None if (stats and stats.unpriced) or unpriced_model(sel.job)
+            else round(stats.cost, 6) if stats else 0.0,
             "unpriced_calls": stats.unpriced if stats else 0,
             "endpoints": stats.endpoint_counts() if stats else {},
             "cache_dir": str(sel.cache_dir),

@@ -237,6 +237,10 @@ BAD_JOBS = {
     "malformed TOML": (
         lambda job: "name = 'x'\n[limits\n",
         r"{job}: not valid TOML \(.*line 2.*\); fix the syntax"),
+    "byte-order mark": (  # Windows Notepad's "UTF-8 with BOM"; tomllib: "Invalid statement"
+        lambda job: "\ufeff" + JOB,
+        r"{job}: starts with a UTF-8 byte-order mark \(BOM\), which TOML readers refuse; save "
+        r"the file as UTF-8 without BOM"),
     "unknown parser": (
         lambda job: JOB.replace('parser = "stars"', 'parser = "nosuch"'),
         r"{job}: prompts\[0\]\.parser is wrong: unknown parser 'nosuch'; known parsers: .*stars"),
@@ -332,8 +336,9 @@ def test_bare_model_without_a_server_says_how_to_give_one(invoke: Any, tmp_path:
 
     assert result.exit_code == 2
     assert error_line(result.stderr) == (
-        f"Error: {OPENMEVA}: model 'fake' needs a server: pass --base-url "
-        "http://HOST:PORT/v1, set OPENAI_BASE_URL, or use openai:NAME")
+        f"Error: {OPENMEVA}: model 'fake' needs its server's URL, even offline (its answers "
+        "are cached under it): pass --base-url http://HOST:PORT/v1, set OPENAI_BASE_URL, or use "
+        "openai:NAME")
 
 
 def test_budget_without_a_price_is_a_configuration_error(

@@ -220,8 +220,7 @@ REPORTS = ("judgments.jsonl", "scores.csv", "correlations.csv", "summary.csv", "
 
 
 def _snapshot(out: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.is_file()
-            and not p.is_symlink()}
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.is_file()}
 
 
 @pytest.mark.parametrize("text", ["", "\n\n"])
@@ -301,7 +300,8 @@ def test_a_full_disk_under_the_reports_leaves_the_previous_set_untouched(
                            "the previous reports are untouched"), line
     assert "Traceback" not in full.stderr
     assert _snapshot(out) == before
-    assert [p.name for p in small_disk.iterdir() if p.name.startswith(".")] == []  # no stage
+    assert [p.name for p in small_disk.iterdir() if p.name.startswith(".")] == []
+    assert not list((out / "history").glob(".*"))  # no stage
     filler.unlink()
 
     again = run_judge("rescore", job, *args, env=clean_env(data_dir), cwd=tmp_path)
@@ -332,9 +332,9 @@ def test_a_kill_while_the_reports_are_written_never_leaves_a_mixed_set(
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             deadline = time.monotonic() + 30
-            stage = tmp_path / f".out.new-{proc.pid}"
             while proc.poll() is None and time.monotonic() < deadline:
-                if stage.exists() and any(stage.iterdir()):
+                stages = list((out / "history").glob(f".*.partial-{proc.pid}"))
+                if stages and any(stages[0].iterdir()):
                     os.kill(proc.pid, signal.SIGKILL)
                     killed += 1
                     break
@@ -342,14 +342,16 @@ def test_a_kill_while_the_reports_are_written_never_leaves_a_mixed_set(
             proc.kill()
             proc.wait()
         lines = (out / "judgments.jsonl").read_bytes().count(b"\n")
-        counts = orjson.loads((out / "manifest.json").read_bytes())["counts"]
-        assert counts["tasks"] == lines  # one set: the old one, or a complete new one
+        manifest = orjson.loads((out / "manifest.json").read_bytes())
+        assert manifest["counts"]["tasks"] == lines  # one set: the old one, or a whole new one
+        assert (out / "latest").resolve().name == manifest["run_id"]  # and `latest` shows it
     assert killed >= 1
     final = run_judge("rescore", job, "--limit", 40, *common, env=clean_env(data_dir),
                       cwd=tmp_path)
     assert final.returncode == 0, final.stderr
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.")] == []
-    assert not list(out.glob(".*.tmp"))  # leftovers of killed writers are gone
+    assert not list(out.glob(".*")) and not list((out / "history").glob(".*"))  # leftovers
+    # of killed writers are gone
 
 
 # ------------------------------------------------------------ signals
@@ -445,10 +447,30 @@ def test_the_counts_add_up_to_the_tasks_in_run_and_rescore(server: ThreadedServe
         "12 tasks: 0 cached, 8 called, 4 repeat an earlier task, 0 failed, 0 not run "
         "(0 retries); 1792 tokens, cost unknown",
         "12 tasks: 8 cached, 0 called, 4 repeat an earlier task, 0 failed, 0 not run "
-        "(0 retries); 0 tokens, ~$0.0000",
+        "(0 retries); 0 tokens, cost unknown",  # the fake model has no price, called or not
         "12 tasks: 8 cached, 0 called, 4 repeat an earlier task, 0 failed, 0 not run "
-        "(0 retries); 0 tokens, ~$0.0000"]
+        "(0 retries); 0 tokens, cost unknown"]
     assert server.state.requests == 8
+
+
+def test_a_cached_rerun_of_a_priced_model_costs_zero(server: ThreadedServer, tmp_path: Path,
+                                                     data_dir: Path) -> None:
+    """Where the price is known, a run that calls nothing says ~$0 (and its manifest 0.0)."""
+    from tests.test_cli import manifest
+    job = write_job(tmp_path / "jobs", JOB.replace(
+        'spec = "fake"', 'spec = "fake"\nprice = {input = 1.0, output = 2.0}'))
+    args = (job, "--limit", 4, "--base-url", server.url, "--cache-dir", tmp_path / "cache",
+            "--out", tmp_path / "o")
+    costs = []
+    for _ in range(2):
+        result = run_judge("run", *args, env=clean_env(data_dir), cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        line = next(x for x in result.stderr.splitlines() if " tasks: " in x)
+        costs.append((line.rpartition(" tokens, ")[2], manifest(tmp_path / "o")[
+            "estimated_cost_usd"]))
+
+    assert costs[0][0].startswith("~$") and costs[0][0] != "~$0.0000" and costs[0][1] > 0
+    assert costs[1] == ("~$0.0000", 0.0)
 
 
 # ------------------------------------------------------------ one process

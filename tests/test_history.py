@@ -3,18 +3,20 @@ points at the newest, `judge runs` lists them, `judge view JOB RUN` opens one.""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
+from typing import Any
 
 import orjson
+import pytest
 
 from tests.fakeserver import ThreadedServer
 from tests.test_cli import clean_env, error_line, run_judge, write_job
 
 
 def _files(folder: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()
-            and not p.is_symlink()}
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
 
 
 def test_each_run_is_kept_and_listed(server: ThreadedServer, tmp_path: Path,
@@ -55,14 +57,14 @@ def test_each_run_is_kept_and_listed(server: ThreadedServer, tmp_path: Path,
     lines = listed.stdout.splitlines()
     assert lines[0].split() == ["run", "kind", "models", "tasks", "calls", "cost", "disk",
                                 "best", "correlation"]
-    assert [line.split()[:5] for line in lines[1:]] == [
-        [ids[0], "run", "fake", "12", "12"], [ids[1], "run", "other", "12", "12"],
-        [ids[2], "rebuild", "fake", "12", "0"]]
-    # what removing each frees: a replaced set's files are its own; the newest's are the
-    # folder's too
-    own = [sum(p.stat().st_size for p in k.iterdir()) for k in kept[:2]]
-    assert [line.split()[6] for line in lines[1:]] == [f"{own[0] / 1e3:.0f}kB",
-                                                        f"{own[1] / 1e3:.0f}kB", "0B"]
+    assert [line.split()[:6] for line in lines[1:]] == [  # no price: unknown, called or not
+        [ids[0], "run", "fake", "12", "12", "unknown"],
+        [ids[1], "run", "other", "12", "12", "unknown"],
+        [ids[2], "rebuild", "fake", "12", "0", "unknown"]]
+    # what removing each frees: every kept set's files are its own (the folder's report files
+    # are links to the newest's)
+    own = [sum(p.stat().st_size for p in k.iterdir()) for k in kept]
+    assert [line.split()[6] for line in lines[1:]] == [f"{n / 1e3:.0f}kB" for n in own]
     assert all(re.search(r"/stars -?\d\.\d{3} \(spearman, sample, openmeva/overall\)$", line)
                for line in lines[1:]), lines
 
@@ -120,3 +122,89 @@ def test_keep_never_removes_the_run_latest_points_at(tmp_path: Path) -> None:
     with report_set(out, "20260104T000000.000Z-dddddd") as stage:
         (stage / "manifest.json").write_bytes(b"{}")
     assert not left.exists()
+
+
+class _Killed(BaseException):
+    """The writer stops here, as a kill would stop it (no `except` catches it)."""
+
+
+def _set(tag: str, names: tuple[str, ...]) -> dict[str, bytes]:
+    return {name: f"{tag} {name}".encode() for name in names}
+
+
+def _shown(out: Path) -> dict[str, bytes]:
+    from runner.report.folder import REPORT_FILES
+    return {n: (out / n).read_bytes() for n in REPORT_FILES if (out / n).exists()}
+
+
+def _old_layout(out: Path, run_id: str, files: dict[str, bytes]) -> None:
+    """A folder as the previous version wrote it: regular files, hard-linked into history."""
+    (out / "history" / run_id).mkdir(parents=True)
+    for name, data in files.items():
+        (out / name).write_bytes(data)
+        os.link(out / name, out / "history" / run_id / name)
+    (out / "latest").symlink_to(Path("history") / run_id, target_is_directory=True)
+
+
+def _stop_after(patched: pytest.MonkeyPatch, steps: int) -> None:
+    """Let `steps` file system changes (rename, replace, symlink, unlink) happen, then stop."""
+    calls = iter(range(steps))
+
+    def stopping(real: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if next(calls, None) is None:
+                raise _Killed
+            return real(*args, **kwargs)
+        return call
+    for name in ("rename", "replace", "symlink", "unlink"):
+        patched.setattr(os, name, stopping(getattr(os, name)))
+
+
+@pytest.mark.parametrize("old_layout", [False, True])
+def test_a_kill_at_any_step_of_the_switch_leaves_one_whole_set(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, old_layout: bool) -> None:
+    """Each file system step of the switch (rename, link, replace, unlink) in turn is where the
+    writer stops: the folder shows set A or set B, whole, and it is the one `latest` points at;
+    the next write shows its own set whole. Set B lacks two of A's files."""
+    from runner.report import folder
+    from runner.report.folder import REPORT_FILES, report_set
+
+    def write(out: Path, run_id: str, files: dict[str, bytes]) -> None:
+        with report_set(out, run_id) as stage:
+            for name, data in files.items():
+                (stage / name).write_bytes(data)
+
+    a = _set("A", REPORT_FILES)
+    b = _set("B", tuple(n for n in REPORT_FILES if n not in ("battle.csv", "ranking.csv")))
+    c = _set("C", REPORT_FILES)
+    ids = {"A": "20260101T000000.000Z-aaaaaa", "B": "20260102T000000.000Z-bbbbbb",
+           "C": "20260103T000000.000Z-cccccc"}
+    step, finished = 0, False
+    while not finished:
+        out = tmp_path / f"out{step}"
+        if old_layout:
+            _old_layout(out, ids["A"], a)
+        else:
+            write(out, ids["A"], a)
+        with monkeypatch.context() as patched:
+            _stop_after(patched, step)
+            try:
+                write(out, ids["B"], b)
+                finished = True
+            except _Killed:
+                pass
+        # the killed writer is gone: its leftovers are for the next write to remove
+        monkeypatch.setattr(folder, "alive", lambda pid: pid != os.getpid())
+        shown = _shown(out)
+        assert shown in (a, b), (step, sorted(shown))
+        tag = "A" if shown == a else "B"
+        assert (out / "latest").resolve() == (out / "history" / ids[tag]).resolve(), step
+        assert _shown(out / "latest") == shown
+        write(out, ids["C"], c)
+        assert _shown(out) == c and _shown(out / "latest") == c
+        assert [p.name for p in out.iterdir() if p.name.startswith(".")] == []
+        assert [p.name for p in (out / "history").iterdir()
+                if p.name.startswith(".")] == []
+        monkeypatch.undo()
+        step += 1
+    assert step >= 6  # the stage renamed, `latest` switched, two names removed: or more

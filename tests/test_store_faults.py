@@ -258,7 +258,8 @@ def test_a_command_that_must_write_a_read_only_folder_is_one_error_line(
         assert done.exit_code == 2, done.output
         line = _error_line(done.output)
         assert line.startswith(f"Error: {cache}: the cache folder is not writable; "), line
-        assert "rescore, report, plan, status and cache export read it as it is" in line
+        assert "rescore, report, plan, status, cache export and run --offline read it as it is" \
+            in line
     assert _snapshot(cache) == shot
     assert server.state.requests == before
 

@@ -7,7 +7,6 @@ with a resume line and exit 143 or 130, never a traceback.
 
 from __future__ import annotations
 
-import signal
 import sys
 from types import FrameType
 
@@ -26,9 +25,15 @@ def _terminated(signum: int, frame: FrameType | None) -> None:
 
 
 def judge() -> None:
-    """Console entry point: `judge ...`."""
-    signal.signal(signal.SIGTERM, _terminated)
+    """Console entry point: `judge ...`.
+
+    The console script's own `from runner.cli import judge` loads almost nothing (runner and
+    this module import only what Python has loaded already): a Ctrl-C is caught
+    here from the first import on, and ends with exit 130 and no traceback."""
     try:
+        import signal  # noqa: PLC0415 - inside the try: a Ctrl-C while it loads is caught
+
+        signal.signal(signal.SIGTERM, _terminated)
         from runner.cli import main as commands  # noqa: PLC0415 - after the handlers are set
     except KeyboardInterrupt as exc:  # while the commands load: nothing started yet
         sys.exit(TERM_EXIT if isinstance(exc, Terminated) else 130)

@@ -17,7 +17,7 @@ from runner import api
 from runner.cli import TERM_EXIT
 from runner.cli.options import UsageError
 from runner.errors import scrub
-from runner.session import Selection
+from runner.session import Selection, unpriced_model
 
 if TYPE_CHECKING:
     from runner.execute.stats import RunStats
@@ -79,7 +79,7 @@ def summarise(sel: Selection, stats: RunStats, command: str, partial: bool = Fal
     """
     echo = click.echo
     echo(f"{counts(stats)}; {stats.prompt_tokens + stats.completion_tokens} tokens, "
-         f"{stats.cost_text}",
+         f"{stats.cost_text(unpriced_model(sel.job))}",
          err=True)
     if stats.fatal:  # before any report: those of a run that could not run are not kept
         raise UsageError(f"{stats.fatal}; run stopped, nothing lost: rerun to resume")

@@ -206,8 +206,9 @@ def _execute(sel: Selection, run_options: dict[str, Any], dispatched: TaskLog,
 
     from runner.cli.progress import Progress
     progress = Progress(sys.stderr, total=0)  # grows with each stage's task count
-    servers = contextlib.nullcontext(sel.job) if run_options["offline"] else serving(sel.job)
-    with open_selected(sel) as cache, servers as served:
+    offline = run_options["offline"]  # reads only: a read-only cache folder is read as it is
+    servers = contextlib.nullcontext(sel.job) if offline else serving(sel.job)
+    with open_selected(sel, read_only=offline) as cache, servers as served:
         try:
             return run_async(_run_async(sel, served, cache, run_options, progress, dispatched,
                                         cached_first))
@@ -291,7 +292,7 @@ def _run_cached_first(sel: Selection, run_options: dict[str, Any], started: floa
     stats, command, answers = RunStats(), command_line(), BatchAnswers()
     stats.total = count
     progress = Progress(sys.stderr, total=count)
-    with open_selected(sel) as cache:
+    with open_selected(sel, read_only=run_options["offline"]) as cache:
         cached_first = CachedFirst(sel.expansion, cache, stats, count=count,
                             on_progress=progress.update)
         # its readers read while the reports' modules load

@@ -83,12 +83,13 @@ def view(task_selection: TaskSelection, run: str | None, print_only: bool) -> No
                    "say how much space that freed.")
 def runs(task_selection: TaskSelection, keep: int | None) -> None:
     """List the job's kept runs, oldest first: id, kind (run, or rebuild from the cache),
-    models, tasks, calls, estimated cost, disk (what removing the run frees: its files that
-    neither the folder's reports nor another run link), and the best LLM judge's correlation.
+    models, tasks, calls, estimated cost, disk (what removing the run frees: its files no
+    other name links), and the best LLM judge's correlation.
 
     Every `judge run`, `rescore`, `report` and `import` keeps its report set in
-    runs/<job>/history/RUN (hard links: no copy); `judge view JOB RUN` opens one. A run
-    replaced by a newer one holds its own files: ~5 GB at ten million judgments.
+    runs/<job>/history/RUN; the folder's report files are links to the newest (`latest`),
+    which --keep never removes. `judge view JOB RUN` opens one. Each run holds its own files:
+    ~5 GB at ten million judgments.
 
     \b
     Examples:

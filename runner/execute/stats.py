@@ -48,10 +48,18 @@ class RunStats:
     endpoints: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     """model -> replica base URL -> calls, failures, cooldowns, state, rpm, tpm (the fleet's)."""
 
-    @property
-    def cost_text(self) -> str:
-        """`~$0.0123`, `cost unknown`, or `~$0.0123 + unknown` (some models have no price)."""
-        if not self.unpriced:
+    def cost_text(self, unpriced_model: bool = False) -> str:
+        """`~$0.0123`, `cost unknown`, or `~$0.0123 + unknown` (some models have no price).
+
+        Args:
+            unpriced_model: one of the run's models has no price, called or not: its cost is
+                unknown even where this run made no call of it (a cached rerun says what its
+                paid run said, not ~$0).
+
+        Returns:
+            The text.
+        """
+        if not (self.unpriced or unpriced_model):
             return f"~${self.cost:.4f}"
         return f"~${self.cost:.4f} + unknown" if self.cost else "cost unknown"
 

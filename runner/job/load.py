@@ -106,6 +106,9 @@ def load_job(path: Path) -> Job:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read the job file ({exc}); check the path and "
                           "that it is UTF-8 text") from None
+    if text.startswith("\ufeff"):  # tomllib's own message would be "Invalid statement"
+        raise ConfigError(f"{path}: starts with a UTF-8 byte-order mark (BOM), which TOML "
+                          "readers refuse; save the file as UTF-8 without BOM")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

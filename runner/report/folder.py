@@ -1,20 +1,23 @@
-"""The out folder: a report set is replaced only by a complete new one.
+"""The out folder: its report set is always one whole set, switched in one rename.
 
-`report_set` writes the new set to a hidden folder beside the out folder (`.NAME.new-PID`); only
-once every file is there is the old manifest removed, each new file moved in (a rename: no space
-needed, nothing half-written), the old set's files the new one lacks removed, and the manifest
-moved in last. So a set with manifest.json is complete, and one without it is being replaced. A
-failure while writing (disk full) leaves the previous set as it was; a kill leaves a stage
-folder, which the next write removes. `check_out` finds a folder that cannot be written before
-the first paid call.
+`report_set` writes the new set to a hidden folder `history/.RUN_ID.partial-PID`; only once
+every file is there is it renamed to `history/RUN_ID` (RUN_ID = UTC time and a short random id,
+as in the manifest's `run_id`), and then `latest` is pointed there in one rename. The folder's
+own report files (`scores.csv`, `report.html`, ...) are symbolic links `NAME -> latest/NAME`,
+so every path a user knows reads the set `latest` points at: at every moment the folder shows
+one whole set, the old one or the new one, and a kill at any step leaves it so (the links
+are made before the switch, and a name the new set lacks is removed after it, when its link
+already reads nothing). A folder written by an older version (regular files, hard-linked
+into history) is turned into links the same way: each file becomes a link to the same set's
+file first. A failure while writing (disk full) leaves the previous set as it was; a kill
+leaves a partial folder, which the next write removes. `check_out` finds a folder that cannot
+be written before the first paid call. Symbolic links are needed (Windows is out of scope).
 
-Every set is also kept: before it replaces the folder's, it is linked (hard links: no copy,
-no space) into `history/RUN_ID/` (RUN_ID = UTC time and a short random id, as in the manifest's
-`run_id`), and `latest` points there. A kept set is never touched again; `judge runs` lists
-them, so neither a rebuild nor a run with other models loses an earlier run's reports. Each
-set of a ten-million-judgment study takes ~5 GB once the folder's own set has moved on, so
-`judge runs JOB --keep N` removes all but the newest N (`forget_runs`): a run is hidden by a
-rename first, so it is listed whole or not at all.
+Every set is kept: a kept set is never touched again; `judge runs` lists them, so neither a
+rebuild nor a run with other models loses an earlier run's reports. Each set of a
+ten-million-judgment study takes ~5 GB, so `judge runs JOB --keep N` removes all but the
+newest N (`forget_runs`), never the one `latest` points at: a run is hidden by a rename
+first, so it is listed whole or not at all.
 """
 
 from __future__ import annotations
@@ -96,26 +99,18 @@ def new_run_id(when: float | None = None) -> str:
 
 @contextlib.contextmanager
 def report_set(out_dir: Path, run_id: str) -> Iterator[Path]:
-    """A folder to write a new report set into; the set replaces `out_dir`'s when the block
-    ends without an error (see the module docstring), kept first as history/`run_id`. An
-    OSError while writing (disk full, no permission) becomes a ReportError,
-    with the previous set untouched."""
+    """A folder to write a new report set into; the set becomes history/`run_id` and the
+    folder's when the block ends without an error (see the module docstring). An OSError
+    while writing (disk full, no permission) becomes a ReportError, with the previous set
+    untouched."""
     out_dir = Path(out_dir)
     _clean_leftovers(out_dir)
-    stage = out_dir.parent / f".{out_dir.name}.new-{os.getpid()}"
+    stage = out_dir / HISTORY / f".{run_id}.partial-{os.getpid()}"
     try:
         stage.mkdir(parents=True, exist_ok=True)
         yield stage
-        out_dir.mkdir(exist_ok=True)
-        _keep(stage, out_dir / HISTORY, run_id)
-        (out_dir / "manifest.json").unlink(missing_ok=True)
-        for name in REPORT_FILES[:-1]:
-            if (stage / name).exists():
-                os.replace(stage / name, out_dir / name)
-            else:
-                (out_dir / name).unlink(missing_ok=True)  # the old set's, not this one's
-        os.replace(stage / "manifest.json", out_dir / "manifest.json")
-        _point_latest(out_dir, run_id)
+        os.rename(stage, out_dir / HISTORY / run_id)
+        _show(out_dir, run_id)
     except OSError as exc:
         raise ReportError(f"{out_dir}: cannot write the reports ({exc.strerror or exc}); the "
                           "previous reports are untouched and every answer is cached: free "
@@ -124,26 +119,27 @@ def report_set(out_dir: Path, run_id: str) -> Iterator[Path]:
         shutil.rmtree(stage, ignore_errors=True)
 
 
-def _keep(stage: Path, history: Path, run_id: str) -> None:
-    """The staged set as history/run_id, whole or not at all (a hidden folder, renamed)."""
-    partial = history / f".{run_id}.partial-{os.getpid()}"
-    partial.mkdir(parents=True, exist_ok=True)
-    for name in REPORT_FILES:
-        if (stage / name).exists():
-            try:
-                os.link(stage / name, partial / name)
-            except OSError:  # a file system without hard links
-                shutil.copy2(stage / name, partial / name)
-    os.rename(partial, history / run_id)
+def _show(out_dir: Path, run_id: str) -> None:
+    """Make the kept set history/run_id the folder's: one rename of `latest` switches every
+    report file's link at once."""
+    names = {n for n in REPORT_FILES if (out_dir / HISTORY / run_id / n).exists()}
+    for name in REPORT_FILES:  # before the switch each name reads the set shown now
+        if name in names or os.path.lexists(out_dir / name):
+            _link(out_dir / name, Path("latest") / name)
+    _link(out_dir / "latest", Path(HISTORY) / run_id)
+    for name in REPORT_FILES:  # the old set's, not this one's: their links read nothing now
+        if name not in names and (out_dir / name).is_symlink():
+            (out_dir / name).unlink(missing_ok=True)
 
 
-def _point_latest(out_dir: Path, run_id: str) -> None:
-    """`latest` -> history/run_id, replaced in one rename (where symbolic links exist)."""
-    link = out_dir / f".latest.{os.getpid()}"
-    with contextlib.suppress(OSError):
-        link.unlink(missing_ok=True)
-        os.symlink(Path(HISTORY) / run_id, link, target_is_directory=True)
-        os.replace(link, out_dir / "latest")
+def _link(path: Path, target: Path) -> None:
+    """`path` -> `target`, a symbolic link replacing whatever is there in one rename."""
+    if path.is_symlink() and os.readlink(path) == str(target):
+        return
+    tmp = path.with_name(f".{path.name}.link-{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    os.symlink(target, tmp)
+    os.replace(tmp, path)
 
 
 def kept_runs(out_dir: Path) -> list[Path]:
@@ -156,8 +152,8 @@ def kept_runs(out_dir: Path) -> list[Path]:
 
 
 def own_bytes(run: Path) -> int:
-    """The bytes of `run`'s files that no other name links (the folder's own set, another
-    kept run): what removing it frees."""
+    """The bytes of `run`'s files that no other name links (in a folder an older version
+    wrote, its own files were hard links to the newest run): what removing it frees."""
     total = 0
     for path in run.iterdir():
         with contextlib.suppress(OSError):
@@ -207,6 +203,10 @@ def _clean_leftovers(out_dir: Path) -> None:
             pid = stage.name.rpartition("-")[2]
             if pid.isdigit() and not alive(int(pid)):
                 shutil.rmtree(stage, ignore_errors=True)
+        for link in out_dir.glob(".*.link-*"):
+            pid = link.name.rpartition("-")[2]
+            if pid.isdigit() and not alive(int(pid)):
+                link.unlink(missing_ok=True)
         for tmp in out_dir.glob(".*.tmp"):
             if time.time() - tmp.stat().st_mtime > STALE_TMP_S:
                 tmp.unlink(missing_ok=True)

@@ -126,7 +126,8 @@ def _whose(directory: Path) -> str:
         owner = os.getuid()
     who = f"it belongs to uid {owner}: run as that user, or " if owner != os.getuid() else ""
     return (f"{who}make it and its files writable (or copy it and pass the copy as "
-            "--cache-dir); rescore, report, plan, status and cache export read it as it is")
+            "--cache-dir); rescore, report, plan, status, cache export and run --offline read "
+            "it as it is")
 
 
 class ReadOnlyDisk:
