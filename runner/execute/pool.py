@@ -160,17 +160,16 @@ class _Pool:
     def pause(self, seconds: float) -> None:
         self.resume_at = max(self.resume_at, self.loop.time() + seconds)
 
-    async def run_task(self, task: Task) -> None:
-        """Get `task` its answer (or its failure); one task at a time for a model whose
-        endpoint has not yet shown it is there (see runner.execute.breaker)."""
-        if task.model in self.breaker.unproven:
-            async with self.probes[task.model]:
-                if task.model in self.breaker.unproven:
-                    await self._run_task(task)
-                    return
-        await self._run_task(task)
+    async def probe(self, task: Task) -> None:
+        """`run_task` for a model whose endpoint has not yet shown it is there (see
+        runner.execute.breaker): one such task at a time."""
+        async with self.probes[task.model]:
+            if task.model in self.breaker.unproven:
+                await self.run_task(task)
+                return
+        await self.run_task(task)
 
-    async def _run_task(self, task: Task) -> None:
+    async def run_task(self, task: Task) -> None:
         fleet = self.fleets[task.model]
         error: APIError | None = None
         avoid: Replica | None = None  # the replica that just failed this task
@@ -340,8 +339,12 @@ async def execute(tasks: Iterable[Task], *, cache: CacheBackend, session: aiohtt
                     hashes=array.array("q") if hashes is None else hashes)
 
     async def worker() -> None:
+        unproven = pool.breaker.unproven
         for task in todo:
-            await pool.run_task(task)
+            if task.model in unproven:
+                await pool.probe(task)
+            else:  # called directly: a coroutine level costs at every resumption
+                await pool.run_task(task)
 
     try:
         async with asyncio.TaskGroup() as group:
