@@ -258,11 +258,13 @@ def make_app(state: State) -> web.Application:
 class ThreadedServer:
     """The fake server on 127.0.0.1 in a background thread: `with ThreadedServer() as s: s.url`."""
 
-    def __init__(self, script: Script | None = None) -> None:
+    def __init__(self, script: Script | None = None, port: int = 0) -> None:
+        """A server to start with `with`; `port` 0 takes a free one (a given one: a server
+        back on the port of one that stopped, for the same cache keys)."""
         self.state = State(script or Script())
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.port = 0
+        self.port = port
 
     @property
     def url(self) -> str:
@@ -272,7 +274,7 @@ class ThreadedServer:
         # Teardown cancels handlers still hanging or sleeping instead of waiting 60 s for them.
         runner = web.AppRunner(make_app(self.state), access_log=None, shutdown_timeout=0.25)
         await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
+        site = web.TCPSite(runner, "127.0.0.1", self.port)
         await site.start()
         server = site._server
         assert server is not None

@@ -100,8 +100,8 @@ async def test_error_message_without_openai_shape(server: ThreadedServer,
     ({"x-ratelimit-reset-requests": "6m0s"}, 360.0),
     ({"x-ratelimit-reset-tokens": "20ms"}, 0.02),
     ({"x-ratelimit-reset-requests": "1s", "x-ratelimit-reset-tokens": "9m3.5s"}, 543.5),
-    ({"x-ratelimit-reset-tokens": "1h2m3.5s"}, MAX_WAIT_S),     # capped
-    ({"Retry-After": "inf"}, MAX_WAIT_S),
+    ({"x-ratelimit-reset-tokens": "1h2m3.5s"}, 3723.5),         # as asked: the pool caps it
+    ({"Retry-After": "inf"}, float("inf")),
     ({"Retry-After": "soon"}, None),                             # unreadable: no advice
     ({}, None),
 ])
@@ -139,6 +139,8 @@ async def test_retry_after_http_date(server: ThreadedServer,
     ({"x-ratelimit-reset-requests": "1.5"}, 1.5),
     ({"x-ratelimit-reset-requests": "later"}, None),
     ({"Retry-After": ""}, None),
+    ({"x-ratelimit-reset-tokens": "1h2m3.5s"}, MAX_WAIT_S),     # capped (the Batch API's)
+    ({"Retry-After": "inf"}, MAX_WAIT_S),
 ])
 def test_retry_after_edge_cases(headers: dict[str, str], wait: float | None) -> None:
     assert retry_after(CIMultiDict(headers)) == pytest.approx(wait)

@@ -442,8 +442,10 @@ async def test_stop_event_lets_in_flight_finish(study: Callable[..., Study],
     sent_at_stop: list[int] = []
 
     def progress(stats: RunStats) -> None:
-        if stats.api_calls and not stop.is_set():
-            stop.set()  # the first Ctrl-C, as the first answer is stored
+        # The first answer comes alone (the breaker's probe): stop at the next one, with the
+        # pool in full flight.
+        if stats.api_calls >= 2 and not stop.is_set():
+            stop.set()  # the first Ctrl-C, as the second answer is stored
             sent_at_stop.append(stats.attempts)
 
     stats = await s.run(cache, stop=stop, on_progress=progress)
@@ -492,15 +494,15 @@ async def test_cancel_abandons_in_flight_requests(study: Callable[..., Study],
     s = study(20)
     server.state.script.latency_s = 1.0
     run = asyncio.ensure_future(s.run(cache, limits={"concurrency": 2}))
-    async with asyncio.timeout(5):
-        while server.state.requests < 2:
+    async with asyncio.timeout(5):  # the first answer (the breaker's probe), then two more
+        while server.state.requests < 3:
             await asyncio.sleep(0.01)
     started = time.monotonic()
     run.cancel()
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(run, timeout=2)
     assert time.monotonic() - started < 0.5
-    assert cache.stats()["entries"] == 0 and server.state.requests == 2
+    assert cache.stats()["entries"] == 1 and server.state.requests == 3
 
 
 async def test_unexpected_worker_error_ends_the_run(study: Callable[..., Study],

@@ -35,6 +35,11 @@ def _run(job: Path, tmp_path: Path, data_dir: Path, *args: object,
     return time.monotonic() - started, result
 
 
+def _command(result: object) -> str:
+    """The command line of a `judge` run, as its resume line gives it."""
+    return " ".join(["judge", *result.args[1:]])  # type: ignore[attr-defined]
+
+
 def _answer(content: object, finish: str = "stop") -> tuple[int, dict[str, str], bytes]:
     body = {"choices": [{"index": 0, "finish_reason": finish,
                          "message": {"role": "assistant", "content": content}}]}
@@ -56,7 +61,7 @@ def test_a_server_that_is_not_running_stops_the_run_at_once(tmp_path: Path,
                              f"0 failed, {TASKS} not run (2 retries)"), counts
     assert line == f"Error: cannot connect to {url} (connection refused): is the server " \
                    "running? (model fake; check --base-url / base_url); run stopped, nothing " \
-                   "lost: rerun to resume"
+                   "lost: rerun to resume: " + _command(result)
     assert took < 20  # three attempts with backoff, not 12 tasks x 9 attempts
     assert not (tmp_path / "out").exists()
 
@@ -91,10 +96,14 @@ def test_a_fleet_with_one_replica_down_works_on_the_other(server: ThreadedServer
     assert server.state.answered == TASKS
 
 
-@pytest.mark.parametrize("message", ["The model `gpt-5x` does not exist.",
-                                     "404 page not found"])
+@pytest.mark.parametrize(("message", "verdict"), [
+    ("The model `gpt-5x` does not exist.", "has no model 'gpt-5x' (HTTP 404: {}); check "
+     "--model / base_url"),
+    ("404 page not found", "answered HTTP 404 at its chat-completions path ({}): check "
+     "--base-url / base_url")])  # a 404 that names no model: the path is wrong, not the model
 def test_a_wrong_model_name_stops_after_a_few_identical_404s(
-        server: ThreadedServer, tmp_path: Path, data_dir: Path, message: str) -> None:
+        server: ThreadedServer, tmp_path: Path, data_dir: Path, message: str,
+        verdict: str) -> None:
     body = orjson.dumps({"error": {"message": message, "code": "model_not_found"}})
     server.state.script.raw = [(404, {}, body)] * 50
     job = write_job(tmp_path / "jobs", JOB.replace('spec = "fake"', 'spec = "gpt-5x"'))
@@ -103,9 +112,9 @@ def test_a_wrong_model_name_stops_after_a_few_identical_404s(
 
     assert result.returncode == 2, result.stderr  # type: ignore[attr-defined]
     last = result.stderr.strip().splitlines()[-1]  # type: ignore[attr-defined]
-    assert last == f"Error: the server at {server.url} has no model 'gpt-5x' (HTTP 404: " \
-                   f"{message}); check --model / base_url (an OpenAI-compatible base URL ends " \
-                   "in /v1); run stopped, nothing lost: rerun to resume"
+    assert last == f"Error: the server at {server.url} {verdict.format(message)} (an " \
+                   "OpenAI-compatible base URL ends in /v1); run stopped, nothing lost: " \
+                   "rerun to resume: " + _command(result)
     assert server.state.requests == 3  # not all twelve
     assert not (tmp_path / "out").exists()
 

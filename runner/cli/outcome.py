@@ -49,6 +49,20 @@ def counts(stats: RunStats) -> str:
             f"{len(stats.missing)} not run ({stats.retries} retries)")
 
 
+def stopped(stats: RunStats, command: str) -> UsageError:
+    """The error of a run that stopped on a fatal error (an endpoint not there, a refused key):
+    its message, and the command that resumes once the cause is fixed.
+
+    Args:
+        stats: the run's counters (`fatal` set).
+        command: the command that resumes (the one that ran).
+
+    Returns:
+        The error to raise (exit 2).
+    """
+    return UsageError(f"{stats.fatal}; run stopped, nothing lost: rerun to resume: {command}")
+
+
 def exit_interrupted(stats: RunStats, command: str) -> None:
     """Print the resume line, then exit 143 after SIGTERM, 130 after Ctrl-C.
 
@@ -82,7 +96,7 @@ def summarise(sel: Selection, stats: RunStats, command: str, partial: bool = Fal
          f"{stats.cost_text(unpriced_model(sel.job))}",
          err=True)
     if stats.fatal:  # before any report: those of a run that could not run are not kept
-        raise UsageError(f"{stats.fatal}; run stopped, nothing lost: rerun to resume")
+        raise stopped(stats, command)
     echo(f"reports: {sel.out_dir}/", err=True)
     for key, reason in list(stats.failures.items())[:20]:
         echo(f"failed {key[:12]}: {scrub(reason)}", err=True)

@@ -32,12 +32,18 @@ class Progress:
         self.started = time.monotonic()
         self.last = 0.0
         self.live = stream.isatty()
+        self.told = 0
+        """How many of the run's notes (RunStats.notes) are printed."""
         self.bar = tqdm(total=total, file=stream, unit="task", dynamic_ncols=True,
                         mininterval=BAR_EVERY_S) if self.live else None
 
     def update(self, stats: RunStats) -> None:
         """Show the run's counters (the pool's on_progress): at most every BAR_EVERY_S on a
-        terminal, LINE_EVERY_S as a line elsewhere, and once at the end."""
+        terminal, LINE_EVERY_S as a line elsewhere, and once at the end; a new note
+        (RunStats.notes) is printed at once."""
+        while self.told < len(stats.notes):
+            self.say(stats.notes[self.told])
+            self.told += 1
         if stats.total > self.total:  # a generation stage adds the judge tasks later
             self.total = stats.total
             if self.bar is not None:

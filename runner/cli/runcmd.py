@@ -22,8 +22,8 @@ from runner import api
 from runner.cli import Terminated
 from runner.cli.batches import MAX_BATCH_REQUESTS, BatchAnswers, Batched, batch_stage, merge
 from runner.cli.cachecmds import job_keys
-from runner.cli.options import PARTIAL_HELP, UsageError, data_dir, resolve, task_selection
-from runner.cli.outcome import command_line, counts, exit_interrupted, summarise
+from runner.cli.options import PARTIAL_HELP, data_dir, resolve, task_selection
+from runner.cli.outcome import command_line, counts, exit_interrupted, stopped, summarise
 from runner.errors import ConfigError, scrub
 from runner.execute.store.backend import CacheBackend
 from runner.execute.store.cache import Cache
@@ -159,7 +159,7 @@ def _summarise_shard(sel: Selection, stats: RunStats, command: str, rescore_hint
     """A shard's counts and the command that builds the reports; exits like run."""
     click.echo(f"shard {sel.shard}: {counts(stats)}", err=True)
     if stats.fatal:
-        raise UsageError(f"{stats.fatal}; run stopped, nothing lost: rerun to resume")
+        raise stopped(stats, command)
     for key, reason in list(stats.failures.items())[:20]:
         click.echo(f"failed {key[:12]}: {scrub(reason)}", err=True)
     if stats.interrupted:

@@ -26,7 +26,9 @@ __all__ = ["Response", "post_chat", "retry_after", "send", "timeout_of"]
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 REQUEST_STATUS = frozenset({400, 404, 413, 422})
 AUTH_STATUS = frozenset({401, 403})
-MAX_WAIT_S = 600.0  # a server asking for longer (or "inf") is retried after 10 minutes
+MAX_WAIT_S = 600.0
+"""`retry_after`'s cap (the Batch API's requests): a longer ask is retried after 10 minutes.
+An APIError carries the ask uncapped; the pool stops past limits.max_wait_s."""
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _SECONDS_PER_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -93,7 +95,8 @@ async def send(session: aiohttp.ClientSession, url: str, body: bytes, *,
         AuthError: 401, 403.
         RequestError: 400, 404, 413, 422 and other 4xx: this request will not succeed.
         RetryableError: 408, 409, 429, 5xx, a timeout, a dropped connection, a body that is
-            not a chat completion or has no answer; `retry_after` set when the server said.
+            not a chat completion (kind "html" for a web page) or has no answer;
+            `retry_after` set, uncapped, when the server said.
         ConnectError: no connection at all (refused, unknown host).
     """
     started = time.monotonic()
@@ -155,6 +158,10 @@ def _checked(raw: bytes, decode: Callable[[Any], Any] | None) -> dict[str, Any]:
     try:
         data: dict[str, Any] = orjson.loads(raw)
     except orjson.JSONDecodeError:
+        if raw.lstrip()[:1] == b"<":  # a web page where the API should be: the breaker counts
+            page = scrub(f"an HTML page: {raw.lstrip()[:80]!r}")
+            raise RetryableError(f"malformed response body ({page})", kind="html",
+                                 detail=page) from None
         raise _malformed(f"not JSON: {raw[:80]!r}") from None
     if decode is not None:
         data = decode(data)
@@ -188,7 +195,7 @@ def _status_error(status: int, raw: bytes, headers: Any,
                   secrets: tuple[str, ...] = ()) -> APIError:
     detail = scrub(_server_message(raw), secrets)
     message = f"HTTP {status}: {detail}"
-    wait = retry_after(headers, rate_limited=status == 429)
+    wait = _advised_wait(headers, status == 429)  # as asked: execute caps it (max_wait_s)
     if status in AUTH_STATUS:
         return AuthError(message + " (check the API key and its permissions)", status=status,
                          detail=detail)

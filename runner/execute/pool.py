@@ -28,12 +28,11 @@ import orjson
 from runner.errors import (
     APIError,
     AuthError,
-    ConnectError,
     RequestError,
     RetryableError,
     RunnerError,
 )
-from runner.execute.breaker import Breaker
+from runner.execute.breaker import Breaker, refused, too_long
 from runner.execute.client import Response, send, timeout_of
 from runner.execute.fleet import Fleet, Replica, fleet_for
 from runner.execute.limiter import Limiter
@@ -50,6 +49,8 @@ Pending = tuple[Task, dict[str, Any], int, int]
 
 BACKOFF_BASE_S = 1.0
 BACKOFF_CAP_S = 60.0
+NOTICE_WAIT_S = 5.0
+"""A server's ask to wait longer than this is told on stderr (a shorter one is routine)."""
 
 
 @dataclass(slots=True)
@@ -145,7 +146,12 @@ class _Pool:
         """model -> the endpoint recorded with its answers (a property computed once, here)."""
         self.breaker = Breaker({name: [r.label for r in f.replicas]
                                 for name, f in self.fleets.items()},
-                               {name: e.model.model for name, e in endpoints.items()})
+                               {name: e.model.model for name, e in endpoints.items()},
+                               limits.down_after_s)
+        self.probes = {name: asyncio.Lock() for name in endpoints}
+        """model -> held by the one task in flight while the model is unproven (breaker)."""
+        self.told_until = 0.0
+        """Until when the longest wait a server asked for was told (one line per new ask)."""
 
     async def wait_pause(self) -> None:
         while (delay := self.resume_at - self.loop.time()) > 0 and not self.stop.is_set():
@@ -153,6 +159,15 @@ class _Pool:
 
     def pause(self, seconds: float) -> None:
         self.resume_at = max(self.resume_at, self.loop.time() + seconds)
+
+    async def probe(self, task: Task) -> None:
+        """`run_task` for a model whose endpoint has not yet shown it is there (see
+        runner.execute.breaker): one such task at a time."""
+        async with self.probes[task.model]:
+            if task.model in self.breaker.unproven:
+                await self.run_task(task)
+                return
+        await self.run_task(task)
 
     async def run_task(self, task: Task) -> None:
         fleet = self.fleets[task.model]
@@ -184,9 +199,8 @@ class _Pool:
             except RetryableError as exc:
                 error, avoid = exc, replica
                 elsewhere = fleet.failed(replica, exc)
-                if isinstance(exc, ConnectError) and \
-                        self._fatal(self.breaker.connect_failed(task.model, replica.label, exc)):
-                    self.stats.missing.append(task.key)  # never reached a server: not run
+                if self._fatal(self._verdict(task, replica, exc)):
+                    self.stats.missing.append(task.key)  # no answer to keep: not run
                     return
                 if attempt < self.limits.max_retries:
                     self.stats.retries += 1
@@ -199,14 +213,12 @@ class _Pool:
             except RequestError as exc:
                 fleet.release(replica)
                 error = exc
-                self._fatal(self.breaker.not_found(task.model, replica.label, exc))
+                self._fatal(self._verdict(task, replica, exc))
                 break
             except AuthError as exc:
                 fleet.release(replica)
-                where = f"in {replica.key_env} " if replica.key_env else ""
-                self._fatal(f"the server at {replica.label} refused the credentials {where}"
-                            f"(HTTP {exc.status}: {exc.detail}): check the key and its "
-                            "permissions")
+                self._fatal(refused(replica.label, replica.key_env,
+                                    replica.api_key() is not None, exc))
                 error = exc
                 break
             # No await from here to the hand-over: a cancel cannot split an answer from its store.
@@ -215,6 +227,21 @@ class _Pool:
         assert error is not None
         self.stats.failures[task.key] = error.reason
         self.on_progress(self.stats)
+
+    def _verdict(self, task: Task, replica: Replica, exc: APIError) -> str | None:
+        """Whether a failed attempt stops the run: the breaker's verdict, or a server asking
+        to wait longer than limits.max_wait_s (a wait over NOTICE_WAIT_S is told, once per
+        longer ask)."""
+        wait = exc.retry_after
+        if wait is not None and wait > self.limits.max_wait_s:
+            return too_long(replica.label, exc, self.limits.max_wait_s)
+        now = self.loop.time()
+        if wait is not None and wait > NOTICE_WAIT_S and now + wait > self.told_until:
+            self.told_until = now + wait
+            self.stats.notes.append(f"the server at {replica.label} asks to wait {wait:.0f} s "
+                                    f"({exc.reason}): waiting")
+            self.on_progress(self.stats)
+        return self.breaker.failed(task.model, replica.label, exc, now)
 
     def _fatal(self, message: str | None) -> bool:
         """Stop the run with `message` (the first one wins), when there is one."""
@@ -267,7 +294,7 @@ class _Pool:
         reserved = task.prompt_tokens + task.max_tokens
         self.limiters[task.model].reconcile(reserved, used)
         fleet.succeeded(replica, response.headers, reserved, used)
-        self.breaker.succeeded(task.model)
+        self.breaker.succeeded(task.model, replica.label)
 
     def _stored(self, batch: list[Pending]) -> None:
         """A turn's answers are stored: now they count (one progress report a turn)."""
@@ -312,8 +339,12 @@ async def execute(tasks: Iterable[Task], *, cache: CacheBackend, session: aiohtt
                     hashes=array.array("q") if hashes is None else hashes)
 
     async def worker() -> None:
+        unproven = pool.breaker.unproven
         for task in todo:
-            await pool.run_task(task)
+            if task.model in unproven:
+                await pool.probe(task)
+            else:  # called directly: a coroutine level costs at every resumption
+                await pool.run_task(task)
 
     try:
         async with asyncio.TaskGroup() as group:

@@ -44,6 +44,9 @@ class RunStats:
     terminated: bool = False
     """Stopped by SIGTERM (exit 143), not Ctrl-C (130)."""
     fatal: str | None = None
+    notes: list[str] = field(default_factory=list)
+    """Lines for the user as the run goes (a server asking for a long wait); the progress
+    display prints each once."""
     started: float = field(default_factory=time.time)
     endpoints: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     """model -> replica base URL -> calls, failures, cooldowns, state, rpm, tpm (the fleet's)."""

@@ -67,6 +67,11 @@ class Limits:
     """Retries per task after the first attempt, for retryable failures."""
     timeout_s: float = 60.0
     """Per-request timeout in seconds."""
+    down_after_s: float = 60.0
+    """Seconds of nothing but failed connections to every replica of a model that answered
+    before, after which the run stops (exit 2, rerun to resume)."""
+    max_wait_s: float = 600.0
+    """Longest wait a server may ask for (Retry-After); a longer ask stops the run (exit 2)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
