@@ -1,25 +1,41 @@
 """The API key goes to the server and nowhere else: not the cache, not the reports, not the
 terminal, also when requests fail (400, 429, 500) and when the server refuses the key (401).
+A cache URL's password goes to PostgreSQL and nowhere else either.
 """
 
 from __future__ import annotations
 
+import subprocess
+from collections.abc import Iterable
 from pathlib import Path
 
+import pandas as pd
+
 from tests.fakeserver import ThreadedServer
-from tests.test_cli import OPENMEVA, clean_env, manifest, run_judge
+from tests.pgserver import free_port
+from tests.test_cli import OPENMEVA, clean_env, error_line, manifest, run_judge
 
 SECRET = "sk-test-SECRET123"
 NEEDLES = (SECRET.encode(), b"SECRET123")
+PG_PASSWORD = "PgPass9Zq"
+"""A cache URL's password: no key shape (no sk-, no key=), so only redaction can hide it."""
 
 
-def _leaks(folder: Path) -> list[str]:
-    """Files under `folder` whose bytes contain the key (or its distinctive part)."""
+def _leaks(folder: Path, needles: Iterable[bytes] = NEEDLES,
+           runs: Iterable[subprocess.CompletedProcess[str]] = ()) -> list[str]:
+    """Where under `folder` (every file, a Parquet file also decoded) and in the runs' stdout and
+    stderr any of `needles` is."""
     found = []
     for path in sorted(folder.rglob("*")):
         if path.is_file():
-            data = path.read_bytes()
-            found += [f"{path}: {needle!r}" for needle in NEEDLES if needle in data]
+            texts = [path.read_bytes()]
+            if path.suffix == ".parquet":  # compressed columns: look at the values too
+                texts.append(pd.read_parquet(path).to_csv().encode())
+            found += [f"{path}: {n!r}" for n in needles for data in texts if n in data]
+    for i, run in enumerate(runs):
+        found += [f"run {i} {name}: {n!r}" for name, text in (("stdout", run.stdout),
+                                                              ("stderr", run.stderr))
+                  for n in needles if n.decode() in text]
     return found
 
 
@@ -44,9 +60,34 @@ def test_the_api_key_is_sent_but_never_stored_or_printed(
     assert refused.returncode == 2, refused.stderr
     assert "refused the credentials" in refused.stderr
     assert cache.is_dir() and any(cache.iterdir()) and (out / "judgments.jsonl").exists()
-    leaks = _leaks(tmp_path)  # the cache, the reports, and anything else written in cwd
-    for run in (result, refused):
-        leaks += [f"{name}: {needle!r}" for name, text in (("stdout", run.stdout),
-                                                          ("stderr", run.stderr))
-                  for needle in NEEDLES if needle.decode() in text]
+    # the cache, the reports, and anything else written in cwd; the terminal
+    assert _leaks(tmp_path, runs=(result, refused)) == []
+
+
+def test_a_cache_url_password_is_in_no_file_and_no_line(
+        server: ThreadedServer, tmp_path: Path, data_dir: Path, pg_url: str) -> None:
+    # Trust auth accepts any password: the URL works and carries a secret to leak.
+    url = pg_url.replace("postgres@", f"postgres:{PG_PASSWORD}@")
+    out = tmp_path / "out"
+    env = clean_env(data_dir, OPENAI_API_KEY=SECRET)
+    via_env = clean_env(data_dir, OPENAI_API_KEY=SECRET, JUDGE_CACHE_URL=url)
+    common = (OPENMEVA, "--limit", 6, "--model", "fake", "--base-url", server.url, "--out", out)
+    runs = [run_judge("run", *common, "--cache", url, "--shard", "1/2", env=env, cwd=tmp_path),
+            run_judge("run", *common, "--cache", url, env=env, cwd=tmp_path),
+            run_judge("rescore", *common, env=via_env, cwd=tmp_path),
+            run_judge("status", *common, env=via_env, cwd=tmp_path),
+            run_judge("runs", OPENMEVA, "--out", out, env=via_env, cwd=tmp_path),
+            run_judge("cache", "stats", "--cache", url, env=env, cwd=tmp_path)]
+    assert [r.returncode for r in runs] == [0] * len(runs), [r.stderr for r in runs]
+    assert "rescore" in runs[0].stdout + runs[0].stderr  # the shard's hint names the cache
+    assert manifest(out)["cache_url"] == pg_url.replace("postgres@", "postgres:***@")
+    commands = [manifest(run)["command"] for run in sorted((out / "history").iterdir())]
+    assert "--cache " + pg_url.replace("postgres@", "postgres:***@") in commands[0]
+    unreachable = url.replace(pg_url.split(":")[2].split("/")[0], str(free_port()))
+    refused = run_judge("run", *common, "--cache", unreachable, env=env, cwd=tmp_path)
+    assert refused.returncode == 2 and "cannot connect" in error_line(refused.stderr)
+    runs.append(refused)
+
+    leaks = _leaks(tmp_path, (PG_PASSWORD.encode(), *NEEDLES), runs)
     assert leaks == []
+    assert len(commands) == 2  # the run's and the rescore's copies were looked at
