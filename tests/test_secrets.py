@@ -13,7 +13,7 @@ import pandas as pd
 
 from tests.fakeserver import ThreadedServer
 from tests.pgserver import free_port
-from tests.test_cli import OPENMEVA, clean_env, error_line, manifest, run_judge
+from tests.test_cli import JOB, OPENMEVA, clean_env, error_line, manifest, run_judge, write_job
 
 SECRET = "sk-test-SECRET123"
 NEEDLES = (SECRET.encode(), b"SECRET123")
@@ -91,3 +91,37 @@ def test_a_cache_url_password_is_in_no_file_and_no_line(
     leaks = _leaks(tmp_path, (PG_PASSWORD.encode(), *NEEDLES), runs)
     assert leaks == []
     assert len(commands) == 2  # the run's and the rescore's copies were looked at
+
+
+def test_credentials_in_a_base_url_are_refused_before_any_call(
+        server: ThreadedServer, tmp_path: Path, data_dir: Path) -> None:
+    with_userinfo = server.url.replace("://", f"://judge:{PG_PASSWORD}@")
+    env, work = clean_env(data_dir, OPENAI_API_KEY=SECRET), tmp_path / "work"
+    work.mkdir()
+    fleet = write_job(tmp_path / "jobs", JOB + f'endpoints = [{{base_url = "{with_userinfo}"}}]\n')
+    runs = [run_judge("run", OPENMEVA, "--limit", 2, "--model", "fake", "--base-url",
+                      with_userinfo, env=env, cwd=work),
+            run_judge("run", OPENMEVA, "--limit", 2, "--model", "fake",
+                      env={**env, "OPENAI_BASE_URL": with_userinfo}, cwd=work),
+            run_judge("run", fleet, "--limit", 2, env=env, cwd=work)]
+    for run, where in zip(runs, ("--base-url", "OPENAI_BASE_URL", "models.fake.endpoints[0]"),
+                          strict=True):
+        assert run.returncode == 2, run.stderr
+        line = error_line(run.stderr)
+        assert where in line and "has credentials in it" in line and "api_key_env" in line
+    assert server.state.requests == 0
+    assert _leaks(work, (PG_PASSWORD.encode(), *NEEDLES), runs) == []
+
+
+def test_a_malformed_cache_url_is_one_line_without_its_password(
+        tmp_path: Path, data_dir: Path) -> None:
+    bad = f"postgres://judge:{PG_PASSWORD}@[bad/db"
+    runs = [run_judge("run", OPENMEVA, "--limit", 2, "--model", "fake", "--base-url",
+                      "http://127.0.0.1:9/v1", "--cache", bad, env=clean_env(data_dir),
+                      cwd=tmp_path),
+            run_judge("cache", "stats", env=clean_env(data_dir, JUDGE_CACHE_URL=bad),
+                      cwd=tmp_path)]
+    for run in runs:
+        assert run.returncode == 2, run.stderr
+        assert "JUDGE_CACHE_URL" in error_line(run.stderr)
+    assert _leaks(tmp_path, (PG_PASSWORD.encode(),), runs) == []
