@@ -9,6 +9,7 @@ import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
+import orjson
 import pandas as pd
 
 from tests.fakeserver import ThreadedServer
@@ -125,3 +126,28 @@ def test_a_malformed_cache_url_is_one_line_without_its_password(
         assert run.returncode == 2, run.stderr
         assert "JUDGE_CACHE_URL" in error_line(run.stderr)
     assert _leaks(tmp_path, (PG_PASSWORD.encode(),), runs) == []
+
+
+PLANTED = "correct horse battery staple"
+"""A key of no known shape, in the variable a job names: only its registration hides it."""
+
+
+def test_a_key_of_no_known_shape_echoed_by_the_server_is_in_no_output(
+        server: ThreadedServer, tmp_path: Path, data_dir: Path) -> None:
+    job = write_job(tmp_path / "jobs", JOB + f'base_url = "{server.url}"\n'
+                    'api_key_env = "GATEWAY_CRED"\n')
+    work = tmp_path / "work"
+    work.mkdir()
+    echo = orjson.dumps({"error": {"message": f"credential {PLANTED} lacks this model"}})
+    server.state.script.raw = [(400, {"Content-Type": "application/json"}, echo),
+                               (500, {"Content-Type": "application/json"}, echo)]
+    env = clean_env(data_dir, GATEWAY_CRED=PLANTED)
+    runs = [run_judge("run", job, "--limit", 6, env=env, cwd=work),
+            run_judge("rescore", job, "--limit", 6, env=env, cwd=work)]
+
+    assert [r.returncode for r in runs] == [1, 1], [r.stderr for r in runs]  # the 400 failed
+    assert server.state.auth and set(server.state.auth) == {f"Bearer {PLANTED}"}
+    assert "credential [redacted] lacks this model" in runs[0].stderr
+    # the cache, the reports (Parquet decoded), history/, both manifests, the terminal
+    assert _leaks(work, (PLANTED.encode(), b"horse battery"), runs) == []
+    assert len(list((work / "runs").rglob("manifest.json"))) >= 3
