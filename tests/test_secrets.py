@@ -5,6 +5,7 @@ A cache URL's password goes to PostgreSQL and nowhere else either.
 
 from __future__ import annotations
 
+import stat
 import subprocess
 from collections.abc import Iterable
 from pathlib import Path
@@ -14,7 +15,17 @@ import pandas as pd
 
 from tests.fakeserver import ThreadedServer
 from tests.pgserver import free_port
-from tests.test_cli import JOB, OPENMEVA, clean_env, error_line, manifest, run_judge, write_job
+from tests.test_cli import (
+    JOB,
+    OPENMEVA,
+    SUBPROCESS_TIMEOUT_S,
+    clean_env,
+    error_line,
+    judge_cmd,
+    manifest,
+    run_judge,
+    write_job,
+)
 
 SECRET = "sk-test-SECRET123"
 NEEDLES = (SECRET.encode(), b"SECRET123")
@@ -151,3 +162,20 @@ def test_a_key_of_no_known_shape_echoed_by_the_server_is_in_no_output(
     # the cache, the reports (Parquet decoded), history/, both manifests, the terminal
     assert _leaks(work, (PLANTED.encode(), b"horse battery"), runs) == []
     assert len(list((work / "runs").rglob("manifest.json"))) >= 3
+
+
+def test_reports_are_readable_by_others_under_umask_022(
+        server: ThreadedServer, tmp_path: Path, data_dir: Path) -> None:
+    # A report is meant to be shared: under the usual umask the others may read every file
+    # of the set and of its history copy (hard links: the same files).
+    out = tmp_path / "out"
+    done = subprocess.run(judge_cmd("run", OPENMEVA, "--limit", 3, "--model", "fake",
+                                    "--base-url", server.url, "--cache-dir", tmp_path / "cache",
+                                    "--out", out),
+                          env=clean_env(data_dir), cwd=tmp_path, capture_output=True, text=True,
+                          timeout=SUBPROCESS_TIMEOUT_S, check=False, umask=0o022)
+    assert done.returncode == 0, done.stderr
+    files = [p for p in out.rglob("*") if p.is_file() and not p.is_symlink()]
+    assert {p.name for p in files} >= {"manifest.json", "report.html", "scores.parquet"}
+    assert {p.relative_to(out).as_posix(): oct(stat.S_IMODE(p.stat().st_mode))
+            for p in files if stat.S_IMODE(p.stat().st_mode) != 0o644} == {}
