@@ -5,6 +5,8 @@ A cache URL's password goes to PostgreSQL and nowhere else either.
 
 from __future__ import annotations
 
+import shlex
+import signal
 import stat
 import subprocess
 from collections.abc import Iterable
@@ -15,6 +17,7 @@ import pandas as pd
 
 from tests.fakeserver import ThreadedServer
 from tests.pgserver import free_port
+from tests.processes import Processes, processes_fixture, wait_until  # noqa: F401
 from tests.test_cli import (
     JOB,
     OPENMEVA,
@@ -91,10 +94,12 @@ def test_a_cache_url_password_is_in_no_file_and_no_line(
             run_judge("runs", OPENMEVA, "--out", out, env=via_env, cwd=tmp_path),
             run_judge("cache", "stats", "--cache", url, env=env, cwd=tmp_path)]
     assert [r.returncode for r in runs] == [0] * len(runs), [r.stderr for r in runs]
-    assert "rescore" in runs[0].stdout + runs[0].stderr  # the shard's hint names the cache
+    masked = pg_url.replace("postgres@", "postgres:***@")
+    hint = f"judge rescore {OPENMEVA}"  # the shard's hint, quoted for a shell
+    assert hint in runs[0].stderr and f"--cache {shlex.quote(masked)}" in runs[0].stderr
     assert manifest(out)["cache_url"] == pg_url.replace("postgres@", "postgres:***@")
     commands = [manifest(run)["command"] for run in sorted((out / "history").iterdir())]
-    assert "--cache " + pg_url.replace("postgres@", "postgres:***@") in commands[0]
+    assert f"--cache {masked}" in commands[0]
     unreachable = url.replace(pg_url.split(":")[2].split("/")[0], str(free_port()))
     refused = run_judge("run", *common, "--cache", unreachable, env=env, cwd=tmp_path)
     assert refused.returncode == 2 and "cannot connect" in error_line(refused.stderr)
@@ -179,3 +184,23 @@ def test_reports_are_readable_by_others_under_umask_022(
     assert {p.name for p in files} >= {"manifest.json", "report.html", "scores.parquet"}
     assert {p.relative_to(out).as_posix(): oct(stat.S_IMODE(p.stat().st_mode))
             for p in files if stat.S_IMODE(p.stat().st_mode) != 0o644} == {}
+
+
+def test_the_resume_line_masks_a_cache_url_password(
+        server: ThreadedServer, tmp_path: Path, data_dir: Path, pg_url: str,
+        processes: Processes) -> None:
+    url = pg_url.replace("postgres@", f"postgres:{PG_PASSWORD}@")
+    server.state.script.latency_s = 0.2  # 60 tasks, 4 at a time: ~3 s, time to interrupt
+    args = ("run", OPENMEVA, "--limit", 60, "--concurrency", 4, "--model", "fake",
+            "--base-url", server.url, "--cache", url, "--out", tmp_path / "out")
+    proc = processes.start(judge_cmd(*args), env=clean_env(data_dir), cwd=tmp_path)
+    wait_until(lambda: server.state.answered >= 4 or proc.proc.poll() is not None,
+               "the run getting going")
+    proc.signal(signal.SIGINT)
+    code, stdout, stderr = proc.finish()
+
+    assert code == 130, stderr
+    masked = " ".join(map(str, args)).replace(PG_PASSWORD, "***")
+    assert stderr.splitlines()[-1].endswith(f"rerun to resume: judge {masked}"), stderr
+    run = subprocess.CompletedProcess(args, code, stdout, stderr)
+    assert _leaks(tmp_path, (PG_PASSWORD.encode(),), [run]) == []
