@@ -16,7 +16,9 @@ RunnerError                     anything the user can act on; `cli` prints one `
 
 Every message names the thing, where it is, and the fix, e.g.
 `jobs/x.toml: models.judge.rpm must be a positive integer (got 0)`. Text that came from a server
-goes through `scrub` before it is kept anywhere: no message carries an API key.
+goes through `scrub` before it is kept anywhere: no message carries an API key. A URL (a cache
+URL, a base URL, a command line holding them) goes through `redact_url` before it is shown or
+written: no password or token in it reaches a file or a line.
 """
 
 from __future__ import annotations
