@@ -16,12 +16,15 @@ RunnerError                     anything the user can act on; `cli` prints one `
 
 Every message names the thing, where it is, and the fix, e.g.
 `jobs/x.toml: models.judge.rpm must be a positive integer (got 0)`. Text that came from a server
-goes through `scrub` before it is kept anywhere: no message carries an API key.
+goes through `scrub` before it is kept anywhere: no message carries an API key. A URL (a cache
+URL, a base URL, a command line holding them) goes through `redact_url` before it is shown or
+written: no password or token in it reaches a file or a line.
 """
 
 from __future__ import annotations
 
 import re
+from urllib.parse import unquote, urlsplit
 
 __all__ = [
     "APIError",
@@ -35,7 +38,9 @@ __all__ = [
     "RequestError",
     "RetryableError",
     "RunnerError",
+    "redact_url",
     "register_secret",
+    "register_url_password",
     "scrub",
 ]
 
@@ -48,6 +53,15 @@ _KEY_SHAPES = re.compile(
     r"|(?P<param>\b(?:api[-_]?key|key|access[-_]?token|token)[\"']?\s*[=:]\s*[\"']?)"
     r"[A-Za-z0-9._~+/-]{12,}")
 REDACTED = "[redacted]"
+MASK = "***"
+"""What replaces a password or a token in a URL: `postgresql://user:***@host/db`."""
+_URL_USERINFO = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^\s/?#@:]*:)[^\s/?#]*@")
+"""`scheme://user:PASSWORD@`; the password runs to the last `@` of the authority (an unescaped
+`@` in it is the user's mistake, not a reason to leak the rest)."""
+_URL_PARAMS = re.compile(
+    r"(?i)([?&;](?:password|passwd|pwd|key|api[-_]?key|access[-_]?token|auth[-_]?token|token"
+    r"|secret|client[-_]?secret|sig|signature)=)[^&#\s]*")
+"""`?key=VALUE`, `&password=VALUE`, ...: a credential in a URL's query (any length)."""
 
 
 def register_secret(value: str | None) -> None:
@@ -61,6 +75,41 @@ def register_secret(value: str | None) -> None:
         _SECRETS.add(value)
 
 
+def redact_url(text: str) -> str:
+    """A URL (or any text holding URLs: a command line) without its passwords and tokens.
+
+    The one redaction of the manifest, the resume line, the progress line and messages. It
+    works on the text, never parses it, so a malformed URL (`postgres://u:p@[bad/db`) is
+    redacted too instead of raising.
+
+    Args:
+        text: a URL, or text with URLs in it.
+
+    Returns:
+        `text` with the password of every `scheme://user:password@` and the value of every
+        credential query parameter (`password=`, `key=`, `token=`, `secret=`, `sig=`, ...)
+        replaced by `MASK`.
+    """
+    text = _URL_USERINFO.sub(lambda m: m.group(1) + MASK + "@", text)
+    return _URL_PARAMS.sub(lambda m: m.group(1) + MASK, text)
+
+
+def register_url_password(url: str | None) -> None:
+    """Remember the password of a URL (a `--cache` URL) as a secret, so `scrub` removes it from
+    any text, also where it appears outside the URL (a driver's message).
+
+    Args:
+        url: the URL; None, one without a password or one that does not parse is ignored.
+    """
+    try:
+        password = urlsplit(url).password if url else None
+    except ValueError:  # a malformed URL: redact_url still masks it in the URL's own text
+        return
+    if password:
+        register_secret(password)
+        register_secret(unquote(password))
+
+
 def scrub(text: str, secrets: tuple[str, ...] = ()) -> str:
     """Text without any key in it: for every text a server sent back, before it is printed or
     written (some gateways echo the Authorization header).
@@ -70,9 +119,11 @@ def scrub(text: str, secrets: tuple[str, ...] = ()) -> str:
         secrets: key values to remove besides the registered ones (see `register_secret`).
 
     Returns:
-        `text` with every registered or given key value, and anything shaped like a key
-        (`Bearer ...`, `sk-...`, `AIza...`, `key=...`), replaced by `REDACTED`.
+        `text` with every URL's password and query token masked (see `redact_url`), and every
+        registered or given key value and anything shaped like a key (`Bearer ...`,
+        `sk-...`, `AIza...`, `key=...`) replaced by `REDACTED`.
     """
+    text = redact_url(text)
     for secret in (*secrets, *_SECRETS):
         if secret and len(secret) >= 6 and secret in text:
             text = text.replace(secret, REDACTED)

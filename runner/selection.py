@@ -19,9 +19,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Self
 
-from runner.errors import ConfigError
+from runner.errors import ConfigError, redact_url
 from runner.execute.shard import Shard
-from runner.execute.store.backend import checked_url, redact
+from runner.execute.store.backend import checked_url
 from runner.job.spec import Job
 
 __all__ = ["DEFAULT_CACHE_DIR", "CacheLocation", "TaskSelection"]
@@ -71,17 +71,17 @@ class CacheLocation:
     def shown(self) -> str:
         """The location for messages: a URL without its password."""
         where = self.location()
-        return redact(where) if isinstance(where, str) else str(where)
+        return redact_url(where) if isinstance(where, str) else str(where)
 
     def recorded(self) -> dict[str, Any]:
         """The location as JSON for the manifest: a URL without its password."""
         return {"cache_dir": None if self.cache_dir is None else str(self.cache_dir),
-                "cache_url": None if self.cache_url is None else redact(self.cache_url)}
+                "cache_url": None if self.cache_url is None else redact_url(self.cache_url)}
 
     def arguments(self) -> list[str]:
         """The location as `judge` options (a URL without its password)."""
         words = [] if self.cache_dir is None else ["--cache-dir", str(self.cache_dir)]
-        return words + ([] if self.cache_url is None else ["--cache", redact(self.cache_url)])
+        return words + ([] if self.cache_url is None else ["--cache", redact_url(self.cache_url)])
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -139,7 +139,7 @@ class TaskSelection(CacheLocation):
         """The selection as JSON for the manifest (`selection`): every field, a cache URL and
         a base URL without their passwords."""
         return {"job": self.job_name(), "models": list(self.models),
-                "base_url": None if self.base_url is None else redact(self.base_url),
+                "base_url": None if self.base_url is None else redact_url(self.base_url),
                 "limit": self.limit, "sample": self.sample, "seed": self.seed,
                 **CacheLocation.recorded(self),
                 "out": None if self.out is None else str(self.out),
@@ -151,7 +151,7 @@ class TaskSelection(CacheLocation):
         words = [self.job_name()]
         for spec in self.models:
             words += ["--model", spec]
-        for name, value in (("--base-url", self.base_url and redact(self.base_url)),
+        for name, value in (("--base-url", self.base_url and redact_url(self.base_url)),
                             ("--limit", self.limit), ("--sample", self.sample),
                             ("--seed", self.seed)):
             words += [] if value is None else [name, str(value)]

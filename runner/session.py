@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from runner.data import datasets
 from runner.data.seen import Seen, key64
-from runner.errors import ConfigError, MissingKeyError, register_secret
+from runner.errors import ConfigError, MissingKeyError, redact_url, register_secret, scrub
 from runner.execute import local
 from runner.execute.shard import Shard, split_limits
-from runner.execute.store.backend import CacheBackend, cached_flags, is_url, open_cache, redact
+from runner.execute.store.backend import CacheBackend, cached_flags, is_url, open_cache
 from runner.expand import Expansion, Task, estimate_cost, new_task, prepare, task_key
 from runner.expand_ahead import with_key_index
 from runner.job.load import load_job
@@ -628,9 +628,9 @@ def manifest(sel: Selection, stats: RunStats | None, started: float,
     counts = stats.as_dict() if stats else {}
     return {"kind": kind, "job": sel.job.name, "job_file": str(sel.job.path),
             "job_sha256": hashlib.sha256(sel.job.path.read_bytes()).hexdigest(),
-            "command": command, "versions": versions, "python": sys.version.split()[0],
+            "command": scrub(command), "versions": versions, "python": sys.version.split()[0],
             "started": _iso(started), "ended": _iso(time.time()),
-            "models": [{"name": m.name, "spec": m.spec, "endpoint": m.endpoint
+            "models": [{"name": m.name, "spec": m.spec, "endpoint": redact_url(m.endpoint)
                         if m.base_url or m.kind == "local" else None} for m in sel.job.models],
             "counts": counts,
             "usage": {"prompt_tokens": stats.prompt_tokens if stats else 0,
@@ -640,7 +640,7 @@ def manifest(sel: Selection, stats: RunStats | None, started: float,
             "unpriced_calls": stats.unpriced if stats else 0,
             "endpoints": stats.endpoint_counts() if stats else {},
             "cache_dir": str(sel.cache_dir),
-            **({"cache_url": redact(sel.cache_url)} if sel.cache_url else {}),
+            **({"cache_url": redact_url(sel.cache_url)} if sel.cache_url else {}),
             "selection": None if sel.task_selection is None else sel.task_selection.recorded()}
 
 

@@ -3,6 +3,8 @@ complete (judgments.jsonl and scores.csv are written that way, never held in mem
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -30,3 +32,16 @@ def test_a_failure_midway_leaves_the_old_file_and_no_temp_file(tmp_path: Path) -
         raise RuntimeError("judging failed")
     assert path.read_bytes() == b"old\n"
     assert [p.name for p in tmp_path.iterdir()] == ["scores.csv"]
+
+
+@pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_a_report_file_follows_the_umask(tmp_path: Path, umask: int, mode: int) -> None:
+    old = os.umask(umask)
+    try:
+        write_atomic(tmp_path / "report.md", b"shared")
+        with atomic_file(tmp_path / "scores.csv") as f:
+            f.write(b"a,b\n")
+    finally:
+        os.umask(old)
+    for name in ("report.md", "scores.csv"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == mode, name

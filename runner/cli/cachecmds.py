@@ -16,8 +16,8 @@ import click
 import orjson
 
 from runner.cli.options import cache_location, resolve, task_selection
-from runner.errors import ConfigError
-from runner.execute.store.backend import CacheBackend, is_url, open_cache, redact
+from runner.errors import ConfigError, redact_url
+from runner.execute.store.backend import CacheBackend, is_url, open_cache
 from runner.execute.store.cache import Cache
 from runner.execute.transfer import (
     copy_cache,
@@ -50,7 +50,7 @@ def _open_other(location: str) -> CacheBackend:
 
 def _shown_other(location: str) -> str:
     """Another cache's location as given (a URL without its password)."""
-    return redact(location) if is_url(location) else location
+    return redact_url(location) if is_url(location) else location
 
 
 @cache.command("export")

@@ -30,9 +30,10 @@ def command_line() -> str:
     """This process's command line as `judge ...` (for resume lines and the manifest).
 
     Returns:
-        `judge` and the arguments it was given.
+        `judge` and the arguments it was given, scrubbed: a password or token in a URL of it
+        (`--cache postgresql://user:PASSWORD@...`) is masked, any key removed.
     """
-    return " ".join(["judge", *sys.argv[1:]])
+    return scrub(" ".join(["judge", *sys.argv[1:]]))
 
 
 def counts(stats: RunStats) -> str:

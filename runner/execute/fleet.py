@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from runner.errors import RetryableError
+from runner.errors import RetryableError, redact_url
 from runner.execute.limiter import Limiter
 from runner.execute.providers import Advertised, Provider, advertised, provider
 from runner.job.spec import Limits, ModelSpec
@@ -48,7 +48,8 @@ class Replica:
     """One endpoint of a fleet and its live state (see the module docstring)."""
 
     label: str
-    """Its base URL: names it in the cache record, progress line and manifest (never a key)."""
+    """Its base URL, a token in it masked: names it in the cache record, progress line and
+    manifest (never a key)."""
     provider: Provider
     api_key: Callable[[], str | None]
     key_env: str = ""
@@ -292,7 +293,7 @@ def fleet_for(model: ModelSpec, base_url: str, api_key: Callable[[], str | None]
                for e in model.endpoints] or [(base_url, None, None, api_key, model.api_key_env,
                                               "")]
     for url, rpm, tpm, key, key_env, suffix in targets:
-        label = url.rstrip("/") + suffix
+        label = redact_url(url.rstrip("/")) + suffix
         to_learn = (rpm is None and model_rpm is None, tpm is None and model_tpm is None)
         route = provider(model.kind, url, model=model.model, api_version=model.api_version)
         replica = Replica(label=label, api_key=key, key_env=key_env, rpm=rpm or model_rpm,

@@ -29,9 +29,9 @@ from typing import Any, LiteralString, TypeVar
 import psycopg
 from psycopg import conninfo
 
-from runner.errors import CacheError
+from runner.errors import CacheError, redact_url
 from runner.execute.ledger import COLUMNS, BatchRow
-from runner.execute.store.pgcache import CONNECT_TIMEOUT_S, LOCK_ID, redact
+from runner.execute.store.pgcache import CONNECT_TIMEOUT_S, LOCK_ID
 
 __all__ = ["SCHEMA", "PgLedger"]
 
@@ -63,7 +63,7 @@ class PgLedger:
         Raises:
             CacheError: the server cannot be reached or the tables cannot be created.
         """
-        self.location, self.files = redact(url), files
+        self.location, self.files = redact_url(url), files
         try:
             self._password = str(conninfo.conninfo_to_dict(url).get("password") or "")
             self._conn = psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from runner.errors import ConfigError
+from runner.errors import ConfigError, redact_url
 
 __all__ = [
     "LEVELS",
@@ -386,10 +386,13 @@ def parse_model_spec(spec: str, *, name: str | None = None, base_url: str | None
 
 
 def url_problem(url: str) -> str | None:
-    """What is wrong with an endpoint URL (`htp://`, `http//x`, no host, a bad port).
+    """What is wrong with an endpoint URL (`htp://`, `http//x`, no host, a bad port, a
+    `user:password@` in it).
 
     Checked when the job is read: a base URL like that was retried as a connection error on
-    every task.
+    every task, and one with a user and password crashed the client at the first call
+    (aiohttp refuses them beside the key's Authorization header). The message shows the URL
+    without its password.
 
     Args:
         url: the URL as written.
@@ -397,13 +400,18 @@ def url_problem(url: str) -> str | None:
     Returns:
         A message naming the URL and the fix, or None when it is an http(s) URL with a host.
     """
+    shown = redact_url(url)
     try:
         parts = urlsplit(url)
         port_ok = parts.port is None or 0 < parts.port < 65536
     except ValueError:
-        return f"{url!r} is not an http(s) URL (bad port or address)"
+        return f"{shown!r} is not an http(s) URL (bad port or address)"
     if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
-        return f"{url!r} is not an http(s) URL; write it like http://127.0.0.1:8000/v1"
+        return f"{shown!r} is not an http(s) URL; write it like http://127.0.0.1:8000/v1"
+    if parts.username is not None or parts.password is not None:
+        return (f"{shown!r} has credentials in it (user:password@), which are never sent: "
+                "remove them and put the key in the model's api_key_env variable "
+                "(OPENAI_API_KEY unless the job names another); it goes in the provider's header")
     return None
 
 

@@ -59,9 +59,15 @@ def write_atomic(path: Path, data: bytes) -> None:
 @contextlib.contextmanager
 def atomic_file(path: Path) -> Iterator[io.BufferedWriter]:
     """A file that replaces `path` when the block ends (as write_atomic), written as the data
-    is made: no buffer holds a 10M-task run's judgments.jsonl (~4 GB) or scores.csv."""
+    is made: no buffer holds a 10M-task run's judgments.jsonl (~4 GB) or scores.csv.
+
+    The file's mode follows the umask (0644 under umask 022), as any file the user writes: a
+    report is meant to be shared, and holds no key. (tempfile.mkstemp made every report 0600,
+    unreadable by the others on a shared machine; a user who wants a study private sets
+    umask 077, which the cache folder follows too.)"""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(8)}.tmp"  # random: O_EXCL cannot clash
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with open(fd, "wb") as f:
             yield f

@@ -12,16 +12,15 @@ import itertools
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from runner.errors import ConfigError
+from runner.errors import ConfigError, redact_url, register_url_password
 from runner.execute.store.answers import Answer, of_record
 from runner.execute.store.cache import Cache
 from runner.execute.store.lease import Lease
 from runner.execute.store.reader import Reader, read_here, reader_pays
 
 __all__ = ["CacheBackend", "answers", "cached_flag_batches", "cached_flags", "checked_url",
-           "is_url", "open_cache", "redact"]
+           "is_url", "open_cache"]
 
 T = TypeVar("T")
 LOOKUP_BATCH = 2000  # things per has_many call (each backend chunks its own queries)
@@ -147,22 +146,13 @@ def is_url(location: str | Path) -> bool:
 
 
 def checked_url(url: str | None) -> str | None:
-    """A shared cache's URL (--cache / JUDGE_CACHE_URL), checked to be one; None for none."""
+    """A shared cache's URL (--cache / JUDGE_CACHE_URL), checked to be one; None for none.
+    Its password is registered as a secret (see runner.errors.scrub)."""
     if url and not is_url(url):
-        raise ConfigError(f"--cache / JUDGE_CACHE_URL {redact(url)!r}: expected a "
+        raise ConfigError(f"--cache / JUDGE_CACHE_URL {redact_url(url)!r}: expected a "
                           "postgresql://USER@HOST:PORT/DBNAME URL; for a folder use --cache-dir")
+    register_url_password(url)  # a driver's message that quotes it is scrubbed too
     return url or None
-
-
-def redact(url: str) -> str:
-    """The URL without its password (for the manifest and messages): secrets never leave."""
-    parts = urlsplit(url)
-    query = urlencode([(k, "***" if k == "password" else v) for k, v in parse_qsl(parts.query)])
-    netloc = parts.netloc
-    if parts.password is not None:
-        user = f"{parts.username}:***@" if parts.username else ":***@"
-        netloc = user + netloc.rsplit("@", 1)[1]
-    return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
 def open_cache(location: str | Path, *, read_only: bool = False) -> CacheBackend:

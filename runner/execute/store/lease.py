@@ -21,19 +21,16 @@ import contextlib
 import fcntl
 import hashlib
 import os
-import re
 import socket
 import sys
 import time
 from pathlib import Path
 from typing import Protocol
 
-from runner.errors import CacheError
+from runner.errors import CacheError, redact_url
 
 __all__ = ["FolderLease", "Lease", "LeaseHeldError", "describe", "held_error", "lease_id",
            "lease_name"]
-
-_SECRET = re.compile(r"(://[^:/@\s]*:|password=)[^@&\s]*")  # user:PASSWORD@, ?password=
 
 
 class LeaseHeldError(CacheError):
@@ -64,7 +61,7 @@ def describe(command: str | None = None) -> str:
     """This process as a lease holder: host, pid, start time and command (any password in a
     URL of it replaced by ***: the description is shown to whoever else runs the job)."""
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    command = _SECRET.sub(r"\1***", command or " ".join(["judge", *sys.argv[1:]]))
+    command = redact_url(command or " ".join(["judge", *sys.argv[1:]]))
     return f"host {socket.gethostname()} pid {os.getpid()} since {started}: {command}"
 
 

@@ -47,11 +47,11 @@ import orjson
 import psycopg
 from psycopg import conninfo
 
-from runner.errors import CacheError
+from runner.errors import CacheError, redact_url
 from runner.execute.store.deadline import Watchdog, rest_all
 from runner.execute.store.lease import held_error, lease_id
 
-__all__ = ["NOWHERE", "SCHEMA_VERSION", "PgCache", "redact"]
+__all__ = ["NOWHERE", "SCHEMA_VERSION", "PgCache"]
 
 SCHEMA_VERSION = 1
 CHUNK = 2000  # keys per query: one round trip per chunk, where `in` would make one per key
@@ -92,17 +92,6 @@ def _any_of(keys: Sequence[str]) -> tuple[LiteralString, tuple[Any, ...]]:
     return "ANY(%s)", (list(keys),)
 
 
-def redact(url: str) -> str:
-    """The URL without its password, for messages and the manifest."""
-    try:
-        parts = conninfo.conninfo_to_dict(url)
-    except psycopg.ProgrammingError:
-        return "postgresql://<unparsable URL>"
-    user = f"{parts['user']}@" if parts.get("user") else ""
-    port = f":{parts['port']}" if parts.get("port") else ""
-    return f"postgresql://{user}{parts.get('host', '')}{port}/{parts.get('dbname', '')}"
-
-
 _LEASED: weakref.WeakSet[PgCache] = weakref.WeakSet()  # caches of this process holding a lease
 _reviving = threading.Event()  # set while one cache's reconnect checks the others' leases
 
@@ -111,7 +100,7 @@ class PgCache:
     """Response records by cache key, in PostgreSQL."""
 
     def __init__(self, url: str) -> None:
-        self.location = redact(url)
+        self.location = redact_url(url)
         try:
             self._password = str(conninfo.conninfo_to_dict(url).get("password") or "")
         except psycopg.ProgrammingError:
