@@ -36,6 +36,7 @@ from runner.execute.store.faults import (
     ReadOnlyDisk,
     damage,
     decoded,
+    free_bytes,
     full,
     guarded,
     not_writable,
@@ -125,7 +126,7 @@ class Cache:
             self._db = table.connect(str(self.directory / DBNAME), synchronous_off=True)
         except sqlite3.Error as exc:
             # SQLite says "disk I/O error" when it cannot make its -wal or -shm file
-            if not full(exc) and self._free() >= ROOM:
+            if not full(exc) and free_bytes(self.directory, ROOM) >= ROOM:
                 raise
             if self._store is not None:
                 self._store.close()
@@ -255,18 +256,10 @@ class Cache:
             self._unfolded.update(rows)
             return path
 
-    def _free(self) -> int:
-        """Bytes free for this user on the folder's disk (ROOM if unknown: writes will say)."""
-        try:
-            stat = os.statvfs(self.directory)
-        except OSError:
-            return ROOM
-        return stat.f_bavail * stat.f_frsize
-
     def check_room(self) -> None:
         """Raise DiskFullError when the folder's disk has less than ROOM bytes free: a run
         about to call stops before its first call, rather than buy answers it cannot store."""
-        if (free := self._free()) < ROOM:
+        if (free := free_bytes(self.directory, ROOM)) < ROOM:
             raise DiskFullError(f"{self.directory}: the disk is full ({free // 1024} KiB free); "
                                 "free space, then rerun to resume")
         self._writing()

@@ -26,7 +26,7 @@ import orjson
 
 from runner.errors import CacheError, DiskFullError
 
-__all__ = ["DBNAME", "ReadOnlyDisk", "damage", "decoded", "full", "guarded",
+__all__ = ["DBNAME", "ReadOnlyDisk", "damage", "decoded", "free_bytes", "full", "guarded",
            "not_writable", "refused", "writable"]
 
 DBNAME = "cache.db"  # diskcache's
@@ -111,6 +111,15 @@ def full(exc: BaseException) -> bool:
     """Whether `exc` says the disk is full (the file system's ENOSPC, SQLite's SQLITE_FULL)."""
     return getattr(exc, "errno", None) == errno.ENOSPC or "disk is full" in str(exc) or \
         getattr(exc, "sqlite_errorname", None) == "SQLITE_FULL"
+
+
+def free_bytes(directory: Path, unknown: int) -> int:
+    """Bytes free for this user on the disk of `directory` (`unknown` if it cannot be told)."""
+    try:
+        stat = os.statvfs(directory)
+    except OSError:
+        return unknown
+    return stat.f_bavail * stat.f_frsize
 
 
 def not_writable(directory: Path) -> CacheError:
