@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         ConfigError,
         ConnectError,
         DataError,
+        DiskFullError,
         MissingKeyError,
         ReportError,
         RequestError,
@@ -44,6 +45,7 @@ __all__ = [
     "ConfigError",
     "ConnectError",
     "DataError",
+    "DiskFullError",
     "load_job",
     "MissingKeyError",
     "ModelPlan",
@@ -64,8 +66,8 @@ __all__ = [
 _LAZY = {**dict.fromkeys(("ModelPlan", "Results", "RunResult", "TaskSelection", "arun",
                            "load_job", "plan", "rescore", "results", "run"), "api"),
          **dict.fromkeys(("APIError", "AuthError", "CacheError", "ConfigError", "ConnectError",
-                          "DataError", "MissingKeyError", "ReportError", "RequestError",
-                          "RetryableError", "RunnerError"), "errors")}
+                          "DataError", "DiskFullError", "MissingKeyError", "ReportError",
+                          "RequestError", "RetryableError", "RunnerError"), "errors")}
 """The public names by their module, imported on first use (PEP 562): every process imports
 this package, the store's spawned reader process included (`python -m runner.execute.store.
 reader`), and the API's pipeline modules took them ~0.1 s more to start (-X importtime). And

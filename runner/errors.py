@@ -6,6 +6,7 @@ RunnerError                     anything the user can act on; `cli` prints one `
 │   └── MissingKeyError         a model needs an API key that is not set (exit 2, before any call)
 ├── DataError                   a data set is missing, malformed, or fails its sha256 (exit 2)
 ├── CacheError                  the on-disk cache cannot be opened or written
+│   └── DiskFullError           its disk is full: the pool holds the answers until it has room
 ├── ReportError                 the report folder cannot be written (answers stay cached)
 └── APIError                    one request failed; the client classifies, `execute` decides
     ├── RetryableError          429, 408, 409, 5xx, dropped connections, timeouts, bad bodies
@@ -33,6 +34,7 @@ __all__ = [
     "ConfigError",
     "ConnectError",
     "DataError",
+    "DiskFullError",
     "MissingKeyError",
     "ReportError",
     "RequestError",
@@ -148,6 +150,12 @@ class DataError(RunnerError):
 
 class CacheError(RunnerError):
     """The response cache cannot be opened or written."""
+
+
+class DiskFullError(CacheError):
+    """The cache folder's disk refused a write for want of space: the pool holds the answers
+    and writes them again once there is room (runner.execute.commits), where any other
+    CacheError stops the run."""
 
 
 class ReportError(RunnerError):

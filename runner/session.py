@@ -380,7 +380,9 @@ async def run_pool(sel: Selection, served: Job, cache: CacheBackend, *, stop: An
                    key_reader: Callable[[str], Callable[[], str | None]], offline: bool,
                    budget: float | None, on_progress: Callable[[RunStats], None],
                    dispatched: TaskLog, in_batches: frozenset[str] = frozenset(),
-                   cached_first: CachedFirst | None = None) -> tuple[RunStats, Selection]:
+                   cached_first: CachedFirst | None = None,
+                   say: Callable[[str], None] = lambda message: None
+                   ) -> tuple[RunStats, Selection]:
     """Generation stage (if any), then every judge task, through the pool.
 
     Args:
@@ -396,6 +398,7 @@ async def run_pool(sel: Selection, served: Job, cache: CacheBackend, *, stop: An
         in_batches: keys a live provider batch holds: never called, counted as not run.
         cached_first: a CachedFirst pass that judged the tasks before `cached_first.uncached_onward`
             (a job without a generation stage): the pool runs the rest, with its counters.
+        say: prints a line for the user (a full cache disk, and when it has room again).
 
     Returns:
         The counters, and the selection with the generated data sets derived from the
@@ -416,7 +419,7 @@ async def run_pool(sel: Selection, served: Job, cache: CacheBackend, *, stop: An
     async with aiohttp.ClientSession(connector=connector) as session:
         run = {"cache": cache, "session": session, "endpoints": endpoints, "limits": limits,
                "stop": stop, "offline": offline, "budget": budget, "stats": stats,
-               "on_progress": on_progress}
+               "on_progress": on_progress, "say": say}
         if sel.job.generate:
             stats.total += sum(1 for _ in sel.expansion.generation_tasks())
             generation = sel.expansion.generation_tasks()

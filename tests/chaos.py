@@ -12,6 +12,11 @@ What one trial checks, and counts for the campaign's summary:
   traceback on stderr, or a process of a killed run (its reader, its forked children) left
   running.
 
+A storage trial (`Campaign.disk`) puts the resumed run's cache on a small tmpfs with a few
+hundred KB left: once the run says the disk is full, after a random wait, the space is freed
+(the run goes on by itself) or the run is stopped with Ctrl-C, the space freed, and the run
+resumed. No answer may be repeated at all (nothing is in flight at a kill), nothing lost.
+
 The fault a request meets depends only on its body and how many times that body was asked
 for (`fault_mix`), never on the order requests arrive in: the interrupted and the
 uninterrupted run see the same answers in the end, whatever their timing and whether an
@@ -21,7 +26,9 @@ empty answer is stored or retried.
 from __future__ import annotations
 
 import hashlib
+import os
 import random
+import shutil
 import signal
 import time
 from collections.abc import Callable
@@ -49,6 +56,9 @@ EXITS = {signal.SIGKILL: {-signal.SIGKILL}, signal.SIGTERM: {143, -signal.SIGTER
 DONE = {0, 1}  # complete: every task answered, or failed for good (listed)
 RUN_TIMEOUT_S = 240.0
 COMPARED = ("scores.csv", "correlations.csv")
+FULL = "cache disk full at "
+FREE = (250_000, 700_000)  # bytes left on the storage trial's disk: it fills within 1,000 tasks
+HOLD_S = 2.0  # the longest a storage trial leaves the disk full
 
 
 def _unit(*parts: object) -> float:
@@ -92,6 +102,8 @@ class Trial:
     mismatches: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    fault: str = ""
+    """A storage trial's fault, e.g. `disk full 0.8 s, Ctrl-C`."""
 
     @classmethod
     def plan(cls, seed: int) -> Trial:
@@ -105,7 +117,7 @@ class Trial:
         return not (self.lost or self.mismatches or self.problems)
 
     def line(self) -> str:
-        said = ", ".join(f"{sig.name}@{when:.0%}" for sig, when in self.signals)
+        said = self.fault or ", ".join(f"{sig.name}@{when:.0%}" for sig, when in self.signals)
         return (f"seed {self.seed}: {said}; exits {self.exits}, {len(self.stopped)} stopped a "
                 f"run; lost {self.lost}, repeats "
                 f"{self.repeats}, mismatches {len(self.mismatches)}, {self.seconds:.0f} s"
@@ -139,6 +151,47 @@ class Campaign:
         if trial.repeats > most:
             trial.problems.append(f"{trial.repeats} answers repeated, over {most} "
                                   f"({CONCURRENCY} a kill)")
+        if not trial.problems:
+            _compare(trial, folder / "reference", folder / "resumed")
+        trial.seconds = time.monotonic() - started
+        return trial
+
+    def disk(self, seed: int, disk: Path) -> Trial:
+        """A storage trial (module doc) with its cache on `disk`, a small file system of its
+        own."""
+        trial, rng, started = Trial(seed), random.Random(f"disk {seed}"), time.monotonic()
+        folder = self.workdir / f"disk-{seed}"
+        script = Script(fault_for=fault_mix(seed), retry_after=0.05, slow_s=0.3)
+        with ThreadedServer(script) as server:
+            code, stderr = self._judge(self._args(server, folder, "reference"), folder)
+            if code not in DONE:
+                trial.problems.append(f"the uninterrupted run exited {code}: {stderr[-1500:]}")
+                return trial
+            _reset(server)
+            filler = _leave(disk, rng.randint(*FREE))
+            args = self._args(server, folder, "resumed")
+            args[args.index("--cache-dir") + 1] = disk / "cache"
+            env = clean_env(self.data_dir, TMPDIR=str(folder))  # spill files: kept apart
+            proc = self.processes.start(judge_cmd(*args), env=env, cwd=folder)
+            proc.wait_for(FULL, timeout=RUN_TIMEOUT_S)
+            held, stop = rng.uniform(0, HOLD_S), rng.random() < 0.5
+            trial.fault = f"disk full {held:.1f} s" + (", Ctrl-C" if stop else "")
+            time.sleep(held)  # the fault's length, drawn: not a wait for anything
+            if stop:
+                proc.signal(signal.SIGINT)
+                trial.stopped.append(signal.SIGINT)
+            filler.unlink()
+            code, _, stderr = proc.finish(timeout=RUN_TIMEOUT_S)
+            trial.exits.append(code)
+            if stop and code == 130:
+                proc = self.processes.start(judge_cmd(*args), env=env, cwd=folder)
+                code, _, stderr = proc.finish(timeout=RUN_TIMEOUT_S)
+                trial.exits.append(code)
+            if code not in DONE or "Traceback" in stderr:
+                trial.problems.append(f"exit {code}: {stderr[-1500:]}")
+            trial.repeats = sum(n - 1 for n in server.state.answers.values() if n > 1)
+        if trial.repeats:
+            trial.problems.append(f"{trial.repeats} answers bought twice")
         if not trial.problems:
             _compare(trial, folder / "reference", folder / "resumed")
         trial.seconds = time.monotonic() - started
@@ -209,6 +262,15 @@ def _descendants(pid: int) -> list[int]:
         found += below
         frontier = below
     return found
+
+
+def _leave(disk: Path, free: int) -> Path:
+    """`disk` emptied, then filled but for `free` bytes; the filler file."""
+    for path in disk.iterdir():
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    filler, stat = disk / "filler", os.statvfs(disk)
+    filler.write_bytes(b"\0" * max(0, stat.f_bavail * stat.f_frsize - free))
+    return filler
 
 
 def _reset(server: ThreadedServer) -> None:

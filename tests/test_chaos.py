@@ -4,7 +4,9 @@ compared with an uninterrupted run: nothing lost, nothing different, nothing ask
 what was in flight at a kill.
 
 `make test` runs a short form (2 trials); `make chaos` the campaign (CHAOS_TRIALS, default
-20). Each trial prints its seed; `CHAOS_SEED=N CHAOS_TRIALS=1 make chaos` replays trial N.
+20), then the storage trials (CHAOS_DISK_TRIALS, default 10: a cache disk that fills and is
+freed, or stopped while full; root only, for the tmpfs). Each trial prints its seed;
+`CHAOS_SEED=N CHAOS_TRIALS=1 make chaos` replays trial N.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import os
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,6 +24,7 @@ from tests.processes import Processes, processes_fixture  # noqa: F401  (fixture
 
 SHORT_TRIALS = 2  # ~45 s each on 2 cores: the short form is the largest test of make test
 TRIALS = int(os.environ.get("CHAOS_TRIALS", "20"))
+DISK_TRIALS = int(os.environ.get("CHAOS_DISK_TRIALS", "10"))
 MINUTES = float(os.environ.get("CHAOS_MINUTES", "60"))
 """The campaign starts no trial past this many minutes (each trial is bounded on its own)."""
 
@@ -30,7 +34,8 @@ def _seeds(trials: int) -> list[int]:
     return [first + i for i in range(trials)]
 
 
-def _campaign(tmp_path: Path, data_dir: Path, processes: Processes, trials: int) -> None:
+def _campaign(tmp_path: Path, data_dir: Path, processes: Processes, trials: int,
+              trial: Callable[[Campaign, int], Trial] = Campaign.run) -> None:
     campaign = Campaign(tmp_path, data_dir, processes)
     done: list[Trial] = []
     stop_at = time.monotonic() + MINUTES * 60
@@ -40,7 +45,7 @@ def _campaign(tmp_path: Path, data_dir: Path, processes: Processes, trials: int)
             break
         print(f"chaos: trial seed {seed} (CHAOS_SEED={seed} CHAOS_TRIALS=1 make chaos)",
               flush=True)
-        done.append(campaign.run(seed))
+        done.append(trial(campaign, seed))
         print(done[-1].line(), flush=True)
     failed = [trial for trial in done if not trial.ok]
     print(f"chaos: {len(done)} trials, {sum(len(t.stopped) for t in done)} runs stopped by a "
@@ -72,3 +77,11 @@ def test_short_fault_campaign(tmp_path: Path, data_dir: Path, processes: Process
 @pytest.mark.timeout(int(MINUTES * 60 + 600))
 def test_fault_campaign(tmp_path: Path, data_dir: Path, processes: Processes) -> None:
     _campaign(tmp_path, data_dir, processes, TRIALS)
+
+
+@pytest.mark.chaos
+@pytest.mark.timeout(int(MINUTES * 60 + 600))
+def test_storage_fault_campaign(tmp_path: Path, data_dir: Path, processes: Processes,
+                                small_disk: Path) -> None:
+    _campaign(tmp_path, data_dir, processes, DISK_TRIALS,
+              lambda campaign, seed: campaign.disk(seed, small_disk))

@@ -255,7 +255,7 @@ async def _run_async(sel: Selection, served: Job, cache: CacheBackend, run_optio
                                     offline=run_options["offline"], budget=run_options["budget"],
                                     on_progress=progress.update, dispatched=dispatched,
                                     in_batches=run_options.get("in_batches", frozenset()),
-                                    cached_first=cached_first)
+                                    cached_first=cached_first, say=progress.say)
         stats.terminated = bool(terminated)
         return stats, sel
     except asyncio.CancelledError:

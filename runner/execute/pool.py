@@ -2,12 +2,13 @@
 
 N workers pull from one stream of the tasks to call (cache hits and duplicate keys skipped,
 looked up in batches). A response is handed to the store the moment it arrives, with no
-`await` in between (group commit, `_Commits`): the answers that arrive in one turn of the event
-loop are stored together at the end of that turn (`append`: a diskcache folder writes them to
-its journal, one write), and an answer counts as done (in the counters, the progress line and
-the manifest) only once that store has returned. A kill -9 loses at most the answers of the turn
-in progress, which were never counted; a cancel or an error stores whatever was received before
-`execute` returns or raises, and every answer is in SQLite (`fold`) when it does.
+`await` in between (group commit, runner.execute.commits): the answers that arrive in one turn
+of the event loop are stored together at the end of that turn (`append`: a diskcache folder
+writes them to its journal, one write), and an answer counts as done (in the counters, the
+progress line and the manifest) only once that store has returned. A kill -9 loses at most the
+answers of the turn in progress, which were never counted; a cancel or an error stores whatever
+was received before `execute` returns or raises, and every answer is in SQLite (`fold`) when it
+does. A full cache disk pauses dispatch while the answers it refused are held (commits.py).
 A 429 pauses dispatch for the whole pool for the advised time. Setting `stop` (the first Ctrl-C)
 stops dispatching and retrying; in-flight requests finish. Cancelling the caller (the second
 Ctrl-C) cancels them.
@@ -20,7 +21,6 @@ import asyncio
 import random
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import aiohttp
 import orjson
@@ -34,6 +34,7 @@ from runner.errors import (
 )
 from runner.execute.breaker import Breaker, refused, too_long
 from runner.execute.client import Response, send, timeout_of
+from runner.execute.commits import Commits, Pending
 from runner.execute.fleet import Fleet, Replica, fleet_for
 from runner.execute.limiter import Limiter
 from runner.execute.stats import RunStats
@@ -43,9 +44,6 @@ from runner.expand import Task, estimate_cost, task_key
 from runner.job.spec import Limits, ModelSpec
 
 __all__ = ["Endpoint", "RunStats", "backoff", "execute"]
-
-Pending = tuple[Task, dict[str, Any], int, int]
-"""An answer waiting for its store: the task, its record, its prompt and completion tokens."""
 
 BACKOFF_BASE_S = 1.0
 BACKOFF_CAP_S = 60.0
@@ -75,62 +73,13 @@ def backoff(attempt: int, retry_after: float | None = None) -> float:
     return max(delay, retry_after) if retry_after is not None else delay
 
 
-class _Commits:
-    """Group commit: answers handed over in one event-loop turn, stored together.
-
-    `add` queues an answer and, for the first of a turn, schedules `flush` with call_soon, so
-    the flush runs after every callback already due: all the answers that arrived together. A
-    SQLite transaction costs ~50 us whatever its size, one per answer was a third of the client's
-    CPU at zero latency, and one per turn still ~30-40 us an answer: `append` journals them
-    (runner/execute/store/journal.py). `on_stored` runs once a turn with the answers stored,
-    never before. A failed store (whatever the error: an exception in a loop callback would
-    only be logged) leaves its answers uncounted (the rerun asks again), stops the run, and is
-    raised by `execute` once the workers are done.
-    """
-
-    def __init__(self, cache: CacheBackend, loop: asyncio.AbstractEventLoop,
-                 on_stored: Callable[[list[Pending]], None],
-                 on_failed: Callable[[list[Task]], None]) -> None:
-        self.cache, self.loop = cache, loop
-        self.on_stored, self.on_failed = on_stored, on_failed
-        self.pending: list[Pending] = []
-        self.error: Exception | None = None
-        """The first failed commit's error (a CacheError when the disk refused)."""
-
-    def add(self, task: Task, record: dict[str, Any], prompt: int, completion: int) -> None:
-        if not self.pending:
-            self.loop.call_soon(self.flush)
-        self.pending.append((task, record, prompt, completion))
-
-    def flush(self) -> None:
-        """Store what is pending now (also called directly when `execute` ends)."""
-        batch, self.pending = self.pending, []
-        if not batch:
-            return
-        try:
-            self.cache.append([(task.key, record) for task, record, _, _ in batch])
-        except Exception as exc:  # noqa: BLE001 - a callback's error would only be logged
-            self.error = self.error or exc
-            self.on_failed([task for task, _, _, _ in batch])
-            return
-        self.on_stored(batch)
-
-    def fold(self) -> None:
-        """At the end: every stored answer visible to the next stage's reader processes. If
-        that fails, the answers are still stored (a diskcache folder keeps them in its
-        journal for the next open) and `execute` raises the error."""
-        try:
-            self.cache.fold()
-        except Exception as exc:  # noqa: BLE001 - raised by execute, after the workers
-            self.error = self.error or exc
-
-
 class _Pool:
     """Shared state of the workers: endpoints, limiters, the pool-wide 429 pause."""
 
     def __init__(self, cache: CacheBackend, session: aiohttp.ClientSession,
                  endpoints: Mapping[str, Endpoint], limits: Limits, stop: asyncio.Event,
-                 stats: RunStats, on_progress: Callable[[RunStats], None]) -> None:
+                 stats: RunStats, on_progress: Callable[[RunStats], None],
+                 say: Callable[[str], None]) -> None:
         self.cache, self.session, self.endpoints = cache, session, endpoints
         self.limits, self.stop, self.stats, self.on_progress = limits, stop, stats, on_progress
         self.limiters = {name: Limiter(e.model.rpm or limits.rpm, e.model.tpm or limits.tpm)
@@ -141,7 +90,7 @@ class _Pool:
         self.resume_at = 0.0
         self.timeout = timeout_of(limits.timeout_s)
         self.loop = asyncio.get_running_loop()
-        self.commits = _Commits(cache, self.loop, self._stored, self._not_stored)
+        self.commits = Commits(cache, self.loop, self._stored, self._not_stored, say)
         self.identity = {name: e.model.endpoint for name, e in endpoints.items()}
         """model -> the endpoint recorded with its answers (a property computed once, here)."""
         self.breaker = Breaker({name: [r.label for r in f.replicas]
@@ -180,6 +129,7 @@ class _Pool:
             # The usual case (no 429 pause, no limits, one replica) awaits nothing: each await
             # of a coroutine costs at zero latency.
             if avoid is not None or self.resume_at > self.loop.time() or \
+                    not self.commits.room.is_set() or \
                     not self.limiters[task.model].unlimited or (replica := fleet.take()) is None:
                 replica = await self._route(task, fleet, avoid)
             if replica is None:  # stopped while waiting: send nothing
@@ -260,6 +210,7 @@ class _Pool:
     async def _route(self, task: Task, fleet: Fleet, avoid: Replica | None) -> Replica | None:
         """Wait for the pool's pause, the model's limiter and a replica (and its limiter);
         None when the run stopped meanwhile."""
+        await self.commits.until_room(self.stop)  # the disk full: nothing sent meanwhile
         if self.resume_at > self.loop.time():
             await self.wait_pause()
         limiter = self.limiters[task.model]
@@ -322,21 +273,24 @@ async def execute(tasks: Iterable[Task], *, cache: CacheBackend, session: aiohtt
                   stop: asyncio.Event | None = None, offline: bool = False,
                   budget: float | None = None, total: int = 0, stats: RunStats | None = None,
                   on_progress: Callable[[RunStats], None] = lambda s: None,
-                  hashes: array.array[int] | None = None) -> RunStats:
+                  hashes: array.array[int] | None = None,
+                  say: Callable[[str], None] = lambda message: None) -> RunStats:
     """Make sure every task has a cached answer, calling the API only for those that don't.
 
     Returns the run's counters; failed tasks are in `failures`, never in the cache. `hashes`:
     the key hashes of tasks the caller already counted as cache hits (see
-    RunStats.settle_repeats), so that their repeats among `tasks` count as repeats.
+    RunStats.settle_repeats), so that their repeats among `tasks` count as repeats. `say`
+    tells the user of a cache disk that is full and of the answers held meanwhile
+    (runner.execute.commits).
     """
     stats = stats if stats is not None else RunStats(total=total)  # or add to a run's counters
     stop = stop or asyncio.Event()
-    pool = _Pool(cache, session, endpoints, limits, stop, stats, on_progress)
+    pool = _Pool(cache, session, endpoints, limits, stop, stats, on_progress, say)
     # One stream of the tasks to call, pulled by every worker: a plain generator (no await
     # inside, so one worker's `next` ends before another's starts). A dispatcher task feeding
     # a queue cost a task switch per answer at zero latency.
-    todo = _to_call(tasks, pool, offline=offline, budget=budget,
-                    hashes=array.array("q") if hashes is None else hashes)
+    todo = pool.commits.checked(_to_call(tasks, pool, offline=offline, budget=budget,
+                                         hashes=array.array("q") if hashes is None else hashes))
 
     async def worker() -> None:
         unproven = pool.breaker.unproven
@@ -350,10 +304,13 @@ async def execute(tasks: Iterable[Task], *, cache: CacheBackend, session: aiohtt
         async with asyncio.TaskGroup() as group:
             for _ in range(limits.concurrency):
                 group.create_task(worker())
+        pool.commits.flush()
+        await pool.commits.until_room(stop)  # the last answers held: the disk's room awaited
     except ExceptionGroup as group:
         raise _ours(group) from None
     finally:
         pool.commits.flush()  # answers received in the last turn, or before a cancel
+        pool.commits.settle()  # held while the disk is full: written elsewhere
         pool.commits.fold()
     if pool.commits.error is not None:
         raise pool.commits.error

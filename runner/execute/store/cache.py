@@ -29,20 +29,21 @@ import diskcache
 import orjson
 from diskcache.core import MODE_RAW
 
-from runner.errors import CacheError
+from runner.errors import CacheError, DiskFullError
 from runner.execute.store import table
 from runner.execute.store.faults import (
     DBNAME,
     ReadOnlyDisk,
     damage,
     decoded,
+    free_bytes,
     full,
     guarded,
     not_writable,
     refused,
     writable,
 )
-from runner.execute.store.journal import Journal, Row, recover, unfolded
+from runner.execute.store.journal import Journal, Row, recover, spill, unfolded
 from runner.execute.store.lease import FolderLease
 
 __all__ = ["Cache", "answer_record"]
@@ -50,6 +51,7 @@ __all__ = ["Cache", "answer_record"]
 NEVER = 2**62  # size limit no cache reaches: eviction stays off
 FOLD_ROWS = 1024  # appended answers folded into SQLite together, in one transaction
 FOLD_S = 1.0  # or the age of the oldest of them that makes the next append fold
+ROOM = 64 * 1024  # free bytes below which the folder's disk counts as full before a run calls
 
 
 def answer_record(*, body: bytes, endpoint: str, response: Mapping[str, Any] | orjson.Fragment,
@@ -77,26 +79,23 @@ class Cache:
     def __init__(self, directory: Path, *, read_only: bool = False) -> None:
         """`read_only`: the caller only reads, so a folder this process may not write is
         opened read-only (faults.ReadOnlyDisk: its journals read, not folded); without it,
-        such a folder is a CacheError. A writable folder is opened for writing either way."""
+        such a folder is a CacheError. A writable folder is opened for writing either way,
+        unless its disk is too full for that (diskcache writes its settings at every open):
+        then it is read as a read-only folder is, and every write raises DiskFullError
+        (`full`): a fully cached job still reports."""
         self.directory = directory
         self.read_only = not writable(directory)
         if self.read_only and not read_only:
             raise not_writable(directory)
         self._store: Any = None  # diskcache.Cache, or a ReadOnlyDisk: the one-key API
+        self.full: DiskFullError | None = None
+        """Why the folder was opened read-only though writable: its disk is full."""
         try:
+            if not self.read_only:
+                self._open_writable()
             if self.read_only:
                 self._store = ReadOnlyDisk(directory)
                 self._db = self._store.connection
-            else:
-                directory.mkdir(parents=True, exist_ok=True)
-                # synchronous=OFF: SQLite hands every write to the OS at once but never waits
-                # for fsync, so a killed process (kill -9, OOM) loses nothing; only an OS crash
-                # or a power cut can lose the last answers. The fsyncs stalled the event loop
-                # (~40 us a put, and a disk flush every ~45 puts).
-                self._store = diskcache.Cache(str(directory), eviction_policy="none",
-                                              size_limit=NEVER, cull_limit=0,
-                                              sqlite_synchronous=0)
-                self._db = table.connect(str(directory / DBNAME), synchronous_off=True)
             self._batched = table.matches(self._db)  # else the one-key API (store/table.py)
         except OSError as exc:
             raise CacheError(f"{directory}: cannot open the cache ({exc}); check the path and "
@@ -112,6 +111,29 @@ class Cache:
             self._unfolded.update(unfolded(directory))
         else:
             recover(directory, self._recovered)  # answers of a run that was killed
+
+    def _open_writable(self) -> None:
+        """diskcache's folder and this process's own connection; read-only (`full`) if the
+        disk is too full to open them."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        try:
+            # synchronous=OFF: SQLite hands every write to the OS at once but never waits
+            # for fsync, so a killed process (kill -9, OOM) loses nothing; only an OS crash
+            # or a power cut can lose the last answers. The fsyncs stalled the event loop
+            # (~40 us a put, and a disk flush every ~45 puts).
+            self._store = diskcache.Cache(str(self.directory), eviction_policy="none",
+                                          size_limit=NEVER, cull_limit=0, sqlite_synchronous=0)
+            self._db = table.connect(str(self.directory / DBNAME), synchronous_off=True)
+        except sqlite3.Error as exc:
+            # SQLite says "disk I/O error" when it cannot make its -wal or -shm file
+            if not full(exc) and free_bytes(self.directory, ROOM) >= ROOM:
+                raise
+            if self._store is not None:
+                self._store.close()
+            self.full = DiskFullError(str(refused(self.directory, exc)))
+            if not (self.directory / DBNAME).is_file():  # nothing to read either
+                raise self.full from None
+            self.read_only = True
 
     def _recovered(self, rows: list[Row]) -> None:
         """Fold a killed run's journal; if SQLite refuses (a full disk), its answers stay in
@@ -200,8 +222,11 @@ class Cache:
         SQLite together, in one transaction, when an append finds FOLD_ROWS pending or the
         oldest FOLD_S old, and at `fold` and `close`. Raises CacheError if the journal is
         refused, or the fold."""
+        return self._journaled([(key, orjson.dumps(record)) for key, record in items])
+
+    def _journaled(self, rows: list[Row]) -> int:
+        """append's rows, serialised."""
         self._writing()
-        rows = [(key, orjson.dumps(record)) for key, record in items]
         if self._journal is None:
             self._journal = Journal(self.directory)
         self._journal.append(rows)
@@ -210,8 +235,34 @@ class Cache:
         self._pending += rows
         self._unfolded.update(rows)
         if len(self._pending) >= FOLD_ROWS or time.monotonic() - self._since >= FOLD_S:
-            self.fold()
+            try:
+                self.fold()
+            except DiskFullError:  # durable in the journal: SQLite takes them when it can
+                self._since = time.monotonic()
         return len(rows)
+
+    def keep(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> Path | None:
+        """Store answers the disk refused, when the run stops: in the journal if it takes them
+        now (None), else in a spill file outside the folder (its path, journal.spill), which
+        the next open of the folder reads and folds; read by this object at once either way.
+        Raises DiskFullError if nowhere takes them, CacheError if the journal fails otherwise.
+        """
+        rows = [(key, orjson.dumps(record)) for key, record in items]
+        try:
+            self._journaled(rows)
+            return None
+        except DiskFullError:
+            path = spill(self.directory, rows)
+            self._unfolded.update(rows)
+            return path
+
+    def check_room(self) -> None:
+        """Raise DiskFullError when the folder's disk has less than ROOM bytes free: a run
+        about to call stops before its first call, rather than buy answers it cannot store."""
+        if (free := free_bytes(self.directory, ROOM)) < ROOM:
+            raise DiskFullError(f"{self.directory}: the disk is full ({free // 1024} KiB free); "
+                                "free space, then rerun to resume")
+        self._writing()
 
     def fold(self) -> None:
         """Put every appended answer into SQLite now, in one transaction (~14 us an answer,
@@ -234,6 +285,8 @@ class Cache:
                 del self._unfolded[key]
 
     def _writing(self) -> None:
+        if self.full is not None:
+            raise DiskFullError(str(self.full))
         if self.read_only:
             raise not_writable(self.directory)
 
@@ -253,9 +306,10 @@ class Cache:
             except (OSError, sqlite3.Error) as exc:
                 if "locked" in str(exc) or "malformed" in str(exc):
                     raise refused(self.directory, exc) from None
-                fix = "free space" if full(exc) else "check the folder's permissions"
-                raise CacheError(f"{self.directory}: could not store {len(chunk)} answers "
-                                 f"({exc}); {fix}, then rerun to resume") from None
+                error, fix = (DiskFullError, "free space") if full(exc) else \
+                    (CacheError, "check the folder's permissions")
+                raise error(f"{self.directory}: could not store {len(chunk)} answers "
+                            f"({exc}); {fix}, then rerun to resume") from None
             stored += len(chunk)
         return stored
 

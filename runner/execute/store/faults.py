@@ -24,10 +24,10 @@ from urllib.parse import quote
 import diskcache
 import orjson
 
-from runner.errors import CacheError
+from runner.errors import CacheError, DiskFullError
 
-__all__ = ["DBNAME", "ReadOnlyDisk", "damage", "decoded", "full", "guarded", "not_writable",
-           "refused", "writable"]
+__all__ = ["DBNAME", "ReadOnlyDisk", "damage", "decoded", "free_bytes", "full", "guarded",
+           "not_writable", "refused", "writable"]
 
 DBNAME = "cache.db"  # diskcache's
 
@@ -46,8 +46,8 @@ def refused(directory: Path, exc: BaseException) -> CacheError:
     """The CacheError for what SQLite (or the file system) raised on the folder's database."""
     db, text = directory / DBNAME, str(exc)
     if full(exc):
-        return CacheError(f"{directory}: the disk is full ({text}); free space, then rerun to "
-                          "resume")
+        return DiskFullError(f"{directory}: the disk is full ({text}); free space, then rerun to "
+                             "resume")
     if "not a database" in text or "malformed" in text:
         return CacheError(f"{db}: the cache database is damaged ({text}); restore the folder "
                           "from a copy, or move it aside and rerun (every answer not found "
@@ -111,6 +111,15 @@ def full(exc: BaseException) -> bool:
     """Whether `exc` says the disk is full (the file system's ENOSPC, SQLite's SQLITE_FULL)."""
     return getattr(exc, "errno", None) == errno.ENOSPC or "disk is full" in str(exc) or \
         getattr(exc, "sqlite_errorname", None) == "SQLITE_FULL"
+
+
+def free_bytes(directory: Path, unknown: int) -> int:
+    """Bytes free for this user on the disk of `directory` (`unknown` if it cannot be told)."""
+    try:
+        stat = os.statvfs(directory)
+    except OSError:
+        return unknown
+    return stat.f_bavail * stat.f_frsize
 
 
 def not_writable(directory: Path) -> CacheError:

@@ -16,6 +16,11 @@ died, then removes them: a kill -9 loses none of the answers its run counted.
 A frame: <u32 size><u32 crc32><u16 key length><key><record>, size and crc covering key and
 record. A journal cut short (a kill in the middle of a write, a machine crash) is read up to
 its last whole frame.
+
+A run stopped while its disk is full writes the answers it holds (runner.execute.commits) to a
+spill file of the same format outside the cache folder (`spill`: under the system's temporary
+folder, else ~/.cache/judge-runner/spill/ or $XDG_CACHE_HOME's), in a folder named for the cache
+folder's path; opening the cache folder reads and folds those as it does its own journals.
 """
 
 from __future__ import annotations
@@ -23,16 +28,18 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import os
 import struct
+import tempfile
 import time
 import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from runner.errors import CacheError
+from runner.errors import CacheError, DiskFullError
 
-__all__ = ["Journal", "frames", "recover", "unfolded"]
+__all__ = ["Journal", "frames", "recover", "spill", "spill_folders", "unfolded"]
 
 FOLDER = "journal"
 _HEAD = struct.Struct("<IIH")
@@ -88,8 +95,9 @@ class Journal:
         except OSError as exc:
             if fd >= 0:
                 os.close(fd)
-            raise CacheError(f"{folder}: cannot write the answers' journal ({exc}); check the "
-                             "cache folder's permissions and free space") from None
+            error = DiskFullError if exc.errno == errno.ENOSPC else CacheError
+            raise error(f"{folder}: cannot write the answers' journal ({exc}); check the "
+                        "cache folder's permissions and free space") from None
         self.directory = directory
         self._fd, self._pid, self._size = fd, os.getpid(), 0
         self._broken = False  # a failed write could not be cut back: no more appends
@@ -110,7 +118,8 @@ class Journal:
                 os.ftruncate(self._fd, self._size)
             except OSError:
                 self._broken = True  # a cut frame would hide every later one from recovery
-            raise CacheError(f"{self.directory}: could not store {len(rows)} answers in its "
+            error = DiskFullError if exc.errno == errno.ENOSPC else CacheError
+            raise error(f"{self.directory}: could not store {len(rows)} answers in its "
                              f"journal {self.path.name} ({exc}); free space, then rerun to "
                              "resume") from None
         self._size += len(data)
@@ -141,31 +150,67 @@ def recover(directory: Path, store: Callable[[list[Row]], object]) -> int:
     """Fold, oldest first, the journals in `directory` that no live process holds, and remove
     them; returns the answers folded. When `store` raises CacheError (SQLite refused them),
     the journal stays for the next open."""
-    try:
-        names = sorted(os.listdir(directory / FOLDER))
-    except OSError:
-        return 0
     folded = 0
-    for name in names:
-        path = directory / FOLDER / name
-        if name.endswith(".new"):
+    for path in _files(directory):
+        if path.name.endswith(".new"):
             _remove_stale(path)
-        elif name.endswith(".log") and str(path) not in _LIVE:
+        elif path.name.endswith(".log") and str(path) not in _LIVE:
             with contextlib.suppress(CacheError):  # a full disk: kept for the next open
                 folded += fold_file(path, store) or 0
     return folded
+
+
+def _files(directory: Path) -> list[Path]:
+    """The files of `directory`'s journal folder, then of its spill folders, each oldest
+    first."""
+    paths: list[Path] = []
+    for folder in [directory / FOLDER, *spill_folders(directory)]:
+        with contextlib.suppress(OSError):
+            paths += [folder / name for name in sorted(os.listdir(folder))]
+    return paths
 
 
 def unfolded(directory: Path) -> list[Row]:
     """Every row of the journals in `directory`, oldest first, left where they are: what a
     cache opened read-only reads beside SQLite (it may not fold them)."""
     rows: list[Row] = []
-    with contextlib.suppress(OSError):
-        for name in sorted(os.listdir(directory / FOLDER)):
-            if name.endswith(".log"):
-                with contextlib.suppress(OSError):
-                    rows += frames((directory / FOLDER / name).read_bytes())
+    for path in _files(directory):
+        if path.name.endswith(".log"):
+            with contextlib.suppress(OSError):
+                rows += frames(path.read_bytes())
     return rows
+
+
+def spill_folders(directory: Path) -> list[Path]:
+    """Where the answers held for the cache folder `directory` go when its own disk is full,
+    by preference: a folder named for its path in the system's temporary folder, then in
+    ~/.cache/judge-runner/spill/ (each, likely, on another disk)."""
+    name = hashlib.sha256(str(directory.resolve()).encode()).hexdigest()[:16]
+    home = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"  # as pgcache's index
+    return [Path(tempfile.gettempdir()) / f"judge-runner-{os.getuid()}" / "spill" / name,
+            Path(home) / "judge-runner" / "spill" / name]
+
+
+def spill(directory: Path, rows: Sequence[Row]) -> Path:
+    """Write `rows` to a new spill file of the cache folder `directory` (its journals' format),
+    in the first spill folder that takes it; the next open of the folder reads and folds it.
+    Returns its path; raises DiskFullError naming the folders when none takes it."""
+    data, refusals = _framed(rows), []
+    for folder in spill_folders(directory):
+        stem = folder / f"{time.time_ns():020d}-{os.getpid()}"
+        try:
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            # Written whole under another name, then renamed: a reader never folds half of it
+            with open(f"{stem}.new", "xb") as file:
+                file.write(data)
+            os.rename(f"{stem}.new", f"{stem}.log")
+            return Path(f"{stem}.log")
+        except OSError as exc:
+            Path(f"{stem}.new").unlink(missing_ok=True)
+            refusals.append(f"{folder}: {exc}")
+    raise DiskFullError(f"{directory}: the disk is full, and no other folder took the "
+                        f"{len(rows)} answers held ({'; '.join(refusals)}); free space, then "
+                        "rerun to resume (those answers are asked again)")
 
 
 def fold_file(path: Path, store: Callable[[list[Row]], object]) -> int | None:

@@ -18,6 +18,7 @@ kill -9, so a crashed run never leaves a lock to clear by hand:
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import os
@@ -92,8 +93,16 @@ class FolderLease:
             text = os.pread(self._fd, 4096, 0).decode(errors="replace")
             os.close(self._fd)
             raise held_error(str(directory), name, text) from None
-        os.ftruncate(self._fd, 0)
-        os.pwrite(self._fd, holder.encode(), 0)
+        try:
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, holder.encode(), 0)
+        except OSError as exc:
+            # The flock holds without it: on a full disk a second run names no holder, and a
+            # fully cached job still reports.
+            if exc.errno != errno.ENOSPC:
+                self.release()
+                raise CacheError(f"{self.path}: cannot write the run's lease file ({exc}); "
+                                 "check the cache folder's permissions") from None
 
     def release(self) -> None:
         if self._fd < 0:

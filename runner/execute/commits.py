@@ -1,0 +1,182 @@
+"""The pool's answers on their way into the cache: stored a turn at a time, and held while the
+cache folder's disk is full.
+
+Group commit (`Commits.add`, `flush`): the answers handed over in one event-loop turn are
+stored together at the end of it, and count (the pool's `on_stored`) only once stored.
+
+A full disk (a DiskFullError from a cache folder) must not cost an answer: dropped, the rerun
+bought it again (3 runs of 3 on a 1.2 MB tmpfs bought 15-16 answers twice). So the answers the
+disk refused are held in memory, the pool stops dispatching (`until_room`), the user is told
+once, and the write is tried again on a timer of the event loop (RETRY_S, doubling to
+RETRY_CAP_S: the loop never blocks) until the disk takes them; then they count, the user is
+told, and dispatch goes on. A stop meanwhile (Ctrl-C, SIGTERM) writes what is held wherever it
+can go (`settle`: Cache.keep, the journal or a spill file outside the folder, named), and the
+rerun reads it. A run that would call with the disk already full stops before its first call
+(`checked`): one `Error:` line, nothing bought. Any other refusal stops the run, its answers
+left for the rerun, as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from runner.errors import DiskFullError
+from runner.execute.store.backend import CacheBackend
+from runner.execute.store.cache import Cache
+from runner.expand import Task
+
+__all__ = ["RETRY_CAP_S", "RETRY_S", "Commits", "Pending"]
+
+Pending = tuple[Task, dict[str, Any], int, int]
+"""An answer waiting for its store: the task, its record, its prompt and completion tokens."""
+
+RETRY_S = 0.25  # the first write again of held answers, this long after the disk refused
+RETRY_CAP_S = 4.0  # the longest wait between two: space freed is seen within 4 s
+
+
+class Commits:
+    """Group commit: answers handed over in one event-loop turn, stored together.
+
+    `add` queues an answer and, for the first of a turn, schedules `flush` with call_soon, so
+    the flush runs after every callback already due: all the answers that arrived together. A
+    SQLite transaction costs ~50 us whatever its size, one per answer was a third of the client's
+    CPU at zero latency, and one per turn still ~30-40 us an answer: `append` journals them
+    (runner/execute/store/journal.py). `on_stored` runs once a turn with the answers stored,
+    never before. A failed store (whatever the error: an exception in a loop callback would
+    only be logged) leaves its answers uncounted (the rerun asks again), stops the run, and is
+    raised by `execute` once the workers are done; but a full disk holds them (module doc).
+    """
+
+    def __init__(self, cache: CacheBackend, loop: asyncio.AbstractEventLoop,
+                 on_stored: Callable[[list[Pending]], None],
+                 on_failed: Callable[[list[Task]], None],
+                 say: Callable[[str], None] = lambda message: None) -> None:
+        self.cache, self.loop, self.say = cache, loop, say
+        self.on_stored, self.on_failed = on_stored, on_failed
+        self.pending: list[Pending] = []
+        self.error: Exception | None = None
+        """The first failed commit's error (a CacheError when the disk refused)."""
+        self.held: list[Pending] = []
+        """Answers a full disk refused, oldest first; while there are some, every turn's
+        answers join them (a key's later record stays later)."""
+        self.room = asyncio.Event()
+        """Set while nothing is held: the pool may dispatch."""
+        self.room.set()
+        self._retry: asyncio.TimerHandle | None = None
+        self._delay = RETRY_S
+
+    def add(self, task: Task, record: dict[str, Any], prompt: int, completion: int) -> None:
+        if not self.pending:
+            self.loop.call_soon(self.flush)
+        self.pending.append((task, record, prompt, completion))
+
+    def flush(self) -> None:
+        """Store what is pending now (also called directly when `execute` ends)."""
+        batch, self.pending = self.pending, []
+        if not batch:
+            return
+        if self.held:  # the disk is full: written again with the held ones
+            self.held += batch
+            return
+        self._store(batch)
+
+    def _store(self, batch: list[Pending]) -> None:
+        try:
+            self.cache.append([(task.key, record) for task, record, _, _ in batch])
+        except DiskFullError:
+            self._hold(batch)
+            return
+        except Exception as exc:  # noqa: BLE001 - a callback's error would only be logged
+            self.error = self.error or exc
+            self.on_failed([task for task, _, _, _ in batch])
+            return
+        self.on_stored(batch)
+
+    def _hold(self, batch: list[Pending]) -> None:
+        """The disk refused `batch`: held, dispatch paused, the user told, a retry set."""
+        self.held = batch + self.held
+        if self._retry is None:
+            if self.room.is_set():
+                self.room.clear()
+                self.say(f"cache disk full at {self._folder}: free space; the run "
+                         "continues by itself (Ctrl-C to stop, nothing is lost)")
+                self._delay = RETRY_S
+            else:
+                self._delay = min(RETRY_CAP_S, self._delay * 2)
+            self._retry = self.loop.call_later(self._delay, self._write_held)
+
+    @property
+    def _folder(self) -> Path:
+        assert isinstance(self.cache, Cache), "only a cache folder says its disk is full"
+        return self.cache.directory
+
+    def _write_held(self) -> None:
+        """The retry: the held answers written again; stored, they count and dispatch goes
+        on."""
+        self._retry = None
+        batch, self.held = self.held, []
+        self._store(batch)
+        if not self.held:
+            self.room.set()
+            if self.error is None:
+                self.say(f"cache disk at {self._folder}: room again, {len(batch)} held "
+                         "answers stored; the run goes on")
+
+    async def until_room(self, stop: asyncio.Event) -> None:
+        """Wait while answers are held (the disk full): until they are stored or `stop` is
+        set."""
+        if self.room.is_set() or stop.is_set():
+            return
+        waits = [asyncio.ensure_future(self.room.wait()), asyncio.ensure_future(stop.wait())]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+
+    def checked(self, tasks: Iterator[Task]) -> Iterator[Task]:
+        """`tasks`, after a check, before the first, that a cache folder's disk has room:
+        DiskFullError (one `Error:` line) before any call, where a run would buy answers only
+        to hold them. A run with nothing to call never checks: it reads, needing no space."""
+        for n, task in enumerate(tasks):
+            if n == 0 and isinstance(self.cache, Cache):
+                self.cache.check_room()
+            yield task
+
+    def settle(self) -> None:
+        """At the end (a stop while the disk is full): what is held is written wherever it can
+        go (Cache.keep) and counts, the user told where; if nowhere takes it, it is left for
+        the rerun and the error raised by `execute`."""
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
+        batch, self.held = self.held, []
+        self.room.set()
+        if not batch:
+            return
+        assert isinstance(self.cache, Cache), "only a cache folder holds answers"
+        try:
+            where = self.cache.keep([(task.key, record) for task, record, _, _ in batch])
+        except Exception as exc:  # noqa: BLE001 - raised by execute, after the workers
+            self.error = self.error or exc
+            self.on_failed([task for task, _, _, _ in batch])
+            return
+        self.say(f"cache disk full at {self._folder}: {len(batch)} held answers "
+                 f"written to {where or 'its journal'}; the rerun reads them (keep the file "
+                 "until then)")
+        self.on_stored(batch)
+
+    def fold(self) -> None:
+        """At the end: every stored answer visible to the next stage's reader processes. A
+        full disk leaves them in the journal, where this process and its readers read them
+        and the next open folds them; any other failure is raised by `execute` (the answers
+        still in the journal)."""
+        try:
+            self.cache.fold()
+        except DiskFullError:
+            pass
+        except Exception as exc:  # noqa: BLE001 - raised by execute, after the workers
+            self.error = self.error or exc
