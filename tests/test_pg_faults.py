@@ -186,6 +186,29 @@ def test_a_server_that_stays_down_ends_the_run_with_one_error_line(
     assert server.state.answered < LIMIT  # stopped mid-run, not after it
 
 
+def test_answers_the_server_did_not_take_are_kept_and_stored_by_the_rerun(
+        server: ThreadedServer, cluster: PgCluster, url: str, tmp_path: Path, invoke: Any,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An outage past the reconnect window stops the run, but the answers it held are kept in
+    a spill file and stored by the next run: nothing is bought twice (before, the rerun bought
+    them again)."""
+    monkeypatch.setattr(pgcache, "RECONNECT_WINDOW_S", 1.0)
+    server.state.script.latency_s = 0.05
+    stopper = _meanwhile(server, lambda: _pg_ctl(cluster, "stop"))
+    result = invoke(*_run_args(server, url, tmp_path))
+    stopper.join(timeout=30)
+    assert result.exit_code == 2, result.stderr
+    assert "the PostgreSQL server does not answer" in _one_error_line(result)
+    kept = [ln for ln in result.stderr.splitlines() if "the cache did not take are kept" in ln]
+    assert len(kept) == 1, result.stderr
+    assert server.state.answered < LIMIT  # stopped mid-run
+    _pg_ctl(cluster, "restart")  # started again with its own options (postmaster.opts)
+    rerun = invoke(*_run_args(server, url, tmp_path))
+    assert rerun.exit_code == 0, rerun.stderr
+    assert len(server.state.bodies) == LIMIT and set(server.state.bodies.values()) == {1}
+    assert _stored(url) == LIMIT
+
+
 def test_a_frozen_server_ends_the_run_with_one_error_line_within_its_deadline(
         server: ThreadedServer, cluster: PgCluster, url: str, tmp_path: Path, invoke: Any,
         monkeypatch: pytest.MonkeyPatch) -> None:

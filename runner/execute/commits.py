@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from runner.errors import DiskFullError
+from runner.errors import CacheError, DiskFullError
 from runner.execute.store.backend import CacheBackend
 from runner.execute.store.cache import Cache
 from runner.expand import Task
@@ -66,6 +66,7 @@ class Commits:
         """Set while nothing is held: the pool may dispatch."""
         self.room.set()
         self._retry: asyncio.TimerHandle | None = None
+        self._kept = 0  # answers kept in spill files after the cache refused them for good
         self._delay = RETRY_S
 
     def add(self, task: Task, record: dict[str, Any], prompt: int, completion: int) -> None:
@@ -89,11 +90,33 @@ class Commits:
         except DiskFullError:
             self._hold(batch)
             return
+        except CacheError as exc:
+            self.error = self.error or exc
+            self._keep_elsewhere(batch)
+            return
         except Exception as exc:  # noqa: BLE001 - a callback's error would only be logged
             self.error = self.error or exc
             self.on_failed([task for task, _, _, _ in batch])
             return
         self.on_stored(batch)
+
+    def _keep_elsewhere(self, batch: list[Pending]) -> None:
+        """The cache refused `batch` for good (a PostgreSQL server away past its reconnect
+        window): the run stops with that error, but the answers, paid for, are kept in a spill
+        file that the next open of the cache stores (CacheBackend.keep), and count. An
+        outage lost them before, and the rerun bought them again. If nowhere takes them they
+        are left for the rerun, as before."""
+        try:
+            where = self.cache.keep([(task.key, record) for task, record, _, _ in batch])
+        except Exception:  # noqa: BLE001 - the store's own error is the one raised
+            self.on_failed([task for task, _, _, _ in batch])
+            return
+        if not self._kept:  # once: every later answer goes the same way, into the same folder
+            self.say(f"answers the cache did not take are kept in "
+                     f"{where.parent if where else 'its journal'}; the next run stores them")
+        self._kept += len(batch)
+        self.on_stored(batch)
+        self.on_failed([])  # stops the run: every later answer comes here too
 
     def _hold(self, batch: list[Pending]) -> None:
         """The disk refused `batch`: held, dispatch paused, the user told, a retry set."""

@@ -62,6 +62,13 @@ class CacheBackend(Protocol):
         CacheError if the store refuses them."""
         ...
 
+    def keep(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> Path | None:
+        """Keep answers `append` refused (a full disk, a database away past its reconnect
+        window) wherever they can go, when the run stops: None if the store took them after
+        all, else the spill file's path, which the next open of this cache stores. Raises
+        CacheError if nowhere takes them."""
+        ...
+
     def fold(self) -> None:
         """Make every appended answer visible to other processes now (a reader process, the
         next stage); raises CacheError if the store refuses them."""

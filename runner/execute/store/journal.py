@@ -20,7 +20,10 @@ its last whole frame.
 A run stopped while its disk is full writes the answers it holds (runner.execute.commits) to a
 spill file of the same format outside the cache folder (`spill`: under the system's temporary
 folder, else ~/.cache/judge-runner/spill/ or $XDG_CACHE_HOME's), in a folder named for the cache
-folder's path; opening the cache folder reads and folds those as it does its own journals.
+folder's path; opening the cache folder reads and folds those as it does its own journals. A
+run whose PostgreSQL server stays away past its reconnect window spills the answers the server
+did not take the same way (home first), and the next open of that database stores them
+(`replay`).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from pathlib import Path
 
 from runner.errors import CacheError, DiskFullError
 
-__all__ = ["Journal", "frames", "recover", "spill", "spill_folders", "unfolded"]
+__all__ = ["Journal", "frames", "recover", "replay", "spill", "spill_folders", "unfolded"]
 
 FOLDER = "journal"
 _HEAD = struct.Struct("<IIH")
@@ -150,8 +153,20 @@ def recover(directory: Path, store: Callable[[list[Row]], object]) -> int:
     """Fold, oldest first, the journals in `directory` that no live process holds, and remove
     them; returns the answers folded. When `store` raises CacheError (SQLite refused them),
     the journal stays for the next open."""
+    return _fold_all(_files([directory / FOLDER, *spill_folders(directory)]), store)
+
+
+def replay(place: str, store: Callable[[list[Row]], object]) -> int:
+    """Store, oldest first, the spill files of the shared cache `place` (answers a run held
+    while its database was away) with `store`, and remove them; returns the answers stored.
+    When `store` raises CacheError (the database refused them), the files stay for the next
+    open."""
+    return _fold_all(_files(spill_folders(place)), store)
+
+
+def _fold_all(paths: list[Path], store: Callable[[list[Row]], object]) -> int:
     folded = 0
-    for path in _files(directory):
+    for path in paths:
         if path.name.endswith(".new"):
             _remove_stale(path)
         elif path.name.endswith(".log") and str(path) not in _LIVE:
@@ -160,11 +175,10 @@ def recover(directory: Path, store: Callable[[list[Row]], object]) -> int:
     return folded
 
 
-def _files(directory: Path) -> list[Path]:
-    """The files of `directory`'s journal folder, then of its spill folders, each oldest
-    first."""
+def _files(folders: list[Path]) -> list[Path]:
+    """The files of `folders`, each folder's oldest first."""
     paths: list[Path] = []
-    for folder in [directory / FOLDER, *spill_folders(directory)]:
+    for folder in folders:
         with contextlib.suppress(OSError):
             paths += [folder / name for name in sorted(os.listdir(folder))]
     return paths
@@ -174,29 +188,34 @@ def unfolded(directory: Path) -> list[Row]:
     """Every row of the journals in `directory`, oldest first, left where they are: what a
     cache opened read-only reads beside SQLite (it may not fold them)."""
     rows: list[Row] = []
-    for path in _files(directory):
+    for path in _files([directory / FOLDER, *spill_folders(directory)]):
         if path.name.endswith(".log"):
             with contextlib.suppress(OSError):
                 rows += frames(path.read_bytes())
     return rows
 
 
-def spill_folders(directory: Path) -> list[Path]:
-    """Where the answers held for the cache folder `directory` go when its own disk is full,
-    by preference: a folder named for its path in the system's temporary folder, then in
-    ~/.cache/judge-runner/spill/ (each, likely, on another disk)."""
-    name = hashlib.sha256(str(directory.resolve()).encode()).hexdigest()[:16]
+def spill_folders(place: Path | str) -> list[Path]:
+    """Where the answers held for a cache go when it cannot take them, by preference, each in a
+    folder named for the cache: for a cache folder (a Path, its own disk full) the system's
+    temporary folder, then ~/.cache/judge-runner/spill/ (each, likely, on another disk); for a
+    shared database (its URL without a password, while the server is away) the reverse, since
+    a temporary folder may not outlive a reboot."""
+    name = hashlib.sha256(str(place.resolve() if isinstance(place, Path) else place)
+                          .encode()).hexdigest()[:16]
     home = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"  # as pgcache's index
-    return [Path(tempfile.gettempdir()) / f"judge-runner-{os.getuid()}" / "spill" / name,
-            Path(home) / "judge-runner" / "spill" / name]
+    folders = [Path(tempfile.gettempdir()) / f"judge-runner-{os.getuid()}" / "spill" / name,
+               Path(home) / "judge-runner" / "spill" / name]
+    return folders if isinstance(place, Path) else folders[::-1]
 
 
-def spill(directory: Path, rows: Sequence[Row]) -> Path:
-    """Write `rows` to a new spill file of the cache folder `directory` (its journals' format),
-    in the first spill folder that takes it; the next open of the folder reads and folds it.
-    Returns its path; raises DiskFullError naming the folders when none takes it."""
+def spill(place: Path | str, rows: Sequence[Row]) -> Path:
+    """Write `rows` to a new spill file of the cache `place` (a folder, or a database's URL
+    without its password; the journals' format), in the first spill folder that takes it; the
+    next open of the cache reads and stores it (`recover`, `replay`). Returns its path; raises
+    DiskFullError naming the folders when none takes it."""
     data, refusals = _framed(rows), []
-    for folder in spill_folders(directory):
+    for folder in spill_folders(place):
         stem = folder / f"{time.time_ns():020d}-{os.getpid()}"
         try:
             folder.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -208,7 +227,7 @@ def spill(directory: Path, rows: Sequence[Row]) -> Path:
         except OSError as exc:
             Path(f"{stem}.new").unlink(missing_ok=True)
             refusals.append(f"{folder}: {exc}")
-    raise DiskFullError(f"{directory}: the disk is full, and no other folder took the "
+    raise DiskFullError(f"{place}: the disk is full, and no other folder took the "
                         f"{len(rows)} answers held ({'; '.join(refusals)}); free space, then "
                         "rerun to resume (those answers are asked again)")
 

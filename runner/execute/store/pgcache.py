@@ -49,6 +49,7 @@ from psycopg import conninfo
 
 from runner.errors import CacheError, redact_url
 from runner.execute.store.deadline import Watchdog, rest_all
+from runner.execute.store.journal import Row, replay, spill
 from runner.execute.store.lease import held_error, lease_id
 
 __all__ = ["NOWHERE", "SCHEMA_VERSION", "PgCache"]
@@ -119,6 +120,8 @@ class PgCache:
                              "check --cache / JUDGE_CACHE_URL and that the server is up") from None
         try:
             self._ensure_schema()
+            self.replayed = replay(self._spilled, self._insert_rows)
+            """Answers an earlier run kept while this database was away (`keep`), stored now."""
         except BaseException:
             self.close()
             raise
@@ -410,6 +413,29 @@ class PgCache:
                 self._insert_many, columns))
             given += len(chunk)
         return given
+
+    @property
+    def _spilled(self) -> str:
+        """The name of this database's spill files (its URL without the password)."""
+        return f"postgresql:{self.location}"
+
+    def keep(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> Path:
+        """Keep answers the server did not take (it stayed away past RECONNECT_WINDOW_S) in a
+        spill file on this machine (journal.spill: under ~/.cache/judge-runner/spill/, else
+        the temporary folder), which the next open of this database stores; returns its path.
+        Without it a run stopped by an outage lost the answers it held and the rerun bought
+        them again (7-8 of them after a 60 s outage). Raises DiskFullError if no folder takes
+        them."""
+        return spill(self._spilled, [(key, orjson.dumps(record)) for key, record in items])
+
+    def _insert_rows(self, rows: list[Row]) -> None:
+        """Store spilled rows (key, record bytes) as put_many stores records."""
+        for start in range(0, len(rows), CHUNK):
+            chunk = rows[start:start + CHUNK]
+            columns = ([k for k, _ in chunk], [raw for _, raw in chunk],
+                       [str(orjson.loads(raw).get("source", "")) for _, raw in chunk])
+            self._call(f"storing {len(chunk)} kept answers", functools.partial(
+                self._insert_many, columns))
 
     def append(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
         """put_many: each statement is committed when it returns (the server is the journal)."""
