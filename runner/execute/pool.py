@@ -8,6 +8,8 @@ its journal, one write), and an answer counts as done (in the counters, the prog
 the manifest) only once that store has returned. A kill -9 loses at most the answers of the turn
 in progress, which were never counted; a cancel or an error stores whatever was received before
 `execute` returns or raises, and every answer is in SQLite (`fold`) when it does.
+Before they are sent, the keys of each batch of cache misses are claimed in the cache
+(runner/execute/claims.py): a key another live run is buying waits for that run's answer.
 A 429 pauses dispatch for the whole pool for the advised time. Setting `stop` (the first Ctrl-C)
 stops dispatching and retrying; in-flight requests finish. Cancelling the caller (the second
 Ctrl-C) cancels them.
@@ -34,6 +36,7 @@ from runner.errors import (
     RunnerError,
 )
 from runner.execute.breaker import Breaker
+from runner.execute.claims import Claims
 from runner.execute.client import Response, send, timeout_of
 from runner.execute.fleet import Fleet, Replica, fleet_for
 from runner.execute.limiter import Limiter
@@ -141,6 +144,7 @@ class _Pool:
         self.timeout = timeout_of(limits.timeout_s)
         self.loop = asyncio.get_running_loop()
         self.commits = _Commits(cache, self.loop, self._stored, self._not_stored)
+        self.claims = Claims(cache, stop, stats, on_progress)  # keys bought by this run only
         self.identity = {name: e.model.endpoint for name, e in endpoints.items()}
         """model -> the endpoint recorded with its answers (a property computed once, here)."""
         self.breaker = Breaker({name: [r.label for r in f.replicas]
@@ -214,6 +218,7 @@ class _Pool:
             return
         assert error is not None
         self.stats.failures[task.key] = error.reason
+        self.claims.failed(task.key)
         self.on_progress(self.stats)
 
     def _fatal(self, message: str | None) -> bool:
@@ -282,6 +287,7 @@ class _Pool:
             else:
                 stats.cost += cost
         stats.api_calls += len(batch)
+        self.claims.stored([pending[0].key for pending in batch])
         self.on_progress(stats)
 
     def _not_stored(self, tasks: list[Task]) -> None:
@@ -314,6 +320,8 @@ async def execute(tasks: Iterable[Task], *, cache: CacheBackend, session: aiohtt
     async def worker() -> None:
         for task in todo:
             await pool.run_task(task)
+        while (later := await pool.claims.deferred()) is not None:  # another run's claims
+            await pool.run_task(later)
 
     try:
         async with asyncio.TaskGroup() as group:
@@ -324,6 +332,7 @@ async def execute(tasks: Iterable[Task], *, cache: CacheBackend, session: aiohtt
     finally:
         pool.commits.flush()  # answers received in the last turn, or before a cancel
         pool.commits.fold()
+        pool.claims.close()
     if pool.commits.error is not None:
         raise pool.commits.error
     stats.interrupted = stop.is_set() and stats.fatal is None
@@ -355,6 +364,7 @@ def _to_call(tasks: Iterable[Task], pool: _Pool, *, offline: bool, budget: float
     repeats_of_uncached = 0
     for batch, flags in cached_flag_batches(pool.cache, tasks, task_key):
         hashes.extend([hash(task.key) for task in batch])
+        to_send = []
         for task, cached in zip(batch, flags, strict=True):
             if cached:
                 stats.cache_hits += 1
@@ -376,7 +386,8 @@ def _to_call(tasks: Iterable[Task], pool: _Pool, *, offline: bool, budget: float
                     stats.missing.append(task.key)
                     continue
                 stats.committed_cost += cost
-            yield task
+            to_send.append(task)
+        yield from pool.claims.take(to_send)  # claimed by another run: deferred
     # Repeats found cached (of a cached key, or of one stored since it was sent) were counted
     # as hits: they are repeats.
     stats.settle_repeats(hashes, repeats_of_uncached)
