@@ -28,7 +28,7 @@ from runner.cli.outcome import command_line
 from runner.cli.runcmd import run
 from runner.data import datasets
 from runner.errors import ConfigError, DataError, RunnerError, scrub
-from runner.execute import claims
+from runner.execute.store import claimtable
 
 __all__ = ["cli", "main"]
 
@@ -54,8 +54,8 @@ def _claim_ttl(environ: Mapping[str, str]) -> None:
         seconds = 0.0
     if not 0.3 <= seconds <= 86400:
         raise ConfigError(f"JUDGE_CLAIM_TTL_S must be seconds between 0.3 and 86400 (got "
-                          f"{value!r}); unset it for the default, {claims.TTL_S:g}")
-    claims.set_ttl(seconds)
+                          f"{value!r}); unset it for the default, {claimtable.TTL_S:g}")
+    claimtable.set_ttl(seconds)
 
 
 class _JudgeGroup(click.Group):

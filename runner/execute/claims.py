@@ -38,25 +38,15 @@ from collections.abc import Callable, Iterable, Sequence
 
 from runner.errors import CacheError
 from runner.execute.stats import RunStats
+from runner.execute.store import claimtable
 from runner.execute.store.backend import LOOKUP_BATCH, CacheBackend
-from runner.execute.store.claimtable import Owner
+from runner.execute.store.claimtable import TTL_S, Owner
 from runner.expand import Task
 
-__all__ = ["POLL_S", "TTL_S", "Claims", "set_ttl"]
+__all__ = ["POLL_S", "TTL_S", "Claims"]
 
-TTL_S = 60.0
-"""A claim's life after its run's last renewal (renewed every TTL_S / 3)."""
 POLL_S = (0.05, 2.0)
 """First and longest pause between two looks for the answers another run is buying."""
-
-_ttl_s = TTL_S
-
-
-def set_ttl(seconds: float) -> None:
-    """The claims' life for the runs of this process (the cli's JUDGE_CLAIM_TTL_S)."""
-    global _ttl_s
-    _ttl_s = seconds
-
 
 class Claims:
     """One `execute`'s claims on a cache: which keys it may buy, which it waits for.
@@ -70,7 +60,7 @@ class Claims:
     def __init__(self, cache: CacheBackend, stop: asyncio.Event, stats: RunStats,
                  on_progress: Callable[[RunStats], None]) -> None:
         self.cache, self.stop, self.stats, self.on_progress = cache, stop, stats, on_progress
-        self.owner, self.ttl_s = Owner(), _ttl_s
+        self.owner, self.ttl_s = Owner(), claimtable.ttl_s()
         self.held: set[str] = set()
         self.answered: list[str] = []
         self.waiting: dict[str, Task] = {}
@@ -99,6 +89,7 @@ class Claims:
                 send.append(task)
             elif task.key not in done:  # another live run buys it
                 self.waiting[task.key] = task
+        self.stats.waiting = len(self.waiting)
         return send
 
     def stored(self, keys: Iterable[str]) -> None:
@@ -118,8 +109,7 @@ class Claims:
                 if not self.waiting:
                     return None
                 if self.stop.is_set():
-                    self.stats.missing.extend(self.waiting)
-                    self.waiting.clear()
+                    self._not_run()
                     return None
                 if self._settle():
                     pause = POLL_S[0]
@@ -140,6 +130,8 @@ class Claims:
         self.ready.extend(self.waiting[key] for key in mine)
         for key in [*found, *mine, *done]:
             del self.waiting[key]
+        self.stats.waiting = len(self.waiting)
+        self.on_progress(self.stats)  # the progress line goes on while this run waits
         return bool(found or mine or done)
 
     def _claim(self, keys: Sequence[str]) -> tuple[set[str], set[str]]:
@@ -187,6 +179,12 @@ class Claims:
             for start in range(0, len(keys), LOOKUP_BATCH):
                 self.cache.release_claims(self.owner, keys[start:start + LOOKUP_BATCH])
 
+    def _not_run(self) -> None:
+        """The deferred tasks left are not run (the run stops): listed as missing."""
+        self.stats.missing.extend(self.waiting)
+        self.waiting.clear()
+        self.stats.waiting = 0
+
     def _tick(self) -> None:
         """Renew this run's claims (every TTL_S / 3), giving back the answered ones."""
         self._timer = self._loop.call_later(self.ttl_s / 3, self._tick)
@@ -200,8 +198,7 @@ class Claims:
         if self._timer is None:
             return
         self._timer.cancel()
-        self.stats.missing.extend(self.waiting)
-        self.waiting.clear()
+        self._not_run()
         keys, self.held = list(self.held), set()
         with contextlib.suppress(CacheError):
             for start in range(0, len(keys), LOOKUP_BATCH):

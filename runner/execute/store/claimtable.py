@@ -38,10 +38,26 @@ import orjson
 
 from runner.errors import CacheError
 
-__all__ = ["PG_SCHEMA", "FolderClaims", "Owner", "pg_claim", "pg_release", "pg_renew"]
+__all__ = ["PG_SCHEMA", "TTL_S", "FolderClaims", "Owner", "pg_claim", "pg_release", "pg_renew",
+           "set_ttl", "ttl_s"]
 
 BUSY_MS = 60_000  # wait this long for another run's claim transaction (they take ~ms)
 SEP = "\x1f"  # between the keys of a PostgreSQL statement (a key is a hex digest)
+TTL_S = 60.0
+"""A claim's life after its run's last renewal (renewed every TTL_S / 3)."""
+
+_ttl_s = TTL_S
+
+
+def set_ttl(seconds: float) -> None:
+    """The claims' life for the runs of this process (the cli's JUDGE_CLAIM_TTL_S)."""
+    global _ttl_s
+    _ttl_s = seconds
+
+
+def ttl_s() -> float:
+    """The claims' life for the runs of this process."""
+    return _ttl_s
 
 
 @dataclass(frozen=True, slots=True)
