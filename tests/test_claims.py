@@ -4,12 +4,16 @@ requests, at once on one cache, buy each request once; a killed run's claims lap
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from runner.execute.store.backend import open_cache
@@ -89,6 +93,40 @@ def test_a_killed_runs_claims_lapse_and_the_next_run_buys_each_missing_request_o
     assert time.monotonic() - started < 30
     assert len(server.state.bodies) == LIMIT
     assert server.state.requests <= LIMIT + CONCURRENCY, server.state.bodies.most_common(3)
+
+
+def _owners(location: str) -> int:
+    """How many runs hold claims on the cache now."""
+    if location.startswith("postgresql://"):
+        with psycopg.connect(location, autocommit=True) as conn:
+            row = conn.execute("SELECT count(*) FROM judge_claim_owner").fetchone()
+    else:
+        path = Path(location) / "claims.db"
+        if not path.exists():
+            return 0
+        with contextlib.closing(sqlite3.connect(path, timeout=30)) as conn:
+            row = conn.execute("SELECT count(*) FROM owner").fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_a_stopped_run_gives_its_claims_back_and_the_waiting_run_buys_the_rest_at_once(
+        server: ThreadedServer, start: Start, tmp_path: Path, location: str) -> None:
+    """Ctrl-C: the run finishes what is in flight, gives every claim back as it ends, and the
+    run waiting for those answers buys them without waiting for the 60 s expiry. Nothing is
+    bought twice."""
+    server.state.script.latency_s = 0.5  # the first run alone: ~10 s
+    first = start("first")
+    wait_until(lambda: server.state.answered >= 2, "the first run did not store answers")
+    second = start("second")  # every key not answered yet is the first's: it waits
+    wait_until(lambda: _owners(location) == 2, "the second run did not claim")
+    first.signal(signal.SIGINT)
+    code, _, err = first.finish()
+    assert code == 130, err
+    stopped = time.monotonic()
+    server.state.script.latency_s = 0.0
+    _complete(second, tmp_path / "out-second")
+    assert time.monotonic() - stopped < 30  # not the expiry: the claims were given back
+    assert server.state.requests == len(server.state.bodies) == LIMIT
 
 
 # ---------------------------------------------------------------- the backends' claims
