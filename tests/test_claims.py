@@ -165,3 +165,14 @@ def test_a_bad_claim_expiry_is_one_error_line(tmp_path: Path, data_dir: Path) ->
     assert done.returncode == 2, done.stderr
     assert error_line(done.stderr) == ("Error: JUDGE_CLAIM_TTL_S must be seconds between 0.3 and "
                                        "86400 (got '0'); unset it for the default, 60")
+
+
+def test_a_run_whose_database_session_ended_holds_nothing(pg_url: str) -> None:
+    """PostgreSQL ends a killed client's session: its claims lapse then, not at the expiry."""
+    gone = open_cache(pg_url)
+    assert gone.claim(["k"], Owner(run="gone"), 3600) == {"k"}
+    with open_cache(pg_url) as cache:
+        assert cache.claim(["k"], Owner(), 3600) == set()  # its session runs: held
+        gone.close()
+        wait_until(lambda: cache.claim(["k"], Owner(), 3600) == {"k"},
+                   "the claim of a run whose session ended did not lapse")

@@ -11,8 +11,9 @@ the rest of the run's work is done the run waits for that answer to appear in th
 lapses without an answer (that run failed the task, or stopped, or was killed).
 
 A claim lives as long as its run: the run renews its owner row every TTL_S / 3, so a killed
-run's claims lapse TTL_S after its last renewal (`JUDGE_CLAIM_TTL_S` sets it; in a folder, a
-run on the same host also finds the dead pid and takes them over at once). A run gives its
+run's claims lapse TTL_S after its last renewal (`JUDGE_CLAIM_TTL_S` sets it), sooner when
+a run on the same host finds its pid dead (a folder) or the server has ended its session
+(PostgreSQL). A run gives its
 claims back once their answers are stored where other processes read them (with the next
 batch's claim or the renewal, after a fold), when a task fails, and when it ends.
 
@@ -47,6 +48,7 @@ __all__ = ["POLL_S", "TTL_S", "Claims"]
 
 POLL_S = (0.05, 2.0)
 """First and longest pause between two looks for the answers another run is buying."""
+
 
 class Claims:
     """One `execute`'s claims on a cache: which keys it may buy, which it waits for.

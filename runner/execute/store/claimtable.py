@@ -3,14 +3,16 @@
 Two tables, the same on both backends (runner/execute/claims.py uses them):
 
     owner (id PRIMARY KEY, host, pid, expires)   -- a run that claims; live while expires > now
+                                                 -- (PostgreSQL: + backend, its session's pid)
     claim (key PRIMARY KEY, owner)                -- a key being bought, by that run
 
-A claim is live while its owner is: the owner renews one row (not one a key) to stay live, and
-a killed run's claims lapse with its row, after the expiry; in a folder also as soon as a run on
-the same host finds its pid dead. A key is claimed by one statement for a whole batch: it is
-inserted, or taken over where its owner is no longer live, and the keys this run now holds come
-back (RETURNING). Keys are inserted in key order, so two runs claiming overlapping batches on
-PostgreSQL lock their rows in one order and never deadlock.
+A claim is live while its owner is: the owner renews one row (not one a key) to stay live, and a
+killed run's claims lapse with its row, after the expiry; in a folder also as soon as a run on
+the same host finds its pid dead, on PostgreSQL as soon as the server has ended its session. A
+key is claimed by one statement for a whole batch: it is inserted, or taken over where its owner
+is no longer live, and the keys this run now holds come back (RETURNING). Keys are inserted in
+key order, so two runs claiming overlapping batches on PostgreSQL lock their rows in one order
+and never deadlock.
 
 - a diskcache folder: `claims.db`, a small SQLite file beside the cache's own, no fsync (a claim
   an OS crash loses only lets another run buy that key, and the crash ends the run too); its
@@ -181,19 +183,26 @@ class FolderClaims:
 
 PG_SCHEMA: tuple[LiteralString, ...] = (
     "CREATE UNLOGGED TABLE IF NOT EXISTS judge_claim_owner (id text PRIMARY KEY, "
-    "host text NOT NULL, pid integer NOT NULL, expires timestamptz NOT NULL)",
+    "host text NOT NULL, pid integer NOT NULL, expires timestamptz NOT NULL, "
+    "backend integer NOT NULL)",
     "CREATE UNLOGGED TABLE IF NOT EXISTS judge_claim (key text PRIMARY KEY, owner text NOT NULL)",
 )
 
+_PG_OWNER: LiteralString = (
+    "INSERT INTO judge_claim_owner (id, host, pid, expires, backend) VALUES (%(id)s, %(host)s, "
+    "%(pid)s, now() + make_interval(secs => %(ttl)s), pg_backend_pid()) ON CONFLICT (id) "
+    "DO UPDATE SET expires = excluded.expires, backend = excluded.backend")
 _PG_CLAIM: LiteralString = (
-    "WITH me AS (INSERT INTO judge_claim_owner (id, host, pid, expires) VALUES "
-    "(%(id)s, %(host)s, %(pid)s, now() + make_interval(secs => %(ttl)s)) ON CONFLICT (id) "
-    "DO UPDATE SET expires = excluded.expires) "
+    "WITH me AS (" + _PG_OWNER + ") "
     "INSERT INTO judge_claim (key, owner) SELECT k, %(id)s FROM "
     "unnest(string_to_array(%(keys)s, %(sep)s)) AS k ORDER BY k "
     "ON CONFLICT (key) DO UPDATE SET owner = excluded.owner "
     "WHERE judge_claim.owner = excluded.owner OR NOT EXISTS (SELECT 1 FROM judge_claim_owner o "
-    "WHERE o.id = judge_claim.owner AND o.expires > now()) RETURNING key")
+    "WHERE o.id = judge_claim.owner AND o.expires > now() AND EXISTS (SELECT 1 FROM "
+    "pg_stat_activity a WHERE a.pid = o.backend)) RETURNING key")
+"""An owner is live while its expiry is ahead and its database session runs: the server ends
+a killed client's session at once (as it drops its lease), so its claims lapse then, not at
+the expiry. The claim and the renewal record the session they run in (a reconnect's new one)."""
 
 
 def pg_claim(conn: Any, keys: Sequence[str], owner: Owner, ttl_s: float) -> set[str]:
@@ -205,10 +214,7 @@ def pg_claim(conn: Any, keys: Sequence[str], owner: Owner, ttl_s: float) -> set[
 
 def pg_renew(conn: Any, owner: Owner, ttl_s: float) -> None:
     """FolderClaims.renew on a psycopg connection."""
-    conn.execute("INSERT INTO judge_claim_owner (id, host, pid, expires) VALUES "
-                 "(%s, %s, %s, now() + make_interval(secs => %s)) ON CONFLICT (id) "
-                 "DO UPDATE SET expires = excluded.expires",
-                 (owner.id, owner.host, owner.pid, ttl_s))
+    conn.execute(_PG_OWNER, {"id": owner.id, "host": owner.host, "pid": owner.pid, "ttl": ttl_s})
 
 
 def pg_release(conn: Any, owner: Owner, keys: Sequence[str], *, last: bool = False) -> None:
