@@ -42,23 +42,23 @@ def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def start(server: ThreadedServer, tmp_path: Path, data_dir: Path, processes: Processes,
           location: str) -> Start:
     """Starts `judge run` of job file `name` (the same tasks whatever the name) on the cache."""
-    def run(name: str, **env: str) -> Child:
+    def run(name: str, limit: int = LIMIT, **env: str) -> Child:
         job = write_job(tmp_path, JOB, f"{name}.toml")
         flag = "--cache" if location.startswith("postgresql://") else "--cache-dir"
         return processes.start(
-            judge_cmd("run", job, "--limit", LIMIT, "--concurrency", CONCURRENCY, "--base-url",
+            judge_cmd("run", job, "--limit", limit, "--concurrency", CONCURRENCY, "--base-url",
                       server.url, "--model", "fake", flag, location, "--out",
                       tmp_path / f"out-{name}", "--yes"),
             env=clean_env(data_dir, **env), cwd=tmp_path)
     return run
 
 
-def _complete(child: Child, out: Path) -> None:
+def _complete(child: Child, out: Path, tasks: int = LIMIT) -> None:
     """The run ended well, its reports written from an answer for every task."""
     code, _, err = child.finish()
     assert code == 0, err
     counts = json.loads((out / "manifest.json").read_text())["counts"]
-    assert counts["tasks"] == LIMIT and counts["cache_hits"] + counts["api_calls"] == LIMIT, counts
+    assert counts["tasks"] == tasks and counts["cache_hits"] + counts["api_calls"] == tasks, counts
     assert counts["failures"] == counts["not_run"] == 0, counts
 
 
@@ -74,6 +74,17 @@ def test_concurrent_jobs_with_the_same_requests_buy_each_request_once(
         _complete(child, tmp_path / f"out-study{i}")
     assert len(server.state.bodies) == LIMIT
     assert server.state.requests == LIMIT, server.state.bodies.most_common(3)
+
+
+def test_overlapping_jobs_at_once_buy_each_request_once(
+        server: ThreadedServer, start: Start, tmp_path: Path) -> None:
+    """Three studies whose tasks overlap (the first 25, 40 and 30 items of one data set)."""
+    server.state.script.latency_s = 0.1
+    limits = {"small": 25, "large": LIMIT, "middle": 30}
+    children = {name: start(name, limit) for name, limit in limits.items()}
+    for name, child in children.items():
+        _complete(child, tmp_path / f"out-{name}", limits[name])
+    assert server.state.requests == len(server.state.bodies) == LIMIT
 
 
 def test_a_killed_runs_claims_lapse_and_the_next_run_buys_each_missing_request_once(
