@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from runner.execute.store.cache import Cache
+from runner.execute.store.claimtable import Owner
 
 BATCH = 512  # records per transaction, at most
 TURN = 16  # answers a turn of the pool's event loop stores together at zero latency
@@ -50,6 +51,15 @@ class MemoryCache(Cache):
         return self.put_many(items)
 
     def fold(self) -> None:
+        pass
+
+    def claim(self, keys: Sequence[str], owner: Owner, ttl_s: float) -> set[str]:
+        return set(keys)  # no other run: every key is this one's
+
+    def renew_claims(self, owner: Owner, ttl_s: float) -> None:
+        pass
+
+    def release_claims(self, owner: Owner, keys: Sequence[str], *, last: bool = False) -> None:
         pass
 
     def close(self) -> None:

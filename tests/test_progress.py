@@ -25,3 +25,13 @@ def test_the_bar_at_a_terminal_starts_no_thread() -> None:
     assert "4/10" in stream.getvalue()
     assert threading.active_count() == before
     progress.close()
+
+
+def test_the_line_says_how_many_answers_another_run_is_buying() -> None:
+    stream = io.StringIO()
+    Progress(stream, total=10).update(RunStats(total=10, cache_hits=4, waiting=6))
+    assert "[4/10] cached=4 " in stream.getvalue()
+    assert " waiting=6 " in stream.getvalue()
+    stream = io.StringIO()
+    Progress(stream, total=10).update(RunStats(total=10, cache_hits=10))
+    assert "waiting" not in stream.getvalue()

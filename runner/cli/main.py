@@ -28,6 +28,7 @@ from runner.cli.outcome import command_line
 from runner.cli.runcmd import run
 from runner.data import datasets
 from runner.errors import ConfigError, DataError, RunnerError, scrub
+from runner.execute.store import claimtable
 
 __all__ = ["cli", "main"]
 
@@ -41,6 +42,22 @@ def _processes(environ: Mapping[str, str]) -> None:
     one_process(value == "1")
 
 
+def _claim_ttl(environ: Mapping[str, str]) -> None:
+    """JUDGE_CLAIM_TTL_S: how long a killed run's claims on keys outlive it (runner.execute.
+    claims; tests make it short)."""
+    value = environ.get("JUDGE_CLAIM_TTL_S", "").strip()
+    if not value:
+        return
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if not 0.3 <= seconds <= 86400:
+        raise ConfigError(f"JUDGE_CLAIM_TTL_S must be seconds between 0.3 and 86400 (got "
+                          f"{value!r}); unset it for the default, {claimtable.TTL_S:g}")
+    claimtable.set_ttl(seconds)
+
+
 class _JudgeGroup(click.Group):
     """The `judge` group: a RunnerError becomes one `Error:` line (exit 2), Ctrl-C or SIGTERM
     while no pool runs the resume line (exit 130 or 143)."""
@@ -48,6 +65,7 @@ class _JudgeGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             _processes(os.environ)
+            _claim_ttl(os.environ)
             return super().invoke(ctx)
         except RunnerError as exc:
             raise UsageError(scrub(str(exc))) from None

@@ -58,6 +58,8 @@ class Progress:
         fields = {"cached": stats.cache_hits, "calls/s": f"{stats.api_calls / elapsed:.1f}",
                   "tok/min": f"{tokens * 60 / elapsed:.0f}", "retries": stats.retries,
                   "failed": len(stats.failures)}
+        if stats.waiting:  # another run buys these: this one waits for its answers
+            fields["waiting"] = stats.waiting
         if endpoints := fleet_summary(stats):
             fields["endpoints"] = endpoints
         finished = stats.done + len(stats.failures)

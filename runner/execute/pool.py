@@ -9,6 +9,8 @@ progress line and the manifest) only once that store has returned. A kill -9 los
 answers of the turn in progress, which were never counted; a cancel or an error stores whatever
 was received before `execute` returns or raises, and every answer is in SQLite (`fold`) when it
 does. A full cache disk pauses dispatch while the answers it refused are held (commits.py).
+Before they are sent, the keys of each batch of cache misses are claimed in the cache
+(runner/execute/claims.py): a key another live run is buying waits for that run's answer.
 A 429 pauses dispatch for the whole pool for the advised time. Setting `stop` (the first Ctrl-C)
 stops dispatching and retrying; in-flight requests finish. Cancelling the caller (the second
 Ctrl-C) cancels them.
@@ -33,6 +35,7 @@ from runner.errors import (
     RunnerError,
 )
 from runner.execute.breaker import Breaker, refused, too_long
+from runner.execute.claims import Claims
 from runner.execute.client import Response, send, timeout_of
 from runner.execute.commits import Commits, Pending
 from runner.execute.fleet import Fleet, Replica, fleet_for
@@ -91,6 +94,7 @@ class _Pool:
         self.timeout = timeout_of(limits.timeout_s)
         self.loop = asyncio.get_running_loop()
         self.commits = Commits(cache, self.loop, self._stored, self._not_stored, say)
+        self.claims = Claims(cache, stop, stats, on_progress)  # keys bought by this run only
         self.identity = {name: e.model.endpoint for name, e in endpoints.items()}
         """model -> the endpoint recorded with its answers (a property computed once, here)."""
         self.breaker = Breaker({name: [r.label for r in f.replicas]
@@ -176,6 +180,7 @@ class _Pool:
             return
         assert error is not None
         self.stats.failures[task.key] = error.reason
+        self.claims.failed(task.key)
         self.on_progress(self.stats)
 
     def _verdict(self, task: Task, replica: Replica, exc: APIError) -> str | None:
@@ -260,6 +265,7 @@ class _Pool:
             else:
                 stats.cost += cost
         stats.api_calls += len(batch)
+        self.claims.stored([pending[0].key for pending in batch])
         self.on_progress(stats)
 
     def _not_stored(self, tasks: list[Task]) -> None:
@@ -299,6 +305,8 @@ async def execute(tasks: Iterable[Task], *, cache: CacheBackend, session: aiohtt
                 await pool.probe(task)
             else:  # called directly: a coroutine level costs at every resumption
                 await pool.run_task(task)
+        while (later := await pool.claims.deferred()) is not None:  # another run's claims
+            await (pool.probe(later) if later.model in unproven else pool.run_task(later))
 
     try:
         async with asyncio.TaskGroup() as group:
@@ -312,6 +320,7 @@ async def execute(tasks: Iterable[Task], *, cache: CacheBackend, session: aiohtt
         pool.commits.flush()  # answers received in the last turn, or before a cancel
         pool.commits.settle()  # held while the disk is full: written elsewhere
         pool.commits.fold()
+        pool.claims.close()
     if pool.commits.error is not None:
         raise pool.commits.error
     stats.interrupted = stop.is_set() and stats.fatal is None
@@ -343,6 +352,7 @@ def _to_call(tasks: Iterable[Task], pool: _Pool, *, offline: bool, budget: float
     repeats_of_uncached = 0
     for batch, flags in cached_flag_batches(pool.cache, tasks, task_key):
         hashes.extend([hash(task.key) for task in batch])
+        to_send = []
         for task, cached in zip(batch, flags, strict=True):
             if cached:
                 stats.cache_hits += 1
@@ -364,7 +374,8 @@ def _to_call(tasks: Iterable[Task], pool: _Pool, *, offline: bool, budget: float
                     stats.missing.append(task.key)
                     continue
                 stats.committed_cost += cost
-            yield task
+            to_send.append(task)
+        yield from pool.claims.take(to_send)  # claimed by another run: deferred
     # Repeats found cached (of a cached key, or of one stored since it was sent) were counted
     # as hits: they are repeats.
     stats.settle_repeats(hashes, repeats_of_uncached)

@@ -39,6 +39,9 @@ class RunStats:
     """Keys answered by the API in this run (the rest of the answers came from the cache)."""
     missing: list[str] = field(default_factory=list)
     """Keys not cached and not called (offline, budget, or interrupted before dispatch)."""
+    waiting: int = 0
+    """Tasks whose request another live run is buying: this run waits for those answers
+    (runner/execute/claims.py)."""
     budget_stopped: bool = False
     interrupted: bool = False
     terminated: bool = False

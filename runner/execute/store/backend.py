@@ -16,6 +16,7 @@ from typing import Any, Protocol, TypeVar
 from runner.errors import ConfigError, redact_url, register_url_password
 from runner.execute.store.answers import Answer, of_record
 from runner.execute.store.cache import Cache
+from runner.execute.store.claimtable import Owner
 from runner.execute.store.lease import Lease
 from runner.execute.store.reader import Reader, read_here, reader_pays
 
@@ -85,6 +86,21 @@ class CacheBackend(Protocol):
         this process ends, kill -9 included; raises LeaseHeldError naming the holder (store/
         lease.describe: host, pid, start time, command) when another run holds it, so that two
         runs of one job never call the same task on one cache."""
+        ...
+
+    def claim(self, keys: Sequence[str], owner: Owner, ttl_s: float) -> set[str]:
+        """Claim `keys` (distinct) for `owner`'s run, renewing it for `ttl_s`, in one statement:
+        the keys it holds now (unclaimed, claimed by it already, or by a run no longer live);
+        the others are being bought by another live run (store/claimtable.py, execute/claims.py).
+        """
+        ...
+
+    def renew_claims(self, owner: Owner, ttl_s: float) -> None:
+        """Keep `owner`'s claims live for `ttl_s` more."""
+        ...
+
+    def release_claims(self, owner: Owner, keys: Sequence[str], *, last: bool = False) -> None:
+        """Give back `owner`'s claims of `keys`; `last`: and the owner (its run ends)."""
         ...
 
     def close(self) -> None: ...

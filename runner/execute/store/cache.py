@@ -31,6 +31,7 @@ from diskcache.core import MODE_RAW
 
 from runner.errors import CacheError, DiskFullError
 from runner.execute.store import table
+from runner.execute.store.claimtable import FolderClaims, Owner
 from runner.execute.store.faults import (
     DBNAME,
     ReadOnlyDisk,
@@ -107,6 +108,7 @@ class Cache:
         self._since = 0.0  # when the oldest of them was
         self._unfolded: dict[str, bytes] = {}  # every appended row not yet known in SQLite
         self._pid = os.getpid()
+        self._claims: FolderClaims | None = None  # opened by the first claim
         if self.read_only:
             self._unfolded.update(unfolded(directory))
         else:
@@ -384,6 +386,23 @@ class Cache:
         """The run lease `name`: a flock on a file in this folder (store/lease.py)."""
         return FolderLease(self.directory, name, holder)
 
+    def claim(self, keys: Sequence[str], owner: Owner, ttl_s: float) -> set[str]:
+        """Claim `keys` for `owner`'s run (store/claimtable.py): the ones it holds now."""
+        self._writing()
+        if self._claims is None:
+            self._claims = FolderClaims(self.directory)
+        return self._claims.claim(keys, owner, ttl_s)
+
+    def renew_claims(self, owner: Owner, ttl_s: float) -> None:
+        """Keep `owner`'s claims live for `ttl_s` more."""
+        if self._claims is not None:
+            self._claims.renew(owner, ttl_s)
+
+    def release_claims(self, owner: Owner, keys: Sequence[str], *, last: bool = False) -> None:
+        """Give back `owner`'s claims of `keys` (`last`: the run ends)."""
+        if self._claims is not None:
+            self._claims.release(owner, keys, last=last)
+
     def close(self) -> None:
         """Fold every appended answer and close. What SQLite refuses stays in its journal,
         which the next open of the folder folds."""
@@ -393,6 +412,8 @@ class Cache:
             if self._journal is not None:
                 self._journal.close(remove=not self._pending)
                 self._journal = None
+        if self._claims is not None:
+            self._claims.close()
         if not self.read_only:
             self._db.close()  # a ReadOnlyDisk closes its own
         self._store.close()

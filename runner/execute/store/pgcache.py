@@ -48,6 +48,7 @@ import psycopg
 from psycopg import conninfo
 
 from runner.errors import CacheError, redact_url
+from runner.execute.store.claimtable import PG_SCHEMA, Owner, pg_claim, pg_release, pg_renew
 from runner.execute.store.deadline import Watchdog, rest_all
 from runner.execute.store.journal import Row, replay, spill
 from runner.execute.store.lease import held_error, lease_id
@@ -77,6 +78,7 @@ SCHEMA: tuple[LiteralString, ...] = (
     "INSERT INTO judge_cache_meta VALUES ('schema_version', '1') ON CONFLICT DO NOTHING",
     "CREATE TABLE IF NOT EXISTS judge_lease (id integer PRIMARY KEY, name text NOT NULL, "
     "holder text NOT NULL, since timestamptz NOT NULL DEFAULT now())",
+    *PG_SCHEMA,
 )
 
 
@@ -464,6 +466,18 @@ class PgCache:
         rows = self._rows("counting", "SELECT count(*), pg_total_relation_size('judge_cache') "
                           "FROM judge_cache", ())
         return {"entries": int(rows[0][0]), "bytes": int(rows[0][1])}
+
+    def claim(self, keys: Sequence[str], owner: Owner, ttl_s: float) -> set[str]:
+        """Claim `keys` for `owner`'s run (store/claimtable.py): the ones it holds now."""
+        return self._call("claiming keys", lambda: pg_claim(self._conn, keys, owner, ttl_s))
+
+    def renew_claims(self, owner: Owner, ttl_s: float) -> None:
+        """Keep `owner`'s claims live for `ttl_s` more."""
+        self._call("renewing claims", lambda: pg_renew(self._conn, owner, ttl_s))
+
+    def release_claims(self, owner: Owner, keys: Sequence[str], *, last: bool = False) -> None:
+        """Give back `owner`'s claims of `keys` (`last`: the run ends)."""
+        self._call("releasing claims", lambda: pg_release(self._conn, owner, keys, last=last))
 
     def close(self) -> None:
         for lock in list(self._leases):
