@@ -12,14 +12,14 @@ RETRY_CAP_S: the loop never blocks) until the disk takes them; then they count, 
 told, and dispatch goes on. A stop meanwhile (Ctrl-C, SIGTERM) writes what is held wherever it
 can go (`settle`: Cache.keep, the journal or a spill file outside the folder, named), and the
 rerun reads it. A run that would call with the disk already full stops before its first call
-(`checked`): one `Error:` line, nothing bought. Any other refusal stops the run, its answers
+(`check_room`): one `Error:` line, nothing bought. Any other refusal stops the run, its answers
 left for the rerun, as before.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -160,14 +160,13 @@ class Commits:
             for wait in waits:
                 wait.cancel()
 
-    def checked(self, tasks: Iterator[Task]) -> Iterator[Task]:
-        """`tasks`, after a check, before the first, that a cache folder's disk has room:
-        DiskFullError (one `Error:` line) before any call, where a run would buy answers only
-        to hold them. A run with nothing to call never checks: it reads, needing no space."""
-        for n, task in enumerate(tasks):
-            if n == 0 and isinstance(self.cache, Cache):
-                self.cache.check_room()
-            yield task
+    def check_room(self) -> None:
+        """Before the first call (and before its keys are claimed, which takes space too): a
+        cache folder's disk with no room is DiskFullError (one `Error:` line) before any call,
+        where a run would buy answers only to hold them. A run with nothing to call never
+        checks: it reads, needing no space."""
+        if isinstance(self.cache, Cache):
+            self.cache.check_room()
 
     def settle(self) -> None:
         """At the end (a stop while the disk is full): what is held is written wherever it can

@@ -295,8 +295,8 @@ async def execute(tasks: Iterable[Task], *, cache: CacheBackend, session: aiohtt
     # One stream of the tasks to call, pulled by every worker: a plain generator (no await
     # inside, so one worker's `next` ends before another's starts). A dispatcher task feeding
     # a queue cost a task switch per answer at zero latency.
-    todo = pool.commits.checked(_to_call(tasks, pool, offline=offline, budget=budget,
-                                         hashes=array.array("q") if hashes is None else hashes))
+    todo = _to_call(tasks, pool, offline=offline, budget=budget,
+                    hashes=array.array("q") if hashes is None else hashes)
 
     async def worker() -> None:
         unproven = pool.breaker.unproven
@@ -349,7 +349,7 @@ def _to_call(tasks: Iterable[Task], pool: _Pool, *, offline: bool, budget: float
     in a set, to never send one twice. A repeat of a cached key is told apart afterwards from
     a 64-bit hash of every key, appended to `hashes` (RunStats.settle_repeats)."""
     stats, uncached = pool.stats, set()
-    repeats_of_uncached = 0
+    repeats_of_uncached, checked = 0, False
     for batch, flags in cached_flag_batches(pool.cache, tasks, task_key):
         hashes.extend([hash(task.key) for task in batch])
         to_send = []
@@ -375,6 +375,9 @@ def _to_call(tasks: Iterable[Task], pool: _Pool, *, offline: bool, budget: float
                     continue
                 stats.committed_cost += cost
             to_send.append(task)
+        if to_send and not checked:
+            pool.commits.check_room()
+            checked = True
         yield from pool.claims.take(to_send)  # claimed by another run: deferred
     # Repeats found cached (of a cached key, or of one stored since it was sent) were counted
     # as hits: they are repeats.
