@@ -60,7 +60,9 @@ def view(task_selection: TaskSelection, run: str | None, print_only: bool) -> No
     folder, job = _folder(task_selection), task_selection.job_name()
     if run is not None and run != "latest":  # latest: the folder's own set, the newest
         folder = _run_folder(folder, job, run)
-    page = (folder / "report.html").resolve()
+    # absolute, not resolved: the folder's report.html is a link through `latest`, and its
+    # path (not the run it points at now) is the one to keep
+    page = (folder / "report.html").absolute()
     if not page.exists():
         raise ConfigError(f"{page}: no report yet; run `judge report {job}` (or `judge run "
                           f"{job}`) first")
