@@ -33,17 +33,20 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 install: $(VENV)/.installed
 
-# Compiling llama.cpp takes minutes in silence: pip's output goes to a log, and a ticker prints
-# its last line every TICK seconds (what pip is doing: downloading, building the wheel...), so a
-# build never looks like a hang. The log is kept for a failure's full story.
+# Compiling llama.cpp takes many minutes: pip's verbose output goes to a log, and every TICK
+# seconds tools/buildprogress.py prints the build's own step from it (`llama.cpp: 90/193
+# steps, 12 min`; before the compiler starts, pip's last line), so a build never looks like a
+# hang. pip builds in a temporary folder it deletes, so an interrupted build starts over: the
+# first line says so. The log is kept for a failure's full story.
 TICK ?= 60
 LOCAL_LOG := $(VENV)/install-local.log
 $(VENV)/.installed-local: $(VENV)/.installed
 	@echo "installing the local judge: llama-cpp-python compiles llama.cpp the first time" \
-		"(~7 minutes on 2 cores); a line every $(TICK) s, full log in $(LOCAL_LOG)"
+		"(~7 minutes on 2 cores; stopped, it starts over); a line every $(TICK) s," \
+		"full log in $(LOCAL_LOG)"
 	@( n=0; while sleep $(TICK); do n=$$((n + $(TICK))); \
-		echo "  $${n}s: $$(tail -n 1 $(LOCAL_LOG) 2>/dev/null | cut -c1-120)"; done ) & tick=$$!; \
-	$(BIN)/pip install --progress-bar off -e '.[local]' > $(LOCAL_LOG) 2>&1; status=$$?; \
+		echo "  $$($(BIN)/python tools/buildprogress.py $(LOCAL_LOG) $$n)"; done ) & tick=$$!; \
+	$(BIN)/pip install -v --progress-bar off -e '.[local]' > $(LOCAL_LOG) 2>&1; status=$$?; \
 	kill $$tick; \
 	if [ $$status -ne 0 ]; then tail -n 40 $(LOCAL_LOG); exit $$status; fi; \
 	grep -E '^Successfully' $(LOCAL_LOG) || true
