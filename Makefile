@@ -20,7 +20,7 @@ MODEL_ARGS := $(if $(MODEL),--model $(MODEL),)
 # Install the local-model extra only when the job (or MODEL) uses a local: model.
 NEEDS_LOCAL := $(if $(MODEL),$(findstring local:,$(MODEL)),$(shell grep -l '^spec *= *"local:' $(JOB_FILE) 2>/dev/null))
 
-.PHONY: install install-local run plan rescore test chaos mutate bench lint typecheck fmt check \
+.PHONY: install install-local run plan rescore test quick chaos mutate bench lint typecheck fmt check \
 	clean docs docs-build
 
 $(BIN)/python:
@@ -84,6 +84,14 @@ typecheck: install
 test: install lint typecheck
 	$(BIN)/pytest -q $(ARGS)
 	JUDGE_PROCESSES=1 $(BIN)/pytest -q tests/test_resume.py $(ARGS)
+
+# The inner loop, about a minute on 2 cores: lint (without the docs site), types, and the tests
+# that start no process or real model (`slow` marks those: they run in `make test`).
+quick: install
+	$(BIN)/ruff check runner tests bench tools
+	$(BIN)/lint-imports
+	$(BIN)/mypy runner
+	$(BIN)/pytest -q -m 'not slow and not chaos' $(ARGS)
 
 # The fault campaign: CHAOS_TRIALS=N trials (default 20), each printing its seed;
 # CHAOS_SEED=S CHAOS_TRIALS=1 replays trial S. A short form (3 trials) runs in `make test`.

@@ -134,6 +134,7 @@ def invoke(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, data_dir: Path) -> A
 
 # ---------------------------------------------------------------- judge run, end to end
 
+@pytest.mark.slow
 def test_run_writes_every_report_and_a_rerun_makes_no_call(
         server: ThreadedServer, tmp_path: Path, data_dir: Path) -> None:
     cache, out = tmp_path / "cache", tmp_path / "out"
@@ -182,6 +183,7 @@ def test_run_writes_every_report_and_a_rerun_makes_no_call(
     assert [line["score"] for line in again] == [line["score"] for line in lines]
 
 
+@pytest.mark.slow
 def test_fault_mix_keeps_manifest_and_judgments_in_agreement(
         server: ThreadedServer, tmp_path: Path, data_dir: Path) -> None:
     script = server.state.script
@@ -579,6 +581,7 @@ PROBE = ("import sys\nfrom runner.cli.main import cli\ntry:\n"
          f"    print('imported:', *[m for m in {HEAVY!r} if m in sys.modules], file=sys.stderr)")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("args", "wanted"), [
     (("--help",), set()),
     (("plan", "{job}", "--limit", "3", "--base-url", "{url}"), set()),

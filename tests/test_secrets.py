@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.fakeserver import ThreadedServer
 from tests.test_cli import OPENMEVA, clean_env, manifest, run_judge
 
@@ -23,6 +25,7 @@ def _leaks(folder: Path) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_the_api_key_is_sent_but_never_stored_or_printed(
         server: ThreadedServer, tmp_path: Path, data_dir: Path) -> None:
     cache, out = tmp_path / "cache", tmp_path / "out"
