@@ -522,7 +522,7 @@ def test_cache_stats_and_explain(server: ThreadedServer, invoke: Any, tmp_path: 
     assert lines[0] == f"openmeva {item} prompt=stars aspect=overall model=fake sample=0"
     assert lines[1] == f"  endpoint: {server.url}"
     assert lines[2] == "  model:    fake"
-    assert lines[3] == '  params:   {"max_tokens":32,"temperature":0}'
+    assert lines[3] == '  params:   {"max_tokens":32,"stop":["\\n"],"temperature":0}'
     assert re.fullmatch(r"  messages: 1, sha256 [0-9a-f]{16}", lines[4])
     assert lines[5] == f"  key:      {key}  cached"
     assert not_yet.stdout.splitlines()[5] == f"  key:      {key}  NOT cached"
