@@ -55,8 +55,13 @@ $(VENV)/.installed-local: $(VENV)/.installed
 
 install-local: $(VENV)/.installed-local
 
+# The embedded judge's scores look like a result: the last line of its run says what they are.
+LOCAL_NOTE := note: the local judge (SmolLM2-135M) gives one score to almost every item: it \
+	checks the pipeline, it is not a judge; for a real one: make run JOB=$(JOB) \
+	MODEL=openai:gpt-4o-mini, or MODEL=NAME ARGS="--base-url URL" for your own server
 run: install $(if $(NEEDS_LOCAL),install-local)
 	$(BIN)/judge run $(JOB_FILE) $(MODEL_ARGS) $(ARGS)
+	@$(if $(NEEDS_LOCAL),echo '$(LOCAL_NOTE)')
 
 plan: install
 	$(BIN)/judge plan $(JOB_FILE) $(MODEL_ARGS) $(ARGS)
