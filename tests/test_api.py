@@ -150,6 +150,7 @@ def test_the_how_to_documents_every_frame_column_and_dtype() -> None:
         assert f"| `{name}` |" in page and f"| {documented} |" in page, name
 
 
+@pytest.mark.slow
 def test_the_api_loads_on_first_use_not_with_the_package() -> None:
     """Every spawned store process imports `runner`: the API's pipeline modules (~0.1 s) load
     only when a name of it is used."""

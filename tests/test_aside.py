@@ -25,6 +25,7 @@ linux_only = pytest.mark.skipif(not hasattr(os, "fork") or not Path("/proc/self"
                                 reason="ForkedResult forks only on Linux")
 
 
+@pytest.mark.slow
 @linux_only
 def test_the_child_is_named_by_its_caller(monkeypatch: pytest.MonkeyPatch) -> None:
     """The name a failing child's line starts with is the caller's, not one built in."""
@@ -40,6 +41,7 @@ def test_the_child_is_named_by_its_caller(monkeypatch: pytest.MonkeyPatch) -> No
     assert names == ["scores.csv"]
 
 
+@pytest.mark.slow
 @linux_only
 def test_the_child_computes_and_the_result_comes_back() -> None:
     parent = os.getpid()
@@ -49,6 +51,7 @@ def test_the_child_computes_and_the_result_comes_back() -> None:
     assert got["pid"] != parent  # computed in the child
 
 
+@pytest.mark.slow
 @linux_only
 def test_an_exception_in_the_child_is_raised_here() -> None:
     def fail() -> None:
@@ -58,6 +61,7 @@ def test_an_exception_in_the_child_is_raised_here() -> None:
         ForkedResult(fail, fork=True).result()
 
 
+@pytest.mark.slow
 @linux_only
 def test_a_child_that_dies_is_redone_in_place() -> None:
     parent = os.getpid()
@@ -70,6 +74,7 @@ def test_a_child_that_dies_is_redone_in_place() -> None:
     assert ForkedResult(die_in_child, fork=True).result() == parent
 
 
+@pytest.mark.slow
 @linux_only
 def test_an_unpicklable_result_is_redone_in_place() -> None:
     parent = os.getpid()
@@ -77,6 +82,7 @@ def test_an_unpicklable_result_is_redone_in_place() -> None:
     assert got[0] == parent
 
 
+@pytest.mark.slow
 @linux_only
 def test_leaving_without_the_result_ends_the_child() -> None:
     """The caller failed before asking (a full disk writing scores.csv): the child is killed
@@ -150,6 +156,7 @@ def test_judge_writes_the_same_reliability_forked_or_not(
                 for c in forked] == in_place
 
 
+@pytest.mark.slow
 @linux_only
 def test_no_fork_without_memory_for_a_copy_of_the_process() -> None:
     """A fresh interpreter (one thread) may fork; told that only its own resident size is

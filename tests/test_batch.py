@@ -66,6 +66,7 @@ def _sources(tmp_path: Path) -> dict[str, str]:
     return {k: r["source"] for k, r in records.items()}
 
 
+@pytest.mark.slow
 def test_batch_run_splits_files_stores_answers_and_an_online_rerun_calls_nothing(
         fake: BatchServer, tmp_path: Path, data_dir: Path) -> None:
     first = _run(tmp_path, data_dir, *_args(fake, tmp_path, "--batch-size", 8))
@@ -105,6 +106,7 @@ def test_batch_run_splits_files_stores_answers_and_an_online_rerun_calls_nothing
     assert manifest(tmp_path / "out")["batch_answers"] == LIMIT
 
 
+@pytest.mark.slow
 def test_kill_9_after_submit_then_rerun_reattaches_and_submits_nothing_twice(
         fake: BatchServer, tmp_path: Path, data_dir: Path) -> None:
     fake.batch.script.hold = True
@@ -136,6 +138,7 @@ def test_kill_9_after_submit_then_rerun_reattaches_and_submits_nothing_twice(
     assert fake.state.requests == 0
 
 
+@pytest.mark.slow
 def test_the_key_reaches_the_provider_and_nothing_else(
         fake: BatchServer, tmp_path: Path, data_dir: Path) -> None:
     secret = "sk-batch-secret-0123456789"
@@ -151,6 +154,7 @@ def test_the_key_reaches_the_provider_and_nothing_else(
     assert not [p for p in written if secret.encode() in p.read_bytes()]
 
 
+@pytest.mark.slow
 def test_killed_between_create_and_ledger_update_attaches_to_the_created_batch(
         fake: BatchServer, tmp_path: Path, data_dir: Path) -> None:
     fake.batch.script.hold = True
@@ -168,6 +172,7 @@ def test_killed_between_create_and_ledger_update_attaches_to_the_created_batch(
     assert all(j["score"] is not None for j in judgments(tmp_path / "out"))
 
 
+@pytest.mark.slow
 def test_no_wait_submits_and_exits_then_a_later_run_collects(
         fake: BatchServer, tmp_path: Path, data_dir: Path) -> None:
     fake.batch.script.hold = True
@@ -195,6 +200,7 @@ def test_no_wait_submits_and_exits_then_a_later_run_collects(
     assert all(j["score"] is not None for j in judgments(tmp_path / "out"))
 
 
+@pytest.mark.slow
 def test_expired_batch_keeps_its_finished_part_and_falls_back_to_one_new_batch(
         fake: BatchServer, tmp_path: Path, data_dir: Path) -> None:
     fake.batch.script.expire = True  # every batch answers the first half, then expires
@@ -212,6 +218,7 @@ def test_expired_batch_keeps_its_finished_part_and_falls_back_to_one_new_batch(
     assert run.stderr.count("batch_expired") >= 5
 
 
+@pytest.mark.slow
 def test_per_request_errors_are_failures_and_fall_back_online(
         fake: BatchServer, tmp_path: Path, data_dir: Path) -> None:
     fake.batch.script.fail_every = 4  # places 0, 4, 8, 12, 16 answer with a 400 error line
@@ -233,6 +240,7 @@ def test_per_request_errors_are_failures_and_fall_back_online(
     assert all(j["score"] is not None for j in judgments(tmp_path / "b" / "out"))
 
 
+@pytest.mark.slow
 def test_a_429_on_create_is_retried(fake: BatchServer, tmp_path: Path, data_dir: Path) -> None:
     fake.batch.script.create_429 = 2
 
@@ -284,6 +292,7 @@ def test_an_upload_is_tried_again_and_leaves_no_file_open(
     assert open_on_it() == []
 
 
+@pytest.mark.slow
 def test_cancel_then_rerun_keeps_the_finished_part_and_submits_the_rest(
         fake: BatchServer, tmp_path: Path, data_dir: Path) -> None:
     fake.batch.script.hold = True
@@ -307,6 +316,7 @@ def test_cancel_then_rerun_keeps_the_finished_part_and_submits_the_rest(
     assert states == ["cancelled", "completed"], listed.stdout
 
 
+@pytest.mark.slow
 def test_mode_batch_in_the_job_file_and_plan_shows_the_batch_price(
         fake: BatchServer, tmp_path: Path, data_dir: Path) -> None:
     text = OPENMEVA.read_text(encoding="utf-8")
@@ -339,6 +349,7 @@ def _prices(stdout: str) -> tuple[float, float]:
     return online, batch
 
 
+@pytest.mark.slow
 def test_batch_mode_for_a_local_model_is_a_configuration_error(
         tmp_path: Path, data_dir: Path) -> None:
     run = _run(tmp_path, data_dir, "run", OPENMEVA, "--limit", 2, "--model", "local:smollm2",
@@ -415,6 +426,7 @@ def _fields(task: Task) -> dict[str, object]:
     return task._asdict()
 
 
+@pytest.mark.slow
 def test_a_server_without_a_batch_api_is_a_configuration_error(
         tmp_path: Path, data_dir: Path) -> None:
     with ThreadedServer() as plain:  # chat completions only: /v1/files is a 404
@@ -461,6 +473,7 @@ base_url = "{url}"
 at the server {url}: fill it with str.format."""
 
 
+@pytest.mark.slow
 def test_a_generation_stage_then_its_judges_both_go_through_batches(
         fake: BatchServer, write_job: JobWriter, tmp_path: Path, data_dir: Path) -> None:
     job = write_job(GENERATE_JOB.format(url=fake.url),
@@ -480,6 +493,7 @@ def test_a_generation_stage_then_its_judges_both_go_through_batches(
     assert all(j["source"].startswith("batch:") for j in lines)
 
 
+@pytest.mark.slow
 def test_a_collect_that_resubmits_expired_requests_reports_them_pending_not_failed(
         fake: BatchServer, tmp_path: Path, data_dir: Path) -> None:
     fake.batch.script.expire = True
@@ -499,6 +513,7 @@ def test_a_collect_that_resubmits_expired_requests_reports_them_pending_not_fail
     assert all(j["score"] is not None for j in judgments(tmp_path / "out"))
 
 
+@pytest.mark.slow
 def test_budget_with_batch_mode_is_refused_before_anything_is_sent(
         fake: BatchServer, tmp_path: Path, data_dir: Path) -> None:
     job = _job_with_model(tmp_path, OPENMEVA.read_text(encoding="utf-8"),

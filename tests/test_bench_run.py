@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from bench.run import _merged
 from tests.conftest import ROOT
 
@@ -25,6 +27,7 @@ def test_merge_replaces_only_the_benchmarks_run_and_dates_every_figure() -> None
     assert got["machine"] == {"cores": 2}
 
 
+@pytest.mark.slow
 def test_merge_without_a_figures_file_is_a_usage_error() -> None:
     run = subprocess.run([sys.executable, "bench/run.py", "--only", "cached", "--merge"],
                          cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)

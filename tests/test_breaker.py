@@ -56,6 +56,7 @@ def _wait_for(condition: Callable[[], bool], seconds: float) -> None:
 
 # ------------------------------------------------------------ an endpoint that dies mid-run
 
+@pytest.mark.slow
 def test_an_endpoint_that_dies_mid_run_stops_and_the_rerun_buys_only_the_rest(
         tmp_path: Path, data_dir: Path) -> None:
     tasks = 40
@@ -99,6 +100,7 @@ def test_an_endpoint_that_dies_mid_run_stops_and_the_rerun_buys_only_the_rest(
 
 # ------------------------------------------------------------ a web page where the API is
 
+@pytest.mark.slow
 def test_an_html_page_for_an_answer_stops_after_three(server: ThreadedServer, tmp_path: Path,
                                                       data_dir: Path) -> None:
     page = b"<!DOCTYPE html>\n<html><head><title>Sign in</title></head><body></body></html>"
@@ -118,6 +120,7 @@ def test_an_html_page_for_an_answer_stops_after_three(server: ThreadedServer, tm
 
 # ------------------------------------------------------------ Retry-After
 
+@pytest.mark.slow
 def test_a_retry_after_over_max_wait_stops_the_run_and_the_rerun_buys_the_rest(
         server: ThreadedServer, tmp_path: Path, data_dir: Path) -> None:
     server.state.script.queue = ["ok"] * 5 + ["429"]
@@ -138,6 +141,7 @@ def test_a_retry_after_over_max_wait_stops_the_run_and_the_rerun_buys_the_rest(
     assert server.state.requests == 6 + TASKS - 5  # the 5 answers are not bought twice
 
 
+@pytest.mark.slow
 def test_a_long_retry_after_is_told_then_waited(server: ThreadedServer, tmp_path: Path,
                                                 data_dir: Path) -> None:
     server.state.script.queue = ["429"]
@@ -154,6 +158,7 @@ def test_a_long_retry_after_is_told_then_waited(server: ThreadedServer, tmp_path
 
 # ------------------------------------------------------------ 404 and 400
 
+@pytest.mark.slow
 @pytest.mark.parametrize("concurrency", [8, 64])
 def test_a_wrong_model_name_costs_three_requests_at_any_concurrency(
         server: ThreadedServer, tmp_path: Path, data_dir: Path, concurrency: int) -> None:
@@ -169,6 +174,7 @@ def test_a_wrong_model_name_costs_three_requests_at_any_concurrency(
     assert server.state.requests == 3  # before: 10 at 8, 46-52 at 64
 
 
+@pytest.mark.slow
 def test_three_identical_400s_fail_their_tasks_and_the_run_goes_on(
         server: ThreadedServer, tmp_path: Path, data_dir: Path) -> None:
     body = orjson.dumps({"error": {"message": "context length exceeded"}})
@@ -184,6 +190,7 @@ def test_three_identical_400s_fail_their_tasks_and_the_run_goes_on(
     assert server.state.answered == TASKS - 3
 
 
+@pytest.mark.slow
 def test_a_404_that_names_no_model_blames_the_path(server: ThreadedServer, tmp_path: Path,
                                                    data_dir: Path) -> None:
     url = server.url.replace("/v1", "/v2")  # the fake server serves /v1 only
@@ -200,6 +207,7 @@ def test_a_404_that_names_no_model_blames_the_path(server: ThreadedServer, tmp_p
 
 # ------------------------------------------------------------ 401
 
+@pytest.mark.slow
 def test_a_401_without_a_key_says_none_was_sent(server: ThreadedServer, tmp_path: Path,
                                                 data_dir: Path) -> None:
     server.state.script.queue = ["401"] * 4

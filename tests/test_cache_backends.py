@@ -34,7 +34,7 @@ def _record(n: int, text: str = "4 stars", source: str = "api") -> dict[str, Any
             "time": 1_700_000_000.5, "source": source}
 
 
-@pytest.fixture(params=["diskcache", "postgresql"])
+@pytest.fixture(params=["diskcache", pytest.param("postgresql", marks=pytest.mark.slow)])
 def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
     """Opens the same cache again each call: a folder, or a fresh PostgreSQL database."""
     location: str | Path = (tmp_path / "cache" if request.param == "diskcache"
@@ -120,6 +120,7 @@ def test_two_writers_of_the_same_keys_leave_whole_records(opener: Opener) -> Non
 
 # ---------------------------------------------------------------- PostgreSQL only
 
+@pytest.mark.slow
 def test_pg_first_answer_wins_and_source_is_a_column(pg_url: str) -> None:
     with PgCache(pg_url) as cache:
         cache.put(_key(1), _record(1, "first", source="import:x/y"))
@@ -133,6 +134,7 @@ def test_pg_first_answer_wins_and_source_is_a_column(pg_url: str) -> None:
     assert version == (str(pgcache.SCHEMA_VERSION),)
 
 
+@pytest.mark.slow
 def test_pg_schema_of_another_version_is_refused(pg_url: str) -> None:
     PgCache(pg_url).close()  # creates the schema
     with psycopg.connect(pg_url, autocommit=True) as conn:
@@ -142,6 +144,7 @@ def test_pg_schema_of_another_version_is_refused(pg_url: str) -> None:
         PgCache(pg_url)
 
 
+@pytest.mark.slow
 def test_pg_many_openers_at_once_create_the_schema_once(pg_url: str) -> None:
     """Shards start together: concurrent first opens must not collide creating the tables."""
     errors: list[BaseException] = []
@@ -160,6 +163,7 @@ def test_pg_many_openers_at_once_create_the_schema_once(pg_url: str) -> None:
     assert errors == []
 
 
+@pytest.mark.slow
 def test_pg_reconnects_once_when_the_server_drops_the_connection(pg_url: str) -> None:
     """A server restart or failover mid-run: the next put and read go through on a new
     connection, and nothing is lost."""
@@ -177,6 +181,7 @@ def test_pg_reconnects_once_when_the_server_drops_the_connection(pg_url: str) ->
         assert cache.get_many([_key(1), _key(2)]) == {_key(1): _record(1), _key(2): _record(2)}
 
 
+@pytest.mark.slow
 def test_pg_unreachable_server_is_one_line_without_the_password(pg_cluster: Any) -> None:
     from tests.pgserver import free_port
     url = f"postgresql://judge:hunter2@127.0.0.1:{free_port()}/judge"
@@ -243,6 +248,7 @@ def test_put_many_duplicates_within_one_call_follow_put(opener: Opener) -> None:
         assert cache.stats()["entries"] == 3
 
 
+@pytest.mark.slow
 def test_pg_put_many_first_answer_wins_across_calls(pg_url: str) -> None:
     with PgCache(pg_url) as cache:
         cache.put_many((_key(n), _record(n, "first", source="batch:b1")) for n in range(3000))

@@ -81,6 +81,7 @@ def _hole(cache: Path, out: Path, items: set[str]) -> int:
     return len(keys)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cached", ["none", "first half", "hole", "all"])
 @pytest.mark.parametrize("text", [JOB, REPEATED], ids=["distinct", "repeated"])
 @pytest.mark.parametrize("reader", [False, True], ids=["direct", "reader"])
@@ -224,6 +225,7 @@ def test_a_forked_expander_reads_postgresql_as_judge_reads_it(
     assert made["forced"]["counts"]["cache_hits"] > 0
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="the Expander forks")
 @pytest.mark.parametrize("dies", [0, 1])
 def test_an_expander_whose_child_dies_is_finished_in_place(
@@ -257,6 +259,7 @@ def test_an_expander_whose_child_dies_is_finished_in_place(
     assert len(stored) == 400  # one answer per item: the second prompt repeats the request
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="the Expander forks")
 @pytest.mark.parametrize("way", ["never read", "read in part"])
 def test_an_expander_dropped_unfinished_stops_its_children(
@@ -301,6 +304,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_a_run_through_the_pool_leaves_the_key_index_for_the_rescore(
         tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A run whose pool dispatched every task stores their keys as the index the forked

@@ -22,6 +22,8 @@ from tests.fakeserver import ThreadedServer
 from tests.processes import Child, Processes, processes_fixture, wait_until
 from tests.test_cli import JOB, clean_env, error_line, judge_cmd, run_judge, write_job
 
+pytestmark = pytest.mark.slow  # real CLI processes, a tmpfs or PostgreSQL
+
 __all__ = ["processes_fixture"]
 
 LIMIT = 40

@@ -134,6 +134,7 @@ def invoke(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, data_dir: Path) -> A
 
 # ---------------------------------------------------------------- judge run, end to end
 
+@pytest.mark.slow
 def test_run_writes_every_report_and_a_rerun_makes_no_call(
         server: ThreadedServer, tmp_path: Path, data_dir: Path) -> None:
     cache, out = tmp_path / "cache", tmp_path / "out"
@@ -182,6 +183,7 @@ def test_run_writes_every_report_and_a_rerun_makes_no_call(
     assert [line["score"] for line in again] == [line["score"] for line in lines]
 
 
+@pytest.mark.slow
 def test_fault_mix_keeps_manifest_and_judgments_in_agreement(
         server: ThreadedServer, tmp_path: Path, data_dir: Path) -> None:
     script = server.state.script
@@ -520,7 +522,7 @@ def test_cache_stats_and_explain(server: ThreadedServer, invoke: Any, tmp_path: 
     assert lines[0] == f"openmeva {item} prompt=stars aspect=overall model=fake sample=0"
     assert lines[1] == f"  endpoint: {server.url}"
     assert lines[2] == "  model:    fake"
-    assert lines[3] == '  params:   {"max_tokens":32,"temperature":0}'
+    assert lines[3] == '  params:   {"max_tokens":32,"stop":["\\n"],"temperature":0}'
     assert re.fullmatch(r"  messages: 1, sha256 [0-9a-f]{16}", lines[4])
     assert lines[5] == f"  key:      {key}  cached"
     assert not_yet.stdout.splitlines()[5] == f"  key:      {key}  NOT cached"
@@ -579,6 +581,7 @@ PROBE = ("import sys\nfrom runner.cli.main import cli\ntry:\n"
          f"    print('imported:', *[m for m in {HEAVY!r} if m in sys.modules], file=sys.stderr)")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("args", "wanted"), [
     (("--help",), set()),
     (("plan", "{job}", "--limit", "3", "--base-url", "{url}"), set()),

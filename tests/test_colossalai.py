@@ -81,6 +81,7 @@ def user_text(body: bytes) -> tuple[str | None, str]:
 
 # ---------------------------------------------------------------- prompts, verbatim
 
+@pytest.mark.slow
 def test_prompt_files_are_what_the_tool_writes_from_the_published_json(data_dir: Path) -> None:
     run = subprocess.run([sys.executable, str(ROOT / "tools" / "colossalai_prompts.py"),
                           "--check"], capture_output=True, text=True,

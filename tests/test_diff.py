@@ -7,6 +7,8 @@ import math
 import re
 from pathlib import Path
 
+import pytest
+
 from tests.fakeserver import ThreadedServer
 from tests.test_cli import JOB, _levels_reply, clean_env, error_line, run_judge, write_job
 
@@ -16,6 +18,7 @@ def _rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow
 def test_diff_of_a_parser_change(server: ThreadedServer, tmp_path: Path, data_dir: Path) -> None:
     server.state.script.reply = _levels_reply
     job = write_job(tmp_path / "jobs")
@@ -55,6 +58,7 @@ def test_diff_of_a_parser_change(server: ThreadedServer, tmp_path: Path, data_di
         assert float(r["ci_low"]) <= change <= float(r["ci_high"])
 
 
+@pytest.mark.slow
 def test_diff_of_an_unknown_run(tmp_path: Path, data_dir: Path) -> None:
     job = write_job(tmp_path / "jobs")
     result = run_judge("diff", job, "nope", "latest", "--out", tmp_path / "out",

@@ -30,6 +30,8 @@ from tests.test_cli import (
 )
 from tests.test_store_faults import _error_line, _stored_bodies
 
+pytestmark = pytest.mark.slow  # real CLI processes, a tmpfs or PostgreSQL
+
 TASKS = 300  # ~1.1 KB an answer: ~330 KB, more than is left free
 FREE = 250_000
 HELD = "cache disk full at "

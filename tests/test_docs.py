@@ -66,6 +66,7 @@ def test_output_field_the_reference_documents_is_what_the_loader_reads(
     assert load_job(path).prompts[0].output_field == "answer"
 
 
+@pytest.mark.slow
 def test_the_tutorial_shows_what_judge_run_prints(server: ThreadedServer,
                                                   tmp_path: Path) -> None:
     """The tutorial's outputs were pasted from real runs against the fake server: a change to

@@ -36,6 +36,7 @@ exec(code, {"__name__": "__main__"})
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", ["signal", "typing", "runner.errors", "click", "runner.cli.main",
                                     "runner.session"])
 def test_ctrl_c_while_the_console_script_imports_exits_130_without_a_traceback(

@@ -51,6 +51,7 @@ def test_own_data_is_twenty_rows_rated_by_two_people() -> None:
     assert all({"rater1", "rater2", "source", "summary", "doc", "system"} <= set(r) for r in rows)
 
 
+@pytest.mark.slow
 def test_own_data_runs_prints_the_result_and_reruns_from_the_cache(
         server: ThreadedServer, tmp_path: Path) -> None:
     args = ["run", str(EXAMPLES / "my-data" / "job.toml"), "--model", MODEL, "--base-url",
@@ -73,6 +74,7 @@ def test_own_data_runs_prints_the_result_and_reruns_from_the_cache(
     assert view.returncode == 0 and view.stdout.strip().endswith("runs/my-data/report.html")
 
 
+@pytest.mark.slow
 def test_two_judges_then_compare_writes_williams_test(server: ThreadedServer,
                                                       tmp_path: Path) -> None:
     runs = _run("two-judges.toml", server, tmp_path)
@@ -88,6 +90,7 @@ def test_two_judges_then_compare_writes_williams_test(server: ThreadedServer,
     assert dataset and all(r["williams_p"] and r["permutation_p"] for r in dataset)
 
 
+@pytest.mark.slow
 def test_geval_style_judge_samples_and_reports_self_consistency(server: ThreadedServer,
                                                                 tmp_path: Path) -> None:
     runs = _run("geval-cot.toml", server, tmp_path)
@@ -100,6 +103,7 @@ def test_geval_style_judge_samples_and_reports_self_consistency(server: Threaded
     assert "self_consistency" in figures
 
 
+@pytest.mark.slow
 def test_battle_in_both_orders_writes_battle_csv(server: ThreadedServer,
                                                   tmp_path: Path) -> None:
     runs = _run("battle/job.toml", server, tmp_path)

@@ -262,7 +262,7 @@ def test_openmeva_registered(data_dir: Path) -> None:
     expected = template.replace("{{beginning}}", fields["beginning"]).replace(
         "{{storyline}}", fields["storyline"])
     assert first == {"model": "smollm2", "messages": [{"role": "user", "content": expected}],
-                     "temperature": 0, "max_tokens": 32}
+                     "temperature": 0, "max_tokens": 32, "stop": ["\n"]}
     assert tasks[0].key == _canonical_key("local:smollm2", tasks[0])
     limited = prepare(job, data_dir, limit=10)
     assert [t.key for t in limited.tasks()] == [t.key for t in tasks[:10]]

@@ -58,6 +58,7 @@ def _run(data: Path, mirror_url: str, server: ThreadedServer,
         timeout=120, check=False)
 
 
+@pytest.mark.slow
 def test_first_run_downloads_and_verifies(tmp_path: Path, mirror: tuple[str, Path],
                                           server: ThreadedServer) -> None:
     data = tmp_path / "data"
@@ -71,6 +72,7 @@ def test_first_run_downloads_and_verifies(tmp_path: Path, mirror: tuple[str, Pat
     assert again.returncode == 0 and "downloading" not in again.stderr
 
 
+@pytest.mark.slow
 def test_a_corrupt_download_stops_before_any_call(tmp_path: Path, mirror: tuple[str, Path],
                                                   server: ThreadedServer) -> None:
     (remote,) = REGISTRY["openmeva"].files

@@ -192,6 +192,7 @@ async def test_limits_set_in_the_job_are_never_exceeded(write_job: JobWriter,
     assert stats.endpoints["judge"][server.root + "/v1"]["rpm"] == "120"
 
 
+@pytest.mark.slow
 def test_cli_run_shows_and_records_per_endpoint_counts(write_job: JobWriter, tmp_path: Path,
                                                        data_dir: Path) -> None:
     with servers(2, latency_s=0.0) as (a, b):
@@ -211,6 +212,7 @@ def test_cli_run_shows_and_records_per_endpoint_counts(write_job: JobWriter, tmp
            f"127.0.0.1:{b.port} {b.state.answered}]" in result.stderr
 
 
+@pytest.mark.slow
 def test_cli_names_a_missing_replica_key_before_any_call(write_job: JobWriter, tmp_path: Path,
                                                         data_dir: Path) -> None:
     with servers(1, latency_s=0.0) as (a,):

@@ -48,6 +48,7 @@ def _answer(content: object, finish: str = "stop") -> tuple[int, dict[str, str],
 
 # ------------------------------------------------------------ endpoints that are not there
 
+@pytest.mark.slow
 def test_a_server_that_is_not_running_stops_the_run_at_once(tmp_path: Path,
                                                             data_dir: Path) -> None:
     url = f"http://127.0.0.1:{closed_port()}/v1"
@@ -66,6 +67,7 @@ def test_a_server_that_is_not_running_stops_the_run_at_once(tmp_path: Path,
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_a_fleet_with_every_replica_down_stops_the_same_way(tmp_path: Path,
                                                             data_dir: Path) -> None:
     urls = [f"http://127.0.0.1:{closed_port()}/v1" for _ in range(2)]
@@ -82,6 +84,7 @@ def test_a_fleet_with_every_replica_down_stops_the_same_way(tmp_path: Path,
     assert took < 30
 
 
+@pytest.mark.slow
 def test_a_fleet_with_one_replica_down_works_on_the_other(server: ThreadedServer,
                                                           tmp_path: Path, data_dir: Path) -> None:
     dead = f"http://127.0.0.1:{closed_port()}/v1"
@@ -96,6 +99,7 @@ def test_a_fleet_with_one_replica_down_works_on_the_other(server: ThreadedServer
     assert server.state.answered == TASKS
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("message", "verdict"), [
     ("The model `gpt-5x` does not exist.", "has no model 'gpt-5x' (HTTP 404: {}); check "
      "--model / base_url"),
@@ -119,6 +123,7 @@ def test_a_wrong_model_name_stops_after_a_few_identical_404s(
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_a_refused_key_names_the_variable_that_holds_it(server: ThreadedServer,
                                                         tmp_path: Path, data_dir: Path) -> None:
     server.state.script.queue = ["401"] * 4
@@ -133,6 +138,7 @@ def test_a_refused_key_names_the_variable_that_holds_it(server: ThreadedServer,
                            "MY_GATEWAY_KEY (HTTP 401: fake 401): check the key"), last
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("url", ["htp://127.0.0.1:8000/v1", "http//127.0.0.1:8000/v1",
                                  "http:///v1", "127.0.0.1:8000/v1"])
 def test_a_malformed_base_url_is_refused_before_any_call(tmp_path: Path, data_dir: Path,
@@ -147,6 +153,7 @@ def test_a_malformed_base_url_is_refused_before_any_call(tmp_path: Path, data_di
     assert not (tmp_path / "cache").exists()
 
 
+@pytest.mark.slow
 def test_a_malformed_base_url_in_the_job_names_the_field(tmp_path: Path,
                                                          data_dir: Path) -> None:
     job = write_job(tmp_path / "jobs", JOB.replace(
@@ -162,6 +169,7 @@ def test_a_malformed_base_url_in_the_job_names_the_field(tmp_path: Path,
 
 # ------------------------------------------------------------ answers that are not answers
 
+@pytest.mark.slow
 @pytest.mark.parametrize("content", [None, ""])
 def test_a_200_without_an_answer_is_retried_then_failed_never_cached(
         server: ThreadedServer, tmp_path: Path, data_dir: Path, content: object) -> None:
@@ -182,6 +190,7 @@ def test_a_200_without_an_answer_is_retried_then_failed_never_cached(
     assert server.state.requests == TASKS + 4  # the empty one was asked again, and only it
 
 
+@pytest.mark.slow
 def test_a_content_filter_refusal_stays_an_answer(server: ThreadedServer, tmp_path: Path,
                                                   data_dir: Path) -> None:
     server.state.script.raw = [_answer(None, "content_filter")]
@@ -199,6 +208,7 @@ def test_a_content_filter_refusal_stays_an_answer(server: ThreadedServer, tmp_pa
 SECRET = "gw-live-0123456789abcdef"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("status", [400, 401, 403])
 def test_a_server_that_echoes_the_key_leaks_it_nowhere(server: ThreadedServer, tmp_path: Path,
                                                        data_dir: Path, status: int) -> None:
@@ -232,6 +242,7 @@ def _snapshot(out: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.is_file()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("text", ["", "\n\n"])
 def test_an_empty_data_file_is_an_error_and_no_report_is_touched(
         server: ThreadedServer, tmp_path: Path, data_dir: Path, text: str) -> None:
@@ -255,6 +266,7 @@ def test_an_empty_data_file_is_an_error_and_no_report_is_touched(
     assert server.state.requests == TASKS
 
 
+@pytest.mark.slow
 def test_out_that_is_a_file_is_refused_before_any_call(server: ThreadedServer, tmp_path: Path,
                                                        data_dir: Path) -> None:
     job = write_job(tmp_path / "jobs")
@@ -270,6 +282,7 @@ def test_out_that_is_a_file_is_refused_before_any_call(server: ThreadedServer, t
     assert (tmp_path / "out").read_text() == "my notes"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("out", ["/proc/judge-reports/out", "{tmp}/notes.txt/out"])
 def test_out_that_cannot_be_written_is_refused_before_any_call(
         server: ThreadedServer, tmp_path: Path, data_dir: Path, out: str) -> None:
@@ -287,6 +300,7 @@ def test_out_that_cannot_be_written_is_refused_before_any_call(
     assert server.state.requests == 0
 
 
+@pytest.mark.slow
 def test_a_full_disk_under_the_reports_leaves_the_previous_set_untouched(
         server: ThreadedServer, tmp_path: Path, data_dir: Path, small_disk: Path) -> None:
     job = write_job(tmp_path / "jobs")
@@ -319,6 +333,7 @@ def test_a_full_disk_under_the_reports_leaves_the_previous_set_untouched(
     assert set(_snapshot(out)) == set(before)
 
 
+@pytest.mark.slow
 def test_a_kill_while_the_reports_are_written_never_leaves_a_mixed_set(
         server: ThreadedServer, tmp_path: Path, data_dir: Path) -> None:
     """A set with a manifest is whole: its task count matches its judgments.jsonl."""
@@ -365,6 +380,7 @@ def test_a_kill_while_the_reports_are_written_never_leaves_a_mixed_set(
 
 # ------------------------------------------------------------ signals
 
+@pytest.mark.slow
 def test_sigterm_stops_like_the_first_ctrl_c_and_exits_143(
         server: ThreadedServer, tmp_path: Path, data_dir: Path) -> None:
     import os
@@ -422,6 +438,7 @@ def test_a_signal_while_the_commands_load_exits_without_a_traceback(
 
 # ------------------------------------------------------------ small ones
 
+@pytest.mark.slow
 def test_a_folder_as_the_job_or_the_data_file_is_one_clear_line(tmp_path: Path,
                                                                 data_dir: Path) -> None:
     job = write_job(tmp_path / "jobs", MINE)
@@ -439,6 +456,7 @@ def test_a_folder_as_the_job_or_the_data_file_is_one_clear_line(tmp_path: Path,
         "a folder; give the data file itself (.jsonl, .csv or .json)")
 
 
+@pytest.mark.slow
 def test_the_counts_add_up_to_the_tasks_in_run_and_rescore(server: ThreadedServer,
                                                            tmp_path: Path, data_dir: Path) -> None:
     """tst-formality's two prompts share requests: 12 tasks, 8 requests, 4 repeats."""
@@ -462,6 +480,7 @@ def test_the_counts_add_up_to_the_tasks_in_run_and_rescore(server: ThreadedServe
     assert server.state.requests == 8
 
 
+@pytest.mark.slow
 def test_a_cached_rerun_of_a_priced_model_costs_zero(server: ThreadedServer, tmp_path: Path,
                                                      data_dir: Path) -> None:
     """Where the price is known, a run that calls nothing says ~$0 (and its manifest 0.0)."""
@@ -495,6 +514,7 @@ def test_judge_processes_1_runs_every_command_in_one_process() -> None:
     assert child.second_core() == before
 
 
+@pytest.mark.slow
 def test_a_bad_judge_processes_is_one_error_line(tmp_path: Path, data_dir: Path) -> None:
     result = run_judge("plan", write_job(tmp_path / "jobs"), "--base-url",
                        "http://127.0.0.1:9/v1", env=clean_env(data_dir, JUDGE_PROCESSES="2"),

@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from runner.report.headline import headline
 from tests.fakeserver import ThreadedServer
 from tests.test_cli import JOB, clean_env, run_judge, write_job
@@ -59,6 +61,7 @@ def test_judges_whose_answers_mostly_failed_to_parse_are_named() -> None:
     assert result.scoreless == ["c/p"]  # d had no answer at all: it failed, it did not parse
 
 
+@pytest.mark.slow
 def test_a_run_ends_with_its_result(server: ThreadedServer, tmp_path: Path,
                                    data_dir: Path) -> None:
     job = write_job(tmp_path / "jobs")
@@ -73,6 +76,7 @@ def test_a_run_ends_with_its_result(server: ThreadedServer, tmp_path: Path,
     assert lines[at + 2].split()[0] == "fake/stars" and len(lines) == at + 3
 
 
+@pytest.mark.slow
 def test_a_judge_with_no_parsed_score_fails_the_run(server: ThreadedServer, tmp_path: Path,
                                                     data_dir: Path) -> None:
     server.state.script.reply = lambda body: "I would rather not say."

@@ -19,6 +19,7 @@ def _files(folder: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
 
 
+@pytest.mark.slow
 def test_each_run_is_kept_and_listed(server: ThreadedServer, tmp_path: Path,
                                      data_dir: Path) -> None:
     job = write_job(tmp_path / "jobs")
@@ -92,6 +93,7 @@ def test_each_run_is_kept_and_listed(server: ThreadedServer, tmp_path: Path,
     assert refused.returncode == 2 and "--keep" in refused.stderr
 
 
+@pytest.mark.slow
 def test_runs_of_a_job_never_run(tmp_path: Path, data_dir: Path) -> None:
     job = write_job(tmp_path / "jobs")
     result = run_judge("runs", job, "--out", tmp_path / "out", env=clean_env(data_dir),

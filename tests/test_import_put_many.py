@@ -15,6 +15,7 @@ from tests.test_cli import clean_env, run_judge
 JOB = ROOT / "jobs" / "korean-chat-readme.toml"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["diskcache", "postgresql"])
 def test_judge_import_stores_every_answer_once(backend: str, request: pytest.FixtureRequest,
                                                data_dir: Path, tmp_path: Path) -> None:

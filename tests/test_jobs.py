@@ -34,6 +34,7 @@ def test_every_job_is_tested() -> None:
             "korean-chat-readme", "colossalai-en", "colossalai-cn"} <= set(JOBS)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("job", JOBS)
 def test_plan_shows_tasks_and_cost_without_network(job: str, tmp_path: Path) -> None:
     done = _judge("plan", str(ROOT / "jobs" / f"{job}.toml"), "--cache-dir",
@@ -46,6 +47,7 @@ def test_plan_shows_tasks_and_cost_without_network(job: str, tmp_path: Path) -> 
 RUN = [j for j in JOBS if j not in ("korean-chat-readme", "colossalai-en", "colossalai-cn")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("job", RUN)
 def test_job_runs_against_the_fake_server(job: str, tmp_path: Path,
                                           server: ThreadedServer) -> None:
@@ -83,6 +85,7 @@ def _run_job(job: str, limit: int, server: ThreadedServer, tmp_path: Path) -> Pa
     return out
 
 
+@pytest.mark.slow
 def test_tst_group_requests_score_every_output(tmp_path: Path, server: ThreadedServer) -> None:
     out = _run_job("tst-formality", 18, server, tmp_path)
     # 2 sources x (3 single-dimension requests + 1 multi-dimension request), each 9 outputs.
@@ -96,6 +99,7 @@ def test_tst_group_requests_score_every_output(tmp_path: Path, server: ThreadedS
     assert ("sample", "kendall", "all") in levels
 
 
+@pytest.mark.slow
 def test_korean_chat_generates_then_judges(tmp_path: Path, server: ThreadedServer) -> None:
     out = _run_job("korean-chat", 3, server, tmp_path)
     # 3 instructions x 2 candidates answered, then 6 judge calls (five aspects, one request).

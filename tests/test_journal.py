@@ -141,6 +141,7 @@ def _writer(folder: Path, processes: Processes) -> Child:
     return proc
 
 
+@pytest.mark.slow
 def test_a_live_writers_journal_is_left_alone_and_a_killed_ones_is_folded(
         tmp_path: Path, processes: Processes) -> None:
     keys = [f"w{i}{j:062d}" for i in range(5) for j in range(10)]
@@ -156,6 +157,7 @@ def test_a_live_writers_journal_is_left_alone_and_a_killed_ones_is_folded(
     assert _journals(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_a_writer_that_closes_leaves_every_answer_in_sqlite_and_no_journal(
         tmp_path: Path, processes: Processes) -> None:
     proc = _writer(tmp_path, processes)
@@ -262,6 +264,7 @@ def _appended(folder: Path, monkeypatch: pytest.MonkeyPatch, n: int
     return cache, records, log
 
 
+@pytest.mark.slow
 def test_a_forked_child_neither_folds_nor_removes_its_parents_journal(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cache, records, log = _appended(tmp_path, monkeypatch, 5)

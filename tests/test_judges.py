@@ -209,6 +209,7 @@ def test_anthropic_gets_a_prefilled_brace_for_json() -> None:
     assert plain["messages"] == body["messages"]
 
 
+@pytest.mark.slow
 def test_an_anthropic_judge_answers_json_through_a_prefilled_brace(
         write_job: JobWriter, tmp_path: Path) -> None:
     job = """
@@ -295,6 +296,7 @@ def _csv(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow
 def test_a_jury_json_and_cot_study_end_to_end(write_job: JobWriter, tmp_path: Path) -> None:
     bodies: list[dict[str, Any]] = []
     lock = threading.Lock()
@@ -342,6 +344,7 @@ def test_a_jury_json_and_cot_study_end_to_end(write_job: JobWriter, tmp_path: Pa
     assert note in (out / "report.html").read_text(encoding="utf-8")
 
 
+@pytest.mark.slow
 def test_answer_must_be_a_text_field(write_job: JobWriter, tmp_path: Path) -> None:
     path = write_job(JOB.format(js_options="", juries="", url="http://127.0.0.1:9/v1",
                                 answer='answer = "output"'), rows=rows())
@@ -351,6 +354,7 @@ def test_answer_must_be_a_text_field(write_job: JobWriter, tmp_path: Path) -> No
                                    "which is not a text field; use one of: story")
 
 
+@pytest.mark.slow
 def test_openmeva_length_bias_reads_the_storyline(tmp_path: Path) -> None:
     if not (DATA_DIR / "openmeva").exists():
         pytest.skip(f"no openmeva data in {DATA_DIR}")
@@ -443,6 +447,7 @@ def test_the_fit_solves_the_bradley_terry_equations_and_has_cis() -> None:
     assert rank_rows(battles, n_boot=300, seed=1) == rows_  # seeded
 
 
+@pytest.mark.slow
 def test_battles_over_three_systems_write_a_ranking(write_job: JobWriter,
                                                     tmp_path: Path) -> None:
     systems = ["m1", "m2", "m3"]

@@ -111,6 +111,7 @@ def test_the_fingerprint_follows_what_decides_the_keys(write_job: JobWriter) -> 
         assert [t.key for t in expansion.tasks()] != [t.key for t in base.tasks()], what
 
 
+@pytest.mark.slow
 def test_the_fingerprint_is_the_same_in_another_process(write_job: JobWriter) -> None:
     expansion = _expand(write_job)
     code = ("import sys; from runner.expand import prepare; from runner.job.load import load_job;"
@@ -121,6 +122,7 @@ def test_the_fingerprint_is_the_same_in_another_process(write_job: JobWriter) ->
     assert done.stdout.strip() == expansion.fingerprint()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="the Expander forks")
 def test_a_rescore_reads_the_index_and_an_edited_job_does_not(
         write_job: JobWriter, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -230,6 +232,7 @@ def _pg_record(n: int) -> dict[str, Any]:
             "source": "api"}
 
 
+@pytest.mark.slow
 def test_rows_read_at_their_places_are_the_rows_of_their_keys(pg_url: str) -> None:
     """PostgreSQL's reads by place: the same records as by key, also where a place is stale
     (the row deleted and stored again elsewhere, or another key's row there) or none; and a
@@ -266,6 +269,7 @@ def test_rows_read_at_their_places_are_the_rows_of_their_keys(pg_url: str) -> No
         assert cache.get_many_raw_at(keys, stale)[0] == now
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="the Expander forks")
 def test_a_rescore_from_postgresql_reads_by_place_the_second_time(
         write_job: JobWriter, pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -81,6 +81,7 @@ def _refused(second: subprocess.Popen[str], holder: subprocess.Popen[str]) -> No
     assert match and int(match[2]) == holder.pid, line
 
 
+@pytest.mark.slow
 def test_a_second_run_of_the_job_stops_before_any_call_naming_the_first(
         server: ThreadedServer, start: Start, location: str) -> None:
     server.state.script.latency_s = 0.2  # the first run takes ~6 s: still running when asked
@@ -92,6 +93,7 @@ def test_a_second_run_of_the_job_stops_before_any_call_naming_the_first(
     assert len(server.state.bodies) == LIMIT and set(server.state.bodies.values()) == {1}
 
 
+@pytest.mark.slow
 def test_a_killed_holder_frees_the_lease_for_the_next_run(
         server: ThreadedServer, start: Start, location: str) -> None:
     server.state.script.latency_s = 0.2
@@ -109,6 +111,7 @@ def test_a_killed_holder_frees_the_lease_for_the_next_run(
     assert sum(server.state.bodies.values()) <= LIMIT + 1  # the one in flight at the kill
 
 
+@pytest.mark.slow
 def test_two_shards_of_one_job_run_together(server: ThreadedServer, start: Start,
                                             location: str) -> None:
     server.state.script.latency_s = 0.2
@@ -145,6 +148,7 @@ def test_each_backend_lets_one_holder_at_a_time_and_says_who(location: str) -> N
             pass
 
 
+@pytest.mark.slow
 def test_a_lease_taken_by_another_run_while_the_connection_was_down_stops_the_holder(
         pg_url: str) -> None:
     """The session's advisory lock dies with a dropped connection; if another run takes the

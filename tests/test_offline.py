@@ -50,6 +50,7 @@ def read_only_cache(server: ThreadedServer, tmp_path: Path, data_dir: Path
         subprocess.run(["umount", "-l", str(mounted)], check=False)
 
 
+@pytest.mark.slow
 def test_an_offline_run_reports_from_a_read_only_cache_as_rescore_does(
         read_only_cache: tuple[Path, Path], server: ThreadedServer, tmp_path: Path,
         data_dir: Path) -> None:
@@ -79,6 +80,7 @@ def test_an_offline_run_reports_from_a_read_only_cache_as_rescore_does(
     assert server.state.requests == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [("run", "--offline", "--partial"), ("rescore",)])
 def test_a_bare_model_without_its_url_offline_says_the_url_finds_its_answers(
         tmp_path: Path, data_dir: Path, command: tuple[str, ...]) -> None:
@@ -97,6 +99,7 @@ def test_a_bare_model_without_its_url_offline_says_the_url_finds_its_answers(
         "openai:NAME")
 
 
+@pytest.mark.slow
 def test_an_offline_run_judging_cached_tasks_first_reads_a_read_only_cache(
         read_only_cache: tuple[Path, Path], server: ThreadedServer, tmp_path: Path,
         data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:

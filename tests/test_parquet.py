@@ -91,6 +91,7 @@ def _judge(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
                           timeout=180, check=False)
 
 
+@pytest.mark.slow
 def test_a_run_writes_parquet_and_can_leave_the_csv_out(tmp_path: Path,
                                                         server: ThreadedServer) -> None:
     """openmeva through the CLI: scores.parquet beside scores.csv, the same frame; then the

@@ -168,6 +168,7 @@ def _one_error_line(result: Any) -> str:
     return str(lines[-1])
 
 
+@pytest.mark.slow
 def test_a_server_that_stays_down_ends_the_run_with_one_error_line(
         server: ThreadedServer, cluster: PgCluster, url: str, tmp_path: Path, invoke: Any,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -186,6 +187,7 @@ def test_a_server_that_stays_down_ends_the_run_with_one_error_line(
     assert server.state.answered < LIMIT  # stopped mid-run, not after it
 
 
+@pytest.mark.slow
 def test_answers_the_server_did_not_take_are_kept_and_stored_by_the_rerun(
         server: ThreadedServer, cluster: PgCluster, url: str, tmp_path: Path, invoke: Any,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -209,6 +211,7 @@ def test_answers_the_server_did_not_take_are_kept_and_stored_by_the_rerun(
     assert _stored(url) == LIMIT
 
 
+@pytest.mark.slow
 def test_a_frozen_server_ends_the_run_with_one_error_line_within_its_deadline(
         server: ThreadedServer, cluster: PgCluster, url: str, tmp_path: Path, invoke: Any,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -232,6 +235,7 @@ def test_a_frozen_server_ends_the_run_with_one_error_line_within_its_deadline(
     assert took < 30, took
 
 
+@pytest.mark.slow
 def test_a_server_lost_at_a_lookup_ends_the_run_with_one_error_line(
         server: ThreadedServer, cluster: PgCluster, url: str, tmp_path: Path, invoke: Any,
         monkeypatch: pytest.MonkeyPatch) -> None:

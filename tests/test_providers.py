@@ -284,6 +284,7 @@ async def test_two_keys_for_one_url_are_two_replicas(
 
 # ------------------------------------------------------------------------ through the CLI
 
+@pytest.mark.slow
 def test_cli_runs_an_anthropic_judge_and_never_writes_its_key(
         write_job: JobWriter, provider_server: ProviderServer, tmp_path: Path,
         data_dir: Path) -> None:

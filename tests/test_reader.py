@@ -66,6 +66,7 @@ def filled(tmp_path: Path) -> tuple[Path, dict[str, dict[str, Any]]]:
     return tmp_path / "cache", stored
 
 
+@pytest.mark.slow
 def test_batches_come_back_in_order_with_what_judging_reads(
         filled: tuple[Path, dict[str, dict[str, Any]]]) -> None:
     folder, stored = filled
@@ -87,6 +88,7 @@ def test_batches_come_back_in_order_with_what_judging_reads(
         stored[_key(2)].get("time"), 2, 1]
 
 
+@pytest.mark.slow
 def test_answers_reads_through_the_reader_only_when_it_pays(
         filled: tuple[Path, dict[str, dict[str, Any]]], monkeypatch: pytest.MonkeyPatch) -> None:
     folder, stored = filled
@@ -101,6 +103,7 @@ def test_answers_reads_through_the_reader_only_when_it_pays(
     assert [_same(r) for _, r in through] == [r for _, r in direct]
 
 
+@pytest.mark.slow
 def test_cached_flags_looks_up_through_the_reader_once_the_job_is_large(
         filled: tuple[Path, dict[str, dict[str, Any]]], monkeypatch: pytest.MonkeyPatch) -> None:
     """The first MIN_TASKS things are looked up here, the rest by a reader process: every
@@ -139,6 +142,7 @@ def test_reader_pays_needs_a_folder_cache_a_large_job_and_two_cores(
         assert not reader_pays(cache, 10**7)
 
 
+@pytest.mark.slow
 def test_a_runner_package_in_the_current_folder_does_not_shadow_ours(
         filled: tuple[Path, dict[str, dict[str, Any]]], tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -155,6 +159,7 @@ def test_a_runner_package_in_the_current_folder_does_not_shadow_ours(
                                                 {_key(2): of_record(stored[_key(2)])})]
 
 
+@pytest.mark.slow
 def test_a_child_that_cannot_open_the_cache_says_why(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
@@ -163,6 +168,7 @@ def test_a_child_that_cannot_open_the_cache_says_why(tmp_path: Path) -> None:
         list(reader.batches(iter([[_key(1)]]), lambda k: k))
 
 
+@pytest.mark.slow
 def test_a_killed_child_is_an_error_not_a_hang_or_a_gap(
         filled: tuple[Path, dict[str, dict[str, Any]]]) -> None:
     folder, _ = filled
@@ -175,6 +181,7 @@ def test_a_killed_child_is_an_error_not_a_hang_or_a_gap(
             list(stream)
 
 
+@pytest.mark.slow
 def test_leaving_early_ends_the_child(filled: tuple[Path, dict[str, dict[str, Any]]]) -> None:
     """Replies the parent never reads fill the pipe; closing must still end the child at once
     (its blocked write fails), not after the 10 s it is given before a kill."""
@@ -189,6 +196,7 @@ def test_leaving_early_ends_the_child(filled: tuple[Path, dict[str, dict[str, An
     assert reader._child.process.returncode in (0, 1)  # ended itself: not killed (-9)
 
 
+@pytest.mark.slow
 def test_rescore_through_the_reader_writes_the_same_reports(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     job = ROOT / "jobs" / "openmeva.toml"
@@ -226,6 +234,7 @@ def _running(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 def test_a_reader_does_not_outlive_a_killed_parent(
         filled: tuple[Path, dict[str, dict[str, Any]]], processes: Processes) -> None:

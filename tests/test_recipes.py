@@ -33,6 +33,7 @@ def _slurm(fake_judge: Path, **env: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=30, check=False)
 
 
+@pytest.mark.slow
 def test_slurm_array_task_runs_its_shard_of_shards(fake_judge: Path, tmp_path: Path) -> None:
     done = _slurm(fake_judge, SLURM_ARRAY_TASK_ID="3", SLURM_ARRAY_TASK_COUNT="1",
                   SHARDS="8", JUDGE_CACHE_URL="postgresql://judge@db.lab/judge")
@@ -43,6 +44,7 @@ def test_slurm_array_task_runs_its_shard_of_shards(fake_judge: Path, tmp_path: P
     assert Shard.parse(args[3]) == Shard(3, 8)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("missing", ["SHARDS", "JUDGE_CACHE_URL"])
 def test_slurm_array_task_refuses_to_run_without_its_settings(
         fake_judge: Path, tmp_path: Path, missing: str) -> None:

@@ -241,6 +241,7 @@ def annotator_votes(aspect: str, lines: int) -> list[tuple[float, float]]:
     return [(s["human_1"], s["human_2"]) for row in rows[:lines] for s in row["sys"].values()]
 
 
+@pytest.mark.slow
 def test_tst_annotators_agreement_from_the_released_file(tst_run: Path) -> None:
     rows = read_csv(tst_run / "out" / "reliability.csv")
     got = {(r["aspect"], r["statistic"]): r for r in rows if r["a"] == "annotators"}
@@ -263,6 +264,7 @@ def test_tst_annotators_agreement_from_the_released_file(tst_run: Path) -> None:
         tst_run / "out" / "reliability.csv").read_bytes()
 
 
+@pytest.mark.slow
 def test_tst_length_and_position_rows(tst_run: Path) -> None:
     rows = read_csv(tst_run / "out" / "reliability.csv")
     scores = [r for r in read_csv(tst_run / "out" / "scores.csv")
@@ -298,6 +300,7 @@ def test_tst_length_and_position_rows(tst_run: Path) -> None:
         sum(judge) / len(judge))
 
 
+@pytest.mark.slow
 def test_compare_adds_williams_and_permutation(tst_run: Path) -> None:
     rows = read_csv(tst_run / "cmp" / "compare.csv")
     scores = read_csv(tst_run / "out" / "scores.csv")
@@ -318,6 +321,7 @@ def test_compare_adds_williams_and_permutation(tst_run: Path) -> None:
         assert 1 / 201 <= float(r["permutation_p"]) <= 1
 
 
+@pytest.mark.slow
 def test_plan_power_on_the_pilot(tst_run: Path) -> None:
     rows = read_csv(tst_run / "out" / "power.csv")
     assert {r["aspect"] for r in rows} == {"content", "style", "fluency"}
@@ -330,6 +334,7 @@ def test_plan_power_on_the_pilot(tst_run: Path) -> None:
         assert int(r["groups_pilot"]) <= 90 and 0 <= float(r["power_pilot"]) <= 1
 
 
+@pytest.mark.slow
 def test_plan_power_unknown_judge_is_one_error_line(tst_run: Path) -> None:
     result = run_judge("plan", "tst-formality", "--model", "fake", "--base-url",
                        "http://127.0.0.1:9/v1", "--limit", 90, "--cache-dir", tst_run / "cache",
@@ -342,6 +347,7 @@ def test_plan_power_unknown_judge_is_one_error_line(tst_run: Path) -> None:
     assert "fake/single" in line
 
 
+@pytest.mark.slow
 def test_colossalai_battles_in_both_orders(data_dir: Path, tmp_path: Path) -> None:
     """The ColossalAI battle prompt, both orders, fake judge: on the first question it always
     prefers position 1 (a flip); the figures are recomputed from the requests it answered."""
@@ -391,6 +397,7 @@ def test_colossalai_battles_in_both_orders(data_dir: Path, tmp_path: Path) -> No
     assert int(battle["inconsistent"]) == flips
 
 
+@pytest.mark.slow
 def test_self_consistency_across_samples(write_job: Any, tmp_path: Path,
                                          data_dir: Path) -> None:
     """samples = 3: three calls per item whose stars vary; alpha across the three samples is
@@ -442,6 +449,7 @@ spec = "fake"
 """
 
 
+@pytest.mark.slow
 def test_self_consistency_across_choices_of_one_answer(write_job: Any, tmp_path: Path,
                                                        data_dir: Path) -> None:
     """params.n = 4 (G-Eval's sampling): each of the 4 choices is a sample; one choice that

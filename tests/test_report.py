@@ -67,6 +67,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
     yield {"out": tmp / "out", "figs": tmp / "figs", "tmp": tmp}
 
 
+@pytest.mark.slow
 def test_page_is_self_contained_and_holds_every_section(run: dict[str, Path]) -> None:
     text = (run["out"] / "report.html").read_text()
     start = text.index('<script type="application/json" id="report-data">')
@@ -101,6 +102,7 @@ def test_json_block_cannot_close_the_script() -> None:
     assert "<title>&lt;/title&gt;" in page
 
 
+@pytest.mark.slow
 def test_figures_are_png_and_svg(run: dict[str, Path]) -> None:
     figs = run["figs"]
     kinds = {"table", "forest", "scatter", "distribution", "systems"}
@@ -112,6 +114,7 @@ def test_figures_are_png_and_svg(run: dict[str, Path]) -> None:
     assert "fake/stars" in (figs / "forest_openmeva_overall.svg").read_text()
 
 
+@pytest.mark.slow
 def test_view_prints_the_path_and_names_a_missing_report(run: dict[str, Path]) -> None:
     job = str(ROOT / "jobs" / "openmeva.toml")
     done = _judge("view", job, "--out", str(run["out"]), "--print", cwd=run["tmp"])
@@ -152,6 +155,7 @@ def _open(browser: Any, page_path: Path) -> tuple[Any, list[str]]:
     return page, errors
 
 
+@pytest.mark.slow
 def test_page_renders_in_chromium(run: dict[str, Path], browser: Any, tmp_path: Path) -> None:
     page, errors = _open(browser, run["out"] / "report.html")
     assert page.locator("svg").count() >= 5
@@ -167,6 +171,7 @@ def test_page_renders_in_chromium(run: dict[str, Path], browser: Any, tmp_path: 
     page.close()
 
 
+@pytest.mark.slow
 def test_item_browser_filters_and_opens_a_row(run: dict[str, Path], browser: Any) -> None:
     page, errors = _open(browser, run["out"] / "report.html")
     rows = page.locator("#items-table tbody tr")
@@ -197,6 +202,7 @@ def test_item_browser_filters_and_opens_a_row(run: dict[str, Path], browser: Any
     page.close()
 
 
+@pytest.mark.slow
 def test_script_in_a_data_field_is_text(run: dict[str, Path], browser: Any,
                                         tmp_path: Path) -> None:
     data = read_page_data(run["out"] / "report.html")
@@ -339,6 +345,7 @@ def test_judge_rows_negate_lower_is_better_metrics_and_pair_annotators() -> None
 
 # --- the other sections, and a large job's 2-D histogram, in the browser ---------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("job", "section"), [("colossalai-en", "#battles"),
                                               ("korean-chat", "#leaderboard")])
 def test_battles_and_leaderboard_render(job: str, section: str, browser: Any,
@@ -369,6 +376,7 @@ def test_battles_and_leaderboard_render(job: str, section: str, browser: Any,
     page.close()
 
 
+@pytest.mark.slow
 def test_large_scatter_is_a_2d_histogram(run: dict[str, Path], browser: Any,
                                          tmp_path: Path) -> None:
     import random
@@ -413,6 +421,7 @@ def _shown(value: str) -> str:
     return str(int(v)) if v.is_integer() else f"{v:.3f}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("job", "limit", "figures"), [
     ("tst-formality", "90", {"agreement", "length", "position"}),
     ("colossalai-en", "5", {"position"}),
@@ -450,6 +459,7 @@ def test_reliability_section_matches_reliability_csv(job: str, limit: str, figur
     page.close()
 
 
+@pytest.mark.slow
 def test_reliability_says_why_a_figure_is_missing(run: dict[str, Path], browser: Any) -> None:
     """openmeva: one human score per item, one sample, no order swaps."""
     (rel,) = read_page_data(run["out"] / "report.html")["reliability"]
@@ -464,6 +474,7 @@ def test_reliability_says_why_a_figure_is_missing(run: dict[str, Path], browser:
     page.close()
 
 
+@pytest.mark.slow
 def test_script_in_a_reliability_row_is_text(run: dict[str, Path], browser: Any,
                                              tmp_path: Path) -> None:
     data = read_page_data(run["out"] / "report.html")

@@ -90,6 +90,7 @@ def _page(browser: Any, data: dict[str, Any], path: Path) -> tuple[Any, list[str
 
 # --- the banner --------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_banner_names_each_mostly_unparsed_judge_as_the_run_does(
         mydata: dict[str, Any], browser: Any) -> None:
     line = "judge fake/terse: 18 of 20 answers unparsed"
@@ -109,6 +110,7 @@ def test_banner_names_each_mostly_unparsed_judge_as_the_run_does(
     page.close()
 
 
+@pytest.mark.slow
 def test_no_banner_when_half_the_answers_parse(run: dict[str, Path],
                                                browser: Any) -> None:
     """openmeva's hostile run: 20 of 40 unparsed is not most; `judge run` printed no line."""
@@ -121,6 +123,7 @@ def test_no_banner_when_half_the_answers_parse(run: dict[str, Path],
 
 # --- the item browser's sample column -------------------------------------------------------
 
+@pytest.mark.slow
 def test_item_browser_has_a_sample_column_when_a_prompt_samples(
         mydata: dict[str, Any], run: dict[str, Path], browser: Any) -> None:
     page, errors = _open(browser, mydata["out"] / "report.html")
@@ -150,6 +153,7 @@ def _ranks(values: list[float]) -> list[int]:
     return [1 + sum(w > v for w in values) for v in values]
 
 
+@pytest.mark.slow
 def test_system_ranking_sorts_by_human_mean_with_the_judge_rank_beside(
         run: dict[str, Path], browser: Any) -> None:
     data = read_page_data(run["out"] / "report.html")
@@ -175,6 +179,7 @@ def test_system_ranking_sorts_by_human_mean_with_the_judge_rank_beside(
     page.close()
 
 
+@pytest.mark.slow
 def test_a_flat_judge_looks_flat_beside_the_humans(run: dict[str, Path], browser: Any,
                                                    tmp_path: Path) -> None:
     """A judge that says "2" to nearly every item: system means 1.99-2.01. z-scored, its dots
@@ -209,6 +214,7 @@ def test_a_flat_judge_looks_flat_beside_the_humans(run: dict[str, Path], browser
 
 # --- wide tables ---------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_wide_tables_scroll_with_the_judge_column_fixed(run: dict[str, Path],
                                                         browser: Any) -> None:
     page, errors = _open(browser, run["out"] / "report.html")
@@ -239,6 +245,7 @@ def test_wide_tables_scroll_with_the_judge_column_fixed(run: dict[str, Path],
 
 # --- the forest plot's CIs -----------------------------------------------------------------
 
+@pytest.mark.slow
 def test_forest_says_95_ci_only_where_it_draws_one(mydata: dict[str, Any], browser: Any,
                                                    tmp_path: Path) -> None:
     data = read_page_data(mydata["out"] / "report.html")
@@ -278,6 +285,7 @@ def _rel(figure: str, a: str, b: str, statistic: str, value: float, n: int = 20,
             "statistic": statistic, "value": value, "n": n, "p_value": p}
 
 
+@pytest.mark.slow
 def test_position_bias_is_a_chart_of_mean_score_by_position(
         run: dict[str, Path], browser: Any, tmp_path: Path) -> None:
     data = read_page_data(run["out"] / "report.html")
@@ -308,6 +316,7 @@ def test_position_bias_is_a_chart_of_mean_score_by_position(
     page.close()
 
 
+@pytest.mark.slow
 def test_length_bias_is_a_chart(mydata: dict[str, Any], browser: Any) -> None:
     """my-data's answer field is `summary`: reliability.csv has length rows; the page draws
     each judge's and the humans' score-length Spearman, and the judge-human correlation before
@@ -330,6 +339,7 @@ def test_length_bias_is_a_chart(mydata: dict[str, Any], browser: Any) -> None:
     page.close()
 
 
+@pytest.mark.slow
 def test_the_new_views_keep_data_as_text(run: dict[str, Path], browser: Any,
                                          tmp_path: Path) -> None:
     data = copy.deepcopy(read_page_data(run["out"] / "report.html"))
@@ -344,6 +354,7 @@ def test_the_new_views_keep_data_as_text(run: dict[str, Path], browser: Any,
     page.close()
 
 
+@pytest.mark.slow
 def test_paper_figure_draws_a_flat_judge_flat(run: dict[str, Path]) -> None:
     """`judge report --figures`: the systems figure puts both sides on one axis, each as a
     share of its own score scale (z-scores made the flat judge as wide as the humans), and
@@ -373,6 +384,7 @@ def test_paper_figure_draws_a_flat_judge_flat(run: dict[str, Path]) -> None:
 
 # --- a large study's page -----------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_large_study_draws_aggregates_and_states_the_item_sample(browser: Any,
                                                                    tmp_path: Path) -> None:
     """A million rows a judge and 30,000 judgments through the item browser: the page draws
@@ -417,6 +429,7 @@ def test_a_large_study_draws_aggregates_and_states_the_item_sample(browser: Any,
     matplotlib.pyplot.close(fig)
 
 
+@pytest.mark.slow
 def test_too_many_systems_are_counted_not_drawn(browser: Any, tmp_path: Path) -> None:
     """Past MAX_SYSTEMS systems the page draws no row per system and says how many."""
     from runner.report.browser import ItemRows

@@ -57,6 +57,7 @@ def _complete(out: Path) -> None:
     assert all(line["error"] is None and line["score"] is not None for line in lines)
 
 
+@pytest.mark.slow
 def test_kill_9_then_rerun_requests_only_what_was_missing(
         started: tuple[Child, tuple[object, ...]], server: ThreadedServer,
         tmp_path: Path, data_dir: Path) -> None:
@@ -90,6 +91,7 @@ def test_kill_9_then_rerun_requests_only_what_was_missing(
     _complete(tmp_path / "out")
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_dispatch_exits_130_and_says_how_to_resume(
         started: tuple[Child, tuple[object, ...]], server: ThreadedServer,
         tmp_path: Path, data_dir: Path) -> None:
@@ -120,6 +122,7 @@ def test_ctrl_c_stops_dispatch_exits_130_and_says_how_to_resume(
     assert len(server.state.bodies) == LIMIT and set(server.state.bodies.values()) == {1}
 
 
+@pytest.mark.slow
 def test_second_ctrl_c_cancels_in_flight_requests_without_a_traceback(
         started: tuple[Child, tuple[object, ...]], server: ThreadedServer,
         tmp_path: Path, data_dir: Path) -> None:

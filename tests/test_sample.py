@@ -6,6 +6,8 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+import pytest
+
 from runner.data.datasets import Item
 from runner.expand import sample_ids
 from tests.fakeserver import ThreadedServer
@@ -36,6 +38,7 @@ def test_items_without_groups_are_drawn_one_by_one() -> None:
     assert drawn != {i.item_id for i in items[:7]}  # not the first seven
 
 
+@pytest.mark.slow
 def test_every_command_sees_the_same_sample(server: ThreadedServer, tmp_path: Path,
                                             data_dir: Path) -> None:
     job = ROOT / "jobs" / "summeval.toml"

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import orjson
 import pandas as pd
+import pytest
 
 from tests.fakeserver import ThreadedServer
 from tests.pgserver import free_port
@@ -54,6 +55,7 @@ def _leaks(folder: Path, needles: Iterable[bytes] = NEEDLES,
     return found
 
 
+@pytest.mark.slow
 def test_the_api_key_is_sent_but_never_stored_or_printed(
         server: ThreadedServer, tmp_path: Path, data_dir: Path) -> None:
     cache, out = tmp_path / "cache", tmp_path / "out"
@@ -79,6 +81,7 @@ def test_the_api_key_is_sent_but_never_stored_or_printed(
     assert _leaks(tmp_path, runs=(result, refused)) == []
 
 
+@pytest.mark.slow
 def test_a_cache_url_password_is_in_no_file_and_no_line(
         server: ThreadedServer, tmp_path: Path, data_dir: Path, pg_url: str) -> None:
     # Trust auth accepts any password: the URL works and carries a secret to leak.
@@ -110,6 +113,7 @@ def test_a_cache_url_password_is_in_no_file_and_no_line(
     assert len(commands) == 2  # the run's and the rescore's copies were looked at
 
 
+@pytest.mark.slow
 def test_credentials_in_a_base_url_are_refused_before_any_call(
         server: ThreadedServer, tmp_path: Path, data_dir: Path) -> None:
     with_userinfo = server.url.replace("://", f"://judge:{PG_PASSWORD}@")
@@ -130,6 +134,7 @@ def test_credentials_in_a_base_url_are_refused_before_any_call(
     assert _leaks(work, (PG_PASSWORD.encode(), *NEEDLES), runs) == []
 
 
+@pytest.mark.slow
 def test_a_malformed_cache_url_is_one_line_without_its_password(
         tmp_path: Path, data_dir: Path) -> None:
     bad = f"postgres://judge:{PG_PASSWORD}@[bad/db"
@@ -148,6 +153,7 @@ PLANTED = "correct horse battery staple"
 """A key of no known shape, in the variable a job names: only its registration hides it."""
 
 
+@pytest.mark.slow
 def test_a_key_of_no_known_shape_echoed_by_the_server_is_in_no_output(
         server: ThreadedServer, tmp_path: Path, data_dir: Path) -> None:
     job = write_job(tmp_path / "jobs", JOB + f'base_url = "{server.url}"\n'
@@ -169,6 +175,7 @@ def test_a_key_of_no_known_shape_echoed_by_the_server_is_in_no_output(
     assert len(list((work / "runs").rglob("manifest.json"))) >= 3
 
 
+@pytest.mark.slow
 def test_reports_are_readable_by_others_under_umask_022(
         server: ThreadedServer, tmp_path: Path, data_dir: Path) -> None:
     # A report is meant to be shared: under the usual umask the others may read every file
@@ -186,6 +193,7 @@ def test_reports_are_readable_by_others_under_umask_022(
             for p in files if stat.S_IMODE(p.stat().st_mode) != 0o644} == {}
 
 
+@pytest.mark.slow
 def test_the_resume_line_masks_a_cache_url_password(
         server: ThreadedServer, tmp_path: Path, data_dir: Path, pg_url: str,
         processes: Processes) -> None:

@@ -95,6 +95,7 @@ def test_groups_fall_in_exactly_one_shard_and_shards_are_even() -> None:
     assert any(Shard(0, 4).owns("a", g) != Shard(0, 4).owns("b", g) for g in groups[:50])
 
 
+@pytest.mark.slow
 def test_the_split_is_the_same_in_another_process_with_another_hash_seed() -> None:
     groups = [f"story {i}" for i in range(300)]
     here = "".join(str(next(i for i in range(8) if Shard(i, 8).owns("openmeva", g)))

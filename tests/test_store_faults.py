@@ -67,6 +67,7 @@ def filled(server: ThreadedServer, tmp_path: Path) -> tuple[Path, Path, list[Any
     return job, tmp_path / "cache", args
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["truncated", "random"])
 @pytest.mark.parametrize("way", ["direct", "reader", "cached first"])
 def test_a_damaged_record_fails_its_task_alone_in_run_and_rescore(
@@ -264,6 +265,7 @@ def test_a_command_that_must_write_a_read_only_folder_is_one_error_line(
     assert server.state.requests == before
 
 
+@pytest.mark.slow
 def test_a_killed_reader_process_is_read_for_in_place_and_nothing_is_lost(
         filled: tuple[Path, Path, list[Any]], server: ThreadedServer, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -414,6 +416,7 @@ def _readers(parent: int) -> list[int]:
     return found
 
 
+@pytest.mark.slow
 def test_a_reader_process_killed_during_a_cached_first_run_costs_nothing(
         filled: tuple[Path, Path, list[Any]], server: ThreadedServer, tmp_path: Path,
         data_dir: Path) -> None:

@@ -46,6 +46,7 @@ def _all(location: str | Path) -> dict[str, dict[str, Any]]:
         return cache.get_many(list(cache.keys()))
 
 
+@pytest.mark.slow
 def test_disk_to_postgresql_to_archive_to_disk_keeps_every_record(
         invoke: Any, tmp_path: Path, pg_url: str) -> None:
     records = _fill(tmp_path / "a")
@@ -70,6 +71,7 @@ def test_disk_to_postgresql_to_archive_to_disk_keeps_every_record(
         f"({N} already there)" in again.output
 
 
+@pytest.mark.slow
 def test_import_from_postgresql_and_a_plain_archive_skips_keys_already_there(
         invoke: Any, tmp_path: Path, pg_url: str) -> None:
     records = _fill(tmp_path / "a", 50)
@@ -121,6 +123,7 @@ def test_cache_option_that_is_not_a_url_is_an_error(invoke: Any) -> None:
         "postgresql://USER@HOST:PORT/DBNAME URL; for a folder use --cache-dir")
 
 
+@pytest.mark.slow
 def test_the_password_in_a_cache_url_never_reaches_output_or_manifest(
         invoke: Any, tmp_path: Path, pg_url: str) -> None:
     # Trust auth accepts any password: the URL works and carries a secret to leak.
@@ -139,6 +142,7 @@ def test_the_password_in_a_cache_url_never_reaches_output_or_manifest(
         assert b"hunter2" not in text
 
 
+@pytest.mark.slow
 def test_judge_cache_url_from_the_environment(invoke: Any, tmp_path: Path, pg_url: str,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     _fill(tmp_path / "a", 7)
