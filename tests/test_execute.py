@@ -348,12 +348,19 @@ async def test_budget_stops_dispatch_before_the_estimate(
 
 class _Recording(Cache):
     """A real diskcache that records each append call (one per event-loop turn) and can be
-    told to refuse every write from the `fail_from`-th call on."""
+    told to refuse every write from the `fail_from`-th call on (and, unless `keeps`, to keep
+    nothing of what it refused)."""
 
-    def __init__(self, directory: Path, fail_from: int | None = None) -> None:
+    def __init__(self, directory: Path, fail_from: int | None = None,
+                 keeps: bool = True) -> None:
         super().__init__(directory)
         self.batches: list[list[str]] = []
-        self.fail_from = fail_from
+        self.fail_from, self.keeps = fail_from, keeps
+
+    def keep(self, items: Iterable[tuple[str, Any]]) -> Path | None:
+        if not self.keeps:
+            raise CacheError(f"{self.directory}: nowhere to keep them")
+        return super().keep(items)
 
     def append(self, items: Iterable[tuple[str, Any]]) -> int:
         items = list(items)
@@ -415,18 +422,27 @@ async def test_every_answer_is_in_sqlite_for_other_readers_when_execute_returns(
             assert stats.api_calls == 20 and other.has_many(s.keys) == set(s.keys)
 
 
-async def test_a_refused_commit_stops_the_run_and_counts_nothing_it_held(
-        study: Callable[..., Study], server: ThreadedServer, tmp_path: Path) -> None:
+@pytest.mark.parametrize("keeps", [True, False])
+async def test_a_refused_commit_stops_the_run_and_keeps_what_it_held_where_it_can(
+        study: Callable[..., Study], server: ThreadedServer, tmp_path: Path,
+        keeps: bool) -> None:
+    """A store refused for good (not a full disk: that holds) stops the run; the answers it
+    refused are kept elsewhere (CacheBackend.keep) and count, so the rerun buys none of them;
+    when nowhere takes them either, they count for nothing and the rerun asks them again."""
     s = study(24)
     server.state.script.latency_s = 0.02
-    cache = _Recording(tmp_path / "cache", fail_from=2)
+    cache = _Recording(tmp_path / "cache", fail_from=2, keeps=keeps)
     stats = RunStats()
     with pytest.raises(CacheError, match="disk full"):
         await s.run(cache, stats=stats)
-    refused = set(cache.batches[1])
     stored = set(cache.batches[0])
+    refused = set().union(*map(set, cache.batches[1:]))
+    assert refused and not refused & stored
+    if keeps:
+        stored |= refused
+    else:
+        assert refused <= set(stats.missing) and not refused & stats.called
     assert stats.called == stored and stats.api_calls == len(stored)
-    assert refused <= set(stats.missing) and not refused & stats.called
     assert cache.has_many(s.keys) == stored
     cache.close()
     with Cache(tmp_path / "cache") as again:  # the rerun asks for everything not stored
