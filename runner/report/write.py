@@ -72,7 +72,7 @@ __all__ = ["Tables", "atomic_file", "collect", "comparison", "correlations", "ju
 CORRELATION_COLUMNS = ["dataset", "aspect", "judge", "level", "method", "subset", "value",
                        "n_groups", "n_items", "ci_low", "ci_high", "n_systems"]
 SUMMARY_COLUMNS = ["dataset", "prompt", "aspect", "model", "n", "scored", "mean", "std",
-                   "parse_failures", "refusals", "api_failures"]
+                   "parse_failures", "refusals", "api_failures", "top_score", "top_count"]
 JudgeSeries = Mapping[tuple[str, str], Mapping[str, Series]]
 
 
