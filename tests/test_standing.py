@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 
 from runner.report.html import read_page_data
+from runner.report.standing import bias_warnings
 from tests.fakeserver import ThreadedServer
 from tests.test_cli import clean_env, run_judge, write_job
 
@@ -194,3 +195,48 @@ def test_diff_says_when_two_runs_share_no_group(server: ThreadedServer, tmp_path
            "--sample, --limit or data file): nothing to compare" in diff.stdout.splitlines()
     assert all(line.endswith("n=0") or "(few answers" in line
                for line in diff.stdout.splitlines() if "->" in line and "/stars" in line)
+
+
+def test_a_judge_that_scores_length_is_warned_of(server: ThreadedServer, tmp_path: Path,
+                                                 data_dir: Path) -> None:
+    """poor's stars are its answer's length (padding of 1 to 5 blocks, unrelated to the human
+    score); a warning, not a failure."""
+    job = toy_job(tmp_path / "jobs")
+    job.write_text(TOY_JOB.replace('text = { text = "text" }', 'text = { output = "text" }'))
+    (tmp_path / "jobs" / "toy.txt").write_text("Rate this text: {{output}}\nAnswer with stars.\n")
+    data = tmp_path / "jobs" / "toy.jsonl"
+    rows = [orjson.loads(line) for line in data.read_bytes().splitlines()]
+    for i, row in enumerate(rows):
+        row["text"] += " " + "padding " * (4 * ((i * 2) % 5 + 1))
+    data.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+
+    def reply(body: dict[str, Any]) -> str:
+        if body["model"] == "good":
+            return good_or_poor(body)
+        return f"{body['messages'][-1]['content'].count('padding') // 4} stars"
+
+    server.state.script.reply = reply
+    result = run_judge("run", job, "--base-url", server.url, "--cache-dir", tmp_path / "cache",
+                       "--out", tmp_path / "out", env=clean_env(data_dir), cwd=tmp_path)
+
+    assert result.returncode == 0, result.stderr
+    warned = [line for line in result.stderr.splitlines() if "track" in line]
+    assert len(warned) == 1 and re.fullmatch(
+        r"warning: judge poor/stars on toy / overall: its scores track answer length "
+        r"\(spearman (0\.9\d|1\.00) over 60 items\); length held fixed, its spearman with "
+        r"the humans is -?0\.0\d \(see reliability\.csv\)", warned[0]), warned
+
+
+def test_a_judge_whose_verdicts_follow_the_order_is_warned_of() -> None:
+    """Position rows exist for group prompts and battles; the rule reads reliability.csv's."""
+    def row(judge: str, value: float, n: int, p: float) -> dict[str, Any]:
+        return {"dataset": "d", "aspect": "a", "figure": "position", "a": judge, "b": "",
+                "statistic": "first_position_win_rate", "value": value, "n": n, "p_value": p}
+
+    lines = bias_warnings([row("m/first", 0.95, 40, 1e-9), row("m/second", 0.05, 40, 1e-9),
+                           row("m/fair", 0.6, 40, 0.2), row("m/few", 1.0, 4, 0.12)])
+    assert lines == [
+        "warning: judge m/first on d / a: the output shown first wins 95% of 40 decisive "
+        "pairs: its verdicts track position (see reliability.csv)",
+        "warning: judge m/second on d / a: the output shown second wins 95% of 40 decisive "
+        "pairs: its verdicts track position (see reliability.csv)"]

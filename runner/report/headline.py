@@ -36,7 +36,9 @@ class Headline:
     scoreless: list[str] = field(default_factory=list)
     """Judges with answers and not one parsed score (the run fails)."""
     warnings: list[str] = field(default_factory=list)
-    """What the numbers rest on where it is too little (system level over few systems)."""
+    """What the numbers rest on where it is too little (system level over few systems), and,
+    first, the judges whose scores track length or position (added by write_reports once the
+    reliability rows exist: runner.report.standing.bias_warnings)."""
     no_spread: list[str] = field(default_factory=list)
     """One line per judge that gives one score to (nearly) all its answers (the run fails)."""
 

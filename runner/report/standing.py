@@ -12,6 +12,9 @@ summary.csv, nothing else, so a kept run's files give the same answer as the run
   its 95% CI spans most of [-1, 1], and it must not be crowned over a judge that parsed 60.
 - A judge gives one score to at least NO_SPREAD_SHARE of its parsed answers (on a data set
   and aspect): no correlation can be computed (all one value) or none means anything.
+- A judge whose scores track the answer's length or the position it was shown in, and not
+  the humans (reliability.csv's length and position rows): a warning, as its figures may still
+  be read with that in mind.
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ from typing import Any
 from runner.reduce.correlate import MIN_SYSTEMS
 from runner.reduce.jury import judge_name
 
-__all__ = ["MIN_PARSED_SHARE", "MIN_POINTS", "NO_SPREAD_SHARE", "best_judges", "no_spread",
-           "parsed_counts", "points", "ranked"]
+__all__ = ["MIN_PARSED_SHARE", "MIN_POINTS", "NO_SPREAD_SHARE", "best_judges", "bias_warnings",
+           "no_spread", "parsed_counts", "points", "ranked"]
 
 MIN_PARSED_SHARE = 0.5
 """A judge most of whose answers did not parse is not ranked: its figure is over the answers
@@ -35,6 +38,14 @@ value: ranking on it is ranking on noise (the system level asks MIN_SYSTEMS, its
 NO_SPREAD_SHARE = 0.95
 """A judge that gives one score to this share of its parsed answers (19 of 20) says nothing
 about the items: its coefficient is undefined, or rests on the one or two answers that differ."""
+
+TRACKS_LENGTH = 0.5
+"""|Spearman| of a judge's score with the answer's length from which length may be what it
+scores, if controlling for length leaves less than NO_SIGNAL with the humans."""
+NO_SIGNAL = 0.1
+"""|partial Spearman| with the humans, length held fixed, below which nothing is left."""
+TRACKS_POSITION = 0.9
+"""First-position win rate (or 1 minus it) from which the order decides the verdict."""
 
 _POINTS = {"sample": "n_groups", "dataset": "n_items", "system": "n_systems"}
 
@@ -141,3 +152,40 @@ def _number(value: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return number if math.isfinite(number) else None
+
+
+def bias_warnings(reliability: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One `warning:` line per judge, data set and aspect whose scores track length or position
+    rather than the humans, from reliability.csv's rows (over at least MIN_POINTS items or
+    decisive pairs; position also asks the binomial test's p < 0.05).
+
+    Args:
+        reliability: reliability.csv rows (dataset, aspect, figure, a, b, statistic, value, n,
+            p_value).
+
+    Returns:
+        The lines, in the rows' order.
+    """
+    value = {(r["dataset"], r["aspect"], r["a"], r["b"], r["statistic"]): r for r in reliability
+             if r["figure"] in ("length", "position")}
+    out = []
+    for (dataset, aspect, judge, b, statistic), row in value.items():
+        v, n = _number(row["value"]), int(row.get("n") or 0)
+        if v is None or n < MIN_POINTS or "/" not in judge:
+            continue
+        if statistic == "first_position_win_rate" and max(v, 1 - v) >= TRACKS_POSITION and \
+                (_number(row.get("p_value")) or 1.0) < 0.05:
+            shown = "first" if v >= 0.5 else "second"
+            out.append(f"warning: judge {judge} on {dataset} / {aspect}: the output shown "
+                       f"{shown} wins {max(v, 1 - v):.0%} of {n} decisive pairs: its verdicts "
+                       "track position (see reliability.csv)")
+        if (b, statistic) == ("length (chars)", "spearman") and abs(v) >= TRACKS_LENGTH:
+            left = value.get((dataset, aspect, judge, "human | length (chars)",
+                              "partial_spearman"))
+            rest = _number(left["value"]) if left else None
+            if rest is not None and abs(rest) < NO_SIGNAL:
+                out.append(f"warning: judge {judge} on {dataset} / {aspect}: its scores track "
+                           f"answer length (spearman {v:.2f} over {n} items); length held "
+                           f"fixed, its spearman with the humans is {rest:.2f} (see "
+                           "reliability.csv)")
+    return out
