@@ -240,3 +240,25 @@ def test_a_judge_whose_verdicts_follow_the_order_is_warned_of() -> None:
         "pairs: its verdicts track position (see reliability.csv)",
         "warning: judge m/second on d / a: the output shown second wins 95% of 40 decisive "
         "pairs: its verdicts track position (see reliability.csv)"]
+
+
+def test_the_paper_table_boxes_the_page_s_best_judge_only() -> None:
+    """`judge report --figures` draws from report.html's data: the box is the page's `best`
+    (runner.report.standing), not the column's highest value."""
+    import matplotlib.pyplot as plt  # matplotlib: only in the tests that draw
+    from matplotlib.patches import Rectangle
+
+    from runner.report.figures import _table
+
+    rows = [{"judge": j, "level": "sample", "method": "spearman", "subset": "all", "value": v}
+            for j, v in (("a/p", 0.4), ("b/p", 0.9))]  # b: the 16-of-60 judge
+    marked, unmarked = (_table(rows, "t", best) for best in
+                        ([["sample", "all", "spearman", "a/p"]], []))
+    try:
+        def boxes(fig: Any) -> list[Any]:
+            return [p.get_xy() for p in fig.axes[0].patches if isinstance(p, Rectangle)]
+
+        assert boxes(marked) == [(-0.5, -0.5)]  # column 0, row 0: a/p
+        assert boxes(unmarked) == []
+    finally:
+        plt.close("all")
