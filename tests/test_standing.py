@@ -14,8 +14,11 @@ import orjson
 
 from runner.report.html import read_page_data
 from runner.report.standing import bias_warnings
+from tests import test_report
 from tests.fakeserver import ThreadedServer
 from tests.test_cli import clean_env, run_judge, write_job
+
+browser = test_report.browser  # Debian's chromium (skips without it outside CI)
 
 GROUPS, SYSTEMS = 12, 5
 """60 items: 12 documents, 5 systems each; every item's text carries its human score."""
@@ -262,3 +265,28 @@ def test_the_paper_table_boxes_the_page_s_best_judge_only() -> None:
         assert boxes(unmarked) == []
     finally:
         plt.close("all")
+
+
+def test_the_page_bolds_the_ranked_best_and_names_a_judge_without_spread(
+        server: ThreadedServer, tmp_path: Path, data_dir: Path, browser: Any) -> None:
+    """In Chromium: report.html's bold cells are the page data's `best` (good/stars, never
+    the mostly unparsed poor/stars), and its banner carries the terminal's no-spread line."""
+    server.state.script.reply = good_or_poor
+    result, out = _run(server, tmp_path / "ranked", data_dir)
+    assert result.returncode == 0, result.stderr
+    page, errors = test_report._open(browser, out / "report.html")
+    bold = page.evaluate("[...document.querySelectorAll('table.corr td.best')]"
+                         ".map(td => td.parentElement.firstElementChild.textContent)")
+    assert bold and set(bold) == {"good/stars"}, bold
+    page.close()
+
+    server.state.script.reply = lambda body: ("3 stars" if body["model"] == "poor"
+                                              else good_or_poor(body))
+    result, out = _run(server, tmp_path / "flat", data_dir)
+    assert result.returncode == 1, result.stderr
+    page, errors_flat = test_report._open(browser, out / "report.html")
+    banner = page.locator("#main > #banner").inner_text()
+    assert ('judge poor/stars: 60 of 60 answers are "3" on toy / overall (no spread): no '
+            "correlation can be computed") in banner
+    assert errors == errors_flat == []
+    page.close()

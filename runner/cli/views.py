@@ -139,7 +139,7 @@ def _best(run: Path) -> str:
     without any."""
     from runner.report.standing import points, ranked  # numpy (correlate): not at start-up
     rows, summary = _read_csv(run / "correlations.csv"), _read_csv(run / "summary.csv")
-    rows = [r for r in rows if r["subset"] == "all" and r["value"]
+    rows = [r for r in rows if "/" in r["judge"] and r["subset"] == "all" and r["value"]
             and math.isfinite(float(r["value"]))]
     if not rows:
         return ""

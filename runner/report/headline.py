@@ -62,24 +62,24 @@ def headline(levels: Sequence[str], methods: Sequence[str],
     """
     method = PREFERRED_METHOD if PREFERRED_METHOD in methods else (methods or ["pearson"])[0]
     table: dict[tuple[str, str], dict[str, dict[str, Mapping[str, Any]]]] = {}
-    for row in correlations:
-        judge = "/" in row["judge"] or row["judge"] in juries
-        if judge and row["method"] == method and row["subset"] == "all" and \
-                _finite(row["value"]):
+    shown = [r for r in correlations if "/" in r["judge"] or r["judge"] in juries]
+    for row in shown:
+        if row["method"] == method and row["subset"] == "all" and _finite(row["value"]):
             cell = table.setdefault((row["dataset"], row["aspect"]), {})
             cell.setdefault(row["judge"], {})[row["level"]] = row
     unparsed, scoreless = _unparsed(summary)
     lines: list[str] = []
     if table:
-        shown = [lv for lv in levels if any(lv in by for j in table.values() for by in j.values())]
-        first = shown[0] if shown else "sample"
+        present = [lv for lv in levels
+                   if any(lv in by for j in table.values() for by in j.values())]
+        first = present[0] if present else "sample"
         lines.append(f"correlation with the human scores ({method}, 95% CI, n; * best at "
                      f"{first} level):")
         width = max(max(len(f"{d} / {a}"), *(len(j) + 2 for j in judges))
                     for (d, a), judges in table.items()) + 4
-        best = best_judges(correlations, summary)
+        best = best_judges(shown, summary)  # among the judges the table shows
         for (dataset, aspect), judges in table.items():
-            lines += _block(dataset, aspect, judges, shown, width,
+            lines += _block(dataset, aspect, judges, present, width,
                             best.get((dataset, aspect, first, method, "all")))
         lines.append(f"  n = groups (sample), items (dataset), systems (system); * only among "
                      f"judges with >= {MIN_PARSED_SHARE:.0%} of answers parsed and n >= "

@@ -1,9 +1,11 @@
 """Which judge a table may call the best, and which judges' figures cannot be read at all.
 
-One rule for every place that names a best judge (the table `judge run` prints last,
-report.html's bold cells, `judge runs`' "best correlation") so they never disagree, and one
-for the judges whose scores have no spread. Both read the rows of correlations.csv and
-summary.csv, nothing else, so a kept run's files give the same answer as the run did.
+One rule for every place that names a best judge (the table `judge run` prints last, among its
+LLM judges and juries; report.html's bold cells and the paper table's boxes, metrics and the
+data's own judge columns too; `judge runs`' "best correlation", LLM judges) so they never
+disagree, and one for the judges whose scores have no spread. Both read the rows of
+correlations.csv and summary.csv, nothing else, so a kept run's files give the same answer as
+the run did.
 
 - A judge is ranked at a level only if at least MIN_PARSED_SHARE of its answers parsed (on
   that data set and aspect) and its coefficient rests on at least MIN_POINTS points at that
@@ -65,20 +67,24 @@ def ranked(correlations: Iterable[Mapping[str, Any]],
     """The judges that may be ranked in each column (see the module docstring).
 
     Args:
-        correlations: correlations.csv rows (values as numbers or as the CSV's text).
-        summary: summary.csv rows; only judges with a row here (LLM judges, juries) compete.
+        correlations: correlations.csv rows (values as numbers or as the CSV's text), those
+            of the judges the caller shows: the terminal's table, LLM judges and juries;
+            report.html, metrics and the data's own judge columns too.
+        summary: summary.csv rows: the parsed share of each judge with a row there (a metric
+            or a data column has none: nothing of it failed to parse).
 
     Returns:
-        (dataset, aspect, level, method, subset) -> judge -> its coefficient.
+        (dataset, aspect, level, method, subset) -> judge -> its coefficient; never `iaa`
+        (annotator against annotator: not a judge).
     """
     parsed = parsed_counts(summary)
     out: dict[Column, dict[str, float]] = {}
     for row in correlations:
         key = (row["dataset"], row["aspect"], row["judge"])
         value = _number(row["value"])
-        if key not in parsed or value is None:
+        if row["judge"] == "iaa" or value is None:
             continue
-        scored, answered = parsed[key]
+        scored, answered = parsed.get(key, (1, 1))
         least = MIN_SYSTEMS if row["level"] == "system" else MIN_POINTS
         if scored >= MIN_PARSED_SHARE * answered and points(row) >= least:
             column = (row["dataset"], row["aspect"], row["level"], row["method"], row["subset"])
@@ -98,10 +104,9 @@ def best_judges(correlations: Sequence[Mapping[str, Any]],
     Returns:
         (dataset, aspect, level, method, subset) -> the judge's name.
     """
-    judges = {judge_name(r["model"], r["prompt"]) for r in summary}
     competing: dict[Column, int] = {}
     for row in correlations:
-        if row["judge"] in judges and _number(row["value"]) is not None:
+        if row["judge"] != "iaa" and _number(row["value"]) is not None:
             column = (row["dataset"], row["aspect"], row["level"], row["method"], row["subset"])
             competing[column] = competing.get(column, 0) + 1
     return {column: max(values, key=values.__getitem__)
