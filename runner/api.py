@@ -184,12 +184,14 @@ class RunResult:
     with no answer), prompt_tokens, completion_tokens, cost."""
     headline: Headline
     """The correlation table `judge` prints (`lines`), judges mostly unparsed (`unparsed`),
-    judges with no parsed score at all (`scoreless`)."""
+    judges with no parsed score at all (`scoreless`), judges without spread (`no_spread`)."""
 
     @property
     def ok(self) -> bool:
-        """Every task has an answer and every judge at least one score (`judge` exits 0)."""
-        return not (self.stats.failures or self.stats.missing or self.headline.scoreless)
+        """Every task has an answer and every judge at least one score and some spread
+        (`judge` exits 0)."""
+        return not (self.stats.failures or self.stats.missing or self.headline.scoreless
+                    or self.headline.no_spread)
 
 
 def run(job: JobLike, **options: Any) -> RunResult:

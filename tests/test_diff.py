@@ -36,11 +36,12 @@ def test_diff_of_a_parser_change(server: ThreadedServer, tmp_path: Path, data_di
 
     assert result.returncode == 0, result.stderr
     lines = result.stdout.strip().splitlines()
-    assert lines[0] == f"{first} -> latest (spearman; change = B - A, 95% CI, paired bootstrap):"
+    assert lines[0] == (f"{first} -> latest (spearman; change = B - A, 95% CI, paired bootstrap; "
+                        "n = groups both runs scored):")
     number = r"-?\d\.\d{3}"
     assert all(re.fullmatch(rf"  openmeva / overall  fake/stars -> fake/stars  (sample|dataset): "
                             rf"{number} -> {number}  [+-]\d\.\d{{3}} \[{number}, {number}\]  "
-                            rf"p=\d\.\d{{3}}", line) for line in lines[1:]), lines
+                            rf"p=\d\.\d{{3}}  n=\d+", line) for line in lines[1:]), lines
     diffs = _rows(out / "diff.csv")
     before = {(r["level"], r["method"]): float(r["value"])
               for r in _rows(out / "history" / first / "correlations.csv")

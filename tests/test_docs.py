@@ -80,5 +80,5 @@ def test_the_tutorial_shows_what_judge_run_prints(server: ThreadedServer,
             capture_output=True, text=True, timeout=120, check=False)
         assert done.returncode == 0, done.stderr
         tail = [line for line in done.stderr.splitlines() if not line.startswith("[")]
-        assert len(tail) == 6
+        assert len(tail) == 7
         assert "\n".join(tail) in tutorial, f"judge {command} now prints:\n" + "\n".join(tail)

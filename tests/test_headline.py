@@ -15,9 +15,10 @@ from tests.test_cli import JOB, clean_env, run_judge, write_job
 
 def _corr(judge: str, level: str, value: float, low: float = float("nan"),
           high: float = float("nan"), method: str = "spearman",
-          subset: str = "all") -> dict[str, Any]:
+          subset: str = "all", n: int = 12) -> dict[str, Any]:
     return {"dataset": "d", "aspect": "overall", "judge": judge, "level": level,
-            "method": method, "subset": subset, "value": value, "ci_low": low, "ci_high": high}
+            "method": method, "subset": subset, "value": value, "ci_low": low, "ci_high": high,
+            "n_groups": n, "n_items": 4 * n, "n_systems": 5}
 
 
 def _summ(model: str, n: int, scored: int, api: int = 0) -> dict[str, Any]:
@@ -36,19 +37,35 @@ def test_the_table_marks_the_best_judge_and_shows_cis() -> None:
                       [_summ("a", 10, 10), _summ("b", 10, 9)])
 
     assert result.lines == [
-        "correlation with the human scores (spearman, 95% CI; * best at sample level):",
-        "  d / overall  sample                  dataset",
-        "    a/p        0.410 [0.30, 0.50]      0.200 [0.10, 0.30]",
-        "  * b/p        0.520 [0.40, 0.60]      n/a"]
-    assert result.unparsed == [] and result.scoreless == []
+        "correlation with the human scores (spearman, 95% CI, n; * best at sample level):",
+        "  d / overall  sample                        dataset",
+        "    a/p        0.410 [0.30, 0.50] n=12       0.200 [0.10, 0.30] n=48",
+        "  * b/p        0.520 [0.40, 0.60] n=12       n/a",
+        FOOTNOTE]
+    assert result.unparsed == [] and result.scoreless == [] and result.no_spread == []
+
+
+FOOTNOTE = ("  n = groups (sample), items (dataset), systems (system); * only among judges with "
+            ">= 50% of answers parsed and n >= 10")
+
+
+def test_no_best_mark_for_a_judge_mostly_unparsed_or_on_few_groups() -> None:
+    # b's figure is the highest, on 16 of 60 answers; c's on 4 groups; a parsed every answer
+    rows = [_corr("a/p", "sample", 0.41), _corr("b/p", "sample", 0.9),
+            _corr("c/p", "sample", 0.8, n=4)]
+    result = headline(["sample"], ["spearman"], rows,
+                      [_summ("a", 60, 60), _summ("b", 60, 16), _summ("c", 60, 60)])
+    marked = [line.split()[1] for line in result.lines[2:5] if line.startswith("  *")]
+    assert marked == ["a/p"], result.lines
+    assert result.lines[4].split()[-1] == "n=4"
 
 
 def test_the_first_method_when_spearman_is_not_computed_and_no_mark_for_one_judge() -> None:
     result = headline(["sample"], ["kendall"], [_corr("a/p", "sample", 0.3, method="kendall")],
                       [])
     assert result.lines == [
-        "correlation with the human scores (kendall, 95% CI; * best at sample level):",
-        "  d / overall  sample", "    a/p        0.300"]
+        "correlation with the human scores (kendall, 95% CI, n; * best at sample level):",
+        "  d / overall  sample", "    a/p        0.300 n=12", FOOTNOTE]
 
 
 def test_judges_whose_answers_mostly_failed_to_parse_are_named() -> None:
@@ -70,10 +87,11 @@ def test_a_run_ends_with_its_result(server: ThreadedServer, tmp_path: Path,
                        cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     lines = result.stderr.strip().splitlines()
-    at = lines.index("correlation with the human scores (spearman, 95% CI; * best at sample "
-                     "level):")
+    at = lines.index("correlation with the human scores (spearman, 95% CI, n; * best at "
+                     "sample level):")
     assert lines[at + 1].split() == ["openmeva", "/", "overall", "sample", "dataset", "system"]
-    assert lines[at + 2].split()[0] == "fake/stars" and len(lines) == at + 3
+    assert lines[at + 2].split()[0] == "fake/stars" and lines[at + 3] == FOOTNOTE
+    assert len(lines) == at + 4
 
 
 @pytest.mark.slow

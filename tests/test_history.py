@@ -66,8 +66,8 @@ def test_each_run_is_kept_and_listed(server: ThreadedServer, tmp_path: Path,
     # are links to the newest's)
     own = [sum(p.stat().st_size for p in k.iterdir()) for k in kept]
     assert [line.split()[6] for line in lines[1:]] == [f"{n / 1e3:.0f}kB" for n in own]
-    assert all(re.search(r"/stars -?\d\.\d{3} \(spearman, sample, openmeva/overall\)$", line)
-               for line in lines[1:]), lines
+    # 12 items are 3 groups: too few to rank a judge on (runner.report.standing.MIN_POINTS)
+    assert all(line.endswith("none ranked (spearman, sample)") for line in lines[1:]), lines
 
     shown = run_judge("view", job, ids[1], "--out", out, "--print", "--model", "x", env=env,
                       cwd=tmp_path)

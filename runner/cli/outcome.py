@@ -88,7 +88,8 @@ def summarise(sel: Selection, stats: RunStats, command: str, partial: bool = Fal
         partial: tasks without an answer still make exit 0 (--partial, or online runs).
         result: the reports' headline; None before any report.
 
-    Exits 1 when a task failed, when a judge has answers and not one parsed score, or when some
+    Exits 1 when a task failed, when a judge has answers and not one parsed score, when a judge
+    gives one score to (nearly) all its answers (no spread), or when some
     tasks have no answer and the caller did not accept a `partial` report; 2 (UsageError) when
     the run stopped on a fatal error; returns otherwise.
     """
@@ -113,10 +114,11 @@ def summarise(sel: Selection, stats: RunStats, command: str, partial: bool = Fal
              f"(first keys: {', '.join(first)})", err=True)
     if stats.interrupted:
         exit_interrupted(stats, command)
-    for line in (result.lines + result.unparsed + result.warnings) if result else []:
+    for line in (result.lines + result.unparsed + result.no_spread + result.warnings) \
+            if result else []:
         echo(line, err=True)
     if stats.failures or (stats.missing and not partial and not stats.budget_stopped) or \
-            (result and result.scoreless):
+            (result and (result.scoreless or result.no_spread)):
         sys.exit(1)
 
 

@@ -8,6 +8,7 @@ import csv
 import math
 import webbrowser
 from pathlib import Path
+from typing import Any
 
 import click
 import orjson
@@ -133,24 +134,38 @@ def _size(n: int) -> str:
 
 
 def _best(run: Path) -> str:
-    """`fake/stars 0.472 (spearman, sample, openmeva/overall)`: the highest correlation of an
-    LLM judge over all items at the first level, spearman where computed; "" if none."""
-    path = run / "correlations.csv"
-    if not path.is_file():
-        return ""
-    with path.open(newline="", encoding="utf-8") as f:
-        rows = [r for r in csv.DictReader(f) if "/" in r["judge"] and r["subset"] == "all"
-                and r["value"] and math.isfinite(float(r["value"]))]
+    """`fake/stars 0.472 n=40 (spearman, sample, openmeva/overall)`: the highest correlation
+    among the ranked judges (runner.report.standing, the rule of the run's own table and
+    report.html: enough answers parsed, enough groups) over all items at the first level,
+    spearman where computed; "none ranked" if there are coefficients but none is ranked, ""
+    without any."""
+    from runner.report.standing import points, ranked  # numpy (correlate): not at start-up
+    rows, summary = _read_csv(run / "correlations.csv"), _read_csv(run / "summary.csv")
+    rows = [r for r in rows if "/" in r["judge"] and r["subset"] == "all" and r["value"]
+            and math.isfinite(float(r["value"]))]
     if not rows:
         return ""
     # as the run's own result table (runner.report.headline): spearman, else the job's first
     methods = list(dict.fromkeys(r["method"] for r in rows))
     method = "spearman" if "spearman" in methods else methods[0]
     level = rows[0]["level"]
-    best = max((r for r in rows if r["method"] == method and r["level"] == level),
-               key=lambda r: float(r["value"]))
-    return (f"{best['judge']} {float(best['value']):.3f} ({method}, {level}, "
-            f"{best['dataset']}/{best['aspect']})")
+    eligible = {(d, a, judge) for (d, a, lv, m, _), judges in ranked(rows, summary).items()
+                if lv == level and m == method for judge in judges}
+    candidates = [r for r in rows if r["method"] == method and r["level"] == level
+                  and (r["dataset"], r["aspect"], r["judge"]) in eligible]
+    if not candidates:  # too few answers parsed, or too few groups, to say which is best
+        return f"none ranked ({method}, {level})"
+    top = max(candidates, key=lambda r: float(r["value"]))
+    return (f"{top['judge']} {float(top['value']):.3f} n={points(top)} ({method}, {level}, "
+            f"{top['dataset']}/{top['aspect']})")
+
+
+def _read_csv(path: Path) -> list[dict[str, str]]:
+    """A kept run's CSV report as rows ([] when the run has none)."""
+    if not path.is_file():
+        return []
+    with path.open(newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
 
 
 @click.command()
@@ -171,6 +186,7 @@ def diff(task_selection: TaskSelection, run_a: str, run_b: str) -> None:
     from runner.report.diff import DIFF_COLUMNS, diff_runs, read_scores  # numpy: only here
     from runner.report.folder import write_atomic
     from runner.report.reliability import csv_bytes
+    from runner.report.standing import MIN_PARSED_SHARE, parsed_counts
     job = task_selection.job_name()
     loaded = load_job(job_path(job))
     folder = task_selection.out or loaded.output_dir
@@ -182,14 +198,42 @@ def diff(task_selection: TaskSelection, run_a: str, run_b: str) -> None:
                           "to pair (the same judge name, or one judge in each)")
     write_atomic(folder / "diff.csv", csv_bytes(DIFF_COLUMNS, rows))
     method = "spearman" if "spearman" in loaded.methods else loaded.methods[0]
-    click.echo(f"{run_a} -> {run_b} ({method}; change = B - A, 95% CI, paired bootstrap):")
-    for r in rows:
-        if r["method"] == method:
-            click.echo(f"  {r['dataset']} / {r['aspect']}  {r['judge_a']} -> {r['judge_b']}  "
-                       f"{r['level']}: {_num(r['value_a'])} -> {_num(r['value_b'])}  "
-                       f"{_num(r['change'], sign=True)} [{_num(r['ci_low'])}, "
-                       f"{_num(r['ci_high'])}]  p={_num(r['p_value'])}")
+    click.echo(f"{run_a} -> {run_b} ({method}; change = B - A, 95% CI, paired bootstrap; "
+               "n = groups both runs scored):")
+    parsed = [parsed_counts(_read_csv(_run_folder(folder, job, run) / "summary.csv"))
+              for run in (run_a, run_b)]
+    for line in _diff_lines([r for r in rows if r["method"] == method], *parsed,
+                            least=MIN_PARSED_SHARE):
+        click.echo(line)
     click.echo(f"all methods and levels: {folder / 'diff.csv'}", err=True)
+
+
+Parsed = dict[tuple[str, str, str], tuple[int, int]]
+
+
+def _diff_lines(rows: list[dict[str, Any]], parsed_a: Parsed, parsed_b: Parsed, *,
+                least: float) -> list[str]:
+    """One line per diff row with its n; a line per data set and aspect the two runs share no
+    group of (every value n/a: other items, e.g. another --sample or --limit); and a note on
+    a judge that parsed fewer than `least` of its answers in both runs (the share below which
+    runner.report.standing does not rank a judge)."""
+    lines, shared = [], {(r["dataset"], r["aspect"]) for r in rows if r["n_groups"]}
+    for r in rows:
+        where = (r["dataset"], r["aspect"])
+        few = [f"{s} of {n}" for s, n in (parsed_a.get((*where, r["judge_a"]), (0, 0)),
+                                          parsed_b.get((*where, r["judge_b"]), (0, 0)))
+               if n and s < least * n]
+        lines.append(f"  {r['dataset']} / {r['aspect']}  {r['judge_a']} -> {r['judge_b']}  "
+                     f"{r['level']}: {_num(r['value_a'])} -> {_num(r['value_b'])}  "
+                     f"{_num(r['change'], sign=True)} [{_num(r['ci_low'])}, "
+                     f"{_num(r['ci_high'])}]  p={_num(r['p_value'])}  n={r['n_groups']}"
+                     + (f"  (few answers parsed in both runs: {few[0]}, {few[1]})"
+                        if len(few) == 2 else ""))
+    for dataset, aspect in dict.fromkeys((r["dataset"], r["aspect"]) for r in rows):
+        if (dataset, aspect) not in shared:
+            lines.append(f"  {dataset} / {aspect}: the two runs share no scored group (other "
+                         "items: another --sample, --limit or data file): nothing to compare")
+    return lines
 
 
 def _run_folder(folder: Path, job: str, run: str) -> Path:

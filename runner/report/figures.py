@@ -4,7 +4,8 @@ show the same numbers).
 
 Per data set and aspect:
 - table_*: the correlation table as an annotated heatmap (judges as rows; level, method and
-  subset as columns; the best judge per column boxed), the layout of the papers' tables.
+  subset as columns; the best ranked judge per column boxed, as the terminal marks it), the
+  layout of the papers' tables.
 - forest_*: each judge's correlation, with its 95% CI where one is computed, one panel per
   level (first method).
 - scatter_*: judge against human per judge (jittered points, or a 2-D histogram with the
@@ -52,7 +53,7 @@ def write_figures(page: Path, out_dir: Path) -> list[Path]:
         for a in d["aspects"]:
             stem = _slug(f"{d['name']}_{a['aspect']}")
             title = f"{d['name']}: {a['aspect']}"
-            figures = {"table": _table(a["correlations"], title),
+            figures = {"table": _table(a["correlations"], title, a.get("best", [])),
                        "forest": _forest(a["correlations"], levels, method, title),
                        "scatter": _scatter(a["scatter"], a["aspect"], title),
                        "distribution": _distribution(a["distribution"], a["human"], title),
@@ -76,7 +77,10 @@ def _judges(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return list(dict.fromkeys(r["judge"] for r in rows))
 
 
-def _table(rows: Sequence[Mapping[str, Any]], title: str) -> Figure | None:
+def _table(rows: Sequence[Mapping[str, Any]], title: str,
+           best: Sequence[Sequence[str]]) -> Figure | None:
+    """The correlation table as a heatmap; the page's best judge of each column boxed (its
+    `best`: runner.report.standing's rule, as the terminal's `*`)."""
     columns = list(dict.fromkeys((r["level"], r["method"], r["subset"]) for r in rows))
     judges = _judges(rows)
     if not columns or not judges:
@@ -89,12 +93,10 @@ def _table(rows: Sequence[Mapping[str, Any]], title: str) -> Figure | None:
     for i, j in np.ndindex(grid.shape):
         if not math.isnan(grid[i, j]):
             ax.text(j, i, f"{grid[i, j]:.3f}", ha="center", va="center", fontsize=6.5)
-    for j in range(len(columns)):
-        llm = [(grid[i, j], i) for i, name in enumerate(judges)
-               if name != "iaa" and not math.isnan(grid[i, j])]
-        if llm:
-            best = max(llm)[1]
-            ax.add_patch(Rectangle((j - 0.5, best - 0.5), 1, 1, fill=False, lw=1.4))
+    for level, subset, method, judge in best:
+        if (level, method, subset) in columns and judge in judges:
+            ax.add_patch(Rectangle((columns.index((level, method, subset)) - 0.5,
+                                    judges.index(judge) - 0.5), 1, 1, fill=False, lw=1.4))
     ax.set_xticks(range(len(columns)),
                   [f"{lvl}\n{m}" + ("" if s == "all" else f"\n{s}") for lvl, m, s in columns])
     ax.set_yticks(range(len(judges)), judges)

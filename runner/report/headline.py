@@ -1,9 +1,12 @@
 """What a run prints last: the study's result, not only its counts.
 
 Per data set and aspect, each LLM judge's correlation with the human scores at each level of the
-job, with its 95% CI, the best judge marked; then one line per judge whose answers mostly failed
-to parse. A judge none of whose answers parsed makes the command fail (exit 1): its panels in the
-report would be empty without a word. Built from the rows of correlations.csv and summary.csv.
+job, with its 95% CI and n (the groups, items or systems it rests on), the best of the ranked
+judges marked (runner.report.standing); then one line per judge whose answers mostly failed
+to parse, and one per judge that gives one score to (nearly) every item. A judge none of whose
+answers parsed, or without spread, makes the command fail (exit 1): its panels in the report
+would be empty, or its figures noise, without a word. Built from the rows of correlations.csv
+and summary.csv.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 
 from runner.reduce.correlate import MIN_SYSTEMS
 from runner.reduce.jury import judge_name
+from runner.report.standing import MIN_PARSED_SHARE, MIN_POINTS, best_judges, no_spread, points
 
 __all__ = ["Headline", "headline", "system_note", "system_warnings", "unparsed_judges"]
 
@@ -32,7 +36,11 @@ class Headline:
     scoreless: list[str] = field(default_factory=list)
     """Judges with answers and not one parsed score (the run fails)."""
     warnings: list[str] = field(default_factory=list)
-    """What the numbers rest on where it is too little (system level over few systems)."""
+    """What the numbers rest on where it is too little (system level over few systems), and,
+    first, the judges whose scores track length or position (added by write_reports once the
+    reliability rows exist: runner.report.standing.bias_warnings)."""
+    no_spread: list[str] = field(default_factory=list)
+    """One line per judge that gives one score to (nearly) all its answers (the run fails)."""
 
 
 def headline(levels: Sequence[str], methods: Sequence[str],
@@ -50,27 +58,37 @@ def headline(levels: Sequence[str], methods: Sequence[str],
 
     Returns:
         A Headline: `lines` (empty when no LLM judge has a correlation), `unparsed`,
-        `scoreless`, `warnings` (system_warnings).
+        `scoreless`, `warnings` (system_warnings), `no_spread`.
     """
     method = PREFERRED_METHOD if PREFERRED_METHOD in methods else (methods or ["pearson"])[0]
     table: dict[tuple[str, str], dict[str, dict[str, Mapping[str, Any]]]] = {}
-    for row in correlations:
-        judge = "/" in row["judge"] or row["judge"] in juries
-        if judge and row["method"] == method and row["subset"] == "all" and \
-                _finite(row["value"]):
+    shown = [r for r in correlations if "/" in r["judge"] or r["judge"] in juries]
+    for row in shown:
+        if row["method"] == method and row["subset"] == "all" and _finite(row["value"]):
             cell = table.setdefault((row["dataset"], row["aspect"]), {})
             cell.setdefault(row["judge"], {})[row["level"]] = row
     unparsed, scoreless = _unparsed(summary)
     lines: list[str] = []
     if table:
-        shown = [lv for lv in levels if any(lv in by for j in table.values() for by in j.values())]
-        lines.append(f"correlation with the human scores ({method}, 95% CI; * best at "
-                     f"{shown[0] if shown else 'sample'} level):")
+        present = [lv for lv in levels
+                   if any(lv in by for j in table.values() for by in j.values())]
+        first = present[0] if present else "sample"
+        lines.append(f"correlation with the human scores ({method}, 95% CI, n; * best at "
+                     f"{first} level):")
         width = max(max(len(f"{d} / {a}"), *(len(j) + 2 for j in judges))
                     for (d, a), judges in table.items()) + 4
+        best = best_judges(shown, summary)  # among the judges the table shows
         for (dataset, aspect), judges in table.items():
-            lines += _block(dataset, aspect, judges, shown, width)
-    return Headline(lines, unparsed, scoreless, system_warnings(correlations))
+            lines += _block(dataset, aspect, judges, present, width,
+                            best.get((dataset, aspect, first, method, "all")))
+        lines.append(f"  n = groups (sample), items (dataset), systems (system); * only among "
+                     f"judges with >= {MIN_PARSED_SHARE:.0%} of answers parsed and n >= "
+                     f"{MIN_POINTS}")
+    flat = [f"judge {judge}: {top} of {scored} answers are \"{score}\" on {dataset} / {aspect} "
+            + ("(no spread): no correlation can be computed" if top == scored else
+               "(almost no spread): its correlations rest on the few answers that differ")
+            for judge, dataset, aspect, top, scored, score in no_spread(summary)]
+    return Headline(lines, unparsed, scoreless, system_warnings(correlations), flat)
 
 
 def system_note(correlations: Sequence[Mapping[str, Any]]) -> str | None:
@@ -105,22 +123,18 @@ def system_warnings(correlations: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def _block(dataset: str, aspect: str, judges: Mapping[str, Mapping[str, Mapping[str, Any]]],
-           levels: Sequence[str], width: int) -> list[str]:
+           levels: Sequence[str], width: int, best: str | None) -> list[str]:
     label = f"{dataset} / {aspect}"
-    out = [f"  {label}".ljust(width) + "".join(f"{lv:<24}" for lv in levels).rstrip()]
-    best = _best(judges, levels[0] if levels else "sample")
+    out = [f"  {label}".ljust(width) + "".join(f"{lv:<{_CELL}}" for lv in levels).rstrip()]
     for judge, by_level in judges.items():
         mark = "*" if judge == best else " "
-        cells = "".join(f"{_value(by_level.get(lv)):<24}" for lv in levels)
+        cells = "".join(f"{_value(by_level.get(lv)):<{_CELL}}" for lv in levels)
         out.append(f"  {mark} {judge}".ljust(width) + cells.rstrip())
     return out
 
 
-def _best(judges: Mapping[str, Mapping[str, Mapping[str, Any]]], level: str) -> str | None:
-    """The judge with the highest correlation at `level` (None when fewer than two have one)."""
-    values = {j: float(r[level]["value"]) for j, r in judges.items()
-              if level in r and _finite(r[level]["value"])}
-    return max(values, key=values.__getitem__) if len(values) > 1 else None
+_CELL = 30
+"""A cell's width: `-0.123 [-0.45, -0.67] n=1234` and two spaces."""
 
 
 def _value(row: Mapping[str, Any] | None) -> str:
@@ -128,7 +142,7 @@ def _value(row: Mapping[str, Any] | None) -> str:
         return "n/a"
     low, high = row.get("ci_low"), row.get("ci_high")
     ci = f" [{low:.2f}, {high:.2f}]" if _finite(low) and _finite(high) else ""
-    return f"{float(row['value']):.3f}{ci}"
+    return f"{float(row['value']):.3f}{ci} n={points(row)}"
 
 
 def _finite(value: Any) -> bool:

@@ -22,6 +22,7 @@ from runner.report.aggregate import MAX_POINTS, QUANTILES, counts, scatter_and_c
 from runner.report.browser import ItemRows, prompt_text, with_bodies
 from runner.report.headline import system_note, unparsed_judges
 from runner.report.relpage import reliability_page
+from runner.report.standing import MIN_PARSED_SHARE, MIN_POINTS, best_judges, no_spread
 
 __all__ = ["MAX_POINTS", "MAX_SYSTEMS", "QUANTILES", "page_data", "with_reliability"]
 
@@ -40,6 +41,7 @@ def page_data(expansion: Expansion, series: Mapping[tuple[str, str], Mapping[str
     `ranking`, ranking.csv's (shown with the battles)."""
     job = expansion.job
     juries = {j.name for j in job.juries}
+    best = best_judges(corr, summ)  # the terminal's `*` and `judge runs`' rule: one answer
     datasets: dict[str, dict[str, Any]] = {}
     for (dataset, aspect), judges in series.items():
         d = datasets.setdefault(dataset, {"name": dataset, "aspects": []})
@@ -51,6 +53,8 @@ def page_data(expansion: Expansion, series: Mapping[tuple[str, str], Mapping[str
             "aspect": aspect,
             "correlations": [dict(r) for r in corr
                              if r["dataset"] == dataset and r["aspect"] == aspect],
+            "best": [[level, subset, method, judge] for (ds, asp, level, method, subset), judge
+                     in best.items() if ds == dataset and asp == aspect],
             "scatter": {name: scatter for name, (scatter, _) in charts.items()},
             "distribution": {name: dist for name, (_, dist) in charts.items()},
             "human": counts(human),
@@ -72,6 +76,9 @@ def page_data(expansion: Expansion, series: Mapping[tuple[str, str], Mapping[str
                      "samples": p.samples} for p in job.prompts],
         "unparsed": [{"judge": j, "unparsed": u, "answered": a}
                      for j, u, a in unparsed_judges(summ)],
+        "ranked_if": {"parsed_share": MIN_PARSED_SHARE, "min_points": MIN_POINTS},
+        "no_spread": [{"judge": j, "dataset": ds, "aspect": asp, "top": t, "scored": n,
+                       "score": score} for j, ds, asp, t, n, score in no_spread(summ)],
         "levels": list(job.levels), "methods": list(job.methods), "bootstrap": job.bootstrap,
         "datasets": list(datasets.values()),
         "summary": [dict(s) for s in summ],

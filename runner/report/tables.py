@@ -13,7 +13,7 @@ import csv
 import io
 import math
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -217,13 +217,16 @@ def summary(tables: Tables) -> list[dict[str, Any]]:
         prompt, aspect, model = cells.judges[key % width]
         scores = cells.score[at][cells.scored[at]].tolist()
         failed = cells.failures[at].sum(axis=0).tolist()
+        top = Counter(scores).most_common(1)
         rows.append({"dataset": cells.datasets[key // width], "prompt": prompt,
                      "aspect": aspect, "model": model, "n": int(at.size), "scored": len(scores),
                      "mean": statistics.fmean(scores) if scores else None,
                      "std": statistics.stdev(scores) if len(scores) > 1 else None,
                      **{column: failed[FAILURES.index(kind)] for column, kind in
                         (("parse_failures", "parse"), ("refusals", "refusal"),
-                         ("api_failures", "api"))}})
+                         ("api_failures", "api"))},
+                     "top_score": top[0][0] if top else None,
+                     "top_count": top[0][1] if top else 0})
     return rows
 
 

@@ -26,6 +26,7 @@ import csv
 import io
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,7 @@ from runner.report.reliability import (
     reliability_markdown,
     reliability_rows,
 )
+from runner.report.standing import bias_warnings
 from runner.report.tables import (
     Tables,
     collect,
@@ -72,7 +74,7 @@ __all__ = ["Tables", "atomic_file", "collect", "comparison", "correlations", "ju
 CORRELATION_COLUMNS = ["dataset", "aspect", "judge", "level", "method", "subset", "value",
                        "n_groups", "n_items", "ci_low", "ci_high", "n_systems"]
 SUMMARY_COLUMNS = ["dataset", "prompt", "aspect", "model", "n", "scored", "mean", "std",
-                   "parse_failures", "refusals", "api_failures"]
+                   "parse_failures", "refusals", "api_failures", "top_score", "top_count"]
 JudgeSeries = Mapping[tuple[str, str], Mapping[str, Series]]
 
 
@@ -269,6 +271,10 @@ def _write_set(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgment
         page = page_data(expansion, series, corr, summ, battle_rows, board, manifest, rows,
                          ranking=ranking)
         reliability = reliable.result()
+    # the length and position rows only exist now (the child made them): their warnings join
+    # the headline's, printed after the table
+    tables.headline = replace(tables.headline, warnings=[
+        *bias_warnings(reliability), *tables.headline.warnings])
     write_atomic(out_dir / "report.md", (_markdown(expansion, corr, summ, notes)
                                          + battle_markdown(battle_rows)
                                          + ranking_markdown(ranking)

@@ -5,9 +5,17 @@
   // A judge with most answers unparsed: the same rule and numbers as the lines `judge run`
   // prints (runner.report.headline.unparsed_judges), at the very top of the page.
   function banner() {
-    const U = D.unparsed || [];
-    if (!U.length) return;
+    const U = D.unparsed || [], F = D.no_spread || [];
+    if (!U.length && !F.length) return;
     const b = el("div", { id: "banner", class: "banner", role: "alert" });
+    // a judge giving one score to (nearly) all its answers: the terminal's line, word for word
+    // (runner.report.standing.no_spread)
+    for (const f of F) {
+      b.append(el("div", { class: "banner-line no-spread" },
+        `judge ${f.judge}: ${f.top} of ${f.scored} answers are "${f.score}" on ${f.dataset} / ${f.aspect} ` +
+        (f.top === f.scored ? "(no spread): no correlation can be computed"
+                            : "(almost no spread): its correlations rest on the few answers that differ")));
+    }
     for (const u of U) {
       const parsed = u.answered - u.unparsed;
       b.append(el("div", { class: "banner-line" },

@@ -124,7 +124,7 @@
   }
 
   // --- correlations --------------------------------------------------------------------
-  function corrTable(rows) {
+  function corrTable(rows, bestOf) {
     const cols = [], seen = new Set();
     for (const r of rows) {
       const k = `${r.level}|${r.subset}|${r.method}`;
@@ -132,15 +132,10 @@
     }
     const judges = [...new Set(rows.map(r => r.judge))];
     const cell = new Map(rows.map(r => [`${r.judge}|${r.level}|${r.subset}|${r.method}`, r]));
-    const best = new Map();
-    for (const c of cols) {
-      let top = -Infinity;
-      for (const j of judges) {
-        const r = cell.get(`${j}|${c[3]}`);
-        if (j !== "iaa" && r && r.value !== null && r.value > top) top = r.value;
-      }
-      best.set(c[3], top);
-    }
+    // the best judge of each column, chosen in Python (runner.report.standing) by the rule
+    // the terminal's `*` and `judge runs` use: only judges with enough parsed answers and n
+    const best = new Set((bestOf || []).map(([level, subset, method, judge]) =>
+      `${judge}|${level}|${subset}|${method}`));
     const t = el("table", { class: "corr" });
     const h = el("tr", {}, el("th", { text: "judge" }));
     for (const c of cols) h.append(el("th", { text: `${c[0]} ${c[2]}` + (c[1] === "all" ? "" : ` (${c[1]})`) }));
@@ -156,7 +151,7 @@
         if (r && r.value !== null) {
           td.append(fmt(r.value));
           if (r.ci_low !== null) td.append(el("div", { class: "ci", text: `[${fmt(r.ci_low)}, ${fmt(r.ci_high)}]` }));
-          if (j !== "iaa" && r.value === best.get(c[3])) td.classList.add("best");
+          if (best.has(`${j}|${c[3]}`)) td.classList.add("best");
           if (c[0] === "dataset" && c[1] === "all") n = r.n_items;
         }
         tr.append(td);
@@ -266,8 +261,8 @@
     if (!d.aspects.length) s.append(el("p", { class: "note", text: "No human ratings in this data set, so no correlations: see the failures, battles, leaderboard and item browser below." }));
     for (const a of d.aspects) {
       s.append(el("h3", { text: `${d.name}: ${a.aspect}` }));
-      s.append(el("h4", { text: "Correlation with human ratings (best judge per column in bold; iaa = annotator 2 vs annotator 1)" }));
-      s.append(scroller(corrTable(a.correlations)));
+      s.append(el("h4", { text: `Correlation with human ratings (best judge per column in bold, among judges with at least ${Math.round(100 * D.ranked_if.parsed_share)}% of their answers parsed and n >= ${D.ranked_if.min_points}; iaa = annotator 2 vs annotator 1)` }));
+      s.append(scroller(corrTable(a.correlations, a.best)));
       if (a.system_note) s.append(el("p", { class: "note", text: a.system_note }));
       const forests = el("div", { class: "plots" });
       for (const lvl of D.levels) for (const m of D.methods.slice(0, 1)) {
