@@ -97,6 +97,9 @@ COT = ("Step 1: the summary covers 2 of the 3 key points.\nStep 2: it has 1 erro
 def test_number_reads_the_last_number_or_the_one_after_a_marker() -> None:
     assert parse("number", COT) == Scores({"score": 1.0})  # the first: what CoT used to give
     assert parse("number", COT, pick="last") == Scores({"score": 4.0})
+    # the last two numbers differ: the last, not the one before it
+    assert parse("number", "Draft: 2\nRevised: 3\nFinal: 5", pick="last") == Scores(
+        {"score": 5.0})
     assert parse("number", COT.replace("That is 4", "Really 5"), marker="score:") == Scores(
         {"score": 4.0})
     assert parse("number", "no verdict", marker="Score:") == Failure(
@@ -426,8 +429,17 @@ def test_the_fit_solves_the_bradley_terry_equations_and_has_cis() -> None:
                _battle("w", "x", 0, 0, 10), _battle("w", "y", 1, 2, 5)]
     rows_ = rank_rows(battles, n_boot=300, seed=1)
     assert [r["model"] for r in rows_] == ["x", "y", "z", "w"]
+    _assert_solves(battles, rows_)
+    for r in rows_:
+        assert r["ci_low"] < r["strength"] < r["ci_high"]
+    assert rank_rows(battles, n_boot=300, seed=1) == rows_  # seeded
+
+
+def _assert_solves(battles: list[dict[str, Any]], rows_: list[dict[str, Any]]) -> None:
+    """Each system's expected score equals its observed score (wins + half the ties, with the
+    prior): the Bradley-Terry equations."""
     p = {r["model"]: math.exp(r["strength"]) for r in rows_}
-    for m in p:  # expected score = observed score (wins + half the ties, with the prior)
+    for m in p:
         expected = observed = 0.0
         for b in battles:
             if m not in (b["model_a"], b["model_b"]):
@@ -438,9 +450,25 @@ def test_the_fit_solves_the_bradley_terry_equations_and_has_cis() -> None:
             observed += won + (b["ties"] + b["inconsistent"] + 0.1) / 2
             expected += games * p[m] / (p[m] + p[other])
         assert expected == pytest.approx(observed, rel=1e-3)
+
+
+def test_a_system_that_wins_every_battle_has_a_finite_fitted_strength() -> None:
+    """No loss, no tie: without the prior's virtual tie its strength would run off to
+    infinity; with it the fit converges to the equations' solution, CIs included."""
+    top, bottom = rank_rows([_battle("b", "a", 0, 0, 10)], n_boot=0)
+    expected = math.log((10 + 0.05) / 0.05) / 2
+    assert (top["model"], top["wins"], top["losses"], bottom["model"]) == ("a", 10, 0, "b")
+    assert top["strength"] == pytest.approx(expected, abs=1e-4)
+    assert bottom["strength"] == pytest.approx(-expected, abs=1e-4)
+    battles = [_battle("a", "b", 10, 0, 0), _battle("c", "a", 0, 0, 10),
+               _battle("b", "c", 6, 0, 4)]
+    rows_ = rank_rows(battles, n_boot=200, seed=1)
+    assert [r["model"] for r in rows_] == ["a", "b", "c"]
+    assert (rows_[0]["wins"], rows_[0]["battles"]) == (20, 20)
+    _assert_solves(battles, rows_)
     for r in rows_:
-        assert r["ci_low"] < r["strength"] < r["ci_high"]
-    assert rank_rows(battles, n_boot=300, seed=1) == rows_  # seeded
+        assert math.isfinite(r["ci_low"]) and math.isfinite(r["ci_high"])
+        assert r["ci_low"] <= r["strength"] <= r["ci_high"]
 
 
 def test_battles_over_three_systems_write_a_ranking(write_job: JobWriter,
