@@ -550,6 +550,13 @@ def test_kendall_with_a_constant_side_is_nan() -> None:
     assert _coef.kendall([1, 1, 2], [1, 2, 3]) == stats.kendalltau([1, 1, 2], [1, 2, 3]).statistic
 
 
+def test_kendall_of_identical_or_reversed_ties_is_exactly_one_or_minus_one() -> None:
+    """With ties, tau-b's c / sqrt(n) / sqrt(n) rounds past 1 (1.0000000000000002 for five
+    points of two values): the clip keeps it in [-1, 1], as scipy does."""
+    x = np.array([0.0, 1.0, 0.0, 1.0, 0.0])
+    assert _coef.kendall(x, x) == 1.0 and _coef.kendall(x, -x) == -1.0
+
+
 def test_kendall_of_large_continuous_samples_is_scipy_bit_for_bit() -> None:
     rng = np.random.default_rng(3)
     x, y = rng.random(20_000), rng.random(20_000) + rng.integers(0, 3, 20_000)
