@@ -16,7 +16,13 @@ import pytest
 from runner.errors import CacheError
 from runner.execute.store import pgcache
 from runner.execute.store.backend import open_cache
-from runner.execute.store.lease import LeaseHeldError, describe, lease_id, lease_name
+from runner.execute.store.lease import (
+    FolderLease,
+    LeaseHeldError,
+    describe,
+    lease_id,
+    lease_name,
+)
 from tests.fakeserver import ThreadedServer
 from tests.test_cli import OPENMEVA, SUBPROCESS_TIMEOUT_S, clean_env, error_line, judge_cmd
 
@@ -143,6 +149,18 @@ def test_each_backend_lets_one_holder_at_a_time_and_says_who(location: str) -> N
                 pass
         with b.lease(name, describe()):  # released: the next one takes it
             pass
+
+
+def test_a_released_folder_lease_names_no_holder(tmp_path: Path) -> None:
+    """Release empties the lease file: a run that finds the lock taken between another's open
+    and write reads "" ("has not written its description yet"), never a finished run."""
+    lease = FolderLease(tmp_path, "job j shard all", "host h pid 1 since then: judge run j")
+    assert lease.path.read_text() == "host h pid 1 since then: judge run j"
+    lease.release()
+    lease.release()  # twice: the second does nothing
+    assert lease.path.read_bytes() == b""
+    with FolderLease(tmp_path, "job j shard all", "pid 2") as again:  # free again
+        assert again.path == lease.path and again.path.read_text() == "pid 2"
 
 
 def test_a_lease_taken_by_another_run_while_the_connection_was_down_stops_the_holder(
