@@ -428,6 +428,7 @@ def test_compare_detects_a_real_difference() -> None:
     for c in result:
         assert c.diff is not None and c.ci_low is not None and c.p_value is not None
         assert c.diff > 0 and c.ci_low > 0 and c.p_value < 0.01, c
+        assert c.n_groups == (60 if c.subset == "all" else 30)  # each subset its own groups
     values = by_key(correlate(good, levels=("sample", "dataset"), n_boot=0))
     for c in result:
         assert c.judge_a == values[c.level, c.method, c.subset].value
@@ -454,14 +455,30 @@ def test_compare_pairs_common_scored_items_only() -> None:
     assert result[0].judge_a == pytest.approx(scipy_value(
         "kendall", [r.judge for r in kept], [r.human for r in kept]))  # type: ignore[misc]
     assert result[0].n_groups == 19
+    swapped = compare(b, a, levels=("dataset",), methods=("kendall",), n_boot=0)[0]
+    assert (swapped.judge_a, swapped.judge_b, swapped.n_groups) == (
+        result[0].judge_b, result[0].judge_a, 19)  # the first judge's gaps are left out too
+
+
+def test_compare_of_an_undefined_coefficient_has_no_difference() -> None:
+    a = synthetic(13)
+    flat = [Row(r.group, r.system, r.subset, 3.0, r.human) for r in a]  # a constant judge
+    (c,) = compare(flat, a, levels=("dataset",), methods=("pearson",), n_boot=50)
+    assert c.judge_a is None and c.judge_b is not None
+    assert (c.diff, c.ci_low, c.ci_high, c.p_value) == (None, None, None, None)
 
 
 def test_compare_rejects_duplicates_mismatches_and_system_level() -> None:
     a = synthetic(11)
     with pytest.raises(DataError, match="two rows"):
         compare(a + a[:1], a)
-    with pytest.raises(DataError, match="different human"):
-        compare(a, [Row(r.group, r.system, r.subset, r.judge, r.human + 1) for r in a])
+    # the first row whose output an earlier row has, the first pair whose humans differ
+    with pytest.raises(DataError, match="group 'g1', system 's2', subset ''; compare"):
+        compare(a + a[7:8] + a[:1], a)
+    differ = [Row(r.group, r.system, r.subset, r.judge, r.human + (i in (6, 9)))
+              for i, r in enumerate(a)]
+    with pytest.raises(DataError, match=r"group 'g1', system 's1': .* \(5\.0 vs 6\.0\)"):
+        compare(a, differ)
     with pytest.raises(ConfigError, match="system"):
         compare(a, a, levels=("system",))
 
