@@ -460,6 +460,12 @@ def test_compare_pairs_common_scored_items_only() -> None:
         result[0].judge_b, result[0].judge_a, 19)  # the first judge's gaps are left out too
 
 
+def test_compare_defaults_to_1000_resamples_of_seed_0() -> None:
+    base = synthetic(14, discrete=False)
+    a, b = noisy(base, 1, 0.3), noisy(base, 2, 0.6)
+    assert compare(a, b) == compare(a, b, levels=("sample", "dataset"), n_boot=1000, seed=0)
+
+
 def test_compare_of_an_undefined_coefficient_has_no_difference() -> None:
     a = synthetic(13)
     flat = [Row(r.group, r.system, r.subset, 3.0, r.human) for r in a]  # a constant judge
