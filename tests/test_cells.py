@@ -329,6 +329,7 @@ def test_failures_are_counted_by_type_and_an_unknown_type_not_at_all() -> None:
 def test_no_cells_are_empty_columns() -> None:
     for cells in (Cells.empty(), CellBuilder(_expansion({"d": [_item("i")]}, ())).finish()):
         assert isinstance(cells, Cells) and len(cells) == 0 and cells.keys() == []
+        assert not hasattr(cells, "__dict__")  # slots
         for column in (cells.item, cells.judge, cells.score, cells.scored):
             assert column.shape == (0,)
         assert cells.failures.shape == (0, 3)

@@ -15,7 +15,8 @@ _LIMITER, _PARSERS = "runner/execute/limiter.py", "runner/parse/parsers.py"
 _RATINGS, _FORMS = "runner/parse/ratings.py", "runner/parse/forms.py"
 _METRICS, _COEF, _KENDALL = ("runner/parse/metrics.py", "runner/reduce/_coef.py",
                              "runner/reduce/_kendall.py")
-_REDUCE_CELLS = "runner/reduce/cells.py"
+_REDUCE_CELLS, _CORRELATE = "runner/reduce/cells.py", "runner/reduce/correlate.py"
+_RANKING, _LEASE = "runner/reduce/ranking.py", "runner/execute/store/lease.py"
 EQUIVALENT: tuple[tuple[str, str, str, str], ...] = (
     (_LIMITER, "__init__", "60 / rpm) if rpm else (0.0)", "the period is only used with rpm"),
     (_LIMITER, "__init__", "tpm / 60 if tpm else (1.0)", "the token rate is only read with tpm"),
@@ -92,4 +93,27 @@ EQUIVALENT: tuple[tuple[str, str, str, str], ...] = (
      "a copy: the same values"),
     (_REDUCE_CELLS, "_column", "return np.array(values, dtype=dtype) -> return None",
      "unreachable"),
+    # correlate.py's paired bootstrap. _keys codes (group, system, subset) in mixed radix; a
+    # field with no labels in either series has no rows to code.
+    (_CORRELATE, "_keys", "or [(1)]", "no labels, no rows: the table is never indexed"),
+    (_CORRELATE, "_keys", "max(len(known), (0))", "no labels, no rows: any width"),
+    (_CORRELATE, "_keys", "(o * width - c)", "with c in [0, width), o * width - c is one to "
+     "one as well, and both series are coded alike"),
+    (_CORRELATE, "_keys", "strict=(False)", "two lists of two"),
+    (_CORRELATE, "compare", "strict=(False)", "the paired series have the same groups, so "
+     "the same selections and methods on both sides"),
+    # ranking.py's MM fit. p is (resamples, systems) and games (resamples, systems, systems),
+    # symmetric in the last two axes; each step rescales p to a geometric mean of 1.
+    (_RANKING, "_fit", "p[:, None, :])).sum((1))", "games / (p_i + p_j) is symmetric in i, j"),
+    (_RANKING, "_fit", "np.log(new).mean((1)", "axis 1 of a 2-d array is its last"),
+    (_RANKING, "_fit", "logs.mean((1)", "axis 1 of a 2-d array is its last"),
+    (_RANKING, "_fit", "(logs + logs.mean(", "logs' mean is already 0 up to rounding"),
+    (_RANKING, "_fit", "<= TOLERANCE)", "a change of exactly 1e-10"),
+    (_RANKING, "_fit", "np.abs((new + p))", "runs to the cap: a fit that moves under 1e-10 "
+     "a step moves no strength by the 1e-4 it is rounded to"),
+    (_RANKING, "_intervals", "k = wins.shape[(1)]", "wins is (k, k, 3)"),
+    (_RANKING, "_intervals", "np.triu_indices(k, (0))", "the diagonal holds no battle: its "
+     "zero-probability outcomes draw nothing and take nothing from the random stream"),
+    (_LEASE, "__init__", "os.ftruncate(self._fd, (1))", "the description written next from "
+     "offset 0 is never empty (describe), so it covers the one byte kept"),
 )
