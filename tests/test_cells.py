@@ -17,7 +17,7 @@ import pytest
 from runner.data.datasets import Item
 from runner.expand import Task
 from runner.job.spec import JurySpec
-from runner.reduce.cells import CellBuilder
+from runner.reduce.cells import CellBuilder, Cells, grouped
 from runner.reduce.correlate import Row, correlate
 from runner.reduce.judgments import Judgment
 from runner.reduce.jury import judge_name, verdicts
@@ -162,8 +162,19 @@ def _reference_summary(cells: dict[tuple[str, str, str, str, str], list[Any]]
                      "mean": statistics.fmean(scores) if scores else None,
                      "std": statistics.stdev(scores) if len(scores) > 1 else None,
                      "parse_failures": errors.count("parse"), "refusals": errors.count("refusal"),
-                     "api_failures": errors.count("api")})
+                     "api_failures": errors.count("api"),
+                     # the commonest score, the first to reach its count in item order
+                     **_top(scores)})
     return rows
+
+
+def _top(scores: list[float]) -> dict[str, Any]:
+    counts: dict[float, int] = {}
+    for score in scores:
+        counts[score] = counts.get(score, 0) + 1
+    most = max(counts.values(), default=0)
+    return {"top_score": next((s for s, n in counts.items() if n == most), None),
+            "top_count": most}
 
 
 def _reference_rows(expansion: Any, cells: dict[tuple[str, str, str, str, str], list[Any]]
@@ -262,6 +273,87 @@ def test_the_mean_of_several_samples_is_fmean_bit_for_bit() -> None:
     got = builder.finish().score.tolist()
     assert got == [statistics.fmean(v) for v in values]
     assert got[0] != sum(values[0]) / 3  # what a running sum would give
+
+
+def _item(item_id: str, dataset: str = "d") -> Item:
+    return Item(dataset=dataset, item_id=item_id, group="g", system="s", subset="", fields={},
+                human={}, annotators={}, metrics={})
+
+
+def test_means_take_the_integer_shortcut_only_where_it_is_exact() -> None:
+    """The shortcut (the first score plus the rest summed) is fsum's value only for whole
+    scores whose sums stay exact: fractions alone, and whole numbers past 2**52, take fsum."""
+    it = _item("i")
+    for values in ([[0.3, 0.1, 0.2]], [[1.0, 2.0 ** 53, 1.0], [2.0, 3.0]]):
+        builder = CellBuilder(_expansion({"d": [it]}, ()))
+        for k, scores in enumerate(values):
+            for s in scores:
+                builder.add("d", it, ("p1", "a", f"m{k}"), s, None)
+        assert builder.finish().score.tolist() == [statistics.fmean(v) for v in values]
+
+
+def test_an_item_or_a_judge_the_job_does_not_list_gets_cells_of_its_own() -> None:
+    """An item missing from the expansion's lists, judged by a listed judge, and a judge met
+    only while collecting (the grid widens from one column): each cell apart."""
+    listed = _item("listed")
+    expansion = types.SimpleNamespace(
+        items={"d": [listed]}, job=types.SimpleNamespace(prompts=[types.SimpleNamespace(
+            name="p", datasets=(), aspects=("a",))]),
+        judges=lambda p: [types.SimpleNamespace(name="m")])
+    builder = CellBuilder(expansion)  # type: ignore[arg-type]
+    builder.add("d", _item("stray"), ("p", "a", "m"), 4.0, None)
+    builder.add("d", listed, ("p", "a", "m"), 2.0, None)
+    builder.add("d", _item("stray"), ("p", "a", "late"), 3.0, None)
+    builder.add("d", listed, ("p", "a", "late"), 5.0, None)
+    builder.add("d", listed, ("p", "a", "m"), 1.0, None)  # a second sample of a cell
+    cells = builder.finish()
+    assert cells.keys() == [("d", "stray", "p", "a", "m"), ("d", "listed", "p", "a", "m"),
+                            ("d", "stray", "p", "a", "late"), ("d", "listed", "p", "a", "late")]
+    assert cells.score.tolist() == [4.0, 1.5, 3.0, 5.0]
+
+
+def test_a_prompt_limited_to_data_sets_lists_its_judges_only_there() -> None:
+    """Judge codes follow the job's listing per data set as each is met: a prompt with
+    `datasets` is listed when its own data set opens, not another's."""
+    prompts = [types.SimpleNamespace(name="only2", datasets=("d2",), aspects=("a",)),
+               types.SimpleNamespace(name="all", datasets=(), aspects=("a", "b"))]
+    one, two = _item("x", "d1"), _item("y", "d2")
+    expansion = types.SimpleNamespace(items={"d1": [one], "d2": [two]},
+                                      job=types.SimpleNamespace(prompts=prompts),
+                                      judges=lambda p: [types.SimpleNamespace(name="m")])
+    builder = CellBuilder(expansion)  # type: ignore[arg-type]
+    builder.add("d1", one, ("all", "b", "m"), 3.0, None)
+    builder.add("d2", two, ("only2", "a", "m"), 4.0, None)
+    assert builder.finish().judges == [("all", "a", "m"), ("all", "b", "m"),
+                                       ("only2", "a", "m")]
+
+
+def test_failures_are_counted_by_type_and_an_unknown_type_not_at_all() -> None:
+    it = _item("i")
+    builder = CellBuilder(_expansion({"d": [it]}, ()))
+    for failure in ("api", "parse", "api", "length", None):
+        builder.add("d", it, ("p1", "a", "m1"), None, failure)
+    cells = builder.finish()
+    assert cells.failures.tolist() == [[1, 0, 2]] and not cells.scored.any()
+
+
+def test_no_cells_are_empty_columns() -> None:
+    for cells in (Cells.empty(), CellBuilder(_expansion({"d": [_item("i")]}, ())).finish()):
+        assert isinstance(cells, Cells) and len(cells) == 0 and cells.keys() == []
+        assert not hasattr(cells, "__dict__")  # slots
+        for column in (cells.item, cells.judge, cells.score, cells.scored):
+            assert column.shape == (0,)
+        assert cells.failures.shape == (0, 3)
+    assert Cells.empty().item_dataset.shape == (0,)
+
+
+def test_grouped_keeps_first_appearance_past_a_radix_of_int16() -> None:
+    """Up to 32,767 distinct keys rank in int16, more in int32; none is ([], [])."""
+    assert grouped(np.zeros(0, dtype=np.int32), 4) == ([], [])
+    keys = np.concatenate([np.arange(40_000)[::-1], [5, 39_999]])
+    distinct, positions = grouped(keys, 40_000)
+    assert distinct == list(range(40_000))[::-1]
+    assert positions[0].tolist() == [0, 40_001] and positions[-6].tolist() == [39_994, 40_000]
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -13,7 +13,15 @@ import orjson
 import pytest
 from multidict import CIMultiDict
 
-from runner.errors import APIError, AuthError, ConnectError, RequestError, RetryableError
+from runner import errors
+from runner.errors import (
+    APIError,
+    AuthError,
+    ConnectError,
+    RequestError,
+    RetryableError,
+    scrub,
+)
 from runner.execute.client import MAX_WAIT_S, post_chat, retry_after
 from tests.fakeserver import ThreadedServer
 
@@ -251,6 +259,35 @@ async def test_a_server_that_echoes_the_key_is_scrubbed(server: ThreadedServer,
     for text in (str(error), error.reason, error.detail):
         assert key not in text and "0123456789" not in text, text
     assert "[redacted]" in error.detail
+
+
+def test_scrub_removes_registered_and_given_secrets_of_six_characters_or_more(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(errors, "_SECRETS", set())  # this test's registry, not the process's
+    planted = "zq7Yx!p9"  # matches no key shape: only registering it removes it
+    for value in (planted, "abc123", "five5", "", None):
+        errors.register_secret(value)
+    assert scrub(f"echo {planted}, {planted} and abc123.") == \
+        "echo [redacted], [redacted] and [redacted]."
+    assert scrub("five5 stays: under six characters would blank ordinary words") == \
+        "five5 stays: under six characters would blank ordinary words"
+    assert scrub("given g1v3n! and shrt", ("g1v3n!", "shrt", "")) == "given [redacted] and shrt"
+
+
+@pytest.mark.parametrize(("text", "scrubbed"), [
+    ("Authorization: Bearer abc.DEF-123", "Authorization: Bearer [redacted]"),
+    ("bearer of news", "bearer of news"),
+    ("sk-proj-abcdefgh12 and rk-12345678", "[redacted] and [redacted]"),
+    ("sk-1234567 is too short", "sk-1234567 is too short"),
+    ("AIzaSyA0123456789abcdefghij", "[redacted]"),
+    ("GET /v1?key=0123456789abcdef&x=1", "GET /v1?key=***&x=1"),  # a URL's token
+    ('{"api_key": "0123456789abcdef"}', '{"api_key": "[redacted]"}'),
+    ("access-token: 0123456789ab", "access-token: [redacted]"),
+    ("token=short", "token=short"),
+    ("the key point: 4 of 5", "the key point: 4 of 5"),
+])
+def test_scrub_removes_what_is_shaped_like_a_key(text: str, scrubbed: str) -> None:
+    assert scrub(text) == scrubbed
 
 
 async def test_authorization_only_with_a_key(server: ThreadedServer,

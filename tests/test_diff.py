@@ -51,7 +51,11 @@ def test_diff_of_a_parser_change(server: ThreadedServer, tmp_path: Path, data_di
              if r["judge"] == "fake/stars" and r["subset"] == "all"}
     # every level but system (its CI is a bootstrap over systems, not groups), every method
     assert {(r["level"], r["method"]) for r in diffs} == {k for k in before if k[0] != "system"}
+    # the groups resampled: those both runs scored
+    scored = [{r["group"] for r in _rows(out / "history" / run / "scores.csv")
+               if r["judge_score"] != ""} for run in (first, second)]
     for r in diffs:
+        assert int(r["n_groups"]) == len(scored[0] & scored[1]) > 1, r
         a, b, change = float(r["value_a"]), float(r["value_b"]), float(r["change"])
         assert math.isclose(a, before[r["level"], r["method"]])
         assert math.isclose(b, after[r["level"], r["method"]])

@@ -29,7 +29,7 @@ from runner.parse.parsers import Choice, Failure, Scores, get_parser
 from runner.reduce._systems import system_rows
 from runner.reduce.correlate import Row, _system_value, correlate
 from runner.reduce.jury import verdict
-from runner.reduce.ranking import rank_rows
+from runner.reduce.ranking import rank_rows, ranking_markdown
 from runner.reduce.resample import Resamples
 from runner.report.headline import headline, system_warnings
 from runner.report.html import read_page_data
@@ -97,6 +97,9 @@ COT = ("Step 1: the summary covers 2 of the 3 key points.\nStep 2: it has 1 erro
 def test_number_reads_the_last_number_or_the_one_after_a_marker() -> None:
     assert parse("number", COT) == Scores({"score": 1.0})  # the first: what CoT used to give
     assert parse("number", COT, pick="last") == Scores({"score": 4.0})
+    # the last two numbers differ: the last, not the one before it
+    assert parse("number", "Draft: 2\nRevised: 3\nFinal: 5", pick="last") == Scores(
+        {"score": 5.0})
     assert parse("number", COT.replace("That is 4", "Really 5"), marker="score:") == Scores(
         {"score": 4.0})
     assert parse("number", "no verdict", marker="Score:") == Failure(
@@ -430,8 +433,17 @@ def test_the_fit_solves_the_bradley_terry_equations_and_has_cis() -> None:
                _battle("w", "x", 0, 0, 10), _battle("w", "y", 1, 2, 5)]
     rows_ = rank_rows(battles, n_boot=300, seed=1)
     assert [r["model"] for r in rows_] == ["x", "y", "z", "w"]
+    _assert_solves(battles, rows_)
+    for r in rows_:
+        assert r["ci_low"] < r["strength"] < r["ci_high"]
+    assert rank_rows(battles, n_boot=300, seed=1) == rows_  # seeded
+
+
+def _assert_solves(battles: list[dict[str, Any]], rows_: list[dict[str, Any]]) -> None:
+    """Each system's expected score equals its observed score (wins + half the ties, with the
+    prior): the Bradley-Terry equations."""
     p = {r["model"]: math.exp(r["strength"]) for r in rows_}
-    for m in p:  # expected score = observed score (wins + half the ties, with the prior)
+    for m in p:
         expected = observed = 0.0
         for b in battles:
             if m not in (b["model_a"], b["model_b"]):
@@ -442,9 +454,72 @@ def test_the_fit_solves_the_bradley_terry_equations_and_has_cis() -> None:
             observed += won + (b["ties"] + b["inconsistent"] + 0.1) / 2
             expected += games * p[m] / (p[m] + p[other])
         assert expected == pytest.approx(observed, rel=1e-3)
+
+
+def test_a_system_that_wins_every_battle_has_a_finite_fitted_strength() -> None:
+    """No loss, no tie: without the prior's virtual tie its strength would run off to
+    infinity; with it the fit converges to the equations' solution, CIs included."""
+    top, bottom = rank_rows([_battle("b", "a", 0, 0, 10)], n_boot=0)
+    expected = math.log((10 + 0.05) / 0.05) / 2
+    assert (top["model"], top["wins"], top["losses"], bottom["model"]) == ("a", 10, 0, "b")
+    assert top["strength"] == pytest.approx(expected, abs=1e-4)
+    assert bottom["strength"] == pytest.approx(-expected, abs=1e-4)
+    battles = [_battle("a", "b", 10, 0, 0), _battle("c", "a", 0, 0, 10),
+               _battle("b", "c", 6, 0, 4)]
+    rows_ = rank_rows(battles, n_boot=200, seed=1)
+    assert [r["model"] for r in rows_] == ["a", "b", "c"]
+    assert (rows_[0]["wins"], rows_[0]["battles"]) == (20, 20)
+    _assert_solves(battles, rows_)
     for r in rows_:
-        assert r["ci_low"] < r["strength"] < r["ci_high"]
-    assert rank_rows(battles, n_boot=300, seed=1) == rows_  # seeded
+        assert math.isfinite(r["ci_low"]) and math.isfinite(r["ci_high"])
+        assert r["ci_low"] <= r["strength"] <= r["ci_high"]
+
+
+def test_a_single_battle_or_none_still_fits() -> None:
+    """One battle: the prior's tenth of a tie is what keeps the loser finite. A pair whose
+    battles all dropped out (a row of zeros) leaves its system unranked by them, not NaN."""
+    top, bottom = rank_rows([_battle("a", "b", 1, 0, 0)], n_boot=0)
+    assert top["strength"] == pytest.approx(math.log(1.05 / 0.05) / 2, abs=1e-4)
+    assert bottom["strength"] == -top["strength"]
+    rows_ = {r["model"]: r for r in rank_rows([_battle("a", "b", 3, 0, 1),
+                                                _battle("a", "c", 0, 0, 0)], n_boot=0)}
+    assert all(math.isfinite(r["strength"]) for r in rows_.values()) and rows_["c"][
+        "battles"] == 0
+    assert rows_["a"]["strength"] - rows_["b"]["strength"] == pytest.approx(
+        math.log(3.05 / 1.05), abs=2e-4)
+    none = rank_rows([_battle("a", "b", 0, 0, 0)], n_boot=20)  # nothing to resample: no CI
+    assert [(r["strength"], r["ci_low"], r["ci_high"]) for r in none] == [(0, None, None)] * 2
+
+
+def test_the_cis_are_percentiles_of_the_fit_over_resampled_battles() -> None:
+    """Two systems have a closed form per resample: the CI is its 2.5th and 97.5th
+    percentiles over multinomial draws of the 60 battles (seeded), rounded to 4 places."""
+    battles = [_battle("a", "b", 30, 10, 18, 2)]
+    rows_ = rank_rows(battles, n_boot=200, seed=3)
+    draws = np.random.default_rng(3).multinomial(60, np.array([30, 12, 18]) / 60, size=200)
+    half = draws[:, 1] / 2 + 0.05
+    strength = np.log((draws[:, 0] + half) / (draws[:, 2] + half)) / 2
+    for r, sign in zip(rows_, (1, -1), strict=True):
+        low, high = np.percentile(sign * strength, [2.5, 97.5])
+        assert (r["ci_low"], r["ci_high"]) == (round(float(low), 4), round(float(high), 4))
+        assert r["strength"] == round(r["strength"], 4)
+    assert rank_rows(battles) == rank_rows(battles, n_boot=1000, seed=0)  # the defaults
+
+
+def test_the_ranking_section_of_report_md() -> None:
+    assert ranking_markdown([]) == ""  # no battle, no section
+    rows_ = rank_rows([_battle("a", "b", 6, 2, 1, 1)], n_boot=0)
+    rows_ += rank_rows([{**_battle("a", "b", 6, 2, 1, 1), "judge": "k/p"}], n_boot=50, seed=2)
+    lines = ranking_markdown(rows_).splitlines()
+    assert lines[:2] == ["", "## Ranking (Bradley-Terry over the battles)"]
+    ci = [f"[{r['ci_low']:.2f}, {r['ci_high']:.2f}]" for r in rows_[2:]]
+    assert lines[-6:] == [
+        "| judge | aspect | rank | model | strength | 95% CI | wins | ties | losses |",
+        "|---|---|---:|---|---:|---|---:|---:|---:|",
+        "| j/p | x | 1 | a | 0.54 |  | 6 | 3 | 1 |", "| j/p | x | 2 | b | -0.54 |  | 1 | 3 | 6 |",
+        f"| k/p | x | 1 | a | 0.54 | {ci[0]} | 6 | 3 | 1 |",
+        f"| k/p | x | 2 | b | -0.54 | {ci[1]} | 1 | 3 | 6 |"]
+    assert ranking_markdown(rows_).endswith("|\n")
 
 
 @pytest.mark.slow

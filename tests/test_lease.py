@@ -4,8 +4,11 @@ shards run together. Real `judge` processes, a slow fake server, a real folder a
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,7 +19,13 @@ import pytest
 from runner.errors import CacheError
 from runner.execute.store import pgcache
 from runner.execute.store.backend import open_cache
-from runner.execute.store.lease import LeaseHeldError, describe, lease_id, lease_name
+from runner.execute.store.lease import (
+    FolderLease,
+    LeaseHeldError,
+    describe,
+    lease_id,
+    lease_name,
+)
 from tests.fakeserver import ThreadedServer
 from tests.test_cli import OPENMEVA, SUBPROCESS_TIMEOUT_S, clean_env, error_line, judge_cmd
 
@@ -146,6 +155,47 @@ def test_each_backend_lets_one_holder_at_a_time_and_says_who(location: str) -> N
                 pass
         with b.lease(name, describe()):  # released: the next one takes it
             pass
+
+
+def test_a_lease_is_named_by_job_and_shard_with_an_id_stable_across_versions() -> None:
+    """The id names the lock file and the advisory lock: a run of another version of judge
+    must find the same one, and PostgreSQL's lock keys are signed 32-bit."""
+    assert lease_name("j", None) == "job j shard all" and lease_name("j", "1/4") == \
+        "job j shard 1/4"
+    assert (lease_id("job j shard all"), lease_id("job j shard 1/4")) == (802999755, 726057208)
+    assert all(0 <= lease_id(f"job {i}") < 2 ** 31 for i in range(200))
+
+
+def test_a_holder_s_description_names_it_without_a_password() -> None:
+    line = describe("judge run j --cache postgresql://u:pw@h/db?password=pw2&sslmode=require")
+    assert re.fullmatch(r"host \S+ pid \d+ since \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ: judge run j "
+                        r"--cache postgresql://u:\*\*\*@h/db\?password=\*\*\*&sslmode=require",
+                        line), line
+    assert describe().endswith(": " + " ".join(["judge", *sys.argv[1:]]))  # this process's
+
+
+def test_a_released_folder_lease_names_no_holder(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Release empties the lease file: a run that finds the lock taken between another's open
+    and write reads "" ("has not written its description yet"), never a finished run."""
+    lease = FolderLease(tmp_path, "job j shard all", "host h pid 1 since then: judge run j")
+    assert lease.path.read_text() == "host h pid 1 since then: judge run j"
+    lease.release()
+    closed: list[int] = []
+    monkeypatch.setattr(os, "close", closed.append)  # the second release closes nothing
+    lease.release()
+    monkeypatch.undo()
+    assert closed == [] and lease.path.read_bytes() == b""
+    assert stat.S_IMODE(lease.path.stat().st_mode) & 0o133 == 0  # rw-r--r-- at most
+    with FolderLease(tmp_path, "job j shard all", "pid 2") as again:  # free again
+        assert again.path == lease.path and again.path.read_text() == "pid 2"
+
+
+def test_a_second_holder_quotes_the_first_4_kib_of_the_description(tmp_path: Path) -> None:
+    with FolderLease(tmp_path, "job j shard all", "x" * 5000):
+        with pytest.raises(LeaseHeldError) as held:
+            FolderLease(tmp_path, "job j shard all", "second")
+    assert f"held by {'x' * 4096}; wait" in str(held.value)
 
 
 @pytest.mark.slow

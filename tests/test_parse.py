@@ -19,6 +19,7 @@ from runner.parse.parsers import (
     Combined,
     Failure,
     Scores,
+    aspect_key,
     check_options,
     combine,
     get_parser,
@@ -206,6 +207,24 @@ def test_form_bare_range_is_min_only_after_a_dashed_score() -> None:
         check(run("form", text, fields=F3, na_value=4), ("parse", "Coherence missing"))
     check(run("form", "Fluency (4-5)\nCoherence (1-5): fine\nAccuracy: 3", fields=F3),
           {"fluency": 4, "coherence": 1, "accuracy": 3})
+
+
+def test_an_en_dash_range_is_a_range_like_a_hyphen() -> None:
+    """"(1–5)" with an en dash (as word processors and many models write it) is the echoed
+    scale, never a score, and "(4–5)" is a score written into the label."""
+    check(run("number", "- Coherence (1–5): 3"), 3)
+    check(run("form", "Fluency (4–5)\nCoherence (1–5): fine\nAccuracy: 3", fields=F3),
+          {"fluency": 4, "coherence": 1, "accuracy": 3})
+    check(run("form", "Fluency: 4\nCoherence (1–5): fine\nAccuracy: 3", fields=F3),
+          ("parse", "Coherence missing"))
+
+
+def test_a_hyphenated_aspect_is_keyed_with_an_underscore() -> None:
+    """"Self-Consistency" and "self consistency" are one key, so an answer's "Self-Consistency"
+    value is the aspect's score whichever way the prompt spells it."""
+    assert aspect_key("Self-Consistency") == aspect_key("self  consistency") == "self_consistency"
+    check(run("json", '{"Self-Consistency": 4, "Fact-check": 2}'),
+          {"self_consistency": 4, "fact_check": 2})
 
 
 def test_form_na_in_brackets() -> None:

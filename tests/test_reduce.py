@@ -428,6 +428,7 @@ def test_compare_detects_a_real_difference() -> None:
     for c in result:
         assert c.diff is not None and c.ci_low is not None and c.p_value is not None
         assert c.diff > 0 and c.ci_low > 0 and c.p_value < 0.01, c
+        assert c.n_groups == (60 if c.subset == "all" else 30)  # each subset its own groups
     values = by_key(correlate(good, levels=("sample", "dataset"), n_boot=0))
     for c in result:
         assert c.judge_a == values[c.level, c.method, c.subset].value
@@ -454,14 +455,36 @@ def test_compare_pairs_common_scored_items_only() -> None:
     assert result[0].judge_a == pytest.approx(scipy_value(
         "kendall", [r.judge for r in kept], [r.human for r in kept]))  # type: ignore[misc]
     assert result[0].n_groups == 19
+    swapped = compare(b, a, levels=("dataset",), methods=("kendall",), n_boot=0)[0]
+    assert (swapped.judge_a, swapped.judge_b, swapped.n_groups) == (
+        result[0].judge_b, result[0].judge_a, 19)  # the first judge's gaps are left out too
+
+
+def test_compare_defaults_to_1000_resamples_of_seed_0() -> None:
+    base = synthetic(14, discrete=False)
+    a, b = noisy(base, 1, 0.3), noisy(base, 2, 0.6)
+    assert compare(a, b) == compare(a, b, levels=("sample", "dataset"), n_boot=1000, seed=0)
+
+
+def test_compare_of_an_undefined_coefficient_has_no_difference() -> None:
+    a = synthetic(13)
+    flat = [Row(r.group, r.system, r.subset, 3.0, r.human) for r in a]  # a constant judge
+    (c,) = compare(flat, a, levels=("dataset",), methods=("pearson",), n_boot=50)
+    assert c.judge_a is None and c.judge_b is not None
+    assert (c.diff, c.ci_low, c.ci_high, c.p_value) == (None, None, None, None)
 
 
 def test_compare_rejects_duplicates_mismatches_and_system_level() -> None:
     a = synthetic(11)
     with pytest.raises(DataError, match="two rows"):
         compare(a + a[:1], a)
-    with pytest.raises(DataError, match="different human"):
-        compare(a, [Row(r.group, r.system, r.subset, r.judge, r.human + 1) for r in a])
+    # the first row whose output an earlier row has, the first pair whose humans differ
+    with pytest.raises(DataError, match="group 'g1', system 's2', subset ''; compare"):
+        compare(a + a[7:8] + a[:1], a)
+    differ = [Row(r.group, r.system, r.subset, r.judge, r.human + (i in (6, 9)))
+              for i, r in enumerate(a)]
+    with pytest.raises(DataError, match=r"group 'g1', system 's1': .* \(5\.0 vs 6\.0\)"):
+        compare(a, differ)
     with pytest.raises(ConfigError, match="system"):
         compare(a, a, levels=("system",))
 
@@ -548,6 +571,13 @@ def test_kendall_with_a_constant_side_is_nan() -> None:
     for x, y in (([2, 2, 2, 2], [1, 2, 3, 4]), ([1, 2, 3, 4], [5, 5, 5, 5]), ([1, 1], [3, 3])):
         assert math.isnan(_coef.kendall(x, y))
     assert _coef.kendall([1, 1, 2], [1, 2, 3]) == stats.kendalltau([1, 1, 2], [1, 2, 3]).statistic
+
+
+def test_kendall_of_identical_or_reversed_ties_is_exactly_one_or_minus_one() -> None:
+    """With ties, tau-b's c / sqrt(n) / sqrt(n) rounds past 1 (1.0000000000000002 for five
+    points of two values): the clip keeps it in [-1, 1], as scipy does."""
+    x = np.array([0.0, 1.0, 0.0, 1.0, 0.0])
+    assert _coef.kendall(x, x) == 1.0 and _coef.kendall(x, -x) == -1.0
 
 
 def test_kendall_of_large_continuous_samples_is_scipy_bit_for_bit() -> None:

@@ -305,6 +305,10 @@ def test_compare_adds_williams_and_permutation(tst_run: Path) -> None:
     rows = read_csv(tst_run / "cmp" / "compare.csv")
     scores = read_csv(tst_run / "out" / "scores.csv")
     for r in rows:
+        # the groups resampled: every group whose items both judges scored, at each level
+        both = [{s["group"] for s in scores if s["aspect"] == r["aspect"] and s["prompt"] == p
+                 and s["judge_score"] != ""} for p in ("single", "multi")]
+        assert int(r["n_groups"]) == len(both[0] & both[1]) > 1, r
         if r["level"] != "dataset":
             assert r["williams_p"] == r["permutation_p"] == ""
             continue

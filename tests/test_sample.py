@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from runner.api import selection
 from runner.data.datasets import Item
 from runner.expand import sample_ids
 from tests.fakeserver import ThreadedServer
@@ -36,6 +37,20 @@ def test_items_without_groups_are_drawn_one_by_one() -> None:
     drawn = sample_ids(items, 7, seed=0)
     assert len(drawn) == 7 and drawn < {i.item_id for i in items}
     assert drawn != {i.item_id for i in items[:7]}  # not the first seven
+
+
+def test_the_seed_chooses_the_draw(data_dir: Path) -> None:
+    """Through runner.api.selection, as every command selects: one seed draws the same items
+    twice, another seed other items, no seed the seed 0."""
+    def drawn(seed: int | None) -> set[str]:
+        sel = selection(ROOT / "jobs" / "summeval.toml", models=("fake",),
+                        base_url="http://127.0.0.1:9/v1", sample=20, seed=seed,
+                        data_dir=data_dir, environ={})
+        assert sel.task_selection.seed == (seed or 0)
+        return {i.item_id for items in sel.expansion.items.values() for i in items}
+
+    assert len(drawn(3)) == 32 and drawn(3) == drawn(3) != drawn(4)
+    assert drawn(None) == drawn(0) != drawn(3)
 
 
 @pytest.mark.slow

@@ -19,6 +19,8 @@ import runner
 from runner import api
 from runner.cli.main import cli
 from runner.errors import ConfigError
+from runner.errors import redact_url as redact
+from runner.execute.shard import Shard
 from runner.selection import CacheLocation, TaskSelection
 from tests.fakeserver import ThreadedServer
 from tests.test_cli import ENV_KEYS, JOB, write_job
@@ -139,6 +141,60 @@ def test_the_manifest_records_the_selection_without_secrets(
     recorded = orjson.dumps(secret.recorded()).decode()
     assert "secret" not in recorded and "key@" not in recorded and "***" in recorded
     assert "secret" not in " ".join(secret.arguments())
+
+
+def test_a_selection_takes_loose_values_and_gives_them_back_as_options() -> None:
+    """Strings and lists become the fields' types; `arguments` is the command line that
+    selects the same tasks (URLs redacted), `recorded` the manifest's record of it."""
+    db, base = "postgresql://u:pw@h:5432/db", "http://u:pw@h/v1"
+    chosen = TaskSelection(job="jobs/x.toml", models="m1", out="o", shard="1/2", cache_dir="c",
+                           base_url=base, sample=3, seed=5, cache_url=db)
+    assert (chosen.models, chosen.out, chosen.cache_dir, chosen.shard) == (
+        ("m1",), Path("o"), Path("c"), Shard(1, 2))
+    assert TaskSelection(job="j", models=["a", "b"]).models == ("a", "b")
+    words = ["jobs/x.toml", "--model", "m1", "--base-url", redact(base), "--sample", "3",
+             "--seed", "5", "--cache-dir", "c", "--cache", redact(db), "--out", "o"]
+    assert chosen.arguments() == [*words, "--shard", "1/2"]
+    assert chosen.arguments(shard=False) == words
+    assert chosen.recorded() == {
+        "job": "jobs/x.toml", "models": ["m1"], "base_url": redact(base), "limit": None,
+        "sample": 3, "seed": 5, "cache_dir": "c", "cache_url": redact(db), "out": "o",
+        "shard": "1/2"}
+    bare = TaskSelection(job="j")
+    assert bare.arguments() == ["j"] and bare.drawn() is None
+    assert bare.recorded() == {**dict.fromkeys(chosen.recorded()), "job": "j", "models": []}
+    assert (chosen.drawn(), TaskSelection(job="j", sample=2).drawn()) == ((3, 5), (2, 0))
+    assert TaskSelection(job=runner.load_job("jobs/summeval.toml")).job_name().endswith(
+        "jobs/summeval.toml")
+
+
+def test_selections_are_frozen_keyword_only_value_objects() -> None:
+    for value in (CacheLocation(cache_dir="c"), TaskSelection(job="j")):
+        assert not hasattr(value, "__dict__")  # slots
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            value.cache_dir = Path("d")  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        CacheLocation("c")  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        TaskSelection("j")  # type: ignore[misc]
+
+
+def test_a_cache_location_is_the_url_else_the_folder_else_the_default() -> None:
+    db = "postgresql://u:pw@h:5432/db"
+    env = {"JUDGE_CACHE_DIR": "e", "JUDGE_CACHE_URL": db}
+    assert CacheLocation().location() == Path("cache") and CacheLocation().shown() == "cache"
+    folder = CacheLocation(cache_dir="c")
+    assert (folder.location(), folder.shown(), folder.arguments()) == (
+        Path("c"), "c", ["--cache-dir", "c"])
+    both = CacheLocation(cache_dir="c", cache_url=db)
+    assert (both.location(), both.shown()) == (db, redact(db))
+    assert CacheLocation().with_environment(env) == CacheLocation(cache_dir="e", cache_url=db)
+    assert both.with_environment({"JUDGE_CACHE_DIR": "e", "JUDGE_CACHE_URL": "postgresql://x/"}
+                                 ) == both  # given beats the environment
+    assert CacheLocation().with_environment({}) == CacheLocation(cache_dir="cache")
+    assert CacheLocation().recorded() == {"cache_dir": None, "cache_url": None}
+    with pytest.raises(ConfigError, match="expected a postgresql://"):
+        CacheLocation(cache_url="mysql://h/db").with_environment({})
 
 
 def test_the_api_takes_the_same_value(server: ThreadedServer, tmp_path: Path,

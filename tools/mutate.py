@@ -1,4 +1,4 @@
-"""Mutation testing of a few pure modules, each against its own tests (`make mutate`).
+"""Mutation testing of a few modules, each against its own tests (`make mutate`).
 
 A mutant is the module's source with one small change made on its syntax tree: a comparison
 flipped (`<` to `<=`, `==` to `!=`, `in` to `not in`, ...), an arithmetic or bitwise operator
@@ -61,6 +61,39 @@ TARGETS: dict[str, tuple[str, ...]] = {
     # the pool with a tokens-per-minute limit alone is the only test of `unlimited`
     "runner/execute/limiter.py": ("tests/test_limiter.py",
                                   "tests/test_execute.py::test_tpm_limit_alone_holds_in_the_pool"),
+    # scrub and register_secret; the CLI-level leak tests run in subprocesses, out of reach
+    "runner/errors.py": ("tests/test_client.py",),
+    "runner/execute/breaker.py": ("tests/test_breaker.py",),
+    # tests that reach the module in this process: a test that runs `judge` in a subprocess
+    # cannot be traced, and only slows the mutants of module-level lines
+    "runner/selection.py": ("tests/test_selection.py",
+                            *(f"tests/test_sample.py::test_{name}" for name in (
+                                "a_draw_takes_whole_groups_until_n_items",
+                                "the_seed_chooses_the_draw"))),
+    "runner/execute/store/lease.py": tuple(f"tests/test_lease.py::test_{name}" for name in (
+        "each_backend_lets_one_holder_at_a_time_and_says_who",
+        "a_lease_is_named_by_job_and_shard_with_an_id_stable_across_versions",
+        "a_holder_s_description_names_it_without_a_password",
+        "a_released_folder_lease_names_no_holder",
+        "a_second_holder_quotes_the_first_4_kib_of_the_description",
+        "a_lease_taken_by_another_run_while_the_connection_was_down_stops_the_holder")),
+    "runner/reduce/cells.py": ("tests/test_cells.py",),
+    # the Bradley-Terry tests alone: the rest of test_judges.py runs `judge` in subprocesses
+    "runner/reduce/ranking.py": tuple(f"tests/test_judges.py::test_{name}" for name in (
+        "two_systems_have_the_closed_form_strengths",
+        "the_fit_solves_the_bradley_terry_equations_and_has_cis",
+        "a_system_that_wins_every_battle_has_a_finite_fitted_strength",
+        "a_single_battle_or_none_still_fits",
+        "the_cis_are_percentiles_of_the_fit_over_resampled_battles",
+        "the_ranking_section_of_report_md")),
+    "runner/reduce/correlate.py": ("tests/test_reduce.py",),
+}
+
+# A target mutated in these functions only: correlate.py's paired bootstrap (`compare` and
+# what only it calls); the levels' statistics it shares with `correlate` are left out.
+FUNCTIONS: dict[str, frozenset[str]] = {
+    "runner/reduce/correlate.py": frozenset({"compare", "_keys", "_duplicate", "_take", "_pair",
+                                             "_comparison"}),
 }
 
 _COMPARE = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt,
@@ -308,8 +341,9 @@ class _Running:
 def _finish(run: _Running, code: int | None, source: bytes) -> Result:
     (run.copy / run.mutant.module).write_bytes(source)
     # exit 1: a test failed; 2: collection failed (the mutant broke the import); 3: internal
-    # error; 4 and 5 (usage error, nothing collected) mean a bad test selection, not a verdict
-    status = {None: "timeout", 0: "survived", 4: "error", 5: "error"}.get(code, "killed")
+    # error; 4: usage error, which after a passing baseline is a conftest.py that no longer
+    # imports (the mutant broke it); 5 (nothing collected) means a bad test selection
+    status = {None: "timeout", 0: "survived", 5: "error"}.get(code, "killed")
     m = run.mutant
     return Result(m.module, m.line, m.description, m.source_line, status,
                   round(time.monotonic() - run.started, 2), m.after)
@@ -369,13 +403,17 @@ def mutate_target(copies: list[Path], module: str, tests: tuple[str, ...]) -> li
     results: list[Result] = []
     todo = []
     for mutant in mutants(module, source):
+        if module in FUNCTIONS and mutant.function not in FUNCTIONS[module]:
+            continue
         reason, selected = equivalent(mutant), cover.select(mutant, tests)
         if reason or not selected:
             results.append(Result(module, mutant.line, mutant.description, mutant.source_line,
                                   "equivalent" if reason else "uncovered", 0.0, mutant.after,
                                   reason or ""))
         else:
-            seconds = sum(cover.tests[t][1] for t in selected if t in cover.tests)
+            # a module-level line runs all the target's tests: the whole baseline's time
+            seconds = cover.seconds if selected is tests else sum(
+                cover.tests[t][1] for t in selected if t in cover.tests)
             todo.append((mutant, selected, 10 + 3 * min(seconds, cover.seconds)))
     for n, result in enumerate(run_mutants(copies, todo, source), 1):
         results.append(result)

@@ -15,6 +15,8 @@ _LIMITER, _PARSERS = "runner/execute/limiter.py", "runner/parse/parsers.py"
 _RATINGS, _FORMS = "runner/parse/ratings.py", "runner/parse/forms.py"
 _METRICS, _COEF, _KENDALL = ("runner/parse/metrics.py", "runner/reduce/_coef.py",
                              "runner/reduce/_kendall.py")
+_REDUCE_CELLS, _CORRELATE = "runner/reduce/cells.py", "runner/reduce/correlate.py"
+_RANKING, _LEASE = "runner/reduce/ranking.py", "runner/execute/store/lease.py"
 EQUIVALENT: tuple[tuple[str, str, str, str], ...] = (
     (_LIMITER, "__init__", "60 / rpm) if rpm else (0.0)", "the period is only used with rpm"),
     (_LIMITER, "__init__", "tpm / 60 if tpm else (1.0)", "the token rate is only read with tpm"),
@@ -62,4 +64,56 @@ EQUIVALENT: tuple[tuple[str, str, str, str], ...] = (
     (_KENDALL, "group_signs", "np.triu_indices(n_groups, (0))", "the diagonal onto itself"),
     (_KENDALL, "tau_b_rows", "np.triu_indices(xs.shape[1], (0))", "i == j pairs add the same "
      "count to tot, xtie, ytie and both ties, which cancel"),
+    # cells.py. The integer shortcut of _means is exact while every partial sum stays under
+    # 2**53: a bound of 2**53 (or <= 2**52) keeps it exact, a smaller one only sends more cells
+    # to fsum, which gives the same value (tests/test_cells.py checks 3**52 and max / count).
+    (_REDUCE_CELLS, "", "float((2 * 52))", "a smaller bound: fsum, the same value"),
+    (_REDUCE_CELLS, "", "float(2 ** (53))", "sums under 2**53 are exact too"),
+    (_REDUCE_CELLS, "_means", "<= _EXACT)", "sums at 2**52 are exact too"),
+    # zip(strict=True) only checks lengths these columns have by construction
+    *((_REDUCE_CELLS, function, "strict=(False)", "columns of one length by construction")
+      for function in ("keys", "grouped", "_means", "_with_juries")),
+    (_REDUCE_CELLS, "grouped", "(len(distinct) <= 2 ** 15)",
+     "ranks run to len - 1: 32,767 fits int16"),
+    (_REDUCE_CELLS, "grouped", "(2 * 15)", "a smaller bound: int32 ranks, the same values"),
+    # _Grid's columns for the judges the job lists are made ahead to save widening; a judge
+    # without one gets it from column() on first use, under the same judge code (_open codes
+    # the listed judges before the grid is made). Any width >= col + 1 holds the new column,
+    # and when column() widens, col == stride >= 1, so 2 * stride >= col + 1 already.
+    (_REDUCE_CELLS, "__init__", "if (key in self.columns)", "column() makes each on first use"),
+    (_REDUCE_CELLS, "__init__", "max(len(self.glob), (0))", "column() widens a zero stride to 1"),
+    (_REDUCE_CELLS, "column", "max((3) * self.stride", "a wider grid: more -1 slots"),
+    (_REDUCE_CELLS, "column", "(col - 1))", "2 * stride >= col + 1 when widening"),
+    (_REDUCE_CELLS, "column", "col + (0))", "2 * stride >= col + 1 when widening"),
+    (_REDUCE_CELLS, "cell", "(self._grid is None)", "_open returns the grid from self.grids"),
+    # array('i'), array('I') and array('d') have the item sizes of int32, uint32 and float64 on
+    # every platform CPython's array module builds on with 32-bit C ints: the copy branch is
+    # unreachable there, and a copy holds the same values as the view
+    (_REDUCE_CELLS, "_column", "(values.itemsize != np.dtype(dtype).itemsize)",
+     "a copy: the same values"),
+    (_REDUCE_CELLS, "_column", "return np.array(values, dtype=dtype) -> return None",
+     "unreachable"),
+    # correlate.py's paired bootstrap. _keys codes (group, system, subset) in mixed radix; a
+    # field with no labels in either series has no rows to code.
+    (_CORRELATE, "_keys", "or [(1)]", "no labels, no rows: the table is never indexed"),
+    (_CORRELATE, "_keys", "max(len(known), (0))", "no labels, no rows: any width"),
+    (_CORRELATE, "_keys", "(o * width - c)", "with c in [0, width), o * width - c is one to "
+     "one as well, and both series are coded alike"),
+    (_CORRELATE, "_keys", "strict=(False)", "two lists of two"),
+    (_CORRELATE, "compare", "strict=(False)", "the paired series have the same groups, so "
+     "the same selections and methods on both sides"),
+    # ranking.py's MM fit. p is (resamples, systems) and games (resamples, systems, systems),
+    # symmetric in the last two axes; each step rescales p to a geometric mean of 1.
+    (_RANKING, "_fit", "p[:, None, :])).sum((1))", "games / (p_i + p_j) is symmetric in i, j"),
+    (_RANKING, "_fit", "np.log(new).mean((1)", "axis 1 of a 2-d array is its last"),
+    (_RANKING, "_fit", "logs.mean((1)", "axis 1 of a 2-d array is its last"),
+    (_RANKING, "_fit", "(logs + logs.mean(", "logs' mean is already 0 up to rounding"),
+    (_RANKING, "_fit", "<= TOLERANCE)", "a change of exactly 1e-10"),
+    (_RANKING, "_fit", "np.abs((new + p))", "runs to the cap: a fit that moves under 1e-10 "
+     "a step moves no strength by the 1e-4 it is rounded to"),
+    (_RANKING, "_intervals", "k = wins.shape[(1)]", "wins is (k, k, 3)"),
+    (_RANKING, "_intervals", "np.triu_indices(k, (0))", "the diagonal holds no battle: its "
+     "zero-probability outcomes draw nothing and take nothing from the random stream"),
+    (_LEASE, "__init__", "os.ftruncate(self._fd, (1))", "the description written next from "
+     "offset 0 is never empty (describe), so it covers the one byte kept"),
 )
