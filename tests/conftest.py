@@ -39,6 +39,14 @@ def server() -> Iterator[ThreadedServer]:
         yield s
 
 
+@pytest.fixture(params=["folder", "postgresql"])
+def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A cache that runs share: a folder, or a fresh PostgreSQL database."""
+    if request.param == "folder":
+        return str(tmp_path / "cache")
+    return str(request.getfixturevalue("pg_url"))
+
+
 @pytest.fixture
 def data_dir() -> Path:
     if not (DATA_DIR / "openmeva").exists():

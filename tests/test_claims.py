@@ -32,14 +32,6 @@ CONCURRENCY = 2
 Start = Callable[..., Child]
 
 
-@pytest.fixture(params=["folder", "postgresql"])
-def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """The cache the runs share: a folder, or a fresh PostgreSQL database."""
-    if request.param == "folder":
-        return str(tmp_path / "cache")
-    return str(request.getfixturevalue("pg_url"))
-
-
 @pytest.fixture
 def start(server: ThreadedServer, tmp_path: Path, data_dir: Path, processes: Processes,
           location: str) -> Start:

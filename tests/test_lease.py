@@ -37,14 +37,6 @@ HELD = re.compile(r"^Error: .*: job openmeva shard (all|0/2) is already running 
 Start = Callable[..., subprocess.Popen[str]]
 
 
-@pytest.fixture(params=["folder", "postgresql"])
-def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """The cache both runs share: a folder, or a fresh PostgreSQL database."""
-    if request.param == "folder":
-        return str(tmp_path / "cache")
-    return str(request.getfixturevalue("pg_url"))
-
-
 @pytest.fixture
 def start(server: ThreadedServer, tmp_path: Path, data_dir: Path) -> Iterator[Start]:
     """Starts `judge run openmeva` on a cache; every process is ended by the test's end."""
