@@ -156,7 +156,7 @@ class _Pool:
             except RetryableError as exc:
                 error, avoid = exc, replica
                 elsewhere = fleet.failed(replica, exc)
-                if self._fatal(self._verdict(task, replica, exc)):
+                if self._fatal(self._verdict(task, replica, exc, elsewhere)):
                     self.stats.missing.append(task.key)  # no answer to keep: not run
                     return
                 if attempt < self.limits.max_retries:
@@ -170,7 +170,7 @@ class _Pool:
             except RequestError as exc:
                 fleet.release(replica)
                 error = exc
-                self._fatal(self._verdict(task, replica, exc))
+                self._fatal(self._verdict(task, replica, exc, elsewhere=False))
                 break
             except AuthError as exc:
                 fleet.release(replica)
@@ -186,12 +186,14 @@ class _Pool:
         self.claims.failed(task.key)
         self.on_progress(self.stats)
 
-    def _verdict(self, task: Task, replica: Replica, exc: APIError) -> str | None:
+    def _verdict(self, task: Task, replica: Replica, exc: APIError,
+                 elsewhere: bool) -> str | None:
         """Whether a failed attempt stops the run: the breaker's verdict, or a server asking
-        to wait longer than limits.max_wait_s (a wait over NOTICE_WAIT_S is told, once per
-        longer ask)."""
+        to wait longer than limits.max_wait_s while no other replica of the model is up (a
+        fleet goes on without the one that asked; a wait over NOTICE_WAIT_S is told, once
+        per longer ask)."""
         wait = exc.retry_after
-        if wait is not None and wait > self.limits.max_wait_s:
+        if wait is not None and wait > self.limits.max_wait_s and not elsewhere:
             return too_long(replica.label, exc, self.limits.max_wait_s)
         now = self.loop.time()
         if wait is not None and wait > NOTICE_WAIT_S and now + wait > self.told_until:
