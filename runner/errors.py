@@ -61,7 +61,7 @@ _URL_USERINFO = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^\s/?#@:]*:)[^\s/?#]*@"
 """`scheme://user:PASSWORD@`; the password runs to the last `@` of the authority (an unescaped
 `@` in it is the user's mistake, not a reason to leak the rest)."""
 _URL_PARAMS = re.compile(
-    r"(?i)([?&;](?:password|passwd|pwd|key|api[-_]?key|access[-_]?token|auth[-_]?token|token"
+    r"(?i)([?&;](?:\w*password|passwd|pwd|key|api[-_]?key|access[-_]?token|auth[-_]?token|token"
     r"|secret|client[-_]?secret|sig|signature)=)[^&#\s]*")
 """`?key=VALUE`, `&password=VALUE`, ...: a credential in a URL's query (any length)."""
 

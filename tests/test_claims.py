@@ -4,18 +4,24 @@ requests, at once on one cache, buy each request once; a killed run's claims lap
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
 import signal
 import sqlite3
 import time
+import types
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 
+from runner.errors import CacheError
+from runner.execute.claims import Claims
+from runner.execute.stats import RunStats
 from runner.execute.store.backend import open_cache
 from runner.execute.store.claimtable import Owner
 from tests.fakeserver import ThreadedServer
@@ -181,3 +187,25 @@ def test_a_run_whose_database_session_ended_holds_nothing(pg_url: str) -> None:
         gone.close()
         wait_until(lambda: cache.claim(["k"], Owner(), 3600) == {"k"},
                    "the claim of a run whose session ended did not lapse")
+
+
+async def test_a_waiting_run_whose_claims_are_refused_keeps_waiting(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key another live run buys is not bought at the cache's first refusal of a claim (a
+    full disk): only once the refusals have lasted the claims' life, when that run's have
+    lapsed anyway."""
+    stop, stats = asyncio.Event(), RunStats()
+    task: Any = types.SimpleNamespace(key="k")
+    with open_cache(tmp_path / "cache") as cache:
+        assert cache.claim(["k"], Owner(run="other"), 60) == {"k"}  # another run buys k
+        claims = Claims(cache, stop, stats, lambda s: None)
+        assert claims.take([task]) == [] and claims.waiting == {"k": task}
+
+        def refused(*args: Any) -> set[str]:
+            raise CacheError("cannot store the claims (disk full)")
+
+        monkeypatch.setattr(cache, "claim", refused)
+        assert not claims._settle() and claims.ready == [] and claims.waiting == {"k": task}
+        claims.ttl_s = 0.0  # the refusals have lasted the claims' life: bought
+        assert claims._settle() and claims.ready == [task]
+        claims.close()

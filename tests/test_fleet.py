@@ -333,3 +333,18 @@ async def test_each_replica_knows_the_variable_its_key_comes_from() -> None:
     single = fleet_module.fleet_for(parse_model_spec("m", base_url=base, api_key_env="MINE"),
                                     base, lambda: None, None, Limits(), {})
     assert [r.key_env for r in single.replicas] == ["MINE"]
+
+
+async def test_a_replica_asking_for_a_day_is_left_out_and_the_fleet_goes_on(
+        write_job: JobWriter, cache_dir: Path) -> None:
+    """A Retry-After over limits.max_wait_s stops a run only when no other replica is up: in a
+    fleet, the replica that asked sits out and the others answer every task."""
+    with servers(2, latency_s=0.01) as (a, b):
+        a.state.script.queue = ["429"]
+        a.state.script.retry_after = 86400
+        job = fleet_job(write_job, [f'{{base_url = "{a.url}"}}', f'{{base_url = "{b.url}"}}'],
+                        30)
+        with Cache(cache_dir) as cache:
+            stats = await run(job, cache, concurrency=2)
+    assert stats.fatal is None and (stats.api_calls, stats.failures) == (30, {})
+    assert any(outcome == "429" for _, _, outcome in a.state.log)  # it did ask

@@ -9,6 +9,7 @@ import os
 import signal
 import sqlite3
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -318,3 +319,21 @@ def test_an_unwritable_journal_folder_is_a_one_line_cache_error(tmp_path: Path) 
             pytest.raises(CacheError, match="cannot write the answers' journal") as err:
         cache.append([("k" * 64, {"n": 1})])
     assert "\n" not in str(err.value)
+
+
+def test_a_spill_folder_another_user_could_write_is_neither_read_nor_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spill folder's name is easy to guess, and the temporary folder is shared: one that
+    others may enter (as if another user had made it first) is passed over both ways."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home"))
+    cache, rows = tmp_path / "cache", [("k1", orjson.dumps({"answer": 1}))]
+    first = journal.spill(cache, rows)
+    assert first.is_relative_to(tmp_path / "tmp")  # the temporary folder first, for a folder
+    os.chmod(first.parent.parent, 0o777)  # the user's spill folder, open to anyone
+    stored: list[Any] = []
+    assert journal.recover(cache, stored.extend) == 0 and stored == [] and first.exists()
+    second = journal.spill(cache, rows)  # not written there either: the next folder
+    assert second.is_relative_to(tmp_path / "home")
+    os.chmod(first.parent.parent, 0o700)
+    assert journal.recover(cache, stored.extend) == 2 and stored == rows + rows

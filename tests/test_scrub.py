@@ -84,6 +84,8 @@ def test_the_keys_a_selection_reads_are_registered(data_dir: Path, tmp_path: Pat
     ("postgresql://judge@db/cache?password=hunter2&sslmode=require",
      f"postgresql://judge@db/cache?password={MASK}&sslmode=require"),
     ("https://gw/v1?key=abc&x=1", f"https://gw/v1?key={MASK}&x=1"),  # any length in a query
+    ("postgresql://judge@db/cache?sslpassword=hunter2&sslmode=require",  # any *password
+     f"postgresql://judge@db/cache?sslpassword={MASK}&sslmode=require"),
     ("https://gw/v1?api-key=a&token=b&sig=c", f"https://gw/v1?api-key={MASK}&token={MASK}&sig={MASK}"),
     ("http://u:p@ss@host/v1", f"http://u:{MASK}@host/v1"),  # an unescaped @: all of it masked
     ("postgres://u:hunter2@[bad/db", f"postgres://u:{MASK}@[bad/db"),  # does not parse

@@ -37,7 +37,14 @@ from typing import Any
 import aiohttp
 import orjson
 
-from runner.errors import APIError, AuthError, ConfigError, RequestError, RetryableError
+from runner.errors import (
+    APIError,
+    AuthError,
+    ConfigError,
+    RequestError,
+    RetryableError,
+    redact_url,
+)
 from runner.execute.anthropic_batch import AnthropicBatches
 from runner.execute.batch_api import OpenAIBatches
 from runner.execute.batch_files import (
@@ -402,7 +409,7 @@ class BatchRun:
         assert isinstance(data, dict)
         usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
         assert isinstance(usage, dict)
-        record = answer_record(body=bodies[key], endpoint=row.endpoint, response=data,
+        record = answer_record(body=bodies[key], endpoint=redact_url(row.endpoint), response=data,
                                usage=usage, latency_s=0.0, source=f"batch:{row.batch_id}")
         self.stats.failures.pop(key, None)
         self.stats.collected.add(key)

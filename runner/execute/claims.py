@@ -70,6 +70,7 @@ class Claims:
         self._lock = asyncio.Lock()  # one worker looks for deferred answers at a time
         self._loop = asyncio.get_running_loop()
         self._timer: asyncio.TimerHandle | None = None
+        self._refused_since: float | None = None  # the cache refusing this run's claims
 
     def take(self, tasks: list[Task]) -> list[Task]:
         """Of `tasks` (cache misses, distinct keys), those this run buys now, in order; the
@@ -126,9 +127,14 @@ class Claims:
         claims (into `ready`). Returns whether anything changed."""
         self._give_back()  # this run's answers visible to the run waiting for them
         keys = list(self.waiting)
-        found = self.cache.has_many(keys)
-        self._hits(len(found))
-        mine, done = self._claim([key for key in keys if key not in found])
+        try:
+            found = self.cache.has_many(keys)
+            self._hits(len(found))
+            mine, done = self._claim([key for key in keys if key not in found], waiting=True)
+        except CacheError as exc:  # the cache is gone (a database away past its window):
+            self.stats.fatal = self.stats.fatal or str(exc)  # the run stops, as the pool's
+            self.stop.set()  # own lookups would stop it; requests in flight are not cancelled
+            return False
         self.ready.extend(self.waiting[key] for key in mine)
         for key in [*found, *mine, *done]:
             del self.waiting[key]
@@ -136,18 +142,27 @@ class Claims:
         self.on_progress(self.stats)  # the progress line goes on while this run waits
         return bool(found or mine or done)
 
-    def _claim(self, keys: Sequence[str]) -> tuple[set[str], set[str]]:
+    def _claim(self, keys: Sequence[str], *, waiting: bool = False
+               ) -> tuple[set[str], set[str]]:
         """Claim `keys`: those to buy, and those found stored after all (another run stored
         the answer and gave its claim back between the lookup and the claim: cache hits, the
         claims given back at once). A cache that refuses the claims (a full disk, a database
-        away) has the store's own error handling: all of `keys` are sent, as without claims."""
+        away) has the store's own error handling: all of `keys` are sent, as without claims;
+        but keys another live run was found buying (`waiting`) are waited for until the cache
+        has refused for TTL_S (by then that run's claims have lapsed anyway), not bought at
+        the first refusal."""
         mine: set[str] = set()
         try:
             for start in range(0, len(keys), LOOKUP_BATCH):
                 mine |= self.cache.claim(keys[start:start + LOOKUP_BATCH], self.owner,
                                          self.ttl_s)
         except CacheError:  # claims save money, never stop a run: send as without them
+            now = self._loop.time()
+            self._refused_since = self._refused_since or now
+            if waiting and now - self._refused_since < self.ttl_s:
+                return set(), set()
             return set(keys), set()
+        self._refused_since = None
         self.held |= mine
         done = self.cache.has_many(list(mine)) if mine else set()
         if done:
@@ -201,8 +216,6 @@ class Claims:
             return
         self._timer.cancel()
         self._not_run()
-        keys, self.held = list(self.held), set()
+        self._release(list(self.held))
         with contextlib.suppress(CacheError):
-            for start in range(0, len(keys), LOOKUP_BATCH):
-                self.cache.release_claims(self.owner, keys[start:start + LOOKUP_BATCH])
             self.cache.release_claims(self.owner, [], last=True)

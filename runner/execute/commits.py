@@ -12,8 +12,10 @@ RETRY_CAP_S: the loop never blocks) until the disk takes them; then they count, 
 told, and dispatch goes on. A stop meanwhile (Ctrl-C, SIGTERM) writes what is held wherever it
 can go (`settle`: Cache.keep, the journal or a spill file outside the folder, named), and the
 rerun reads it. A run that would call with the disk already full stops before its first call
-(`check_room`): one `Error:` line, nothing bought. Any other refusal stops the run, its answers
-left for the rerun, as before.
+(`check_room`): one `Error:` line, nothing bought. Any other refusal (a PostgreSQL server away
+past its reconnect window) stops the run, and the answers it refused are kept elsewhere
+(CacheBackend.keep: a spill file the next open stores) and count; only if nowhere takes them
+are they left for the rerun.
 """
 
 from __future__ import annotations
@@ -46,8 +48,9 @@ class Commits:
     CPU at zero latency, and one per turn still ~30-40 us an answer: `append` journals them
     (runner/execute/store/journal.py). `on_stored` runs once a turn with the answers stored,
     never before. A failed store (whatever the error: an exception in a loop callback would
-    only be logged) leaves its answers uncounted (the rerun asks again), stops the run, and is
-    raised by `execute` once the workers are done; but a full disk holds them (module doc).
+    only be logged) stops the run and is raised by `execute` once the workers are done; its
+    answers are held (a full disk) or kept elsewhere (module doc), uncounted only if nowhere
+    takes them (the rerun asks again).
     """
 
     def __init__(self, cache: CacheBackend, loop: asyncio.AbstractEventLoop,

@@ -8,7 +8,8 @@ writes them to its journal, one write), and an answer counts as done (in the cou
 progress line and the manifest) only once that store has returned. A kill -9 loses at most the
 answers of the turn in progress, which were never counted; a cancel or an error stores whatever
 was received before `execute` returns or raises, and every answer is in SQLite (`fold`) when it
-does. A full cache disk pauses dispatch while the answers it refused are held (commits.py).
+does (on a full disk: in the journal, or a spill file the next open folds). A full cache disk
+pauses dispatch while the answers it refused are held (commits.py).
 Before they are sent, the keys of each batch of cache misses are claimed in the cache
 (runner/execute/claims.py): a key another live run is buying waits for that run's answer.
 A 429 pauses dispatch for the whole pool for the advised time. Setting `stop` (the first Ctrl-C)
@@ -33,6 +34,7 @@ from runner.errors import (
     RequestError,
     RetryableError,
     RunnerError,
+    redact_url,
 )
 from runner.execute.breaker import Breaker, refused, too_long
 from runner.execute.claims import Claims
@@ -95,8 +97,9 @@ class _Pool:
         self.loop = asyncio.get_running_loop()
         self.commits = Commits(cache, self.loop, self._stored, self._not_stored, say)
         self.claims = Claims(cache, stop, stats, on_progress)  # keys bought by this run only
-        self.identity = {name: e.model.endpoint for name, e in endpoints.items()}
-        """model -> the endpoint recorded with its answers (a property computed once, here)."""
+        self.identity = {name: redact_url(e.model.endpoint) for name, e in endpoints.items()}
+        """model -> the endpoint recorded with its answers (a property computed once, here),
+        without a token its base URL may carry (`?key=`): no secret reaches the cache."""
         self.breaker = Breaker({name: [r.label for r in f.replicas]
                                 for name, f in self.fleets.items()},
                                {name: e.model.model for name, e in endpoints.items()},
@@ -153,7 +156,7 @@ class _Pool:
             except RetryableError as exc:
                 error, avoid = exc, replica
                 elsewhere = fleet.failed(replica, exc)
-                if self._fatal(self._verdict(task, replica, exc)):
+                if self._fatal(self._verdict(task, replica, exc, elsewhere)):
                     self.stats.missing.append(task.key)  # no answer to keep: not run
                     return
                 if attempt < self.limits.max_retries:
@@ -167,7 +170,7 @@ class _Pool:
             except RequestError as exc:
                 fleet.release(replica)
                 error = exc
-                self._fatal(self._verdict(task, replica, exc))
+                self._fatal(self._verdict(task, replica, exc, elsewhere=False))
                 break
             except AuthError as exc:
                 fleet.release(replica)
@@ -183,12 +186,14 @@ class _Pool:
         self.claims.failed(task.key)
         self.on_progress(self.stats)
 
-    def _verdict(self, task: Task, replica: Replica, exc: APIError) -> str | None:
+    def _verdict(self, task: Task, replica: Replica, exc: APIError,
+                 elsewhere: bool) -> str | None:
         """Whether a failed attempt stops the run: the breaker's verdict, or a server asking
-        to wait longer than limits.max_wait_s (a wait over NOTICE_WAIT_S is told, once per
-        longer ask)."""
+        to wait longer than limits.max_wait_s while no other replica of the model is up (a
+        fleet goes on without the one that asked; a wait over NOTICE_WAIT_S is told, once
+        per longer ask)."""
         wait = exc.retry_after
-        if wait is not None and wait > self.limits.max_wait_s:
+        if wait is not None and wait > self.limits.max_wait_s and not elsewhere:
             return too_long(replica.label, exc, self.limits.max_wait_s)
         now = self.loop.time()
         if wait is not None and wait > NOTICE_WAIT_S and now + wait > self.told_until:

@@ -193,7 +193,6 @@ _PG_OWNER: LiteralString = (
     "%(pid)s, now() + make_interval(secs => %(ttl)s), pg_backend_pid()) ON CONFLICT (id) "
     "DO UPDATE SET expires = excluded.expires, backend = excluded.backend")
 _PG_CLAIM: LiteralString = (
-    "WITH me AS (" + _PG_OWNER + ") "
     "INSERT INTO judge_claim (key, owner) SELECT k, %(id)s FROM "
     "unnest(string_to_array(%(keys)s, %(sep)s)) AS k ORDER BY k "
     "ON CONFLICT (key) DO UPDATE SET owner = excluded.owner "
@@ -206,9 +205,13 @@ the expiry. The claim and the renewal record the session they run in (a reconnec
 
 
 def pg_claim(conn: Any, keys: Sequence[str], owner: Owner, ttl_s: float) -> set[str]:
-    """FolderClaims.claim on a psycopg connection, in one statement (autocommit)."""
-    rows = conn.execute(_PG_CLAIM, {"id": owner.id, "host": owner.host, "pid": owner.pid,
-                                    "ttl": ttl_s, "keys": SEP.join(keys), "sep": SEP}).fetchall()
+    """FolderClaims.claim on a psycopg connection (autocommit): the owner's row first, in a
+    statement of its own, then the claims. One statement for both let a second run, its claim
+    waiting on a key's row, check the owner against a snapshot from before that row was
+    committed, find no live owner and take the key too: both bought it."""
+    pg_renew(conn, owner, ttl_s)
+    rows = conn.execute(_PG_CLAIM, {"id": owner.id, "keys": SEP.join(keys),
+                                    "sep": SEP}).fetchall()
     return {row[0] for row in rows}
 
 

@@ -108,9 +108,10 @@ def decoded(directory: Path, key: str, raw: bytes) -> dict[str, Any]:
 
 
 def full(exc: BaseException) -> bool:
-    """Whether `exc` says the disk is full (the file system's ENOSPC, SQLite's SQLITE_FULL)."""
-    return getattr(exc, "errno", None) == errno.ENOSPC or "disk is full" in str(exc) or \
-        getattr(exc, "sqlite_errorname", None) == "SQLITE_FULL"
+    """Whether `exc` says the disk is full (the file system's ENOSPC or EDQUOT, a user's
+    quota; SQLite's SQLITE_FULL)."""
+    return getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or \
+        "disk is full" in str(exc) or getattr(exc, "sqlite_errorname", None) == "SQLITE_FULL"
 
 
 def free_bytes(directory: Path, unknown: int) -> int:

@@ -33,6 +33,7 @@ import errno
 import fcntl
 import hashlib
 import os
+import stat
 import struct
 import tempfile
 import time
@@ -42,7 +43,7 @@ from pathlib import Path
 
 from runner.errors import CacheError, DiskFullError
 
-__all__ = ["Journal", "frames", "recover", "replay", "spill", "spill_folders", "unfolded"]
+__all__ = ["FULL", "Journal", "frames", "recover", "replay", "spill", "spill_folders", "unfolded"]
 
 FOLDER = "journal"
 _HEAD = struct.Struct("<IIH")
@@ -52,6 +53,9 @@ not its own: a second Cache on the same folder must not fold them, and closing i
 of one would end the lock."""
 
 Row = tuple[str, bytes]  # a cache key and its record's orjson bytes
+FULL = (errno.ENOSPC, errno.EDQUOT)
+"""The errors of a disk that is full, for this user: out of space, or over a quota (a home
+folder on a cluster): the answers are held, not dropped (runner.execute.commits)."""
 
 
 def _framed(rows: Sequence[Row]) -> bytes:
@@ -98,7 +102,7 @@ class Journal:
         except OSError as exc:
             if fd >= 0:
                 os.close(fd)
-            error = DiskFullError if exc.errno == errno.ENOSPC else CacheError
+            error = DiskFullError if exc.errno in FULL else CacheError
             raise error(f"{folder}: cannot write the answers' journal ({exc}); check the "
                         "cache folder's permissions and free space") from None
         self.directory = directory
@@ -121,7 +125,7 @@ class Journal:
                 os.ftruncate(self._fd, self._size)
             except OSError:
                 self._broken = True  # a cut frame would hide every later one from recovery
-            error = DiskFullError if exc.errno == errno.ENOSPC else CacheError
+            error = DiskFullError if exc.errno in FULL else CacheError
             raise error(f"{self.directory}: could not store {len(rows)} answers in its "
                              f"journal {self.path.name} ({exc}); free space, then rerun to "
                              "resume") from None
@@ -153,7 +157,7 @@ def recover(directory: Path, store: Callable[[list[Row]], object]) -> int:
     """Fold, oldest first, the journals in `directory` that no live process holds, and remove
     them; returns the answers folded. When `store` raises CacheError (SQLite refused them),
     the journal stays for the next open."""
-    return _fold_all(_files([directory / FOLDER, *spill_folders(directory)]), store)
+    return _fold_all(_files([directory / FOLDER, *_ours(spill_folders(directory))]), store)
 
 
 def replay(place: str, store: Callable[[list[Row]], object]) -> int:
@@ -161,7 +165,7 @@ def replay(place: str, store: Callable[[list[Row]], object]) -> int:
     while its database was away) with `store`, and remove them; returns the answers stored.
     When `store` raises CacheError (the database refused them), the files stay for the next
     open."""
-    return _fold_all(_files(spill_folders(place)), store)
+    return _fold_all(_files(_ours(spill_folders(place))), store)
 
 
 def _fold_all(paths: list[Path], store: Callable[[list[Row]], object]) -> int:
@@ -188,7 +192,7 @@ def unfolded(directory: Path) -> list[Row]:
     """Every row of the journals in `directory`, oldest first, left where they are: what a
     cache opened read-only reads beside SQLite (it may not fold them)."""
     rows: list[Row] = []
-    for path in _files([directory / FOLDER, *spill_folders(directory)]):
+    for path in _files([directory / FOLDER, *_ours(spill_folders(directory))]):
         if path.name.endswith(".log"):
             with contextlib.suppress(OSError):
                 rows += frames(path.read_bytes())
@@ -209,6 +213,23 @@ def spill_folders(place: Path | str) -> list[Path]:
     return folders if isinstance(place, Path) else folders[::-1]
 
 
+def _ours(folders: list[Path]) -> list[Path]:
+    """The spill folders this user alone can have written: their `spill` folder a real folder
+    of this user's, that no one else may enter, in a real folder of this user's. A spill
+    folder's name is easy to guess, and the system's temporary folder is shared: a folder
+    another user made there first could plant answers that the next open stores, or read
+    ours."""
+    def private(path: Path, strict: bool) -> bool:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return False
+        return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and \
+            not (strict and st.st_mode & 0o077)
+
+    return [f for f in folders if private(f.parent, True) and private(f.parent.parent, False)]
+
+
 def spill(place: Path | str, rows: Sequence[Row]) -> Path:
     """Write `rows` to a new spill file of the cache `place` (a folder, or a database's URL
     without its password; the journals' format), in the first spill folder that takes it; the
@@ -218,7 +239,11 @@ def spill(place: Path | str, rows: Sequence[Row]) -> Path:
     for folder in spill_folders(place):
         stem = folder / f"{time.time_ns():020d}-{os.getpid()}"
         try:
-            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            folder.parent.parent.mkdir(parents=True, exist_ok=True)
+            folder.parent.mkdir(mode=0o700, exist_ok=True)
+            if not _ours([folder]):
+                raise OSError(errno.EPERM, "not this user's own folder")
+            folder.mkdir(mode=0o700, exist_ok=True)
             # Written whole under another name, then renamed: a reader never folds half of it
             with open(f"{stem}.new", "xb") as file:
                 file.write(data)

@@ -99,7 +99,7 @@ class FolderLease:
         except OSError as exc:
             # The flock holds without it: on a full disk a second run names no holder, and a
             # fully cached job still reports.
-            if exc.errno != errno.ENOSPC:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
                 self.release()
                 raise CacheError(f"{self.path}: cannot write the run's lease file ({exc}); "
                                  "check the cache folder's permissions") from None

@@ -105,15 +105,21 @@ class PgCache:
     def __init__(self, url: str) -> None:
         self.location = redact_url(url)
         try:
-            self._password = str(conninfo.conninfo_to_dict(url).get("password") or "")
+            parts = conninfo.conninfo_to_dict(url)
         except psycopg.ProgrammingError:
             raise CacheError("--cache / JUDGE_CACHE_URL is not a valid PostgreSQL URL; write it "
                              "as postgresql://USER@HOST:PORT/DBNAME") from None
+        self._password = str(parts.get("password") or "")
+        self._spilled = "postgresql://{user}@{host}:{port}/{dbname}".format(**{
+            "user": "", "host": "", "dbname": "", **parts, "port": parts.get("port") or 5432})
+        """The name of this database's spill files (`keep`): its user, host, port and name,
+        however the URL spells them (a password, `postgres://`, a default port)."""
         self._url = url
         self._watchdog = Watchdog(QUERY_TIMEOUT_S)
         self._leases: dict[int, tuple[str, str]] = {}  # advisory lock -> (name, holder)
         self._down: CacheError | None = None  # set when reconnecting failed for the window
         self._lost: CacheError | None = None  # set when another cache here lost its lease
+        self._owner: tuple[Owner, float] | None = None  # the run claiming keys here, its TTL
         try:
             self._conn = self._open()
         except psycopg.Error as exc:
@@ -184,6 +190,8 @@ class PgCache:
             self._conn = conn
             try:
                 self._retake()
+                if self._owner is not None:  # the claims' owner in its new session at once:
+                    pg_renew(conn, *self._owner)  # its old one reads as a dead run's
             except psycopg.Error as exc:
                 conn.close()
                 error = exc
@@ -416,11 +424,6 @@ class PgCache:
             given += len(chunk)
         return given
 
-    @property
-    def _spilled(self) -> str:
-        """The name of this database's spill files (its URL without the password)."""
-        return f"postgresql:{self.location}"
-
     def keep(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> Path:
         """Keep answers the server did not take (it stayed away past RECONNECT_WINDOW_S) in a
         spill file on this machine (journal.spill: under ~/.cache/judge-runner/spill/, else
@@ -469,10 +472,12 @@ class PgCache:
 
     def claim(self, keys: Sequence[str], owner: Owner, ttl_s: float) -> set[str]:
         """Claim `keys` for `owner`'s run (store/claimtable.py): the ones it holds now."""
+        self._owner = owner, ttl_s
         return self._call("claiming keys", lambda: pg_claim(self._conn, keys, owner, ttl_s))
 
     def renew_claims(self, owner: Owner, ttl_s: float) -> None:
         """Keep `owner`'s claims live for `ttl_s` more."""
+        self._owner = owner, ttl_s
         self._call("renewing claims", lambda: pg_renew(self._conn, owner, ttl_s))
 
     def release_claims(self, owner: Owner, keys: Sequence[str], *, last: bool = False) -> None:
