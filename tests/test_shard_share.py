@@ -245,7 +245,8 @@ def test_a_request_two_shards_render_is_paid_once_when_they_run_one_after_anothe
 def test_each_shard_judges_the_answers_it_generated_so_one_pass_of_each_is_the_job(
         server: ThreadedServer, write_job: JobWriter, tmp_path: Path, data_dir: Path) -> None:
     server.state.script.reply = lambda body: (  # every answer its own: no repeated request
-        f"answer to {body['messages'][-1]['content']}" if body["model"] == "cand" else "4 stars")
+        f"answer to {body['messages'][-1]['content']}" if body["model"] == "cand" else
+        f"{2 + len(body['messages'][-1]['content']) % 3} stars")  # a spread: not a no-spread judge
     rows = [{"id": f"q{i}", "question": f"What is {i} + {i}?"} for i in range(12)]
     job = write_job(GENERATE_JOB.format(url=server.url), rows=rows,
                     files={"q.txt": "{{question}}", "rate.txt": "Rate in stars: {{output}}"})
