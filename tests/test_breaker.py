@@ -16,8 +16,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from runner.errors import ConnectError, RequestError, RetryableError
-from runner.execute.breaker import Breaker
+from runner.errors import AuthError, ConnectError, RequestError, RetryableError
+from runner.execute.breaker import CONNECT_FAILURES, SAME_FAILURES, Breaker, refused, too_long
 from tests.fakeserver import ThreadedServer
 from tests.test_cli import JOB, clean_env, judge_cmd, run_judge, write_job
 
@@ -258,3 +258,103 @@ def test_only_404s_html_and_refused_connections_keep_a_model_unproven() -> None:
     assert breaker.failed("m", "a", RequestError("HTTP 400: x", status=400, detail="x"), 0) \
         is None
     assert breaker.unproven == set()
+
+
+UNKNOWN = ConnectError("cannot connect to nowhere:80 (unknown host)", kind="connection")
+
+
+def _404(detail: str = "model 'judge' not found") -> RequestError:
+    return RequestError(f"HTTP 404: {detail}", status=404, detail=detail)
+
+
+def test_a_model_never_reached_stops_once_every_replica_failed_three_times() -> None:
+    """The counts and the messages, replica by replica (the CLI tests see only the line)."""
+    one = Breaker({"m": ["a"]}, {"m": "judge"}, down_after_s=10)
+    assert [one.failed("m", "a", REFUSED, 0) for _ in range(CONNECT_FAILURES - 1)] == \
+        [None] * (CONNECT_FAILURES - 1)
+    assert one.failed("m", "a", REFUSED, 0) == (
+        "cannot connect to a (connection refused): is the server running? (model m; check "
+        "--base-url / base_url)")
+    fleet = Breaker({"m": ["a", "b"]}, {"m": "judge"}, down_after_s=10)
+    for _ in range(CONNECT_FAILURES + 2):  # a down: b may still answer
+        assert fleet.failed("m", "a", REFUSED, 0) is None
+    for _ in range(CONNECT_FAILURES - 1):
+        assert fleet.failed("m", "b", UNKNOWN, 0) is None
+    assert fleet.failed("m", "b", UNKNOWN, 0) == (
+        "cannot connect to any endpoint of model m (a: connection refused; b: unknown host): "
+        "are the servers running?")
+
+
+def test_a_connection_error_without_a_cause_in_brackets_is_named_whole() -> None:
+    breaker = Breaker({"m": ["a"]}, {"m": "judge"}, down_after_s=10)
+    odd = ConnectError("socket closed", kind="connection")
+    messages = [breaker.failed("m", "a", odd, 0) for _ in range(CONNECT_FAILURES)]
+    assert messages[-1] is not None and messages[-1].startswith("cannot connect to a (socket "
+                                                                "closed): ")
+
+
+def test_a_replica_gone_mid_run_is_named_with_its_cause_after_the_window() -> None:
+    breaker = Breaker({"m": ["a"]}, {"m": "judge"}, down_after_s=10)
+    breaker.succeeded("m", "a")
+    assert breaker.failed("m", "a", REFUSED, 100) is None
+    assert breaker.failed("m", "a", REFUSED, 109.9) is None
+    assert breaker.failed("m", "a", REFUSED, 110) == (
+        "a stopped answering: no connection for 10 s (connection refused): is the server "
+        "still running? (model m) (limits.down_after_s sets how long the run waits)")
+
+
+def test_three_identical_404s_or_pages_stop_a_model_that_never_answered() -> None:
+    breaker = Breaker({"m": ["a"]}, {"m": "judge"}, down_after_s=10)
+    for n in range(SAME_FAILURES - 1):  # 404s of other details are other faults
+        assert breaker.failed("m", "a", _404(f"other {n}"), 0) is None
+        assert breaker.failed("m", "a", _404(), 0) is None
+    assert breaker.failed("m", "a", _404(), 0) == (
+        "the server at a has no model 'judge' (HTTP 404: model 'judge' not found); check "
+        "--model / base_url (an OpenAI-compatible base URL ends in /v1)")
+    path = Breaker({"m": ["a"]}, {"m": "judge"}, down_after_s=10)
+    messages = [path.failed("m", "a", _404("Not Found"), 0) for _ in range(SAME_FAILURES)]
+    assert messages == [None] * (SAME_FAILURES - 1) + [
+        "the server at a answered HTTP 404 at its chat-completions path (Not Found): check "
+        "--base-url / base_url (an OpenAI-compatible base URL ends in /v1)"]
+    page = RetryableError("html", kind="html", detail="an HTML page: b'<html>'")
+    html = Breaker({"m": ["a"]}, {"m": "judge"}, down_after_s=10)
+    messages = [html.failed("m", "a", page, 0) for _ in range(SAME_FAILURES)]
+    assert messages[:-1] == [None] * (SAME_FAILURES - 1) and messages[-1] == (
+        "a answers HTML, not the API: check base_url (model m; an OpenAI-compatible base URL "
+        "ends in /v1; got an HTML page: b'<html>')")
+
+
+def test_a_model_that_answered_is_never_stopped_by_404s_or_pages() -> None:
+    breaker = Breaker({"m": ["a"], "n": ["a"]}, {"m": "judge", "n": "other"}, down_after_s=10)
+    breaker.succeeded("m", "a")
+    assert "m" not in breaker.unproven and "n" in breaker.unproven
+    for _ in range(2 * SAME_FAILURES):
+        assert breaker.failed("m", "a", _404(), 0) is None
+    messages = [breaker.failed("n", "a", _404("no model"), 0) for _ in range(SAME_FAILURES)]
+    assert messages[-1] is not None  # the other model of the same server, judged on its own
+
+
+def test_a_404_naming_the_model_but_not_the_word_blames_the_model() -> None:
+    breaker = Breaker({"m": ["a"]}, {"m": "gpt-5x"}, down_after_s=10)
+    messages = [breaker.failed("m", "a", _404("'gpt-5x' does not exist"), 0)
+                for _ in range(SAME_FAILURES)]
+    assert messages[-1] is not None and messages[-1].startswith("the server at a has no model")
+
+
+def test_the_counts_are_the_three_the_docs_and_messages_state() -> None:
+    assert CONNECT_FAILURES == SAME_FAILURES == 3  # docs/explanation/crash-safety.md
+
+
+def test_a_refusal_says_what_was_sent_and_a_long_wait_what_was_asked() -> None:
+    error = AuthError("HTTP 401: bad key", status=401, detail="bad key")
+    tail = "(HTTP 401: bad key): check the key and its permissions"
+    assert refused("a", "", False, error) == f"the server at a refused the credentials {tail}"
+    assert refused("a", "MY_KEY", True, error) == \
+        f"the server at a refused the credentials in MY_KEY {tail}"
+    assert refused("a", "MY_KEY", False, error) == \
+        f"the server at a refused the request without a key (MY_KEY is not set) {tail}"
+    ask = RetryableError("429: slow down", status=429, retry_after=86400.4, kind="429",
+                         detail="slow down")
+    assert too_long("a", ask, 600) == (
+        f"the server at a asks to wait 86400 s before the next request ({ask.reason}), over "
+        "limits.max_wait_s = 600 s: rerun later, or raise limits.max_wait_s")

@@ -62,7 +62,7 @@ TARGETS: dict[str, tuple[str, ...]] = {
     "runner/execute/limiter.py": ("tests/test_limiter.py",
                                   "tests/test_execute.py::test_tpm_limit_alone_holds_in_the_pool"),
     # scrub and register_secret; the CLI-level leak tests run in subprocesses, out of reach
-    "runner/errors.py": ("tests/test_client.py",),
+    "runner/errors.py": ("tests/test_scrub.py", "tests/test_client.py"),
     "runner/execute/breaker.py": ("tests/test_breaker.py",),
     # tests that reach the module in this process: a test that runs `judge` in a subprocess
     # cannot be traced, and only slows the mutants of module-level lines
