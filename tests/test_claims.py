@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import sqlite3
 import time
 import types
@@ -209,3 +210,17 @@ async def test_a_waiting_run_whose_claims_are_refused_keeps_waiting(
         claims.ttl_s = 0.0  # the refusals have lasted the claims' life: bought
         assert claims._settle() and claims.ready == [task]
         claims.close()
+
+
+def test_a_run_in_another_pid_namespace_is_not_judged_by_its_pid(
+        tmp_path: Path, processes: Processes) -> None:
+    """Containers that share a host name but not their pids: a live run there whose pid is
+    dead here keeps its claims until their expiry."""
+    child = processes.start(["sleep", "60"])
+    # same host name, another pid namespace (a name alone no longer says "same pids")
+    elsewhere = Owner(host=socket.gethostname(), pid=child.pid)
+    child.end()
+    with open_cache(tmp_path / "cache") as cache:
+        assert cache.claim(["k"], elsewhere, 3600) == {"k"}
+        assert cache.claim(["k"], Owner(), 3600) == set()
+    assert " pidns " in Owner().host

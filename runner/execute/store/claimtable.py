@@ -62,12 +62,21 @@ def ttl_s() -> float:
     return _ttl_s
 
 
+def _host() -> str:
+    """This host as the pids a run sees: its name and its pid namespace (containers that share
+    a host name, `--network host`, do not share pids: one must not find another's pid dead)."""
+    try:
+        return f"{socket.gethostname()} pidns {os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:  # no /proc: the name alone
+        return socket.gethostname()
+
+
 @dataclass(frozen=True, slots=True)
 class Owner:
     """A run that claims keys: its host and pid (a folder's runs on one host check the pid),
     and a run id that tells it apart from a later process with the same pid."""
 
-    host: str = field(default_factory=socket.gethostname)
+    host: str = field(default_factory=_host)
     pid: int = field(default_factory=os.getpid)
     run: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 
