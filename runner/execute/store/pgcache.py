@@ -415,11 +415,16 @@ class PgCache:
         autocommit mode) unless a key has one already: the first answer wins, also between
         duplicates within one call. Returns the number given. Each committed chunk is durable:
         a kill -9 mid-way loses at most the chunk being written, and a rerun stores it."""
-        stream, given = iter(items), 0
+        return self._insert((key, orjson.dumps(record), str(record.get("source", "")))
+                            for key, record in items)
+
+    def _insert(self, rows: Iterable[tuple[str, bytes, str]], what: str = "answers") -> int:
+        """Store (key, record bytes, source) rows, CHUNK per INSERT; the rows given."""
+        stream, given = iter(rows), 0
         while chunk := list(itertools.islice(stream, CHUNK)):
-            columns = ([k for k, _ in chunk], [orjson.dumps(r) for _, r in chunk],
-                       [str(r.get("source", "")) for _, r in chunk])
-            self._call(f"storing {len(chunk)} answers", functools.partial(
+            columns = ([k for k, _, _ in chunk], [raw for _, raw, _ in chunk],
+                       [source for _, _, source in chunk])
+            self._call(f"storing {len(chunk)} {what}", functools.partial(
                 self._insert_many, columns))
             given += len(chunk)
         return given
@@ -434,13 +439,9 @@ class PgCache:
         return spill(self._spilled, [(key, orjson.dumps(record)) for key, record in items])
 
     def _insert_rows(self, rows: list[Row]) -> None:
-        """Store spilled rows (key, record bytes) as put_many stores records."""
-        for start in range(0, len(rows), CHUNK):
-            chunk = rows[start:start + CHUNK]
-            columns = ([k for k, _ in chunk], [raw for _, raw in chunk],
-                       [str(orjson.loads(raw).get("source", "")) for _, raw in chunk])
-            self._call(f"storing {len(chunk)} kept answers", functools.partial(
-                self._insert_many, columns))
+        """Store spilled rows (key, record bytes) as they were kept (their bytes)."""
+        self._insert(((key, raw, str(orjson.loads(raw).get("source", ""))) for key, raw in rows),
+                     "kept answers")
 
     def append(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
         """put_many: each statement is committed when it returns (the server is the journal)."""
