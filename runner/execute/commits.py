@@ -69,7 +69,7 @@ class Commits:
         """Set while nothing is held: the pool may dispatch."""
         self.room.set()
         self._retry: asyncio.TimerHandle | None = None
-        self._kept = 0  # answers kept in spill files after the cache refused them for good
+        self._told_kept = False  # the user told where refused answers are kept
         self._delay = RETRY_S
 
     def add(self, task: Task, record: dict[str, Any], prompt: int, completion: int) -> None:
@@ -109,17 +109,26 @@ class Commits:
         file that the next open of the cache stores (CacheBackend.keep), and count. An
         outage lost them before, and the rerun bought them again. If nowhere takes them they
         are left for the rerun, as before."""
+        if self._keep(batch, lambda where: None if self._told_kept else (
+                "answers the cache did not take are kept in "
+                f"{where.parent if where else 'its journal'}; the next run stores them")):
+            self._told_kept = True  # once: every later answer goes the same way, and folder
+            self.on_failed([])  # stops the run: every later answer comes here too
+
+    def _keep(self, batch: list[Pending], told: Callable[[Path | None], str | None]) -> bool:
+        """Hand `batch` to CacheBackend.keep: kept, the user is told `told(where)` (where: the
+        spill file, None for the journal) and the answers count; if nowhere takes them, the
+        error is kept for `execute` and they are left for the rerun. Returns whether kept."""
         try:
             where = self.cache.keep([(task.key, record) for task, record, _, _ in batch])
-        except Exception:  # noqa: BLE001 - the store's own error is the one raised
+        except Exception as exc:  # noqa: BLE001 - raised by execute, after the workers
+            self.error = self.error or exc
             self.on_failed([task for task, _, _, _ in batch])
-            return
-        if not self._kept:  # once: every later answer goes the same way, into the same folder
-            self.say(f"answers the cache did not take are kept in "
-                     f"{where.parent if where else 'its journal'}; the next run stores them")
-        self._kept += len(batch)
+            return False
+        if (message := told(where)) is not None:
+            self.say(message)
         self.on_stored(batch)
-        self.on_failed([])  # stops the run: every later answer comes here too
+        return True
 
     def _hold(self, batch: list[Pending]) -> None:
         """The disk refused `batch`: held, dispatch paused, the user told, a retry set."""
@@ -182,17 +191,9 @@ class Commits:
         self.room.set()
         if not batch:
             return
-        assert isinstance(self.cache, Cache), "only a cache folder holds answers"
-        try:
-            where = self.cache.keep([(task.key, record) for task, record, _, _ in batch])
-        except Exception as exc:  # noqa: BLE001 - raised by execute, after the workers
-            self.error = self.error or exc
-            self.on_failed([task for task, _, _, _ in batch])
-            return
-        self.say(f"cache disk full at {self._folder}: {len(batch)} held answers "
-                 f"written to {where or 'its journal'}; the rerun reads them (keep the file "
-                 "until then)")
-        self.on_stored(batch)
+        self._keep(batch, lambda where: (
+            f"cache disk full at {self._folder}: {len(batch)} held answers written to "
+            f"{where or 'its journal'}; the rerun reads them (keep the file until then)"))
 
     def fold(self) -> None:
         """At the end: every stored answer visible to the next stage's reader processes. A
