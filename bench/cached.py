@@ -164,7 +164,8 @@ def phases(job: Path, cache: Path, out: Path) -> dict[str, dict[str, float]]:
     from runner.report.html import render
     from runner.report.pagedata import page_data
     from runner.report.reliability import reliability_markdown, reliability_rows
-    from runner.session import manifest, open_selected
+    from runner.session.report import manifest
+    from runner.session.select import open_selected
     clock.lap("import (the modules judge run loads)")
 
     sel = clock.timed("select: load the job and its data", lambda: api.selection(

@@ -46,25 +46,21 @@ from runner.job.spec import Job
 from runner.reduce.judgments import Judgment, judge
 from runner.report.folder import HISTORY, check_out
 from runner.selection import TaskSelection
-from runner.session import (
-    BatchAnswers,
+from runner.session.plan import ModelPlan, estimate
+from runner.session.pool import TaskLog, run_async, run_pool
+from runner.session.report import BatchAnswers, manifest
+from runner.session.select import (
     Download,
-    ModelPlan,
     Selection,
-    TaskLog,
     check_budget,
     check_keys,
-    estimate,
     job_path,
     key_reader,
-    manifest,
     open_selected,
-    run_async,
-    run_pool,
     select,
-    serving,
     with_run_limits,
 )
+from runner.session.serve import serving
 
 if TYPE_CHECKING:
     from pandas import DataFrame

@@ -27,7 +27,7 @@ from runner.execute.store.cache import Cache
 from runner.expand_ahead import Expander
 from runner.reduce import judgments
 from runner.selection import TaskSelection
-from runner.session import Selection, select
+from runner.session.select import Selection, select
 from tests.fakeserver import ThreadedServer
 from tests.test_cli import JOB, clean_env, write_job
 
@@ -310,11 +310,11 @@ def test_a_run_through_the_pool_leaves_the_key_index_for_the_rescore(
     """A run whose pool dispatched every task stores their keys as the index the forked
     expanders of its rescore read (runs of 4 tasks over two parts); a run stopped before the
     end stores none."""
-    from runner import session
     from runner.execute.store.keyindex import KeyIndex
+    from runner.session import pool
     monkeypatch.setattr(reader_module, "MIN_TASKS", 1)
     monkeypatch.setattr(expand_ahead, "CHUNK", 4)
-    monkeypatch.setattr(session, "READ_BATCH", 2)
+    monkeypatch.setattr(pool, "READ_BATCH", 2)
     monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
     _isolated(monkeypatch, data_dir)
     job, cache = write_job(tmp_path / "job", JOB), tmp_path / "cache"

@@ -24,7 +24,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from runner.cli.main import cli
-from runner.session import run_async
+from runner.session.pool import run_async
 from tests.fakeserver import ThreadedServer
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -19,7 +19,7 @@ from runner.errors import DataError
 from runner.execute.shard import Shard
 from runner.expand import Task
 from runner.selection import TaskSelection
-from runner.session import Selection, select
+from runner.session.select import Selection, select
 from tests.conftest import JobWriter
 from tests.fakeserver import ThreadedServer
 from tests.test_batch import GENERATE_JOB

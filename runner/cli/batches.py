@@ -22,13 +22,9 @@ from runner.execute.ledger import FILES, BatchLedger, Ledger
 from runner.execute.store.backend import is_url
 from runner.job.spec import Job
 from runner.selection import TaskSelection
-from runner.session import (  # BatchAnswers: imported from here by runcmd
-    BatchAnswers,
-    Selection,
-    derive,
-    open_selected,
-    run_async,
-)
+from runner.session.pool import run_async
+from runner.session.report import BatchAnswers
+from runner.session.select import Selection, derive, open_selected
 
 if TYPE_CHECKING:
     from runner.execute.batch import BatchOptions, BatchStats, Provider

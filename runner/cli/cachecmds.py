@@ -26,7 +26,8 @@ from runner.execute.transfer import (
     write_archive,
 )
 from runner.selection import DEFAULT_CACHE_DIR, CacheLocation, TaskSelection
-from runner.session import Selection, all_tasks, open_selected
+from runner.session.plan import all_tasks
+from runner.session.select import Selection, open_selected
 
 __all__ = ["cache", "job_keys"]
 

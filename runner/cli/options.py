@@ -21,7 +21,7 @@ import click
 from runner import api
 from runner.errors import ConfigError
 from runner.selection import CacheLocation, TaskSelection
-from runner.session import Download, Selection
+from runner.session.select import Download, Selection
 
 __all__ = ["CACHE_OPTIONS", "PARTIAL_HELP", "SELECTION_OPTIONS",
            "UsageError", "cache_location", "data_dir", "resolve", "task_selection"]

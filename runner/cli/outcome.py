@@ -17,7 +17,7 @@ from runner import api
 from runner.cli import TERM_EXIT
 from runner.cli.options import UsageError
 from runner.errors import scrub
-from runner.session import Selection, unpriced_model
+from runner.session.select import Selection, unpriced_model
 
 if TYPE_CHECKING:
     from runner.execute.stats import RunStats

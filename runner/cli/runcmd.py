@@ -32,21 +32,19 @@ from runner.job.spec import Job
 from runner.reduce.judgments import CachedFirst, Judgment
 from runner.report.folder import check_out
 from runner.selection import TaskSelection
-from runner.session import (
+from runner.session.plan import estimate
+from runner.session.pool import TaskLog, run_async, run_pool
+from runner.session.report import manifest
+from runner.session.select import (
     Download,
     Selection,
-    TaskLog,
     check_budget,
     check_keys,
-    estimate,
     key_reader,
-    manifest,
     open_selected,
-    run_async,
-    run_pool,
-    serving,
     with_run_limits,
 )
+from runner.session.serve import serving
 
 if TYPE_CHECKING:
     from runner.cli.progress import Progress

@@ -22,7 +22,8 @@ from runner.execute.store.backend import cached_flags
 from runner.expand import task_key
 from runner.reduce.judgments import judge
 from runner.selection import TaskSelection
-from runner.session import Selection, all_tasks, open_selected
+from runner.session.plan import all_tasks
+from runner.session.select import Selection, open_selected
 
 __all__ = ["compare", "import_", "plan", "report", "rescore", "status"]
 

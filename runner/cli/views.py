@@ -18,7 +18,7 @@ from runner.errors import ConfigError
 from runner.job.load import load_job
 from runner.report.folder import HISTORY, forget_runs, kept_runs, own_bytes
 from runner.selection import TaskSelection
-from runner.session import job_path
+from runner.session.select import job_path
 
 __all__ = ["diff", "figures", "runs", "view"]
 
