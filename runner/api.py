@@ -51,7 +51,7 @@ from runner.session.pool import TaskLog, run_async, run_pool
 from runner.session.report import BatchAnswers, manifest
 from runner.session.select import (
     Download,
-    Selection,
+    WorkingSet,
     check_budget,
     check_keys,
     job_path,
@@ -72,9 +72,9 @@ __all__ = ["COLUMNS", "ModelPlan", "Results", "RunResult", "TaskSelection", "aru
            "judged_dispatched", "load_job", "plan", "rebuild", "report_run", "rescore", "results",
            "run", "selection"]
 
-JobLike = Job | TaskSelection | Selection | str | os.PathLike[str]
+JobLike = Job | TaskSelection | WorkingSet | str | os.PathLike[str]
 """A Job from load_job, a job file path, a name under jobs/ (`openmeva`), or a TaskSelection
-(the job with its selection); the commands pass a Selection they built with `selection`."""
+(the job with its selection); the commands pass a WorkingSet they built with `selection`."""
 
 DEFAULT_DATA_DIR = Path.home() / ".cache" / "judge-runner" / "data"
 
@@ -97,12 +97,12 @@ def load_job(path: str | os.PathLike[str]) -> Job:
 
 def selection(job: JobLike, *, data_dir: str | os.PathLike[str] | None = None,
               environ: Mapping[str, str] | None = None, stream: bool = False,
-              download: Download | None = None, **choose: Any) -> Selection:
+              download: Download | None = None, **choose: Any) -> WorkingSet:
     """The job, its judge models and items, the cache and the report folder a call works on.
 
     Args:
         job: a Job, a job file path or a name under jobs/ (with `choose`), or a TaskSelection
-            (without). A Selection is returned as it is.
+            (without). A WorkingSet is returned as it is.
         data_dir: the data sets' folder [default: JUDGE_DATA_DIR, else
             ~/.cache/judge-runner/data].
         environ: where JUDGE_CACHE_DIR, JUDGE_CACHE_URL, OPENAI_BASE_URL and the API keys are
@@ -113,14 +113,14 @@ def selection(job: JobLike, *, data_dir: str | os.PathLike[str] | None = None,
             cache_dir, cache_url, out (and shard, which only `judge run` takes).
 
     Returns:
-        The Selection, the TaskSelection it came from (defaults filled in) as its
+        The WorkingSet, the TaskSelection it came from (defaults filled in) as its
         `task_selection`.
 
     Raises:
         RunnerError: a job, model, data or cache problem; TypeError: an unknown keyword, or
             keywords beside a TaskSelection.
     """
-    if isinstance(job, Selection):
+    if isinstance(job, WorkingSet):
         return job
     if isinstance(job, TaskSelection) and choose:
         raise TypeError(f"selection(): {', '.join(sorted(choose))} given beside a "
@@ -134,7 +134,7 @@ def selection(job: JobLike, *, data_dir: str | os.PathLike[str] | None = None,
     return sel
 
 
-def _whole(sel: Selection, function: str) -> Selection:
+def _whole(sel: WorkingSet, function: str) -> WorkingSet:
     """`sel`, which must be the whole job: the API runs no shard (a shard writes no reports)."""
     if sel.shard is not None:
         raise ConfigError(f"runner.{function}(shard={str(sel.shard)!r}): the Python API runs "
@@ -281,9 +281,9 @@ async def arun(job: JobLike, **options: Any) -> RunResult:
     return _result(sel, stats, tables)
 
 
-async def _pool(sel: Selection, env: Mapping[str, str], dispatched: TaskLog, *, offline: bool,
+async def _pool(sel: WorkingSet, env: Mapping[str, str], dispatched: TaskLog, *, offline: bool,
                 budget: float | None, on_progress: Callable[[RunStats], None] | None,
-                stoppers: list[Callable[[], object]] | None) -> tuple[RunStats, Selection]:
+                stoppers: list[Callable[[], object]] | None) -> tuple[RunStats, WorkingSet]:
     """The pool over the selection, local servers started for `local:` models, keys read
     from `env` at call time (never stored); a function that stops its dispatch from any
     thread is added to `stoppers`."""
@@ -300,7 +300,7 @@ async def _pool(sel: Selection, env: Mapping[str, str], dispatched: TaskLog, *, 
                               dispatched=dispatched)
 
 
-def judged_dispatched(sel: Selection, cache: CacheBackend, stats: RunStats,
+def judged_dispatched(sel: WorkingSet, cache: CacheBackend, stats: RunStats,
                       dispatched: TaskLog) -> Iterator[Judgment]:
     """The judgments of the tasks the pool dispatched.
 
@@ -318,7 +318,7 @@ def judged_dispatched(sel: Selection, cache: CacheBackend, stats: RunStats,
                  tasks=dispatched.drain(), count=len(dispatched), damaged=stats.failures)
 
 
-def report_run(sel: Selection, stats: RunStats, dispatched: TaskLog, *, started: float,
+def report_run(sel: WorkingSet, stats: RunStats, dispatched: TaskLog, *, started: float,
                command: str, extra: Mapping[str, Any] | None = None) -> Tables:
     """A run's reports, written into sel.out_dir.
 
@@ -362,7 +362,7 @@ def rescore(job: JobLike, **choose: Any) -> RunResult:
     return _result(sel, stats, tables)
 
 
-def rebuild(sel: Selection, *, started: float, command: str) -> tuple[RunStats, Tables]:
+def rebuild(sel: WorkingSet, *, started: float, command: str) -> tuple[RunStats, Tables]:
     """Reports from the cache alone, in one pass, the counts taken as the judgments go by.
 
     Args:
@@ -393,7 +393,7 @@ def rebuild(sel: Selection, *, started: float, command: str) -> tuple[RunStats, 
     return stats, tables
 
 
-def _result(sel: Selection, stats: RunStats, tables: Tables) -> RunResult:
+def _result(sel: WorkingSet, stats: RunStats, tables: Tables) -> RunResult:
     run_id = orjson.loads((sel.out_dir / "manifest.json").read_bytes()).get("run_id", "")
     return RunResult(out_dir=sel.out_dir, run_dir=sel.out_dir / HISTORY / run_id, stats=stats,
                      headline=tables.headline)

@@ -27,7 +27,7 @@ from runner.execute.store.cache import Cache
 from runner.expand_ahead import Expander
 from runner.reduce import judgments
 from runner.selection import TaskSelection
-from runner.session.select import Selection, select
+from runner.session.select import WorkingSet, select
 from tests.fakeserver import ThreadedServer
 from tests.test_cli import JOB, clean_env, write_job
 
@@ -55,7 +55,7 @@ def _isolated(monkeypatch: pytest.MonkeyPatch, data_dir: Path) -> None:
 
 
 def _called(job: Path, cache: Path, out: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch,
-            *, limit: int) -> Selection:
+            *, limit: int) -> WorkingSet:
     """A pool-first run of the first `limit` items of `job` against the fake server, which
     answers every task; the selection of the same items, with the same endpoint."""
     with ThreadedServer() as server:

@@ -24,7 +24,7 @@ from runner.job.spec import Job
 from runner.selection import TaskSelection
 from runner.session.pool import run_async
 from runner.session.report import BatchAnswers
-from runner.session.select import Selection, derive, open_selected
+from runner.session.select import WorkingSet, derive, open_selected
 
 if TYPE_CHECKING:
     from runner.execute.batch import BatchOptions, BatchStats, Provider
@@ -89,13 +89,13 @@ class Batched:
     """The batch stage's outcome for the rest of `judge run`."""
 
     stats: BatchStats
-    sel: Selection
+    sel: WorkingSet
     in_batches: frozenset[str]
     """Keys the online pool must not call: in a live batch, or failed by one (unless
     --batch-fallback online)."""
 
 
-def open_ledger(sel: Selection) -> BatchLedger:
+def open_ledger(sel: WorkingSet) -> BatchLedger:
     """The batch ledger beside the selection's answers.
 
     Args:
@@ -111,7 +111,7 @@ def open_ledger(sel: Selection) -> BatchLedger:
     return Ledger(sel.cache_dir)
 
 
-def run_batches(sel: Selection, names: tuple[str, ...], options: BatchOptions) -> Batched:
+def run_batches(sel: WorkingSet, names: tuple[str, ...], options: BatchOptions) -> Batched:
     """The batch stage: the generation stage, then the judges (over what the generators have
     answered so far), each through the providers' Batch APIs.
 
@@ -151,7 +151,7 @@ def run_batches(sel: Selection, names: tuple[str, ...], options: BatchOptions) -
     return Batched(stats=stats, sel=sel, in_batches=frozenset(in_batches))
 
 
-def batch_stage(sel: Selection, run_options: dict[str, Any]) -> Batched | None:
+def batch_stage(sel: WorkingSet, run_options: dict[str, Any]) -> Batched | None:
     """`judge run`'s batch stage from its options.
 
     Args:

@@ -27,7 +27,7 @@ from runner.execute.transfer import (
 )
 from runner.selection import DEFAULT_CACHE_DIR, CacheLocation, TaskSelection
 from runner.session.plan import all_tasks
-from runner.session.select import Selection, open_selected
+from runner.session.select import WorkingSet, open_selected
 
 __all__ = ["cache", "job_keys"]
 
@@ -146,7 +146,7 @@ def cache_check(task_selection: TaskSelection | CacheLocation, drop: bool) -> No
         sys.exit(1)
 
 
-def job_keys(sel: Selection) -> list[str]:
+def job_keys(sel: WorkingSet) -> list[str]:
     """The selection's distinct cache keys, in task order (generation stage first).
 
     Args:

@@ -17,7 +17,7 @@ from runner import api
 from runner.cli import TERM_EXIT
 from runner.cli.options import UsageError
 from runner.errors import scrub
-from runner.session.select import Selection, unpriced_model
+from runner.session.select import WorkingSet, unpriced_model
 
 if TYPE_CHECKING:
     from runner.execute.stats import RunStats
@@ -76,7 +76,7 @@ def exit_interrupted(stats: RunStats, command: str) -> None:
     sys.exit(TERM_EXIT if stats.terminated else 130)
 
 
-def summarise(sel: Selection, stats: RunStats, command: str, partial: bool = False,
+def summarise(sel: WorkingSet, stats: RunStats, command: str, partial: bool = False,
               result: Headline | None = None) -> None:
     """The end of a command that wrote reports: counts, failures, the study's result (the
     correlations, last), and the exit code.
@@ -122,7 +122,7 @@ def summarise(sel: Selection, stats: RunStats, command: str, partial: bool = Fal
         sys.exit(1)
 
 
-def rebuild_reports(sel: Selection, started: float | None = None,
+def rebuild_reports(sel: WorkingSet, started: float | None = None,
                     then: Callable[[], None] = lambda: None, partial: bool = False) -> None:
     """Reports from the cache alone (rescore, report, import), then the summary.
 

@@ -37,7 +37,7 @@ from runner.session.pool import TaskLog, run_async, run_pool
 from runner.session.report import manifest
 from runner.session.select import (
     Download,
-    Selection,
+    WorkingSet,
     check_budget,
     check_keys,
     key_reader,
@@ -134,7 +134,7 @@ def run(task_selection: TaskSelection, **run_options: Any) -> None:
         _run_checked(sel, run_options, started)
 
 
-def _run_checked(sel: Selection, run_options: dict[str, Any], started: float) -> None:
+def _run_checked(sel: WorkingSet, run_options: dict[str, Any], started: float) -> None:
     """`judge run` once its options are checked (and its lease held): the batch stage, the
     pool, the reports."""
     batched = batch_stage(sel, run_options)
@@ -153,7 +153,7 @@ def _run_checked(sel: Selection, run_options: dict[str, Any], started: float) ->
                           _partial(run_options))
 
 
-def _summarise_shard(sel: Selection, stats: RunStats, command: str, rescore_hint: str) -> None:
+def _summarise_shard(sel: WorkingSet, stats: RunStats, command: str, rescore_hint: str) -> None:
     """A shard's counts and the command that builds the reports; exits like run."""
     click.echo(f"shard {sel.shard}: {counts(stats)}", err=True)
     if stats.fatal:
@@ -167,7 +167,7 @@ def _summarise_shard(sel: Selection, stats: RunStats, command: str, rescore_hint
     sys.exit(1 if stats.failures else 0)
 
 
-def _drop_damaged(sel: Selection) -> None:
+def _drop_damaged(sel: WorkingSet) -> None:
     """judge run --refresh-damaged: the job's damaged records dropped, for the run to ask
     them again."""
     if sel.cache_url:
@@ -184,7 +184,7 @@ def _notify_download(name: str, missing: int) -> None:
                "upstream and checking sha256 (first use)", err=True)
 
 
-def _confirm(sel: Selection) -> None:
+def _confirm(sel: WorkingSet) -> None:
     """At a terminal, ask before paid calls (those with a price); --yes skips this."""
     paid = [p for p in estimate(sel) if p.calls and p.model.kind != "local" and p.cost != 0]
     if not paid:
@@ -196,8 +196,8 @@ def _confirm(sel: Selection) -> None:
         raise click.Abort()
 
 
-def _execute(sel: Selection, run_options: dict[str, Any], dispatched: TaskLog,
-             cached_first: CachedFirst | None = None) -> tuple[RunStats, Selection]:
+def _execute(sel: WorkingSet, run_options: dict[str, Any], dispatched: TaskLog,
+             cached_first: CachedFirst | None = None) -> tuple[RunStats, WorkingSet]:
     """The pool over the selection, local servers started, a progress bar on stderr."""
     # asyncio (~65 ms) only where the pool runs: rescore and a fully cached run never import it
     import asyncio
@@ -217,9 +217,9 @@ def _execute(sel: Selection, run_options: dict[str, Any], dispatched: TaskLog,
             progress.close()
 
 
-async def _run_async(sel: Selection, served: Job, cache: CacheBackend, run_options: dict[str, Any],
+async def _run_async(sel: WorkingSet, served: Job, cache: CacheBackend, run_options: dict[str, Any],
                      progress: Progress, dispatched: TaskLog,
-                     cached_first: CachedFirst | None = None) -> tuple[RunStats, Selection]:
+                     cached_first: CachedFirst | None = None) -> tuple[RunStats, WorkingSet]:
     """Run the pool under a two-phase Ctrl-C: stop dispatching, then cancel."""
     import asyncio  # as in _execute
     stop = asyncio.Event()
@@ -268,7 +268,7 @@ async def _run_async(sel: Selection, served: Job, cache: CacheBackend, run_optio
         signal.signal(signal.SIGTERM, before)  # remove_signal_handler left the default: death
 
 
-def _cached_first(sel: Selection) -> int:
+def _cached_first(sel: WorkingSet) -> int:
     """The run's task count if it can judge its cached tasks first (one shard-less judge
     stage, no generation stage, CACHED_FIRST_TASKS tasks or more; a cache folder or
     PostgreSQL), else 0."""
@@ -278,7 +278,7 @@ def _cached_first(sel: Selection) -> int:
     return count if count >= CACHED_FIRST_TASKS else 0
 
 
-def _run_cached_first(sel: Selection, run_options: dict[str, Any], started: float,
+def _run_cached_first(sel: WorkingSet, run_options: dict[str, Any], started: float,
                       dispatched: TaskLog, count: int) -> None:
     """A run that judges its tasks in order as rescore does while their answers are cached,
     and hands the first task without one, and every later one, to the pool (then judges them
@@ -319,7 +319,7 @@ def _partial(run_options: dict[str, Any]) -> bool:
     return bool(run_options["partial"]) or not run_options["offline"]
 
 
-def _report_and_summarise(sel: Selection, stats: RunStats, started: float, command: str,
+def _report_and_summarise(sel: WorkingSet, stats: RunStats, started: float, command: str,
             dispatched: TaskLog, batched: Batched | None = None, partial: bool = True) -> None:
     """The reports of a run that went through the pool, then its summary (which exits)."""
     if stats.fatal:  # no endpoint, no model or no key: the reports would show only that

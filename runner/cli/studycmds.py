@@ -23,7 +23,7 @@ from runner.expand import task_key
 from runner.reduce.judgments import judge
 from runner.selection import TaskSelection
 from runner.session.plan import all_tasks
-from runner.session.select import Selection, open_selected
+from runner.session.select import WorkingSet, open_selected
 
 __all__ = ["compare", "import_", "plan", "report", "rescore", "status"]
 
@@ -111,7 +111,7 @@ def plan(task_selection: TaskSelection, power: tuple[str, str] | None, width: fl
              "them are not counted until `judge run` has generated them")
 
 
-def _plan_power(sel: Selection, judges: tuple[str, str], width: float) -> None:
+def _plan_power(sel: WorkingSet, judges: tuple[str, str], width: float) -> None:
     """judge plan --power: power.csv and its table, from the cached pilot."""
     from runner.report.reliability import POWER_COLUMNS, csv_bytes, power_lines, power_rows
     from runner.report.write import collect, judge_rows, write_atomic

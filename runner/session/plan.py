@@ -12,7 +12,7 @@ from runner.data.seen import Seen, key64
 from runner.execute.store.backend import cached_flags
 from runner.expand import Expansion, Task, estimate_cost, task_key
 from runner.job.spec import ModelSpec
-from runner.session.select import Selection, open_selected
+from runner.session.select import WorkingSet, open_selected
 
 __all__ = ["ModelPlan", "all_tasks", "estimate"]
 
@@ -51,7 +51,7 @@ def all_tasks(expansion: Expansion) -> Iterator[Task]:
     return itertools.chain(expansion.generation_tasks(), expansion.tasks())
 
 
-def estimate(sel: Selection) -> list[ModelPlan]:
+def estimate(sel: WorkingSet) -> list[ModelPlan]:
     """What a run would do, per model. No network.
 
     Args:

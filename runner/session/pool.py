@@ -13,7 +13,7 @@ from runner.expand import Task, new_task
 from runner.expand_ahead import with_key_index
 from runner.job.spec import Job
 from runner.reduce.judgments import READ_BATCH, CachedFirst
-from runner.session.select import Selection, derive
+from runner.session.select import WorkingSet, derive
 
 if TYPE_CHECKING:
     from runner.execute.stats import RunStats
@@ -32,7 +32,7 @@ def run_async(work: Awaitable[T]) -> T:
     On Python 3.11, asyncio.run formats the repr of its main task, result included, when it
     restores its SIGINT handler (signal.getsignal tries the handler, a partial holding the
     task, as a signal.Handlers value and builds the ValueError's message). Results hold sets
-    of keys and Selections: a Selection of 25k items took 0.5 s and 70 MB to format."""
+    of keys and working sets: a WorkingSet of 25k items took 0.5 s and 70 MB to format."""
     import asyncio  # here: ~65 ms that rescore and a fully cached run never need
 
     box: list[T] = []
@@ -45,13 +45,13 @@ def run_async(work: Awaitable[T]) -> T:
     return box[0]
 
 
-async def run_pool(sel: Selection, served: Job, cache: CacheBackend, *, stop: Any,
+async def run_pool(sel: WorkingSet, served: Job, cache: CacheBackend, *, stop: Any,
                    key_reader: Callable[[str], Callable[[], str | None]], offline: bool,
                    budget: float | None, on_progress: Callable[[RunStats], None],
                    dispatched: TaskLog, in_batches: frozenset[str] = frozenset(),
                    cached_first: CachedFirst | None = None,
                    say: Callable[[str], None] = lambda message: None
-                   ) -> tuple[RunStats, Selection]:
+                   ) -> tuple[RunStats, WorkingSet]:
     """Generation stage (if any), then every judge task, through the pool.
 
     Args:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from runner.errors import redact_url, scrub
 from runner.reduce.judgments import Judgment
-from runner.session.select import Selection, unpriced_model
+from runner.session.select import WorkingSet, unpriced_model
 
 if TYPE_CHECKING:
     from runner.execute.stats import RunStats
@@ -57,7 +57,7 @@ class BatchAnswers:
                               "judgments.jsonl says which.")
 
 
-def manifest(sel: Selection, stats: RunStats | None, started: float,
+def manifest(sel: WorkingSet, stats: RunStats | None, started: float,
              command: str, kind: str = "run") -> dict[str, Any]:
     """manifest.json: what ran, with which versions, what it did and cost. Never a key.
 

@@ -22,14 +22,15 @@ from runner.job.spec import Job, ModelSpec, parse_model_spec, url_problem
 from runner.reduce.judgments import choices
 from runner.selection import DEFAULT_CACHE_DIR, TaskSelection
 
-__all__ = ["RUN_LIMITS", "Download", "Selection", "answer_text", "check_budget", "check_keys",
+__all__ = ["RUN_LIMITS", "Download", "WorkingSet", "answer_text", "check_budget", "check_keys",
            "derive", "job_path", "key_reader", "model_with", "open_selected", "resolve_models",
            "select", "unpriced_model", "with_run_limits"]
 
 
 @dataclass(frozen=True, slots=True)
-class Selection:
-    """What a command works on: the job, its models and items, the cache and output dirs."""
+class WorkingSet:
+    """What a command works on, resolved: the job, its models and items, the cache and output
+    dirs (a TaskSelection, runner/selection.py, is what was chosen, before it was resolved)."""
 
     job: Job
     expansion: Expansion
@@ -51,7 +52,7 @@ RUN_LIMITS = (("concurrency", "concurrency"), ("rpm", "rpm"), ("tpm", "tpm"),
 """`judge run`'s (and runner.run's) option -> the job's `[limits]` field it replaces."""
 
 
-def with_run_limits(sel: Selection, options: Mapping[str, Any]) -> Selection:
+def with_run_limits(sel: WorkingSet, options: Mapping[str, Any]) -> WorkingSet:
     """The selection with a run's own limits over the job's.
 
     Args:
@@ -110,7 +111,7 @@ def job_path(job: str) -> Path:
     return named
 
 
-def open_selected(sel: Selection, *, read_only: bool = False) -> CacheBackend:
+def open_selected(sel: WorkingSet, *, read_only: bool = False) -> CacheBackend:
     """The selection's cache, opened.
 
     Args:
@@ -201,7 +202,7 @@ class Download:
 
 
 def select(chosen: TaskSelection, *, data_dir: Path, env_base_url: str | None = None,
-           stream: bool = False, download: Download | None = None) -> Selection:
+           stream: bool = False, download: Download | None = None) -> WorkingSet:
     """Load, resolve and expand a job; generated data sets come from the cache as it is.
 
     Args:
@@ -213,7 +214,7 @@ def select(chosen: TaskSelection, *, data_dir: Path, env_base_url: str | None = 
         download: fetch the job's missing registered data sets first (`judge run`).
 
     Returns:
-        The Selection: the job (its judges replaced by `chosen.models`, a shard's rpm and tpm
+        The WorkingSet: the job (its judges replaced by `chosen.models`, a shard's rpm and tpm
         divided among the shards), its expansion, cache and report folder, and `chosen` with
         its defaults filled in.
 
@@ -234,7 +235,7 @@ def select(chosen: TaskSelection, *, data_dir: Path, env_base_url: str | None = 
     cache_dir = chosen.cache_dir or DEFAULT_CACHE_DIR
     with_defaults = replace(chosen, cache_dir=cache_dir, out=out_dir,
                             seed=None if chosen.sample is None else chosen.seed or 0)
-    sel = Selection(job=job, expansion=expansion, cache_dir=cache_dir, out_dir=out_dir,
+    sel = WorkingSet(job=job, expansion=expansion, cache_dir=cache_dir, out_dir=out_dir,
                     cache_url=chosen.cache_url, shard=chosen.shard, task_selection=with_defaults)
     return derive(sel) if job.generate else sel
 
@@ -249,7 +250,7 @@ def _download(job: Job, data_dir: Path, download: Download) -> None:
             datasets.fetch(name, data_dir, mirror=download.mirror)
 
 
-def derive(sel: Selection) -> Selection:
+def derive(sel: WorkingSet) -> WorkingSet:
     """The generated data sets rebuilt from the answers now in the cache.
 
     Args:
