@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,17 +39,15 @@ import orjson
 
 from runner.errors import APIError, ConfigError, register_secret
 from runner.execute.stats import RunStats
-from runner.execute.store.backend import CacheBackend
 from runner.execute.store.lease import describe, lease_name
 from runner.job.load import load_job as _load_job
 from runner.job.spec import Job
-from runner.reduce.judgments import Judgment, judge
 from runner.report.folder import HISTORY, check_out
 from runner.report.frames import COLUMNS, Results, import_pandas, read_results
 from runner.selection import TaskSelection
 from runner.session.plan import ModelPlan, estimate
 from runner.session.pool import TaskLog, run_async, run_pool
-from runner.session.report import BatchAnswers, manifest
+from runner.session.report import judged_dispatched, rebuild, report_run
 from runner.session.select import (
     Download,
     WorkingSet,
@@ -299,51 +297,6 @@ async def _pool(sel: WorkingSet, env: Mapping[str, str], dispatched: TaskLog, *,
                               dispatched=dispatched)
 
 
-def judged_dispatched(sel: WorkingSet, cache: CacheBackend, stats: RunStats,
-                      dispatched: TaskLog) -> Iterator[Judgment]:
-    """The judgments of the tasks the pool dispatched.
-
-    Args:
-        sel: the run's selection.
-        cache: its open cache, to read the answers from.
-        stats: the run's counters: its failures (damaged records among them) and the keys
-            it called (their judgments are marked fresh).
-        dispatched: the tasks the pool dispatched, read once and emptied.
-
-    Returns:
-        The judgments, streamed in the order of `dispatched`.
-    """
-    return judge(sel.expansion, cache, failures=stats.failures, fresh=frozenset(stats.called),
-                 tasks=dispatched.drain(), count=len(dispatched), damaged=stats.failures)
-
-
-def report_run(sel: WorkingSet, stats: RunStats, dispatched: TaskLog, *, started: float,
-               command: str, extra: Mapping[str, Any] | None = None) -> Tables:
-    """A run's reports, written into sel.out_dir.
-
-    Args:
-        sel: the run's selection.
-        stats: the run's counters (failures, keys called, tokens, cost).
-        dispatched: the tasks the pool dispatched (emptied).
-        started: when the run started (seconds since the epoch), for the manifest.
-        command: the command line (or API call), for the manifest.
-        extra: more manifest keys (the batch stage's).
-
-    Returns:
-        The reports' tables (their headline: the correlations `judge` prints).
-    """
-    from runner.report.write import write_reports  # numpy: only where reports are written
-    answers = BatchAnswers()
-    # reads only (an offline run's folder may be read-only); the manifest once judged: damaged
-    # records are failures
-    with open_selected(sel, read_only=True) as cache:
-        judgments = judged_dispatched(sel, cache, stats, dispatched)
-        return write_reports(sel.out_dir, sel.expansion, answers.watch(judgments),
-                             lambda _: {**manifest(sel, stats, started, command),
-                                        **(extra or {}), "batch_answers": answers.answers},
-                             answers.notes)
-
-
 def rescore(job: JobLike, **choose: Any) -> RunResult:
     """Re-parse every cached answer with the current parsers and rewrite the reports, with no
     network: `judge rescore`.
@@ -359,37 +312,6 @@ def rescore(job: JobLike, **choose: Any) -> RunResult:
     stats, tables = rebuild(sel, started=time.time(),
                             command=f"runner.rescore({sel.job.name!r})")
     return _result(sel, stats, tables)
-
-
-def rebuild(sel: WorkingSet, *, started: float, command: str) -> tuple[RunStats, Tables]:
-    """Reports from the cache alone, in one pass, the counts taken as the judgments go by.
-
-    Args:
-        sel: the selection to report on.
-        started: when the command started (seconds since the epoch), for the manifest.
-        command: the command line (or API call), for the manifest.
-
-    Returns:
-        The counts (cache hits, repeats, tasks with no answer, damaged records as failures)
-        and the reports' tables.
-    """
-    stats, answers = RunStats(), BatchAnswers()
-
-    def counted(tables: Tables) -> dict[str, Any]:
-        # a damaged record is a failure (stats.failures), not a task never run
-        stats.total, stats.duplicates = tables.tasks, tables.tasks - tables.distinct
-        stats.missing = [k for k in tables.missing if k not in stats.failures]
-        stats.cache_hits = tables.distinct - len(tables.missing)
-        return {**manifest(sel, stats, started, command, "rebuild"),
-                "batch_answers": answers.answers}
-
-    with open_selected(sel, read_only=True) as cache:
-        # a large job's readers start now, and read
-        judged = judge(sel.expansion, cache, damaged=stats.failures)
-        from runner.report.write import write_reports  # while the reports' modules load
-        tables = write_reports(sel.out_dir, sel.expansion, answers.watch(judged), counted,
-                               answers.notes)
-    return stats, tables
 
 
 def _result(sel: WorkingSet, stats: RunStats, tables: Tables) -> RunResult:

@@ -1,5 +1,6 @@
-"""The report phase of a run: its manifest, and the count of the answers that came from a
-provider batch.
+"""The report phase of a run: the judgments of what it dispatched, its reports and manifest, and
+the count of the answers that came from a provider batch; and the reports rebuilt from the cache
+alone (rescore, report, import).
 """
 
 from __future__ import annotations
@@ -9,17 +10,20 @@ import hashlib
 import importlib.metadata
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from runner.errors import redact_url, scrub
-from runner.reduce.judgments import Judgment
-from runner.session.select import WorkingSet, unpriced_model
+from runner.execute.stats import RunStats
+from runner.execute.store.backend import CacheBackend
+from runner.reduce.judgments import Judgment, judge
+from runner.session.pool import TaskLog
+from runner.session.select import WorkingSet, open_selected, unpriced_model
 
 if TYPE_CHECKING:
-    from runner.execute.stats import RunStats
+    from runner.report.write import Tables
 
-__all__ = ["PACKAGES", "BatchAnswers", "manifest"]
+__all__ = ["PACKAGES", "BatchAnswers", "judged_dispatched", "manifest", "rebuild", "report_run"]
 
 
 PACKAGES = ("judge-runner", "aiohttp", "openai", "aiolimiter", "diskcache", "orjson", "scipy",
@@ -97,3 +101,79 @@ def manifest(sel: WorkingSet, stats: RunStats | None, started: float,
 
 def _iso(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def judged_dispatched(sel: WorkingSet, cache: CacheBackend, stats: RunStats,
+                      dispatched: TaskLog) -> Iterator[Judgment]:
+    """The judgments of the tasks the pool dispatched.
+
+    Args:
+        sel: the run's selection.
+        cache: its open cache, to read the answers from.
+        stats: the run's counters: its failures (damaged records among them) and the keys
+            it called (their judgments are marked fresh).
+        dispatched: the tasks the pool dispatched, read once and emptied.
+
+    Returns:
+        The judgments, streamed in the order of `dispatched`.
+    """
+    return judge(sel.expansion, cache, failures=stats.failures, fresh=frozenset(stats.called),
+                 tasks=dispatched.drain(), count=len(dispatched), damaged=stats.failures)
+
+
+def report_run(sel: WorkingSet, stats: RunStats, dispatched: TaskLog, *, started: float,
+               command: str, extra: Mapping[str, Any] | None = None) -> Tables:
+    """A run's reports, written into sel.out_dir.
+
+    Args:
+        sel: the run's selection.
+        stats: the run's counters (failures, keys called, tokens, cost).
+        dispatched: the tasks the pool dispatched (emptied).
+        started: when the run started (seconds since the epoch), for the manifest.
+        command: the command line (or API call), for the manifest.
+        extra: more manifest keys (the batch stage's).
+
+    Returns:
+        The reports' tables (their headline: the correlations `judge` prints).
+    """
+    from runner.report.write import write_reports  # numpy: only where reports are written
+    answers = BatchAnswers()
+    # reads only (an offline run's folder may be read-only); the manifest once judged: damaged
+    # records are failures
+    with open_selected(sel, read_only=True) as cache:
+        judgments = judged_dispatched(sel, cache, stats, dispatched)
+        return write_reports(sel.out_dir, sel.expansion, answers.watch(judgments),
+                             lambda _: {**manifest(sel, stats, started, command),
+                                        **(extra or {}), "batch_answers": answers.answers},
+                             answers.notes)
+
+
+def rebuild(sel: WorkingSet, *, started: float, command: str) -> tuple[RunStats, Tables]:
+    """Reports from the cache alone, in one pass, the counts taken as the judgments go by.
+
+    Args:
+        sel: the selection to report on.
+        started: when the command started (seconds since the epoch), for the manifest.
+        command: the command line (or API call), for the manifest.
+
+    Returns:
+        The counts (cache hits, repeats, tasks with no answer, damaged records as failures)
+        and the reports' tables.
+    """
+    stats, answers = RunStats(), BatchAnswers()
+
+    def counted(tables: Tables) -> dict[str, Any]:
+        # a damaged record is a failure (stats.failures), not a task never run
+        stats.total, stats.duplicates = tables.tasks, tables.tasks - tables.distinct
+        stats.missing = [k for k in tables.missing if k not in stats.failures]
+        stats.cache_hits = tables.distinct - len(tables.missing)
+        return {**manifest(sel, stats, started, command, "rebuild"),
+                "batch_answers": answers.answers}
+
+    with open_selected(sel, read_only=True) as cache:
+        # a large job's readers start now, and read
+        judged = judge(sel.expansion, cache, damaged=stats.failures)
+        from runner.report.write import write_reports  # while the reports' modules load
+        tables = write_reports(sel.out_dir, sel.expansion, answers.watch(judged), counted,
+                               answers.notes)
+    return stats, tables
