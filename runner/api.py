@@ -27,7 +27,6 @@ imported by runner/report/frames.py and nowhere else in the runner.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -39,27 +38,30 @@ import orjson
 
 from runner.errors import APIError, ConfigError, register_secret
 from runner.execute.stats import RunStats
-from runner.execute.store.lease import describe, lease_name
 from runner.job.load import load_job as _load_job
 from runner.job.spec import Job
 from runner.report.folder import HISTORY, check_out
 from runner.report.frames import COLUMNS, Results, import_pandas, read_results
 from runner.selection import TaskSelection
-from runner.session.plan import ModelPlan, estimate
-from runner.session.pool import TaskLog, run_async, run_pool
+
+# The run's phases (runner/session/). A name imported `as` itself is runner.cli's, not the
+# documented API (__all__): the commands reach the session only through this module (the
+# import-linter contract "cli: through the API", pyproject.toml).
+from runner.session.plan import ModelPlan
+from runner.session.plan import all_tasks as all_tasks
+from runner.session.plan import estimate as estimate
+from runner.session.pool import run_async as run_async
+from runner.session.report import BatchAnswers as BatchAnswers
 from runner.session.report import judged_dispatched, rebuild, report_run
-from runner.session.select import (
-    Download,
-    WorkingSet,
-    check_budget,
-    check_keys,
-    job_path,
-    key_reader,
-    open_selected,
-    select,
-    with_run_limits,
-)
-from runner.session.serve import serving
+from runner.session.run import Run as Run
+from runner.session.select import Download as Download
+from runner.session.select import WorkingSet as WorkingSet
+from runner.session.select import derive as derive
+from runner.session.select import job_path as job_path
+from runner.session.select import open_selected as open_selected
+from runner.session.select import select
+from runner.session.select import unpriced_model as unpriced_model
+from runner.session.select import with_run_limits as with_run_limits
 
 if TYPE_CHECKING:
     from runner.report.headline import Headline  # numpy (correlate): not at start-up
@@ -260,41 +262,30 @@ async def arun(job: JobLike, **options: Any) -> RunResult:
     sel = _whole(selection(job, **options), "run")
     sel = with_run_limits(sel, run_options)
     check_out(sel.out_dir)
-    offline, budget = bool(run_options.get("offline")), run_options.get("budget")
-    if not offline:
-        check_keys(sel.job, env)
-        check_budget(sel.job, budget)
-    command = f"runner.run({sel.job.name!r})"
-    lease = lease_name(sel.job.name, None)
-    with open_selected(sel) as leased, (contextlib.nullcontext() if offline
-                                        else leased.lease(lease, describe(command))):
-        dispatched = TaskLog()
-        stats, sel = await _pool(sel, env, dispatched, offline=offline, budget=budget,
-                                 on_progress=run_options.get("on_progress"),
-                                 stoppers=run_options.get("_stoppers"))
+    run = Run(sel, started=started, command=f"runner.run({sel.job.name!r})", environ=env,
+              offline=bool(run_options.get("offline")), budget=run_options.get("budget"))
+    run.check()
+    with run.lease(run.command):
+        stats = await _pool(run, on_progress=run_options.get("on_progress"),
+                            stoppers=run_options.get("_stoppers"))
         if stats.fatal:
             raise APIError(f"{stats.fatal}; run stopped, nothing lost: rerun to resume")
-        tables = report_run(sel, stats, dispatched, started=started, command=command)
-    return _result(sel, stats, tables)
+        tables = run.report(stats)
+    return _result(run.sel, stats, tables)
 
 
-async def _pool(sel: WorkingSet, env: Mapping[str, str], dispatched: TaskLog, *, offline: bool,
-                budget: float | None, on_progress: Callable[[RunStats], None] | None,
-                stoppers: list[Callable[[], object]] | None) -> tuple[RunStats, WorkingSet]:
-    """The pool over the selection, local servers started for `local:` models, keys read
-    from `env` at call time (never stored); a function that stops its dispatch from any
-    thread is added to `stoppers`."""
+async def _pool(run: Run, *, on_progress: Callable[[RunStats], None] | None,
+                stoppers: list[Callable[[], object]] | None) -> RunStats:
+    """The run's pool, local servers started for `local:` models; a function that stops its
+    dispatch from any thread is added to `stoppers`."""
     import asyncio  # as in run
 
     stop, loop = asyncio.Event(), asyncio.get_running_loop()
     if stoppers is not None:
         stoppers.append(lambda: loop.call_soon_threadsafe(stop.set))
-    servers = contextlib.nullcontext(sel.job) if offline else serving(sel.job)
-    with open_selected(sel) as cache, servers as served:
-        return await run_pool(sel, served, cache, stop=stop, key_reader=key_reader(env),
-                              offline=offline, budget=budget,
-                              on_progress=on_progress or (lambda _: None),
-                              dispatched=dispatched)
+    with run.serve(read_only=False) as (cache, served):
+        return await run.pool(cache, served, stop=stop,
+                              on_progress=on_progress or (lambda _: None))
 
 
 def rescore(job: JobLike, **choose: Any) -> RunResult:

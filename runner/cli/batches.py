@@ -16,15 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from runner.api import WorkingSet, derive, open_selected, run_async
 from runner.cli.options import resolve, task_selection
 from runner.errors import ConfigError, scrub
 from runner.execute.ledger import FILES, BatchLedger, Ledger
 from runner.execute.store.backend import is_url
 from runner.job.spec import Job
 from runner.selection import TaskSelection
-from runner.session.pool import run_async
-from runner.session.report import BatchAnswers
-from runner.session.select import WorkingSet, derive, open_selected
 
 if TYPE_CHECKING:
     from runner.execute.batch import BatchOptions, BatchStats, Provider
@@ -35,7 +33,7 @@ if TYPE_CHECKING:
 MAX_BATCH_REQUESTS = 50_000
 """runner.execute.batch.MAX_REQUESTS (tests/test_batch.py checks): the --batch-size limit."""
 
-__all__ = ["BATCH_KINDS", "MAX_BATCH_REQUESTS", "BatchAnswers", "Batched", "batch_models",
+__all__ = ["BATCH_KINDS", "MAX_BATCH_REQUESTS", "Batched", "batch_models",
            "batch_stage", "batches", "merge", "open_ledger", "run_batches"]
 BATCH_KINDS = ("openai", "compatible", "anthropic")
 

@@ -21,7 +21,6 @@ import click
 from runner import api
 from runner.errors import ConfigError
 from runner.selection import CacheLocation, TaskSelection
-from runner.session.select import Download, WorkingSet
 
 __all__ = ["CACHE_OPTIONS", "PARTIAL_HELP", "SELECTION_OPTIONS",
            "UsageError", "cache_location", "data_dir", "resolve", "task_selection"]
@@ -176,7 +175,7 @@ def _selected(job: str | None, **given: Any) -> TaskSelection | CacheLocation:
 
 
 def resolve(chosen: TaskSelection, *, stream: bool = False,
-            download: Download | None = None) -> WorkingSet:
+            download: api.Download | None = None) -> api.WorkingSet:
     """The WorkingSet a command works on, from its task selection and the environment
     (JUDGE_CACHE_DIR, JUDGE_CACHE_URL, JUDGE_DATA_DIR, OPENAI_BASE_URL, the API keys).
 

@@ -22,8 +22,6 @@ from runner.execute.store.backend import cached_flags
 from runner.expand import task_key
 from runner.reduce.judgments import judge
 from runner.selection import TaskSelection
-from runner.session.plan import all_tasks
-from runner.session.select import WorkingSet, open_selected
 
 __all__ = ["compare", "import_", "plan", "report", "rescore", "status"]
 
@@ -111,11 +109,11 @@ def plan(task_selection: TaskSelection, power: tuple[str, str] | None, width: fl
              "them are not counted until `judge run` has generated them")
 
 
-def _plan_power(sel: WorkingSet, judges: tuple[str, str], width: float) -> None:
+def _plan_power(sel: api.WorkingSet, judges: tuple[str, str], width: float) -> None:
     """judge plan --power: power.csv and its table, from the cached pilot."""
     from runner.report.reliability import POWER_COLUMNS, csv_bytes, power_lines, power_rows
     from runner.report.write import collect, judge_rows, write_atomic
-    with open_selected(sel, read_only=True) as c:
+    with api.open_selected(sel, read_only=True) as c:
         tables = collect(sel.expansion, judge(sel.expansion, c), io.BytesIO(),
                          sel.expansion.job.juries)
     by_data = judge_rows(sel.expansion, tables)
@@ -136,9 +134,9 @@ def _plan_power(sel: WorkingSet, judges: tuple[str, str], width: float) -> None:
 def status(task_selection: TaskSelection) -> None:
     """How far a job is: tasks cached now, and the last run's manifest counts. No network."""
     sel = resolve(task_selection, stream=True)
-    with open_selected(sel, read_only=True) as cache:
+    with api.open_selected(sel, read_only=True) as cache:
         total = cached = 0
-        for _, hit in cached_flags(cache, all_tasks(sel.expansion), task_key):
+        for _, hit in cached_flags(cache, api.all_tasks(sel.expansion), task_key):
             total += 1
             cached += hit
     click.echo(f"job {sel.job.name}: {cached}/{total} tasks cached, {total - cached} to call")
@@ -172,7 +170,7 @@ def compare(task_selection: TaskSelection, judges: tuple[str, str], permutations
     from runner.report.reliability import SIGNIFICANCE_COLUMNS, csv_bytes, significance
     from runner.report.write import COMPARE_COLUMNS, collect, comparison, judge_rows, write_atomic
     sel = resolve(task_selection)
-    with open_selected(sel, read_only=True) as c:
+    with api.open_selected(sel, read_only=True) as c:
         tables = collect(sel.expansion, judge(sel.expansion, c), io.BytesIO(),
                          sel.expansion.job.juries)
     series = judge_rows(sel.expansion, tables)
@@ -202,7 +200,7 @@ def import_(task_selection: TaskSelection, force: bool) -> None:
     """
     started = time.time()
     sel = resolve(task_selection)
-    with open_selected(sel) as c:
+    with api.open_selected(sel) as c:
         counts = import_answers(sel.expansion, c, force=force)
     click.echo(f"imported {counts.stored} answers ({counts.already_cached} already cached, "
                f"{counts.without_answer} tasks without a recorded answer)", err=True)

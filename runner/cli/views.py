@@ -13,12 +13,12 @@ from typing import Any
 import click
 import orjson
 
+from runner.api import job_path
 from runner.cli.options import task_selection
 from runner.errors import ConfigError
 from runner.job.load import load_job
 from runner.report.folder import HISTORY, forget_runs, kept_runs, own_bytes
 from runner.selection import TaskSelection
-from runner.session.select import job_path
 
 __all__ = ["diff", "figures", "runs", "view"]
 

@@ -23,7 +23,8 @@ from runner.session.select import WorkingSet, open_selected, unpriced_model
 if TYPE_CHECKING:
     from runner.report.write import Tables
 
-__all__ = ["PACKAGES", "BatchAnswers", "judged_dispatched", "manifest", "rebuild", "report_run"]
+__all__ = ["PACKAGES", "BatchAnswers", "judged_dispatched", "manifest", "rebuild", "report_run",
+           "write_run_reports"]
 
 
 PACKAGES = ("judge-runner", "aiohttp", "openai", "aiolimiter", "diskcache", "orjson", "scipy",
@@ -136,16 +137,35 @@ def report_run(sel: WorkingSet, stats: RunStats, dispatched: TaskLog, *, started
     Returns:
         The reports' tables (their headline: the correlations `judge` prints).
     """
-    from runner.report.write import write_reports  # numpy: only where reports are written
-    answers = BatchAnswers()
     # reads only (an offline run's folder may be read-only); the manifest once judged: damaged
     # records are failures
     with open_selected(sel, read_only=True) as cache:
         judgments = judged_dispatched(sel, cache, stats, dispatched)
-        return write_reports(sel.out_dir, sel.expansion, answers.watch(judgments),
-                             lambda _: {**manifest(sel, stats, started, command),
-                                        **(extra or {}), "batch_answers": answers.answers},
-                             answers.notes)
+        return write_run_reports(sel, stats, judgments, started=started, command=command,
+                                 extra=extra)
+
+
+def write_run_reports(sel: WorkingSet, stats: RunStats, judgments: Iterable[Judgment], *,
+                      started: float, command: str,
+                      extra: Mapping[str, Any] | None = None) -> Tables:
+    """A run's reports of `judgments`, written into sel.out_dir, with its manifest.
+
+    Args:
+        sel: the run's working set.
+        stats: the run's counters, read for the manifest once the judgments have gone by.
+        judgments: the run's judgments, read once.
+        started: when the run started (seconds since the epoch), for the manifest.
+        command: the command line (or API call), for the manifest.
+        extra: more manifest keys (the batch stage's).
+
+    Returns:
+        The reports' tables.
+    """
+    from runner.report.write import write_reports  # numpy: only where reports are written
+    answers = BatchAnswers()
+    return write_reports(sel.out_dir, sel.expansion, answers.watch(judgments),
+                         lambda _: {**manifest(sel, stats, started, command), **(extra or {}),
+                                    "batch_answers": answers.answers}, answers.notes)
 
 
 def rebuild(sel: WorkingSet, *, started: float, command: str) -> tuple[RunStats, Tables]:
