@@ -28,8 +28,9 @@ if TYPE_CHECKING:
     from runner.execute.batch import BatchOptions, BatchStats, Provider
     from runner.execute.stats import RunStats
 
-# runner.execute.batch (and with it aiohttp, ~0.15 s) is imported by the functions that run
-# batches, not here: every `judge` command imports this module to register `judge batches`.
+# runner.execute.batch (and with it aiohttp: 0.51 s to import after runner.cli.main, this 2-core
+# box, loaded) is imported by the functions that run batches, not here: every `judge` command
+# imports this module to register `judge batches`.
 MAX_BATCH_REQUESTS = 50_000
 """runner.execute.batch.MAX_REQUESTS (tests/test_batch.py checks): the --batch-size limit."""
 
@@ -68,7 +69,7 @@ def batch_models(job: Job, everyone: bool) -> tuple[str, ...]:
 
 
 def _providers(job: Job, names: tuple[str, ...]) -> dict[str, Provider]:
-    from runner.execute.batch import Provider
+    from runner.execute.batch import Provider  # 0.51 s (see the top)
     out = {}
     for m in job.models:
         if m.name in names:
@@ -104,7 +105,7 @@ def open_ledger(sel: WorkingSet) -> BatchLedger:
         (request files then kept in the local cache folder), else in the cache folder.
     """
     if sel.cache_url and is_url(sel.cache_url):
-        from runner.execute.pgledger import PgLedger  # psycopg: only for a PostgreSQL cache
+        from runner.execute.pgledger import PgLedger  # psycopg, 0.26 s: a PostgreSQL cache's
         return PgLedger(sel.cache_url, sel.cache_dir / FILES)
     return Ledger(sel.cache_dir)
 
@@ -122,7 +123,7 @@ def run_batches(sel: WorkingSet, names: tuple[str, ...], options: BatchOptions) 
         The stage's counters, the selection (generated data sets derived), and the keys the
         online pool must leave alone.
     """
-    from runner.execute.batch import BatchRun, BatchStats
+    from runner.execute.batch import BatchRun, BatchStats  # 0.51 s (see the top)
     stats = BatchStats()
 
     def say(line: str) -> None:
@@ -172,7 +173,7 @@ def batch_stage(sel: WorkingSet, run_options: dict[str, Any]) -> Batched | None:
             raise ConfigError(f"{sel.job.path}: --no-wait needs --batch or a model with mode = "
                               "\"batch\"; e.g. judge run JOB --batch --no-wait")
         return None
-    from runner.execute.batch import BatchOptions
+    from runner.execute.batch import BatchOptions  # 0.51 s (see the top)
     return run_batches(sel, names, BatchOptions(
         wait=not run_options["no_wait"], fallback=run_options["batch_fallback"],
         poll_s=run_options["poll_interval"], max_requests=run_options["batch_size"],
@@ -223,7 +224,7 @@ def batches(task_selection: TaskSelection, cancel: bool) -> None:
       judge batches summeval             state of every batch `judge run --batch` made
       judge batches summeval --cancel    cancel the live ones
     """
-    from runner.execute.batch import BatchOptions, BatchRun
+    from runner.execute.batch import BatchOptions, BatchRun  # 0.51 s (see the top)
     sel = resolve(task_selection)
     names = tuple(m.name for m in sel.job.models if m.kind in BATCH_KINDS)
     with open_selected(sel) as cache, open_ledger(sel) as ledger:

@@ -97,7 +97,7 @@ def plan(task_selection: TaskSelection, power: tuple[str, str] | None, width: fl
     for p in plans:
         price = "price unknown: set price in the job" if p.cost is None else f"~${p.cost:.4f}"
         if p.cost is not None and p.model.kind != "local":
-            from runner.execute.batch import batch_cost  # aiohttp: only for a priced model
+            from runner.execute.batch import batch_cost  # aiohttp, 0.51 s: a priced model's
             price += f", batch ~${batch_cost(p.model, p.cost) or 0:.4f}"
         echo(f"  {p.model.name} ({p.model.spec}): {p.tasks} tasks, {p.cached} cached, "
              f"{p.repeats} repeat an earlier request, {p.calls} to call, ~{p.prompt_tokens} "
@@ -111,6 +111,8 @@ def plan(task_selection: TaskSelection, power: tuple[str, str] | None, width: fl
 
 def _plan_power(sel: api.WorkingSet, judges: tuple[str, str], width: float) -> None:
     """judge plan --power: power.csv and its table, from the cached pilot."""
+    # numpy: report.reliability 0.31 s and report.write 0.42 s to import, `plan` without --power
+    # pays neither
     from runner.report.reliability import POWER_COLUMNS, csv_bytes, power_lines, power_rows
     from runner.report.write import collect, judge_rows, write_atomic
     with api.open_selected(sel, read_only=True) as c:
@@ -167,6 +169,7 @@ def compare(task_selection: TaskSelection, judges: tuple[str, str], permutations
     and, with --permutations N, a paired permutation test (permutation_p), e.g.
     `judge compare tst-formality --judges gpt35/single gpt35/multi --permutations 10000`.
     """
+    # numpy, 0.31 s + 0.42 s to import: only `judge compare` pays them
     from runner.report.reliability import SIGNIFICANCE_COLUMNS, csv_bytes, significance
     from runner.report.write import COMPARE_COLUMNS, collect, comparison, judge_rows, write_atomic
     sel = resolve(task_selection)

@@ -6,17 +6,15 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
+from runner.execute.stats import RunStats
 from runner.execute.store.backend import CacheBackend
 from runner.expand import Task, new_task
 from runner.expand_ahead import with_key_index
 from runner.job.spec import Job
 from runner.reduce.judgments import READ_BATCH, CachedFirst
 from runner.session.select import WorkingSet, derive
-
-if TYPE_CHECKING:
-    from runner.execute.stats import RunStats
 
 __all__ = ["TaskLog", "run_async", "run_pool"]
 
@@ -73,12 +71,12 @@ async def run_pool(sel: WorkingSet, served: Job, cache: CacheBackend, *, stop: A
         The counters, and the selection with the generated data sets derived from the
         generators' answers.
     """
-    # Here, not at the top: aiohttp costs ~0.15 s to import, which plan, status and the
-    # report commands would pay for nothing.
+    # Here, not at the top: aiohttp and the pool took 0.41 s and 0.55 s to import after
+    # runner.cli.main (this 2-core box, loaded), which plan, status and the report commands
+    # would pay for nothing.
     import aiohttp
 
     from runner.execute.pool import Endpoint, execute
-    from runner.execute.stats import RunStats
     endpoints = {m.name: Endpoint(model=m, base_url=m.base_url or "",
                                   api_key=key_reader(m.api_key_env), key_reader=key_reader)
                  for m in served.models}
