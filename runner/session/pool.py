@@ -94,19 +94,26 @@ async def run_pool(sel: WorkingSet, served: Job, cache: CacheBackend, *, stop: A
             if stop.is_set():
                 return stats, sel
             sel = derive(sel)  # judge what the generators answered
-        if cached_first is None:
-            count = sel.expansion.count()
-            stats.total += count
-            tasks = sel.expansion.tasks()
-            if sel.shard is None:  # the job's keys, kept for its rescore
-                tasks = with_key_index(cache, sel.expansion, READ_BATCH, count, tasks)
-        else:  # counted, and the tasks before its uncached_onward judged, by that pass
-            assert cached_first.uncached_onward is not None, "a fully cached pass needs no pool"
-            tasks = cached_first.uncached_onward
-        logged = _logged(tasks, dispatched)
+        logged = _logged(_judge_tasks(sel, cache, stats, cached_first), dispatched)
         await execute(_not_in_batches(logged, in_batches, stats), **run,
                       hashes=None if cached_first is None else cached_first.hashes)
     return stats, sel
+
+
+def _judge_tasks(sel: WorkingSet, cache: CacheBackend, stats: RunStats,
+                 cached_first: CachedFirst | None) -> Iterator[Task]:
+    """The judge stage's tasks for the pool, counted into `stats.total`: every one (their keys
+    kept as the job's key index for its rescore, without a shard), or the rest after a
+    CachedFirst pass (which counted them, and judged the tasks before its uncached_onward)."""
+    if cached_first is not None:
+        assert cached_first.uncached_onward is not None, "a fully cached pass needs no pool"
+        return cached_first.uncached_onward
+    count = sel.expansion.count()
+    stats.total += count
+    tasks = sel.expansion.tasks()
+    if sel.shard is None:  # the job's keys, kept for its rescore
+        tasks = with_key_index(cache, sel.expansion, READ_BATCH, count, tasks)
+    return tasks
 
 
 class TaskLog:
