@@ -41,6 +41,36 @@ def page_data(expansion: Expansion, series: Mapping[tuple[str, str], Mapping[str
     `ranking`, ranking.csv's (shown with the battles)."""
     job = expansion.job
     juries = {j.name for j in job.juries}
+    datasets = _datasets(series, corr, summ, juries)
+    sampled = any(p.samples > 1 for p in job.prompts)  # a sample column only where it tells
+    items = _items(rows, expansion, sampled)
+    return {
+        "job": job.name,
+        "manifest": dict(manifest),
+        "prompts": [{"name": p.name, "parser": p.parser, "aspects": list(p.aspects),
+                     "samples": p.samples} for p in job.prompts],
+        "unparsed": [{"judge": j, "unparsed": u, "answered": a}
+                     for j, u, a in unparsed_judges(summ)],
+        "ranked_if": {"parsed_share": MIN_PARSED_SHARE, "min_points": MIN_POINTS},
+        "no_spread": [{"judge": j, "dataset": ds, "aspect": asp, "top": t, "scored": n,
+                       "score": score} for j, ds, asp, t, n, score in no_spread(summ)],
+        "levels": list(job.levels), "methods": list(job.methods), "bootstrap": job.bootstrap,
+        "datasets": datasets,
+        "summary": [dict(s) for s in summ],
+        "failures": [{"dataset": k[0], "prompt": k[1], "aspect": k[2], "model": k[3],
+                      "type": k[4], "examples": v} for k, v in rows.examples.items()],
+        "battles": [dict(b) for b in battles],
+        "ranking": [dict(r) for r in ranking],
+        "leaderboard": {"columns": board[0], "rows": board[1]} if board else None,
+        "reliability": reliability_page(expansion, reliability),
+        "items": items,
+    }
+
+
+def _datasets(series: Mapping[tuple[str, str], Mapping[str, Series]],
+              corr: Sequence[Mapping[str, Any]], summ: Sequence[Mapping[str, Any]],
+              juries: set[str]) -> list[dict[str, Any]]:
+    """The page's data sets: per aspect, its correlations, best judges, charts and systems."""
     best = best_judges(corr, summ)  # the terminal's `*` and `judge runs`' rule: one answer
     datasets: dict[str, dict[str, Any]] = {}
     for (dataset, aspect), judges in series.items():
@@ -64,41 +94,26 @@ def page_data(expansion: Expansion, series: Mapping[tuple[str, str], Mapping[str
         })
     for s in summ:
         datasets.setdefault(s["dataset"], {"name": s["dataset"], "aspects": []})
+    return list(datasets.values())
+
+
+def _items(rows: ItemRows, expansion: Expansion, sampled: bool) -> dict[str, Any]:
+    """The item browser's rows (those kept, with their prompts rebuilt), one prompt text
+    each, shared by index."""
     chosen = rows.kept()
     kept = with_bodies([r for r, _ in chosen], expansion)  # in the same order
     why = [w for _, w in chosen]
     texts: dict[str, int] = {}
-    sampled = any(p.samples > 1 for p in job.prompts)  # a sample column only where it tells
-    return {
-        "job": job.name,
-        "manifest": dict(manifest),
-        "prompts": [{"name": p.name, "parser": p.parser, "aspects": list(p.aspects),
-                     "samples": p.samples} for p in job.prompts],
-        "unparsed": [{"judge": j, "unparsed": u, "answered": a}
-                     for j, u, a in unparsed_judges(summ)],
-        "ranked_if": {"parsed_share": MIN_PARSED_SHARE, "min_points": MIN_POINTS},
-        "no_spread": [{"judge": j, "dataset": ds, "aspect": asp, "top": t, "scored": n,
-                       "score": score} for j, ds, asp, t, n, score in no_spread(summ)],
-        "levels": list(job.levels), "methods": list(job.methods), "bootstrap": job.bootstrap,
-        "datasets": list(datasets.values()),
-        "summary": [dict(s) for s in summ],
-        "failures": [{"dataset": k[0], "prompt": k[1], "aspect": k[2], "model": k[3],
-                      "type": k[4], "examples": v} for k, v in rows.examples.items()],
-        "battles": [dict(b) for b in battles],
-        "ranking": [dict(r) for r in ranking],
-        "leaderboard": {"columns": board[0], "rows": board[1]} if board else None,
-        "reliability": reliability_page(expansion, reliability),
-        "items": {**rows.counts(), "capped": rows.capped,
-                  "columns": ["dataset", "item", "system", "aspect", "judge",
-                              *(["sample"] if sampled else []), "score",
-                              "human", "diff", "status", "message", "raw", "prompt"],
-                  "rows": [[r.dataset, r.item, r.system, r.aspect, r.judge,
-                            *([r.sample] if sampled else []), r.score, r.human,
-                            r.diff, r.status, r.message, r.raw,
-                            texts.setdefault(prompt_text(r.body), len(texts))] for r in kept],
-                  "why": why,  # per row: the pools that kept it, space-separated
-                  "prompts": list(texts)},
-    }
+    return {**rows.counts(), "capped": rows.capped,
+            "columns": ["dataset", "item", "system", "aspect", "judge",
+                        *(["sample"] if sampled else []), "score",
+                        "human", "diff", "status", "message", "raw", "prompt"],
+            "rows": [[r.dataset, r.item, r.system, r.aspect, r.judge,
+                      *([r.sample] if sampled else []), r.score, r.human,
+                      r.diff, r.status, r.message, r.raw,
+                      texts.setdefault(prompt_text(r.body), len(texts))] for r in kept],
+            "why": why,  # per row: the pools that kept it, space-separated
+            "prompts": list(texts)}
 
 
 def with_reliability(page: dict[str, Any], expansion: Expansion,
