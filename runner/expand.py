@@ -26,7 +26,6 @@ import orjson
 from runner.data import datasets
 from runner.data.datasets import FieldMap, Item
 from runner.errors import ConfigError, DataError
-from runner.job import spec as spec_module
 from runner.job.spec import PLACEHOLDER, GenerateSpec, Job, ModelSpec, PromptSpec, placeholders
 from runner.parse import metrics
 
@@ -588,8 +587,9 @@ def cache_key(endpoint: str, body: Mapping[str, Any], sample: int) -> str:
 def _code_digest() -> bytes:
     """What of the code decides a key: the source of this module and of the job spec (template
     choice, placeholders), and orjson's version (the bytes hashed)."""
+    from runner.job import spec
     digest = hashlib.sha256(orjson.__version__.encode())
-    for module in (__file__, spec_module.__file__):
+    for module in (__file__, spec.__file__):
         try:
             digest.update(Path(module).read_bytes())
         except OSError:  # no source to read: a digest no index will ever match

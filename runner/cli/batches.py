@@ -105,7 +105,7 @@ def open_ledger(sel: WorkingSet) -> BatchLedger:
         (request files then kept in the local cache folder), else in the cache folder.
     """
     if sel.cache_url and is_url(sel.cache_url):
-        from runner.execute.pgledger import PgLedger  # psycopg, 0.26 s: a PostgreSQL cache's
+        from runner.execute.pgledger import PgLedger  # psycopg: only for a PostgreSQL cache
         return PgLedger(sel.cache_url, sel.cache_dir / FILES)
     return Ledger(sel.cache_dir)
 

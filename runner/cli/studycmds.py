@@ -97,7 +97,7 @@ def plan(task_selection: TaskSelection, power: tuple[str, str] | None, width: fl
     for p in plans:
         price = "price unknown: set price in the job" if p.cost is None else f"~${p.cost:.4f}"
         if p.cost is not None and p.model.kind != "local":
-            from runner.execute.batch import batch_cost  # aiohttp, 0.51 s: a priced model's
+            from runner.execute.batch import batch_cost  # aiohttp: only for a priced model
             price += f", batch ~${batch_cost(p.model, p.cost) or 0:.4f}"
         echo(f"  {p.model.name} ({p.model.spec}): {p.tasks} tasks, {p.cached} cached, "
              f"{p.repeats} repeat an earlier request, {p.calls} to call, ~{p.prompt_tokens} "

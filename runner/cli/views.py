@@ -17,7 +17,7 @@ from runner.api import job_path
 from runner.cli.options import task_selection
 from runner.errors import ConfigError
 from runner.job.load import load_job
-from runner.report.folder import HISTORY, forget_runs, kept_runs, own_bytes, write_atomic
+from runner.report.folder import HISTORY, forget_runs, kept_runs, own_bytes
 from runner.selection import TaskSelection
 
 __all__ = ["diff", "figures", "runs", "view"]
@@ -33,8 +33,7 @@ def figures(out_dir: Path, figures_dir: Path) -> int:
     Returns:
         How many figures were written.
     """
-    # Only here: matplotlib (report.figures: 1.45 s to import after runner.cli.main, this
-    # 2-core box, loaded), and runs never need it.
+    # Only here: matplotlib costs a second to import, and runs never need it.
     from runner.report.figures import write_figures
     return len(write_figures(out_dir / "report.html", figures_dir))
 
@@ -140,7 +139,7 @@ def _best(run: Path) -> str:
     report.html: enough answers parsed, enough groups) over all items at the first level,
     spearman where computed; "none ranked" if there are coefficients but none is ranked, ""
     without any."""
-    from runner.report.standing import points, ranked  # numpy, 0.32 s: not at start-up
+    from runner.report.standing import points, ranked  # numpy (correlate): not at start-up
     rows, summary = _read_csv(run / "correlations.csv"), _read_csv(run / "summary.csv")
     rows = [r for r in rows if "/" in r["judge"] and r["subset"] == "all" and r["value"]
             and math.isfinite(float(r["value"]))]
@@ -184,8 +183,8 @@ def diff(task_selection: TaskSelection, run_a: str, run_b: str) -> None:
     one name), or, where each run has one judge, with that one. Example:
       judge diff openmeva 20261125T101500.000Z-1a2b3c latest
     """
-    # numpy (report.diff 0.27 s, reliability 0.31 s, standing 0.32 s to import): diff's only
-    from runner.report.diff import DIFF_COLUMNS, diff_runs, read_scores
+    from runner.report.diff import DIFF_COLUMNS, diff_runs, read_scores  # numpy: only here
+    from runner.report.folder import write_atomic
     from runner.report.reliability import csv_bytes
     from runner.report.standing import MIN_PARSED_SHARE, parsed_counts
     job = task_selection.job_name()
