@@ -4,7 +4,9 @@ test applies; the job file's method names."""
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,7 +21,9 @@ from runner.reduce.series import Series
 from runner.reduce.statistics import STATISTICS
 from runner.report.reliability import significance
 from tests.conftest import DATA_DIR, JobWriter
+from tests.fakeserver import Script, ThreadedServer
 from tests.test_job import VALID, _error, _load
+from tests.test_judges import ANSWER, JOB, _csv, _judge, reply, rows
 
 FloatArray = np.ndarray[Any, np.dtype[np.float64]]
 
@@ -121,3 +125,34 @@ def test_a_job_may_ask_for_ccc_and_gets_the_correlations_by_default(
                                                                    "kendall")
     assert "methods must be a non-empty list of pearson, spearman, kendall, ccc" in _error(
         write_job, 'methods = ["lin"]\n' + VALID)
+
+
+@pytest.mark.slow
+def test_ccc_reaches_every_table_of_a_run_and_of_compare(write_job: JobWriter,
+                                                         tmp_path: Path) -> None:
+    """The real CLI on the fake server: `methods = [..., "ccc"]` gives correlations.csv rows at
+    every level (with CIs, the system level's from six systems), report.md columns, and
+    compare.csv / the compare table's paired diff with a CI but no Williams' test."""
+    job = 'levels = ["sample", "dataset", "system"]\nmethods = ["pearson", "ccc"]\n' + JOB
+    with ThreadedServer(Script(reply=reply)) as server:
+        path = write_job(job.format(js_options="", juries="", url=server.url, answer=ANSWER),
+                         rows=rows(systems=6, docs=8))
+        done = _judge("run", str(path), "--cache-dir", str(tmp_path / "cache"), "--out",
+                      str(tmp_path / "out"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    out = tmp_path / "out"
+    ccc = {r["level"]: r for r in _csv(out / "correlations.csv")
+           if r["judge"] == "a/js" and r["method"] == "ccc" and r["subset"] == "all"}
+    assert set(ccc) == {"sample", "dataset", "system"}
+    assert all(r["value"] and r["ci_low"] and r["ci_high"] for r in ccc.values())
+    assert ccc["system"]["n_systems"] == "6"
+    assert "dataset ccc" in (out / "report.md").read_text(encoding="utf-8")
+    compared = _judge("compare", str(path), "--judges", "a/js", "b/js", "--cache-dir",
+                      str(tmp_path / "cache"), "--out", str(out), cwd=tmp_path)
+    assert compared.returncode == 0, compared.stderr
+    table = {(r["level"], r["method"]): r for r in _csv(out / "compare.csv")
+             if r["subset"] == "all"}
+    assert table["dataset", "ccc"]["diff"] and table["dataset", "ccc"]["ci_low"]
+    assert table["dataset", "ccc"]["williams_p"] == ""
+    assert table["dataset", "pearson"]["williams_p"] != ""
+    assert re.search(r"dataset +ccc +all", compared.stdout)
