@@ -61,7 +61,7 @@ class Correlation:
     """One coefficient. ``n_groups``/``n_items`` count what it was computed from."""
 
     level: str  # sample | dataset | system
-    method: str  # pearson | spearman | kendall | pairwise_accuracy
+    method: str  # a name of runner.reduce.statistics.STATISTICS
     subset: str  # a subset name or "all"
     value: float | None  # None when undefined (too few groups, constant scores)
     n_groups: int  # sample level: groups averaged (after skip); else groups present
