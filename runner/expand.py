@@ -413,7 +413,9 @@ def _loaded(source: Sequence[Item], dataset: str, stream: bool,
     items (those `keep` accepts)."""
     if stream:
         return source
-    return list(iter(source)) if keep is None else list(_kept(source, dataset, keep))  # no len()
+    if keep is None:  # not list(source): list() asks a sequence its len(), a whole read more
+        return list(iter(source))
+    return list(_kept(source, dataset, keep))
 
 
 def _kept(items: Iterable[Item], dataset: str, keep: Callable[[str, str], bool]

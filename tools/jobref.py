@@ -90,8 +90,9 @@ NOTES: dict[str, dict[str, tuple[str, str]]] = {
         "seed": ("Seed of the bootstrap (and of every other resampling).", "`0`"),
         "levels": ("Correlation levels to report: `sample`, `dataset`, `system`.",
                    "all three"),
-        "methods": ("`pearson`, `spearman`, `kendall` (tau-b); system level adds "
-                    "`pairwise_accuracy`.", "all three"),
+        "methods": ("`pearson`, `spearman`, `kendall` (tau-b), `ccc` (Lin's concordance: "
+                    "also penalises a judge on the wrong scale); system level adds "
+                    "`pairwise_accuracy`.", "the first three"),
         "leaderboard": ("Also write `leaderboard.csv` (per judged system, each aspect's mean, "
                         "each automatic metric's mean).", "`false`"),
         "scores_csv": ("Also write `scores.csv` (the same table as `scores.parquet`, which is "

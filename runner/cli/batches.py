@@ -19,7 +19,6 @@ import click
 from runner.cli.options import resolve, task_selection
 from runner.errors import ConfigError, scrub
 from runner.execute.ledger import FILES, BatchLedger, Ledger
-from runner.execute.store.backend import is_url
 from runner.job.spec import Job
 from runner.selection import TaskSelection
 from runner.session import (  # BatchAnswers: imported from here by runcmd
@@ -109,7 +108,7 @@ def open_ledger(sel: Selection) -> BatchLedger:
         The ledger, to open with `with`: in the PostgreSQL database of a `--cache` URL
         (request files then kept in the local cache folder), else in the cache folder.
     """
-    if sel.cache_url and is_url(sel.cache_url):
+    if sel.cache_url:  # a postgresql:// URL: api.selection checked it
         from runner.execute.pgledger import PgLedger  # psycopg: only for a PostgreSQL cache
         return PgLedger(sel.cache_url, sel.cache_dir / FILES)
     return Ledger(sel.cache_dir)

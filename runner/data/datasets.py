@@ -17,7 +17,7 @@ import os
 import tempfile
 import tomllib
 import urllib.parse
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -96,9 +96,8 @@ def _read_registry() -> dict[str, DatasetInfo]:
 REGISTRY: Mapping[str, DatasetInfo] = MappingProxyType(_read_registry())
 """Registered data sets by name, in priority order."""
 
-_Loader = Callable[[Sequence[Path], str], Iterator[Item]]
 # None: a registered set of prompt files only; load() refuses it.
-_LOADERS: Mapping[str, _Loader | None] = {
+_LOADERS: Mapping[str, loaders.Loader | None] = {
     "openmeva": loaders.openmeva, "tst_formality": loaders.tst_formality,
     "summeval": loaders.summeval, "geval_prompts": None, "bagel": loaders.bagel,
     "korean_chat": loaders.korean_chat,

@@ -15,6 +15,7 @@ from typing import Any
 
 from runner.errors import ConfigError
 from runner.job.spec import (
+    DEFAULT_METHODS,
     JURY_METHODS,
     LEVELS,
     METHODS,
@@ -144,7 +145,8 @@ def load_job(path: Path) -> Job:
                imports=imports, generate=generate, juries=_juries(root, models, prompts),
                leaderboard=root.get("leaderboard", bool, False),
                scores_csv=root.get("scores_csv", bool, True),
-               levels=_choices(root, "levels", LEVELS), methods=_choices(root, "methods", METHODS))
+               levels=_choices(root, "levels", LEVELS),
+               methods=_choices(root, "methods", METHODS, DEFAULT_METHODS))
 
 
 def _juries(root: _Reader, models: tuple[ModelSpec, ...],
@@ -181,8 +183,9 @@ def _juries(root: _Reader, models: tuple[ModelSpec, ...],
     return tuple(out)
 
 
-def _choices(root: _Reader, key: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
-    values = root.get(key, list, list(allowed))
+def _choices(root: _Reader, key: str, allowed: tuple[str, ...],
+             default: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    values = root.get(key, list, list(allowed if default is None else default))
     bad = [v for v in values if v not in allowed]
     if bad or not values:
         raise root.error(key, f"must be a non-empty list of {', '.join(allowed)} (got {values!r})")

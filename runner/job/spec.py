@@ -15,6 +15,7 @@ from runner.errors import ConfigError, redact_url
 
 __all__ = [
     "LEVELS",
+    "DEFAULT_METHODS",
     "METHODS",
     "PLACEHOLDER",
     "POLICIES",
@@ -49,7 +50,9 @@ PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 RESERVED_PARAMS = frozenset({"model", "messages", "stream"})
 POLICIES = ("skip", "zero")
 LEVELS = ("sample", "dataset", "system")
-METHODS = ("pearson", "spearman", "kendall")
+METHODS = ("pearson", "spearman", "kendall", "ccc")
+"""The statistics a job's `methods` may name (runner.reduce.statistics defines each)."""
+DEFAULT_METHODS = ("pearson", "spearman", "kendall")
 JURY_METHODS = ("mean", "median", "majority")
 
 
@@ -302,9 +305,9 @@ class Job:
     seed: int = 0
     levels: tuple[str, ...] = LEVELS
     """Correlation levels to report: sample, dataset, system."""
-    methods: tuple[str, ...] = METHODS
-    """Correlation coefficients: pearson, spearman, kendall (system level adds
-    pairwise_accuracy)."""
+    methods: tuple[str, ...] = DEFAULT_METHODS
+    """Correlation coefficients: pearson, spearman, kendall by default, and ccc (Lin's
+    concordance); system level adds pairwise_accuracy."""
     imports: tuple[ImportSpec, ...] = ()
     generate: tuple[GenerateSpec, ...] = ()
     leaderboard: bool = False

@@ -38,6 +38,7 @@ from runner.reduce import _coef
 from runner.reduce.judgments import Judgment
 from runner.reduce.orders import Orders, OrderScores
 from runner.reduce.samples import SampleScores
+from runner.reduce.statistics import STATISTICS
 
 __all__ = ["PowerPlan", "Positions", "Values", "agreement", "alpha", "correlation", "partial",
            "permutation_p", "plan_power", "weighted_kappa", "williams"]
@@ -193,14 +194,13 @@ def weighted_kappa(a: Values, b: Values,
 
 
 def correlation(method: str, x: Values, y: Values) -> float | None:
-    """scipy's pearson / spearman / kendall (tau-b); None when undefined."""
+    """A statistic of runner.reduce.statistics (scipy's pearson / spearman / kendall ...) of
+    three or more points; None when undefined."""
     xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    if xs.size < 3 or np.ptp(xs) == 0 or np.ptp(ys) == 0:
+    if xs.size < 3:
         return None
-    funcs: dict[str, Callable[[FloatArray, FloatArray], Any]] = {
-        "pearson": _coef.pearson, "spearman": _coef.spearman, "kendall": _coef.kendall}
-    value = float(funcs[method](xs, ys))
-    return None if math.isnan(value) else value
+    value = STATISTICS[method].one(xs, ys)
+    return None if value is None or math.isnan(value) else value
 
 
 def partial(method: str, x: Values, y: Values, z: Values,

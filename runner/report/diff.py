@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import DataError
-from runner.reduce.correlate import Row, compare
+from runner.reduce.compare import compare
 from runner.reduce.jury import judge_name
 from runner.reduce.resample import Resamples
-from runner.reduce.series import Series
+from runner.reduce.series import Row, Series
 
 __all__ = ["DIFF_COLUMNS", "diff_runs", "read_scores"]
 

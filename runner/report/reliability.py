@@ -21,7 +21,6 @@ from runner.data.datasets import REGISTRY, Item
 from runner.expand import Expansion
 from runner.job.spec import Job
 from runner.reduce.cells import Cells, grouped
-from runner.reduce.correlate import Row
 from runner.reduce.judge_series import humans
 from runner.reduce.reliability import (
     LEVELS,
@@ -36,7 +35,8 @@ from runner.reduce.reliability import (
     weighted_kappa,
     williams,
 )
-from runner.reduce.series import Series
+from runner.reduce.series import Row, Series
+from runner.reduce.statistics import STATISTICS
 
 __all__ = ["POWER_COLUMNS", "RELIABILITY_COLUMNS", "SIGNIFICANCE_COLUMNS", "csv_bytes",
            "power_lines", "power_rows", "reliability_markdown", "reliability_rows", "significance"]
@@ -351,7 +351,7 @@ def significance(rows: Sequence[dict[str, Any]], by_data: Mapping[tuple[str, str
     out = []
     for r in rows:
         extra: dict[str, Any] = dict.fromkeys(SIGNIFICANCE_COLUMNS)
-        if r["level"] == "dataset" and r["method"] in ("pearson", "spearman", "kendall"):
+        if r["level"] == "dataset" and STATISTICS[r["method"]].williams:
             data = by_data[r["dataset"], r["aspect"]]
             xa, xb, h = _matched(data[judges[0]].rows(), data[judges[1]].rows(), r["subset"])
             r12, r13, r23 = (correlation(r["method"], x, y) for x, y in ((xa, h), (xb, h),

@@ -38,7 +38,8 @@ from runner.expand import Expansion
 from runner.job.spec import Job
 from runner.parse.parsers import get_parser
 from runner.reduce.battle import BATTLE_COLUMNS, Battles, battle_markdown
-from runner.reduce.correlate import Correlation, compare, correlate
+from runner.reduce.compare import compare
+from runner.reduce.correlate import Correlation, correlate
 from runner.reduce.judge_series import judge_series
 from runner.reduce.judgments import Judgment
 from runner.reduce.ranking import RANKING_COLUMNS, rank_rows, ranking_markdown
