@@ -4,11 +4,9 @@ runner.cli.main."""
 
 from __future__ import annotations
 
-import csv
 import math
 import webbrowser
 from pathlib import Path
-from typing import Any
 
 import click
 import orjson
@@ -16,7 +14,7 @@ import orjson
 from runner.cli.options import task_selection
 from runner.errors import ConfigError
 from runner.job.load import load_job
-from runner.report.folder import HISTORY, forget_runs, kept_runs, own_bytes
+from runner.report.folder import HISTORY, forget_runs, kept_runs, own_bytes, read_csv
 from runner.selection import TaskSelection
 from runner.session import job_path
 
@@ -140,7 +138,7 @@ def _best(run: Path) -> str:
     spearman where computed; "none ranked" if there are coefficients but none is ranked, ""
     without any."""
     from runner.report.standing import points, ranked  # numpy (correlate): not at start-up
-    rows, summary = _read_csv(run / "correlations.csv"), _read_csv(run / "summary.csv")
+    rows, summary = read_csv(run / "correlations.csv"), read_csv(run / "summary.csv")
     rows = [r for r in rows if "/" in r["judge"] and r["subset"] == "all" and r["value"]
             and math.isfinite(float(r["value"]))]
     if not rows:
@@ -160,14 +158,6 @@ def _best(run: Path) -> str:
             f"{top['dataset']}/{top['aspect']})")
 
 
-def _read_csv(path: Path) -> list[dict[str, str]]:
-    """A kept run's CSV report as rows ([] when the run has none)."""
-    if not path.is_file():
-        return []
-    with path.open(newline="", encoding="utf-8") as f:
-        return list(csv.DictReader(f))
-
-
 @click.command()
 @task_selection(report_folder_only=True)
 @click.argument("run_a")
@@ -183,57 +173,23 @@ def diff(task_selection: TaskSelection, run_a: str, run_b: str) -> None:
     one name), or, where each run has one judge, with that one. Example:
       judge diff openmeva 20261125T101500.000Z-1a2b3c latest
     """
-    from runner.report.diff import DIFF_COLUMNS, diff_runs, read_scores  # numpy: only here
+    from runner.report.diff import DIFF_COLUMNS, diff_folders  # numpy: only here
     from runner.report.folder import write_atomic
     from runner.report.reliability import csv_bytes
-    from runner.report.standing import MIN_PARSED_SHARE, parsed_counts
     job = task_selection.job_name()
     loaded = load_job(job_path(job))
     folder = task_selection.out or loaded.output_dir
-    series = [read_scores(_run_folder(folder, job, run)) for run in (run_a, run_b)]
-    rows = diff_runs(*series, policy=loaded.policy, levels=loaded.levels,
-                     methods=loaded.methods, n_boot=loaded.bootstrap, seed=loaded.seed)
-    if not rows:
+    compared = diff_folders(_run_folder(folder, job, run_a), _run_folder(folder, job, run_b),
+                            loaded)
+    if not compared.rows:
         raise ConfigError(f"{run_a} and {run_b}: no data set and aspect with a judge in both "
                           "to pair (the same judge name, or one judge in each)")
-    write_atomic(folder / "diff.csv", csv_bytes(DIFF_COLUMNS, rows))
-    method = "spearman" if "spearman" in loaded.methods else loaded.methods[0]
-    click.echo(f"{run_a} -> {run_b} ({method}; change = B - A, 95% CI, paired bootstrap; "
-               "n = groups both runs scored):")
-    parsed = [parsed_counts(_read_csv(_run_folder(folder, job, run) / "summary.csv"))
-              for run in (run_a, run_b)]
-    for line in _diff_lines([r for r in rows if r["method"] == method], *parsed,
-                            least=MIN_PARSED_SHARE):
+    write_atomic(folder / "diff.csv", csv_bytes(DIFF_COLUMNS, compared.rows))
+    click.echo(f"{run_a} -> {run_b} ({compared.method}; change = B - A, 95% CI, paired "
+               "bootstrap; n = groups both runs scored):")
+    for line in compared.lines:
         click.echo(line)
     click.echo(f"all methods and levels: {folder / 'diff.csv'}", err=True)
-
-
-Parsed = dict[tuple[str, str, str], tuple[int, int]]
-
-
-def _diff_lines(rows: list[dict[str, Any]], parsed_a: Parsed, parsed_b: Parsed, *,
-                least: float) -> list[str]:
-    """One line per diff row with its n; a line per data set and aspect the two runs share no
-    group of (every value n/a: other items, e.g. another --sample or --limit); and a note on
-    a judge that parsed fewer than `least` of its answers in both runs (the share below which
-    runner.report.standing does not rank a judge)."""
-    lines, shared = [], {(r["dataset"], r["aspect"]) for r in rows if r["n_groups"]}
-    for r in rows:
-        where = (r["dataset"], r["aspect"])
-        few = [f"{s} of {n}" for s, n in (parsed_a.get((*where, r["judge_a"]), (0, 0)),
-                                          parsed_b.get((*where, r["judge_b"]), (0, 0)))
-               if n and s < least * n]
-        lines.append(f"  {r['dataset']} / {r['aspect']}  {r['judge_a']} -> {r['judge_b']}  "
-                     f"{r['level']}: {_num(r['value_a'])} -> {_num(r['value_b'])}  "
-                     f"{_num(r['change'], sign=True)} [{_num(r['ci_low'])}, "
-                     f"{_num(r['ci_high'])}]  p={_num(r['p_value'])}  n={r['n_groups']}"
-                     + (f"  (few answers parsed in both runs: {few[0]}, {few[1]})"
-                        if len(few) == 2 else ""))
-    for dataset, aspect in dict.fromkeys((r["dataset"], r["aspect"]) for r in rows):
-        if (dataset, aspect) not in shared:
-            lines.append(f"  {dataset} / {aspect}: the two runs share no scored group (other "
-                         "items: another --sample, --limit or data file): nothing to compare")
-    return lines
 
 
 def _run_folder(folder: Path, job: str, run: str) -> Path:
@@ -243,8 +199,3 @@ def _run_folder(folder: Path, job: str, run: str) -> Path:
         raise ConfigError(f"{path}: no such run; `judge runs {job}` lists them")
     return path
 
-
-def _num(value: float | None, sign: bool = False) -> str:
-    if value is None or not math.isfinite(value):
-        return "n/a"
-    return f"{value:+.3f}" if sign else f"{value:.3f}"
