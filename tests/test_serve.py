@@ -8,6 +8,7 @@ import csv
 import hashlib
 import html
 import re
+import signal
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,11 +26,13 @@ from runner.data.annotations import read_ratings
 from runner.execute.store.lease import describe, lease_id, lease_name
 from runner.report.html import read_page_data
 from runner.serve import Desk, make_app, new_token
-from runner.serve.live import holder
+from runner.serve.live import LiveRuns, holder
 from runner.serve.rate import ratings_path
+from tests import test_report
 from tests.conftest import DATA_DIR
 from tests.fakeserver import Script, ThreadedServer
-from tests.test_cli import JOB, write_job
+from tests.processes import Child, Processes, processes_fixture, wait_until  # noqa: F401
+from tests.test_cli import JOB, clean_env, judge_cmd, run_judge, write_job
 
 LIMIT = 40
 
@@ -215,3 +218,103 @@ def test_a_lease_of_a_dead_process_is_no_run(tmp_path: Path) -> None:
     assert holder(tmp_path, "job") is None
     path.write_text("")  # released
     assert holder(tmp_path, "job") is None
+
+
+# --- the real command, in a real browser ---------------------------------------------------
+
+browser = test_report.browser
+
+
+def _serve(processes: Processes, study: Study, *options: str) -> tuple[Child, str]:
+    """`judge serve` on a free port, and the URL it prints."""
+    child = processes.start(judge_cmd("serve", study.runs, "--port", 0, *options),
+                            cwd=study.root, env=clean_env(DATA_DIR))
+    found = re.search(r"(http://\S+)", child.wait_for("judge desk on", stream="out"))
+    assert found is not None
+    return child, found[1]
+
+
+@pytest.mark.slow
+def test_the_desk_in_a_browser(study: Study, browser: Any, processes: Processes) -> None:
+    """List the runs, open two side by side (judge diff's lines), filter the item browser and
+    open a judgment, rate five items, restart the desk and find them."""
+    child, url = _serve(processes, study, "--annotator", "bob")
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.goto(url)
+    assert page.locator("section.job h2").inner_text() == "job"
+    assert page.locator("table.runs tbody tr").count() == 2
+    with page.expect_navigation():
+        page.click("text=Open A and B side by side")
+    printed = run_judge("diff", study.job, study.first, study.second, "--out",
+                        study.runs / "job", env=clean_env(DATA_DIR), cwd=study.root)
+    assert printed.returncode == 0, printed.stderr
+    shown = page.locator("#diff-lines").inner_text().splitlines()
+    assert shown == printed.stdout.splitlines()[1:]
+    for frame in ("A", "B"):
+        page.frame_locator(f"iframe[title={frame}]").locator(
+            "body[data-rendered=true]").wait_for(timeout=20_000)
+
+    page.goto(url + "items?job=job")
+    page.select_option("select[name=status]", "failed")
+    with page.expect_navigation():
+        page.click("button:text('Filter')")
+    statuses = page.locator("#items tbody td[class^=status]").all_inner_texts()
+    assert statuses and set(statuses) == {"parse"}
+    page.locator("#items tbody tr").first.click()
+    page.locator("#detail").wait_for(state="visible")
+    assert "[user]" in page.locator("#request").inner_text()
+    assert page.locator("#answer").inner_text() == "no idea"
+
+    page.goto(url + "rate/job")
+    rated = []
+    for i in range(5):
+        rated.append((page.locator("#item").inner_text(), float(i % 5 + 1)))
+        page.check(f"input[name=overall][value='{i % 5 + 1}']")
+        with page.expect_navigation():
+            page.click("#save")
+    child.signal(signal.SIGINT)
+    assert child.finish()[0] == 130
+
+    child, url = _serve(processes, study, "--annotator", "bob")
+    page.goto(url + "rate/job")
+    assert "item 6 of" in page.locator("main").inner_text()
+    path = ratings_path(runner.load_job(study.job), "openmeva")
+    assert [(r.item, r.score) for r in read_ratings(path) if r.annotator == "bob"] == rated
+    assert not errors, errors
+    path.unlink()
+
+
+@pytest.mark.slow
+def test_a_run_in_progress_shows_its_counts_and_eta(tmp_path: Path,
+                                                    processes: Processes) -> None:
+    """While `judge run` calls, the desk counts the answers it stored (read-only) against the
+    run's tasks; once it stops, the job is no longer running."""
+    job = write_job(tmp_path / "jobs")
+    out, cache = tmp_path / "runs" / "job", tmp_path / "cache"
+    with ThreadedServer(Script(reply=reply)) as server:
+        runner.run(job, limit=20, base_url=server.url, data_dir=DATA_DIR, cache_dir=cache,
+                   out=out, environ={})
+        job.write_text(JOB.replace("max_tokens = 32", "max_tokens = 33"))  # 20 new tasks
+        server.state.script.latency_s = 0.5
+        child = processes.start(judge_cmd("run", job, "--limit", 20, "--base-url", server.url,
+                                          "--cache-dir", cache, "--out", out,
+                                          "--concurrency", 1),
+                                cwd=tmp_path, env=clean_env(DATA_DIR))
+        live = LiveRuns(Desk(tmp_path / "runs", DATA_DIR))
+        seen: list[dict[str, Any]] = []
+        wait_until(lambda: seen.append(live.progress("job")) or seen[-1].get("answered", 0) > 0,
+                   "the run's first answers")
+        first = seen[-1]
+        assert first["running"] and first["tasks"] == 20 and first["answered"] < 20
+        assert f"pid {child.pid} " in first["holder"]
+        wait_until(lambda: seen.append(live.progress("job")) or
+                   seen[-1].get("answered", 0) > first["answered"], "more answers")
+        assert seen[-1]["eta_s"] is not None and seen[-1]["eta_s"] > 0
+        assert seen[-1]["line"].startswith(f"running: {seen[-1]['answered']} of 20 tasks "
+                                           "answered, about ")
+        child.signal(signal.SIGINT)
+        child.finish()
+    assert live.progress("job") == {"running": False, "line": ""}

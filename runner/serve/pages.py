@@ -27,6 +27,14 @@ _STYLE = """
 form.rate label { margin-right: 10px; white-space: nowrap; }
 """
 
+# A run in progress: its line (p.live) is asked again every few seconds.
+_LIVE_JS = """
+setInterval(() => document.querySelectorAll('p.live').forEach(p =>
+  fetch('/live/' + encodeURIComponent(p.dataset.job)).then(r => r.json()).then(j => {
+    p.textContent = j.running ? j.line : 'finished: reload the page for its report';
+  })), 3000);
+"""
+
 
 def layout(title: str, body: str) -> bytes:
     """A whole page: header with the desk's links, then `body` (HTML already escaped).
@@ -42,9 +50,11 @@ def layout(title: str, body: str) -> bytes:
     nav = " ".join(link(text, path) for text, path in
                    (("Runs", "/"), ("Items", "/items"), ("Rate", "/rate")))
     return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
-            f"<title>{html.escape(title)}</title><style>{css}{_STYLE}</style></head><body>"
+            # no favicon request (a 404 in the console)
+            f"<link rel=icon href='data:,'><title>{html.escape(title)}</title>"
+            f"<style>{css}{_STYLE}</style></head><body>"
             f"<header><h1>{html.escape(title)}</h1><nav>{nav}</nav></header>"
-            f"<main>{body}</main></body></html>").encode()
+            f"<main>{body}</main><script>{_LIVE_JS}</script></body></html>").encode()
 
 
 def link(text: str, path: str, query: Mapping[str, str] | None = None) -> str:
@@ -89,7 +99,7 @@ def index_page(jobs: Mapping[str, list[RunInfo]], live: Mapping[str, str]) -> st
                 cell(r.manifest.get("started", ""))])
         hidden = "".join(f"<input type=hidden name='{html.escape(k)}' value='{html.escape(v)}'>"
                          for k, v in {"job": job}.items())
-        status = f"<p class=live>{html.escape(live[job])}</p>" if job in live else ""
+        status = _live(job, live.get(job))
         parts.append(
             f"<section class=job><h2>{html.escape(job)}</h2>{status}"
             f"<form method=get action='/diff'>{hidden}"
@@ -123,7 +133,7 @@ def run_page(job: str, run: RunInfo, correlations: Sequence[Mapping[str, str]],
     """One run: its correlations (from its correlations.csv), its files, its report.html."""
     files = " ".join(link(name, f"/run/{job}/{run.id}/{name}")
                      for name in sorted(p.name for p in run.path.iterdir()))
-    status = f"<p class=live>{html.escape(live)}</p>" if live else ""
+    status = _live(job, live)
     return (f"{status}<p>{html.escape(job)} · {html.escape(run.id)} · "
             f"{html.escape(str(run.manifest.get('command', '')))}</p><p>Files: {files}</p>"
             + table(["dataset", "aspect", "judge", "level", "method", "value", "95% CI", "n"],
@@ -152,6 +162,12 @@ def diff_page(job: str, a: str, b: str, compared: RunDiff) -> str:
             + table(["dataset", "aspect", "judges", "level", "method", "A", "B", "change",
                      "95% CI", "p", "n"], rows, css="diff")
             + f"<div class=pair>{frames}</div>")
+
+
+def _live(job: str, line: str | None) -> str:
+    """The line on a run in progress, which the page's script keeps up to date."""
+    return (f"<p class=live data-job='{html.escape(job)}'>{html.escape(line)}</p>"
+            if line else "")
 
 
 def _float(text: str | None) -> float | None:
