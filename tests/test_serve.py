@@ -32,7 +32,7 @@ from tests import test_report
 from tests.conftest import DATA_DIR
 from tests.fakeserver import Script, ThreadedServer
 from tests.processes import Child, Processes, processes_fixture, wait_until  # noqa: F401
-from tests.test_cli import JOB, clean_env, judge_cmd, run_judge, write_job
+from tests.test_cli import JOB, clean_env, error_line, judge_cmd, run_judge, write_job
 
 LIMIT = 40
 
@@ -318,3 +318,21 @@ def test_a_run_in_progress_shows_its_counts_and_eta(tmp_path: Path,
         child.signal(signal.SIGINT)
         child.finish()
     assert live.progress("job") == {"running": False, "line": ""}
+
+
+@pytest.mark.slow
+def test_serve_says_what_it_cannot_serve(study: Study, tmp_path: Path) -> None:
+    env = clean_env(DATA_DIR)
+    missing = run_judge("serve", tmp_path / "nope", env=env, cwd=tmp_path)
+    assert missing.returncode == 2
+    assert error_line(missing.stderr) == (f"Error: {tmp_path / 'nope'}: no such folder; give a "
+                                          "folder of runs (runs/) or a job's report folder")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        busy = run_judge("serve", study.runs, "--port", port, env=env, cwd=tmp_path)
+    assert busy.returncode == 2
+    assert error_line(busy.stderr).startswith(f"Error: --host 127.0.0.1 --port {port}: cannot "
+                                              "listen there (")
+    assert error_line(busy.stderr).endswith("); pick another --port")

@@ -84,7 +84,7 @@ async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         response = await handler(request)
     except RunnerError as exc:
-        response = web.Response(status=400, body=layout("Not found", f"<p id=error>"
+        response = web.Response(status=400, body=layout("Cannot show this", f"<p id=error>"
                                                         f"{html.escape(str(exc))}</p>"),
                                 content_type="text/html")
     if token is not None and "token" in request.query:
