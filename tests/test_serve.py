@@ -23,9 +23,11 @@ from click.testing import CliRunner
 import runner
 from runner.cli.main import cli
 from runner.data.annotations import read_ratings
+from runner.execute.store.cache import Cache
 from runner.execute.store.lease import describe, lease_id, lease_name
 from runner.report.html import read_page_data
 from runner.serve import Desk, make_app, new_token
+from runner.serve import live as live_module
 from runner.serve.live import LiveRuns, holder
 from runner.serve.rate import ratings_path
 from tests import test_report
@@ -288,10 +290,11 @@ def test_the_desk_in_a_browser(study: Study, browser: Any, processes: Processes)
 
 
 @pytest.mark.slow
-def test_a_run_in_progress_shows_its_counts_and_eta(tmp_path: Path,
-                                                    processes: Processes) -> None:
+def test_a_run_in_progress_shows_its_counts_and_eta(tmp_path: Path, processes: Processes,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """While `judge run` calls, the desk counts the answers it stored (read-only) against the
-    run's tasks; once it stops, the job is no longer running."""
+    run's tasks, with the correlations so far; once it stops, the job is no longer running."""
+    monkeypatch.setattr(live_module, "PARTIAL_EVERY_S", 0.0)  # at every look
     job = write_job(tmp_path / "jobs")
     out, cache = tmp_path / "runs" / "job", tmp_path / "cache"
     with ThreadedServer(Script(reply=reply)) as server:
@@ -311,10 +314,15 @@ def test_a_run_in_progress_shows_its_counts_and_eta(tmp_path: Path,
         assert first["running"] and first["tasks"] == 20 and first["answered"] < 20
         assert f"pid {child.pid} " in first["holder"]
         wait_until(lambda: seen.append(live.progress("job")) or
-                   seen[-1].get("answered", 0) > first["answered"], "more answers")
+                   seen[-1].get("answered", 0) > max(first["answered"], 2), "more answers")
         assert seen[-1]["eta_s"] is not None and seen[-1]["eta_s"] > 0
-        assert seen[-1]["line"].startswith(f"running: {seen[-1]['answered']} of 20 tasks "
-                                           "answered, about ")
+        now = seen[-1]
+        assert now["line"].startswith(f"running: {now['answered']} of 20 tasks answered, "
+                                      "about ")
+        # the report's correlations over the answers so far: at most as many items as answers
+        partial = [r for r in now["correlations"] if r["level"] == "dataset"]
+        assert partial and all(1 < r["n_items"] <= now["answered"] for r in partial)
+        assert "; so far: openmeva/overall fake/stars spearman sample " in now["line"]
         child.signal(signal.SIGINT)
         child.finish()
     assert live.progress("job") == {"running": False, "line": ""}
@@ -336,3 +344,19 @@ def test_serve_says_what_it_cannot_serve(study: Study, tmp_path: Path) -> None:
     assert error_line(busy.stderr).startswith(f"Error: --host 127.0.0.1 --port {port}: cannot "
                                               "listen there (")
     assert error_line(busy.stderr).endswith("); pick another --port")
+
+
+def test_the_desk_reads_a_cache_without_writing_it(tmp_path: Path) -> None:
+    """never_write (the desk's view of a run in progress) leaves every file of a writable
+    cache folder as it was: an open for reading (read_only) writes diskcache's settings."""
+    with Cache(tmp_path) as cache:
+        cache.put("k1", {"answer": 1})
+
+    def files() -> dict[str, tuple[int, int]]:
+        return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in tmp_path.rglob("*")}
+
+    before = files()
+    with Cache(tmp_path, never_write=True) as cache:
+        assert cache.has_many(["k1", "k2"]) == {"k1"}
+        assert cache.get("k1") == {"answer": 1}
+    assert files() == before

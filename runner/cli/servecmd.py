@@ -31,9 +31,9 @@ def serve(folder: Path, host: str, port: int, annotator: str | None) -> None:
     """Serve the study desk over FOLDER (default runs/, or one job's report folder): every job
     and its kept runs, each run's report, two runs side by side with `judge diff`'s figures,
     the item browser across runs (filters; the request and answer of any judgment), a run in
-    progress with its counts and ETA, and with --annotator a rating page. Reads the runs and
-    the cache, never writes them. Run it from the folder the runs were made in (their job
-    files are found from there) [env JUDGE_DATA_DIR].
+    progress with its counts, ETA and correlations so far, and with --annotator a rating
+    page. Reads the runs and the cache, never writes them. Run it from the folder the runs
+    were made in (their job files are found from there) [env JUDGE_DATA_DIR].
 
     \b
     Examples:

@@ -4,9 +4,13 @@ A `judge run` holds its lease file in the cache folder (runner.execute.store.lea
 holder's host, pid, start and command, emptied when it ends) and stores every answer in the
 cache (journal, then SQLite, folded about every second). The desk reads both and writes
 neither: the lease's text (a pid on this host that is gone is a run killed, not running), and
-the cache through a read-only SQLite connection (store.faults.ReadOnlyDisk: no lock file, no
--wal of its own) plus the journals' frames left where they are. No second writer touches the
-cache; nothing is folded.
+the cache opened `never_write` (a read-only SQLite connection, the journals' frames read where
+they are: nothing folded, no settings written). No second writer touches the cache.
+
+The partial correlations are the report's own (runner.report.tables.collect and
+runner.report.write.correlations) over the answers stored so far, parsed as `judge rescore`
+parses them, at most every PARTIAL_EVERY_S per job and over at most PARTIAL_TASKS of them
+(a bounded read: below runner.execute.store.reader.MIN_TASKS no reader process is started).
 
 The tasks counted are the job's as its file says now, with its newest kept run's selection
 (models, --limit, --sample): the run in progress is assumed to be a rerun of that one (a run
@@ -16,7 +20,7 @@ since the desk first saw the run.
 
 from __future__ import annotations
 
-import contextlib
+import io
 import re
 import socket
 import time
@@ -25,16 +29,23 @@ from pathlib import Path
 from typing import Any
 
 from runner.children import alive
-from runner.errors import RunnerError
-from runner.execute.store.faults import ReadOnlyDisk
-from runner.execute.store.journal import unfolded
+from runner.execute.store.cache import Cache
 from runner.execute.store.lease import lease_id, lease_name
-from runner.execute.store.table import chunks, stored_keys
+from runner.expand import Task
+from runner.reduce.judgments import judge
+from runner.report.diff import number
+from runner.report.standing import points
+from runner.report.tables import collect
+from runner.report.write import correlations
 from runner.serve.desk import Desk
 
 __all__ = ["LiveRuns", "holder"]
 
 _HOLDER = re.compile(r"host (\S+) pid (\d+) ")
+PARTIAL_EVERY_S = 10.0
+"""The partial correlations of a job are made again at most this often (a bootstrap each)."""
+PARTIAL_TASKS = 10_000
+"""Answered tasks the partial correlations are made over, at most."""
 
 
 def holder(cache_dir: Path, job: str) -> str | None:
@@ -56,8 +67,10 @@ class LiveRuns:
     """The runs in progress of the desk's jobs, and the rate each goes at."""
 
     desk: Desk
-    _keys: dict[str, list[str]] = field(default_factory=dict)
-    """job -> its tasks' cache keys (expanded once)."""
+    _expanded: dict[str, list[Task]] = field(default_factory=dict)
+    """job -> its tasks (expanded once)."""
+    _partials: dict[str, tuple[float, list[dict[str, Any]]]] = field(default_factory=dict)
+    """job -> (when, its correlations then)."""
     _first: dict[str, tuple[float, int]] = field(default_factory=dict)
     """job -> (when, answered) at the desk's first look at its run in progress."""
 
@@ -71,13 +84,14 @@ class LiveRuns:
         return out
 
     def progress(self, job: str) -> dict[str, Any]:
-        """Whether `job` runs now; if so its holder, tasks answered of all, and ETA.
+        """Whether `job` runs now; if so its holder, tasks answered of all, ETA and the
+        correlations over the answers so far.
 
         Args:
             job: the job's name.
 
         Returns:
-            {"running", "holder", "tasks", "answered", "eta_s", "line"}.
+            {"running", "holder", "tasks", "answered", "eta_s", "correlations", "line"}.
         """
         run = self.desk.run(job, "latest").manifest
         cache_dir = Path(str(run.get("cache_dir") or "cache"))
@@ -85,37 +99,50 @@ class LiveRuns:
         if who is None:
             self._first.pop(job, None)
             return {"running": False, "line": ""}
-        keys = self._tasks(job)
-        answered = _answered(cache_dir, keys)
-        now = time.monotonic()
+        tasks = self._tasks(job)
+        with Cache(cache_dir, never_write=True) as cache:
+            found = cache.has_many([t.key for t in tasks])
+            partial = self._partial(job, cache, [t for t in tasks if t.key in found])
+        now, answered = time.monotonic(), len(found)
         since, before = self._first.setdefault(job, (now, answered))
         rate = (answered - before) / (now - since) if now > since else 0.0
-        eta = (len(keys) - answered) / rate if rate > 0 else None
-        line = (f"running: {answered} of {len(keys)} tasks answered"
+        eta = (len(tasks) - answered) / rate if rate > 0 else None
+        line = (f"running: {answered} of {len(tasks)} tasks answered"
                 + (f", about {_duration(eta)} left" if eta is not None else "")
-                + f" ({who})")
-        return {"running": True, "holder": who, "tasks": len(keys), "answered": answered,
-                "eta_s": eta, "line": line}
+                + f" ({who})" + (f"; so far: {_figures(partial)}" if partial else ""))
+        return {"running": True, "holder": who, "tasks": len(tasks), "answered": answered,
+                "eta_s": eta, "correlations": partial, "line": line}
 
-    def _tasks(self, job: str) -> list[str]:
-        if job not in self._keys:
+    def _tasks(self, job: str) -> list[Task]:
+        if job not in self._expanded:
             latest = self.desk.run(job, "latest").id
-            expansion = self.desk.selection(job, latest).expansion
-            self._keys[job] = [t.key for t in expansion.tasks()]
-        return self._keys[job]
+            self._expanded[job] = list(self.desk.selection(job, latest).expansion.tasks())
+        return self._expanded[job]
+
+    def _partial(self, job: str, cache: Cache, answered: list[Task]) -> list[dict[str, Any]]:
+        """The correlations over the answered tasks, made again at most every
+        PARTIAL_EVERY_S."""
+        made, rows = self._partials.get(job, (0.0, []))
+        if time.monotonic() - made < PARTIAL_EVERY_S:
+            return rows
+        expansion = self.desk.selection(job, self.desk.run(job, "latest").id).expansion
+        tables = collect(expansion, judge(expansion, cache, tasks=answered[:PARTIAL_TASKS]),
+                         io.BytesIO())
+        # the LLM judges (`model/prompt`): the data's metric columns are not partial
+        rows = [r for r in correlations(expansion, tables)
+                if r["subset"] == "all" and "/" in r["judge"]]
+        self._partials[job] = (time.monotonic(), rows)
+        return rows
 
 
-def _answered(cache_dir: Path, keys: list[str]) -> int:
-    """How many of `keys` have an answer in the cache folder, read without writing."""
-    found = {key for key, _ in unfolded(cache_dir)}
-    with contextlib.suppress(RunnerError, OSError):  # no database yet: only the journal
-        disk = ReadOnlyDisk(cache_dir)
-        try:
-            for chunk in chunks(keys):
-                found |= stored_keys(disk.connection, chunk)
-        finally:
-            disk.connection.close()
-    return len(found & set(keys))
+def _figures(rows: list[dict[str, Any]]) -> str:
+    """`openmeva/overall fake/stars spearman sample 0.123 (n=8)`, ...: spearman where
+    computed, else the job's first method (as the run's own table)."""
+    methods = [r["method"] for r in rows]
+    method = "spearman" if "spearman" in methods else methods[0]
+    return ", ".join(f"{r['dataset']}/{r['aspect']} {r['judge']} {method} {r['level']} "
+                     f"{number(r['value'])} (n={points(r)})"
+                     for r in rows if r["method"] == method)
 
 
 def _duration(seconds: float) -> str:
