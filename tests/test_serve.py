@@ -210,6 +210,17 @@ async def test_a_desk_bound_elsewhere_needs_its_token(study: Study) -> None:
         assert (await c.get("/items")).status == 200  # the cookie it set
 
 
+async def test_another_sites_page_cannot_ask_or_post(client: Any) -> None:
+    """A name that resolves to 127.0.0.1 (DNS rebinding) or a form posted from another
+    site's page is refused; the desk's own pages pass."""
+    assert (await client.get("/", headers={"Host": "evil.example:80"})).status == 403
+    posted = await client.post("/rate/job", data={"dataset": "openmeva", "item": "x"},
+                               headers={"Origin": "http://evil.example"},
+                               allow_redirects=False)
+    assert posted.status == 403 and "only the desk's own pages" in await posted.text()
+    assert (await client.get("/", headers={"Host": "localhost:1"})).status == 200
+
+
 def test_a_lease_of_a_dead_process_is_no_run(tmp_path: Path) -> None:
     path = tmp_path / f"lease-{lease_id(lease_name('job', None)):08x}.lock"
     assert holder(tmp_path, "job") is None

@@ -17,6 +17,7 @@ import hmac
 import html
 import secrets
 from collections.abc import Awaitable, Callable
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -81,6 +82,8 @@ async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     if token is not None and not hmac.compare_digest(given.encode(), token.encode()):
         return web.Response(status=403, text="This desk needs its token: open the URL "
                                              "`judge serve` printed (…/?token=…).")
+    if (why := _foreign(request, token)) is not None:
+        return web.Response(status=403, text=why)
     try:
         response = await handler(request)
     except RunnerError as exc:
@@ -90,6 +93,19 @@ async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     if token is not None and "token" in request.query:
         response.set_cookie(COOKIE, token, httponly=True, samesite="Strict")
     return response
+
+
+def _foreign(request: web.Request, token: str | None) -> str | None:
+    """Why a request comes from another site's page, or None. A desk on 127.0.0.1 has no
+    token, so a page of any site the user opens could ask it (a name of the attacker's that
+    resolves to 127.0.0.1) or post ratings to it: the Host must be a loopback name, and a
+    POST's Origin the desk's own."""
+    if token is None and request.host.rpartition(":")[0].strip("[]") not in LOOPBACK:
+        return f"Host {request.host}: this desk answers 127.0.0.1 and localhost only"
+    origin = request.headers.get("Origin")
+    if request.method == "POST" and origin and urlsplit(origin).netloc != request.host:
+        return f"Origin {origin}: only the desk's own pages may post to it"
+    return None
 
 
 def _html(title: str, body: str) -> web.Response:
@@ -183,8 +199,9 @@ async def _rate(request: web.Request) -> web.Response:
     annotator = _annotator(desk)
     expansion = (await asyncio.to_thread(desk.selection, job, "latest", whole=True)).expansion
     upcoming = await asyncio.to_thread(rate.next_item, expansion, annotator)
-    saved = int(request.query.get("saved", "0") or 0)
-    return _html(f"{job}: rate", rate_page(job, annotator, upcoming, saved))
+    saved = request.query.get("saved", "")
+    saved_n = int(saved) if saved.isdigit() else 0
+    return _html(f"{job}: rate", rate_page(job, annotator, upcoming, saved_n))
 
 
 async def _rated(request: web.Request) -> web.Response:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.children import alive
+from runner.errors import RunnerError
 from runner.execute.store.cache import Cache
 from runner.execute.store.lease import lease_id, lease_name
 from runner.expand import Task
@@ -78,7 +79,11 @@ class LiveRuns:
         """job -> one line on its run in progress, for every job with one."""
         out = {}
         for job in self.desk.folders():
-            p = self.progress(job)
+            try:
+                p = self.progress(job)
+            except RunnerError as exc:  # the job file moved: say so, the page still shows
+                out[job] = f"running, but cannot be followed: {exc}"
+                continue
             if p["running"]:
                 out[job] = p["line"]
         return out
@@ -93,7 +98,10 @@ class LiveRuns:
         Returns:
             {"running", "holder", "tasks", "answered", "eta_s", "correlations", "line"}.
         """
-        run = self.desk.run(job, "latest").manifest
+        runs = self.desk.runs(job)
+        if not runs:  # no run kept yet: no selection to count against
+            return {"running": False, "line": ""}
+        run = runs[-1].manifest
         cache_dir = Path(str(run.get("cache_dir") or "cache"))
         who = None if run.get("cache_url") else holder(cache_dir, job)
         if who is None:
