@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import html
+import os
 import re
 import signal
 import socket
@@ -371,3 +372,14 @@ def test_the_desk_reads_a_cache_without_writing_it(tmp_path: Path) -> None:
         assert cache.has_many(["k1", "k2"]) == {"k1"}
         assert cache.get("k1") == {"answer": 1}
     assert files() == before
+
+
+def test_a_job_file_edited_is_read_again(study: Study) -> None:
+    """The desk keeps a job's expansion between clicks, not past an edit of its file (a run
+    in progress after `judge serve` started is counted against its own tasks)."""
+    desk = Desk(study.runs, DATA_DIR)
+    first = desk.selection("job")
+    assert desk.selection("job") is first
+    stat = study.job.stat()
+    os.utime(study.job, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    assert desk.selection("job") is not first

@@ -54,8 +54,9 @@ class Desk:
     annotator: str | None = None
     environ: dict[str, str] = field(default_factory=dict)
     """Where the job's selection reads JUDGE_CACHE_DIR and the like (the CLI's environment)."""
-    _selections: dict[tuple[str, str, bool], Selection] = field(default_factory=dict)
-    """(job, run, whole data) -> its selection, loaded once: not once a click."""
+    _selections: dict[tuple[str, str, bool, int], Selection] = field(default_factory=dict)
+    """(job, run id, whole data, the job file's mtime) -> its selection: not loaded again at
+    every click."""
 
     def folders(self) -> dict[str, Path]:
         """Job name -> its report folder, by name.
@@ -93,8 +94,10 @@ class Desk:
     def run(self, job: str, run: str) -> RunInfo:
         """One kept run by id (`latest`: the newest); ConfigError naming the job if none."""
         runs = self.runs(job)
-        for info in runs if run != "latest" else runs[-1:]:
-            if info.id == run or run == "latest":
+        if run == "latest" and runs:
+            return runs[-1]
+        for info in runs:
+            if info.id == run:
                 return info
         raise ConfigError(f"{self.folder(job) / HISTORY / run}: no such run of {job}")
 
@@ -112,11 +115,13 @@ class Desk:
 
     def selection(self, job: str, run: str = "latest", *, whole: bool = False) -> Selection:
         """The job's items as `run` selected them (its models, --limit, --sample), or with
-        `whole` every item of its data (the rating queue); loaded once each."""
-        key = (job, run, whole)
+        `whole` every item of its data (the rating queue); loaded once each, and again when
+        the job file changes."""
+        info, path = self.run(job, run), self.job_file(job, run)
+        key = (job, info.id, whole, path.stat().st_mtime_ns)
         if key not in self._selections:
-            recorded = self.run(job, run).manifest.get("selection") or {}
-            chosen = TaskSelection(job=self.job_file(job, run),
+            recorded = info.manifest.get("selection") or {}
+            chosen = TaskSelection(job=path,
                                    models=tuple(recorded.get("models") or ()),
                                    base_url=recorded.get("base_url"),
                                    **({} if whole else {k: recorded.get(k)

@@ -39,6 +39,7 @@ from runner.report.standing import points
 from runner.report.tables import collect
 from runner.report.write import correlations
 from runner.serve.desk import Desk
+from runner.session import Selection
 
 __all__ = ["LiveRuns", "holder"]
 
@@ -68,8 +69,8 @@ class LiveRuns:
     """The runs in progress of the desk's jobs, and the rate each goes at."""
 
     desk: Desk
-    _expanded: dict[str, list[Task]] = field(default_factory=dict)
-    """job -> its tasks (expanded once)."""
+    _expanded: dict[str, tuple[Selection, list[Task]]] = field(default_factory=dict)
+    """job -> the selection its tasks were expanded from, and they."""
     _partials: dict[str, tuple[float, list[dict[str, Any]]]] = field(default_factory=dict)
     """job -> (when, its correlations then)."""
     _first: dict[str, tuple[float, int]] = field(default_factory=dict)
@@ -122,10 +123,13 @@ class LiveRuns:
                 "eta_s": eta, "correlations": partial, "line": line}
 
     def _tasks(self, job: str) -> list[Task]:
-        if job not in self._expanded:
-            latest = self.desk.run(job, "latest").id
-            self._expanded[job] = list(self.desk.selection(job, latest).expansion.tasks())
-        return self._expanded[job]
+        """The tasks of the job's selection now (expanded again only when it changes: a new
+        kept run, an edited job file)."""
+        sel = self.desk.selection(job)
+        known = self._expanded.get(job)
+        if known is None or known[0] is not sel:
+            self._expanded[job] = known = (sel, list(sel.expansion.tasks()))
+        return known[1]
 
     def _partial(self, job: str, cache: Cache, answered: list[Task]) -> list[dict[str, Any]]:
         """The correlations over the answered tasks, made again at most every
@@ -133,7 +137,7 @@ class LiveRuns:
         made, rows = self._partials.get(job, (0.0, []))
         if time.monotonic() - made < PARTIAL_EVERY_S:
             return rows
-        expansion = self.desk.selection(job, self.desk.run(job, "latest").id).expansion
+        expansion = self.desk.selection(job).expansion
         tables = collect(expansion, judge(expansion, cache, tasks=answered[:PARTIAL_TASKS]),
                          io.BytesIO())
         # the LLM judges (`model/prompt`): the data's metric columns are not partial
