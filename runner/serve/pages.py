@@ -25,6 +25,7 @@ _STYLE = """
 .pair > div { flex: 1; min-width: 0; } .live { background: #fff7e0; padding: 4px 8px; }
 .fields pre { max-height: 260px; } form.rate fieldset { margin: 8px 0; }
 form.rate label { margin-right: 10px; white-space: nowrap; }
+.controls input[type=checkbox] { width: auto; } .controls input[name=disagree] { width: 4em; }
 """
 
 # A run in progress: its line (p.live) is asked again every few seconds.
