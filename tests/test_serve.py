@@ -83,11 +83,19 @@ async def client(study: Study) -> Any:
         yield c
 
 
-async def test_the_index_lists_every_kept_run(client: Any, study: Study) -> None:
+async def test_the_index_lists_every_kept_run(client: Any, study: Study,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The job's table holds judge runs' rows, cell for cell."""
     page = await (await client.get("/")).text()
     assert "<h2>job</h2>" in page
     assert page.index(study.first) < page.index(study.second)
     assert f"/run/job/{study.second}" in page
+    monkeypatch.chdir(study.root)
+    printed = CliRunner().invoke(cli, ["runs", str(study.job), "--out", str(study.runs / "job")])
+    assert printed.exit_code == 0, printed.output
+    rows = re.findall(r"<tr><td><input type=radio.*?</td>(.*?)</tr>", page)
+    cells = [html.unescape(re.sub(r"<[^>]+>", " ", r)).split() for r in rows]
+    assert [c[:-1] for c in cells] == [line.split() for line in printed.stdout.splitlines()[1:]]
 
 
 def _csv(path: Path) -> list[dict[str, str]]:

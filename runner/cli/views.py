@@ -4,17 +4,15 @@ runner.cli.main."""
 
 from __future__ import annotations
 
-import math
 import webbrowser
 from pathlib import Path
 
 import click
-import orjson
 
 from runner.cli.options import task_selection
 from runner.errors import ConfigError
 from runner.job.load import load_job
-from runner.report.folder import HISTORY, forget_runs, kept_runs, own_bytes, read_csv
+from runner.report.folder import HISTORY, forget_runs, kept_runs
 from runner.selection import TaskSelection
 from runner.session import job_path
 
@@ -97,65 +95,21 @@ def runs(task_selection: TaskSelection, keep: int | None) -> None:
       judge runs openmeva
       judge runs openmeva --keep 3
     """
+    from runner.report.kept import RUN_COLUMNS, run_row, size  # numpy: not at start-up
     folder = _folder(task_selection)
     if keep is not None:
         removed, freed = forget_runs(folder, keep)
         click.echo(f"removed {len(removed)} kept run{'s' * (len(removed) != 1)}"
                    + (f" ({', '.join(removed)})" if removed else "")
-                   + f"; freed {_size(freed)}", err=True)
+                   + f"; freed {size(freed)}", err=True)
     kept = kept_runs(folder)
     if not kept:
         raise ConfigError(f"{folder / HISTORY}: no kept runs yet; `judge run "
                           f"{task_selection.job_name()}` makes one")
-    rows = [("run", "kind", "models", "tasks", "calls", "cost", "disk", "best correlation")]
-    for path in kept:
-        m = orjson.loads((path / "manifest.json").read_bytes())
-        counts = m.get("counts", {})
-        cost = m.get("estimated_cost_usd")
-        rows.append((path.name, m.get("kind", "run"),
-                     ",".join(x["name"] for x in m.get("models", [])),
-                     str(counts.get("tasks", "")), str(counts.get("api_calls", "")),
-                     "unknown" if cost is None else f"${cost:.4f}", _size(own_bytes(path)),
-                     _best(path)))
+    rows = [RUN_COLUMNS, *(run_row(path) for path in kept)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         click.echo("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
-
-
-def _size(n: int) -> str:
-    """`0B`, `512B`, `35kB`, `1.2GB`: bytes in decimal units, without a space (one column)."""
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            value = n / scale
-            return f"{value:.1f}{unit}" if value < 10 else f"{value:.0f}{unit}"
-    return f"{n}B"
-
-
-def _best(run: Path) -> str:
-    """`fake/stars 0.472 n=40 (spearman, sample, openmeva/overall)`: the highest correlation
-    among the ranked judges (runner.report.standing, the rule of the run's own table and
-    report.html: enough answers parsed, enough groups) over all items at the first level,
-    spearman where computed; "none ranked" if there are coefficients but none is ranked, ""
-    without any."""
-    from runner.report.standing import points, ranked  # numpy (correlate): not at start-up
-    rows, summary = read_csv(run / "correlations.csv"), read_csv(run / "summary.csv")
-    rows = [r for r in rows if "/" in r["judge"] and r["subset"] == "all" and r["value"]
-            and math.isfinite(float(r["value"]))]
-    if not rows:
-        return ""
-    # as the run's own result table (runner.report.headline): spearman, else the job's first
-    methods = list(dict.fromkeys(r["method"] for r in rows))
-    method = "spearman" if "spearman" in methods else methods[0]
-    level = rows[0]["level"]
-    eligible = {(d, a, judge) for (d, a, lv, m, _), judges in ranked(rows, summary).items()
-                if lv == level and m == method for judge in judges}
-    candidates = [r for r in rows if r["method"] == method and r["level"] == level
-                  and (r["dataset"], r["aspect"], r["judge"]) in eligible]
-    if not candidates:  # too few answers parsed, or too few groups, to say which is best
-        return f"none ranked ({method}, {level})"
-    top = max(candidates, key=lambda r: float(r["value"]))
-    return (f"{top['judge']} {float(top['value']):.3f} n={points(top)} ({method}, {level}, "
-            f"{top['dataset']}/{top['aspect']})")
 
 
 @click.command()

@@ -116,7 +116,7 @@ async def _index(request: web.Request) -> web.Response:
     desk = request.app[DESK]
     jobs = await asyncio.to_thread(lambda: {job: desk.runs(job) for job in desk.folders()})
     live = await asyncio.to_thread(request.app[LIVE].lines)
-    return _html("Runs", index_page(jobs, live))
+    return _html("Runs", await asyncio.to_thread(index_page, jobs, live))  # reads each run
 
 
 async def _run(request: web.Request) -> web.Response:

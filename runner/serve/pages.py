@@ -15,10 +15,13 @@ from typing import Any
 from urllib.parse import urlencode
 
 from runner.report.diff import RunDiff, number
+from runner.report.kept import RUN_COLUMNS, run_row
 from runner.serve.desk import RunInfo
 
 __all__ = ["cell", "diff_page", "index_page", "layout", "link", "run_page", "table"]
 
+NUMERIC = frozenset({"tasks", "calls", "cost", "disk"})
+"""The columns of `judge runs` right-aligned on the page."""
 _STYLE = """
 .runs td input { margin: 0 4px; } .pair { display: flex; gap: 10px; }
 .pair iframe, .report { width: 100%; height: 80vh; border: 1px solid #d6d9de; }
@@ -87,25 +90,22 @@ def index_page(jobs: Mapping[str, list[RunInfo]], live: Mapping[str, str]) -> st
     for job, runs in jobs.items():
         rows = []
         for i, r in enumerate(runs):
-            counts = r.counts
+            shown = run_row(r.path)  # judge runs' own row
             rows.append([
                 f"<td><input type=radio name=a value='{html.escape(r.id)}'"
                 f"{' checked' if i == len(runs) - 2 else ''}>"
                 f"<input type=radio name=b value='{html.escape(r.id)}'"
                 f"{' checked' if i == len(runs) - 1 else ''}></td>",
                 f"<td>{link(r.id, f'/run/{job}/{r.id}')}</td>",
-                cell(r.manifest.get("kind", "run")), cell(r.models),
-                cell(counts.get("tasks", ""), num=True),
-                cell(counts.get("api_calls", ""), num=True),
+                *(cell(v, num=k in NUMERIC) for k, v in zip(RUN_COLUMNS[1:], shown[1:],
+                                                             strict=True)),
                 cell(r.manifest.get("started", ""))])
-        hidden = "".join(f"<input type=hidden name='{html.escape(k)}' value='{html.escape(v)}'>"
-                         for k, v in {"job": job}.items())
+        hidden = f"<input type=hidden name=job value='{html.escape(job)}'>"
         status = _live(job, live.get(job))
         parts.append(
             f"<section class=job><h2>{html.escape(job)}</h2>{status}"
             f"<form method=get action='/diff'>{hidden}"
-            + table(["A / B", "run", "kind", "models", "tasks", "calls", "started"], rows,
-                    css="runs")
+            + table(["A / B", *RUN_COLUMNS, "started"], rows, css="runs")
             + "<button type=submit>Open A and B side by side</button> "
             + link("browse items", "/items", {"job": job})
             + (" " + link("rate items", f"/rate/{job}")) + "</form></section>")
