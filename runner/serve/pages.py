@@ -136,7 +136,9 @@ def run_page(job: str, run: RunInfo, correlations: Sequence[Mapping[str, str]],
                      for name in sorted(p.name for p in run.path.iterdir()))
     status = _live(job, live)
     return (f"{status}<p>{html.escape(job)} · {html.escape(run.id)} · "
-            f"{html.escape(str(run.manifest.get('command', '')))}</p><p>Files: {files}</p>"
+            f"{html.escape(str(run.manifest.get('command', '')))} · "
+            f"{link('browse its items', '/items', {'job': job, 'run': run.id})}</p>"
+            f"<p>Files: {files}</p>"
             + table(["dataset", "aspect", "judge", "level", "method", "value", "95% CI", "n"],
                     correlation_rows(correlations), css="corr")
             + f"<iframe class=report title=report "
