@@ -29,8 +29,8 @@ from runner.errors import ConfigError, DataError
 from runner.job.spec import PLACEHOLDER, GenerateSpec, Job, ModelSpec, PromptSpec, placeholders
 from runner.parse import metrics
 
-__all__ = ["Expansion", "Task", "cache_key", "estimate_cost", "new_task", "prepare", "render",
-           "sample_ids", "task_key"]
+__all__ = ["Expansion", "Task", "cache_key", "estimate_cost", "groups_drawn", "new_task",
+           "prepare", "render", "sample_ids", "task_key"]
 
 # Rough prompt-token estimate (no tokenizer download needed offline); the limiter reconciles
 # every reservation with the response's `usage`, so an estimate only shifts timing a little.
@@ -337,18 +337,25 @@ def sample_ids(items: Iterable[Item], n: int, seed: int) -> frozenset[str]:
     at a time where the data set has groups (the unit of the dataset-level correlation: a
     group cut in two would count its items in neither), so at least N items unless the data
     set has fewer. The same items, data and seed give the same draw on every command and
-    machine (random.Random(seed) over the groups in file order)."""
+    machine (the first groups of `groups_drawn`)."""
+    kept: list[str] = []
+    for ids in groups_drawn(items, seed):
+        if len(kept) >= n:
+            break
+        kept += ids
+    return frozenset(kept)
+
+
+def groups_drawn(items: Iterable[Item], seed: int) -> list[list[str]]:
+    """The item ids of every group (an item without one is its own), groups in the order
+    --sample draws them: random.Random(seed) over the groups in file order. Any first groups
+    of it are a --sample draw (the rating queue of `judge serve` walks it so)."""
     groups: dict[str, list[str]] = {}
     for it in items:
         groups.setdefault(it.group or it.item_id, []).append(it.item_id)
     order = list(groups)
     random.Random(seed).shuffle(order)
-    kept: list[str] = []
-    for group in order:
-        if len(kept) >= n:
-            break
-        kept += groups[group]
-    return frozenset(kept)
+    return [groups[g] for g in order]
 
 
 def prepare(job: Job, data_dir: Path, *, limit: int | None = None,

@@ -26,6 +26,7 @@ from runner.cli.cachecmds import cache
 from runner.cli.options import UsageError, data_dir
 from runner.cli.outcome import command_line
 from runner.cli.runcmd import run
+from runner.cli.servecmd import serve
 from runner.data import datasets
 from runner.errors import ConfigError, DataError, RunnerError, scrub
 from runner.execute.store import claimtable
@@ -94,7 +95,7 @@ def cli() -> None:
 
 for command in (run, studycmds.rescore, studycmds.plan, studycmds.status, studycmds.compare,
                 studycmds.report, studycmds.import_, batches, views.view, views.runs, views.diff,
-                cache):
+                serve, cache):
     cli.add_command(command)
 
 
