@@ -14,6 +14,7 @@ from __future__ import annotations
 import gc
 import os
 import sys
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,6 +28,7 @@ from runner.cli.options import UsageError, data_dir
 from runner.cli.outcome import command_line
 from runner.cli.runcmd import run
 from runner.data import datasets
+from runner.data.annotations import RatingsWarning
 from runner.errors import ConfigError, DataError, RunnerError, scrub
 from runner.execute.store import claimtable
 
@@ -135,8 +137,21 @@ def datasets_verify(names: tuple[str, ...]) -> None:
                         f"{' '.join(names)}`")
 
 
+def _show_warning(message: Warning | str, category: type[Warning], *args: Any,
+                  **kwargs: Any) -> None:
+    """A RatingsWarning as one `warning:` line; any other warning as Python shows it."""
+    if issubclass(category, RatingsWarning):
+        click.echo(f"warning: {message}", err=True)
+    else:
+        _PYTHON_SHOW(message, category, *args, **kwargs)
+
+
+_PYTHON_SHOW = warnings.showwarning
+
+
 def main() -> None:
     """Console entry point."""
+    warnings.showwarning = _show_warning
     # A job holds hundreds of thousands of small long-lived objects (items, tasks, judgments)
     # and makes few cycles: at the default thresholds the collector rescans them all the
     # time (a fully cached 100k-task run: 7.7 s -> 6.0 s with these).

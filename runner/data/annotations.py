@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,10 +30,10 @@ from typing import Any
 import orjson
 
 from runner.data.loaders import Item
-from runner.errors import DataError
+from runner.errors import ConfigError, DataError
 
-__all__ = ["Rating", "RatingsWarning", "append_rating", "latest", "rated", "read_ratings",
-           "votes", "with_ratings"]
+__all__ = ["Rating", "RatingsWarning", "append_rating", "human_columns", "latest", "rated",
+           "rated_reader", "read_ratings", "votes", "with_ratings"]
 
 _FIELDS = ("item", "aspect", "annotator", "score", "time")
 
@@ -213,3 +213,49 @@ def with_ratings(items: Iterable[Item], columns: Mapping[str, Mapping[str, tuple
         yield item._replace(
             human={**item.human, **{a: sum(v) / len(v) for a, v in found.items()}},
             annotators={**item.annotators, **found})
+
+
+def human_columns(human: Mapping[str, Any], base: Path, where: str
+                  ) -> tuple[dict[str, str | tuple[str, ...]], dict[str, Path]]:
+    """A file data set's `fields.human`, split into its columns and its ratings files.
+
+    Args:
+        human: Aspect -> a column, a list of annotator columns, or `{ratings = "file"}`.
+        base: The folder a ratings file's path is relative to (the job file's).
+        where: The key path for messages, e.g. "jobs/x.toml: datasets.mine.fields.human".
+
+    Returns:
+        (aspect -> column or columns, aspect -> ratings file).
+
+    Raises:
+        ConfigError: An aspect's value is none of those.
+    """
+    columns: dict[str, str | tuple[str, ...]] = {}
+    files: dict[str, Path] = {}
+    for aspect, value in human.items():
+        if isinstance(value, dict):
+            if set(value) != {"ratings"} or not isinstance(value["ratings"], str):
+                raise ConfigError(f"{where}.{aspect} must be {{ ratings = \"ratings.jsonl\" }} "
+                                  f"(the ratings file, relative to the job file); got {value!r}")
+            files[aspect] = base / value["ratings"]
+        else:
+            columns[aspect] = tuple(value) if isinstance(value, list) else value
+    return columns, files
+
+
+def rated_reader(read: Callable[[], Iterator[Item]], files: Mapping[str, Path]
+                 ) -> Callable[[], Iterator[Item]]:
+    """`read` with the aspects' ratings as human columns; each file is read once, here.
+
+    Args:
+        read: Reads the data set's items (each call a new pass).
+        files: Aspect -> its ratings file (a missing file: no ratings yet).
+
+    Returns:
+        A reader of the items `with_ratings`.
+    """
+    if not files:
+        return read
+    loaded = {path: read_ratings(path) for path in set(files.values())}
+    columns = {aspect: votes(loaded[path], aspect) for aspect, path in files.items()}
+    return lambda: with_ratings(read(), columns)
