@@ -24,6 +24,7 @@ from runner.children import one_process
 from runner.cli import TERM_EXIT, Terminated, studycmds, views
 from runner.cli.batches import batches
 from runner.cli.cachecmds import cache
+from runner.cli.initcmd import init
 from runner.cli.options import UsageError, data_dir
 from runner.cli.outcome import command_line
 from runner.cli.runcmd import run
@@ -96,7 +97,7 @@ def cli() -> None:
 
 for command in (run, studycmds.rescore, studycmds.plan, studycmds.status, studycmds.compare,
                 studycmds.report, studycmds.import_, batches, views.view, views.runs, views.diff,
-                cache):
+                cache, init):
     cli.add_command(command)
 
 

@@ -1,0 +1,48 @@
+"""`judge init DATA`: a first job beside a data file (runner.data.scaffold), and what it guessed.
+Registered on the group in runner.cli.main."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import click
+
+from runner.data.scaffold import STARTERS, propose, write
+
+__all__ = ["init"]
+
+
+@click.command()
+@click.argument("data", type=click.Path(path_type=Path))
+@click.option("--prompt", "starter", type=click.Choice(list(STARTERS)), default="stars",
+              show_default=True,
+              help="The starting prompt: " + "; ".join(
+                  f"{name}: {s.description}" for name, s in STARTERS.items()) + ".")
+@click.option("--job", "job", type=click.Path(path_type=Path),
+              help="The job file to write [default: DATA's name with .toml, beside it].")
+def init(data: Path, starter: str, job: Path | None) -> None:
+    """Write a job for DATA (.csv, .jsonl or .json) beside it: the id, group, system, text and
+    human columns guessed from the file (each guess printed), and a prompt file from a
+    starting prompt. Never overwrites a file.
+
+    \b
+    Examples:
+      judge init outputs.csv
+      judge init outputs.jsonl --prompt json
+      judge init answers.jsonl --prompt pairwise --job battle.toml
+    """
+    proposal = propose(data, starter, job)
+    write(proposal)
+    for line in proposal.guesses:
+        click.echo(f"guessed {line}")
+    click.echo(f"wrote {proposal.job} and {proposal.prompt} (the prompt: edit it)")
+    quoted = shlex.quote(str(proposal.job))
+    click.echo("next:")
+    click.echo(f"  judge plan {quoted}                  # tasks and cost, no call")
+    click.echo(f"  judge run {quoted}                   # OPENAI_API_KEY; or --model NAME "
+               "--base-url http://127.0.0.1:8000/v1")
+    click.echo(f"  judge view {quoted}")
+    if proposal.ratings:
+        click.echo(f"  judge serve --annotator NAME          # rate items: the human scores "
+                   f"({proposal.job.with_name('ratings.jsonl')})")
