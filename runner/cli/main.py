@@ -27,6 +27,7 @@ from runner.cli.cachecmds import cache
 from runner.cli.initcmd import init
 from runner.cli.options import UsageError, data_dir
 from runner.cli.outcome import command_line
+from runner.cli.ratingcmds import ratings
 from runner.cli.runcmd import run
 from runner.data import datasets
 from runner.data.annotations import RatingsWarning
@@ -97,7 +98,7 @@ def cli() -> None:
 
 for command in (run, studycmds.rescore, studycmds.plan, studycmds.status, studycmds.compare,
                 studycmds.report, studycmds.import_, batches, views.view, views.runs, views.diff,
-                cache, init):
+                cache, init, ratings):
     cli.add_command(command)
 
 

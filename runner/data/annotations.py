@@ -32,8 +32,8 @@ import orjson
 from runner.data.loaders import Item
 from runner.errors import ConfigError, DataError
 
-__all__ = ["Rating", "RatingsWarning", "append_rating", "human_columns", "latest", "rated",
-           "rated_reader", "read_ratings", "votes", "with_ratings"]
+__all__ = ["Rating", "RatingsWarning", "append_rating", "append_ratings", "human_columns",
+           "latest", "rated", "rated_reader", "read_ratings", "votes", "with_ratings"]
 
 _FIELDS = ("item", "aspect", "annotator", "score", "time")
 
@@ -68,16 +68,24 @@ def append_rating(path: Path, *, item: str, aspect: str, annotator: str,
         DataError: An empty item, aspect or annotator, a score that is not a finite number,
             or the file cannot be written.
     """
-    for name, value in (("item", item), ("aspect", aspect), ("annotator", annotator)):
-        if not isinstance(value, str) or not value:
-            raise DataError(f"{path}: a rating needs a non-empty {name} (got {value!r})")
-    if score is not None and (isinstance(score, bool) or not isinstance(score, int | float)
-                              or not math.isfinite(score)):
-        raise DataError(f"{path}: a rating's score must be a finite number or None for a skip "
-                        f"(got {score!r})")
     time = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    line = orjson.dumps({"item": item, "aspect": aspect, "annotator": annotator,
-                         "score": None if score is None else float(score), "time": time})
+    append_ratings(path, [Rating(item=item, aspect=aspect, annotator=annotator, score=score,
+                                 time=time)])
+
+
+def append_ratings(path: Path, ratings: Iterable[Rating]) -> None:
+    """Append ratings as they are (their times kept: an import) in one write, and fsync.
+
+    Args:
+        path: The ratings file (created with its folder if absent).
+        ratings: The ratings.
+
+    Raises:
+        DataError: As append_rating; nothing is written then.
+    """
+    lines = b"".join(orjson.dumps(_checked(path, r)) + b"\n" for r in ratings)
+    if not lines:
+        return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
@@ -85,13 +93,28 @@ def append_rating(path: Path, *, item: str, aspect: str, annotator: str,
             size = os.fstat(fd).st_size
             # a torn last line (a crash mid-write) ends without a newline: end it first
             torn = size > 0 and os.pread(fd, 1, size - 1) != b"\n"
-            os.write(fd, (b"\n" if torn else b"") + line + b"\n")  # one write: appended whole
+            os.write(fd, (b"\n" if torn else b"") + lines)  # one write: appended whole
             os.fsync(fd)
         finally:
             os.close(fd)
     except OSError as exc:
         raise DataError(f"{path}: cannot append the rating ({exc.strerror}); check the folder "
                         "is writable") from None
+
+
+def _checked(path: Path, r: Rating) -> dict[str, Any]:
+    """A rating as its line's object; DataError when a field is empty or the score no number."""
+    for name in ("item", "aspect", "annotator", "time"):
+        value = getattr(r, name)
+        if not isinstance(value, str) or not value:
+            raise DataError(f"{path}: a rating needs a non-empty {name} (got {value!r})")
+    score = r.score
+    if score is not None and (isinstance(score, bool) or not isinstance(score, int | float)
+                              or not math.isfinite(score)):
+        raise DataError(f"{path}: a rating's score must be a finite number or None for a skip "
+                        f"(got {score!r})")
+    return {"item": r.item, "aspect": r.aspect, "annotator": r.annotator,
+            "score": None if score is None else float(score), "time": r.time}
 
 
 def read_ratings(path: Path) -> list[Rating]:
