@@ -20,7 +20,8 @@ from runner.reduce.correlate import MIN_SYSTEMS
 from runner.reduce.jury import judge_name
 from runner.report.standing import MIN_PARSED_SHARE, MIN_POINTS, best_judges, no_spread, points
 
-__all__ = ["Headline", "headline", "system_note", "system_warnings", "unparsed_judges"]
+__all__ = ["OUTSIDE", "OUTSIDE_NOTE", "Headline", "headline", "system_note", "system_warnings",
+           "unparsed_judges"]
 
 PREFERRED_METHOD = "spearman"
 """The coefficient shown when the job computes it (rank correlation: the studies' headline)."""
@@ -84,6 +85,8 @@ def headline(levels: Sequence[str], methods: Sequence[str],
         lines.append(f"  n = groups (sample), items (dataset), systems (system); * only among "
                      f"judges with >= {MIN_PARSED_SHARE:.0%} of answers parsed and n >= "
                      f"{MIN_POINTS}")
+        if any(OUTSIDE in line for line in lines):
+            lines.append(OUTSIDE_NOTE)
     flat = [f"judge {judge}: {top} of {scored} answers are \"{score}\" on {dataset} / {aspect} "
             + ("(no spread): no correlation can be computed" if top == scored else
                "(almost no spread): its correlations rest on the few answers that differ")
@@ -101,7 +104,9 @@ def system_note(correlations: Sequence[Mapping[str, Any]]) -> str | None:
     n = max(counts)
     if n >= MIN_SYSTEMS:
         return (f"System level: {n} systems (the points of its coefficients), 95% CIs from "
-                "resampling the groups in correlations.csv.")
+                "resampling the groups in correlations.csv. A value near 1 can lie above its CI "
+                f"(marked {OUTSIDE}): the CI is the bootstrap's percentiles, and fewer groups "
+                "rank the systems less well on most resamples.")
     return (f"System level: only {n} systems, whatever the item count: no CI, and any ranking "
             f"of {n} systems gives a coefficient like that (fewer than {MIN_SYSTEMS}); read the "
             "sample and dataset levels.")
@@ -137,12 +142,20 @@ _CELL = 30
 """A cell's width: `-0.123 [-0.45, -0.67] n=1234` and two spaces."""
 
 
+OUTSIDE = "^"
+"""Marks a value outside its own CI (see OUTSIDE_NOTE)."""
+OUTSIDE_NOTE = (f"  {OUTSIDE} the value lies outside its CI: the CI is the bootstrap's percentiles "
+                "over resampled groups, and a coefficient near 1 falls on most resamples (fewer "
+                "groups rank the systems less well); the value is the estimate, the CI its spread")
+
+
 def _value(row: Mapping[str, Any] | None) -> str:
     if row is None or not _finite(row["value"]):
         return "n/a"
-    low, high = row.get("ci_low"), row.get("ci_high")
+    value, low, high = float(row["value"]), row.get("ci_low"), row.get("ci_high")
     ci = f" [{low:.2f}, {high:.2f}]" if _finite(low) and _finite(high) else ""
-    return f"{float(row['value']):.3f}{ci} n={points(row)}"
+    mark = OUTSIDE if ci and not low <= value <= high else ""
+    return f"{value:.3f}{mark}{ci} n={points(row)}"
 
 
 def _finite(value: Any) -> bool:

@@ -150,7 +150,11 @@
         const td = el("td", { class: "num" });
         if (r && r.value !== null) {
           td.append(fmt(r.value));
-          if (r.ci_low !== null) td.append(el("div", { class: "ci", text: `[${fmt(r.ci_low)}, ${fmt(r.ci_high)}]` }));
+          if (r.ci_low !== null) {
+            // a value near 1 can lie above its percentile CI: marked, and said in the system note
+            if (r.value < r.ci_low || r.value > r.ci_high) td.append(el("span", { class: "outside", title: "outside its CI: see the system-level note", text: "^" }));
+            td.append(el("div", { class: "ci", text: `[${fmt(r.ci_low)}, ${fmt(r.ci_high)}]` }));
+          }
           if (best.has(`${j}|${c[3]}`)) td.classList.add("best");
           if (c[0] === "dataset" && c[1] === "all") n = r.n_items;
         }
