@@ -153,9 +153,10 @@ def _value(row: Mapping[str, Any] | None) -> str:
     if row is None or not _finite(row["value"]):
         return "n/a"
     value, low, high = float(row["value"]), row.get("ci_low"), row.get("ci_high")
-    ci = f" [{low:.2f}, {high:.2f}]" if _finite(low) and _finite(high) else ""
-    mark = OUTSIDE if ci and not low <= value <= high else ""
-    return f"{value:.3f}{mark}{ci} n={points(row)}"
+    if not (_finite(low) and _finite(high)):
+        return f"{value:.3f} n={points(row)}"
+    mark = "" if float(low) <= value <= float(high) else OUTSIDE  # type: ignore[arg-type]
+    return f"{value:.3f}{mark} [{low:.2f}, {high:.2f}] n={points(row)}"
 
 
 def _finite(value: Any) -> bool:
