@@ -78,6 +78,17 @@ def test_judges_whose_answers_mostly_failed_to_parse_are_named() -> None:
     assert result.scoreless == ["c/p"]  # d had no answer at all: it failed, it did not parse
 
 
+def test_refusals_are_called_refusals_as_in_the_report() -> None:
+    refused = {**_summ("r", 44, 0), "refusals": 44}
+    mixed = {**_summ("m", 10, 2), "refusals": 3}
+    result = headline(["sample"], ["spearman"], [], [refused, mixed, _summ("u", 10, 1)])
+    assert result.unparsed == [
+        "judge r/p: 44 of 44 answers were refusals: see report.html#failures",
+        "judge m/p: 8 of 10 answers not scored: 5 unparsed, 3 refusals: see report.html#failures",
+        "judge u/p: 9 of 10 answers unparsed: see report.html#failures"]
+    assert result.scoreless == ["r/p"]
+
+
 def test_a_value_above_its_own_ci_is_marked_and_said_why() -> None:
     rows = [_corr("a/p", "system", 0.999, 0.942, 0.998, n=8),
             _corr("b/p", "system", 0.80, 0.5, 0.9, n=8)]

@@ -163,28 +163,40 @@ def _finite(value: Any) -> bool:
     return isinstance(value, int | float) and math.isfinite(value)
 
 
-def unparsed_judges(summary: Sequence[Mapping[str, Any]]) -> list[tuple[str, int, int]]:
-    """(judge, unparsed, answered) for each judge (`model/prompt`) with most of its answers
-    (tasks with one, over every data set and aspect) unparsed. One rule for the terminal's
-    lines and report.html's banner, so the two never disagree."""
+def unparsed_judges(summary: Sequence[Mapping[str, Any]]) -> list[tuple[str, int, int, str]]:
+    """(judge, not scored, answered, what) for each judge (`model/prompt`) with most of its
+    answers (tasks with one, over every data set and aspect) not scored; `what` says so in the
+    words of summary.csv and report.html's failures table ("unparsed", "refusals"). One rule
+    and one text for the terminal's lines and report.html's banner, so the two never
+    disagree."""
     answers: dict[str, list[int]] = {}
     for row in summary:
         if not row["prompt"]:  # a jury: it has no answers of its own
             continue
         judge = judge_name(row["model"], row["prompt"])
-        counts = answers.setdefault(judge, [0, 0])
+        counts = answers.setdefault(judge, [0, 0, 0])
         counts[0] += int(row["n"]) - int(row["api_failures"])
         counts[1] += int(row["scored"])
-    return [(judge, answered - scored, answered) for judge, (answered, scored) in answers.items()
+        counts[2] += int(row.get("refusals") or 0)
+    return [(judge, answered - scored, answered, _not_scored(answered - scored, answered, refused))
+            for judge, (answered, scored, refused) in answers.items()
             if answered and answered - scored > answered / 2]
 
 
+def _not_scored(missing: int, answered: int, refused: int) -> str:
+    if not refused:
+        return f"{missing} of {answered} answers unparsed"
+    if refused == missing:
+        return f"{missing} of {answered} answers were refusals"
+    return (f"{missing} of {answered} answers not scored: {missing - refused} unparsed, "
+            f"{refused} refusals")
+
+
 def _unparsed(summary: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[str]]:
-    """A line for each judge with most answers unparsed; the judges with no parsed score."""
+    """A line for each judge with most answers not scored; the judges with no score at all."""
     lines, scoreless = [], []
-    for judge, unparsed, answered in unparsed_judges(summary):
-        lines.append(f"judge {judge}: {unparsed} of {answered} answers unparsed: "
-                     "see report.html#failures")
-        if unparsed == answered:
+    for judge, missing, answered, what in unparsed_judges(summary):
+        lines.append(f"judge {judge}: {what}: see report.html#failures")
+        if missing == answered:
             scoreless.append(judge)
     return lines, scoreless
