@@ -42,6 +42,9 @@ class Headline:
     reliability rows exist: runner.report.standing.bias_warnings)."""
     no_spread: list[str] = field(default_factory=list)
     """One line per judge that gives one score to (nearly) all its answers (the run fails)."""
+    battles: list[str] = field(default_factory=list)
+    """The battles' verdicts and ranking (runner.reduce.ranking.battle_lines), after the
+    table."""
 
 
 def headline(levels: Sequence[str], methods: Sequence[str],
