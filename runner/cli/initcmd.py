@@ -38,11 +38,14 @@ def init(data: Path, starter: str, job: Path | None) -> None:
         click.echo(f"guessed {line}")
     click.echo(f"wrote {proposal.job} and {proposal.prompt} (the prompt: edit it)")
     quoted = shlex.quote(str(proposal.job))
-    click.echo("next:")
-    click.echo(f"  judge plan {quoted}                  # tasks and cost, no call")
-    click.echo(f"  judge run {quoted}                   # OPENAI_API_KEY; or --model NAME "
-               "--base-url http://127.0.0.1:8000/v1")
-    click.echo(f"  judge view {quoted}")
+    steps = [(f"judge plan {quoted}", "tasks and cost, no call"),
+             (f"judge run {quoted}", "OPENAI_API_KEY; or --model NAME --base-url "
+                                     "http://127.0.0.1:8000/v1"),
+             (f"judge view {quoted}", "the report")]
     if proposal.ratings:
-        click.echo(f"  judge serve --annotator NAME          # rate items: the human scores "
-                   f"({proposal.job.with_name('ratings.jsonl')})")
+        steps.append(("judge serve --annotator NAME",
+                      f"rate items: the human scores ({proposal.job.with_name('ratings.jsonl')})"))
+    width = max(len(command) for command, _ in steps) + 2
+    click.echo("next:")
+    for command, what in steps:
+        click.echo(f"  {command.ljust(width)}# {what}")
