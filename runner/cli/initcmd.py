@@ -19,9 +19,9 @@ __all__ = ["init"]
               show_default=True,
               help="The starting prompt: " + "; ".join(
                   f"{name}: {s.description}" for name, s in STARTERS.items()) + ".")
-@click.option("--job", "job", type=click.Path(path_type=Path),
+@click.option("--job", "job_file", type=click.Path(path_type=Path),
               help="The job file to write [default: DATA's name with .toml, beside it].")
-def init(data: Path, starter: str, job: Path | None) -> None:
+def init(data: Path, starter: str, job_file: Path | None) -> None:
     """Write a job for DATA (.csv, .jsonl or .json) beside it: the id, group, system, text and
     human columns guessed from the file (each guess printed), and a prompt file from a
     starting prompt. Never overwrites a file.
@@ -32,7 +32,7 @@ def init(data: Path, starter: str, job: Path | None) -> None:
       judge init outputs.jsonl --prompt json
       judge init answers.jsonl --prompt pairwise --job battle.toml
     """
-    proposal = propose(data, starter, job)
+    proposal = propose(data, starter, job_file)
     write(proposal)
     for line in proposal.guesses:
         click.echo(f"guessed {line}")

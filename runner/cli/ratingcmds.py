@@ -32,11 +32,12 @@ def ratings() -> None:
 @ratings.command("export")
 @click.argument("ratings_file", type=click.Path(path_type=Path, dir_okay=False))
 @_FORMAT
-@click.option("--job", help="Put each item's text fields (from this job's data) in its task, "
-                            "for Label Studio to show.")
+@click.option("--job", "job_file",
+              help="Put each item's text fields (from this job's data) in its task, for Label "
+                   "Studio to show.")
 @click.option("--out", "out", type=click.Path(path_type=Path, dir_okay=False),
               help="Write here [default: standard output].")
-def export(ratings_file: Path, fmt: str, job: str | None, out: Path | None) -> None:
+def export(ratings_file: Path, fmt: str, job_file: str | None, out: Path | None) -> None:
     """Write RATINGS_FILE's latest ratings as Label Studio tasks (one per rated item).
 
     \b
@@ -45,8 +46,8 @@ def export(ratings_file: Path, fmt: str, job: str | None, out: Path | None) -> N
       judge ratings export ratings.jsonl --job outputs.toml --out tasks.json
     """
     fields = None
-    if job is not None:
-        expansion = prepare(load_job(job_path(job)), data_dir())
+    if job_file is not None:  # only its items' text: not a task selection
+        expansion = prepare(load_job(job_path(job_file)), data_dir())
         fields = {it.item_id: dict(it.fields) for items in expansion.items.values()
                   for it in items}
     text = orjson.dumps(to_label_studio(read_ratings(ratings_file), fields),

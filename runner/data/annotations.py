@@ -102,6 +102,12 @@ def append_ratings(path: Path, ratings: Iterable[Rating]) -> None:
                         "is writable") from None
 
 
+def _is_score(value: Any) -> bool:
+    """A finite number (not a bool), or None: a skip."""
+    return value is None or (isinstance(value, int | float) and not isinstance(value, bool)
+                             and math.isfinite(value))
+
+
 def _checked(path: Path, r: Rating) -> dict[str, Any]:
     """A rating as its line's object; DataError when a field is empty or the score no number."""
     for name in ("item", "aspect", "annotator", "time"):
@@ -109,8 +115,7 @@ def _checked(path: Path, r: Rating) -> dict[str, Any]:
         if not isinstance(value, str) or not value:
             raise DataError(f"{path}: a rating needs a non-empty {name} (got {value!r})")
     score = r.score
-    if score is not None and (isinstance(score, bool) or not isinstance(score, int | float)
-                              or not math.isfinite(score)):
+    if not _is_score(score):
         raise DataError(f"{path}: a rating's score must be a finite number or None for a skip "
                         f"(got {score!r})")
     return {"item": r.item, "aspect": r.aspect, "annotator": r.annotator,
@@ -164,8 +169,7 @@ def _rating(where: str, record: Any) -> Rating:
             raise DataError(f"{where}: {name} must be non-empty text (got {record[name]!r}); "
                             f"{fix}")
     score = record["score"]
-    if score is not None and (isinstance(score, bool) or not isinstance(score, int | float)
-                              or not math.isfinite(score)):
+    if not _is_score(score):
         raise DataError(f"{where}: score must be a number or null (got {score!r}); {fix}")
     return Rating(item=record["item"], aspect=record["aspect"], annotator=record["annotator"],
                   score=None if score is None else float(score), time=record["time"])
