@@ -121,3 +121,18 @@ def test_judge_ratings_export_and_import_round_trip(tmp_path: Path, data_dir: Pa
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines()[-1].startswith(f"Error: {tmp_path / 'tasks.json'}: "
                                                            "task 0 (id 1): no data.id")
+
+
+@pytest.mark.slow
+def test_the_export_carries_the_items_text_from_the_job(tmp_path: Path, data_dir: Path) -> None:
+    from tests.test_ratings import rated_job
+
+    job = rated_job(tmp_path / "study", groups=2)
+    ratings = job.parent / "ratings.jsonl"
+    append_rating(ratings, item="d1-b", aspect="overall", annotator="ana", score=5)
+    done = run_judge("ratings", "export", ratings, "--job", job, env=clean_env(data_dir),
+                     cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (task,) = orjson.loads(done.stdout)
+    assert task["data"] == {"item": "d1-b", "source": "document 1", "output": "summary 1 by b",
+                            "annotators": {"1": "ana"}}
