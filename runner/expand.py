@@ -24,12 +24,13 @@ from typing import Any, NamedTuple, overload
 import orjson
 
 from runner.data import datasets
+from runner.data.annotations import human_columns, rated_reader
 from runner.data.datasets import FieldMap, Item
 from runner.errors import ConfigError, DataError
 from runner.job.spec import PLACEHOLDER, GenerateSpec, Job, ModelSpec, PromptSpec, placeholders
 from runner.parse import metrics
 
-__all__ = ["Expansion", "Task", "cache_key", "estimate_cost", "groups_drawn", "new_task",
+__all__ = ["Expansion", "Task", "cache_key", "drawn_groups", "estimate_cost", "new_task",
            "prepare", "render", "sample_ids", "task_key"]
 
 # Rough prompt-token estimate (no tokenizer download needed offline); the limiter reconciles
@@ -337,25 +338,24 @@ def sample_ids(items: Iterable[Item], n: int, seed: int) -> frozenset[str]:
     at a time where the data set has groups (the unit of the dataset-level correlation: a
     group cut in two would count its items in neither), so at least N items unless the data
     set has fewer. The same items, data and seed give the same draw on every command and
-    machine (the first groups of `groups_drawn`)."""
+    machine (random.Random(seed) over the groups in file order)."""
     kept: list[str] = []
-    for ids in groups_drawn(items, seed):
+    for group in drawn_groups(items, seed):
         if len(kept) >= n:
             break
-        kept += ids
+        kept += (it.item_id for it in group)
     return frozenset(kept)
 
 
-def groups_drawn(items: Iterable[Item], seed: int) -> list[list[str]]:
-    """The item ids of every group (an item without one is its own), groups in the order
-    --sample draws them: random.Random(seed) over the groups in file order. Any first groups
-    of it are a --sample draw (the rating queue of `judge serve` walks it so)."""
-    groups: dict[str, list[str]] = {}
+def drawn_groups(items: Iterable[Item], seed: int) -> list[list[Item]]:
+    """The items by group (an item without one alone), the groups in the order the --sample
+    draw with `seed` takes them, the items of a group in file order."""
+    groups: dict[str, list[Item]] = {}
     for it in items:
-        groups.setdefault(it.group or it.item_id, []).append(it.item_id)
-    order = list(groups)
+        groups.setdefault(it.group or it.item_id, []).append(it)
+    order = list(groups.values())
     random.Random(seed).shuffle(order)
-    return [groups[g] for g in order]
+    return order
 
 
 def prepare(job: Job, data_dir: Path, *, limit: int | None = None,
@@ -389,9 +389,11 @@ def prepare(job: Job, data_dir: Path, *, limit: int | None = None,
             if not spec.path.is_file():
                 raise ConfigError(f"{job.path}: datasets[{position}].path points to {spec.path}, "
                                   "which does not exist; fix the path (relative to the job file)")
-            fields = _field_map(job, spec.name, spec.fields)
+            fields, ratings = _field_map(job, spec.name, spec.fields)
             lower[spec.name] = frozenset(fields.lower_is_better)
-            read = functools.partial(datasets.load_file, spec.path, fields, dataset=spec.name)
+            read = rated_reader(
+                functools.partial(datasets.load_file, spec.path, fields, dataset=spec.name),
+                ratings)
         else:
             if spec.name not in datasets.REGISTRY:
                 known = ", ".join(sorted(datasets.REGISTRY))
@@ -451,7 +453,9 @@ def _answer_item(spec: GenerateSpec, src: Item, model: str, text: str) -> Item:
                 extra=src.extra)
 
 
-def _field_map(job: Job, name: str, fields: Mapping[str, Any]) -> FieldMap:
+def _field_map(job: Job, name: str, fields: Mapping[str, Any]
+               ) -> tuple[FieldMap, dict[str, Path]]:
+    """The data set's field mapping, and its aspects' ratings files (relative to the job)."""
     allowed = {"id", "group", "system", "subset", "text", "human", "metrics", "lower_is_better",
                "format", "answer"}
     for key in fields:
@@ -461,7 +465,8 @@ def _field_map(job: Job, name: str, fields: Mapping[str, Any]) -> FieldMap:
     if not isinstance(fields.get("text"), dict) or not fields["text"]:
         raise ConfigError(f"{job.path}: datasets.{name}.fields.text is missing: map template "
                           "fields to columns, e.g. text = {output = \"hypothesis\"}")
-    human = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.get("human", {}).items()}
+    human, ratings = human_columns(fields.get("human", {}), job.path.parent,
+                                   f"{job.path}: datasets.{name}.fields.human")
     if (answer := fields.get("answer")) is not None and answer not in fields["text"]:
         raise ConfigError(f"{job.path}: datasets.{name}.fields.answer names {answer!r}, which is "
                           "not a text field; use one of: " + ", ".join(fields["text"]))
@@ -469,7 +474,7 @@ def _field_map(job: Job, name: str, fields: Mapping[str, Any]) -> FieldMap:
                     subset=fields.get("subset"), text=dict(fields["text"]), human=human,
                     metrics=tuple(fields.get("metrics", ())),
                     lower_is_better=tuple(fields.get("lower_is_better", ())),
-                    format=fields.get("format"), answer=answer)
+                    format=fields.get("format"), answer=answer), ratings
 
 
 def _check_templates(job: Job, items: Mapping[str, Sequence[Item]]) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import gc
 import os
 import sys
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,11 +24,14 @@ from runner.children import one_process
 from runner.cli import TERM_EXIT, Terminated, studycmds, views
 from runner.cli.batches import batches
 from runner.cli.cachecmds import cache
+from runner.cli.initcmd import init
 from runner.cli.options import UsageError, data_dir
 from runner.cli.outcome import command_line
+from runner.cli.ratingcmds import ratings
 from runner.cli.runcmd import run
 from runner.cli.servecmd import serve
 from runner.data import datasets
+from runner.data.annotations import RatingsWarning
 from runner.errors import ConfigError, DataError, RunnerError, scrub
 from runner.execute.store import claimtable
 
@@ -95,7 +99,7 @@ def cli() -> None:
 
 for command in (run, studycmds.rescore, studycmds.plan, studycmds.status, studycmds.compare,
                 studycmds.report, studycmds.import_, batches, views.view, views.runs, views.diff,
-                serve, cache):
+                serve, cache, init, ratings):
     cli.add_command(command)
 
 
@@ -136,8 +140,21 @@ def datasets_verify(names: tuple[str, ...]) -> None:
                         f"{' '.join(names)}`")
 
 
+def _show_warning(message: Warning | str, category: type[Warning], *args: Any,
+                  **kwargs: Any) -> None:
+    """A RatingsWarning as one `warning:` line; any other warning as Python shows it."""
+    if issubclass(category, RatingsWarning):
+        click.echo(f"warning: {message}", err=True)
+    else:
+        _PYTHON_SHOW(message, category, *args, **kwargs)
+
+
+_PYTHON_SHOW = warnings.showwarning
+
+
 def main() -> None:
     """Console entry point."""
+    warnings.showwarning = _show_warning
     # A job holds hundreds of thousands of small long-lived objects (items, tasks, judgments)
     # and makes few cycles: at the default thresholds the collector rescans them all the
     # time (a fully cached 100k-task run: 7.7 s -> 6.0 s with these).

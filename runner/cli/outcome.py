@@ -114,8 +114,8 @@ def summarise(sel: Selection, stats: RunStats, command: str, partial: bool = Fal
              f"(first keys: {', '.join(first)})", err=True)
     if stats.interrupted:
         exit_interrupted(stats, command)
-    for line in (result.lines + result.unparsed + result.no_spread + result.warnings) \
-            if result else []:
+    for line in (result.lines + result.battles + result.unparsed + result.no_spread
+                 + result.warnings) if result else []:
         echo(line, err=True)
     if stats.failures or (stats.missing and not partial and not stats.budget_stopped) or \
             (result and (result.scoreless or result.no_spread)):

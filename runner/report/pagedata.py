@@ -74,8 +74,8 @@ def page_data(expansion: Expansion, series: Mapping[tuple[str, str], Mapping[str
         "manifest": dict(manifest),
         "prompts": [{"name": p.name, "parser": p.parser, "aspects": list(p.aspects),
                      "samples": p.samples} for p in job.prompts],
-        "unparsed": [{"judge": j, "unparsed": u, "answered": a}
-                     for j, u, a in unparsed_judges(summ)],
+        "unparsed": [{"judge": j, "unparsed": u, "answered": a, "text": what}
+                     for j, u, a, what in unparsed_judges(summ)],
         "ranked_if": {"parsed_share": MIN_PARSED_SHARE, "min_points": MIN_POINTS},
         "no_spread": [{"judge": j, "dataset": ds, "aspect": asp, "top": t, "scored": n,
                        "score": score} for j, ds, asp, t, n, score in no_spread(summ)],

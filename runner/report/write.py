@@ -42,7 +42,7 @@ from runner.reduce.compare import compare
 from runner.reduce.correlate import Correlation, correlate
 from runner.reduce.judge_series import judge_series
 from runner.reduce.judgments import Judgment
-from runner.reduce.ranking import RANKING_COLUMNS, rank_rows, ranking_markdown
+from runner.reduce.ranking import RANKING_COLUMNS, battle_lines, rank_rows, ranking_markdown
 from runner.reduce.reliability import Positions
 from runner.reduce.resample import Resamples
 from runner.reduce.series import Series
@@ -264,6 +264,7 @@ def _write_set(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgment
                                    juries=[j.name for j in expansion.job.juries])
         battle_rows = battles.rows()
         ranking = rank_rows(battle_rows, n_boot=expansion.job.bootstrap, seed=expansion.job.seed)
+        tables.headline = replace(tables.headline, battles=battle_lines(battle_rows, ranking))
         board = leaderboard(tables) if expansion.job.leaderboard else None
         if callable(manifest):
             manifest = manifest(tables)

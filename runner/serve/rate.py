@@ -1,13 +1,15 @@
 """Rating items by hand in the desk (`judge serve --annotator NAME`).
 
 The queue walks each data set's items whole groups at a time, in the order `--sample` draws
-them (runner.expand.groups_drawn, seed 0): after rating the first N items an annotator has
+them (runner.selection.rating_queue, seed 0): after rating the first N items an annotator has
 rated exactly the items of `judge run --sample N`, so a few hundred ratings already give
 sample-level correlations (which need several outputs of each group). Each aspect is rated on
 the scale the job's prompt declares for it (its parser's min and max); a skip is recorded
 too (score null), so a skipped item does not come back.
 
-Ratings go to the data set's ratings file (DEFAULT: beside the data file,
+An aspect's ratings go to the file the job declares for it (`human = { fluency = { ratings =
+"ratings.jsonl" } }`, relative to the job file: the file the job then reads as that human
+column), else to the data set's DEFAULT file (beside the data file,
 `<data file stem>.ratings.jsonl`; for a registered data set, beside the job file,
 `<job stem>.<data set>.ratings.jsonl`), appended and fsynced one by one through
 runner.data.annotations (never rewritten: a crash loses nothing already rated).
@@ -19,14 +21,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.data.annotations import append_rating, read_ratings
+from runner.data.annotations import Rating, append_rating, human_columns, read_ratings
 from runner.data.loaders import Item
 from runner.errors import ConfigError
-from runner.expand import Expansion, groups_drawn
+from runner.expand import Expansion
 from runner.job.spec import Job
 from runner.parse.parsers import get_parser
+from runner.selection import rating_queue
 
-__all__ = ["SKIP", "Next", "Scale", "next_item", "ratings_path", "record", "scales"]
+__all__ = ["SKIP", "Next", "Scale", "next_item", "ratings_path", "ratings_paths", "record",
+           "scales"]
 
 SKIP = "skip"
 """The form's value of a skipped aspect."""
@@ -83,6 +87,21 @@ def ratings_path(job: Job, dataset: str) -> Path:
     return job.path.with_name(f"{job.path.stem}.{dataset}.ratings.jsonl")
 
 
+def ratings_paths(job: Job, dataset: str) -> dict[str, Path]:
+    """aspect -> the file its ratings go to: the job's declared one, else the data set's
+    default (ratings_path)."""
+    spec = next(d for d in job.datasets if d.name == dataset)
+    _, declared = human_columns(spec.fields.get("human", {}), job.path.parent,
+                                f"{job.path}: datasets.{dataset}.fields.human")
+    default = ratings_path(job, dataset)
+    return {aspect: declared.get(aspect, default) for aspect in scales(job, dataset)}
+
+
+def _ratings(paths: Mapping[str, Path]) -> list[Rating]:
+    return [r for path in set(paths.values()) for r in read_ratings(path)
+            if paths.get(r.aspect) == path]
+
+
 def next_item(expansion: Expansion, annotator: str) -> Next | None:
     """The first item of the queue `annotator` has not rated on every aspect (None: done).
 
@@ -98,13 +117,10 @@ def next_item(expansion: Expansion, annotator: str) -> Next | None:
         aspects = scales(job, dataset)
         if not aspects:
             continue
-        rated = {(r.item, r.aspect) for r in read_ratings(ratings_path(job, dataset))
-                 if r.annotator == annotator}
-        by_id = {it.item_id: it for it in items}
-        queue = [i for ids in groups_drawn(items, seed=0) for i in ids]
-        left = [i for i in queue if any((i, a) not in rated for a in aspects)]
+        ratings = _ratings(ratings_paths(job, dataset))
+        left = rating_queue(items, list(aspects), ratings, annotator, seed=0)
         if left:
-            return Next(dataset, by_id[left[0]], aspects, len(queue) - len(left), len(queue))
+            return Next(dataset, left[0][0], aspects, len(items) - len(left), len(items))
     return None
 
 
@@ -138,7 +154,8 @@ def record(expansion: Expansion, annotator: str, dataset: str, item: str,
             raise ConfigError(f"{aspect}={text!r}: rate on the job's scale, "
                               f"{scale.low:g} to {scale.high:g}, or skip")
         scores[aspect] = score
-    path = ratings_path(expansion.job, dataset)
+    paths = ratings_paths(expansion.job, dataset)
     for aspect, score in scores.items():
-        append_rating(path, item=item, aspect=aspect, annotator=annotator, score=score)
+        append_rating(paths[aspect], item=item, aspect=aspect, annotator=annotator,
+                      score=score)
     return len(scores)
