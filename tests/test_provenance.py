@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from runner.job.providers import Price
 from runner.job.spec import Job, Limits, parse_model_spec
 from runner.report.provenance import Provenance
 
 
-def _job(price: tuple[float, float] | None) -> Job:
+def _job(price: Price | None) -> Job:
     model = parse_model_spec("m", name="judge", base_url="http://127.0.0.1:1/v1", price=price)
     return Job(path=Path("j.toml"), name="j", models=(model,), datasets=(), prompts=(),
                output_dir=Path("out"), limits=Limits())
@@ -23,7 +24,7 @@ def test_sources_tokens_cost_and_times() -> None:
     p.add("judge", "batch:b1", 300.0, (2000, 20))
     p.add("judge", "batch:b2", None, (0, 0))
     p.add("judge", "import:study.jsonl", 50.0, (5000, 50))
-    out = p.as_dict(_job((1.0, 2.0)))  # USD per 1M tokens
+    out = p.as_dict(_job(Price(input=1.0, output=2.0)))  # USD per 1M tokens
     assert out["answers"] == {"api": 2, "batch": 2, "import": 1} and out["calls"] == 4
     assert (out["prompt_tokens"], out["completion_tokens"]) == (9000, 90)
     # api: 2000 x 1 + 20 x 2; batch at half price: (2000 x 1 + 20 x 2) / 2; import: none

@@ -60,7 +60,7 @@ from runner.execute.ledger import LIVE, BatchLedger, BatchRow
 from runner.execute.shard import Shard
 from runner.execute.store.backend import CacheBackend, cached_flags
 from runner.execute.store.cache import answer_record
-from runner.expand import Task, estimate_cost
+from runner.expand import Task, estimate_cost, model_price
 from runner.job.spec import ModelSpec
 
 __all__ = ["MAX_BYTES", "MAX_REQUESTS", "BatchOptions", "BatchRun", "BatchStats",
@@ -71,8 +71,9 @@ STORE_CHUNK = 2000  # answers handed to put_many at once (a kill -9 loses no mor
 
 
 def batch_cost(model: ModelSpec, online: float | None) -> float | None:
-    """The batch price of an online estimate."""
-    return None if online is None else online * (1 - model.batch_discount)
+    """The batch price of an online estimate (None: unknown)."""
+    price = model_price(model)
+    return None if online is None or price is None else online * (1 - price.batch_discount)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from runner.expand import estimate_cost
+from runner.expand import model_price
+from runner.job.providers import Tokens
 from runner.job.spec import Job
 
 __all__ = ["Provenance"]
@@ -65,11 +66,11 @@ class Provenance:
             model = models.get(name)
             if kind == "import" or model is None or not (prompt_t or completion_t):
                 continue
-            each = estimate_cost(model, prompt_t, completion_t)
-            if each is None:
+            price = model_price(model)
+            if price is None:
                 cost = None
             elif cost is not None:
-                cost += each * ((1 - model.batch_discount) if kind == "batch" else 1)
+                cost += price.cost(Tokens(prompt_t, 0, 0, completion_t), batch=kind == "batch")
         return {"answers": sources,
                 "calls": sum(n for kind, n in sources.items() if kind in ("api", "batch")),
                 "prompt_tokens": sum(t[0] for t in tokens.values()),
