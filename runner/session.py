@@ -30,6 +30,7 @@ from runner.execute.store.backend import CacheBackend, cached_flags, is_url, ope
 from runner.expand import Expansion, Task, estimate_cost, new_task, prepare, task_key
 from runner.expand_ahead import with_key_index
 from runner.job.load import load_job
+from runner.job.providers import Bill
 from runner.job.spec import Job, ModelSpec, parse_model_spec, url_problem
 from runner.reduce.judgments import READ_BATCH, CachedFirst, Judgment, choices
 from runner.selection import DEFAULT_CACHE_DIR, TaskSelection
@@ -641,6 +642,7 @@ def manifest(sel: Selection, stats: RunStats | None, started: float,
             "estimated_cost_usd": None if (stats and stats.unpriced) or unpriced_model(sel.job)
             else round(stats.cost, 6) if stats else 0.0,
             "unpriced_calls": stats.unpriced if stats else 0,
+            "bill": (stats.bill if stats else Bill()).as_dict(unknown=unpriced_model(sel.job)),
             "endpoints": stats.endpoint_counts() if stats else {},
             "cache_dir": str(sel.cache_dir),
             **({"cache_url": redact_url(sel.cache_url)} if sel.cache_url else {}),

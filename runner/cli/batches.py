@@ -202,10 +202,7 @@ def merge(stats: RunStats, batched: Batched) -> None:
             stats.failures.setdefault(key, scrub(reason))  # a batch's error file: server text
     stats.missing = [k for k in stats.missing if k not in stats.failures]
     stats.called |= b.collected
-    stats.prompt_tokens += b.prompt_tokens
-    stats.completion_tokens += b.completion_tokens
-    stats.cost += b.cost
-    stats.unpriced += b.unpriced
+    stats.bill.merge(b.bill)
 
 
 def _age(seconds: float) -> str:

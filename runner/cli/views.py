@@ -86,8 +86,10 @@ def view(task_selection: TaskSelection, run: str | None, print_only: bool) -> No
                    "say how much space that freed.")
 def runs(task_selection: TaskSelection, keep: int | None) -> None:
     """List the job's kept runs, oldest first: id, kind (run, or rebuild from the cache),
-    models, tasks, calls, estimated cost, disk (what removing the run frees: its files no
-    other name links), and the best LLM judge's correlation.
+    models, tasks, calls, estimated cost, cached (the share of prompt tokens read from the
+    provider's prompt cache), saved (by caching and batching, against list price), disk (what
+    removing the run frees: its files no other name links), and the best LLM judge's
+    correlation.
 
     Every `judge run`, `rescore`, `report` and `import` keeps its report set in
     runs/<job>/history/RUN; the folder's report files are links to the newest (`latest`),
@@ -109,7 +111,8 @@ def runs(task_selection: TaskSelection, keep: int | None) -> None:
     if not kept:
         raise ConfigError(f"{folder / HISTORY}: no kept runs yet; `judge run "
                           f"{task_selection.job_name()}` makes one")
-    rows = [("run", "kind", "models", "tasks", "calls", "cost", "disk", "best correlation")]
+    rows = [("run", "kind", "models", "tasks", "calls", "cost", "cached", "saved", "disk",
+             "best correlation")]
     for path in kept:
         m = orjson.loads((path / "manifest.json").read_bytes())
         counts = m.get("counts", {})
@@ -117,11 +120,25 @@ def runs(task_selection: TaskSelection, keep: int | None) -> None:
         rows.append((path.name, m.get("kind", "run"),
                      ",".join(x["name"] for x in m.get("models", [])),
                      str(counts.get("tasks", "")), str(counts.get("api_calls", "")),
-                     "unknown" if cost is None else f"${cost:.4f}", _size(own_bytes(path)),
-                     _best(path)))
+                     "unknown" if cost is None else f"${cost:.4f}", *_saved(m.get("bill")),
+                     _size(own_bytes(path)), _best(path)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         click.echo("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
+
+
+def _saved(bill: Any) -> tuple[str, str]:
+    """The `cached` and `saved` columns of a manifest's bill (runner.job.providers.Bill): the
+    share of prompt tokens read from a provider's prompt cache, and what caching and batching
+    saved against list price ("unknown" without a price; "" in a manifest without a bill)."""
+    if not isinstance(bill, dict):
+        return "", ""
+    tokens, saved = bill["tokens"], bill["saved_usd"]
+    prompt = tokens["input"] + tokens["cached_input"] + tokens["cache_write"]
+    share = f"{tokens['cached_input'] / prompt:.0%}" if prompt else "-"
+    if saved["caching"] is None:
+        return share, "unknown"
+    return share, f"${saved['caching'] + saved['batching']:.4f}"
 
 
 def _size(n: int) -> str:

@@ -60,7 +60,8 @@ from runner.execute.ledger import LIVE, BatchLedger, BatchRow
 from runner.execute.shard import Shard
 from runner.execute.store.backend import CacheBackend, cached_flags
 from runner.execute.store.cache import answer_record
-from runner.expand import Task, estimate_cost, model_price
+from runner.expand import Task, model_price
+from runner.job.providers import Bill, Tokens
 from runner.job.spec import ModelSpec
 
 __all__ = ["MAX_BYTES", "MAX_REQUESTS", "BatchOptions", "BatchRun", "BatchStats",
@@ -112,12 +113,19 @@ class BatchStats:
     """key -> reason, for requests a batch answered with an error or left unanswered."""
     pending: set[str] = field(default_factory=set)
     """This run's keys still held by a live batch when the run ended."""
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost: float = 0.0
-    """At the batch price, of the answers of models with a known price."""
-    unpriced: int = 0
-    """Answers of models with no known price (their cost is unknown, never 0)."""
+    bill: Bill = field(default_factory=Bill)
+    """The collected answers' tokens and cost by kind, at the batch price (`unpriced`: answers
+    of models with no price, whose cost is unknown, never 0)."""
+
+    @property
+    def cost(self) -> float:
+        """USD at the batch price of the answers of models with a known price."""
+        return self.bill.cost
+
+    @property
+    def unpriced(self) -> int:
+        """Answers of models with no known price."""
+        return self.bill.unpriced
 
     def as_dict(self) -> dict[str, Any]:
         return {"batches_created": len(self.created), "batch_ids": self.created,
@@ -414,15 +422,7 @@ class BatchRun:
                                usage=usage, latency_s=0.0, source=f"batch:{row.batch_id}")
         self.stats.failures.pop(key, None)
         self.stats.collected.add(key)
-        prompt, completion = int(usage.get("prompt_tokens") or 0), \
-            int(usage.get("completion_tokens") or 0)
-        self.stats.prompt_tokens += prompt
-        self.stats.completion_tokens += completion
-        cost = batch_cost(provider.model, estimate_cost(provider.model, prompt, completion))
-        if cost is None:
-            self.stats.unpriced += 1
-        else:
-            self.stats.cost += cost
+        self.stats.bill.add(model_price(provider.model), Tokens.of(usage), batch=True)
         return key, record
 
 

@@ -26,7 +26,7 @@ from urllib.parse import quote
 import orjson
 
 from runner.errors import RequestError
-from runner.job.providers import row
+from runner.job.providers import Tokens, row
 
 __all__ = ["ANTHROPIC_VERSION", "Advertised", "Provider", "advertised", "provider"]
 
@@ -186,24 +186,24 @@ def anthropic_answer(data: Mapping[str, Any]) -> dict[str, Any]:
         data: an Anthropic Messages answer.
 
     Returns:
-        A chat completion with one choice, `usage`, and a `provider` entry keeping the
+        A chat completion with one choice, `usage` (chat-completions fields, the cache reads as
+        `prompt_tokens_details.cached_tokens` and the writes as `cache_creation_input_tokens`,
+        so runner.job.providers.Tokens reads the split), and a `provider` entry keeping the
         stop_reason and stop_sequence as sent.
     """
     blocks = data.get("content") or []
     text = "".join(b.get("text", "") for b in blocks
                    if isinstance(b, dict) and b.get("type") == "text")
-    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
-    assert isinstance(usage, dict)
-    prompt = int(usage.get("input_tokens") or 0) + int(
-        usage.get("cache_read_input_tokens") or 0) + int(usage.get("cache_creation_input_tokens")
-                                                          or 0)
-    completion = int(usage.get("output_tokens") or 0)
+    tokens = Tokens.of(data.get("usage"))
+    prompt, completion = tokens.prompt, tokens.output
     reason = data.get("stop_reason")
     return {"id": data.get("id"), "object": "chat.completion", "model": data.get("model"),
             "choices": [{"index": 0, "finish_reason": _FINISH_REASON.get(str(reason), reason),
                          "message": {"role": "assistant", "content": text}}],
             "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                      "total_tokens": prompt + completion},
+                      "total_tokens": prompt + completion,
+                      "prompt_tokens_details": {"cached_tokens": tokens.cached_input},
+                      "cache_creation_input_tokens": tokens.cache_write},
             "provider": {"kind": "anthropic", "stop_reason": reason,
                          "stop_sequence": data.get("stop_sequence")}}
 

@@ -29,8 +29,8 @@ from typing import Any, NamedTuple
 
 from runner.errors import ConfigError
 
-__all__ = ["IDENTITY", "KINDS", "SOURCES", "Price", "ProviderKind", "Tokens", "cache_minimum",
-           "price_of", "row"]
+__all__ = ["IDENTITY", "KINDS", "PRICES_READ", "SOURCES", "Bill", "Price", "ProviderKind",
+           "Tokens", "cache_minimum", "price_of", "row"]
 
 SOURCES = {
     "openai": "https://platform.openai.com/docs/pricing",
@@ -70,17 +70,21 @@ class Tokens(NamedTuple):
         Returns:
             The tokens by kind.
         """
-        if not isinstance(usage, Mapping):
-            return cls()
-        write = _int(usage.get("cache_creation_input_tokens"))
+        if type(usage) is not dict:  # JSON decodes to dict; anything else counts nothing
+            return _NONE
+        get = usage.get
+        write = get("cache_creation_input_tokens")
+        write = write if type(write) is int else 0
         if "prompt_tokens" not in usage and "input_tokens" in usage:  # Anthropic's own
-            return cls(_int(usage.get("input_tokens")), _int(usage.get("cache_read_input_tokens")),
-                       write, _int(usage.get("output_tokens")))
-        details = usage.get("prompt_tokens_details")
-        cached = _int(details.get("cached_tokens")) if isinstance(details, Mapping) else 0
-        prompt = _int(usage.get("prompt_tokens"))
-        return cls(max(prompt - cached - write, 0), cached, write,
-                   _int(usage.get("completion_tokens")))
+            return cls(_int(get("input_tokens")), _int(get("cache_read_input_tokens")), write,
+                       _int(get("output_tokens")))
+        details = get("prompt_tokens_details")
+        cached = _int(details.get("cached_tokens")) if type(details) is dict else 0
+        prompt, output = get("prompt_tokens"), get("completion_tokens")
+        prompt = prompt if type(prompt) is int else 0
+        # a tuple.__new__ of the fields: made once an answer read (a 1M-answer rescore)
+        return _new(cls, (max(prompt - cached - write, 0), cached, write,
+                          output if type(output) is int else 0))
 
     def plus(self, other: Tokens) -> Tokens:
         """These tokens and `other`, kind by kind."""
@@ -93,7 +97,11 @@ class Tokens(NamedTuple):
 
 
 def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+    return value if type(value) is int else 0
+
+
+_NONE = Tokens()
+_new = tuple.__new__
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -124,6 +132,89 @@ class Price:
         usd = (tokens.input * self.input + tokens.cached_input * cached
                + tokens.cache_write * write + tokens.output * self.output) / 1e6
         return usd * (1 - self.batch_discount) if batch else usd
+
+
+@dataclass(slots=True)
+class Bill:
+    """Answers' tokens and cost by kind of token, as paid, beside what caching and batching
+    saved against list price (every prompt token at the input price, online). Kept by a run
+    (its calls), the batch stage and a report's provenance (the answers it uses).
+
+    Invariant: `listed - saved_caching - saved_batching == paid`, over priced answers."""
+
+    tokens: Tokens = Tokens()
+    """Every answer's tokens, priced or not."""
+    paid: list[float] = field(default_factory=lambda: [0.0] * 4)
+    """USD by kind, in `Tokens`' order (input, cached input, cache write, output)."""
+    listed: float = 0.0
+    saved_caching: float = 0.0
+    saved_batching: float = 0.0
+    unpriced: int = 0
+    """Answers of models with no price: the cost is unknown (never counted as 0)."""
+
+    def add(self, price: Price | None, tokens: Tokens, *, batch: bool = False) -> None:
+        """Count one answer (or a sum of a model's answers).
+
+        Args:
+            price: the model's price; None: unknown.
+            tokens: its tokens by kind.
+            batch: answered through a Batch API (at the price's discount).
+        """
+        self.tokens = self.tokens.plus(tokens)
+        if price is None:
+            self.unpriced += 1
+            return
+        keep = 1 - price.batch_discount if batch else 1.0
+        rates = (price.input, price.input if price.cached_input is None else price.cached_input,
+                 price.input if price.cache_write is None else price.cache_write, price.output)
+        online = 0.0
+        for i, (count, rate) in enumerate(zip(tokens, rates, strict=True)):
+            online += count * rate / 1e6
+            self.paid[i] += count * rate * keep / 1e6
+        listed = (tokens.prompt * price.input + tokens.output * price.output) / 1e6
+        self.listed += listed
+        self.saved_caching += listed - online
+        self.saved_batching += online * (1 - keep)
+
+    def merge(self, other: Bill) -> None:
+        """Add another bill's answers to this one."""
+        self.tokens = self.tokens.plus(other.tokens)
+        self.paid = [a + b for a, b in zip(self.paid, other.paid, strict=True)]
+        self.listed += other.listed
+        self.saved_caching += other.saved_caching
+        self.saved_batching += other.saved_batching
+        self.unpriced += other.unpriced
+
+    @property
+    def cost(self) -> float:
+        """USD paid for the priced answers (see `unpriced`)."""
+        return sum(self.paid)
+
+    def as_dict(self, unknown: bool = False) -> dict[str, Any]:
+        """The bill as manifests record it.
+
+        Args:
+            unknown: the cost is unknown even if every answer counted here had a price (a
+                model of the run has none).
+
+        Returns:
+            `tokens` by kind; `cost_usd` by kind and `total`, `list_usd`, `saved_usd`
+            (`caching`, `batching`): None where a price is unknown; and the `prices_read`
+            date of the table.
+        """
+        known = not (unknown or self.unpriced)
+        names = Tokens._fields
+
+        def usd(value: float) -> float | None:
+            return round(value, 6) if known else None
+
+        return {"tokens": dict(zip(names, self.tokens, strict=True)),
+                "cost_usd": {**{n: usd(v) for n, v in zip(names, self.paid, strict=True)},
+                             "total": usd(self.cost)},
+                "list_usd": usd(self.listed),
+                "saved_usd": {"caching": usd(self.saved_caching),
+                              "batching": usd(self.saved_batching)},
+                "prices_read": PRICES_READ}
 
 
 def _p(input: float, output: float, cached: float | None = None,

@@ -1,0 +1,133 @@
+"""The bill as paid: every stored answer keeps its usage split (input, cached input, cache
+write, output), and the run's counters, the manifest, `judge runs` and report.html show tokens
+and cost by kind and what caching and batching saved against list price."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+
+from runner.execute.pool import Endpoint, execute
+from runner.execute.providers import anthropic_answer
+from runner.execute.store.answers import of_record
+from runner.execute.store.cache import Cache
+from runner.expand import prepare
+from runner.job.load import load_job
+from runner.job.providers import Tokens
+from runner.job.spec import Limits
+from tests.conftest import ROOT, JobWriter
+from tests.fakeserver import ThreadedServer
+from tests.test_cli import JOB as CLI_JOB
+from tests.test_cli import clean_env, manifest, run_judge, write_job
+
+JOB = """
+[[datasets]]
+name = "mine"
+path = "data.jsonl"
+fields = { id = "id", text = { output = "output" } }
+
+[[prompts]]
+name = "stars"
+template = "prompt.txt"
+system = "You judge stories. Answer with N stars."
+parser = "stars"
+aspects = ["overall"]
+params = { temperature = 0, max_tokens = 4 }
+
+[models.judge]
+spec = "fake-judge"
+base_url = "{url}"
+price = { input = 2.0, output = 8.0, cached_input = 0.5 }
+"""
+
+
+def half_cached(body: dict[str, Any], usage: dict[str, Any]) -> None:
+    """A provider's prompt cache: half of every prompt read from it."""
+    usage["prompt_tokens_details"] = {"cached_tokens": usage["prompt_tokens"] // 2}
+
+
+async def test_a_run_keeps_the_split_and_bills_each_kind_at_its_price(
+        write_job: JobWriter, server: ThreadedServer, cache_dir: Path) -> None:
+    rows = [{"id": f"i{i}", "output": f"Story {i} " + "word " * i} for i in range(12)]
+    path = write_job(JOB.replace("{url}", server.url), rows=rows,
+                     files={"prompt.txt": "Rate {{aspect}}: {{output}}"})
+    expansion = prepare(load_job(path), ROOT)
+    server.state.script.usage = half_cached
+    endpoints = {m.name: Endpoint(model=m, base_url=server.url, api_key=lambda: None)
+                 for m in expansion.job.models}
+    with Cache(cache_dir) as cache:
+        async with aiohttp.ClientSession() as session, asyncio.timeout(20):
+            stats = await execute(expansion.tasks(), cache=cache, session=session,
+                                  endpoints=endpoints, limits=Limits(concurrency=4),
+                                  total=expansion.count())
+        stored = [of_record(orjson.loads(orjson.dumps(cache.get(t.key))))
+                  for t in expansion.tasks()]
+    assert stats.api_calls == 12
+    split = Tokens()
+    for answer in stored:  # each answer's split, as the fake billed it
+        prompt = answer.tokens.input + answer.tokens.cached_input
+        assert answer.tokens.cached_input == prompt // 2 > 0 and answer.tokens.output == 3
+        split = split.plus(answer.tokens)
+    bill = stats.bill.as_dict()
+    assert stats.bill.tokens == split
+    cost = bill["cost_usd"]
+    assert (cost["input"], cost["cached_input"], cost["output"]) == pytest.approx(
+        (split.input * 2.0 / 1e6, split.cached_input * 0.5 / 1e6, split.output * 8.0 / 1e6))
+    assert bill["saved_usd"]["caching"] == pytest.approx(split.cached_input * 1.5 / 1e6)
+    assert bill["saved_usd"]["batching"] == 0
+    assert stats.cost == pytest.approx(cost["total"])
+
+
+def test_an_anthropic_answer_keeps_its_cache_reads_and_writes() -> None:
+    """Anthropic counts cached tokens outside input_tokens: the chat-completions usage keeps
+    them apart, and prompt_tokens is still every prompt token."""
+    answer = anthropic_answer({"content": [{"type": "text", "text": "4"}],
+                               "stop_reason": "end_turn",
+                               "usage": {"input_tokens": 30, "cache_read_input_tokens": 1500,
+                                         "cache_creation_input_tokens": 200,
+                                         "output_tokens": 5}})
+    assert answer["usage"]["prompt_tokens"] == 1730
+    assert Tokens.of(answer["usage"]) == Tokens(30, 1500, 200, 5)
+    assert Tokens.of({"input_tokens": 30, "cache_read_input_tokens": 1500,
+                      "cache_creation_input_tokens": 200, "output_tokens": 5}) == \
+        Tokens(30, 1500, 200, 5)
+    assert Tokens.of(None) == Tokens.of("x") == Tokens()
+
+
+@pytest.mark.slow
+def test_manifest_runs_and_report_show_the_bill(server: ThreadedServer, tmp_path: Path,
+                                                 data_dir: Path) -> None:
+    job = write_job(tmp_path / "jobs", CLI_JOB + "price = { input = 2.0, output = 8.0, "
+                                                  "cached_input = 0.5 }\n")
+    out, env = tmp_path / "out", clean_env(data_dir)
+    server.state.script.usage = half_cached
+    common = ("--limit", 6, "--base-url", server.url, "--cache-dir", tmp_path / "cache",
+              "--out", out)
+    done = run_judge("run", job, *common, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    made = manifest(out)
+    bill, provenance = made["bill"], made["provenance"]["bill"]
+    tokens = bill["tokens"]
+    assert tokens["cached_input"] > 0 and tokens["output"] == 6 * 3
+    assert tokens["input"] + tokens["cached_input"] == made["usage"]["prompt_tokens"]
+    assert bill["cost_usd"]["total"] == pytest.approx(made["estimated_cost_usd"])
+    assert bill["saved_usd"]["caching"] == pytest.approx(tokens["cached_input"] * 1.5 / 1e6,
+                                                      abs=1e-6)  # rounded to 6 places
+    assert provenance == bill  # this run's calls are the answers the reports use
+    assert '"saved_usd"' in (out / "report.html").read_text()  # the page's data: the bill
+
+    rescored = run_judge("rescore", job, *common, env=env, cwd=tmp_path)
+    assert rescored.returncode == 0, rescored.stderr
+    assert manifest(out)["provenance"]["bill"] == bill  # from the cache records' usage
+    listed = run_judge("runs", job, "--out", out, env=env, cwd=tmp_path)
+    rows = [line.split() for line in listed.stdout.splitlines()]
+    assert rows[0][5:8] == ["cost", "cached", "saved"]
+    share = f"{tokens['cached_input'] / made['usage']['prompt_tokens']:.0%}"
+    saved = f"${bill['saved_usd']['caching']:.4f}"
+    assert [r[5:8] for r in rows[1:]] == [[f"${bill['cost_usd']['total']:.4f}", share, saved],
+                                          ["$0.0000", "-", "$0.0000"]]
