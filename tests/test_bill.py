@@ -5,6 +5,7 @@ and cost by kind and what caching and batching saved against list price."""
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import aiohttp
 import orjson
 import pytest
 
+from runner.estimate import Estimate
 from runner.execute.pool import Endpoint, execute
 from runner.execute.providers import anthropic_answer
 from runner.execute.store.answers import of_record
@@ -25,12 +27,13 @@ from tests.fakeserver import ThreadedServer
 from tests.test_cli import JOB as CLI_JOB
 from tests.test_cli import clean_env, manifest, run_judge, write_job
 
-JOB = """
+DATA = """
 [[datasets]]
 name = "mine"
 path = "data.jsonl"
 fields = { id = "id", text = { output = "output" } }
-
+"""
+JOB = DATA + """
 [[prompts]]
 name = "stars"
 template = "prompt.txt"
@@ -131,3 +134,75 @@ def test_manifest_runs_and_report_show_the_bill(server: ThreadedServer, tmp_path
     saved = f"${bill['saved_usd']['caching']:.4f}"
     assert [r[5:8] for r in rows[1:]] == [[f"${bill['cost_usd']['total']:.4f}", share, saved],
                                           ["$0.0000", "-", "$0.0000"]]
+
+
+# A G-Eval-like rubric: ~1500 tokens of static instructions before the item (over OpenAI's
+# 1024-token minimum), and a prompt too short to be cached beside it.
+RUBRIC = "You will be given one story. Rate it on one metric. " + "Read carefully. " * 360
+PLAN_JOB = DATA + """
+[[prompts]]
+name = "rubric"
+template = "rubric.txt"
+parser = "stars"
+aspects = ["overall"]
+params = { temperature = 0, max_tokens = 3 }
+
+[[prompts]]
+name = "short"
+template = "Rate {{aspect}}: {{output}}"
+parser = "stars"
+aspects = ["overall"]
+params = { temperature = 0, max_tokens = 3 }
+
+[models.judge]
+spec = "openai:gpt-4o-mini"
+base_url = "{url}"
+price = { input = 1.0, output = 4.0, cached_input = 0.1 }
+"""
+
+
+class PrefixCache:
+    """The fake as OpenAI bills: a prompt's longest prefix shared with an earlier prompt is
+    read from the cache (cached_tokens) when it reaches 1024 tokens (4 characters a token, as
+    the fake counts prompt_tokens)."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def __call__(self, body: dict[str, Any], usage: dict[str, Any]) -> None:
+        text = "".join(m["content"] for m in body["messages"])
+        shared = max((len(os.path.commonprefix([text, s])) for s in self.seen), default=0)
+        self.seen.append(text)
+        cached = shared // 4 if shared // 4 >= 1024 else 0
+        usage["prompt_tokens_details"] = {"cached_tokens": min(cached, usage["prompt_tokens"])}
+
+
+async def test_the_plans_estimate_is_within_a_tenth_of_what_the_fake_bills(
+        write_job: JobWriter, server: ThreadedServer, cache_dir: Path) -> None:
+    rows = [{"id": f"i{i}", "output": f"Story {i}: " + "and then " * (i * 3)} for i in range(20)]
+    path = write_job(PLAN_JOB.replace("{url}", server.url), rows=rows,
+                     files={"rubric.txt": RUBRIC + "\n\nStory: {{output}}\nStars:"})
+    expansion = prepare(load_job(path), ROOT)
+    (model,) = expansion.job.models
+    plan = Estimate(model)
+    for task in expansion.tasks():
+        plan.add(task)
+    assert [(p, a) for p, a, _ in plan.short()] == [("short", "overall")]
+    assert plan.cached("rubric", "overall") and not plan.cached("short", "overall")
+    server.state.script.usage = PrefixCache()
+    endpoints = {model.name: Endpoint(model=model, base_url=server.url, api_key=lambda: "sk-x")}
+    with Cache(cache_dir) as cache:
+        async with aiohttp.ClientSession() as session, asyncio.timeout(20):
+            # one at a time: the estimate assumes the cache warm after a prompt's first request
+            stats = await execute(expansion.tasks(), cache=cache, session=session,
+                                  endpoints=endpoints, limits=Limits(concurrency=1),
+                                  total=expansion.count())
+    assert stats.api_calls == 40 and stats.bill.tokens.cached_input > 0
+    caching, online = plan.cost("caching"), plan.cost("online")
+    assert caching is not None and online is not None
+    # measured: online 0.032655 vs list 0.032335 (+1.0%), caching 0.007569 vs billed 0.007428
+    # (+1.9%)
+    assert abs(caching - stats.bill.cost) <= 0.1 * stats.bill.cost, (caching, stats.bill.cost)
+    assert abs(online - stats.bill.listed) <= 0.1 * stats.bill.listed
+    assert caching < 0.5 * online  # the rubric's prefix dominates: caching pays
+    assert plan.cost("batch") == pytest.approx(online / 2)

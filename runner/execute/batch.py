@@ -61,7 +61,7 @@ from runner.execute.shard import Shard
 from runner.execute.store.backend import CacheBackend, cached_flags
 from runner.execute.store.cache import answer_record
 from runner.expand import Task, model_price
-from runner.job.providers import Bill, Tokens
+from runner.job.providers import Bill, Billed, Tokens
 from runner.job.spec import ModelSpec
 
 __all__ = ["MAX_BYTES", "MAX_REQUESTS", "BatchOptions", "BatchRun", "BatchStats",
@@ -100,7 +100,7 @@ class BatchOptions:
 
 
 @dataclass(slots=True)
-class BatchStats:
+class BatchStats(Billed):
     """What the batch stage did in one run."""
 
     created: list[str] = field(default_factory=list)
@@ -116,17 +116,6 @@ class BatchStats:
     bill: Bill = field(default_factory=Bill)
     """The collected answers' tokens and cost by kind, at the batch price (`unpriced`: answers
     of models with no price, whose cost is unknown, never 0)."""
-
-    @property
-    def cost(self) -> float:
-        """USD at the batch price of the answers of models with a known price."""
-        return self.bill.cost
-
-    @property
-    def unpriced(self) -> int:
-        """Answers of models with no known price."""
-        return self.bill.unpriced
-
     def as_dict(self) -> dict[str, Any]:
         return {"batches_created": len(self.created), "batch_ids": self.created,
                 "batches_attached": self.attached, "collected": len(self.collected),

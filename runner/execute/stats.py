@@ -12,13 +12,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from runner.job.providers import Bill
+from runner.job.providers import Bill, Billed
 
 __all__ = ["RunStats"]
 
 
 @dataclass(slots=True)
-class RunStats:
+class RunStats(Billed):
     """Counters of one run; `failures` maps a task key to "kind: message"."""
 
     total: int = 0
@@ -52,16 +52,6 @@ class RunStats:
     started: float = field(default_factory=time.time)
     endpoints: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     """model -> replica base URL -> calls, failures, cooldowns, state, rpm, tpm (the fleet's)."""
-
-    @property
-    def cost(self) -> float:
-        """Estimated spend of the calls with a known price (see `unpriced`)."""
-        return self.bill.cost
-
-    @property
-    def unpriced(self) -> int:
-        """Calls of models with no known price: their cost is unknown, never 0."""
-        return self.bill.unpriced
 
     @property
     def prompt_tokens(self) -> int:

@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 
 from runner.errors import ConfigError
 
-__all__ = ["IDENTITY", "KINDS", "PRICES_READ", "SOURCES", "Bill", "Price", "ProviderKind",
+__all__ = ["IDENTITY", "KINDS", "PRICES_READ", "SOURCES", "Bill", "Billed", "Price", "ProviderKind",
            "Tokens", "cache_minimum", "price_of", "row"]
 
 SOURCES = {
@@ -215,6 +215,24 @@ class Bill:
                 "saved_usd": {"caching": usd(self.saved_caching),
                               "batching": usd(self.saved_batching)},
                 "prices_read": PRICES_READ}
+
+
+class Billed:
+    """Counters keeping a `bill` (a run's, a batch stage's): its cost and unpriced answers
+    read as their own."""
+
+    __slots__ = ()
+    bill: Bill
+
+    @property
+    def cost(self) -> float:
+        """USD of the answers with a known price (see `unpriced`)."""
+        return self.bill.cost
+
+    @property
+    def unpriced(self) -> int:
+        """Answers of models with no known price: their cost is unknown, never 0."""
+        return self.bill.unpriced
 
 
 def _p(input: float, output: float, cached: float | None = None,
