@@ -62,6 +62,7 @@ from runner.execute.store.backend import CacheBackend, cached_flags
 from runner.execute.store.cache import answer_record
 from runner.expand import Task, model_price
 from runner.job.providers import Bill, Billed, Tokens
+from runner.job.providers import row as provider_row
 from runner.job.spec import ModelSpec
 
 __all__ = ["MAX_BYTES", "MAX_REQUESTS", "BatchOptions", "BatchRun", "BatchStats",
@@ -170,8 +171,9 @@ class BatchRun:
         return self.stats
 
     def _api(self, session: aiohttp.ClientSession, p: Provider) -> OpenAIBatches:
-        """The Batch API client for a provider's kind (anthropic: Message Batches)."""
-        if p.model.kind == "anthropic":
+        """The Batch API client for a provider's wire format (messages: Anthropic's Message
+        Batches)."""
+        if provider_row(p.model.kind).wire == "messages":
             return AnthropicBatches(session, p.base_url, p.api_key, self.files,
                                     self.options.max_retries, known=lambda: {
                                         r.batch_id for r in self.ledger.rows() if r.batch_id})
