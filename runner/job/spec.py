@@ -108,7 +108,8 @@ class ModelSpec:
     mode: str = "online"
     """"online" (the pool) or "batch" (the provider's Batch API; `judge run --batch` for all)."""
     batch_discount: float | None = None
-    """Share of the online price a batch answer saves; None = the price's (0.5 in the table)."""
+    """Share of the online price a batch answer saves; unset (None): the price's, 0.5 for
+    every provider in the table."""
     endpoints: tuple[EndpointSpec, ...] = ()
     """A fleet serving this model (several replicas, keys or regions); empty = `base_url`."""
     api_version: str | None = None
