@@ -166,7 +166,9 @@ def plan(job: JobLike, **choose: Any) -> list[ModelPlan]:
 
     Returns:
         One ModelPlan per model: `tasks`, `cached`, `repeats`, `calls`, `prompt_tokens`,
-        `completion_tokens` (an upper bound) and `cost` (USD, None when the price is unknown).
+        `completion_tokens` (an upper bound), `cost` (USD online, None when the price is
+        unknown) and `bill` (runner.estimate.Estimate: `bill.cost("online" | "caching" |
+        "batch")`, `bill.short()` the prompts too short to be cached).
     """
     return estimate(_whole(selection(job, stream=True, **choose), "plan"))
 

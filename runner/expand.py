@@ -27,11 +27,12 @@ from runner.data import datasets
 from runner.data.annotations import human_columns, rated_reader
 from runner.data.datasets import FieldMap, Item
 from runner.errors import ConfigError, DataError
+from runner.job.providers import IDENTITY, Price, Tokens, price_of
 from runner.job.spec import PLACEHOLDER, GenerateSpec, Job, ModelSpec, PromptSpec, placeholders
 from runner.parse import metrics
 
-__all__ = ["Expansion", "Task", "cache_key", "drawn_groups", "estimate_cost", "new_task",
-           "prepare", "render", "sample_ids", "task_key"]
+__all__ = ["Expansion", "Task", "cache_key", "drawn_groups", "estimate_cost", "model_price",
+           "new_task", "prepare", "render", "sample_ids", "task_key"]
 
 # Rough prompt-token estimate (no tokenizer download needed offline); the limiter reconciles
 # every reservation with the response's `usage`, so an estimate only shifts timing a little.
@@ -44,25 +45,6 @@ OUTPUT_N = re.compile(r"output_([1-9][0-9]*)")
 # (anchor item, template values, group members, prompt, aspect, template): one request's parts;
 # the values None where they were not joined (see Expansion._units).
 _Unit = tuple[Item, dict[str, str] | None, tuple[str, ...], PromptSpec, str, str]
-
-# USD per 1M tokens (input, output), public list prices of common models; a job overrides with
-# [models.NAME] price = {input = .., output = ..}. Unknown models are estimated at 0 and flagged.
-PRICES: Mapping[str, tuple[float, float]] = {
-    "gpt-4o": (2.50, 10.00),
-    "gpt-4o-2024-05-13": (5.00, 15.00),
-    "gpt-4o-mini": (0.15, 0.60),
-    "gpt-4.1": (2.00, 8.00),
-    "gpt-4.1-mini": (0.40, 1.60),
-    "gpt-4.1-nano": (0.10, 0.40),
-    "gpt-4-turbo": (10.00, 30.00),
-    "gpt-4-0125-preview": (10.00, 30.00),
-    "gpt-4": (30.00, 60.00),
-    "gpt-3.5-turbo": (0.50, 1.50),
-    "gpt-3.5-turbo-0125": (0.50, 1.50),
-    "o3-mini": (1.10, 4.40),
-    "o4-mini": (1.10, 4.40),
-}
-
 
 class Task(NamedTuple):
     """One request to send (or find in the cache).
@@ -213,13 +195,15 @@ class Expansion:
         """A digest of everything that decides tasks()' keys and their order: the code that
         renders requests (this module's and the job spec's source, orjson's version), the
         prompts but for their parsers, the models, the generation stages, and every data
-        set's items in order (id, group, subset, fields). Two expansions with one fingerprint
+        set's items in order (id, group, subset, fields); never a price (editing one rebuilds
+        no index). Two expansions with one fingerprint
         have the same keys in the same order: runner.execute.store.keyindex relies on it. A parser
         change keeps the fingerprint (a rescore's usual reason)."""
         digest = hashlib.sha256(_code_digest())
         prompts = [[(f.name, getattr(p, f.name)) for f in dataclasses.fields(p)
                     if f.name not in _PARSER_FIELDS] for p in self.job.prompts]
-        digest.update(repr((prompts, self.job.models, self.job.generate)).encode())
+        models = [dataclasses.replace(m, price=None, batch_discount=None) for m in self.job.models]
+        digest.update(repr((prompts, models, self.job.generate)).encode())
         for name, items in self.items.items():
             digest.update(orjson.dumps(name))
             stream = iter(items)  # a thousand at a time: never a copy of a large data set
@@ -600,9 +584,10 @@ def cache_key(endpoint: str, body: Mapping[str, Any], sample: int) -> str:
 @functools.cache
 def _code_digest() -> bytes:
     """What of the code decides a key: the source of this module and of the job spec (template
-    choice, placeholders), and orjson's version (the bytes hashed)."""
+    choice, placeholders), the provider table's identities (not its prices), and orjson's
+    version (the bytes hashed)."""
     from runner.job import spec
-    digest = hashlib.sha256(orjson.__version__.encode())
+    digest = hashlib.sha256(orjson.__version__.encode() + repr(IDENTITY).encode())
     for module in (__file__, spec.__file__):
         try:
             digest.update(Path(module).read_bytes())
@@ -697,9 +682,17 @@ def _tasks(item: Item, values: Mapping[str, str], members: tuple[str, ...],
                            members=members)
 
 
+def model_price(model: ModelSpec) -> Price | None:
+    """A model's price: the job's `price` or the provider table's, with the job's
+    `batch_discount` if it sets one; None when it is unknown (runner.job.providers)."""
+    price = price_of(model.kind, model.model, model.price)
+    if price is None or model.batch_discount is None:
+        return price
+    return dataclasses.replace(price, batch_discount=model.batch_discount)
+
+
 def estimate_cost(model: ModelSpec, prompt_tokens: int, completion_tokens: int) -> float | None:
-    """USD for the given tokens, or None when the model's price is unknown."""
-    price = model.price or PRICES.get(model.model)
-    if price is None:
-        return 0.0 if model.kind == "local" else None
-    return (prompt_tokens * price[0] + completion_tokens * price[1]) / 1e6
+    """USD for the given tokens (all billed as input and output), or None when the model's
+    price is unknown."""
+    price = model_price(model)
+    return None if price is None else price.cost(Tokens(prompt_tokens, 0, 0, completion_tokens))

@@ -24,12 +24,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from runner.data import datasets
 from runner.data.seen import Seen, key64
 from runner.errors import ConfigError, MissingKeyError, redact_url, register_secret, scrub
+from runner.estimate import Estimate
 from runner.execute import local
 from runner.execute.shard import Shard, split_limits
 from runner.execute.store.backend import CacheBackend, cached_flags, is_url, open_cache
 from runner.expand import Expansion, Task, estimate_cost, new_task, prepare, task_key
 from runner.expand_ahead import with_key_index
 from runner.job.load import load_job
+from runner.job.providers import Bill
 from runner.job.spec import Job, ModelSpec, parse_model_spec, url_problem
 from runner.reduce.judgments import READ_BATCH, CachedFirst, Judgment, choices
 from runner.selection import DEFAULT_CACHE_DIR, TaskSelection
@@ -552,13 +554,21 @@ class ModelPlan:
     """What a run would do for one model: counts, tokens to spend, and their price."""
 
     model: ModelSpec
+    bill: Estimate
+    """The calls' bill online, with prompt caching and batch (runner.estimate)."""
     tasks: int = 0
     cached: int = 0
     repeats: int = 0
     """Tasks that send the same request as an earlier task (answered once)."""
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    """An upper bound: max_tokens x n for every call."""
+    @property
+    def prompt_tokens(self) -> int:
+        """The calls' prompt tokens (estimated, runner.estimate)."""
+        return self.bill.prompt_tokens
+
+    @property
+    def completion_tokens(self) -> int:
+        """An upper bound: max_tokens x n for every call."""
+        return self.bill.completion_tokens
 
     @property
     def calls(self) -> int:
@@ -590,7 +600,7 @@ def estimate(sel: Selection) -> list[ModelPlan]:
     Returns:
         One ModelPlan per model: tasks, cache hits, repeats, calls to make and their tokens.
     """
-    plans = {m.name: ModelPlan(model=m) for m in sel.job.models}
+    plans = {m.name: ModelPlan(model=m, bill=Estimate(m)) for m in sel.job.models}
     # Repeats are spotted by the keys' first 64 bits, ~12 bytes a task (10M tasks: ~120 MB,
     # where a set of the keys held 1.4 GB); a false repeat among n distinct keys has
     # probability <= n^2 / 2^65 (2.7e-6 at 10M) and would only move one task's count.
@@ -604,8 +614,7 @@ def estimate(sel: Selection) -> list[ModelPlan]:
             elif cached:
                 plan.cached += 1
             else:
-                plan.prompt_tokens += task.prompt_tokens
-                plan.completion_tokens += task.max_tokens
+                plan.bill.add(task)
     return list(plans.values())
 
 
@@ -641,6 +650,7 @@ def manifest(sel: Selection, stats: RunStats | None, started: float,
             "estimated_cost_usd": None if (stats and stats.unpriced) or unpriced_model(sel.job)
             else round(stats.cost, 6) if stats else 0.0,
             "unpriced_calls": stats.unpriced if stats else 0,
+            "bill": (stats.bill if stats else Bill()).as_dict(unknown=unpriced_model(sel.job)),
             "endpoints": stats.endpoint_counts() if stats else {},
             "cache_dir": str(sel.cache_dir),
             **({"cache_url": redact_url(sel.cache_url)} if sel.cache_url else {}),

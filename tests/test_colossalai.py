@@ -420,7 +420,8 @@ def test_job_runs_end_to_end_with_battles_and_metrics(
     assert planned.exit_code == 0, planned.output
     assert "gpt35 (openai:gpt-3.5-turbo): 50 tasks, 0 cached" in planned.output
     assert "gpt4 (openai:gpt-4): 10 tasks, 0 cached" in planned.output
-    assert re.search(r"^total: ~\$\d+\.\d{4}$", planned.output, re.M)
+    assert re.search(r"^total: ~\$\d+\.\d{4} online, prompt caching ~\$\d+\.\d{4}, batch ~\$"
+                     r"\d+\.\d{4}$", planned.output, re.M)
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:

@@ -67,7 +67,10 @@ SECTIONS = (
     Section("[models.NAME]", ("_model", "m"), SPEC, "ModelSpec",
             intro="A judge (or a generation candidate). `--model SPEC` replaces the job's "
                   "judges."),
-    Section("price (in [models.NAME])", ("_model", "mp"), SPEC, ""),
+    Section("price (in [models.NAME])", ("_price", "mp"), SPEC, "",
+            intro="The model's whole price, USD per 1M tokens of each kind, in place of the "
+                  "provider table's (runner/job/providers.py: OpenAI, Anthropic, Gemini and "
+                  "Azure list prices as read in November 2025, each with its source)."),
     Section("endpoints (in [models.NAME])", ("_endpoints", "e"), SPEC, "EndpointSpec",
             intro="A fleet: `endpoints = [{base_url = ..., rpm = ...}, ...]`, several replicas, "
                   "keys or regions serving one model."),
@@ -183,12 +186,18 @@ NOTES: dict[str, dict[str, tuple[str, str]]] = {
                    "params win).", "`{}`"),
         "rpm": ("Requests per minute for this model.", "unset"),
         "tpm": ("Tokens per minute for this model.", "unset"),
-        "price": ("`{input = USD, output = USD}` per 1M tokens, for `judge plan` and "
-                  "`--budget`.", "the built-in table"),
+        "price": ("`{input = USD, output = USD, cached_input = USD, cache_write = USD}` "
+                  "per 1M tokens, for `judge plan`, `--budget` and every bill; a model "
+                  "neither here nor in the table has no price (its cost is unknown, never "
+                  "$0).", "the provider table"),
     },
     "price (in [models.NAME])": {
         "input": ("USD per 1M prompt tokens.", "required"),
         "output": ("USD per 1M completion tokens.", "required"),
+        "cached_input": ("USD per 1M prompt tokens read from the provider's prompt cache.",
+                         "`input`"),
+        "cache_write": ("USD per 1M prompt tokens written to the provider's prompt cache "
+                        "(Anthropic bills 1.25x input).", "`input`"),
     },
     "[[imports]]": {
         "dataset": ("A data set of this job.", "required"),

@@ -82,8 +82,10 @@ def view(task_selection: TaskSelection, run: str | None, print_only: bool) -> No
                    "say how much space that freed.")
 def runs(task_selection: TaskSelection, keep: int | None) -> None:
     """List the job's kept runs, oldest first: id, kind (run, or rebuild from the cache),
-    models, tasks, calls, estimated cost, disk (what removing the run frees: its files no
-    other name links), and the best LLM judge's correlation.
+    models, tasks, calls, estimated cost, cached (the share of prompt tokens read from the
+    provider's prompt cache), saved (by caching and batching, against list price), disk (what
+    removing the run frees: its files no other name links), and the best LLM judge's
+    correlation.
 
     Every `judge run`, `rescore`, `report` and `import` keeps its report set in
     runs/<job>/history/RUN; the folder's report files are links to the newest (`latest`),

@@ -60,7 +60,9 @@ from runner.execute.ledger import LIVE, BatchLedger, BatchRow
 from runner.execute.shard import Shard
 from runner.execute.store.backend import CacheBackend, cached_flags
 from runner.execute.store.cache import answer_record
-from runner.expand import Task, estimate_cost
+from runner.expand import Task, model_price
+from runner.job.providers import Bill, Billed, Tokens
+from runner.job.providers import row as provider_row
 from runner.job.spec import ModelSpec
 
 __all__ = ["MAX_BYTES", "MAX_REQUESTS", "BatchOptions", "BatchRun", "BatchStats",
@@ -71,8 +73,9 @@ STORE_CHUNK = 2000  # answers handed to put_many at once (a kill -9 loses no mor
 
 
 def batch_cost(model: ModelSpec, online: float | None) -> float | None:
-    """The batch price of an online estimate."""
-    return None if online is None else online * (1 - model.batch_discount)
+    """The batch price of an online estimate (None: unknown)."""
+    price = model_price(model)
+    return None if online is None or price is None else online * (1 - price.batch_discount)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +101,7 @@ class BatchOptions:
 
 
 @dataclass(slots=True)
-class BatchStats:
+class BatchStats(Billed):
     """What the batch stage did in one run."""
 
     created: list[str] = field(default_factory=list)
@@ -111,13 +114,9 @@ class BatchStats:
     """key -> reason, for requests a batch answered with an error or left unanswered."""
     pending: set[str] = field(default_factory=set)
     """This run's keys still held by a live batch when the run ended."""
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost: float = 0.0
-    """At the batch price, of the answers of models with a known price."""
-    unpriced: int = 0
-    """Answers of models with no known price (their cost is unknown, never 0)."""
-
+    bill: Bill = field(default_factory=Bill)
+    """The collected answers' tokens and cost by kind, at the batch price (`unpriced`: answers
+    of models with no price, whose cost is unknown, never 0)."""
     def as_dict(self) -> dict[str, Any]:
         return {"batches_created": len(self.created), "batch_ids": self.created,
                 "batches_attached": self.attached, "collected": len(self.collected),
@@ -172,8 +171,9 @@ class BatchRun:
         return self.stats
 
     def _api(self, session: aiohttp.ClientSession, p: Provider) -> OpenAIBatches:
-        """The Batch API client for a provider's kind (anthropic: Message Batches)."""
-        if p.model.kind == "anthropic":
+        """The Batch API client for a provider's wire format (messages: Anthropic's Message
+        Batches)."""
+        if provider_row(p.model.kind).wire == "messages":
             return AnthropicBatches(session, p.base_url, p.api_key, self.files,
                                     self.options.max_retries, known=lambda: {
                                         r.batch_id for r in self.ledger.rows() if r.batch_id})
@@ -413,15 +413,7 @@ class BatchRun:
                                usage=usage, latency_s=0.0, source=f"batch:{row.batch_id}")
         self.stats.failures.pop(key, None)
         self.stats.collected.add(key)
-        prompt, completion = int(usage.get("prompt_tokens") or 0), \
-            int(usage.get("completion_tokens") or 0)
-        self.stats.prompt_tokens += prompt
-        self.stats.completion_tokens += completion
-        cost = batch_cost(provider.model, estimate_cost(provider.model, prompt, completion))
-        if cost is None:
-            self.stats.unpriced += 1
-        else:
-            self.stats.cost += cost
+        self.stats.bill.add(model_price(provider.model), Tokens.of(usage), batch=True)
         return key, record
 
 

@@ -29,11 +29,12 @@ from runner.errors import CacheError, DiskFullError
 from runner.execute.store.backend import CacheBackend
 from runner.execute.store.cache import Cache
 from runner.expand import Task
+from runner.job.providers import Tokens
 
 __all__ = ["RETRY_CAP_S", "RETRY_S", "Commits", "Pending"]
 
-Pending = tuple[Task, dict[str, Any], int, int]
-"""An answer waiting for its store: the task, its record, its prompt and completion tokens."""
+Pending = tuple[Task, dict[str, Any], Tokens]
+"""An answer waiting for its store: the task, its record, its tokens by kind."""
 
 RETRY_S = 0.25  # the first write again of held answers, this long after the disk refused
 RETRY_CAP_S = 4.0  # the longest wait between two: space freed is seen within 4 s
@@ -72,10 +73,10 @@ class Commits:
         self._told_kept = False  # the user told where refused answers are kept
         self._delay = RETRY_S
 
-    def add(self, task: Task, record: dict[str, Any], prompt: int, completion: int) -> None:
+    def add(self, task: Task, record: dict[str, Any], tokens: Tokens) -> None:
         if not self.pending:
             self.loop.call_soon(self.flush)
-        self.pending.append((task, record, prompt, completion))
+        self.pending.append((task, record, tokens))
 
     def flush(self) -> None:
         """Store what is pending now (also called directly when `execute` ends)."""
@@ -89,7 +90,7 @@ class Commits:
 
     def _store(self, batch: list[Pending]) -> None:
         try:
-            self.cache.append([(task.key, record) for task, record, _, _ in batch])
+            self.cache.append([(task.key, record) for task, record, _ in batch])
         except DiskFullError:
             self._hold(batch)
             return
@@ -99,7 +100,7 @@ class Commits:
             return
         except Exception as exc:  # noqa: BLE001 - a callback's error would only be logged
             self.error = self.error or exc
-            self.on_failed([task for task, _, _, _ in batch])
+            self.on_failed([task for task, _, _ in batch])
             return
         self.on_stored(batch)
 
@@ -120,10 +121,10 @@ class Commits:
         spill file, None for the journal) and the answers count; if nowhere takes them, the
         error is kept for `execute` and they are left for the rerun. Returns whether kept."""
         try:
-            where = self.cache.keep([(task.key, record) for task, record, _, _ in batch])
+            where = self.cache.keep([(task.key, record) for task, record, _ in batch])
         except Exception as exc:  # noqa: BLE001 - raised by execute, after the workers
             self.error = self.error or exc
-            self.on_failed([task for task, _, _, _ in batch])
+            self.on_failed([task for task, _, _ in batch])
             return False
         if (message := told(where)) is not None:
             self.say(message)

@@ -45,7 +45,8 @@ from runner.execute.limiter import Limiter
 from runner.execute.stats import RunStats
 from runner.execute.store.backend import CacheBackend, cached_flag_batches
 from runner.execute.store.cache import answer_record
-from runner.expand import Task, estimate_cost, task_key
+from runner.expand import Task, estimate_cost, model_price, task_key
+from runner.job.providers import Tokens
 from runner.job.spec import Limits, ModelSpec
 
 __all__ = ["Endpoint", "RunStats", "backoff", "execute"]
@@ -241,8 +242,7 @@ class _Pool:
         usage = data.get("usage")
         if not isinstance(usage, dict):
             usage = {}
-        prompt = int(usage.get("prompt_tokens") or 0)
-        completion = int(usage.get("completion_tokens") or 0)
+        tokens = Tokens.of(usage)
         # The answer as it came, when it is the chat completion itself: serialising the parsed
         # copy again cost as much as the rest of the record.
         stored = data if response.raw is None else orjson.Fragment(response.raw)
@@ -250,8 +250,8 @@ class _Pool:
                                              response=stored, usage=usage,
                                              latency_s=response.latency_s, source="api",
                                              replica=replica.label),
-                         prompt, completion)
-        used = prompt + completion if usage else None
+                         tokens)
+        used = tokens.prompt + tokens.output if usage else None
         reserved = task.prompt_tokens + task.max_tokens
         self.limiters[task.model].reconcile(reserved, used)
         fleet.succeeded(replica, response.headers, reserved, used)
@@ -260,15 +260,9 @@ class _Pool:
     def _stored(self, batch: list[Pending]) -> None:
         """A turn's answers are stored: now they count (one progress report a turn)."""
         stats, endpoints = self.stats, self.endpoints
-        for task, _, prompt, completion in batch:
+        for task, _, tokens in batch:
             stats.called.add(task.key)
-            stats.prompt_tokens += prompt
-            stats.completion_tokens += completion
-            cost = estimate_cost(endpoints[task.model].model, prompt, completion)
-            if cost is None:
-                stats.unpriced += 1
-            else:
-                stats.cost += cost
+            stats.bill.add(model_price(endpoints[task.model].model), tokens)
         stats.api_calls += len(batch)
         self.claims.stored([pending[0].key for pending in batch])
         self.on_progress(stats)

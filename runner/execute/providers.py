@@ -4,7 +4,7 @@ after the client, nothing knows which provider answered.
 Every task carries an OpenAI chat-completions body (its cache key is built from it, together
 with the endpoint's kind). Here that body becomes the request each kind expects, and each kind's
 answer becomes the chat-completions shape the parsers read, so nothing after the client knows
-which provider answered:
+which provider answered (by the wire format of the kind's row in runner.job.providers):
 
 | kind | URL | auth header |
 |---|---|---|
@@ -26,6 +26,7 @@ from urllib.parse import quote
 import orjson
 
 from runner.errors import RequestError
+from runner.job.providers import Tokens, row
 
 __all__ = ["ANTHROPIC_VERSION", "Advertised", "Provider", "advertised", "provider"]
 
@@ -50,6 +51,8 @@ class Provider:
 
     kind: str
     url: str
+    wire: str = "chat"
+    """The kind's wire format (runner.job.providers.ProviderKind.wire)."""
 
     def headers(self, api_key: str | None) -> dict[str, str]:
         """The request headers of this kind.
@@ -61,11 +64,11 @@ class Provider:
             Content-Type, the key's header, and for anthropic `anthropic-version`.
         """
         headers = {"Content-Type": "application/json"}
-        if self.kind == "anthropic":
+        if self.wire == "messages":
             headers["anthropic-version"] = ANTHROPIC_VERSION
             if api_key:
                 headers["x-api-key"] = api_key
-        elif self.kind == "azure":
+        elif self.wire == "azure":
             if api_key:
                 headers["api-key"] = api_key
         elif api_key:
@@ -75,8 +78,8 @@ class Provider:
     @property
     def plain(self) -> bool:
         """The task's body is sent as it is and the answer is chat-completions JSON already
-        (`encode` and `decode` change nothing): every kind but anthropic."""
-        return self.kind != "anthropic"
+        (`encode` and `decode` change nothing): every wire format but messages."""
+        return self.wire != "messages"
 
     def encode(self, body: bytes) -> bytes:
         """The body to send.
@@ -119,14 +122,17 @@ def provider(kind: str, base_url: str, *, model: str = "", api_version: str | No
 
     Returns:
         The Provider with the full URL of the table in the module docstring.
+
+    Raises:
+        ConfigError: the kind has no row in the provider table.
     """
-    root = base_url.rstrip("/")
-    if kind == "anthropic":
-        return Provider(kind, root + "/messages")
-    if kind == "azure":
+    root, wire = base_url.rstrip("/"), row(kind).wire
+    if wire == "messages":
+        return Provider(kind, root + "/messages", wire)
+    if wire == "azure":
         return Provider(kind, f"{root}/openai/deployments/{quote(model, safe='')}"
-                              f"/chat/completions?api-version={quote(api_version or '')}")
-    return Provider(kind, root + "/chat/completions")
+                              f"/chat/completions?api-version={quote(api_version or '')}", wire)
+    return Provider(kind, root + "/chat/completions", wire)
 
 
 def anthropic_body(body: bytes) -> bytes:
@@ -180,24 +186,24 @@ def anthropic_answer(data: Mapping[str, Any]) -> dict[str, Any]:
         data: an Anthropic Messages answer.
 
     Returns:
-        A chat completion with one choice, `usage`, and a `provider` entry keeping the
+        A chat completion with one choice, `usage` (chat-completions fields, the cache reads as
+        `prompt_tokens_details.cached_tokens` and the writes as `cache_creation_input_tokens`,
+        so runner.job.providers.Tokens reads the split), and a `provider` entry keeping the
         stop_reason and stop_sequence as sent.
     """
     blocks = data.get("content") or []
     text = "".join(b.get("text", "") for b in blocks
                    if isinstance(b, dict) and b.get("type") == "text")
-    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
-    assert isinstance(usage, dict)
-    prompt = int(usage.get("input_tokens") or 0) + int(
-        usage.get("cache_read_input_tokens") or 0) + int(usage.get("cache_creation_input_tokens")
-                                                          or 0)
-    completion = int(usage.get("output_tokens") or 0)
+    tokens = Tokens.of(data.get("usage"))
+    prompt, completion = tokens.prompt, tokens.output
     reason = data.get("stop_reason")
     return {"id": data.get("id"), "object": "chat.completion", "model": data.get("model"),
             "choices": [{"index": 0, "finish_reason": _FINISH_REASON.get(str(reason), reason),
                          "message": {"role": "assistant", "content": text}}],
             "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                      "total_tokens": prompt + completion},
+                      "total_tokens": prompt + completion,
+                      "prompt_tokens_details": {"cached_tokens": tokens.cached_input},
+                      "cache_creation_input_tokens": tokens.cache_write},
             "provider": {"kind": "anthropic", "stop_reason": reason,
                          "stop_sequence": data.get("stop_sequence")}}
 

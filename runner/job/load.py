@@ -14,13 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import ConfigError
+from runner.job.providers import Price
 from runner.job.spec import (
     DEFAULT_METHODS,
     JURY_METHODS,
     LEVELS,
     METHODS,
     POLICIES,
-    PROVIDERS,
+    PREFIXES,
     RESERVED_PARAMS,
     DatasetSpec,
     EndpointSpec,
@@ -428,12 +429,7 @@ def _model(r: _Reader, key: str, table: Any) -> ModelSpec:
     m = r.child(key, table)
     m.check_keys({"spec", "base_url", "api_key_env", "params", "rpm", "tpm", "price", "mode",
                   "batch_discount", "endpoints", "api_version"})
-    price = m.get("price", dict)
-    if price is not None:
-        mp = m.child("price", price)
-        mp.check_keys({"input", "output"})
-        price = (float(mp.get("input", (int, float), required=True)),
-                 float(mp.get("output", (int, float), required=True)))
+    price = _price(m)
     params = m.get("params", dict, {})
     _check_params(m, params)
     spec = m.get("spec", str, required=True)
@@ -458,16 +454,34 @@ def _model(r: _Reader, key: str, table: Any) -> ModelSpec:
 
 
 
+def _price(m: _Reader) -> Price | None:
+    """`price = {input = .., output = .., cached_input = .., cache_write = ..}` (USD per 1M
+    tokens): the whole price of the model, in place of the provider table's; a cached input or
+    cache write left out is billed as input."""
+    if m.get("price", dict) is None:
+        return None
+    mp = m.child("price", m.table["price"])
+    mp.check_keys({"input", "output", "cached_input", "cache_write"})
+    got = {}
+    for k in ("input", "output", "cached_input", "cache_write"):
+        value = mp.get(k, (int, float), required=k in ("input", "output"))
+        if value is not None and value < 0:
+            raise mp.error(k, f"must be a price in USD per 1M tokens, 0 or more (got {value})")
+        if value is not None:
+            got[k] = float(value)
+    return Price(**got)
+
+
 def _batch_options(m: _Reader) -> dict[str, Any]:
     """`mode = "online" | "batch"` and `batch_discount` (0 <= share saved < 1)."""
     mode = m.get("mode", str, "online")
     if mode not in ("online", "batch"):
         raise m.error("mode", f'must be "online" or "batch" (got {mode!r})')
-    discount = float(m.get("batch_discount", (int, float), 0.5))
-    if not 0 <= discount < 1:
+    discount = m.get("batch_discount", (int, float))
+    if discount is not None and not 0 <= discount < 1:
         raise m.error("batch_discount", "must be the share of the online price saved, from 0 "
                       f"up to (not including) 1, e.g. 0.5 (got {discount})")
-    return {"mode": mode, "batch_discount": discount}
+    return {"mode": mode, "batch_discount": None if discount is None else float(discount)}
 
 
 def _endpoints(m: _Reader, spec: str) -> tuple[EndpointSpec, ...]:
@@ -480,7 +494,7 @@ def _endpoints(m: _Reader, spec: str) -> tuple[EndpointSpec, ...]:
     if spec.startswith("local:") and entries:
         raise m.error("endpoints", "cannot serve a local: model; use a bare model name")
     prefix = spec.partition(":")[0]
-    default_env = m.get("api_key_env", str) or (PROVIDERS[prefix][2] if prefix in PROVIDERS
+    default_env = m.get("api_key_env", str) or (PREFIXES[prefix].key_env if prefix in PREFIXES
                                                 else "OPENAI_API_KEY")
     out = []
     for i, entry in enumerate(entries):

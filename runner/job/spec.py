@@ -12,6 +12,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from runner.errors import ConfigError, redact_url
+from runner.job.providers import KINDS, Price, row
 
 __all__ = [
     "LEVELS",
@@ -34,16 +35,8 @@ __all__ = [
     "url_problem",
 ]
 
-OPENAI_BASE_URL = "https://api.openai.com/v1"
-# Provider presets: spec prefix -> (kind, default base URL, default key variable). The kind
-# enters the cache key (runner.execute.providers builds each kind's URL, headers and body).
-PROVIDERS: Mapping[str, tuple[str, str | None, str]] = {
-    "openai": ("openai", OPENAI_BASE_URL, "OPENAI_API_KEY"),
-    "anthropic": ("anthropic", "https://api.anthropic.com/v1", "ANTHROPIC_API_KEY"),
-    "gemini": ("gemini", "https://generativelanguage.googleapis.com/v1beta/openai",
-               "GEMINI_API_KEY"),
-    "azure": ("azure", None, "AZURE_OPENAI_API_KEY"),
-}
+# The spec prefixes (`anthropic:NAME`), each its provider table row; a bare name is "compatible".
+PREFIXES = {r.prefix: r for r in KINDS.values() if r.prefix is not None}
 AZURE_API_VERSION = "2024-10-21"
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 # Request parameters the runner sets itself: a job may not override them.
@@ -113,12 +106,13 @@ class ModelSpec:
     """Request parameters for every prompt sent to this model (prompt params win)."""
     rpm: float | None = None
     tpm: float | None = None
-    price: tuple[float, float] | None = None
-    """USD per 1M (input, output) tokens; None = look up the built-in table."""
+    price: Price | None = None
+    """The job's `price = {...}`; None = the provider table's (runner.job.providers)."""
     mode: str = "online"
     """"online" (the pool) or "batch" (the provider's Batch API; `judge run --batch` for all)."""
-    batch_discount: float = 0.5
-    """Share of the online price a batch answer saves (OpenAI and Anthropic: 0.5)."""
+    batch_discount: float | None = None
+    """Share of the online price a batch answer saves; unset (None): the price's, 0.5 for
+    every provider in the table."""
     endpoints: tuple[EndpointSpec, ...] = ()
     """A fleet serving this model (several replicas, keys or regions); empty = `base_url`."""
     api_version: str | None = None
@@ -127,14 +121,19 @@ class ModelSpec:
     @property
     def endpoint(self) -> str:
         """The endpoint's identity in cache keys: stable even when a local port changes, and
-        the same whichever replica of a fleet answers. Kinds other than openai/compatible
-        carry their kind (an Anthropic answer is not an OpenAI answer to the same body)."""
+        the same whichever replica of a fleet answers. Kinds with their own identity in the
+        provider table carry their kind (an Anthropic answer is not an OpenAI answer to the
+        same body).
+
+        Raises:
+            ConfigError: the kind has no row in the provider table."""
+        own = row(self.kind).own_identity
         if self.kind == "local":
             return self.spec
         if self.endpoints:
             return f"fleet:{self.kind}"
         assert self.base_url is not None
-        if self.kind in ("anthropic", "gemini", "azure"):
+        if own:
             return f"{self.kind}:{self.base_url.rstrip('/')}"
         return self.base_url.rstrip("/")
 
@@ -366,22 +365,23 @@ def parse_model_spec(spec: str, *, name: str | None = None, base_url: str | None
         ConfigError: the spec names no model, or azure has no `base_url`.
     """
     prefix, _, rest = spec.partition(":")
-    if (prefix in PROVIDERS or prefix == "local") and not rest.strip():
+    preset = PREFIXES.get(prefix)
+    if preset is not None and not rest.strip():
         raise ConfigError(f"model spec {spec!r} names no model: use {prefix}:NAME, e.g. "
                           "openai:gpt-4o-mini or local:smollm2")
-    if rest and prefix in PROVIDERS:
-        kind, preset_url, preset_env = PROVIDERS[prefix]
-        url = base_url or preset_url
+    if preset is not None and preset.kind == "local":
+        return ModelSpec(name=name or spec, spec=spec, model=rest, kind="local", base_url=None,
+                         api_key_env=api_key_env or preset.key_env, **extra)
+    if preset is not None:
+        url = base_url or preset.base_url
         if url is None and not extra.get("endpoints"):
             raise ConfigError(f"model spec {spec!r} needs base_url = your resource URL, "
                               "e.g. https://NAME.openai.azure.com")
-        if kind == "azure":
+        if preset.kind == "azure":
             extra.setdefault("api_version", AZURE_API_VERSION)
-        return ModelSpec(name=name or spec, spec=spec, model=rest, kind=kind, base_url=url,
-                         api_key_env=api_key_env or preset_env, key_required=True, **extra)
-    if rest and prefix == "local":
-        return ModelSpec(name=name or spec, spec=spec, model=rest, kind="local", base_url=None,
-                         api_key_env=api_key_env or "OPENAI_API_KEY", **extra)
+        return ModelSpec(name=name or spec, spec=spec, model=rest, kind=preset.kind,
+                         base_url=url, api_key_env=api_key_env or preset.key_env,
+                         key_required=preset.key_required, **extra)
     if not spec.strip():
         raise ConfigError("model spec is empty: use openai:NAME, local:NAME or a model name")
     return ModelSpec(name=name or spec, spec=spec, model=spec, kind="compatible",

@@ -20,6 +20,7 @@ from runner.execute.store.answers import Answer
 from runner.execute.store.backend import CacheBackend, answers
 from runner.expand import Expansion, Task, task_key
 from runner.expand_ahead import expanded
+from runner.job.providers import Tokens
 from runner.job.spec import PromptSpec
 from runner.parse.parsers import (
     Choice,
@@ -70,8 +71,8 @@ class Judgment(NamedTuple):
     """Where the answer came from: "api", "batch:<batch id>", "import:<file>"; None if none."""
     time: float | None = None
     """When the answer was stored (the cache record's `time`); None without an answer."""
-    tokens: tuple[int, int] = (0, 0)
-    """The answer's (prompt, completion) tokens, from its usage."""
+    tokens: Tokens = Tokens()
+    """The answer's tokens by kind, from its usage."""
 
 
 def choices(response: Mapping[str, Any]) -> list[Choice]:

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import orjson
 
 from runner.report.folder import own_bytes, read_csv
 from runner.report.standing import points, ranked
 
-__all__ = ["RUN_COLUMNS", "best", "run_row", "size"]
+__all__ = ["RUN_COLUMNS", "best", "run_row", "saved", "size"]
 
-RUN_COLUMNS = ("run", "kind", "models", "tasks", "calls", "cost", "disk", "best correlation")
+RUN_COLUMNS = ("run", "kind", "models", "tasks", "calls", "cost", "cached", "saved", "disk",
+               "best correlation")
 
 
 def run_row(path: Path) -> tuple[str, ...]:
@@ -23,7 +25,22 @@ def run_row(path: Path) -> tuple[str, ...]:
     cost = m.get("estimated_cost_usd")
     return (path.name, m.get("kind", "run"), ",".join(x["name"] for x in m.get("models", [])),
             str(counts.get("tasks", "")), str(counts.get("api_calls", "")),
-            "unknown" if cost is None else f"${cost:.4f}", size(own_bytes(path)), best(path))
+            "unknown" if cost is None else f"${cost:.4f}", *saved(m.get("bill")),
+            size(own_bytes(path)), best(path))
+
+
+def saved(bill: Any) -> tuple[str, str]:
+    """The `cached` and `saved` columns of a manifest's bill (runner.job.providers.Bill): the
+    share of prompt tokens read from a provider's prompt cache, and what caching and batching
+    saved against list price ("unknown" without a price; "" in a manifest without a bill)."""
+    if not isinstance(bill, dict):
+        return "", ""
+    tokens, saved = bill["tokens"], bill["saved_usd"]
+    prompt = tokens["input"] + tokens["cached_input"] + tokens["cache_write"]
+    share = f"{tokens['cached_input'] / prompt:.0%}" if prompt else "-"
+    if saved["caching"] is None:
+        return share, "unknown"
+    return share, f"${saved['caching'] + saved['batching']:.4f}"
 
 
 def size(n: int) -> str:

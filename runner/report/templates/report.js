@@ -115,12 +115,27 @@
                   ["tokens", ((m.usage || {}).prompt_tokens || 0) + ((m.usage || {}).completion_tokens || 0)],
                   ["estimated cost (USD)", m.estimated_cost_usd === null && m.unpriced_calls ?
                    `unknown (${m.unpriced_calls} calls of models without a price)` : m.estimated_cost_usd],
+                  ["bill of the answers used", billText((m.provenance || {}).bill)],
                   ["correlations", `levels ${D.levels.join(", ")}; methods ${D.methods.join(", ")}; ` +
                                    `95% bootstrap CIs over ${D.bootstrap} resamples`]];
     const t = table(["field", "value"], rows.filter(r => r[1] !== undefined && r[1] !== null));
     t.classList.add("kv");
     t.querySelector("thead").remove();
     s.append(t);
+  }
+
+  // The bill as paid (runner.job.providers.Bill): tokens and USD by kind, and what caching and
+  // batching saved against list price; null USD: a model without a price (unknown, never $0).
+  function billText(b) {
+    if (!b) return undefined;
+    const usd = v => v === null ? "unknown" : `$${v.toFixed(4)}`;
+    const kinds = [["input", "input"], ["cached_input", "cached input"],
+                   ["cache_write", "cache write"], ["output", "output"]];
+    const parts = kinds.filter(([k]) => b.tokens[k]).map(([k, name]) =>
+      `${name} ${b.tokens[k]} tokens ${usd(b.cost_usd[k])}`);
+    return `${usd(b.cost_usd.total)} (${parts.join(", ") || "no tokens"}); saved against ` +
+           `list ${usd(b.list_usd)}: caching ${usd(b.saved_usd.caching)}, batching ` +
+           `${usd(b.saved_usd.batching)} (prices as read ${b.prices_read})`;
   }
 
   // --- correlations --------------------------------------------------------------------
