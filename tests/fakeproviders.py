@@ -95,9 +95,19 @@ async def _handle(request: web.Request) -> web.Response:
                         content_type="application/json", headers=headers)
 
 
+def flat(content: Any) -> str:
+    """A Messages content or system field as text: a string, or its text blocks joined."""
+    if isinstance(content, str):
+        return content
+    return "".join(b.get("text", "") for b in content or [] if isinstance(b, dict))
+
+
 def _anthropic(body: dict[str, Any]) -> dict[str, Any]:
     """A Messages API answer: content blocks, stop_reason, input/output tokens. After a
-    prefilled assistant turn ("{"), the answer continues it: the rest of a JSON object."""
+    prefilled assistant turn ("{"), the answer continues it: the rest of a JSON object.
+    Content sent as blocks (cache_control) is read as its text."""
+    body = {**body, "system": flat(body.get("system", "")),
+            "messages": [{**m, "content": flat(m["content"])} for m in body["messages"]]}
     prefilled = bool(body["messages"]) and body["messages"][-1]["role"] == "assistant"
     text = default_reply({**body, "messages": body["messages"][:-1]} if prefilled else body)
     if prefilled:

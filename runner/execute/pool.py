@@ -145,7 +145,7 @@ class _Pool:
             self.stats.attempts += 1
             route = replica.provider
             body, decode = (task.body, None) if route.plain else \
-                (route.encode(task.body), route.decode)
+                (route.encode(task.body, task.prefix), route.decode)
             try:
                 # One attempt at `replica`, in its provider's dialect (runner.execute.providers),
                 # awaited here: each level of coroutines between the worker and aiohttp costs at
