@@ -74,13 +74,14 @@ def tasks(job: Job) -> list[Task]:
     return list(prepare(job, ROOT).tasks())
 
 
-async def run(job: Job, cache: Cache) -> RunStats:
+async def run(job: Job, cache: Cache, concurrency: int = 2) -> RunStats:
     expansion = prepare(job, ROOT)
     endpoints = {m.name: Endpoint(model=m, base_url=m.base_url or "", api_key=lambda: "k")
                  for m in job.models}
     async with aiohttp.ClientSession() as session, asyncio.timeout(RUN_TIMEOUT_S):
         return await execute(expansion.tasks(), cache=cache, session=session,
-                             endpoints=endpoints, limits=Limits(concurrency=2, max_retries=1),
+                             endpoints=endpoints,
+                             limits=Limits(concurrency=concurrency, max_retries=1),
                              total=expansion.count())
 
 
