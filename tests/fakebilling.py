@@ -55,8 +55,12 @@ class Biller:
     totals: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
         ("requests", "input", "cached", "written", "output"), 0))
     lock: threading.Lock = field(default_factory=threading.Lock)
+    span: list[float] = field(default_factory=list)
+    """[first request's arrival, last answer's], by `clock`: the calls' wall time."""
 
     def _hit(self, digest: str) -> bool:
+        if not self.span:
+            self.span[:] = [self.clock(), self.clock()]
         return self.seen.get(digest, 0.0) > self.clock()
 
     def openai(self, body: dict[str, Any]) -> Usage:
@@ -76,6 +80,7 @@ class Biller:
         """Usage of a Messages request: read or written up to its cache_control block."""
         digest, model = hashlib.sha256(body["model"].encode()), body["model"]
         size = marked = 0
+        key = ""
         for block in _blocks(body):
             text = block.get("text", "") if isinstance(block, dict) else str(block)
             digest.update(text.encode() + b"\x00")
@@ -84,16 +89,18 @@ class Biller:
                 marked, key = size, digest.hexdigest()
         tokens, prefix = size // CHARS_PER_TOKEN, marked // CHARS_PER_TOKEN
         least = ANTHROPIC_MIN_HAIKU if "haiku" in model.lower() else ANTHROPIC_MIN
-        if prefix < least:
-            return Usage(input=tokens)
         with self.lock:
-            if self._hit(key):
+            hit = self._hit(key)
+            if prefix < least:
+                return Usage(input=tokens)
+            if hit:
                 return Usage(input=tokens - prefix, cached=prefix, prefixes=[key])
         return Usage(input=tokens - prefix, written=prefix, prefixes=[key])
 
     def remember(self, usage: Usage) -> None:
         """Count `usage` and keep (or renew) its prefixes: its answer is being sent."""
         with self.lock:
+            self.span[1:] = [self.clock()]
             for digest in usage.prefixes:
                 self.seen[digest] = self.clock() + self.ttl_s
             self.totals["requests"] += 1

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.billing import MODEL, variant
 from runner.execute.store.cache import Cache
+from runner.job.load import load_job
 from tests.conftest import JobWriter
 from tests.fakebilling import Biller
 from tests.fakeproviders import Fake, ProviderServer
@@ -84,3 +86,14 @@ async def test_a_judge_run_is_billed_cache_reads_only_with_prompt_caching(
                 want[0] * prefix, want[1] * prefix)
             record = c.get(tasks(job)[0].key)
             assert record["response"]["usage"]["prompt_tokens"] > prefix
+
+
+def test_the_bench_variants_keep_the_study_but_its_model_limits_and_caching(
+        tmp_path: Path) -> None:
+    for cache in (True, False):
+        job = load_job(variant(tmp_path, "geval_summeval", "http://127.0.0.1:9", cache=cache))
+        assert [p.name for p in job.prompts] == ["greedy"] and job.prompt_cache is cache
+        assert job.prompts[0].prefix_until == "summary"
+        assert [m.spec for m in job.models] == [MODEL] and job.limits.rpm is None
+    lai = load_job(variant(tmp_path, "lai_formality", "http://127.0.0.1:9", cache=True))
+    assert [p.name for p in lai.prompts] == ["single", "multi"]
