@@ -127,6 +127,7 @@ def test_the_keys_are_the_same_with_prompt_caching_on_and_off(write_job: JobWrit
     assert [t.key for t in on] == [t.key for t in off]
     assert [t.body for t in on] == [t.body for t in off]
     assert on[0].prefix > 0 and off[0].prefix == 0
+    assert tasks(make_job(write_job, "openai:gpt-4o"))[0].prefix == 0  # told to anthropic only
 
 
 # ------------------------------------------------------------------------ the wire
