@@ -74,18 +74,25 @@ def test_anthropic_writes_then_reads_a_marked_prefix_over_its_minimum_only() -> 
 @pytest.mark.slow
 async def test_a_judge_run_is_billed_cache_reads_only_with_prompt_caching(
         write_job: JobWriter, tmp_path: Path) -> None:
-    for top, want in (("", (1, 3)), ("prompt_cache = false", (0, 0))):
-        with ProviderServer(Fake(billing=Biller())) as server, Cache(tmp_path / top[:6]) as c:
+    # Two documents of two summaries each, the document in the prefix; no rate limit announced
+    # (the fake's 50 rpm would space the requests). The run's first request goes alone (the
+    # breaker's probe); with 4 in flight the other three would go together and the second
+    # document's two would both write its prefix (3 writes, 1 read before runner.execute.
+    # prefixes): its first goes alone instead, so each document is one write and one read.
+    prefix = len("You are a strict judge." + RUBRIC + "Story: \nSummary: " + "Document 0. " * 5)
+    for top, want, workers in (("", (2, 2), 1), ("", (2, 2), 4),
+                               ("prompt_cache = false", (0, 0), 4)):
+        with ProviderServer(Fake(billing=Biller(), latency_s=0.05, announce=False)) as server, \
+                Cache(tmp_path / f"{top[:6]}{workers}") as c:
             job = make_job(write_job, "anthropic:claude-sonnet-4-5", server.root + "/v1",
-                           top=top)
-            assert (await run(job, c, concurrency=1)).api_calls == 4
+                           top=top, prompt='prefix_until = "output"')
+            assert (await run(job, c, concurrency=workers)).api_calls == 4
             billing = server.fake.billing
             assert billing is not None
-            prefix = (len("You are a strict judge.") + len(RUBRIC + "Story: ")) // 4
             assert (billing.totals["written"], billing.totals["cached"]) == (
-                want[0] * prefix, want[1] * prefix)
+                want[0] * (prefix // 4), want[1] * (prefix // 4))
             record = c.get(tasks(job)[0].key)
-            assert record["response"]["usage"]["prompt_tokens"] > prefix
+            assert record["response"]["usage"]["prompt_tokens"] > prefix // 4
 
 
 def test_the_bench_variants_keep_the_study_but_its_model_limits_and_caching(
