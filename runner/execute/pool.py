@@ -106,8 +106,9 @@ class _Pool:
                                {name: e.model.model for name, e in endpoints.items()},
                                limits.down_after_s)
         self.probes = {name: asyncio.Lock() for name in endpoints}
-        self.prefixes = PrefixGate({name: e.model.kind for name, e in endpoints.items()})
         """model -> held by the one task in flight while the model is unproven (breaker)."""
+        self.prefixes = PrefixGate({name: e.model.kind for name, e in endpoints.items()})
+        """Holds the requests of a cache-marked prefix until its first one is answered."""
         self.told_until = 0.0
         """Until when the longest wait a server asked for was told (one line per new ask)."""
 
