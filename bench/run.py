@@ -28,6 +28,7 @@ import orjson  # noqa: E402
 import bench.pgcache as pgcache  # noqa: E402
 import bench.tenm as tenm  # noqa: E402
 from bench import batch, cached, common, fleet, local, memory, page, ratelimit, report, throughput  # noqa: E402
+from bench import billing as billing_bench  # noqa: E402
 from bench import floors as floors_bench  # noqa: E402
 from bench import peers as peers_bench  # noqa: E402
 from bench import process as process_bench  # noqa: E402
@@ -61,6 +62,7 @@ BENCHMARKS: dict[str, Bench] = {
     "peers": peers_bench.peer_comparison,
     "shards": shards_bench.shard_share,
     "tenm": tenm.ten_million,
+    "billing": billing_bench.prompt_caching,
 }
 # What the table shows for each: (label, key in the result, format)
 HEADLINES: dict[str, list[tuple[str, str, str]]] = {
@@ -142,6 +144,10 @@ HEADLINES: dict[str, list[tuple[str, str, str]]] = {
              ("cached judge run, PostgreSQL: peak RSS", "run_pg_max_rss_mb", "{:.0f} MB"),
              ("cached judge run, PostgreSQL: rate", "run_pg_tasks_per_s", "{} tasks/s"),
              ("judge plan: peak RSS", "plan_max_rss_mb", "{:.0f} MB")],
+    "billing": [("G-Eval, prompt caching: input cost / cookbook's",
+                 "geval_cached_input_over_cookbook", "{:.2f}x"),
+                ("Lai et al., prompt caching: input cost / cookbook's",
+                 "lai_cached_input_over_cookbook", "{:.2f}x")],
 }
 
 

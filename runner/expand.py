@@ -39,7 +39,8 @@ __all__ = ["Expansion", "Task", "cache_key", "drawn_groups", "estimate_cost", "m
 CHARS_PER_TOKEN = 4
 DEFAULT_MAX_TOKENS = 256  # reservation when a request sets no max_tokens
 _END = 1 << 62  # past any task's index
-_PARSER_FIELDS = frozenset({"parser", "parser_options", "aspect_options"})  # not in any key
+# Not in any key, nor deciding the tasks' order: what the fingerprint leaves out.
+_PARSER_FIELDS = frozenset({"parser", "parser_options", "aspect_options", "prefix_until"})
 # Group mode's {{output_N}}: the N-th member's output (1-based), in the order of the request.
 OUTPUT_N = re.compile(r"output_([1-9][0-9]*)")
 # (anchor item, template values, group members, prompt, aspect, template): one request's parts;
@@ -68,13 +69,20 @@ class Task(NamedTuple):
     """Completion tokens reserved: max_tokens x n."""
     members: tuple[str, ...] = ()
     """Group mode: the item ids listed as Output 1..n (item_id is then the group)."""
+    prefix: int = 0
+    """Characters at the start of the request's text (its messages' contents in order) that
+    the prompt's other requests share: what a provider can cache (`PromptSpec.prefix_until`);
+    0 = none, prompt_cache off, or no anthropic model in the job (the one kind told; the
+    others skip its ~11% of G-Eval's expansion time). Not in the key: it changes how a body is
+    sent, not what."""
 
     def without_body(self) -> Task:
         """This task without its request body, to keep many in memory."""
         return new_task(key=self.key, dataset=self.dataset, item_id=self.item_id,
                         prompt=self.prompt, aspect=self.aspect, model=self.model,
                         sample=self.sample, body=b"", prompt_tokens=self.prompt_tokens,
-                        max_tokens=self.max_tokens, members=self.members)
+                        max_tokens=self.max_tokens, members=self.members,
+                        prefix=self.prefix)
 
 
 _tuple_new = tuple.__new__
@@ -82,7 +90,7 @@ _tuple_new = tuple.__new__
 
 def new_task(*, key: str, dataset: str, item_id: str, prompt: str, aspect: str, model: str,
              sample: int, body: bytes, prompt_tokens: int, max_tokens: int,
-             members: tuple[str, ...] = ()) -> Task:
+             members: tuple[str, ...] = (), prefix: int = 0) -> Task:
     """The one way to make a Task: every field by name (Task's fields say what each holds).
 
     Args:
@@ -91,6 +99,7 @@ def new_task(*, key: str, dataset: str, item_id: str, prompt: str, aspect: str, 
         body: the JSON request body, exactly as sent (b"" where it is not kept).
         prompt_tokens: estimated prompt tokens; max_tokens: completion tokens reserved.
         members: group mode's item ids, listed as Output 1..n.
+        prefix: the characters of the request's cacheable prefix (Task.prefix).
 
     Returns:
         The Task. As cheap as Task(...) with positional arguments (a NamedTuple's own __new__
@@ -98,7 +107,7 @@ def new_task(*, key: str, dataset: str, item_id: str, prompt: str, aspect: str, 
         in a large study are made here (bench figure in the commit that made it).
     """
     return _tuple_new(Task, (key, dataset, item_id, prompt, aspect, model, sample, body,
-                             prompt_tokens, max_tokens, members))
+                             prompt_tokens, max_tokens, members, prefix))
 
 
 def task_key(task: Task) -> str:
@@ -170,7 +179,7 @@ class Expansion:
         """The tasks whose index (in tasks() order) falls in `spans`: increasing, disjoint
         [start, stop) ranges. Units outside every span are counted, not rendered."""
         judges = {p.name: self.judges(p) for p in self.job.prompts}
-        frames = _Frames()
+        frames, marks = _Frames(), _marks(self.job)
         start, stop = next(spans, (_END, _END))
         at = 0  # the index of the unit's first task
         for item, values, members, prompt, aspect, template in self._units(render=False):
@@ -183,7 +192,8 @@ class Expansion:
                 at += n
                 continue
             made = _tasks(item, _joined(prompt, item.fields) if values is None else values,
-                          members, prompt, aspect, template, judges[prompt.name], frames)
+                          members, prompt, aspect, template, judges[prompt.name], frames,
+                          marks)
             for i, task in enumerate(made, at):
                 while stop <= i:
                     start, stop = next(spans, (_END, _END))
@@ -242,7 +252,7 @@ class Expansion:
                 values = _joined(prompt, item.fields)
                 if (template := prompt.template("answer", item.subset, values)) is not None:
                     yield from _tasks(item, values, (), prompt, "answer", template, models,
-                                      frames)
+                                      frames, _marks(self.job))
 
     def with_generated(self, answer: Callable[[Task], str | None]) -> tuple[Expansion, int]:
         """This expansion plus the generated data sets, from `answer` (the cached text of a
@@ -656,9 +666,10 @@ def _reserve(body: Mapping[str, Any]) -> int:
 
 def _tasks(item: Item, values: Mapping[str, str], members: tuple[str, ...],
            prompt: PromptSpec, aspect: str, template: str, models: Sequence[ModelSpec],
-           frames: _Frames) -> Iterator[Task]:
+           frames: _Frames, cache: bool) -> Iterator[Task]:
     item_id = item.group if members else item.item_id
     values = {**values, "aspect": aspect}
+    prefix = _prefix(prompt, template, values) if cache else 0
     # Rendered and serialised once for every model: only the frame around them differs.
     texts = [render(prompt.system, values)] if prompt.system else []
     texts.append(render(template, values))
@@ -679,7 +690,37 @@ def _tasks(item: Item, values: Mapping[str, str], members: tuple[str, ...],
             yield new_task(key=_key(endpoint, raw, sample), dataset=item.dataset,
                            item_id=item_id, prompt=prompt.name, aspect=aspect, model=model.name,
                            sample=sample, body=raw, prompt_tokens=tokens, max_tokens=reserve,
-                           members=members)
+                           members=members, prefix=prefix)
+
+
+def _marks(job: Job) -> bool:
+    """Whether tasks get their Task.prefix: only anthropic requests mark it."""
+    return job.prompt_cache and any(m.kind == "anthropic" for m in job.models)
+
+
+def _prefix(prompt: PromptSpec, template: str, values: Mapping[str, str]) -> int:
+    """Task.prefix: the length of the system text and the template, rendered, up to the
+    placeholder that ends the shared part (`prompt.prefix_until`, else the first but
+    {{aspect}}): the bytes every request of the prompt (or of one document) begins with.
+    Counted from the lengths of the values, without rendering the text again."""
+    size = 0
+    for text in [prompt.system, template] if prompt.system else [template]:
+        literal, names, whole = _head(text, prompt.prefix_until)
+        size += literal + sum(len(values[name]) for name in names)
+        if not whole:
+            break
+    return size
+
+
+@functools.lru_cache(maxsize=256)
+def _head(text: str, until: str | None) -> tuple[int, tuple[str, ...], bool]:
+    """Of the text before the placeholder that ends a prefix: the length of its literal text,
+    the placeholders in it, and whether no placeholder ends it (the whole text is shared)."""
+    pieces = PLACEHOLDER.split(text)  # literal, name, literal, ..., literal
+    for i in range(1, len(pieces), 2):
+        if pieces[i] == until or (until is None and pieces[i] != "aspect"):
+            return sum(map(len, pieces[:i:2])), tuple(pieces[1:i:2]), False
+    return sum(map(len, pieces[::2])), tuple(pieces[1::2]), True
 
 
 def model_price(model: ModelSpec) -> Price | None:

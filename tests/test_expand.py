@@ -348,7 +348,8 @@ def test_task_body_is_the_serialised_request(params: dict[str, Any], before: str
     values = {"output": after + "{{output}}", "aspect": "overall"}
     item = Item(dataset="d", item_id="i", group="g", system="s", subset="", fields=values,
                 human={}, annotators={}, metrics={}, extra={})
-    tasks = list(_tasks(item, values, (), prompt, "overall", template, [model], _Frames()))
+    tasks = list(_tasks(item, values, (), prompt, "overall", template, [model], _Frames(),
+                        True))
     body = request_body(prompt, model, values, "overall")
     assert [t.body for t in tasks] == [orjson.dumps(body, option=orjson.OPT_SORT_KEYS)]
     assert body["messages"][-1]["content"] == (before + after + "{{output}}" + after
@@ -366,10 +367,10 @@ def test_without_body_keeps_every_other_field(write_job: JobWriter) -> None:
 def test_new_task_takes_every_field_by_name_and_makes_a_task() -> None:
     fields = {"key": "k", "dataset": "d", "item_id": "i", "prompt": "p", "aspect": "a",
               "model": "m", "sample": 2, "body": b"{}", "prompt_tokens": 3, "max_tokens": 4,
-              "members": ("x", "y")}
+              "members": ("x", "y"), "prefix": 5}
     made = new_task(**fields)
     assert type(made) is Task and made._asdict() == fields
-    assert new_task(**{**fields, "members": ()}) == Task(*[*fields.values()][:-1])
+    assert new_task(**{**fields, "members": (), "prefix": 0}) == Task(*[*fields.values()][:-2])
     with pytest.raises(TypeError):
         new_task(*fields.values())  # type: ignore[misc]  # keywords only
     with pytest.raises(TypeError):

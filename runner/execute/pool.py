@@ -42,6 +42,7 @@ from runner.execute.client import Response, send, timeout_of
 from runner.execute.commits import Commits, Pending
 from runner.execute.fleet import Fleet, Replica, fleet_for
 from runner.execute.limiter import Limiter
+from runner.execute.prefixes import PrefixGate
 from runner.execute.stats import RunStats
 from runner.execute.store.backend import CacheBackend, cached_flag_batches
 from runner.execute.store.cache import answer_record
@@ -107,6 +108,8 @@ class _Pool:
                                limits.down_after_s)
         self.probes = {name: asyncio.Lock() for name in endpoints}
         """model -> held by the one task in flight while the model is unproven (breaker)."""
+        self.prefixes = PrefixGate({name: e.model.kind for name, e in endpoints.items()})
+        """Holds the requests of a cache-marked prefix until its first one is answered."""
         self.told_until = 0.0
         """Until when the longest wait a server asked for was told (one line per new ask)."""
 
@@ -146,7 +149,7 @@ class _Pool:
             self.stats.attempts += 1
             route = replica.provider
             body, decode = (task.body, None) if route.plain else \
-                (route.encode(task.body), route.decode)
+                (route.encode(task.body, task.prefix), route.decode)
             try:
                 # One attempt at `replica`, in its provider's dialect (runner.execute.providers),
                 # awaited here: each level of coroutines between the worker and aiohttp costs at
@@ -300,10 +303,15 @@ async def execute(tasks: Iterable[Task], *, cache: CacheBackend, session: aiohtt
     async def worker() -> None:
         unproven = pool.breaker.unproven
         for task in todo:
-            if task.model in unproven:
-                await pool.probe(task)
-            else:  # called directly: a coroutine level costs at every resumption
-                await pool.run_task(task)
+            release = await pool.prefixes.enter(task) if task.prefix else None
+            try:
+                if task.model in unproven:
+                    await pool.probe(task)
+                else:  # called directly: a coroutine level costs at every resumption
+                    await pool.run_task(task)
+            finally:
+                if release is not None:  # the prefix is written: its other requests go
+                    release()
         while (later := await pool.claims.deferred()) is not None:  # another run's claims
             await (pool.probe(later) if later.model in unproven else pool.run_task(later))
 

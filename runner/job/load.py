@@ -33,6 +33,7 @@ from runner.job.spec import (
     ModelSpec,
     PromptSpec,
     parse_model_spec,
+    placeholders,
     url_problem,
 )
 from runner.parse.metrics import LANGUAGES, METRICS
@@ -118,7 +119,7 @@ def load_job(path: Path) -> Job:
     root = _Reader(path, data)
     root.check_keys({"name", "output_dir", "policy", "bootstrap", "seed", "limits", "datasets",
                      "prompts", "models", "imports", "leaderboard", "levels", "methods",
-                     "generate", "juries", "scores_csv"})
+                     "generate", "juries", "scores_csv", "prompt_cache"})
     name = root.get("name", str, path.stem)
     policy = root.get("policy", str, "skip")
     if policy not in POLICIES:
@@ -146,6 +147,7 @@ def load_job(path: Path) -> Job:
                imports=imports, generate=generate, juries=_juries(root, models, prompts),
                leaderboard=root.get("leaderboard", bool, False),
                scores_csv=root.get("scores_csv", bool, True),
+               prompt_cache=root.get("prompt_cache", bool, True),
                levels=_choices(root, "levels", LEVELS),
                methods=_choices(root, "methods", METHODS, DEFAULT_METHODS))
 
@@ -325,7 +327,8 @@ def _prompt(root: _Reader, index: int, table: Mapping[str, Any],
     r = root.child(f"prompts[{index}]", table)
     r.check_keys({"name", "template", "system", "system_file", "parser", "parser_options",
                   "aspects", "datasets", "params", "samples", "per", "output_field",
-                  "when_empty", "aspect_options", "models", "order", "join", "requires"})
+                  "when_empty", "aspect_options", "models", "order", "join", "requires",
+                  "prefix_until"})
     name = r.get("name", str, required=True)
     aspects = tuple(r.get("aspects", list, required=True))
     if not aspects or not all(isinstance(a, str) for a in aspects):
@@ -366,7 +369,18 @@ def _prompt(root: _Reader, index: int, table: Mapping[str, Any],
                       parser=parser_name, parser_options=parser_opts,
                       aspect_options=aspect_opts, aspects=aspects, models=judges,
                       datasets=for_datasets, params=params, samples=r.positive("samples", 1),
-                      order=order, join=_join(r), requires=_names(r, "requires"))
+                      order=order, join=_join(r), requires=_names(r, "requires"),
+                      prefix_until=_prefix_until(r, templates, system))
+
+
+def _prefix_until(r: _Reader, templates: Mapping[str, str], system: str | None) -> str | None:
+    """The prompt's `prefix_until`: a placeholder of its templates (or system), or None."""
+    until: str | None = r.get("prefix_until", str)
+    if until is not None and not any(until in placeholders(t)
+                                     for t in [*templates.values(), system or ""]):
+        raise r.error("prefix_until", f"names {{{{{until}}}}}, which no template of the "
+                      "prompt has; name a placeholder, e.g. \"summary\"")
+    return until
 
 
 def _check_parser(r: _Reader, name: str, options: Mapping[str, Any],

@@ -183,6 +183,10 @@ class PromptSpec:
     ColossalAI's question = instruction, plus "\\n" + input when there is an input."""
     requires: tuple[str, ...] = ()
     """Fields that must be non-empty (after `join`) for the prompt to apply to an item."""
+    prefix_until: str | None = None
+    """The placeholder that ends the requests' cacheable prefix (e.g. "summary": the text
+    before {{summary}}, the source document included, is what requests of one document
+    share); None: the prefix ends at the first placeholder other than {{aspect}}."""
 
     def template(self, aspect: str, subset: str = "",
                  fields: Mapping[str, str] | None = None) -> str | None:
@@ -316,6 +320,9 @@ class Job:
     study, whose scores.csv would be gigabytes of text."""
     juries: tuple[JurySpec, ...] = ()
     """Virtual judges made of the judges' scores (`[juries.NAME]`), reported like any judge."""
+    prompt_cache: bool = True
+    """Mark each request's static prefix for the provider's prompt cache (Anthropic's
+    cache_control); false sends the bodies of earlier versions byte for byte."""
 
     def with_models(self, models: tuple[ModelSpec, ...]) -> Job:
         """This job with other models (`--model` on the command line).
