@@ -29,8 +29,8 @@ from runner.errors import ConfigError, DataError
 from runner.job.spec import PLACEHOLDER, GenerateSpec, Job, ModelSpec, PromptSpec, placeholders
 from runner.parse import metrics
 
-__all__ = ["Expansion", "Task", "cache_key", "estimate_cost", "new_task", "prepare", "render",
-           "sample_ids", "task_key"]
+__all__ = ["Expansion", "Task", "cache_key", "drawn_groups", "estimate_cost", "new_task",
+           "prepare", "render", "sample_ids", "task_key"]
 
 # Rough prompt-token estimate (no tokenizer download needed offline); the limiter reconciles
 # every reservation with the response's `usage`, so an estimate only shifts timing a little.
@@ -336,19 +336,26 @@ def sample_ids(items: Iterable[Item], n: int, seed: int) -> frozenset[str]:
     """The item ids of `judge ... --sample N --seed S`: N items drawn at random, whole groups
     at a time where the data set has groups (the unit of the dataset-level correlation: a
     group cut in two would count its items in neither), so at least N items unless the data
-    set has fewer. The same items, data and seed give the same draw on every command and
-    machine (random.Random(seed) over the groups in file order)."""
-    groups: dict[str, list[str]] = {}
-    for it in items:
-        groups.setdefault(it.group or it.item_id, []).append(it.item_id)
-    order = list(groups)
-    random.Random(seed).shuffle(order)
+    set has fewer: the first groups of `drawn_groups`."""
     kept: list[str] = []
-    for group in order:
+    for group in drawn_groups(items, seed):
         if len(kept) >= n:
             break
-        kept += groups[group]
+        kept += [it.item_id for it in group]
     return frozenset(kept)
+
+
+def drawn_groups(items: Iterable[Item], seed: int) -> list[list[Item]]:
+    """The items' groups (an item without one alone) in the order of the --sample draw. The
+    same items, data and seed give the same order on every command and machine
+    (random.Random(seed) over the groups in file order); `judge run --until-ci` judges them
+    in this order, so it judges first what `--sample N` would draw."""
+    groups: dict[str, list[Item]] = {}
+    for it in items:
+        groups.setdefault(it.group or it.item_id, []).append(it)
+    order = list(groups.values())
+    random.Random(seed).shuffle(order)
+    return order
 
 
 def prepare(job: Job, data_dir: Path, *, limit: int | None = None,

@@ -32,6 +32,7 @@ from runner.expand_ahead import with_key_index
 from runner.job.load import load_job
 from runner.job.spec import Job, ModelSpec, parse_model_spec, url_problem
 from runner.reduce.judgments import READ_BATCH, CachedFirst, Judgment, choices
+from runner.reduce.stopping import UntilCI
 from runner.selection import DEFAULT_CACHE_DIR, TaskSelection
 
 if TYPE_CHECKING:
@@ -90,7 +91,7 @@ def run_async(work: Awaitable[T]) -> T:
 
 
 RUN_LIMITS = (("concurrency", "concurrency"), ("rpm", "rpm"), ("tpm", "tpm"),
-              ("max_retries", "max_retries"), ("timeout", "timeout_s"))
+              ("max_retries", "max_retries"), ("timeout", "timeout_s"), ("until_ci", "until_ci"))
 """`judge run`'s (and runner.run's) option -> the job's `[limits]` field it replaces."""
 
 
@@ -99,8 +100,8 @@ def with_run_limits(sel: Selection, options: Mapping[str, Any]) -> Selection:
 
     Args:
         sel: the selection.
-        options: the run's options by name (concurrency, rpm, tpm, max_retries, timeout); one
-            left out or None keeps the job's.
+        options: the run's options by name (concurrency, rpm, tpm, max_retries, timeout,
+            until_ci); one left out or None keeps the job's.
 
     Returns:
         `sel` with its job's `[limits]` replaced where an option was given.
@@ -427,19 +428,30 @@ async def run_pool(sel: Selection, served: Job, cache: CacheBackend, *, stop: An
             if stop.is_set():
                 return stats, sel
             sel = derive(sel)  # judge what the generators answered
+        until = _until_ci(sel, cache, stats) if cached_first is None else None
         if cached_first is None:
             count = sel.expansion.count()
             stats.total += count
-            tasks = sel.expansion.tasks()
-            if sel.shard is None:  # the job's keys, kept for its rescore
+            tasks = sel.expansion.tasks() if until is None else until.tasks()
+            if sel.shard is None and until is None:  # the job's keys, kept for its rescore
                 tasks = with_key_index(cache, sel.expansion, READ_BATCH, count, tasks)
         else:  # counted, and the tasks before its uncached_onward judged, by that pass
             assert cached_first.uncached_onward is not None, "a fully cached pass needs no pool"
             tasks = cached_first.uncached_onward
         logged = _logged(tasks, dispatched)
         await execute(_not_in_batches(logged, in_batches, stats), **run,
-                      hashes=None if cached_first is None else cached_first.hashes)
+                      hashes=None if cached_first is None else cached_first.hashes,
+                      holds=None if until is None else until.holds)
+    if until is not None:
+        stats.until_ci = until.verdicts(stopped=stop.is_set())
     return stats, sel
+
+
+def _until_ci(sel: Selection, cache: CacheBackend, stats: RunStats) -> UntilCI | None:
+    """The --until-ci rule of the run (limits.until_ci), its order the --sample draw's."""
+    width = sel.job.limits.until_ci
+    seed = sel.task_selection.seed if sel.task_selection is not None else None
+    return None if width is None else UntilCI(sel.expansion, cache, stats, width, seed or 0)
 
 
 class TaskLog:
