@@ -44,7 +44,6 @@ from runner.execute.store.lease import describe, lease_name
 from runner.job.load import load_job as _load_job
 from runner.job.spec import Job
 from runner.reduce.judgments import Judgment, judge
-from runner.reduce.stopping import check_until_ci
 from runner.report.folder import HISTORY, check_out
 from runner.selection import TaskSelection
 from runner.session import (
@@ -55,6 +54,7 @@ from runner.session import (
     TaskLog,
     check_budget,
     check_keys,
+    check_until_ci,
     estimate,
     job_path,
     key_reader,

@@ -32,16 +32,16 @@ from runner.expand_ahead import with_key_index
 from runner.job.load import load_job
 from runner.job.spec import Job, ModelSpec, parse_model_spec, url_problem
 from runner.reduce.judgments import READ_BATCH, CachedFirst, Judgment, choices
-from runner.reduce.stopping import UntilCI
 from runner.selection import DEFAULT_CACHE_DIR, TaskSelection
 
 if TYPE_CHECKING:
     from runner.execute.stats import RunStats
+    from runner.reduce.stopping import UntilCI
 
 __all__ = ["BatchAnswers", "Download", "ModelPlan", "Selection", "TaskLog", "all_tasks",
-           "answer_text", "check_budget", "check_keys", "estimate", "job_path", "key_reader",
-           "manifest", "run_async", "run_pool", "select", "serving", "unpriced_model",
-           "with_run_limits"]
+           "answer_text", "check_budget", "check_keys", "check_until_ci", "estimate", "job_path",
+           "key_reader", "manifest", "run_async", "run_pool", "select", "serving",
+           "unpriced_model", "with_run_limits"]
 
 PACKAGES = ("judge-runner", "aiohttp", "openai", "aiolimiter", "diskcache", "orjson", "scipy",
             "click")
@@ -353,6 +353,28 @@ def check_budget(job: Job, budget: float | None) -> None:
                               "output = USD_PER_1M}")
 
 
+def check_until_ci(job: Job, *, sharded: bool, batch: bool) -> None:
+    """--until-ci can run this job: one process, online, item prompts, no generation stage.
+
+    Args:
+        job: the job, its limits with until_ci.
+        sharded: the run is one shard (--shard).
+        batch: the run goes through a provider batch (--batch, or a model in batch mode).
+
+    Raises:
+        ConfigError: the combination, named, with what to drop.
+    """
+    if job.limits.until_ci is None:
+        return
+    why = ("--shard" if sharded else "--batch (a batch is bought whole)" if batch
+           else "a generation stage" if job.generate
+           else "group prompts (per = \"group\")" if any(p.per == "group" for p in job.prompts)
+           else None)
+    if why is not None:
+        raise ConfigError(f"{job.path}: --until-ci (limits.until_ci) judges the items of one "
+                          f"run group by group and cannot run with {why}; drop one of them")
+
+
 @contextlib.contextmanager
 def serving(job: Job) -> Iterator[Job]:
     """Start the embedded local server for `local:` models for the duration of the block.
@@ -449,6 +471,9 @@ async def run_pool(sel: Selection, served: Job, cache: CacheBackend, *, stop: An
 
 def _until_ci(sel: Selection, cache: CacheBackend, stats: RunStats) -> UntilCI | None:
     """The --until-ci rule of the run (limits.until_ci), its order the --sample draw's."""
+    # here, not at the top: it imports numpy (~0.15 s, and BLAS threads, which would keep
+    # runner.expand_ahead from forking) for every command that imports this module
+    from runner.reduce.stopping import UntilCI
     width = sel.job.limits.until_ci
     seed = sel.task_selection.seed if sel.task_selection is not None else None
     return None if width is None else UntilCI(sel.expansion, cache, stats, width, seed or 0)

@@ -37,7 +37,6 @@ from runner.execute.store.cache import Cache
 from runner.execute.store.lease import describe, lease_name
 from runner.job.spec import Job
 from runner.reduce.judgments import CachedFirst, Judgment
-from runner.reduce.stopping import check_until_ci
 from runner.report.folder import check_out
 from runner.selection import TaskSelection
 from runner.session import (
@@ -46,6 +45,7 @@ from runner.session import (
     TaskLog,
     check_budget,
     check_keys,
+    check_until_ci,
     estimate,
     key_reader,
     manifest,

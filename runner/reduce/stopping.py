@@ -22,47 +22,22 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
-from runner.errors import ConfigError
 from runner.execute.stats import RunStats
 from runner.execute.store.backend import CacheBackend
 from runner.expand import Expansion, Task, drawn_groups
-from runner.job.spec import Job
 from runner.reduce.cells import CellBuilder
 from runner.reduce.correlate import MIN_SYSTEMS, Correlation, correlate
 from runner.reduce.judge_series import judge_series
 from runner.reduce.judgments import judge
 from runner.reduce.jury import judge_name
 
-__all__ = ["FIRST_CHECK", "MAX_CHECKS", "Precision", "UntilCI", "check_every", "check_until_ci",
-           "precision_of"]
+__all__ = ["FIRST_CHECK", "MAX_CHECKS", "Precision", "UntilCI", "check_every", "precision_of"]
 
 FIRST_CHECK = 10
 """Groups of a data set judged before its first check: a bootstrap CI of a handful of groups
 is too narrow as often as not (and a precision rule would stop on it)."""
 MAX_CHECKS = 50
 """At most this many checks a data set: every max(FIRST_CHECK, groups / MAX_CHECKS) groups."""
-
-
-def check_until_ci(job: Job, *, sharded: bool, batch: bool) -> None:
-    """--until-ci can run this job: one process, online, item prompts, no generation stage.
-
-    Args:
-        job: the job, its limits with until_ci.
-        sharded: the run is one shard (--shard).
-        batch: the run goes through a provider batch (--batch, or a model in batch mode).
-
-    Raises:
-        ConfigError: the combination, named, with what to drop.
-    """
-    if job.limits.until_ci is None:
-        return
-    why = ("--shard" if sharded else "--batch (a batch is bought whole)" if batch
-           else "a generation stage" if job.generate
-           else "group prompts (per = \"group\")" if any(p.per == "group" for p in job.prompts)
-           else None)
-    if why is not None:
-        raise ConfigError(f"{job.path}: --until-ci (limits.until_ci) judges the items of one "
-                          f"run group by group and cannot run with {why}; drop one of them")
 
 
 @dataclass(frozen=True, slots=True)
