@@ -15,6 +15,7 @@ import pytest
 
 from tests.fakeserver import ThreadedServer
 from tests.test_cli import clean_env, error_line, run_judge
+from tools import untilci_coverage
 
 GROUPS, SIZE = 80, 3
 ITEMS = GROUPS * SIZE
@@ -175,3 +176,13 @@ def test_until_ci_with_a_shard_is_one_error_line(judge_server: ThreadedServer,
         f"Error: {job}: --until-ci (limits.until_ci) judges the items of one run group by "
         "group and cannot run with --shard; drop one of them")
     assert judge_server.state.requests == 0
+
+
+def test_the_coverage_script_runs_the_rule_on_real_data(data_dir: Path) -> None:
+    """tools/untilci_coverage.py, which statistics.md cites, on two replications: it stops
+    where the rule says and reports a coverage and a bias per level and rule."""
+    lines = untilci_coverage.study("tst_formality", "content", 0.25, True, 2, data_dir)
+    assert len(lines) == 4
+    assert all(re.search(r"coverage \d+\.\d% of 2, mean bias [+-]\d\.\d{4}, groups median",
+                         line) for line in lines)
+    assert "--until-ci 0.25" in lines[0] and "fixed" in lines[2]
