@@ -679,6 +679,7 @@ def manifest(sel: Selection, stats: RunStats | None, started: float,
             else round(stats.cost, 6) if stats else 0.0,
             "unpriced_calls": stats.unpriced if stats else 0,
             "endpoints": stats.endpoint_counts() if stats else {},
+            **({"until_ci": stats.until_ci} if stats and stats.until_ci else {}),
             "cache_dir": str(sel.cache_dir),
             **({"cache_url": redact_url(sel.cache_url)} if sel.cache_url else {}),
             "selection": None if sel.task_selection is None else sel.task_selection.recorded()}

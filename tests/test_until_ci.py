@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 import pytest
 
+import runner
 from tests.fakeserver import ThreadedServer
 from tests.test_cli import clean_env, error_line, run_judge
 from tools import untilci_coverage
@@ -186,3 +187,17 @@ def test_the_coverage_script_runs_the_rule_on_real_data(data_dir: Path) -> None:
     assert all(re.search(r"coverage \d+\.\d% of 2, mean bias [+-]\d\.\d{4}, groups median",
                          line) for line in lines)
     assert "--until-ci 0.25" in lines[0] and "fixed" in lines[2]
+
+
+def test_runner_run_takes_until_ci_and_the_manifest_keeps_why(judge_server: ThreadedServer,
+                                                              tmp_path: Path) -> None:
+    """runner.run(until_ci=W) as `judge run --until-ci W`: fewer calls than tasks, and the
+    verdicts in stats and in manifest.json (what the run printed last, kept with the run)."""
+    job = _study(tmp_path)
+    result = runner.run(job, models="fake", base_url=judge_server.url, until_ci=0.45,
+                        cache_dir=tmp_path / "cache", out=tmp_path / "out",
+                        environ=clean_env(tmp_path))
+    assert 0 < judge_server.state.requests < ITEMS
+    assert _verdict("\n".join(result.stats.until_ci)).group(1) == "ci reached"
+    manifest = orjson.loads((tmp_path / "out" / "manifest.json").read_bytes())
+    assert manifest["until_ci"] == result.stats.until_ci
