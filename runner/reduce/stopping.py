@@ -18,14 +18,16 @@ width does to the CI's coverage (docs/explanation/statistics.md, tools/untilci_c
 
 from __future__ import annotations
 
+import bisect
 import math
+from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from runner.execute.stats import RunStats
 from runner.execute.store.backend import CacheBackend
 from runner.expand import Expansion, Task, drawn_groups
-from runner.reduce.cells import CellBuilder
+from runner.reduce.cells import CellBuilder, Cells
 from runner.reduce.correlate import MIN_SYSTEMS, Correlation, correlate
 from runner.reduce.judge_series import judge_series
 from runner.reduce.judgments import judge
@@ -70,12 +72,13 @@ class UntilCI:
         self.drawn = replace(expansion, items={
             name: [it for group in drawn_groups(items, seed) for it in group]
             for name, items in expansion.items.items()})
-        self.held: dict[tuple[str, str], Precision] = {}
-        """(data set, judge) -> its precision when it was held."""
-        self.seen: dict[str, list[Task]] = {}
-        """data set -> its tasks handed to the pool so far (without bodies), for the checks."""
+        self.held: set[tuple[str, str]] = set()
+        """(data set, judge) whose calls stop."""
+        self.seen: dict[str, tuple[list[Task], array[int]]] = {}
+        """data set -> its tasks handed to the pool so far (without bodies), and each one's
+        group's place in the drawn order (from 1, increasing), for the checks."""
         self.ordinal: dict[str, int] = {}
-        """task key -> its group's place in its data set's drawn order, from 1."""
+        """task key -> its (first) task's group's place in its data set's drawn order."""
         self.next_check: dict[str, int] = {}
         """data set -> the group after which it is checked next."""
 
@@ -90,8 +93,10 @@ class UntilCI:
             if here != unit:
                 groups = groups + 1 if unit is not None and unit[0] == task.dataset else 1
                 unit = here
-            self.ordinal[task.key] = groups
-            self.seen.setdefault(task.dataset, []).append(task.without_body())
+            self.ordinal.setdefault(task.key, groups)
+            seen, places = self.seen.setdefault(task.dataset, ([], array("i")))
+            seen.append(task.without_body())
+            places.append(groups)
             yield task
 
     def holds(self, task: Task) -> bool:
@@ -112,50 +117,59 @@ class UntilCI:
 
     def _check(self, dataset: str, groups: int) -> None:
         """Hold the judges of `dataset` whose CIs are all narrower than W, and say so."""
-        for name, p in self.precision(dataset).items():
+        for name, p in self.precision(dataset, groups).items():
             if (dataset, name) in self.held or p.width is None or p.width >= self.width:
                 continue
-            self.held[dataset, name] = p
+            self.held.add((dataset, name))
             self.stats.notes.append(
                 f"--until-ci {self.width:g}: {dataset} / {name}: every 95% CI narrower than "
                 f"{self.width:g} (widest {p.width:.3f}, {p.widest}) over the {p.n_items} items "
                 f"of {p.n_groups} answered groups ({groups} sent): no more of its calls")
 
-    def precision(self, dataset: str) -> dict[str, Precision]:
+    def precision(self, dataset: str, upto: int | None = None) -> dict[str, Precision]:
         """Each LLM judge's precision on `dataset` from the answers stored now.
 
         Args:
             dataset: the data set.
+            upto: only its first `upto` groups in the drawn order (None: all handed out).
 
         Returns:
             Judge (`model/prompt`) -> its widest CI and n, computed as the report computes
             its correlations, over the groups whose tasks are all settled (answered, failed
             or not run).
         """
-        tasks = self.seen.get(dataset, [])
-        judged = list(judge(self.expansion, self.cache, failures=self.stats.failures,
-                            tasks=tasks, count=len(tasks)))
-        # whole groups only: a group with a call in flight (or not yet sent) would enter its
-        # sample-level coefficient with some of its items (two of three: +-1)
-        settled = set(self.stats.failures).union(self.stats.missing)
-        open_ = {self.ordinal[j.task.key] for j in judged
-                 if j.raw is None and j.task.key not in settled}
-        builder = CellBuilder(self.expansion)
-        for j in judged:
-            if self.ordinal[j.task.key] not in open_:
-                t = j.task
-                builder.add(t.dataset, j.item, (t.prompt, t.aspect, t.model), j.score, None)
         job = self.expansion.job
         aspects = {judge_name(m.name, p.name): len(p.aspects) for p in job.prompts
                    for m in self.expansion.judges(p)}
         found: dict[str, list[Precision]] = {}
-        for (ds, aspect), series in judge_series(self.expansion, builder.finish()).items():
+        for (ds, aspect), series in judge_series(self.expansion,
+                                                 self._cells(dataset, upto)).items():
             for name, data in series.items() if ds == dataset else ():
                 if name in aspects:  # not a metric column, nor iaa
                     rows = correlate(data, policy=job.policy, levels=job.levels,
                                      methods=job.methods, n_boot=job.bootstrap, seed=job.seed)
                     found.setdefault(name, []).append(precision_of(rows, aspect))
         return {name: _widest(got, aspects[name]) for name, got in found.items()}
+
+    def _cells(self, dataset: str, upto: int | None) -> Cells:
+        """The cells of `dataset`'s first `upto` groups whose tasks are all settled, judged
+        from the cache as the report judges them."""
+        tasks, places = self.seen.get(dataset, ([], array("i")))
+        if upto is not None:
+            tasks = tasks[:bisect.bisect_right(places, upto)]
+        judged = list(judge(self.expansion, self.cache, failures=self.stats.failures,
+                            tasks=tasks, count=len(tasks)))  # one judgment a task: item prompts
+        # whole groups only: a group with a call in flight would enter its sample-level
+        # coefficient with some of its items (two of three: +-1)
+        settled = set(self.stats.failures).union(self.stats.missing)
+        open_ = {g for j, g in zip(judged, places, strict=False)
+                 if j.raw is None and j.task.key not in settled}
+        builder = CellBuilder(self.expansion)
+        for j, g in zip(judged, places, strict=False):
+            if g not in open_:
+                t = j.task
+                builder.add(t.dataset, j.item, (t.prompt, t.aspect, t.model), j.score, None)
+        return builder.finish()
 
     def verdicts(self, stopped: bool) -> list[str]:
         """Why each judge stopped, with n: what `judge run` prints last.
