@@ -35,14 +35,12 @@ name = "stars"
 template = "prompt.txt"
 parser = "stars"
 aspects = ["overall"]
-
-[models.judge]
-spec = "openai:gpt-4o-mini"
 """
+_JUDGE = '[models.judge]\nspec = "openai:gpt-4o-mini"\n'
 _STARS = re.compile(r"\[\[(\d)\]\]")
 
 
-def _study(folder: Path, extra: str = "") -> Path:
+def _study(folder: Path, extra: str = "", models: str = _JUDGE) -> Path:
     """A data set of GROUPS documents x SIZE outputs with human scores, each output carrying
     the stars a good judge would give it (the human score plus noise): the fake judge answers
     them, so its correlation with the humans is high and its CIs narrow as groups come in."""
@@ -58,7 +56,7 @@ def _study(folder: Path, extra: str = "") -> Path:
     (folder / "data.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
     (folder / "prompt.txt").write_text("Rate this output in stars: {{output}}")
     job = folder / "job.toml"
-    job.write_text(_JOB + extra)
+    job.write_text(_JOB + models + extra)
     return job
 
 
@@ -201,3 +199,20 @@ def test_runner_run_takes_until_ci_and_the_manifest_keeps_why(judge_server: Thre
     assert _verdict("\n".join(result.stats.until_ci)).group(1) == "ci reached"
     manifest = orjson.loads((tmp_path / "out" / "manifest.json").read_bytes())
     assert manifest["until_ci"] == result.stats.until_ci
+
+
+def test_a_budget_that_runs_out_first_is_the_reason_given(judge_server: ThreadedServer,
+                                                          tmp_path: Path) -> None:
+    """--budget and --until-ci together, the budget spent before the CIs narrow: the judge's
+    line says `budget`, with the n it stopped at."""
+    job = _study(tmp_path, models='[models.fake]\nspec = "fake"\nprice = { input = 1000, '
+                                  'output = 1000 }\n')
+    result = runner.run(job, base_url=judge_server.url, until_ci=0.001, budget=2.0,
+                        cache_dir=tmp_path / "cache", out=tmp_path / "out",
+                        environ=clean_env(tmp_path))
+    assert result.stats.budget_stopped
+    calls = judge_server.state.requests
+    assert 0 < calls < ITEMS
+    verdict = re.search(r"  mine / fake/stars: budget, n = (\d+) items",
+                        "\n".join(result.stats.until_ci))
+    assert verdict and int(verdict.group(1)) <= calls
