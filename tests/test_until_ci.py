@@ -14,6 +14,8 @@ import orjson
 import pytest
 
 import runner
+from runner.reduce.correlate import Row, correlate
+from runner.reduce.stopping import FIRST_CHECK, precision_of
 from tests.fakeserver import ThreadedServer
 from tests.test_cli import clean_env, error_line, run_judge
 from tools import untilci_coverage
@@ -216,3 +218,20 @@ def test_a_budget_that_runs_out_first_is_the_reason_given(judge_server: Threaded
     verdict = re.search(r"  mine / fake/stars: budget, n = (\d+) items",
                         "\n".join(result.stats.until_ci))
     assert verdict and int(verdict.group(1)) <= calls
+
+
+def test_a_ci_over_too_few_groups_is_no_width() -> None:
+    """One group answered (the others in flight): its bootstrap is that group every time, a
+    CI of width 0, which must not stop a judge; from FIRST_CHECK groups the width counts."""
+    rng = random.Random(1)
+
+    def rows(groups: int) -> list[Row]:
+        return [Row(f"g{g}", "s", "", h + rng.gauss(0, 1), h)
+                for g in range(groups) for h in (rng.uniform(1, 5) for _ in range(3))]
+
+    one = correlate(rows(1), levels=("sample", "dataset"), methods=("spearman",), n_boot=100)
+    assert {c.ci_high - c.ci_low for c in one if c.ci_low is not None} == {0.0}
+    assert precision_of(one, "overall").width is None
+    enough = correlate(rows(FIRST_CHECK), levels=("sample", "dataset"), methods=("spearman",),
+                       n_boot=100)
+    assert (precision_of(enough, "overall").width or 0) > 0

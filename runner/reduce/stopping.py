@@ -208,7 +208,9 @@ def _width(c: Correlation) -> float:
 def precision_of(rows: Sequence[Correlation], aspect: str) -> Precision:
     """One aspect's Precision from its correlations (runner.reduce.correlate's): the widest
     CI over all items (subset "all"). A system level over fewer than MIN_SYSTEMS systems
-    never has a CI (the report says so): it does not count.
+    never has a CI (the report says so): it does not count. A CI over fewer than FIRST_CHECK
+    groups is no width at all: a bootstrap of a handful of groups is too narrow (of one
+    group, it is 0: every resample is that group).
 
     Args:
         rows: the aspect's correlations, every level and method.
@@ -222,7 +224,7 @@ def precision_of(rows: Sequence[Correlation], aspect: str) -> Precision:
     top = max(kept, key=_width, default=None)
     n_items, n_groups = max((c.n_items for c in kept), default=0), max(
         (c.n_groups for c in kept), default=0)
-    if top is None or math.isinf(_width(top)):
+    if top is None or math.isinf(_width(top)) or min(c.n_groups for c in kept) < FIRST_CHECK:
         return Precision(None, n_items, n_groups)
     return Precision(_width(top), n_items, n_groups, f"{aspect} {top.level} {top.method}")
 
