@@ -336,20 +336,19 @@ def sample_ids(items: Iterable[Item], n: int, seed: int) -> frozenset[str]:
     """The item ids of `judge ... --sample N --seed S`: N items drawn at random, whole groups
     at a time where the data set has groups (the unit of the dataset-level correlation: a
     group cut in two would count its items in neither), so at least N items unless the data
-    set has fewer: the first groups of `drawn_groups`."""
+    set has fewer. The same items, data and seed give the same draw on every command and
+    machine (random.Random(seed) over the groups in file order)."""
     kept: list[str] = []
     for group in drawn_groups(items, seed):
         if len(kept) >= n:
             break
-        kept += [it.item_id for it in group]
+        kept += (it.item_id for it in group)
     return frozenset(kept)
 
 
 def drawn_groups(items: Iterable[Item], seed: int) -> list[list[Item]]:
-    """The items' groups (an item without one alone) in the order of the --sample draw. The
-    same items, data and seed give the same order on every command and machine
-    (random.Random(seed) over the groups in file order); `judge run --until-ci` judges them
-    in this order, so it judges first what `--sample N` would draw."""
+    """The items by group (an item without one alone), the groups in the order the --sample
+    draw with `seed` takes them, the items of a group in file order."""
     groups: dict[str, list[Item]] = {}
     for it in items:
         groups.setdefault(it.group or it.item_id, []).append(it)
