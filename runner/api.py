@@ -54,6 +54,7 @@ from runner.session import (
     TaskLog,
     check_budget,
     check_keys,
+    check_until_ci,
     estimate,
     job_path,
     key_reader,
@@ -203,8 +204,9 @@ def run(job: JobLike, **options: Any) -> RunResult:
         job: a Job (load_job), a job file path, a name under jobs/, or a TaskSelection.
         **options: the selection (models, base_url, limit, sample, seed, cache_dir, cache_url,
             out, data_dir, environ; see `selection`) and the run's own: concurrency, rpm, tpm,
-            max_retries, timeout (seconds), offline (no call: report what is cached), budget
-            (USD), on_progress (called with the RunStats as the pool goes).
+            max_retries, timeout (seconds), until_ci (W: stop each judge once its 95% CIs
+            are narrower, `judge run --until-ci`), offline (no call: report what is cached),
+            budget (USD), on_progress (called with the RunStats as the pool goes).
 
     Returns:
         A RunResult. Failed tasks do not raise: they are in `stats.failures`, in the
@@ -248,8 +250,8 @@ def _environ(options: Mapping[str, Any]) -> Mapping[str, str]:
     return os.environ if given is None else given
 
 
-_RUN_OPTIONS = ("concurrency", "rpm", "tpm", "max_retries", "timeout", "offline", "budget",
-                "on_progress", "_stoppers")
+_RUN_OPTIONS = ("concurrency", "rpm", "tpm", "max_retries", "timeout", "until_ci", "offline",
+                "budget", "on_progress", "_stoppers")
 
 
 async def arun(job: JobLike, **options: Any) -> RunResult:
@@ -273,6 +275,7 @@ async def arun(job: JobLike, **options: Any) -> RunResult:
     if not offline:
         check_keys(sel.job, env)
         check_budget(sel.job, budget)
+    check_until_ci(sel.job, sharded=False, batch=False)
     command = f"runner.run({sel.job.name!r})"
     lease = lease_name(sel.job.name, None)
     with open_selected(sel) as leased, (contextlib.nullcontext() if offline

@@ -38,11 +38,12 @@ from runner.selection import DEFAULT_CACHE_DIR, TaskSelection
 
 if TYPE_CHECKING:
     from runner.execute.stats import RunStats
+    from runner.reduce.stopping import UntilCI
 
 __all__ = ["BatchAnswers", "Download", "ModelPlan", "Selection", "TaskLog", "all_tasks",
-           "answer_text", "check_budget", "check_keys", "estimate", "job_path", "key_reader",
-           "manifest", "run_async", "run_pool", "select", "serving", "unpriced_model",
-           "with_run_limits"]
+           "answer_text", "check_budget", "check_keys", "check_until_ci", "estimate", "job_path",
+           "key_reader", "manifest", "run_async", "run_pool", "select", "serving",
+           "unpriced_model", "with_run_limits"]
 
 PACKAGES = ("judge-runner", "aiohttp", "openai", "aiolimiter", "diskcache", "orjson", "scipy",
             "click")
@@ -92,7 +93,7 @@ def run_async(work: Awaitable[T]) -> T:
 
 
 RUN_LIMITS = (("concurrency", "concurrency"), ("rpm", "rpm"), ("tpm", "tpm"),
-              ("max_retries", "max_retries"), ("timeout", "timeout_s"))
+              ("max_retries", "max_retries"), ("timeout", "timeout_s"), ("until_ci", "until_ci"))
 """`judge run`'s (and runner.run's) option -> the job's `[limits]` field it replaces."""
 
 
@@ -101,8 +102,8 @@ def with_run_limits(sel: Selection, options: Mapping[str, Any]) -> Selection:
 
     Args:
         sel: the selection.
-        options: the run's options by name (concurrency, rpm, tpm, max_retries, timeout); one
-            left out or None keeps the job's.
+        options: the run's options by name (concurrency, rpm, tpm, max_retries, timeout,
+            until_ci); one left out or None keeps the job's.
 
     Returns:
         `sel` with its job's `[limits]` replaced where an option was given.
@@ -354,6 +355,28 @@ def check_budget(job: Job, budget: float | None) -> None:
                               "output = USD_PER_1M}")
 
 
+def check_until_ci(job: Job, *, sharded: bool, batch: bool) -> None:
+    """--until-ci can run this job: one process, online, item prompts, no generation stage.
+
+    Args:
+        job: the job, its limits with until_ci.
+        sharded: the run is one shard (--shard).
+        batch: the run goes through a provider batch (--batch, or a model in batch mode).
+
+    Raises:
+        ConfigError: the combination, named, with what to drop.
+    """
+    if job.limits.until_ci is None:
+        return
+    why = ("--shard" if sharded else "--batch (a batch is bought whole)" if batch
+           else "a generation stage" if job.generate
+           else "group prompts (per = \"group\")" if any(p.per == "group" for p in job.prompts)
+           else None)
+    if why is not None:
+        raise ConfigError(f"{job.path}: --until-ci (limits.until_ci) judges the items of one "
+                          f"run group by group and cannot run with {why}; drop one of them")
+
+
 @contextlib.contextmanager
 def serving(job: Job) -> Iterator[Job]:
     """Start the embedded local server for `local:` models for the duration of the block.
@@ -429,19 +452,33 @@ async def run_pool(sel: Selection, served: Job, cache: CacheBackend, *, stop: An
             if stop.is_set():
                 return stats, sel
             sel = derive(sel)  # judge what the generators answered
+        until = _until_ci(sel, cache, stats) if cached_first is None else None
         if cached_first is None:
             count = sel.expansion.count()
             stats.total += count
-            tasks = sel.expansion.tasks()
-            if sel.shard is None:  # the job's keys, kept for its rescore
+            tasks = sel.expansion.tasks() if until is None else until.tasks()
+            if sel.shard is None and until is None:  # the job's keys, kept for its rescore
                 tasks = with_key_index(cache, sel.expansion, READ_BATCH, count, tasks)
         else:  # counted, and the tasks before its uncached_onward judged, by that pass
             assert cached_first.uncached_onward is not None, "a fully cached pass needs no pool"
             tasks = cached_first.uncached_onward
         logged = _logged(tasks, dispatched)
         await execute(_not_in_batches(logged, in_batches, stats), **run,
-                      hashes=None if cached_first is None else cached_first.hashes)
+                      hashes=None if cached_first is None else cached_first.hashes,
+                      holds=None if until is None else until.holds)
+    if until is not None:
+        stats.until_ci = until.verdicts(stopped=stop.is_set())
     return stats, sel
+
+
+def _until_ci(sel: Selection, cache: CacheBackend, stats: RunStats) -> UntilCI | None:
+    """The --until-ci rule of the run (limits.until_ci), its order the --sample draw's."""
+    # here, not at the top: it imports numpy (~0.15 s, and BLAS threads, which would keep
+    # runner.expand_ahead from forking) for every command that imports this module
+    from runner.reduce.stopping import UntilCI
+    width = sel.job.limits.until_ci
+    seed = sel.task_selection.seed if sel.task_selection is not None else None
+    return None if width is None else UntilCI(sel.expansion, cache, stats, width, seed or 0)
 
 
 class TaskLog:
@@ -652,6 +689,7 @@ def manifest(sel: Selection, stats: RunStats | None, started: float,
             "unpriced_calls": stats.unpriced if stats else 0,
             "bill": (stats.bill if stats else Bill()).as_dict(unknown=unpriced_model(sel.job)),
             "endpoints": stats.endpoint_counts() if stats else {},
+            **({"until_ci": stats.until_ci} if stats and stats.until_ci else {}),
             "cache_dir": str(sel.cache_dir),
             **({"cache_url": redact_url(sel.cache_url)} if sel.cache_url else {}),
             "selection": None if sel.task_selection is None else sel.task_selection.recorded()}

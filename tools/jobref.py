@@ -112,6 +112,12 @@ NOTES: dict[str, dict[str, tuple[str, str]]] = {
                 "server's rate-limit headers. Divided by N under `--shard I/N`.", "unset"),
         "tpm": ("Tokens per minute per model (prompt estimate + max_tokens x n); unset = "
                 "unlimited or learned. Divided by N under `--shard I/N`.", "unset"),
+        "until_ci": ("Stop calling a judge once every 95% CI of its correlation with the "
+                     "humans (each aspect, level and method the job reports) is narrower than "
+                     "this; the groups are judged whole, in the order of the `--sample` draw. "
+                     "`judge run --until-ci W` overrides it. See [Stopping when the answer is "
+                     "known](../explanation/statistics.md#stopping-when-the-answer-is-known).",
+                     "unset"),
     },
     "[[datasets]]": {
         "name": ("A registered data set (`judge datasets list`), or your name for a file.", ""),

@@ -20,7 +20,14 @@ import click
 
 from runner import api
 from runner.cli import Terminated
-from runner.cli.batches import MAX_BATCH_REQUESTS, BatchAnswers, Batched, batch_stage, merge
+from runner.cli.batches import (
+    MAX_BATCH_REQUESTS,
+    BatchAnswers,
+    Batched,
+    batch_models,
+    batch_stage,
+    merge,
+)
 from runner.cli.cachecmds import job_keys
 from runner.cli.options import PARTIAL_HELP, data_dir, resolve, task_selection
 from runner.cli.outcome import command_line, counts, exit_interrupted, stopped, summarise
@@ -38,6 +45,7 @@ from runner.session import (
     TaskLog,
     check_budget,
     check_keys,
+    check_until_ci,
     estimate,
     key_reader,
     manifest,
@@ -81,6 +89,10 @@ run gains little from it."""
 @click.option("--partial", is_flag=True, help=PARTIAL_HELP)
 @click.option("--budget", type=click.FloatRange(min=0), metavar="USD",
               help="Stop dispatching before the estimated spend would pass USD.")
+@click.option("--until-ci", type=click.FloatRange(min=0, min_open=True), metavar="W",
+              help="Judge whole groups in random order (the --sample draw's) and stop calling "
+                   "a judge once each of its 95% CIs is narrower than W, e.g. --until-ci 0.1 "
+                   "[job: limits.until_ci].")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask before paid calls.")
 @click.option("--batch", is_flag=True,
               help="Send what misses the cache through the provider's Batch API (half price, "
@@ -127,6 +139,8 @@ def run(task_selection: TaskSelection, **run_options: Any) -> None:
         return
     check_keys(sel.job, os.environ)
     check_budget(sel.job, run_options["budget"])
+    check_until_ci(sel.job, sharded=sel.shard is not None,
+                   batch=bool(batch_models(sel.job, run_options["batch"])))
     # The run's lease on (cache, job, shard), before any call and before asking: a second run
     # of this job on this cache stops here, naming the first (runner/execute/store/lease.py).
     name = lease_name(sel.job.name, None if sel.shard is None else str(sel.shard))
@@ -272,9 +286,9 @@ async def _run_async(sel: Selection, served: Job, cache: CacheBackend, run_optio
 
 def _cached_first(sel: Selection) -> int:
     """The run's task count if it can judge its cached tasks first (one shard-less judge
-    stage, no generation stage, CACHED_FIRST_TASKS tasks or more; a cache folder or
-    PostgreSQL), else 0."""
-    if sel.shard is not None or sel.job.generate:
+    stage, no generation stage, no --until-ci, CACHED_FIRST_TASKS tasks or more; a cache
+    folder or PostgreSQL), else 0."""
+    if sel.shard is not None or sel.job.generate or sel.job.limits.until_ci is not None:
         return 0
     count = sel.expansion.count()  # ~0.04 s at 100k tasks: counted once for the whole run
     return count if count >= CACHED_FIRST_TASKS else 0

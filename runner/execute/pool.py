@@ -282,14 +282,16 @@ async def execute(tasks: Iterable[Task], *, cache: CacheBackend, session: aiohtt
                   budget: float | None = None, total: int = 0, stats: RunStats | None = None,
                   on_progress: Callable[[RunStats], None] = lambda s: None,
                   hashes: array.array[int] | None = None,
-                  say: Callable[[str], None] = lambda message: None) -> RunStats:
+                  say: Callable[[str], None] = lambda message: None,
+                  holds: Callable[[Task], bool] | None = None) -> RunStats:
     """Make sure every task has a cached answer, calling the API only for those that don't.
 
     Returns the run's counters; failed tasks are in `failures`, never in the cache. `hashes`:
     the key hashes of tasks the caller already counted as cache hits (see
     RunStats.settle_repeats), so that their repeats among `tasks` count as repeats. `say`
     tells the user of a cache disk that is full and of the answers held meanwhile
-    (runner.execute.commits).
+    (runner.execute.commits). `holds`: asked of each task to send as a worker takes it (see
+    _unheld).
     """
     stats = stats if stats is not None else RunStats(total=total)  # or add to a run's counters
     stop = stop or asyncio.Event()
@@ -299,6 +301,8 @@ async def execute(tasks: Iterable[Task], *, cache: CacheBackend, session: aiohtt
     # a queue cost a task switch per answer at zero latency.
     todo = _to_call(tasks, pool, offline=offline, budget=budget,
                     hashes=array.array("q") if hashes is None else hashes)
+    if holds is not None:
+        todo = _unheld(todo, pool, holds, budget)
 
     async def worker() -> None:
         unproven = pool.breaker.unproven
@@ -374,8 +378,7 @@ def _to_call(tasks: Iterable[Task], pool: _Pool, *, offline: bool, budget: float
                 stats.missing.append(task.key)
                 continue
             if budget is not None:
-                model = pool.endpoints[task.model].model
-                cost = estimate_cost(model, task.prompt_tokens, task.max_tokens) or 0.0
+                cost = _reserved_cost(pool, task)
                 if stats.committed_cost + cost > budget:
                     stats.budget_stopped = True
                     stats.missing.append(task.key)
@@ -389,3 +392,26 @@ def _to_call(tasks: Iterable[Task], pool: _Pool, *, offline: bool, budget: float
     # Repeats found cached (of a cached key, or of one stored since it was sent) were counted
     # as hits: they are repeats.
     stats.settle_repeats(hashes, repeats_of_uncached)
+
+
+def _unheld(todo: Iterator[Task], pool: _Pool, holds: Callable[[Task], bool],
+            budget: float | None) -> Iterator[Task]:
+    """The tasks to send but those `holds` holds (--until-ci: a judge whose CIs are narrow
+    enough), which are listed as not run and taken off the budget's committed spend. Asked
+    as a worker takes the task, not when `_to_call` looks its batch up (LOOKUP_BATCH tasks
+    ahead), so that `holds` sees the answers stored up to the task's dispatch."""
+    stats = pool.stats
+    for task in todo:
+        if not holds(task):
+            yield task
+            continue
+        stats.missing.append(task.key)  # its claim is given back with the others' at the end
+        if budget is not None:
+            stats.committed_cost -= _reserved_cost(pool, task)
+
+
+def _reserved_cost(pool: _Pool, task: Task) -> float:
+    """What --budget counts a task at when it is dispatched: its price at its token estimate
+    and max_tokens (0 for a model without a price: check_budget refuses those)."""
+    return estimate_cost(pool.endpoints[task.model].model, task.prompt_tokens,
+                         task.max_tokens) or 0.0

@@ -42,6 +42,8 @@ class RunStats(Billed):
     """Tasks whose request another live run is buying: this run waits for those answers
     (runner/execute/claims.py)."""
     budget_stopped: bool = False
+    until_ci: list[str] = field(default_factory=list)
+    """--until-ci: why each judge stopped, with n (runner.reduce.stopping); empty without it."""
     interrupted: bool = False
     terminated: bool = False
     """Stopped by SIGTERM (exit 143), not Ctrl-C (130)."""

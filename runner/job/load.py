@@ -298,7 +298,7 @@ def _unique(root: _Reader, key: str, names: list[str]) -> None:
 def _limits(root: _Reader) -> Limits:
     r = root.child("limits", root.get("limits", dict, {}))
     r.check_keys({"concurrency", "rpm", "tpm", "max_retries", "timeout_s", "down_after_s",
-                  "max_wait_s"})
+                  "max_wait_s", "until_ci"})
     retries = r.get("max_retries", int, 6)
     if retries < 0:
         raise r.error("max_retries", f"must be 0 or more (got {retries})")
@@ -306,7 +306,8 @@ def _limits(root: _Reader) -> Limits:
                   tpm=r.positive("tpm", None, float), max_retries=retries,
                   timeout_s=float(r.positive("timeout_s", 60.0, float)),
                   down_after_s=float(r.positive("down_after_s", 60.0, float)),
-                  max_wait_s=float(r.positive("max_wait_s", 600.0, float)))
+                  max_wait_s=float(r.positive("max_wait_s", 600.0, float)),
+                  until_ci=r.positive("until_ci", None, float))
 
 
 def _dataset(root: _Reader, index: int, table: Mapping[str, Any]) -> DatasetSpec:

@@ -68,6 +68,10 @@ class Limits:
     before, after which the run stops (exit 2, rerun to resume)."""
     max_wait_s: float = 600.0
     """Longest wait a server may ask for (Retry-After); a longer ask stops the run (exit 2)."""
+    until_ci: float | None = None
+    """Judge whole groups in a random order and stop once every 95% CI of a judge's
+    correlation (each level and method the job reports) is narrower than this (`judge run
+    --until-ci`); None = judge every item."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

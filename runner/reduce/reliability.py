@@ -282,8 +282,9 @@ class PowerPlan:
     diff: float  # corr(A, human) - corr(B, human) on the pilot
     width_pilot: float  # width of the pilot's 95% bootstrap CI of diff
     width: float  # the target width
-    n_for_width: int  # items for a 95% CI of the target width (CI width ~ 1/sqrt(n))
-    width_check: float | None  # bootstrap width with n_for_width items drawn from the pilot
+    n_for_width: int  # items for a 95% CI of the target width: whole groups, width ~ 1/sqrt(G)
+    groups_for_width: int  # the groups those items are (items, where the data has no groups)
+    width_check: float | None  # bootstrap width with that many groups drawn from the pilot
     groups_pilot: int  # the pilot's groups (items, where the data has no groups)
     power_pilot: float  # power of a study the pilot's size to separate A and B
     groups_for_power: int | None  # groups for POWER at ALPHA (None: beyond MAX_GROUPS)
@@ -299,11 +300,14 @@ MAX_GROUPS = 200_000
 def plan_power(a: Sequence[float], b: Sequence[float], human: Sequence[float], *,
                method: str, width: float, groups: Sequence[str] | None = None,
                n_boot: int = 500, seed: int = 0, check_limit: int = 20_000) -> PowerPlan | None:
-    """Sample sizes from a pilot: for a CI of the difference `width` wide (the pilot's
-    bootstrap width scaled by 1/sqrt(n), checked by a bootstrap at that size up to
-    `check_limit` items), and for POWER to find the pilot's difference at ALPHA (two-sided).
+    """Sample sizes from a pilot: for a CI of the difference `width` wide (the width of a
+    bootstrap of the pilot's whole groups scaled by 1/sqrt(G), checked by a bootstrap at that
+    many groups up to `check_limit` items), and for POWER to find the pilot's difference at
+    ALPHA (two-sided).
 
-    Power is simulated, not read off a CI width: studies of G groups are drawn with
+    Both resample groups, not items, as the report's CIs do: an error the items of a group
+    share (one story, one source text) makes a study's groups, not its items, the unit of
+    its precision. Power is simulated, not read off a CI width: studies of G groups are drawn with
     replacement from the pilot's `groups` (the unit of the dataset level: items of a group
     stay together; each item its own group without `groups`), and a study separates A and B
     when its difference is beyond 1.96 of the simulated studies' standard deviation. The
@@ -317,16 +321,17 @@ def plan_power(a: Sequence[float], b: Sequence[float], human: Sequence[float], *
     diff = correlation("pearson", xa, h), correlation("pearson", xb, h)
     if diff[0] is None or diff[1] is None:
         return None
-    rng = np.random.default_rng(seed)
-    w0 = _boot_width(xa, xb, h, xa.size, n_boot, rng)
-    d = diff[0] - diff[1]
-    n_width = max(4, math.ceil(xa.size * (w0 / width) ** 2))
-    check = _boot_width(xa, xb, h, n_width, n_boot, rng) if n_width <= check_limit else None
     sums = _group_sums(xa, xb, h, groups)
     per_group = xa.size / len(sums)
+    rng = np.random.default_rng(seed)
+    w0 = _boot_width(sums, len(sums), n_boot, rng)
+    d = diff[0] - diff[1]
+    g_width = max(2, math.ceil(len(sums) * (w0 / width) ** 2))
+    n_width = max(4, math.ceil(g_width * per_group))
+    check = _boot_width(sums, g_width, n_boot, rng) if n_width <= check_limit else None
     power = functools.partial(_power, sums, n_boot, np.random.default_rng(seed))
     g = _groups_for_power(power, len(sums)) if abs(d) > 1e-12 else None
-    return PowerPlan(method, int(xa.size), d, w0, width, n_width, check, len(sums),
+    return PowerPlan(method, int(xa.size), d, w0, width, n_width, g_width, check, len(sums),
                      power(len(sums)), g, None if g is None else math.ceil(g * per_group))
 
 
@@ -344,9 +349,10 @@ def _group_sums(a: FloatArray, b: FloatArray, h: FloatArray,
     return out
 
 
-def _power(sums: FloatArray, n_sim: int, rng: np.random.Generator, groups: int) -> float:
-    """The share of n_sim simulated studies of `groups` groups (drawn from the pilot's) whose
-    difference of correlations is beyond z(1 - ALPHA/2) of the studies' standard deviation."""
+def _draw_diffs(sums: FloatArray, n_sim: int, rng: np.random.Generator,
+                groups: int) -> FloatArray:
+    """corr(A, human) - corr(B, human) of n_sim simulated studies of `groups` groups drawn
+    with replacement from the pilot's (non-finite differences dropped)."""
     per = max(1, (1 << 22) // max(groups, 1))
     diffs = []
     for start in range(0, n_sim, per):
@@ -358,7 +364,13 @@ def _power(sums: FloatArray, n_sim: int, rng: np.random.Generator, groups: int) 
             rb = (sbh - sb * sh / n) / np.sqrt((sbb - sb * sb / n) * vh)
         dd = ra - rb
         diffs.append(dd[np.isfinite(dd)])
-    dist = np.concatenate(diffs)
+    return np.concatenate(diffs)
+
+
+def _power(sums: FloatArray, n_sim: int, rng: np.random.Generator, groups: int) -> float:
+    """The share of n_sim simulated studies of `groups` groups (drawn from the pilot's) whose
+    difference of correlations is beyond z(1 - ALPHA/2) of the studies' standard deviation."""
+    dist = _draw_diffs(sums, n_sim, rng, groups)
     if dist.size < 2:
         return math.nan
     sd = float(dist.std(ddof=1))
@@ -386,26 +398,12 @@ def _groups_for_power(power: Callable[[int], float], pilot: int) -> int | None:
     return high
 
 
-def _boot_width(a: FloatArray, b: FloatArray, h: FloatArray, m: int, n_boot: int,
-                rng: np.random.Generator) -> float:
-    """Width of the 95% percentile interval of the difference over n_boot draws of m items."""
-    diffs: list[FloatArray] = []
-    per = max(1, (1 << 22) // max(m, 1))
-    for start in range(0, n_boot, per):
-        idx = rng.integers(0, a.size, size=(min(per, n_boot - start), m))
-        ha = h[idx]
-        d = _pearson_pairs(a[idx], ha) - _pearson_pairs(b[idx], ha)
-        diffs.append(d[~np.isnan(d)])
-    dist = np.concatenate(diffs)
+def _boot_width(sums: FloatArray, groups: int, n_boot: int, rng: np.random.Generator) -> float:
+    """Width of the 95% percentile interval of the difference over n_boot studies of `groups`
+    groups: whole groups, as the report's CIs resample, so an error a group's items share
+    widens it (items drawn one by one would not see it)."""
+    dist = _draw_diffs(sums, n_boot, rng, groups)
     return float(np.percentile(dist, 97.5) - np.percentile(dist, 2.5)) if dist.size else math.nan
-
-
-def _pearson_pairs(x: FloatArray, y: FloatArray) -> FloatArray:
-    xc, yc = x - x.mean(axis=1, keepdims=True), y - y.mean(axis=1, keepdims=True)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out: FloatArray = (xc * yc).sum(axis=1) / np.sqrt((xc ** 2).sum(axis=1)
-                                                          * (yc ** 2).sum(axis=1))
-    return out
 
 
 # (judge, dataset, aspect, group) -> order (member ids as sent) -> member -> scores

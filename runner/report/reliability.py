@@ -45,8 +45,8 @@ RELIABILITY_COLUMNS = ["dataset", "aspect", "figure", "a", "b", "statistic", "va
                        "p_value"]
 SIGNIFICANCE_COLUMNS = ["williams_t", "williams_p", "permutation_p"]
 POWER_COLUMNS = ["dataset", "aspect", "method", "n_pilot", "diff", "ci_width_pilot",
-                 "target_width", "n_for_width", "width_check", "groups_pilot", "power_pilot",
-                 "groups_for_power", "n_for_power"]
+                 "target_width", "n_for_width", "groups_for_width", "width_check",
+                 "groups_pilot", "power_pilot", "groups_for_power", "n_for_power"]
 # The judged text where the data set does not name its field: the first of these an item has.
 ANSWER_FIELDS = ("output", "answer", "response", "summary")
 _Scored = tuple[npt.NDArray[np.int32], npt.NDArray[np.float64]]
@@ -385,6 +385,7 @@ def power_rows(by_data: Mapping[tuple[str, str], Mapping[str, Series]],
                             "n_pilot": plan.n_pilot, "diff": plan.diff,
                             "ci_width_pilot": plan.width_pilot, "target_width": plan.width,
                             "n_for_width": plan.n_for_width, "width_check": plan.width_check,
+                            "groups_for_width": plan.groups_for_width,
                             "groups_pilot": plan.groups_pilot, "power_pilot": plan.power_pilot,
                             "groups_for_power": plan.groups_for_power,
                             "n_for_power": plan.n_for_power})
@@ -407,7 +408,8 @@ def power_lines(rows: Sequence[Mapping[str, Any]], judges: tuple[str, str],
         lines.append(f"{r['dataset']}/{r['aspect']} {r['method']}: pilot n {r['n_pilot']} in "
                      f"{r['groups_pilot']} groups, diff {r['diff']:+.3f}, CI width "
                      f"{r['ci_width_pilot']:.3f}, power {r['power_pilot']:.2f}; "
-                     f"{r['n_for_width']} items for width {width}{check}; {sep} for 80% power")
+                     f"{r['n_for_width']} items ({r['groups_for_width']} groups) for width "
+                     f"{width}{check}; {sep} for 80% power")
     if len(lines) == 1:
         lines.append("no data set and aspect has both judges with 10 or more common items")
     return lines
