@@ -23,19 +23,21 @@ from click.testing import CliRunner
 
 import runner
 from runner.cli.main import cli
-from runner.data.annotations import read_ratings
+from runner.data.annotations import append_rating, read_ratings
 from runner.execute.store.cache import Cache
 from runner.execute.store.lease import describe, lease_id, lease_name
+from runner.expand import prepare
 from runner.report.html import read_page_data
 from runner.serve import Desk, make_app, new_token
 from runner.serve import live as live_module
 from runner.serve.live import LiveRuns, holder
-from runner.serve.rate import ratings_path
+from runner.serve.rate import ratings_path, record
 from tests import test_report
 from tests.conftest import DATA_DIR
 from tests.fakeserver import Script, ThreadedServer
 from tests.processes import Child, Processes, processes_fixture, wait_until  # noqa: F401
 from tests.test_cli import JOB, clean_env, error_line, judge_cmd, run_judge, write_job
+from tests.test_ratings import RATED_JOB, rated_job
 
 LIMIT = 40
 
@@ -57,6 +59,7 @@ class Study:
     runs: Path
     first: str
     second: str
+    base_url: str = ""  # the fake server's, which the cache keys name
 
 
 @pytest.fixture(scope="module")
@@ -242,6 +245,20 @@ def test_a_lease_of_a_dead_process_is_no_run(tmp_path: Path) -> None:
     assert holder(tmp_path, "job") is None
 
 
+def test_an_aspects_rating_goes_to_the_file_the_job_declares(tmp_path: Path) -> None:
+    """The job reads `overall` from the ratings file it declares, so the desk writes it there;
+    `fluency`, declared nowhere, goes to the data set's default file."""
+    job = rated_job(tmp_path / "study", groups=2)
+    job.write_text(RATED_JOB.replace('aspects = ["overall"]', 'aspects = ["overall", "fluency"]'),
+                   "utf-8")
+    expansion = prepare(runner.load_job(job), DATA_DIR)
+    assert record(expansion, "ann", "mine", "d0-a", {"overall": "4", "fluency": "2"}) == 2
+    declared, default = job.parent / "ratings.jsonl", job.parent / "data.ratings.jsonl"
+    assert [(r.aspect, r.score) for r in read_ratings(declared)] == [("overall", 4.0)]
+    assert [(r.aspect, r.score) for r in read_ratings(default)] == [("fluency", 2.0)]
+    assert prepare(runner.load_job(job), DATA_DIR).item("mine", "d0-a").human == {"overall": 4.0}
+
+
 # --- the real command, in a real browser ---------------------------------------------------
 
 browser = test_report.browser
@@ -256,10 +273,47 @@ def _serve(processes: Processes, study: Study, *options: str) -> tuple[Child, st
     return child, found[1]
 
 
+def _stars(item: str) -> int:
+    """The judge's stars for item `d{g}-{s}` of rated_job (distinct within a group)."""
+    g, s = item[1:].split("-")
+    return (int(g) + "abc".index(s)) % 5 + 1
+
+
+def _rated_reply(body: dict[str, Any]) -> str:
+    """_stars of the item, but no parsable answer for d5-b (a parse failure to filter on)."""
+    found = re.search(r"summary (\d+) by (\w)", body["messages"][-1]["content"])
+    assert found is not None
+    item = f"d{found[1]}-{found[2]}"
+    return "no idea" if item == "d5-b" else f"{_stars(item)} stars"
+
+
+@pytest.fixture
+def rated_study(tmp_path: Path) -> Study:
+    """Two runs of a job whose human column is a ratings file, where annotator ana rated every
+    item (scores unrelated to the judge's): a run, then a rescore after a parser change (a
+    level description read as 1 star: d5-b's answer parses)."""
+    job = rated_job(tmp_path / "jobs")
+    for n, item in enumerate(f"d{g}-{s}" for g in range(12) for s in "abc"):
+        append_rating(job.parent / "ratings.jsonl", item=item, aspect="overall",
+                      annotator="ana", score=n * 7 % 5 + 1)
+    with ThreadedServer(Script(reply=_rated_reply)) as server:
+        options: dict[str, Any] = {"base_url": server.url, "data_dir": DATA_DIR, "environ": {},
+                                   "cache_dir": tmp_path / "cache",
+                                   "out": tmp_path / "runs" / "job"}
+        runner.run(job, **options)
+        job.write_text(RATED_JOB + '[prompts.parser_options.levels]\n"no idea" = 1\n', "utf-8")
+        runner.rescore(job, **options)
+    first, second = sorted(p.name for p in (tmp_path / "runs" / "job" / "history").iterdir())
+    return Study(tmp_path, job, tmp_path / "runs", first, second, server.url)
+
+
 @pytest.mark.slow
-def test_the_desk_in_a_browser(study: Study, browser: Any, processes: Processes) -> None:
+def test_the_desk_in_a_browser(rated_study: Study, browser: Any, processes: Processes) -> None:
     """List the runs, open two side by side (judge diff's lines), filter the item browser and
-    open a judgment, rate five items, restart the desk and find them."""
+    open a judgment, rate five items as an annotator, restart the desk and find them; `judge
+    rescore` reads them into the human column (the annotators' mean): the correlations the
+    desk shows move."""
+    study = rated_study
     child, url = _serve(processes, study, "--annotator", "bob")
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     errors: list[str] = []
@@ -270,8 +324,9 @@ def test_the_desk_in_a_browser(study: Study, browser: Any, processes: Processes)
     assert page.locator("table.runs tbody tr").count() == 2
     with page.expect_navigation():
         page.click("text=Open A and B side by side")
+    env = clean_env(DATA_DIR)
     printed = run_judge("diff", study.job, study.first, study.second, "--out",
-                        study.runs / "job", env=clean_env(DATA_DIR), cwd=study.root)
+                        study.runs / "job", env=env, cwd=study.root)
     assert printed.returncode == 0, printed.stderr
     shown = page.locator("#diff-lines").inner_text().splitlines()
     assert shown == printed.stdout.splitlines()[1:]
@@ -279,22 +334,23 @@ def test_the_desk_in_a_browser(study: Study, browser: Any, processes: Processes)
         page.frame_locator(f"iframe[title={frame}]").locator(
             "body[data-rendered=true]").wait_for(timeout=20_000)
 
-    page.goto(url + "items?job=job")
+    page.goto(url + f"items?job=job&run={study.first}")
     page.select_option("select[name=status]", "failed")
     with page.expect_navigation():
         page.click("button:text('Filter')")
     statuses = page.locator("#items tbody td[class^=status]").all_inner_texts()
-    assert statuses and set(statuses) == {"parse"}
+    assert statuses == ["parse"]
     page.locator("#items tbody tr").first.click()
     page.locator("#detail").wait_for(state="visible")
-    assert "[user]" in page.locator("#request").inner_text()
+    assert "summary 5 by b" in page.locator("#request").inner_text()
     assert page.locator("#answer").inner_text() == "no idea"
 
     page.goto(url + "rate/job")
     rated = []
-    for i in range(5):
-        rated.append((page.locator("#item").inner_text(), float(i % 5 + 1)))
-        page.check(f"input[name=overall][value='{i % 5 + 1}']")
+    for _ in range(5):  # each as the judge rated it
+        item = page.locator("#item").inner_text()
+        rated.append((item, float(_stars(item))))
+        page.check(f"input[name=overall][value='{_stars(item)}']")
         with page.expect_navigation():
             page.click("#save")
     child.signal(signal.SIGINT)
@@ -302,11 +358,29 @@ def test_the_desk_in_a_browser(study: Study, browser: Any, processes: Processes)
 
     child, url = _serve(processes, study, "--annotator", "bob")
     page.goto(url + "rate/job")
-    assert "item 6 of" in page.locator("main").inner_text()
-    path = ratings_path(runner.load_job(study.job), "openmeva")
-    assert [(r.item, r.score) for r in read_ratings(path) if r.annotator == "bob"] == rated
+    assert "item 6 of 36" in page.locator("main").inner_text()
+    ratings = study.job.parent / "ratings.jsonl"  # the file the job declares
+    assert [(r.item, r.score) for r in read_ratings(ratings) if r.annotator == "bob"] == rated
+
+    rescored = run_judge("rescore", study.job, "--base-url", study.base_url, "--cache-dir",
+                         study.root / "cache", "--out", study.runs / "job", env=env,
+                         cwd=study.root)
+    assert rescored.returncode == 0, rescored.stderr
+    third = max(p.name for p in (study.runs / "job" / "history").iterdir())
+    judge: dict[str, dict[tuple[str, str], str]] = {}
+    for run in (study.second, third):
+        page.goto(url + f"run/job/{run}")
+        rows = [r for r in _csv(study.runs / "job" / "history" / run / "correlations.csv")
+                if r["subset"] == "all"]
+        assert page.locator("td.figure").all_inner_texts() == [
+            f"{float(r['value']):.3f}" if r["value"] else "n/a" for r in rows]
+        judge[run] = {(r["level"], r["method"]): r["value"] for r in rows
+                      if r["judge"] == "fake/stars"}
+    assert judge[third].keys() == judge[study.second].keys()
+    assert all(judge[third][k] != v for k, v in judge[study.second].items()), judge
     assert not errors, errors
-    path.unlink()
+    child.signal(signal.SIGINT)
+    child.finish()
 
 
 @pytest.mark.slow
