@@ -259,6 +259,27 @@ def test_an_aspects_rating_goes_to_the_file_the_job_declares(tmp_path: Path) -> 
     assert prepare(runner.load_job(job), DATA_DIR).item("mine", "d0-a").human == {"overall": 4.0}
 
 
+async def test_the_rating_queue_starts_with_the_items_the_pilot_run_judged(
+        tmp_path: Path) -> None:
+    """After `judge run --sample 6 --seed 1`, the first six items to rate are the six judged
+    (the queue follows the run's --seed, not 0), so a rescore pairs every rating."""
+    job = rated_job(tmp_path / "jobs")
+    with ThreadedServer(Script()) as server:
+        runner.run(job, sample=6, seed=1, base_url=server.url, data_dir=DATA_DIR,
+                   cache_dir=tmp_path / "cache", out=tmp_path / "runs" / "job", environ={})
+    judged = {r["item_id"] for r in _jsonl(tmp_path / "runs" / "job")}
+    app = make_app(Desk(tmp_path / "runs", DATA_DIR, annotator="ana"))
+    shown = []
+    async with TestClient(TestServer(app, host="127.0.0.1")) as c:
+        for _ in range(6):
+            page = await (await c.get("/rate/job")).text()
+            found = re.search(r"<code id=item>([^<]*)</code>", page)
+            assert found is not None
+            shown.append(found[1])
+            await c.post("/rate/job", data={"dataset": "mine", "item": found[1], "overall": "3"})
+    assert len(judged) == 6 and set(shown) == judged
+
+
 # --- the real command, in a real browser ---------------------------------------------------
 
 browser = test_report.browser

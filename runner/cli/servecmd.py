@@ -24,9 +24,11 @@ __all__ = ["serve"]
 @click.option("--annotator", metavar="NAME",
               help="Rate items as NAME on the rating page (/rate): the job's aspects on the "
                    "scales its prompts declare, no judge's score shown, skip allowed. Each "
-                   "rating is appended to the data set's ratings file: beside the data file, "
+                   "rating is appended to the ratings file the job's human field declares "
+                   "for its aspect (judge init's ratings.jsonl), else beside the data file, "
                    "<data file stem>.ratings.jsonl (for a registered data set, beside the job "
-                   "file, <job stem>.<data set>.ratings.jsonl).")
+                   "file, <job stem>.<data set>.ratings.jsonl). The queue takes whole groups "
+                   "in the order of the latest run's --sample draw.")
 def serve(folder: Path, host: str, port: int, annotator: str | None) -> None:
     """Serve the study desk over FOLDER (default runs/, or one job's report folder): every job
     and its kept runs, each run's report, two runs side by side with `judge diff`'s figures,

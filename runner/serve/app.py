@@ -198,7 +198,8 @@ async def _rate(request: web.Request) -> web.Response:
     desk, job = request.app[DESK], request.match_info["job"]
     annotator = _annotator(desk)
     expansion = (await asyncio.to_thread(desk.selection, job, "latest", whole=True)).expansion
-    upcoming = await asyncio.to_thread(rate.next_item, expansion, annotator)
+    seed = (await asyncio.to_thread(desk.run, job, "latest")).seed  # the pilot's draw first
+    upcoming = await asyncio.to_thread(rate.next_item, expansion, annotator, seed)
     saved = request.query.get("saved", "")
     saved_n = int(saved) if saved.isdigit() else 0
     return _html(f"{job}: rate", rate_page(job, annotator, upcoming, saved_n))

@@ -36,6 +36,11 @@ class RunInfo:
     manifest: dict[str, Any]
 
     @property
+    def seed(self) -> int:
+        """The --seed of the run's --sample draw (0, --sample's default, if none was given)."""
+        return int((self.manifest.get("selection") or {}).get("seed") or 0)
+
+    @property
     def models(self) -> str:
         return ",".join(m["name"] for m in self.manifest.get("models", []))
 
