@@ -185,6 +185,7 @@ async def test_rating_appends_and_resumes_in_sample_order(client: Any, study: St
     path = ratings_path(runner.load_job(study.job), "openmeva")
     page = await (await client.get("/rate/job")).text()
     assert "stars" not in page.split("<div class=fields>")[0]  # blind: no judge's score
+    assert "id=scores" not in page and "fake/stars" not in page
     first = re.search(r"<code id=item>([^<]*)</code>", page)
     assert first is not None and "overall (1 to 5)" in page
     response = await client.post("/rate/job", data={"dataset": "openmeva", "item": first[1],
@@ -259,15 +260,34 @@ def test_an_aspects_rating_goes_to_the_file_the_job_declares(tmp_path: Path) -> 
     assert prepare(runner.load_job(job), DATA_DIR).item("mine", "d0-a").human == {"overall": 4.0}
 
 
+def _stars(item: str) -> int:
+    """The judge's stars for item `d{g}-{s}` of rated_job (distinct within a group)."""
+    g, s = item[1:].split("-")
+    return (int(g) + "abc".index(s)) % 5 + 1
+
+
+def _rated_reply(body: dict[str, Any]) -> str:
+    """_stars of the item, but no parsable answer for d5-b (a parse failure to filter on)."""
+    found = re.search(r"summary (\d+) by (\w)", body["messages"][-1]["content"])
+    assert found is not None
+    item = f"d{found[1]}-{found[2]}"
+    return "no idea" if item == "d5-b" else f"{_stars(item)} stars"
+
+
+def _pilot(tmp_path: Path) -> Path:
+    """rated_job's pilot, `judge run --sample 6 --seed 1`: its report folder."""
+    job = rated_job(tmp_path / "jobs")
+    with ThreadedServer(Script(reply=_rated_reply)) as server:
+        runner.run(job, sample=6, seed=1, base_url=server.url, data_dir=DATA_DIR,
+                   cache_dir=tmp_path / "cache", out=tmp_path / "runs" / "job", environ={})
+    return tmp_path / "runs" / "job"
+
+
 async def test_the_rating_queue_starts_with_the_items_the_pilot_run_judged(
         tmp_path: Path) -> None:
     """After `judge run --sample 6 --seed 1`, the first six items to rate are the six judged
     (the queue follows the run's --seed, not 0), so a rescore pairs every rating."""
-    job = rated_job(tmp_path / "jobs")
-    with ThreadedServer(Script()) as server:
-        runner.run(job, sample=6, seed=1, base_url=server.url, data_dir=DATA_DIR,
-                   cache_dir=tmp_path / "cache", out=tmp_path / "runs" / "job", environ={})
-    judged = {r["item_id"] for r in _jsonl(tmp_path / "runs" / "job")}
+    judged = {r["item_id"] for r in _jsonl(_pilot(tmp_path))}
     app = make_app(Desk(tmp_path / "runs", DATA_DIR, annotator="ana"))
     shown = []
     async with TestClient(TestServer(app, host="127.0.0.1")) as c:
@@ -278,6 +298,22 @@ async def test_the_rating_queue_starts_with_the_items_the_pilot_run_judged(
             shown.append(found[1])
             await c.post("/rate/job", data={"dataset": "mine", "item": found[1], "overall": "3"})
     assert len(judged) == 6 and set(shown) == judged
+
+
+async def test_show_scores_shows_the_judges_scores_of_the_item_being_rated(
+        tmp_path: Path) -> None:
+    judgments = _jsonl(_pilot(tmp_path))
+    app = make_app(Desk(tmp_path / "runs", DATA_DIR, annotator="ana", show_scores=True))
+    async with TestClient(TestServer(app, host="127.0.0.1")) as c:
+        page = await (await c.get("/rate/job")).text()
+    item = re.search(r"<code id=item>([^<]*)</code>", page)
+    shown = re.search(r"<div id=scores>.*?<tbody>(.*?)</tbody>", page, re.S)
+    assert item is not None and shown is not None
+    rows = [re.findall(r"<td[^>]*>([^<]*)</td>", r)
+            for r in re.findall(r"<tr>(.*?)</tr>", shown[1])]
+    judged = [r for r in judgments if r["item_id"] == item[1]]
+    assert judged and rows == [["fake/stars", "overall", f"{r['score']:g}", "ok"]
+                               for r in judged]
 
 
 # --- the real command, in a real browser ---------------------------------------------------
@@ -292,20 +328,6 @@ def _serve(processes: Processes, study: Study, *options: str) -> tuple[Child, st
     found = re.search(r"(http://\S+)", child.wait_for("judge desk on", stream="out"))
     assert found is not None
     return child, found[1]
-
-
-def _stars(item: str) -> int:
-    """The judge's stars for item `d{g}-{s}` of rated_job (distinct within a group)."""
-    g, s = item[1:].split("-")
-    return (int(g) + "abc".index(s)) % 5 + 1
-
-
-def _rated_reply(body: dict[str, Any]) -> str:
-    """_stars of the item, but no parsable answer for d5-b (a parse failure to filter on)."""
-    found = re.search(r"summary (\d+) by (\w)", body["messages"][-1]["content"])
-    assert found is not None
-    item = f"d{found[1]}-{found[2]}"
-    return "no idea" if item == "d5-b" else f"{_stars(item)} stars"
 
 
 @pytest.fixture
@@ -367,6 +389,7 @@ def test_the_desk_in_a_browser(rated_study: Study, browser: Any, processes: Proc
     assert page.locator("#answer").inner_text() == "no idea"
 
     page.goto(url + "rate/job")
+    assert page.locator("#scores").count() == 0  # blind by default
     rated = []
     for _ in range(5):  # each as the judge rated it
         item = page.locator("#item").inner_text()
@@ -377,9 +400,12 @@ def test_the_desk_in_a_browser(rated_study: Study, browser: Any, processes: Proc
     child.signal(signal.SIGINT)
     assert child.finish()[0] == 130
 
-    child, url = _serve(processes, study, "--annotator", "bob")
+    child, url = _serve(processes, study, "--annotator", "bob", "--show-scores")
     page.goto(url + "rate/job")
     assert "item 6 of 36" in page.locator("main").inner_text()
+    item = page.locator("#item").inner_text()
+    assert page.locator("#scores td").all_inner_texts()[:3] == [
+        "fake/stars", "overall", "1" if item == "d5-b" else str(_stars(item))]
     ratings = study.job.parent / "ratings.jsonl"  # the file the job declares
     assert [(r.item, r.score) for r in read_ratings(ratings) if r.annotator == "bob"] == rated
 
@@ -446,6 +472,10 @@ def test_a_run_in_progress_shows_its_counts_and_eta(tmp_path: Path, processes: P
 @pytest.mark.slow
 def test_serve_says_what_it_cannot_serve(study: Study, tmp_path: Path) -> None:
     env = clean_env(DATA_DIR)
+    peeking = run_judge("serve", study.runs, "--show-scores", env=env, cwd=tmp_path)
+    assert peeking.returncode == 2
+    assert error_line(peeking.stderr) == ("Error: --show-scores shows scores on the rating page: "
+                                          "give --annotator NAME too")
     missing = run_judge("serve", tmp_path / "nope", env=env, cwd=tmp_path)
     assert missing.returncode == 2
     assert error_line(missing.stderr) == (f"Error: {tmp_path / 'nope'}: no such folder; give a "

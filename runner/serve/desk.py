@@ -57,6 +57,8 @@ class Desk:
     root: Path
     data_dir: Path
     annotator: str | None = None
+    show_scores: bool = False
+    """The rating page shows the judges' scores of the item (the latest run's); else blind."""
     environ: dict[str, str] = field(default_factory=dict)
     """Where the job's selection reads JUDGE_CACHE_DIR and the like (the CLI's environment)."""
     _selections: dict[tuple[str, str, bool, int], Selection] = field(default_factory=dict)
