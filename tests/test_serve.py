@@ -23,19 +23,21 @@ from click.testing import CliRunner
 
 import runner
 from runner.cli.main import cli
-from runner.data.annotations import read_ratings
+from runner.data.annotations import append_rating, read_ratings
 from runner.execute.store.cache import Cache
 from runner.execute.store.lease import describe, lease_id, lease_name
+from runner.expand import prepare
 from runner.report.html import read_page_data
 from runner.serve import Desk, make_app, new_token
 from runner.serve import live as live_module
 from runner.serve.live import LiveRuns, holder
-from runner.serve.rate import ratings_path
+from runner.serve.rate import ratings_path, record
 from tests import test_report
 from tests.conftest import DATA_DIR
 from tests.fakeserver import Script, ThreadedServer
 from tests.processes import Child, Processes, processes_fixture, wait_until  # noqa: F401
 from tests.test_cli import JOB, clean_env, error_line, judge_cmd, run_judge, write_job
+from tests.test_ratings import RATED_JOB, rated_job
 
 LIMIT = 40
 
@@ -57,6 +59,7 @@ class Study:
     runs: Path
     first: str
     second: str
+    base_url: str = ""  # the fake server's, which the cache keys name
 
 
 @pytest.fixture(scope="module")
@@ -182,6 +185,7 @@ async def test_rating_appends_and_resumes_in_sample_order(client: Any, study: St
     path = ratings_path(runner.load_job(study.job), "openmeva")
     page = await (await client.get("/rate/job")).text()
     assert "stars" not in page.split("<div class=fields>")[0]  # blind: no judge's score
+    assert "id=scores" not in page and "fake/stars" not in page
     first = re.search(r"<code id=item>([^<]*)</code>", page)
     assert first is not None and "overall (1 to 5)" in page
     response = await client.post("/rate/job", data={"dataset": "openmeva", "item": first[1],
@@ -242,6 +246,76 @@ def test_a_lease_of_a_dead_process_is_no_run(tmp_path: Path) -> None:
     assert holder(tmp_path, "job") is None
 
 
+def test_an_aspects_rating_goes_to_the_file_the_job_declares(tmp_path: Path) -> None:
+    """The job reads `overall` from the ratings file it declares, so the desk writes it there;
+    `fluency`, declared nowhere, goes to the data set's default file."""
+    job = rated_job(tmp_path / "study", groups=2)
+    job.write_text(RATED_JOB.replace('aspects = ["overall"]', 'aspects = ["overall", "fluency"]'),
+                   "utf-8")
+    expansion = prepare(runner.load_job(job), DATA_DIR)
+    assert record(expansion, "ann", "mine", "d0-a", {"overall": "4", "fluency": "2"}) == 2
+    declared, default = job.parent / "ratings.jsonl", job.parent / "data.ratings.jsonl"
+    assert [(r.aspect, r.score) for r in read_ratings(declared)] == [("overall", 4.0)]
+    assert [(r.aspect, r.score) for r in read_ratings(default)] == [("fluency", 2.0)]
+    assert prepare(runner.load_job(job), DATA_DIR).item("mine", "d0-a").human == {"overall": 4.0}
+
+
+def _stars(item: str) -> int:
+    """The judge's stars for item `d{g}-{s}` of rated_job (distinct within a group)."""
+    g, s = item[1:].split("-")
+    return (int(g) + "abc".index(s)) % 5 + 1
+
+
+def _rated_reply(body: dict[str, Any]) -> str:
+    """_stars of the item, but no parsable answer for d5-b (a parse failure to filter on)."""
+    found = re.search(r"summary (\d+) by (\w)", body["messages"][-1]["content"])
+    assert found is not None
+    item = f"d{found[1]}-{found[2]}"
+    return "no idea" if item == "d5-b" else f"{_stars(item)} stars"
+
+
+def _pilot(tmp_path: Path) -> Path:
+    """rated_job's pilot, `judge run --sample 6 --seed 1`: its report folder."""
+    job = rated_job(tmp_path / "jobs")
+    with ThreadedServer(Script(reply=_rated_reply)) as server:
+        runner.run(job, sample=6, seed=1, base_url=server.url, data_dir=DATA_DIR,
+                   cache_dir=tmp_path / "cache", out=tmp_path / "runs" / "job", environ={})
+    return tmp_path / "runs" / "job"
+
+
+async def test_the_rating_queue_starts_with_the_items_the_pilot_run_judged(
+        tmp_path: Path) -> None:
+    """After `judge run --sample 6 --seed 1`, the first six items to rate are the six judged
+    (the queue follows the run's --seed, not 0), so a rescore pairs every rating."""
+    judged = {r["item_id"] for r in _jsonl(_pilot(tmp_path))}
+    app = make_app(Desk(tmp_path / "runs", DATA_DIR, annotator="ana"))
+    shown = []
+    async with TestClient(TestServer(app, host="127.0.0.1")) as c:
+        for _ in range(6):
+            page = await (await c.get("/rate/job")).text()
+            found = re.search(r"<code id=item>([^<]*)</code>", page)
+            assert found is not None
+            shown.append(found[1])
+            await c.post("/rate/job", data={"dataset": "mine", "item": found[1], "overall": "3"})
+    assert len(judged) == 6 and set(shown) == judged
+
+
+async def test_show_scores_shows_the_judges_scores_of_the_item_being_rated(
+        tmp_path: Path) -> None:
+    judgments = _jsonl(_pilot(tmp_path))
+    app = make_app(Desk(tmp_path / "runs", DATA_DIR, annotator="ana", show_scores=True))
+    async with TestClient(TestServer(app, host="127.0.0.1")) as c:
+        page = await (await c.get("/rate/job")).text()
+    item = re.search(r"<code id=item>([^<]*)</code>", page)
+    shown = re.search(r"<div id=scores>.*?<tbody>(.*?)</tbody>", page, re.S)
+    assert item is not None and shown is not None
+    rows = [re.findall(r"<td[^>]*>([^<]*)</td>", r)
+            for r in re.findall(r"<tr>(.*?)</tr>", shown[1])]
+    judged = [r for r in judgments if r["item_id"] == item[1]]
+    assert judged and rows == [["fake/stars", "overall", f"{r['score']:g}", "ok"]
+                               for r in judged]
+
+
 # --- the real command, in a real browser ---------------------------------------------------
 
 browser = test_report.browser
@@ -256,10 +330,33 @@ def _serve(processes: Processes, study: Study, *options: str) -> tuple[Child, st
     return child, found[1]
 
 
+@pytest.fixture
+def rated_study(tmp_path: Path) -> Study:
+    """Two runs of a job whose human column is a ratings file, where annotator ana rated every
+    item (scores unrelated to the judge's): a run, then a rescore after a parser change (a
+    level description read as 1 star: d5-b's answer parses)."""
+    job = rated_job(tmp_path / "jobs")
+    for n, item in enumerate(f"d{g}-{s}" for g in range(12) for s in "abc"):
+        append_rating(job.parent / "ratings.jsonl", item=item, aspect="overall",
+                      annotator="ana", score=n * 7 % 5 + 1)
+    with ThreadedServer(Script(reply=_rated_reply)) as server:
+        options: dict[str, Any] = {"base_url": server.url, "data_dir": DATA_DIR, "environ": {},
+                                   "cache_dir": tmp_path / "cache",
+                                   "out": tmp_path / "runs" / "job"}
+        runner.run(job, **options)
+        job.write_text(RATED_JOB + '[prompts.parser_options.levels]\n"no idea" = 1\n', "utf-8")
+        runner.rescore(job, **options)
+    first, second = sorted(p.name for p in (tmp_path / "runs" / "job" / "history").iterdir())
+    return Study(tmp_path, job, tmp_path / "runs", first, second, server.url)
+
+
 @pytest.mark.slow
-def test_the_desk_in_a_browser(study: Study, browser: Any, processes: Processes) -> None:
+def test_the_desk_in_a_browser(rated_study: Study, browser: Any, processes: Processes) -> None:
     """List the runs, open two side by side (judge diff's lines), filter the item browser and
-    open a judgment, rate five items, restart the desk and find them."""
+    open a judgment, rate five items as an annotator, restart the desk and find them; `judge
+    rescore` reads them into the human column (the annotators' mean): the correlations the
+    desk shows move."""
+    study = rated_study
     child, url = _serve(processes, study, "--annotator", "bob")
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     errors: list[str] = []
@@ -270,8 +367,9 @@ def test_the_desk_in_a_browser(study: Study, browser: Any, processes: Processes)
     assert page.locator("table.runs tbody tr").count() == 2
     with page.expect_navigation():
         page.click("text=Open A and B side by side")
+    env = clean_env(DATA_DIR)
     printed = run_judge("diff", study.job, study.first, study.second, "--out",
-                        study.runs / "job", env=clean_env(DATA_DIR), cwd=study.root)
+                        study.runs / "job", env=env, cwd=study.root)
     assert printed.returncode == 0, printed.stderr
     shown = page.locator("#diff-lines").inner_text().splitlines()
     assert shown == printed.stdout.splitlines()[1:]
@@ -279,34 +377,57 @@ def test_the_desk_in_a_browser(study: Study, browser: Any, processes: Processes)
         page.frame_locator(f"iframe[title={frame}]").locator(
             "body[data-rendered=true]").wait_for(timeout=20_000)
 
-    page.goto(url + "items?job=job")
+    page.goto(url + f"items?job=job&run={study.first}")
     page.select_option("select[name=status]", "failed")
     with page.expect_navigation():
         page.click("button:text('Filter')")
     statuses = page.locator("#items tbody td[class^=status]").all_inner_texts()
-    assert statuses and set(statuses) == {"parse"}
+    assert statuses == ["parse"]
     page.locator("#items tbody tr").first.click()
     page.locator("#detail").wait_for(state="visible")
-    assert "[user]" in page.locator("#request").inner_text()
+    assert "summary 5 by b" in page.locator("#request").inner_text()
     assert page.locator("#answer").inner_text() == "no idea"
 
     page.goto(url + "rate/job")
+    assert page.locator("#scores").count() == 0  # blind by default
     rated = []
-    for i in range(5):
-        rated.append((page.locator("#item").inner_text(), float(i % 5 + 1)))
-        page.check(f"input[name=overall][value='{i % 5 + 1}']")
+    for _ in range(5):  # each as the judge rated it
+        item = page.locator("#item").inner_text()
+        rated.append((item, float(_stars(item))))
+        page.check(f"input[name=overall][value='{_stars(item)}']")
         with page.expect_navigation():
             page.click("#save")
     child.signal(signal.SIGINT)
     assert child.finish()[0] == 130
 
-    child, url = _serve(processes, study, "--annotator", "bob")
+    child, url = _serve(processes, study, "--annotator", "bob", "--show-scores")
     page.goto(url + "rate/job")
-    assert "item 6 of" in page.locator("main").inner_text()
-    path = ratings_path(runner.load_job(study.job), "openmeva")
-    assert [(r.item, r.score) for r in read_ratings(path) if r.annotator == "bob"] == rated
+    assert "item 6 of 36" in page.locator("main").inner_text()
+    item = page.locator("#item").inner_text()
+    assert page.locator("#scores td").all_inner_texts()[:3] == [
+        "fake/stars", "overall", "1" if item == "d5-b" else str(_stars(item))]
+    ratings = study.job.parent / "ratings.jsonl"  # the file the job declares
+    assert [(r.item, r.score) for r in read_ratings(ratings) if r.annotator == "bob"] == rated
+
+    rescored = run_judge("rescore", study.job, "--base-url", study.base_url, "--cache-dir",
+                         study.root / "cache", "--out", study.runs / "job", env=env,
+                         cwd=study.root)
+    assert rescored.returncode == 0, rescored.stderr
+    third = max(p.name for p in (study.runs / "job" / "history").iterdir())
+    judge: dict[str, dict[tuple[str, str], str]] = {}
+    for run in (study.second, third):
+        page.goto(url + f"run/job/{run}")
+        rows = [r for r in _csv(study.runs / "job" / "history" / run / "correlations.csv")
+                if r["subset"] == "all"]
+        assert page.locator("td.figure").all_inner_texts() == [
+            f"{float(r['value']):.3f}" if r["value"] else "n/a" for r in rows]
+        judge[run] = {(r["level"], r["method"]): r["value"] for r in rows
+                      if r["judge"] == "fake/stars"}
+    assert judge[third].keys() == judge[study.second].keys()
+    assert all(judge[third][k] != v for k, v in judge[study.second].items()), judge
     assert not errors, errors
-    path.unlink()
+    child.signal(signal.SIGINT)
+    child.finish()
 
 
 @pytest.mark.slow
@@ -351,6 +472,10 @@ def test_a_run_in_progress_shows_its_counts_and_eta(tmp_path: Path, processes: P
 @pytest.mark.slow
 def test_serve_says_what_it_cannot_serve(study: Study, tmp_path: Path) -> None:
     env = clean_env(DATA_DIR)
+    peeking = run_judge("serve", study.runs, "--show-scores", env=env, cwd=tmp_path)
+    assert peeking.returncode == 2
+    assert error_line(peeking.stderr) == ("Error: --show-scores shows scores on the rating page: "
+                                          "give --annotator NAME too")
     missing = run_judge("serve", tmp_path / "nope", env=env, cwd=tmp_path)
     assert missing.returncode == 2
     assert error_line(missing.stderr) == (f"Error: {tmp_path / 'nope'}: no such folder; give a "

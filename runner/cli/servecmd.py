@@ -24,10 +24,16 @@ __all__ = ["serve"]
 @click.option("--annotator", metavar="NAME",
               help="Rate items as NAME on the rating page (/rate): the job's aspects on the "
                    "scales its prompts declare, no judge's score shown, skip allowed. Each "
-                   "rating is appended to the data set's ratings file: beside the data file, "
+                   "rating is appended to the ratings file the job's human field declares "
+                   "for its aspect (judge init's ratings.jsonl), else beside the data file, "
                    "<data file stem>.ratings.jsonl (for a registered data set, beside the job "
-                   "file, <job stem>.<data set>.ratings.jsonl).")
-def serve(folder: Path, host: str, port: int, annotator: str | None) -> None:
+                   "file, <job stem>.<data set>.ratings.jsonl). The queue takes whole groups "
+                   "in the order of the latest run's --sample draw.")
+@click.option("--show-scores", is_flag=True,
+              help="Show the judges' scores of the item being rated (the job's latest run) on "
+                   "the rating page; without it rating is blind.")
+def serve(folder: Path, host: str, port: int, annotator: str | None,
+          show_scores: bool) -> None:
     """Serve the study desk over FOLDER (default runs/, or one job's report folder): every job
     and its kept runs, each run's report, two runs side by side with `judge diff`'s figures,
     the item browser across runs (filters; the request and answer of any judgment), a run in
@@ -50,8 +56,11 @@ def serve(folder: Path, host: str, port: int, annotator: str | None) -> None:
                           "report folder")
     if annotator is not None and not annotator.strip():
         raise ConfigError("--annotator: give a name (it is recorded with every rating)")
+    if show_scores and annotator is None:
+        raise ConfigError("--show-scores shows scores on the rating page: give --annotator NAME "
+                          "too")
     desk = Desk(folder, data_dir(), annotator=annotator and annotator.strip(),
-                environ=dict(os.environ))
+                show_scores=show_scores, environ=dict(os.environ))
     token = new_token(host)
     app = make_app(desk, token)
     try:

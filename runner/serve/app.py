@@ -198,10 +198,15 @@ async def _rate(request: web.Request) -> web.Response:
     desk, job = request.app[DESK], request.match_info["job"]
     annotator = _annotator(desk)
     expansion = (await asyncio.to_thread(desk.selection, job, "latest", whole=True)).expansion
-    upcoming = await asyncio.to_thread(rate.next_item, expansion, annotator)
+    latest = await asyncio.to_thread(desk.run, job, "latest")
+    upcoming = await asyncio.to_thread(rate.next_item, expansion, annotator, latest.seed)
+    scores = None  # blind unless --show-scores
+    if desk.show_scores and upcoming is not None:
+        scores = await asyncio.to_thread(items.find, [latest], items.Filters(
+            dataset=upcoming.dataset, item=upcoming.item.item_id))
     saved = request.query.get("saved", "")
     saved_n = int(saved) if saved.isdigit() else 0
-    return _html(f"{job}: rate", rate_page(job, annotator, upcoming, saved_n))
+    return _html(f"{job}: rate", rate_page(job, annotator, upcoming, saved_n, scores))
 
 
 async def _rated(request: web.Request) -> web.Response:

@@ -36,6 +36,11 @@ class RunInfo:
     manifest: dict[str, Any]
 
     @property
+    def seed(self) -> int:
+        """The --seed of the run's --sample draw (0, --sample's default, if none was given)."""
+        return int((self.manifest.get("selection") or {}).get("seed") or 0)
+
+    @property
     def models(self) -> str:
         return ",".join(m["name"] for m in self.manifest.get("models", []))
 
@@ -52,6 +57,8 @@ class Desk:
     root: Path
     data_dir: Path
     annotator: str | None = None
+    show_scores: bool = False
+    """The rating page shows the judges' scores of the item (the latest run's); else blind."""
     environ: dict[str, str] = field(default_factory=dict)
     """Where the job's selection reads JUDGE_CACHE_DIR and the like (the CLI's environment)."""
     _selections: dict[tuple[str, str, bool, int], Selection] = field(default_factory=dict)

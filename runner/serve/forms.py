@@ -71,8 +71,20 @@ def _score(value: float | None) -> str:
     return "" if value is None else f"{value:g}"
 
 
-def rate_page(job: str, annotator: str, next_item: Next | None, saved: int) -> str:
-    """The rating form for the next item (blind: no judge's score is on the page)."""
+def _scores(rows: Sequence[Mapping[str, Any]] | None) -> str:
+    if rows is None:
+        return ""
+    body = [[cell(r["judge"]), cell(r["aspect"]), cell(_score(r["score"]), num=True),
+             cell(r["status"])] for r in rows]
+    return ("<div id=scores><h4>The judges' scores (latest run)</h4>"
+            + (table(["judge", "aspect", "score", "status"], body) if rows else
+               "<p class=note>No judgment of this item in the latest run.</p>") + "</div>")
+
+
+def rate_page(job: str, annotator: str, next_item: Next | None, saved: int,
+              scores: Sequence[Mapping[str, Any]] | None = None) -> str:
+    """The rating form for the next item: blind (no judge's score on the page) unless
+    `scores`, the item's rows of the item browser (runner.serve.items.find) in its latest run."""
     said = f"<p class=note>Saved {saved} ratings.</p>" if saved else ""
     if next_item is None:
         return said + (f"<p id=done>{html.escape(annotator)} has rated every item of "
@@ -95,7 +107,7 @@ def rate_page(job: str, annotator: str, next_item: Next | None, saved: int) -> s
             f"{next_item.total} (whole groups, in --sample's order).</p>"
             f"<p>Item <code id=item>{html.escape(it.item_id)}</code>"
             f"{' · system ' + html.escape(it.system) if it.system else ''}</p>"
-            f"<div class=fields>{fields}</div>"
+            f"<div class=fields>{fields}</div>" + _scores(scores) +
             f"<form method=post class=rate action='/rate/{html.escape(job)}'>"
             f"<input type=hidden name=dataset value='{html.escape(next_item.dataset)}'>"
             f"<input type=hidden name=item value='{html.escape(it.item_id)}'>"

@@ -45,6 +45,8 @@ class Filters:
     """"ok", "parse", "refusal", "api", or FAILED (any of the three)."""
     disagree: float | None = None
     """Keep only judgments at least this far from the human score."""
+    item: str = ""
+    """One item's judgments (the rating page's --show-scores)."""
 
     @classmethod
     def of(cls, query: Mapping[str, str]) -> Filters:
@@ -63,6 +65,7 @@ class Filters:
         """Whether a judgments.jsonl line (with its disagreement) passes."""
         status = line["error"]["type"] if line.get("error") else "ok"
         return ((not self.dataset or line["dataset"] == self.dataset)
+                and (not self.item or line["item_id"] == self.item)
                 and (not self.aspect or line["aspect"] == self.aspect)
                 and (not self.judge or _judge(line) == self.judge)
                 and (not self.status or status == self.status

@@ -1,8 +1,9 @@
 """Rating items by hand in the desk (`judge serve --annotator NAME`).
 
 The queue walks each data set's items whole groups at a time, in the order `--sample` draws
-them (runner.selection.rating_queue, seed 0): after rating the first N items an annotator has
-rated exactly the items of `judge run --sample N`, so a few hundred ratings already give
+them (runner.selection.rating_queue) with the --seed of the job's latest run (0 if it gave
+none): after rating the first N items an annotator has rated exactly the items of that run's
+`judge run --sample N --seed S`, so a few hundred ratings already give
 sample-level correlations (which need several outputs of each group). Each aspect is rated on
 the scale the job's prompt declares for it (its parser's min and max); a skip is recorded
 too (score null), so a skipped item does not come back.
@@ -102,12 +103,13 @@ def _ratings(paths: Mapping[str, Path]) -> list[Rating]:
             if paths.get(r.aspect) == path]
 
 
-def next_item(expansion: Expansion, annotator: str) -> Next | None:
+def next_item(expansion: Expansion, annotator: str, seed: int = 0) -> Next | None:
     """The first item of the queue `annotator` has not rated on every aspect (None: done).
 
     Args:
         expansion: the job's items (its whole data).
         annotator: who rates.
+        seed: the --seed of the --sample draw the queue follows (the job's latest run's).
 
     Returns:
         The item with its data set, scales and the annotator's progress there.
@@ -118,7 +120,7 @@ def next_item(expansion: Expansion, annotator: str) -> Next | None:
         if not aspects:
             continue
         ratings = _ratings(ratings_paths(job, dataset))
-        left = rating_queue(items, list(aspects), ratings, annotator, seed=0)
+        left = rating_queue(items, list(aspects), ratings, annotator, seed=seed)
         if left:
             return Next(dataset, left[0][0], aspects, len(items) - len(left), len(items))
     return None
