@@ -33,7 +33,7 @@ from typing import Any
 import orjson
 
 from runner.errors import ConfigError
-from runner.execute.local import LOCAL_MODELS
+from runner.execute.localmodels import LOCAL_MODELS
 from runner.expand import Expansion
 from runner.job.spec import Job
 from runner.parse.parsers import get_parser
