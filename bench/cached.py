@@ -158,7 +158,7 @@ def phases(job: Path, cache: Path, out: Path) -> dict[str, dict[str, float]]:
     from runner.execute.store.backend import cached_flags
     from runner.reduce.battle import Battles
     from runner.reduce.judgments import judge
-    from runner.reduce.reliability import Positions
+    from runner.reduce.positions import Positions
     from runner.report import write
     from runner.report.browser import ItemRows
     from runner.report.html import render

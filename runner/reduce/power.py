@@ -57,8 +57,22 @@ def plan_power(a: Sequence[float], b: Sequence[float], human: Sequence[float], *
     replacement from the pilot's `groups` (the unit of the dataset level: items of a group
     stay together; each item its own group without `groups`), and a study separates A and B
     when its difference is beyond 1.96 of the simulated studies' standard deviation. The
-    smallest G with power >= POWER is found by doubling, then bisection. None when the pilot
-    has fewer than 10 items or a constant judge."""
+    smallest G with power >= POWER is found by doubling, then bisection.
+
+    Args:
+        a: judge A's pilot scores.
+        b: judge B's, of the same items.
+        human: the human scores of those items.
+        method: pearson or spearman.
+        width: the target width of the 95% CI of the difference.
+        groups: each item's group (None: each item its own).
+        n_boot: the simulated studies per size.
+        seed: the random generator's seed.
+        check_limit: the largest study the width is checked at by a bootstrap.
+
+    Returns:
+        The plan; None for another method, a pilot of fewer than 10 items or a constant judge.
+    """
     xa, xb, h = (np.asarray(v, dtype=float) for v in (a, b, human))
     if method not in ("pearson", "spearman") or xa.size < 10 or width <= 0:
         return None

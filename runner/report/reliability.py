@@ -22,9 +22,9 @@ from runner.expand import Expansion
 from runner.job.spec import Job
 from runner.reduce.cells import Cells, grouped
 from runner.reduce.judge_series import humans
+from runner.reduce.positions import Positions
 from runner.reduce.reliability import (
     LEVELS,
-    Positions,
     Values,
     agreement,
     alpha,
@@ -45,7 +45,15 @@ scores, in the cells' order."""
 
 
 def csv_bytes(columns: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> bytes:
-    """A CSV table; None is an empty cell, floats keep full precision."""
+    """A CSV table; None (and NaN) is an empty cell, floats keep full precision.
+
+    Args:
+        columns: the header; other keys of the rows are left out.
+        rows: the rows.
+
+    Returns:
+        The CSV's bytes.
+    """
     out = io.StringIO()
     w = csv.DictWriter(out, fieldnames=list(columns), lineterminator="\n", extrasaction="ignore")
     w.writeheader()
@@ -166,7 +174,7 @@ def _judge_agreement(dataset: str, aspect: str, judges: Mapping[str, _Scored],
     return out
 
 
-def answer_field(job: Job, dataset: str) -> str | None:
+def _answer_field(job: Job, dataset: str) -> str | None:
     """The field holding a data set's judged text: a registered set's `answer`, a file set's
     `fields.answer`, a generation stage's `field`; None = the first of ANSWER_FIELDS found."""
     for spec in job.datasets:
@@ -273,7 +281,7 @@ def reliability_rows(expansion: Expansion, cells: Cells,
                 by_aspect[aspect] = _Humans(cells.items, aspect, human[:, k], has[:, k])
             out += _judge_agreement(dataset, aspect, judges, by_aspect[aspect])
             out += _length_rows(dataset, aspect, judges, by_aspect[aspect], lengths,
-                                answer_field(expansion.job, dataset))
+                                _answer_field(expansion.job, dataset))
     for (judge, dataset, aspect), table in positions.self_consistency():
         for level in LEVELS[1:3]:
             units = sum(sum(v is not None for v in col) >= 2 for col in zip(*table, strict=True))
@@ -294,7 +302,14 @@ def _annotated(expansion: Expansion) -> list[tuple[str, str]]:
 
 
 def reliability_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
-    """report.md's reliability section (empty when there is nothing to show)."""
+    """report.md's reliability section.
+
+    Args:
+        rows: reliability_rows' rows.
+
+    Returns:
+        The Markdown, empty when there is nothing to show.
+    """
     if not rows:
         return ""
     lines = ["", "## Reliability", "",

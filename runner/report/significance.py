@@ -38,7 +38,18 @@ def significance(rows: Sequence[dict[str, Any]], by_data: Mapping[tuple[str, str
                  permutations: int = 0, seed: int = 0) -> list[dict[str, Any]]:
     """compare.csv rows with williams_t, williams_p and permutation_p added at dataset level
     (empty at sample level): Williams' test on r(A, human), r(B, human), r(A, B) over the
-    items both judges scored, and, with `permutations`, a paired permutation test."""
+    items both judges scored, and, with `permutations`, a paired permutation test.
+
+    Args:
+        rows: compare.csv's rows (runner.report.write.comparison).
+        by_data: per (data set, aspect), each judge's series.
+        judges: (A, B).
+        permutations: the permutation test's permutations (0: none).
+        seed: its random generator's seed.
+
+    Returns:
+        The rows with SIGNIFICANCE_COLUMNS added.
+    """
     out = []
     for r in rows:
         extra: dict[str, Any] = dict.fromkeys(SIGNIFICANCE_COLUMNS)
@@ -60,14 +71,25 @@ def significance(rows: Sequence[dict[str, Any]], by_data: Mapping[tuple[str, str
 def power_rows(by_data: Mapping[tuple[str, str], Mapping[str, Series]],
                judges: tuple[str, str], *, width: float, methods: Sequence[str],
                n_boot: int = 500, seed: int = 0) -> list[dict[str, Any]]:
-    """`judge plan --power`: per data set, aspect and method, the pilot's figures and the
-    items needed (runner.reduce.power.plan_power)."""
+    """`judge plan --power`: the pilot's figures and the items needed
+    (runner.reduce.power.plan_power).
+
+    Args:
+        by_data: per (data set, aspect), each judge's series (the pilot).
+        judges: (A, B).
+        width: the target width of the 95% CI of corr(A) - corr(B).
+        methods: pearson and/or spearman.
+        n_boot: the simulated studies per size.
+        seed: the random generator's seed.
+
+    Returns:
+        POWER_COLUMNS rows, per data set, aspect and method.
+    """
     out = []
     for (dataset, aspect), data in by_data.items():
         if judges[0] not in data or judges[1] not in data:
             continue
-        xa, xb, h, groups = _matched(data[judges[0]].rows(), data[judges[1]].rows(),
-                                            "all")
+        xa, xb, h, groups = _matched(data[judges[0]].rows(), data[judges[1]].rows(), "all")
         for method in methods:
             plan = plan_power(xa, xb, h, method=method, width=width, groups=groups,
                               n_boot=n_boot, seed=seed)
@@ -85,7 +107,16 @@ def power_rows(by_data: Mapping[tuple[str, str], Mapping[str, Series]],
 
 def power_lines(rows: Sequence[Mapping[str, Any]], judges: tuple[str, str],
                 width: float) -> list[str]:
-    """What `judge plan --power` prints."""
+    """What `judge plan --power` prints.
+
+    Args:
+        rows: power_rows' rows.
+        judges: (A, B).
+        width: the target width.
+
+    Returns:
+        The lines.
+    """
     lines = [f"A = {judges[0]}, B = {judges[1]}; target 95% CI width of A - B: {width}; "
              "power to separate A and B: 80% at alpha 0.05 (studies of whole groups drawn "
              "from the pilot)"]

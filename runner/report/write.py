@@ -42,8 +42,8 @@ from runner.reduce.compare import compare
 from runner.reduce.correlate import Correlation, correlate
 from runner.reduce.judge_series import judge_series
 from runner.reduce.judgments import Judgment
+from runner.reduce.positions import Positions
 from runner.reduce.ranking import RANKING_COLUMNS, battle_lines, rank_rows, ranking_markdown
-from runner.reduce.reliability import Positions
 from runner.reduce.resample import Resamples
 from runner.reduce.series import Series
 from runner.report.aside import ForkedResult
