@@ -162,8 +162,9 @@ def phases(job: Path, cache: Path, out: Path) -> dict[str, dict[str, float]]:
     from runner.report import write
     from runner.report.browser import ItemRows
     from runner.report.html import render
+    from runner.report.markdown import reliability_markdown
     from runner.report.pagedata import page_data
-    from runner.report.reliability import reliability_markdown, reliability_rows
+    from runner.report.reliability import reliability_rows
     from runner.session import manifest, open_selected
     clock.lap("import (the modules judge run loads)")
 

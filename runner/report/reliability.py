@@ -33,7 +33,7 @@ from runner.reduce.reliability import (
     weighted_kappa,
 )
 
-__all__ = ["RELIABILITY_COLUMNS", "csv_bytes", "reliability_markdown", "reliability_rows"]
+__all__ = ["RELIABILITY_COLUMNS", "csv_bytes", "reliability_rows"]
 
 RELIABILITY_COLUMNS = ["dataset", "aspect", "figure", "a", "b", "statistic", "value", "n",
                        "p_value"]
@@ -299,30 +299,3 @@ def _annotated(expansion: Expansion) -> list[tuple[str, str]]:
                 if len(votes) >= 2:
                     seen[dataset, aspect] = None
     return list(seen)
-
-
-def reliability_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
-    """report.md's reliability section.
-
-    Args:
-        rows: reliability_rows' rows.
-
-    Returns:
-        The Markdown, empty when there is nothing to show.
-    """
-    if not rows:
-        return ""
-    lines = ["", "## Reliability", "",
-             "Agreement: Krippendorff's alpha and quadratic-weighted kappa; self-consistency: "
-             "alpha across a judge's samples; position: verdict flips when the order is "
-             "swapped, first-position win rate (binomial test against 1/2), mean score by "
-             "position; length: score vs answer length, and judge-human correlation "
-             "controlling for length. All of it is in reliability.csv.", "",
-             "| dataset | aspect | figure | a | b | statistic | value | n | p |",
-             "|---|---|---|---|---|---|---:|---:|---:|"]
-    for r in rows:
-        value = "" if r["value"] is None else f"{r['value']:.3f}"
-        p = "" if r["p_value"] is None else f"{r['p_value']:.3g}"
-        lines.append(f"| {r['dataset']} | {r['aspect']} | {r['figure']} | {r['a']} | {r['b']} "
-                     f"| {r['statistic']} | {value} | {r['n']} | {p} |")
-    return "\n".join(lines) + "\n"
