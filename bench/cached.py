@@ -158,12 +158,13 @@ def phases(job: Path, cache: Path, out: Path) -> dict[str, dict[str, float]]:
     from runner.execute.store.backend import cached_flags
     from runner.reduce.battle import Battles
     from runner.reduce.judgments import judge
-    from runner.reduce.reliability import Positions
+    from runner.reduce.positions import Positions
     from runner.report import write
     from runner.report.browser import ItemRows
     from runner.report.html import render
+    from runner.report.markdown import reliability_markdown
     from runner.report.pagedata import page_data
-    from runner.report.reliability import reliability_markdown, reliability_rows
+    from runner.report.reliability import reliability_rows
     from runner.session import manifest, open_selected
     clock.lap("import (the modules judge run loads)")
 

@@ -21,7 +21,7 @@ from runner.expand import prepare
 from runner.job.load import load_job
 from runner.reduce.battle import Battles
 from runner.reduce.judgments import judge
-from runner.reduce.reliability import Positions
+from runner.reduce.positions import Positions
 from runner.report.browser import ItemRows
 from runner.report.html import render
 from runner.report.pagedata import page_data

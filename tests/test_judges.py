@@ -28,11 +28,12 @@ from runner.job.load import load_job
 from runner.parse.parsers import Choice, Failure, Scores, get_parser
 from runner.reduce.correlate import Row, correlate
 from runner.reduce.jury import verdict
-from runner.reduce.ranking import rank_rows, ranking_markdown
+from runner.reduce.ranking import rank_rows
 from runner.reduce.resample import Resamples
 from runner.reduce.statistics import STATISTICS
 from runner.report.headline import headline, system_warnings
 from runner.report.html import read_page_data
+from runner.report.markdown import ranking_markdown
 from tests.conftest import DATA_DIR, ROOT, JobWriter
 from tests.fakeproviders import ProviderServer
 from tests.fakeserver import Script, ThreadedServer

@@ -19,13 +19,13 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from runner.reduce.power import plan_power
 from runner.reduce.reliability import (
     agreement,
     alpha,
     correlation,
     partial,
     permutation_p,
-    plan_power,
     weighted_kappa,
     williams,
 )

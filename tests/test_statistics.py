@@ -19,7 +19,7 @@ from runner.reduce.correlate import Row, correlate
 from runner.reduce.resample import Resamples
 from runner.reduce.series import Series
 from runner.reduce.statistics import STATISTICS
-from runner.report.reliability import significance
+from runner.report.significance import significance
 from tests.conftest import DATA_DIR, JobWriter
 from tests.fakeserver import Script, ThreadedServer
 from tests.test_job import VALID, _error, _load

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 # runner.execute.batch (and with it aiohttp, ~0.15 s) is imported by the functions that run
 # batches, not here: every `judge` command imports this module to register `judge batches`.
 MAX_BATCH_REQUESTS = 50_000
-"""runner.execute.batch.MAX_REQUESTS (tests/test_batch.py checks): the --batch-size limit."""
+"""runner.execute.batch_files.MAX_REQUESTS (tests/test_batch.py checks): the --batch-size limit."""
 
 __all__ = ["MAX_BATCH_REQUESTS", "BatchAnswers", "Batched", "batch_models",
            "batch_stage", "batches", "merge", "open_ledger", "run_batches"]

@@ -129,7 +129,8 @@ def _three_ways(plans: list[ModelPlan]) -> str:
 
 def _plan_power(sel: Selection, judges: tuple[str, str], width: float) -> None:
     """judge plan --power: power.csv and its table, from the cached pilot."""
-    from runner.report.reliability import POWER_COLUMNS, csv_bytes, power_lines, power_rows
+    from runner.report.reliability import csv_bytes
+    from runner.report.significance import POWER_COLUMNS, power_lines, power_rows
     from runner.report.write import collect, judge_rows, write_atomic
     with open_selected(sel, read_only=True) as c:
         tables = collect(sel.expansion, judge(sel.expansion, c), io.BytesIO(),
@@ -185,7 +186,8 @@ def compare(task_selection: TaskSelection, judges: tuple[str, str], permutations
     and, with --permutations N, a paired permutation test (permutation_p), e.g.
     `judge compare tst-formality --judges gpt35/single gpt35/multi --permutations 10000`.
     """
-    from runner.report.reliability import SIGNIFICANCE_COLUMNS, csv_bytes, significance
+    from runner.report.reliability import csv_bytes
+    from runner.report.significance import SIGNIFICANCE_COLUMNS, significance
     from runner.report.write import COMPARE_COLUMNS, collect, comparison, judge_rows, write_atomic
     sel = resolve(task_selection)
     with open_selected(sel, read_only=True) as c:

@@ -20,7 +20,7 @@ from typing import Any
 from runner.expand import Expansion
 from runner.reduce.judgments import Judgment
 
-__all__ = ["BATTLE_COLUMNS", "Battles", "battle_markdown"]
+__all__ = ["BATTLE_COLUMNS", "Battles"]
 
 BATTLE_COLUMNS = ["judge", "dataset", "aspect", "model_a", "model_b", "n", "a_wins", "ties",
                   "b_wins", "inconsistent", "failed", "a_win_rate", "tie_rate", "b_win_rate",
@@ -107,20 +107,3 @@ def _finish(row: dict[str, Any]) -> dict[str, Any]:
     row["a_mean"] = round(statistics.fmean(a), 4) if a else None
     row["b_mean"] = round(statistics.fmean(b), 4) if b else None
     return row
-
-
-def battle_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
-    """report.md's battle section (empty when there is no battle)."""
-    if not rows:
-        return ""
-    lines = ["", "## Battles (both orders)", "",
-             "A question counts as a win or a tie only when both orders agree; `inconsistent` "
-             "= the two orders disagree; `failed` = an order has no score (not in n).", "",
-             "| judge | aspect | model A | model B | n | A wins | ties | B wins | inconsistent "
-             "| failed | A mean | B mean |", "|---|---|---|---|" + "---:|" * 8]
-    for r in rows:
-        means = ["" if r[k] is None else f"{r[k]:.2f}" for k in ("a_mean", "b_mean")]
-        lines.append(f"| {r['judge']} | {r['aspect']} | {r['model_a']} | {r['model_b']} | "
-                     f"{r['n']} | {r['a_wins']} | {r['ties']} | {r['b_wins']} | "
-                     f"{r['inconsistent']} | {r['failed']} | {means[0]} | {means[1]} |")
-    return "\n".join(lines) + "\n"

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["RANKING_COLUMNS", "battle_lines", "rank_rows", "ranking_markdown"]
+__all__ = ["RANKING_COLUMNS", "battle_lines", "rank_rows"]
 
 RANKING_COLUMNS = ["judge", "dataset", "aspect", "rank", "model", "strength", "ci_low",
                    "ci_high", "battles", "wins", "ties", "losses"]
@@ -136,21 +136,3 @@ def battle_lines(battles: Sequence[Mapping[str, Any]],
             out.append(f"  {r['rank']:>2}. {str(r['model']):<{width}}  {r['strength']:6.2f}{ci}"
                        f"  ({r['judge']} on {r['dataset']} / {r['aspect']})")
     return out
-
-
-def ranking_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
-    """report.md's ranking section (empty when there is no battle)."""
-    if not rows:
-        return ""
-    lines = ["", "## Ranking (Bradley-Terry over the battles)", "",
-             "Strength: log odds against the average system (a tie or an inconsistent verdict "
-             "is half a win each); 95% CIs from resampling the battles. All of it is in "
-             "ranking.csv.", "",
-             "| judge | aspect | rank | model | strength | 95% CI | wins | ties | losses |",
-             "|---|---|---:|---|---:|---|---:|---:|---:|"]
-    for r in rows:
-        ci = "" if r["ci_low"] is None else f"[{r['ci_low']:.2f}, {r['ci_high']:.2f}]"
-        lines.append(f"| {r['judge']} | {r['aspect']} | {r['rank']} | {r['model']} | "
-                     f"{r['strength']:.2f} | {ci} | {r['wins']} | {r['ties']} | "
-                     f"{r['losses']} |")
-    return "\n".join(lines) + "\n"
