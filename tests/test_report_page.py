@@ -225,6 +225,7 @@ def test_wide_tables_scroll_with_the_judge_column_fixed(run: dict[str, Path],
     assert wide[0] > wide[1] + 100  # it scrolls inside its box, not the page
     judge = box.locator("tbody tr:first-child td:first-child")
     value = box.locator("tbody tr:first-child td:nth-child(2)")
+    judge.scroll_into_view_if_needed()  # elementFromPoint below sees the viewport only
     before, cell_before = judge.bounding_box(), value.bounding_box()
     box.evaluate("b => { b.scrollLeft = 300; }")
     page.wait_for_function("document.querySelector('#ds-0 .scroll').scrollLeft > 0",
