@@ -31,6 +31,7 @@ import orjson
 from runner.errors import (
     APIError,
     AuthError,
+    CacheAwayError,
     RequestError,
     RetryableError,
     RunnerError,
@@ -112,6 +113,12 @@ class _Pool:
     async def wait_pause(self) -> None:
         while (delay := self.resume_at - self.loop.time()) > 0 and not self.stop.is_set():
             await self._sleep_unless_stopped(delay)
+
+    def away(self, exc: CacheAwayError) -> bool:
+        """A lookup or a claim found the cache's database away: dispatch waits for it; whether
+        to ask again once it is back (not if the run is stopping)."""
+        self.commits.hold_off(exc)
+        return self.commits.error is None and not self.stop.is_set()
 
     def pause(self, seconds: float) -> None:
         self.resume_at = max(self.resume_at, self.loop.time() + seconds)
@@ -306,7 +313,9 @@ async def execute(tasks: Iterable[Task], *, cache: CacheBackend, session: aiohtt
     async def worker() -> None:
         unproven = pool.breaker.unproven
         for task in todo:
-            if task.model in unproven:
+            if task is None:  # the cache's database away: dispatch waits until it is back
+                await pool.commits.until_room(stop)
+            elif task.model in unproven:
                 await pool.probe(task)
             else:  # called directly: a coroutine level costs at every resumption
                 await pool.run_task(task)
@@ -326,6 +335,7 @@ async def execute(tasks: Iterable[Task], *, cache: CacheBackend, session: aiohtt
         pool.commits.settle()  # held while the disk is full: written elsewhere
         pool.commits.fold()
         pool.claims.close()
+        pool.commits.close()
     if pool.commits.error is not None:
         raise pool.commits.error
     stats.interrupted = stop.is_set() and stats.fatal is None
@@ -346,16 +356,21 @@ def _ours(group: ExceptionGroup[Exception]) -> Exception:
 
 
 def _to_call(tasks: Iterable[Task], pool: _Pool, *, offline: bool, budget: float | None,
-             hashes: array.array[int]) -> Iterator[Task]:
+             hashes: array.array[int]) -> Iterator[Task | None]:
     """The tasks to send, in order: cache hits and repeated keys counted and skipped; once the
-    run stops (or is offline, or over budget) the rest are listed as missing, not sent.
+    run stops (or is offline, or over budget) the rest are listed as missing, not sent. None
+    when a lookup or a claim found the cache's database away (commits.hold_off): the worker
+    waits for it to be back, and the next pull asks again.
 
     Memory stays flat over a cached run: only keys not in the cache (sent or missing) are kept
     in a set, to never send one twice. A repeat of a cached key is told apart afterwards from
     a 64-bit hash of every key, appended to `hashes` (RunStats.settle_repeats)."""
     stats, uncached = pool.stats, set()
     repeats_of_uncached, checked = 0, False
-    for batch, flags in cached_flag_batches(pool.cache, tasks, task_key):
+    for batch, flags in cached_flag_batches(pool.cache, tasks, task_key, pool.away):
+        if not batch:
+            yield None
+            continue
         hashes.extend([hash(task.key) for task in batch])
         to_send = []
         for task, cached in zip(batch, flags, strict=True):
@@ -383,7 +398,15 @@ def _to_call(tasks: Iterable[Task], pool: _Pool, *, offline: bool, budget: float
         if to_send and not checked:
             pool.commits.check_room()
             checked = True
-        yield from pool.claims.take(to_send)  # claimed by another run: deferred
+        while True:
+            try:
+                yield from pool.claims.take(to_send)  # claimed by another run: deferred
+                break
+            except CacheAwayError as exc:
+                if not pool.away(exc):
+                    stats.missing.extend(task.key for task in to_send)
+                    break
+                yield None
     # Repeats found cached (of a cached key, or of one stored since it was sent) were counted
     # as hits: they are repeats.
     stats.settle_repeats(hashes, repeats_of_uncached)

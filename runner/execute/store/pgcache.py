@@ -25,7 +25,8 @@ connection the server drops (a restart, a failover, an idle timeout) or that ove
 deadline is opened again with capped backoff for up to RECONNECT_WINDOW_S, the call's answers
 kept in memory meanwhile (they count only once stored: runner/execute/pool.py); then the call
 raises one CacheError naming the server. Every statement here is a read or an idempotent insert,
-so running one again after a drop is safe.
+so running one again after a drop is safe. A run's pool never waits inside a call
+(`wait_aside`): a thread reconnects while its calls raise CacheAwayError at once.
 """
 
 from __future__ import annotations
@@ -47,13 +48,13 @@ import orjson
 import psycopg
 from psycopg import conninfo
 
-from runner.errors import CacheError, redact_url
+from runner.errors import CacheAwayError, CacheError, redact_url
 from runner.execute.store.claimtable import PG_SCHEMA, Owner, pg_claim, pg_release, pg_renew
 from runner.execute.store.deadline import Watchdog, rest_all
 from runner.execute.store.journal import Row, replay, spill
 from runner.execute.store.lease import held_error, lease_id
 
-__all__ = ["NOWHERE", "SCHEMA_VERSION", "PgCache"]
+__all__ = ["NOWHERE", "SCHEMA_VERSION", "PgCache", "set_wait"]
 
 SCHEMA_VERSION = 1
 CHUNK = 2000  # keys per query: one round trip per chunk, where `in` would make one per key
@@ -62,6 +63,9 @@ QUERY_TIMEOUT_S = 60.0
 """Longest wait for one statement's answer (server-side statement_timeout, and the watchdog)."""
 RECONNECT_WINDOW_S = 60.0
 """How long a dropped connection is tried again (with capped backoff) before a call fails."""
+AWAY_AFTER_S = 5.0
+"""In a run's pool (`wait_aside`), how long a statement may go unanswered before the server
+counts as away: its event loop waits this long once an outage, not up to QUERY_TIMEOUT_S."""
 BACKOFF_S = (0.1, 5.0)  # first and longest pause between reconnects
 KEEPALIVE_S = (30, 10, 3)  # idle, interval, count: a dead peer or path found in ~1 min
 LOCK_ID = 0x6A75646765  # "judge": the advisory lock the schema is created under
@@ -95,6 +99,13 @@ def _any_of(keys: Sequence[str]) -> tuple[LiteralString, tuple[Any, ...]]:
     return "ANY(%s)", (list(keys),)
 
 
+def set_wait(seconds: float) -> None:
+    """How long this process's caches wait for a server that went away (the cli's
+    JUDGE_PG_WAIT_S): RECONNECT_WINDOW_S."""
+    global RECONNECT_WINDOW_S
+    RECONNECT_WINDOW_S = seconds
+
+
 _LEASED: weakref.WeakSet[PgCache] = weakref.WeakSet()  # caches of this process holding a lease
 _reviving = threading.Event()  # set while one cache's reconnect checks the others' leases
 
@@ -120,6 +131,8 @@ class PgCache:
         self._down: CacheError | None = None  # set when reconnecting failed for the window
         self._lost: CacheError | None = None  # set when another cache here lost its lease
         self._owner: tuple[Owner, float] | None = None  # the run claiming keys here, its TTL
+        self._aside = False  # `wait_aside`: a call never waits for the server
+        self._away: threading.Thread | None = None  # reconnecting while the calls raise
         try:
             self._conn = self._open()
         except psycopg.Error as exc:
@@ -152,13 +165,13 @@ class PgCache:
     def _call(self, what: str, call: Callable[[], R]) -> R:
         """`call()` under the deadline; when the connection is dropped or overran it, again on
         a new one (see `_reconnect`). Any other failure is a CacheError."""
-        if self._down is not None:  # gave up already: the run is stopping, so no new wait
-            raise self._down
+        self._not_away()
         since: float | None = None
         while True:
             try:
                 if not self._conn.closed:
-                    with self._watchdog.armed(self._conn.fileno(), QUERY_TIMEOUT_S):
+                    with self._watchdog.armed(self._conn.fileno(),
+                                              AWAY_AFTER_S if self._aside else QUERY_TIMEOUT_S):
                         done = call()
                     if self._lost is not None:  # after the call: what it stored is kept
                         raise self._lost
@@ -171,7 +184,40 @@ class PgCache:
             except psycopg.Error as exc:
                 raise self._fail(what, exc) from None
             since = since if since is not None else time.monotonic()
+            if self._aside:
+                self._away = threading.Thread(target=self._reconnect_aside, name="pgcache-away",
+                                              args=(what, since, error, self._watchdog.fired),
+                                              daemon=True)
+                self._away.start()
+                raise CacheAwayError(self._spilled, RECONNECT_WINDOW_S)
             self._reconnect(what, since, error, self._watchdog.fired)
+
+    def wait_aside(self, aside: bool = True) -> None:
+        """`aside`: from now on a call that finds the server away (dropped, refusing, or
+        silent for AWAY_AFTER_S) does not wait for it: a thread reconnects (`_reconnect`)
+        while every call raises CacheAwayError at once, until the server is back (the call
+        runs) or the thread gave up (its CacheError). Else calls wait inline again.
+
+        What it buys: the pool's event loop is never held by an outage. Held for the whole
+        reconnect window, the requests in flight timed out and were sent again: bought twice
+        (tests/test_pg_wait.py)."""
+        self._aside = aside
+
+    def _not_away(self) -> None:
+        """Raise CacheAwayError while a thread reconnects (a patient caller waits for it
+        instead), the CacheError of a reconnect that gave up (the run is stopping)."""
+        if self._away is not None:
+            if self._aside and self._away.is_alive():
+                raise CacheAwayError(self._spilled, RECONNECT_WINDOW_S)
+            self._away.join()
+            self._away = None
+        if self._down is not None:
+            raise self._down
+
+    def _reconnect_aside(self, what: str, since: float, error: Exception,
+                         timed_out: bool) -> None:
+        with contextlib.suppress(CacheError):  # kept in _down or _lost: the next call raises it
+            self._reconnect(what, since, error, timed_out)
 
     def _reconnect(self, what: str, since: float, error: Exception, timed_out: bool) -> None:
         """A new connection, tried with capped backoff until RECONNECT_WINDOW_S after `since`
@@ -444,7 +490,10 @@ class PgCache:
                      "kept answers")
 
     def append(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
-        """put_many: each statement is committed when it returns (the server is the journal)."""
+        """put_many: each statement is committed when it returns (the server is the journal).
+        Raises CacheAwayError while the server is away, even for no items (the pool's look
+        whether it is back)."""
+        self._not_away()
         return self.put_many(items)
 
     def fold(self) -> None:
