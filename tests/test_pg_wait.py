@@ -138,7 +138,7 @@ def test_a_server_frozen_longer_than_the_request_timeout_costs_no_request_twice(
         server: ThreadedServer, cluster: PgCluster, url: str, tmp_path: Path,
         data_dir: Path) -> None:
     """SIGSTOP: the statement in flight gets no answer; the pool counts the server away after
-    pgcache.AWAY_AFTER_S (5 s, within the 8 s request timeout), not when it thaws."""
+    pgsession.AWAY_AFTER_S (5 s, within the 8 s request timeout), not when it thaws."""
     server.state.script.latency_s = 0.2
     proc, err = _start(server, url, tmp_path, data_dir, timeout_s=8)
     _outage(server, proc, lambda: _signal(cluster, signal.SIGSTOP),
