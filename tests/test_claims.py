@@ -25,6 +25,7 @@ from runner.execute.claims import Claims
 from runner.execute.stats import RunStats
 from runner.execute.store.backend import open_cache
 from runner.execute.store.claimtable import Owner
+from tests.fakebatch import BatchServer
 from tests.fakeserver import ThreadedServer
 from tests.processes import Child, Processes, processes_fixture, wait_until
 from tests.test_cli import JOB, clean_env, error_line, judge_cmd, run_judge, write_job
@@ -224,3 +225,24 @@ def test_a_run_in_another_pid_namespace_is_not_judged_by_its_pid(
         assert cache.claim(["k"], elsewhere, 3600) == {"k"}
         assert cache.claim(["k"], Owner(), 3600) == set()
     assert " pidns " in Owner().host
+
+
+def test_batch_runs_of_jobs_with_the_same_requests_submit_each_request_once(
+        location: str, tmp_path: Path, data_dir: Path, processes: Processes) -> None:
+    """Two jobs' `--batch` runs at once: each looks up its keys before the other's batch is
+    in the ledger (the uploads are slow), so without claims both submitted every request."""
+    flag = "--cache" if location.startswith("postgresql://") else "--cache-dir"
+    with BatchServer() as fake:
+        fake.batch.script.hold = True
+        fake.batch.script.upload_s = 3.0
+        runs = [processes.start(judge_cmd(
+            "run", write_job(tmp_path, JOB, f"batch{i}.toml"), "--limit", LIMIT, "--base-url",
+            fake.url, "--model", "fake", flag, location, "--out", tmp_path / f"out{i}",
+            "--batch", "--no-wait", "--yes"), env=clean_env(data_dir), cwd=tmp_path)
+            for i in range(2)]
+        for run in runs:
+            code, _, err = run.finish()
+            assert code == 0, err
+        assert len(fake.batch.creations) == LIMIT
+        assert set(fake.batch.creations.values()) == {1}, fake.batch.creations
+
