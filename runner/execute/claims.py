@@ -99,9 +99,10 @@ class Claims:
         """These keys' answers are stored: give them back once other processes read them."""
         self.answered.extend(keys)
 
-    def failed(self, key: str) -> None:
-        """A task failed: its key is free for another run to try at once."""
-        self._release([key])
+    def give_up(self, keys: Iterable[str]) -> None:
+        """Keys this run does not buy after all (a task failed, the budget ran out): free for
+        another run to try at once."""
+        self._release(keys)
 
     async def deferred(self) -> Task | None:
         """The next deferred task to buy (its claim lapsed without an answer); None once every

@@ -120,6 +120,26 @@ class _Pool:
         self.commits.hold_off(exc)
         return self.commits.error is None and not self.stop.is_set()
 
+    def afford(self, tasks: list[Task], budget: float | None) -> list[Task]:
+        """Those of `tasks` (claimed: this run buys them) whose cost fits in `budget` (none:
+        all), reserved; from the first that does not, the run is over its budget and the
+        rest are not run, their claims given back. Reserved once claimed, not before: a task
+        deferred to another run's claim costs this run nothing unless it takes the claim
+        over (deferred ones kept their share before, and stopped the run early)."""
+        if budget is None:
+            return tasks
+        stats = self.stats
+        for at, task in enumerate(tasks):
+            model = self.endpoints[task.model].model
+            cost = estimate_cost(model, task.prompt_tokens, task.max_tokens) or 0.0
+            if stats.budget_stopped or stats.committed_cost + cost > budget:
+                stats.budget_stopped = True
+                stats.missing.extend(task.key for task in tasks[at:])
+                self.claims.give_up([task.key for task in tasks[at:]])
+                return tasks[:at]
+            stats.committed_cost += cost
+        return tasks
+
     def pause(self, seconds: float) -> None:
         self.resume_at = max(self.resume_at, self.loop.time() + seconds)
 
@@ -190,7 +210,7 @@ class _Pool:
             return
         assert error is not None
         self.stats.failures[task.key] = error.reason
-        self.claims.failed(task.key)
+        self.claims.give_up([task.key])
         self.on_progress(self.stats)
 
     def _verdict(self, task: Task, replica: Replica, exc: APIError,
@@ -320,6 +340,8 @@ async def execute(tasks: Iterable[Task], *, cache: CacheBackend, session: aiohtt
             else:  # called directly: a coroutine level costs at every resumption
                 await pool.run_task(task)
         while (later := await pool.claims.deferred()) is not None:  # another run's claims
+            if not pool.afford([later], budget):
+                continue
             await (pool.probe(later) if later.model in unproven else pool.run_task(later))
 
     try:
@@ -386,27 +408,21 @@ def _to_call(tasks: Iterable[Task], pool: _Pool, *, offline: bool, budget: float
             if offline or pool.stop.is_set() or stats.budget_stopped:
                 stats.missing.append(task.key)
                 continue
-            if budget is not None:
-                model = pool.endpoints[task.model].model
-                cost = estimate_cost(model, task.prompt_tokens, task.max_tokens) or 0.0
-                if stats.committed_cost + cost > budget:
-                    stats.budget_stopped = True
-                    stats.missing.append(task.key)
-                    continue
-                stats.committed_cost += cost
             to_send.append(task)
         if to_send and not checked:
             pool.commits.check_room()
             checked = True
         while True:
             try:
-                yield from pool.claims.take(to_send)  # claimed by another run: deferred
+                sent = pool.claims.take(to_send)  # claimed by another run: deferred
                 break
             except CacheAwayError as exc:
                 if not pool.away(exc):
                     stats.missing.extend(task.key for task in to_send)
+                    sent = []
                     break
                 yield None
+        yield from pool.afford(sent, budget)
     # Repeats found cached (of a cached key, or of one stored since it was sent) were counted
     # as hits: they are repeats.
     stats.settle_repeats(hashes, repeats_of_uncached)
