@@ -28,7 +28,7 @@ from runner.cli.outcome import command_line
 from runner.cli.runcmd import run
 from runner.data import datasets
 from runner.errors import ConfigError, DataError, RunnerError, scrub
-from runner.execute.store import claimtable, pgsession
+from runner.execute.store import claimtable, deadline
 
 __all__ = ["cli", "main"]
 
@@ -45,10 +45,10 @@ def _processes(environ: Mapping[str, str]) -> None:
 def _seconds(environ: Mapping[str, str]) -> None:
     """JUDGE_CLAIM_TTL_S: how long a killed run's claims on keys outlive it (runner.execute.
     claims; tests make it short). JUDGE_PG_WAIT_S: how long a run waits for its PostgreSQL
-    cache server when it goes away (runner.execute.store.pgsession.RECONNECT_WINDOW_S)."""
+    cache server when it goes away (runner.execute.store.pgsession)."""
     for name, least, default, setter in (
             ("JUDGE_CLAIM_TTL_S", 0.3, claimtable.TTL_S, claimtable.set_ttl),
-            ("JUDGE_PG_WAIT_S", 1.0, pgsession.RECONNECT_WINDOW_S, pgsession.set_wait)):
+            ("JUDGE_PG_WAIT_S", 1.0, deadline.WAIT_S, deadline.set_wait)):
         value = environ.get(name, "").strip()
         if not value:
             continue

@@ -35,7 +35,6 @@ from typing import Any
 from runner.errors import CacheAwayError, CacheError, DiskFullError
 from runner.execute.store.backend import CacheBackend
 from runner.execute.store.cache import Cache
-from runner.execute.store.pgcache import PgCache
 from runner.expand import Task
 
 __all__ = ["RETRY_CAP_S", "RETRY_S", "Commits", "Pending"]
@@ -81,8 +80,11 @@ class Commits:
         self._delay = RETRY_S
         self._away: CacheAwayError | None = None  # what the answers are held for: a database
         self._since = 0.0  # when the hold began (loop time)
-        if isinstance(cache, PgCache):
-            cache.wait_aside()
+        self._aside: Callable[[bool], None] | None = getattr(cache, "wait_aside", None)
+        """A PostgreSQL cache's PgCache.wait_aside, looked up: importing pgcache here would
+        import psycopg into every run."""
+        if self._aside is not None:
+            self._aside(True)
 
     def add(self, task: Task, record: dict[str, Any], prompt: int, completion: int) -> None:
         if not self.pending:
@@ -187,10 +189,11 @@ class Commits:
                 self.say((f"cache database at {self._away.place}: back after {self._waited}, "
                           if self._away else f"cache disk at {self._folder}: room again, ")
                          + f"{len(batch)} held answers stored; the run goes on")
+            self._away = None  # a later refusal is not this wait's end
 
     async def until_room(self, stop: asyncio.Event) -> None:
-        """Wait while answers are held (the disk full): until they are stored or `stop` is
-        set."""
+        """Wait while answers are held (the disk full, the database away): until they are
+        stored or `stop` is set."""
         if self.room.is_set() or stop.is_set():
             return
         waits = [asyncio.ensure_future(self.room.wait()), asyncio.ensure_future(stop.wait())]
@@ -226,8 +229,8 @@ class Commits:
 
     def close(self) -> None:
         """The pool is done: the cache's calls wait for an away database inline again."""
-        if isinstance(self.cache, PgCache):
-            self.cache.wait_aside(False)
+        if self._aside is not None:
+            self._aside(False)
 
     def fold(self) -> None:
         """At the end: every stored answer visible to the next stage's reader processes. A

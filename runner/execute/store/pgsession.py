@@ -26,16 +26,17 @@ import psycopg
 from psycopg import conninfo
 
 from runner.errors import CacheAwayError, CacheError, redact_url
-from runner.execute.store.deadline import Watchdog
+from runner.execute.store.deadline import WAIT_S, Watchdog, waited_s
 
 __all__ = ["AWAY_AFTER_S", "CONNECT_TIMEOUT_S", "QUERY_TIMEOUT_S", "RECONNECT_WINDOW_S",
-           "PgSession", "set_wait"]
+           "PgSession"]
 
 CONNECT_TIMEOUT_S = 10  # libpq's connect_timeout (its least is 2)
 QUERY_TIMEOUT_S = 60.0
 """Longest wait for one statement's answer (server-side statement_timeout, and the watchdog)."""
-RECONNECT_WINDOW_S = 60.0
-"""How long a dropped connection is tried again (with capped backoff) before a call fails."""
+RECONNECT_WINDOW_S = WAIT_S
+"""How long a dropped connection is tried again (with capped backoff) before a call fails,
+unless JUDGE_PG_WAIT_S says otherwise (deadline.set_wait): `_window`."""
 AWAY_AFTER_S = 5.0
 """In a run's pool (`wait_aside`), how long a statement may go unanswered before the server
 counts as away: its event loop waits this long once an outage, not up to QUERY_TIMEOUT_S."""
@@ -43,13 +44,6 @@ BACKOFF_S = (0.1, 5.0)  # first and longest pause between reconnects
 KEEPALIVE_S = (30, 10, 3)  # idle, interval, count: a dead peer or path found in ~1 min
 
 R = TypeVar("R")
-
-
-def set_wait(seconds: float) -> None:
-    """How long this process's caches wait for a server that went away (the cli's
-    JUDGE_PG_WAIT_S): RECONNECT_WINDOW_S."""
-    global RECONNECT_WINDOW_S
-    RECONNECT_WINDOW_S = seconds
 
 
 class PgSession:
@@ -124,7 +118,7 @@ class PgSession:
                                               args=(what, since, error, self._watchdog.fired),
                                               daemon=True)
                 self._away.start()
-                raise CacheAwayError(self._spilled, RECONNECT_WINDOW_S)
+                raise CacheAwayError(self._spilled, self._window)
             self._reconnect(what, since, error, self._watchdog.fired)
 
     def wait_aside(self, aside: bool = True) -> None:
@@ -143,7 +137,7 @@ class PgSession:
         instead), the CacheError of a reconnect that gave up (the run is stopping)."""
         if self._away is not None:
             if self._aside and self._away.is_alive():
-                raise CacheAwayError(self._spilled, RECONNECT_WINDOW_S)
+                raise CacheAwayError(self._spilled, self._window)
             self._away.join()
             self._away = None
         if self._down is not None:
@@ -161,7 +155,7 @@ class PgSession:
         the server."""
         self._conn.close()
         pause = BACKOFF_S[0]
-        while (left := since + RECONNECT_WINDOW_S - time.monotonic()) > 0:
+        while (left := since + self._window - time.monotonic()) > 0:
             time.sleep(min(pause, left))
             pause = min(pause * 2, BACKOFF_S[1])
             try:
@@ -181,7 +175,7 @@ class PgSession:
         detail = (f"no reply to {what} within {self._deadline:g} s" if timed_out
                   else f"{what}: {self._clean(error)}")
         self._down = CacheError(f"{self.location}: the PostgreSQL server does not answer "
-                                f"({detail}; reconnecting failed for {RECONNECT_WINDOW_S:g} s); "
+                                f"({detail}; reconnecting failed for {self._window:g} s); "
                                 "check that it is running and reachable, then rerun to resume")
         raise self._down
 
@@ -192,6 +186,10 @@ class PgSession:
     def _fail(self, what: str, exc: Exception) -> CacheError:
         return CacheError(f"{self.location}: {what} failed ({self._clean(exc)}); check the "
                           "server, then rerun to resume")
+
+    @property
+    def _window(self) -> float:
+        return waited_s(RECONNECT_WINDOW_S)
 
     @property
     def _deadline(self) -> float:
