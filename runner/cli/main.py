@@ -33,7 +33,7 @@ from runner.cli.servecmd import serve
 from runner.data import datasets
 from runner.data.annotations import RatingsWarning
 from runner.errors import ConfigError, DataError, RunnerError, scrub
-from runner.execute.store import claimtable
+from runner.execute.store import claimtable, deadline
 
 __all__ = ["cli", "main"]
 
@@ -47,20 +47,24 @@ def _processes(environ: Mapping[str, str]) -> None:
     one_process(value == "1")
 
 
-def _claim_ttl(environ: Mapping[str, str]) -> None:
+def _seconds(environ: Mapping[str, str]) -> None:
     """JUDGE_CLAIM_TTL_S: how long a killed run's claims on keys outlive it (runner.execute.
-    claims; tests make it short)."""
-    value = environ.get("JUDGE_CLAIM_TTL_S", "").strip()
-    if not value:
-        return
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = 0.0
-    if not 0.3 <= seconds <= 86400:
-        raise ConfigError(f"JUDGE_CLAIM_TTL_S must be seconds between 0.3 and 86400 (got "
-                          f"{value!r}); unset it for the default, {claimtable.TTL_S:g}")
-    claimtable.set_ttl(seconds)
+    claims; tests make it short). JUDGE_PG_WAIT_S: how long a run waits for its PostgreSQL
+    cache server when it goes away (runner.execute.store.pgsession)."""
+    for name, least, default, setter in (
+            ("JUDGE_CLAIM_TTL_S", 0.3, claimtable.TTL_S, claimtable.set_ttl),
+            ("JUDGE_PG_WAIT_S", 1.0, deadline.WAIT_S, deadline.set_wait)):
+        value = environ.get(name, "").strip()
+        if not value:
+            continue
+        try:
+            seconds = float(value)
+        except ValueError:
+            seconds = 0.0
+        if not least <= seconds <= 86400:
+            raise ConfigError(f"{name} must be seconds between {least:g} and 86400 (got "
+                              f"{value!r}); unset it for the default, {default:g}")
+        setter(seconds)
 
 
 class _JudgeGroup(click.Group):
@@ -70,7 +74,7 @@ class _JudgeGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             _processes(os.environ)
-            _claim_ttl(os.environ)
+            _seconds(os.environ)
             return super().invoke(ctx)
         except RunnerError as exc:
             raise UsageError(scrub(str(exc))) from None

@@ -53,8 +53,10 @@ from runner.execute.batch_files import (
     request_bodies,
     write_files,
 )
+from runner.execute.claims import Claims
 from runner.execute.ledger import LIVE, BatchLedger, BatchRow
 from runner.execute.shard import Shard
+from runner.execute.stats import RunStats
 from runner.execute.store.backend import CacheBackend, cached_flags
 from runner.execute.store.cache import answer_record
 from runner.expand import Task, model_price
@@ -150,22 +152,27 @@ class BatchRun:
                 mine.setdefault(task.key, task)
         if self.shard is not None:
             self._keys.update(mine)
+        claims = Claims(self.cache, asyncio.Event(), RunStats(), lambda stats: None)
         async with aiohttp.ClientSession() as session:
             apis = {name: self._api(session, p) for name, p in self.providers.items()}
-            await self.settle(apis, wait=False)
-            skip = set(self.stats.failures) if self.options.fallback == "online" else set()
-            await self.submit(apis, self._missing(mine, skip))
-            if self.options.wait:
-                await self.settle(apis, wait=True)
-                retry = set(self.stats.failures) & set(mine) if self.options.fallback == "batch" \
-                    else set()
-                if retry:
-                    self.say(f"{len(retry)} requests failed or expired in a batch: submitting "
-                             "them once more in a new batch (--batch-fallback batch)")
-                    for key in retry:
-                        del self.stats.failures[key]
-                    await self.submit(apis, self._missing(mine, set()))
+            try:
+                await self.settle(apis, wait=False)
+                skip = set(self.stats.failures) if self.options.fallback == "online" else set()
+                await self.submit(apis, self._missing(mine, skip, claims))
+                if self.options.wait:
                     await self.settle(apis, wait=True)
+                    retry = set(self.stats.failures) & set(mine) \
+                        if self.options.fallback == "batch" else set()
+                    if retry:
+                        self.say(f"{len(retry)} requests failed or expired in a batch: "
+                                 "submitting them once more in a new batch "
+                                 "(--batch-fallback batch)")
+                        for key in retry:
+                            del self.stats.failures[key]
+                        await self.submit(apis, self._missing(mine, set(), claims))
+                        await self.settle(apis, wait=True)
+            finally:
+                claims.close()
         held = self.ledger.held()
         self.stats.pending |= {k for k in mine if k in held}
         return self.stats
@@ -195,11 +202,21 @@ class BatchRun:
                 await self._refresh(api, row, create=False)
         return self.ledger.rows(self.job)
 
-    def _missing(self, mine: Mapping[str, Task], skip: set[str]) -> dict[str, list[Task]]:
+    def _missing(self, mine: Mapping[str, Task], skip: set[str], claims: Claims
+                 ) -> dict[str, list[Task]]:
+        """The tasks to submit, by model: neither cached, nor skipped, nor held by a batch,
+        nor claimed by another live run (runner.execute.claims: an online run buying them, or
+        another job's batch run submitting them). This run's claims last until it ends, past
+        the ledger's reservation, and the ledger is read after claiming: two batch runs of
+        different jobs with the same requests on one cache never submit one twice."""
+        todo = [task for task, cached
+                in cached_flags(self.cache, list(mine.values()), attrgetter("key"))
+                if not cached and task.key not in skip]
+        todo = claims.take(todo)
         held = self.ledger.held()
         by_model: dict[str, list[Task]] = {}
-        for task, cached in cached_flags(self.cache, list(mine.values()), attrgetter("key")):
-            if not cached and task.key not in held and task.key not in skip:
+        for task in todo:
+            if task.key not in held:
                 by_model.setdefault(task.model, []).append(task)
         return by_model
 

@@ -31,6 +31,7 @@ import orjson
 from runner.errors import (
     APIError,
     AuthError,
+    CacheAwayError,
     RequestError,
     RetryableError,
     RunnerError,
@@ -117,6 +118,31 @@ class _Pool:
         while (delay := self.resume_at - self.loop.time()) > 0 and not self.stop.is_set():
             await self._sleep_unless_stopped(delay)
 
+    def away(self, exc: CacheAwayError) -> bool:
+        """A lookup or a claim found the cache's database away: dispatch waits for it; whether
+        to ask again once it is back (not if the run is stopping)."""
+        self.commits.hold_off(exc)
+        return self.commits.error is None and not self.stop.is_set()
+
+    def afford(self, tasks: list[Task], budget: float | None) -> list[Task]:
+        """Those of `tasks` (claimed: this run buys them) whose cost fits in `budget` (none:
+        all), reserved; from the first that does not, the run is over its budget and the
+        rest are not run, their claims given back. Reserved once claimed, not before: a task
+        deferred to another run's claim costs this run nothing unless it takes the claim
+        over (deferred ones kept their share before, and stopped the run early)."""
+        if budget is None:
+            return tasks
+        stats = self.stats
+        for at, task in enumerate(tasks):
+            cost = _reserved_cost(self, task)
+            if stats.budget_stopped or stats.committed_cost + cost > budget:
+                stats.budget_stopped = True
+                stats.missing.extend(task.key for task in tasks[at:])
+                self.claims.give_up([task.key for task in tasks[at:]])
+                return tasks[:at]
+            stats.committed_cost += cost
+        return tasks
+
     def pause(self, seconds: float) -> None:
         self.resume_at = max(self.resume_at, self.loop.time() + seconds)
 
@@ -187,7 +213,7 @@ class _Pool:
             return
         assert error is not None
         self.stats.failures[task.key] = error.reason
-        self.claims.failed(task.key)
+        self.claims.give_up([task.key])
         self.on_progress(self.stats)
 
     def _verdict(self, task: Task, replica: Replica, exc: APIError,
@@ -307,6 +333,9 @@ async def execute(tasks: Iterable[Task], *, cache: CacheBackend, session: aiohtt
     async def worker() -> None:
         unproven = pool.breaker.unproven
         for task in todo:
+            if task is None:  # the cache's database away: dispatch waits until it is back
+                await pool.commits.until_room(stop)
+                continue
             release = await pool.prefixes.enter(task) if task.prefix else None
             try:
                 if task.model in unproven:
@@ -317,6 +346,8 @@ async def execute(tasks: Iterable[Task], *, cache: CacheBackend, session: aiohtt
                 if release is not None:  # the prefix is written: its other requests go
                     release()
         while (later := await pool.claims.deferred()) is not None:  # another run's claims
+            if not pool.afford([later], budget):
+                continue
             await (pool.probe(later) if later.model in unproven else pool.run_task(later))
 
     try:
@@ -332,6 +363,7 @@ async def execute(tasks: Iterable[Task], *, cache: CacheBackend, session: aiohtt
         pool.commits.settle()  # held while the disk is full: written elsewhere
         pool.commits.fold()
         pool.claims.close()
+        pool.commits.close()
     if pool.commits.error is not None:
         raise pool.commits.error
     stats.interrupted = stop.is_set() and stats.fatal is None
@@ -352,16 +384,21 @@ def _ours(group: ExceptionGroup[Exception]) -> Exception:
 
 
 def _to_call(tasks: Iterable[Task], pool: _Pool, *, offline: bool, budget: float | None,
-             hashes: array.array[int]) -> Iterator[Task]:
+             hashes: array.array[int]) -> Iterator[Task | None]:
     """The tasks to send, in order: cache hits and repeated keys counted and skipped; once the
-    run stops (or is offline, or over budget) the rest are listed as missing, not sent.
+    run stops (or is offline, or over budget) the rest are listed as missing, not sent. None
+    when a lookup or a claim found the cache's database away (commits.hold_off): the worker
+    waits for it to be back, and the next pull asks again.
 
     Memory stays flat over a cached run: only keys not in the cache (sent or missing) are kept
     in a set, to never send one twice. A repeat of a cached key is told apart afterwards from
     a 64-bit hash of every key, appended to `hashes` (RunStats.settle_repeats)."""
     stats, uncached = pool.stats, set()
     repeats_of_uncached, checked = 0, False
-    for batch, flags in cached_flag_batches(pool.cache, tasks, task_key):
+    for batch, flags in cached_flag_batches(pool.cache, tasks, task_key, pool.away):
+        if not batch:
+            yield None
+            continue
         hashes.extend([hash(task.key) for task in batch])
         to_send = []
         for task, cached in zip(batch, flags, strict=True):
@@ -377,32 +414,35 @@ def _to_call(tasks: Iterable[Task], pool: _Pool, *, offline: bool, budget: float
             if offline or pool.stop.is_set() or stats.budget_stopped:
                 stats.missing.append(task.key)
                 continue
-            if budget is not None:
-                cost = _reserved_cost(pool, task)
-                if stats.committed_cost + cost > budget:
-                    stats.budget_stopped = True
-                    stats.missing.append(task.key)
-                    continue
-                stats.committed_cost += cost
             to_send.append(task)
         if to_send and not checked:
             pool.commits.check_room()
             checked = True
-        yield from pool.claims.take(to_send)  # claimed by another run: deferred
+        while True:
+            try:
+                sent = pool.claims.take(to_send)  # claimed by another run: deferred
+                break
+            except CacheAwayError as exc:
+                if not pool.away(exc):
+                    stats.missing.extend(task.key for task in to_send)
+                    sent = []
+                    break
+                yield None
+        yield from pool.afford(sent, budget)
     # Repeats found cached (of a cached key, or of one stored since it was sent) were counted
     # as hits: they are repeats.
     stats.settle_repeats(hashes, repeats_of_uncached)
 
 
-def _unheld(todo: Iterator[Task], pool: _Pool, holds: Callable[[Task], bool],
-            budget: float | None) -> Iterator[Task]:
+def _unheld(todo: Iterator[Task | None], pool: _Pool, holds: Callable[[Task], bool],
+            budget: float | None) -> Iterator[Task | None]:
     """The tasks to send but those `holds` holds (--until-ci: a judge whose CIs are narrow
     enough), which are listed as not run and taken off the budget's committed spend. Asked
     as a worker takes the task, not when `_to_call` looks its batch up (LOOKUP_BATCH tasks
     ahead), so that `holds` sees the answers stored up to the task's dispatch."""
     stats = pool.stats
     for task in todo:
-        if not holds(task):
+        if task is None or not holds(task):  # None: the cache's database away (_to_call)
             yield task
             continue
         stats.missing.append(task.key)  # its claim is given back with the others' at the end
