@@ -17,8 +17,8 @@ import numpy as np
 
 from bench import cached, common
 from runner.execute.store.cache import Cache
-from runner.expand import prepare
 from runner.job.load import load_job
+from runner.prepare import prepare
 from runner.reduce.judgments import judge
 from runner.reduce.reliability import Positions, permutation_p, plan_power
 from runner.report.reliability import reliability_rows

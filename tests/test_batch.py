@@ -23,9 +23,9 @@ from runner.errors import ConfigError
 from runner.execute.batch import MAX_REQUESTS, batch_cost, request_line
 from runner.execute.batch_files import body_of, write_files
 from runner.execute.store.cache import Cache
-from runner.expand import Task
 from runner.job.load import load_job
 from runner.job.spec import ModelSpec
+from runner.tasks import Task
 from tests.conftest import JobWriter
 from tests.fakebatch import BatchServer, run_all
 from tests.fakeserver import ThreadedServer

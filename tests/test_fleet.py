@@ -23,9 +23,9 @@ from runner.execute import fleet as fleet_module
 from runner.execute import pool as pool_module
 from runner.execute.pool import Endpoint, RunStats, execute
 from runner.execute.store.cache import Cache
-from runner.expand import prepare
 from runner.job.load import load_job
 from runner.job.spec import Job, Limits
+from runner.prepare import prepare
 from tests.conftest import ROOT, JobWriter
 from tests.fakeproviders import Fake, ProviderServer
 from tests.fakeserver import Script, ThreadedServer

@@ -22,9 +22,9 @@ from runner.execute.client import retry_after
 from runner.execute.pool import Endpoint, RunStats, execute
 from runner.execute.providers import advertised, anthropic_body
 from runner.execute.store.cache import Cache
-from runner.expand import prepare
 from runner.job.load import load_job
 from runner.job.spec import Job, Limits, parse_model_spec
+from runner.prepare import prepare
 from runner.reduce.judgments import choices
 from tests.conftest import ROOT, JobWriter
 from tests.fakeproviders import Fake, ProviderServer

@@ -1,7 +1,7 @@
 """The job file's reference, generated from the loader's own key tables, so it cannot drift.
 
 The keys come from the code that accepts them: every `X.check_keys({...})` set in
-`runner/job/load.py`, the `allowed` set of `_field_map` in `runner/expand.py` (a file data set's
+`runner/job/load.py`, the `allowed` set of `_field_map` in `runner/prepare.py` (a file data set's
 `fields`) and `_OPTIONS` in `runner/data/datasets.py` (a registered set's `options`). Their
 meanings come from the docstrings (or trailing comments) of the fields they fill, in
 `runner/job/spec.py` and `runner/data/datasets.py`, or from `NOTES` below where the field says
@@ -23,7 +23,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 LOAD = ROOT / "runner" / "job" / "load.py"
 SPEC = ROOT / "runner" / "job" / "spec.py"
-EXPAND = ROOT / "runner" / "expand.py"
+PREPARE = ROOT / "runner" / "prepare.py"
 DATASETS = ROOT / "runner" / "data" / "datasets.py"
 MARKER = "<!-- job-file-keys -->"
 
@@ -224,7 +224,7 @@ NOTES: dict[str, dict[str, tuple[str, str]]] = {
 def key_sets() -> dict[tuple[str, str], set[str]]:
     """Every key set the loader checks, by (function, variable)."""
     found: dict[tuple[str, str], set[str]] = {}
-    for path in (LOAD, EXPAND, DATASETS):
+    for path in (LOAD, PREPARE, DATASETS):
         tree = ast.parse(path.read_text("utf-8"))
         for node in ast.walk(tree):
             if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) \

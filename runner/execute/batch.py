@@ -45,6 +45,7 @@ from runner.errors import (
     RetryableError,
     redact_url,
 )
+from runner.estimate import model_price
 from runner.execute.anthropic_batch import AnthropicBatches
 from runner.execute.batch_api import OpenAIBatches
 from runner.execute.batch_files import (
@@ -60,10 +61,10 @@ from runner.execute.ledger import LIVE, BatchLedger, BatchRow
 from runner.execute.shard import Shard
 from runner.execute.store.backend import CacheBackend, cached_flags
 from runner.execute.store.cache import answer_record
-from runner.expand import Task, model_price
 from runner.job.providers import Bill, Billed, Tokens
 from runner.job.providers import row as provider_row
 from runner.job.spec import ModelSpec
+from runner.tasks import Task
 
 __all__ = ["MAX_BYTES", "MAX_REQUESTS", "BatchOptions", "BatchRun", "BatchStats",
            "Provider", "batch_cost", "request_line"]
