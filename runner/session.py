@@ -31,8 +31,9 @@ from runner.execute.store.backend import CacheBackend, cached_flags, is_url, ope
 from runner.expand import Expansion
 from runner.expand_ahead import with_key_index
 from runner.job.load import load_job
+from runner.job.models import parse_model_spec, url_problem
 from runner.job.providers import Bill
-from runner.job.spec import Job, ModelSpec, parse_model_spec, url_problem
+from runner.job.spec import Job, ModelSpec
 from runner.prepare import prepare
 from runner.reduce.judgments import READ_BATCH, CachedFirst, Judgment, choices
 from runner.selection import DEFAULT_CACHE_DIR, TaskSelection

@@ -23,7 +23,8 @@ from runner.execute.pool import Endpoint, RunStats, execute
 from runner.execute.providers import advertised, anthropic_body
 from runner.execute.store.cache import Cache
 from runner.job.load import load_job
-from runner.job.spec import Job, Limits, parse_model_spec
+from runner.job.models import parse_model_spec
+from runner.job.spec import Job, Limits
 from runner.prepare import prepare
 from runner.reduce.judgments import choices
 from tests.conftest import ROOT, JobWriter
