@@ -132,8 +132,14 @@ def _common(head: bytes, body: bytes) -> int:
 
 
 def model_price(model: ModelSpec) -> Price | None:
-    """A model's price: the job's `price` or the provider table's, with the job's
-    `batch_discount` if it sets one; None when it is unknown (runner.job.providers)."""
+    """A model's price: the job's `price` or the provider table's (runner.job.providers).
+
+    Args:
+        model: the model.
+
+    Returns:
+        The price, with the job's `batch_discount` if it sets one; None when it is unknown.
+    """
     price = price_of(model.kind, model.model, model.price)
     if price is None or model.batch_discount is None:
         return price
@@ -141,7 +147,13 @@ def model_price(model: ModelSpec) -> Price | None:
 
 
 def estimate_cost(model: ModelSpec, prompt_tokens: int, completion_tokens: int) -> float | None:
-    """USD for the given tokens (all billed as input and output), or None when the model's
-    price is unknown."""
+    """What the given tokens cost, all billed as plain input and output.
+
+    Args:
+        model: the model; prompt_tokens, completion_tokens: the tokens.
+
+    Returns:
+        USD, or None when the model's price is unknown.
+    """
     price = model_price(model)
     return None if price is None else price.cost(Tokens(prompt_tokens, 0, 0, completion_tokens))

@@ -57,47 +57,68 @@ class Expansion:
         counts = ", ".join(f"{name!r}: {len(items)}" for name, items in self.items.items())
         return f"Expansion(job={self.job.name!r}, items={{{counts}}})"
 
-    def prompts_for(self, dataset: str, per: str) -> list[PromptSpec]:
+    def _prompts_for(self, dataset: str, per: str) -> list[PromptSpec]:
         return [p for p in self.job.prompts
                 if p.per == per and (not p.datasets or dataset in p.datasets)]
 
     def judges(self, prompt: PromptSpec) -> list[ModelSpec]:
-        """The models that judge with `prompt`: its own list, else every non-generator."""
+        """The models that judge with a prompt.
+
+        Args:
+            prompt: one of the job's prompts.
+
+        Returns:
+            Its own `models`, else every model that is not a generator, in the job's order.
+        """
         if prompt.models:
             return [m for m in self.job.models if m.name in prompt.models]
         generators = {name for g in self.job.generate for name in g.models}
         return [m for m in self.job.models if m.name not in generators]
 
-    def _units(self, render: bool = True) -> Iterator[_Unit]:
+    def _units(self) -> Iterator[_Unit]:
         """(anchor item, template values, group members, prompt, aspect, template) in task
-        order, for every (item or group) x prompt x aspect that has a template. `render`
-        False: the values only where choosing the template reads them, else None (for
-        callers that render few units or none: ~0.5 us a unit)."""
+        order, for every (item or group) x prompt x aspect that has a template. An item's
+        values are joined only where choosing the template reads them, else None (~0.5 us a
+        unit spared to callers that render few units or none)."""
         names = [d.name for d in self.job.datasets] + [
             g.name for g in self.job.generate if g.name in self.items]
         for name in names:
-            prompts = [(p, _chooser(p), render or bool(p.requires or p.when_empty))
-                       for p in self.prompts_for(name, "item")]
+            prompts = [(p, _chooser(p), bool(p.requires or p.when_empty))
+                       for p in self._prompts_for(name, "item")]
             for item in self.items[name]:
                 for prompt, choose, wanted in prompts:
                     values = _joined(prompt, item.fields) if wanted else None
                     for aspect in prompt.aspects:
                         if (template := choose(aspect, item.subset, values)) is not None:
                             yield item, values, (), prompt, aspect, template
-            group_prompts = self.prompts_for(name, "group")
+            group_prompts = self._prompts_for(name, "group")
             for members in (self.groups(name) if group_prompts else []):
                 for prompt in group_prompts:
                     yield from _group_units(members, prompt)
 
     def tasks(self, start: int = 0) -> Iterator[Task]:
         """Every judge task, in order: data set, item (then group), prompt, aspect, model,
-        sample; from the `start`-th on (the ones before are not rendered)."""
+        sample.
+
+        Args:
+            start: the index of the first task wanted; the ones before are not rendered.
+
+        Returns:
+            The tasks, rendered as they are read.
+        """
         return self._spans(iter([(start, _END)]))
 
     def part(self, size: int, part: int, parts: int) -> Iterator[Task]:
-        """Of tasks() cut in runs of `size`, the `part`-th run, then every `parts`-th after it
-        (part 0 of 2: runs 0, 2, 4, ...), in order; the other runs are not rendered. The
-        parts of one `size` and `parts` are each task once."""
+        """One part of tasks() cut in runs: the parts of one `size` and `parts` are each task
+        once.
+
+        Args:
+            size: tasks in a run; part: the first run of this part; parts: every `parts`-th
+                run after it is this part's too (part 0 of 2: runs 0, 2, 4, ...).
+
+        Returns:
+            The part's tasks in order; the other runs are not rendered.
+        """
         return self._spans((k * size, (k + 1) * size) for k in itertools.count(part, parts))
 
     def _spans(self, spans: Iterator[tuple[int, int]]) -> Iterator[Task]:
@@ -107,7 +128,7 @@ class Expansion:
         frames, marks = Frames(), prefix_marked(self.job)
         start, stop = next(spans, (_END, _END))
         at = 0  # the index of the unit's first task
-        for item, values, members, prompt, aspect, template in self._units(render=False):
+        for item, values, members, prompt, aspect, template in self._units():
             n = len(judges[prompt.name]) * prompt.samples
             while stop <= at:
                 start, stop = next(spans, (_END, _END))
@@ -117,8 +138,8 @@ class Expansion:
                 at += n
                 continue
             made = unit_tasks(item, _joined(prompt, item.fields) if values is None else values,
-                          members, prompt, aspect, template, judges[prompt.name], frames,
-                          marks)
+                              members, prompt, aspect, template, judges[prompt.name], frames,
+                              marks)
             for i, task in enumerate(made, at):
                 while stop <= i:
                     start, stop = next(spans, (_END, _END))
@@ -127,13 +148,14 @@ class Expansion:
             at += n
 
     def fingerprint(self) -> str:
-        """A digest of everything that decides tasks()' keys and their order: the code that
-        renders requests (this module's and the job spec's source, orjson's version), the
-        prompts but for their parsers, the models, the generation stages, and every data
-        set's items in order (id, group, subset, fields); never a price (editing one rebuilds
-        no index). Two expansions with one fingerprint
-        have the same keys in the same order: runner.execute.store.keyindex relies on it. A parser
-        change keeps the fingerprint (a rescore's usual reason)."""
+        """A digest of everything that decides tasks()' keys and their order: the code
+        (_code_digest), the prompts but for their parsers, the models but for their prices,
+        the generation stages, and every data set's items in order (id, group, subset,
+        fields). runner.execute.store.keyindex relies on it; a parser or price change keeps it.
+
+        Returns:
+            64 hex digits, the same for two expansions with the same keys in the same order.
+        """
         digest = hashlib.sha256(_code_digest())
         prompts = [[(f.name, getattr(p, f.name)) for f in dataclasses.fields(p)
                     if f.name not in _PARSER_FIELDS] for p in self.job.prompts]
@@ -148,12 +170,17 @@ class Expansion:
         return digest.hexdigest()
 
     def skeleton(self, keys: Iterator[str] | None = None) -> Iterator[Task]:
-        """Every judge task, in the order of tasks(), without rendering or hashing a request:
-        key the next of `keys` (computed elsewhere; default ""), body b"" and token estimates
-        0. The other fields are tasks()'s."""
+        """Every judge task, in the order of tasks(), without rendering or hashing a request.
+
+        Args:
+            keys: the tasks' keys in that order, computed elsewhere; None: every key "".
+
+        Returns:
+            tasks()'s tasks with body b"" and token estimates 0.
+        """
         judges = {p.name: self.judges(p) for p in self.job.prompts}
         key = (keys if keys is not None else itertools.repeat("")).__next__
-        for item, _, members, prompt, aspect, _ in self._units(render=False):
+        for item, _, members, prompt, aspect, _ in self._units():
             item_id = item.group if members else item.item_id
             for model in judges[prompt.name]:
                 for sample in range(prompt.samples):
@@ -163,12 +190,20 @@ class Expansion:
                                    members=members)
 
     def count(self) -> int:
-        """Number of judge tasks, without building their requests."""
+        """The number of judge tasks, counted without rendering a request.
+
+        Returns:
+            len(list(self.tasks())), without making them.
+        """
         judges = {p.name: len(self.judges(p)) * p.samples for p in self.job.prompts}
-        return sum(judges[unit[3].name] for unit in self._units(render=False))
+        return sum(judges[unit[3].name] for unit in self._units())
 
     def generation_tasks(self) -> Iterator[Task]:
-        """The generation stages' requests: every source item x candidate model."""
+        """The generation stages' requests.
+
+        Returns:
+            A task per source item x candidate model, stage by stage.
+        """
         for spec in self.job.generate:
             prompt = spec.prompt()
             models = [m for m in self.job.models if m.name in spec.models]
@@ -177,11 +212,17 @@ class Expansion:
                 values = _joined(prompt, item.fields)
                 if (template := prompt.template("answer", item.subset, values)) is not None:
                     yield from unit_tasks(item, values, (), prompt, "answer", template, models,
-                                      frames, prefix_marked(self.job))
+                                          frames, prefix_marked(self.job))
 
     def with_generated(self, answer: Callable[[Task], str | None]) -> tuple[Expansion, int]:
-        """This expansion plus the generated data sets, from `answer` (the cached text of a
-        generation task, or None). Returns it and the number of answers still missing."""
+        """This expansion plus the generated data sets.
+
+        Args:
+            answer: a generation task -> its cached answer text, or None.
+
+        Returns:
+            (the new expansion, the number of answers still missing).
+        """
         items = dict(self.items)
         missing = 0
         derived: dict[str, list[Item]] = {g.name: [] for g in self.job.generate}
@@ -200,13 +241,31 @@ class Expansion:
         return Expansion(job=self.job, items=items, index=index, lower_is_better=lower), missing
 
     def groups(self, dataset: str) -> list[list[Item]]:
-        """The data set's items by group, groups in order of first appearance."""
+        """A data set's items by group.
+
+        Args:
+            dataset: the data set's name.
+
+        Returns:
+            Its groups in order of first appearance, each group's items in file order.
+        """
         by_group: dict[str, list[Item]] = {}
         for item in self.items[dataset]:
             by_group.setdefault(item.group, []).append(item)
         return list(by_group.values())
 
     def item(self, dataset: str, item_id: str) -> Item:
+        """One item by its ids.
+
+        Args:
+            dataset: the data set's name; item_id: the item's id.
+
+        Returns:
+            The item.
+
+        Raises:
+            ConfigError: no such item (within --limit).
+        """
         try:
             return self.index[dataset, item_id]
         except KeyError:

@@ -16,7 +16,7 @@ from runner.data.annotations import human_columns, rated_reader
 from runner.data.datasets import FieldMap, Item
 from runner.errors import ConfigError, DataError
 from runner.expand import OUTPUT_N, Expansion
-from runner.job.spec import Job, placeholders
+from runner.job.spec import DatasetSpec, Job, placeholders
 
 __all__ = ["drawn_groups", "prepare", "sample_ids"]
 
@@ -60,11 +60,17 @@ def _no_items(job: Job, position: int, path: Path | None,
 
 
 def sample_ids(items: Iterable[Item], n: int, seed: int) -> frozenset[str]:
-    """The item ids of `judge ... --sample N --seed S`: N items drawn at random, whole groups
-    at a time where the data set has groups (the unit of the dataset-level correlation: a
-    group cut in two would count its items in neither), so at least N items unless the data
-    set has fewer. The same items, data and seed give the same draw on every command and
-    machine (random.Random(seed) over the groups in file order)."""
+    """The item ids of `judge ... --sample N --seed S`: whole groups at a time where the data
+    set has groups (the unit of the dataset-level correlation: a group cut in two would count
+    its items in neither); the same draw on every command and machine.
+
+    Args:
+        items: the data set's items in file order; n: items wanted; seed: the draw's seed.
+
+    Returns:
+        At least n item ids (all of them if the data set has fewer), drawn_groups' first
+        groups.
+    """
     kept: list[str] = []
     for group in drawn_groups(items, seed):
         if len(kept) >= n:
@@ -74,8 +80,15 @@ def sample_ids(items: Iterable[Item], n: int, seed: int) -> frozenset[str]:
 
 
 def drawn_groups(items: Iterable[Item], seed: int) -> list[list[Item]]:
-    """The items by group (an item without one alone), the groups in the order the --sample
-    draw with `seed` takes them, the items of a group in file order."""
+    """The items by group (an item without one alone), in the order the --sample draw takes
+    them: random.Random(seed) shuffles the groups in file order.
+
+    Args:
+        items: the data set's items in file order; seed: the draw's seed.
+
+    Returns:
+        The groups in drawn order, each group's items in file order.
+    """
     groups: dict[str, list[Item]] = {}
     for it in items:
         groups.setdefault(it.group or it.item_id, []).append(it)
@@ -89,44 +102,32 @@ def prepare(job: Job, data_dir: Path, *, limit: int | None = None,
             keep: Callable[[str, str], bool] | None = None) -> Expansion:
     """Load every data set of the job and check each template against its fields.
 
-    `limit`: the first N items of each data set, in file order; `sample`: (N, seed), N items
-    of each drawn at random, whole groups at a time (`sample_ids`).
+    Args:
+        job: the job; data_dir: where the registered data sets are.
+        limit: the first N items of each data set, in file order.
+        stream: keep no item in memory when the job has no group prompt, no generation stage
+            and no `keep`: every pass over the tasks reads the files again and `item()` is not
+            available (for `plan` and `status`, which make one pass).
+        sample: (N, seed): N items of each data set drawn at random, whole groups at a time
+            (`sample_ids`).
+        keep: (data set, group) -> whether that group's items are loaded (`judge run
+            --shard`: runner.execute.shard.Shard.owns), after `limit` and `sample`; the others
+            are dropped as they are read. Generated data sets derive from the items kept.
 
-    `keep`: (data set, group) -> whether that group's items are loaded (`judge run --shard`:
-    runner.execute.shard.Shard.owns), after `limit` and `sample`; the other items are dropped
-    as they are read, never held, indexed or rendered. Generated data sets derive from the
-    items kept.
+    Returns:
+        The expansion.
 
-    With `stream`, a job with no group prompts and no generation stage keeps no item in
-    memory: every pass over the tasks reads the files again, and `item()` lookups are not
-    available (for `plan` and `status`, which make one pass). Not with `keep`: the kept items
-    are held.
+    Raises:
+        ConfigError: a data set's path, name or field mapping is wrong, or a template names a
+            field its data set does not have.
+        DataError: a data set has no items.
     """
     stream = stream and keep is None and not job.generate and all(
         p.per == "item" for p in job.prompts)
     items: dict[str, Sequence[Item]] = {}
     lower: dict[str, frozenset[str]] = {}
     for position, spec in enumerate(job.datasets):
-        if spec.path is not None:
-            if spec.path.is_dir():
-                raise ConfigError(f"{job.path}: datasets[{position}].path points to {spec.path}, "
-                                  "which is a folder; give the data file itself (.jsonl, .csv "
-                                  "or .json)")
-            if not spec.path.is_file():
-                raise ConfigError(f"{job.path}: datasets[{position}].path points to {spec.path}, "
-                                  "which does not exist; fix the path (relative to the job file)")
-            fields, ratings = _field_map(job, spec.name, spec.fields)
-            lower[spec.name] = frozenset(fields.lower_is_better)
-            read = rated_reader(
-                functools.partial(datasets.load_file, spec.path, fields, dataset=spec.name),
-                ratings)
-        else:
-            if spec.name not in datasets.REGISTRY:
-                known = ", ".join(sorted(datasets.REGISTRY))
-                raise ConfigError(f"{job.path}: datasets: {spec.name!r} is not a registered data "
-                                  f"set ({known}); or give path = \"your.jsonl\" and fields")
-            lower[spec.name] = datasets.REGISTRY[spec.name].lower_is_better
-            read = functools.partial(datasets.load, spec.name, data_dir, options=spec.options)
+        read, lower[spec.name] = _reader(job, position, spec, data_dir)
         kept = None if sample is None else sample_ids(read(), *sample)
         source = _ItemsFromFile(read, limit, kept)
         items[spec.name] = _loaded(source, spec.name, stream, keep)
@@ -141,6 +142,29 @@ def prepare(job: Job, data_dir: Path, *, limit: int | None = None,
                                for it in its}
     return Expansion(job=job, items=items, index=index, lower_is_better=lower)
 
+
+def _reader(job: Job, position: int, spec: DatasetSpec, data_dir: Path
+            ) -> tuple[Callable[[], Iterable[Item]], frozenset[str]]:
+    """A data set's item reader (from its file or the registry) and its lower-is-better
+    metrics."""
+    if spec.path is None:
+        if spec.name not in datasets.REGISTRY:
+            known = ", ".join(sorted(datasets.REGISTRY))
+            raise ConfigError(f"{job.path}: datasets: {spec.name!r} is not a registered data "
+                              f"set ({known}); or give path = \"your.jsonl\" and fields")
+        return (functools.partial(datasets.load, spec.name, data_dir, options=spec.options),
+                datasets.REGISTRY[spec.name].lower_is_better)
+    if spec.path.is_dir():
+        raise ConfigError(f"{job.path}: datasets[{position}].path points to {spec.path}, "
+                          "which is a folder; give the data file itself (.jsonl, .csv "
+                          "or .json)")
+    if not spec.path.is_file():
+        raise ConfigError(f"{job.path}: datasets[{position}].path points to {spec.path}, "
+                          "which does not exist; fix the path (relative to the job file)")
+    fields, ratings = _field_map(job, spec.name, spec.fields)
+    return (rated_reader(functools.partial(datasets.load_file, spec.path, fields,
+                                           dataset=spec.name), ratings),
+            frozenset(fields.lower_is_better))
 
 def _loaded(source: Sequence[Item], dataset: str, stream: bool,
             keep: Callable[[str, str], bool] | None) -> Sequence[Item]:

@@ -28,6 +28,7 @@ __all__ = ["CHARS_PER_TOKEN", "Frames", "Task", "cache_key", "new_task", "prefix
 CHARS_PER_TOKEN = 4
 DEFAULT_MAX_TOKENS = 256  # reservation when a request sets no max_tokens
 
+
 class Task(NamedTuple):
     """One request to send (or find in the cache).
 
@@ -58,7 +59,11 @@ class Task(NamedTuple):
     sent, not what."""
 
     def without_body(self) -> Task:
-        """This task without its request body, to keep many in memory."""
+        """This task without its request body, to keep many in memory.
+
+        Returns:
+            A copy with body b"", every other field the same.
+        """
         return new_task(key=self.key, dataset=self.dataset, item_id=self.item_id,
                         prompt=self.prompt, aspect=self.aspect, model=self.model,
                         sample=self.sample, body=b"", prompt_tokens=self.prompt_tokens,
@@ -92,11 +97,27 @@ def new_task(*, key: str, dataset: str, item_id: str, prompt: str, aspect: str, 
 
 
 def task_key(task: Task) -> str:
-    """A task's cache key: the key function of the cache lookups and reads over tasks."""
+    """A task's cache key: the key function of the cache lookups and reads over tasks.
+
+    Args:
+        task: any task.
+
+    Returns:
+        task.key.
+    """
     return task.key
 
+
 def render(template: str, values: Mapping[str, str]) -> str:
-    """Fill `{{name}}` placeholders in one pass: braces inside the values pass through as is."""
+    """Fill `{{name}}` placeholders in one pass: braces inside the values pass through as is.
+
+    Args:
+        template: the text with its `{{name}}` placeholders.
+        values: placeholder name -> its text (every placeholder of the template).
+
+    Returns:
+        The rendered text.
+    """
     return _compiled(template).format_map(values)
 
 
@@ -110,10 +131,21 @@ def _compiled(template: str) -> str:
                    for i, p in enumerate(pieces))
 
 
-
 def request_body(prompt: PromptSpec, model: ModelSpec, values: Mapping[str, str],
                  aspect: str, subset: str = "") -> dict[str, Any]:
-    """The chat-completions request body for one (item or group, prompt, aspect, model)."""
+    """The chat-completions request body for one (item or group, prompt, aspect, model).
+
+    The reference of what unit_tasks builds faster (and falls back to).
+
+    Args:
+        prompt: the prompt; model: the model it is sent to.
+        values: the template values (the item's fields, joined, with `aspect`).
+        aspect: the aspect scored; subset: the item's subset (choosing the template).
+
+    Returns:
+        The body as a dict: model, messages (system, then user), the model's and the prompt's
+        params (the prompt's win).
+    """
     messages = []
     if prompt.system:
         messages.append({"role": "system", "content": render(prompt.system, values)})
@@ -124,7 +156,14 @@ def request_body(prompt: PromptSpec, model: ModelSpec, values: Mapping[str, str]
 
 
 def cache_key(endpoint: str, body: Mapping[str, Any], sample: int) -> str:
-    """sha256 of what determines the answer: endpoint, full request body, sample index."""
+    """sha256 of what determines the answer: endpoint, full request body, sample index.
+
+    Args:
+        endpoint: ModelSpec.endpoint; body: the request body; sample: the sample index.
+
+    Returns:
+        64 hex digits; the same for the same body with its keys in any order.
+    """
     canonical = orjson.dumps({"endpoint": endpoint, "request": body, "sample": sample},
                              option=orjson.OPT_SORT_KEYS)
     return hashlib.sha256(canonical).hexdigest()
@@ -161,6 +200,7 @@ class Frames(dict[tuple[str, str], "_Frame | None"]):
     (then the body is built and serialised whole, as request_body does)."""
 
     def get_frame(self, prompt: PromptSpec, model: ModelSpec) -> _Frame | None:
+        """The frame of `prompt` sent to `model` (built now if it is new), or None."""
         key = (prompt.name, model.name)
         if key not in self:
             self[key] = _frame(prompt, model)
@@ -189,8 +229,20 @@ def _reserve(body: Mapping[str, Any]) -> int:
 
 
 def unit_tasks(item: Item, values: Mapping[str, str], members: tuple[str, ...],
-           prompt: PromptSpec, aspect: str, template: str, models: Sequence[ModelSpec],
-           frames: Frames, cache: bool) -> Iterator[Task]:
+               prompt: PromptSpec, aspect: str, template: str, models: Sequence[ModelSpec],
+               frames: Frames, cache: bool) -> Iterator[Task]:
+    """One unit's tasks, its text rendered once for every model (request_body's bodies, made
+    from each model's frame).
+
+    Args:
+        item: the item (group mode: the group's first member); members: group mode's ids.
+        values: the template values; prompt, aspect, template: what is asked.
+        models: the judges, in order; frames: the frames built so far (added to).
+        cache: whether the tasks get their Task.prefix (prefix_marked).
+
+    Returns:
+        The tasks, model by model, sample by sample.
+    """
     item_id = item.group if members else item.item_id
     values = {**values, "aspect": aspect}
     prefix = _prefix(prompt, template, values) if cache else 0
@@ -218,7 +270,14 @@ def unit_tasks(item: Item, values: Mapping[str, str], members: tuple[str, ...],
 
 
 def prefix_marked(job: Job) -> bool:
-    """Whether tasks get their Task.prefix: only anthropic requests mark it."""
+    """Whether tasks get their Task.prefix: only anthropic requests mark it.
+
+    Args:
+        job: the job.
+
+    Returns:
+        True when the job's prompt_cache is on and one of its models is anthropic.
+    """
     return job.prompt_cache and any(m.kind == "anthropic" for m in job.models)
 
 

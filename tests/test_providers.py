@@ -1,4 +1,4 @@
-"""Tests for the provider kinds (runner.execute.providers, runner.job.spec's prefixes): the exact
+"""Tests for the provider kinds (runner.execute.providers, runner.job.models' prefixes): the exact
 URL, headers, query and body each kind sends, Anthropic's answers normalised for the parsers,
 its errors and rate-limit headers mapped by the client, and keys that carry the endpoint kind.
 

@@ -12,10 +12,10 @@ from runner.job.providers import KINDS, Price
 from runner.job.reader import Reader, check_params
 from runner.job.spec import EndpointSpec, ModelSpec
 
-__all__ = ["PREFIXES", "parse_model_spec", "read_model", "url_problem"]
+__all__ = ["parse_model_spec", "read_model", "url_problem"]
 
 # The spec prefixes (`anthropic:NAME`), each its provider table row; a bare name is "compatible".
-PREFIXES = {r.prefix: r for r in KINDS.values() if r.prefix is not None}
+_PREFIXES = {r.prefix: r for r in KINDS.values() if r.prefix is not None}
 AZURE_API_VERSION = "2024-10-21"
 
 
@@ -44,7 +44,7 @@ def parse_model_spec(spec: str, *, name: str | None = None, base_url: str | None
         ConfigError: the spec names no model, or azure has no `base_url`.
     """
     prefix, _, rest = spec.partition(":")
-    preset = PREFIXES.get(prefix)
+    preset = _PREFIXES.get(prefix)
     if preset is not None and not rest.strip():
         raise ConfigError(f"model spec {spec!r} names no model: use {prefix}:NAME, e.g. "
                           "openai:gpt-4o-mini or local:smollm2")
@@ -98,6 +98,17 @@ def url_problem(url: str) -> str | None:
 
 
 def read_model(r: Reader, key: str, table: Any) -> ModelSpec:
+    """One `[models.NAME]` table.
+
+    Args:
+        r: the reader of `[models]`; key: NAME, the judge's name; table: the table.
+
+    Returns:
+        The ModelSpec.
+
+    Raises:
+        ConfigError: a wrong key or value, naming its key path.
+    """
     if not isinstance(table, dict):
         raise r.error(key, "must be a table like [models.judge] with spec = \"...\"")
     m = r.child(key, table)
@@ -168,7 +179,7 @@ def _endpoints(m: Reader, spec: str) -> tuple[EndpointSpec, ...]:
     if spec.startswith("local:") and entries:
         raise m.error("endpoints", "cannot serve a local: model; use a bare model name")
     prefix = spec.partition(":")[0]
-    default_env = m.get("api_key_env", str) or (PREFIXES[prefix].key_env if prefix in PREFIXES
+    default_env = m.get("api_key_env", str) or (_PREFIXES[prefix].key_env if prefix in _PREFIXES
                                                 else "OPENAI_API_KEY")
     out = []
     for i, entry in enumerate(entries):
