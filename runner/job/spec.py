@@ -12,24 +12,9 @@ from typing import Any
 
 from runner.job.providers import Price, row
 
-__all__ = [
-    "LEVELS",
-    "DEFAULT_METHODS",
-    "METHODS",
-    "PLACEHOLDER",
-    "POLICIES",
-    "DatasetSpec",
-    "EndpointSpec",
-    "GenerateSpec",
-    "ImportSpec",
-    "JURY_METHODS",
-    "Job",
-    "JurySpec",
-    "Limits",
-    "ModelSpec",
-    "PromptSpec",
-    "placeholders",
-]
+__all__ = ["LEVELS", "DEFAULT_METHODS", "METHODS", "PLACEHOLDER", "POLICIES", "DatasetSpec",
+           "EndpointSpec", "GenerateSpec", "ImportSpec", "JURY_METHODS", "Job", "JurySpec",
+           "Limits", "ModelSpec", "PromptSpec", "placeholders"]
 
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 # Request parameters the runner sets itself: a job may not override them.
