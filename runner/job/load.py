@@ -164,10 +164,7 @@ def _generate(root: Reader, index: int, table: Any, datasets: tuple[DatasetSpec,
     if source not in [d.name for d in datasets]:
         raise r.error("dataset", f"names {source!r}, which is not a data set of this job")
     candidates = tuple(r.get("models", list, required=True))
-    known = [m.name for m in models]
-    for m in candidates:
-        if m not in known:
-            raise r.error("models", f"names {m!r}, which is not in [models] ({', '.join(known)})")
+    r.among("models", candidates, [m.name for m in models], "is not in [models]")
     params = r.get("params", dict, {})
     check_params(r, params)
     language = r.get("language", str, "en")
@@ -232,9 +229,7 @@ def _import(root: Reader, index: int, table: Any, datasets: tuple[DatasetSpec, .
     for key, value, names in (("dataset", spec.dataset, [d.name for d in datasets]),
                               ("prompt", spec.prompt, [p.name for p in prompts]),
                               ("model", spec.model, [m.name for m in models])):
-        if value not in names:
-            raise r.error(key, f"names {value!r}, which the job does not define "
-                          f"({', '.join(names)})")
+        r.among(key, [value], names, "the job does not define")
     return spec
 
 
@@ -300,17 +295,11 @@ def _prompt(root: Reader, index: int, table: Mapping[str, Any],
             raise r.error("system_file", "and system are both set; keep one")
         system = _read_template(r, "system_file", system_file)
     for_datasets = tuple(r.get("datasets", list, []))
-    for d in for_datasets:
-        if d not in dataset_names:
-            raise r.error("datasets", f"names {d!r}, which is not a data set of this job "
-                          f"({', '.join(sorted(dataset_names))})")
+    r.among("datasets", for_datasets, sorted(dataset_names), "is not a data set of this job")
     params = r.get("params", dict, {})
     check_params(r, params)
     judges = tuple(r.get("models", list, []))
-    for m in judges:
-        if m not in model_names:
-            raise r.error("models", f"names {m!r}, which is not in [models] "
-                          f"({', '.join(sorted(model_names))})")
+    r.among("models", judges, sorted(model_names), "is not in [models]")
     per = r.get("per", str, "item")
     if per not in ("item", "group"):
         raise r.error("per", f"must be \"item\" or \"group\" (got {per!r})")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +78,20 @@ class Reader:
             names = " or ".join(k.__name__ for k in _kinds(kind))
             raise self.error(key, f"must be {names} (got {value!r})")
         return value
+
+    def among(self, key: str, values: Iterable[Any], known: Sequence[str], which: str) -> None:
+        """Refuse a name under `key` that is not one of `known`.
+
+        Args:
+            key: the key listing the names; values: its names; known: the names allowed, in
+                the order the message lists them; which: what the message says of a stranger.
+
+        Raises:
+            ConfigError: "KEY names 'x', which WHICH (a, b)".
+        """
+        for value in values:
+            if value not in known:
+                raise self.error(key, f"names {value!r}, which {which} ({', '.join(known)})")
 
     def positive(self, key: str, default: Any, kind: type = int) -> Any:
         """A positive number (`kind` int, or float: an int or a float).
