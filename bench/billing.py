@@ -36,8 +36,8 @@ import aiohttp
 
 from bench import common
 from runner.execute.providers import anthropic_body
-from runner.expand import prepare
 from runner.job.load import load_job
+from runner.prepare import prepare
 from tests.fakebilling import Biller
 from tests.fakeproviders import Fake, ProviderServer
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from runner.expand import Task
+    from runner.tasks import Task
 
 # Everything else is imported inside the functions: `python -m bench.cached` times the imports
 # of a run from an interpreter that has loaded nothing of the runner's yet.
@@ -56,8 +56,8 @@ def prefill(job_path: Path, cache_dir: Path) -> int:
     """Store an answer for every task of the job, as the pool stores them (`Cache.put_many`);
     returns the number of entries."""
     from runner.execute.store.cache import Cache
-    from runner.expand import prepare
     from runner.job.load import load_job
+    from runner.prepare import prepare
     job = load_job(job_path)
     endpoints = {m.name: m.endpoint for m in job.models}
     with Cache(cache_dir) as cache:

@@ -31,10 +31,11 @@ import runner.report.write as write
 from bench import common
 from runner import session
 from runner.execute.store.cache import Cache
-from runner.expand import Task, prepare
 from runner.job.load import load_job
+from runner.prepare import prepare
 from runner.reduce.judgments import judge
 from runner.selection import TaskSelection
+from runner.tasks import Task
 from tests.fakeserver import default_reply
 
 TARGET_MB = 500.0  # issue 13: plan and a cached run over 10,000,000 tasks

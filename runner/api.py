@@ -112,7 +112,7 @@ def selection(job: JobLike, *, data_dir: str | os.PathLike[str] | None = None,
             ~/.cache/judge-runner/data].
         environ: where JUDGE_CACHE_DIR, JUDGE_CACHE_URL, OPENAI_BASE_URL and the API keys are
             read [default: os.environ].
-        stream: one pass over the tasks is all the caller needs (see expand.prepare).
+        stream: one pass over the tasks is all the caller needs (see runner.prepare.prepare).
         download: fetch missing registered data sets first (`judge run`).
         **choose: the fields of a TaskSelection: models, base_url, limit, sample, seed,
             cache_dir, cache_url, out (and shard, which only `judge run` takes).

@@ -1,7 +1,7 @@
 """`judge plan`'s bill before any call, three ways: online, online with the provider's prompt
 caching, and through a Batch API.
 
-Token counts are the expansion's estimate, 4 characters a token (runner.expand's
+Token counts are the expansion's estimate, 4 characters a token (runner.tasks'
 CHARS_PER_TOKEN), not a tokenizer: tiktoken, OpenAI's, downloads its vocabulary on first use,
 and `judge plan` makes no network call; the same approximation for every provider.
 Completion tokens are counted at max_tokens x n, an upper bound.
@@ -18,13 +18,14 @@ plain input, and `short` names it.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
-from runner.expand import CHARS_PER_TOKEN, Task, model_price
-from runner.job.providers import Tokens, cache_minimum
+from runner.job.providers import Price, Tokens, cache_minimum, price_of
 from runner.job.spec import ModelSpec
+from runner.tasks import CHARS_PER_TOKEN, Task
 
-__all__ = ["Estimate"]
+__all__ = ["Estimate", "estimate_cost", "model_price"]
 
 
 @dataclass(slots=True)
@@ -128,3 +129,31 @@ def _common(head: bytes, body: bytes) -> int:
         else:
             high = mid - 1
     return low
+
+
+def model_price(model: ModelSpec) -> Price | None:
+    """A model's price: the job's `price` or the provider table's (runner.job.providers).
+
+    Args:
+        model: the model.
+
+    Returns:
+        The price, with the job's `batch_discount` if it sets one; None when it is unknown.
+    """
+    price = price_of(model.kind, model.model, model.price)
+    if price is None or model.batch_discount is None:
+        return price
+    return dataclasses.replace(price, batch_discount=model.batch_discount)
+
+
+def estimate_cost(model: ModelSpec, prompt_tokens: int, completion_tokens: int) -> float | None:
+    """What the given tokens cost, all billed as plain input and output.
+
+    Args:
+        model: the model; prompt_tokens, completion_tokens: the tokens.
+
+    Returns:
+        USD, or None when the model's price is unknown.
+    """
+    price = model_price(model)
+    return None if price is None else price.cost(Tokens(prompt_tokens, 0, 0, completion_tokens))

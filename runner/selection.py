@@ -24,8 +24,8 @@ from runner.data.loaders import Item
 from runner.errors import ConfigError, redact_url
 from runner.execute.shard import Shard
 from runner.execute.store.backend import checked_url
-from runner.expand import drawn_groups
 from runner.job.spec import Job
+from runner.prepare import drawn_groups
 
 __all__ = ["DEFAULT_CACHE_DIR", "CacheLocation", "TaskSelection", "rating_queue"]
 

@@ -24,17 +24,20 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from runner.data import datasets
 from runner.data.seen import Seen, key64
 from runner.errors import ConfigError, MissingKeyError, redact_url, register_secret, scrub
-from runner.estimate import Estimate
+from runner.estimate import Estimate, estimate_cost
 from runner.execute import local
 from runner.execute.shard import Shard, split_limits
 from runner.execute.store.backend import CacheBackend, cached_flags, is_url, open_cache
-from runner.expand import Expansion, Task, estimate_cost, new_task, prepare, task_key
+from runner.expand import Expansion
 from runner.expand_ahead import with_key_index
 from runner.job.load import load_job
+from runner.job.models import parse_model_spec, url_problem
 from runner.job.providers import Bill
-from runner.job.spec import Job, ModelSpec, parse_model_spec, url_problem
+from runner.job.spec import Job, ModelSpec
+from runner.prepare import prepare
 from runner.reduce.judgments import READ_BATCH, CachedFirst, Judgment, choices
 from runner.selection import DEFAULT_CACHE_DIR, TaskSelection
+from runner.tasks import Task, new_task, task_key
 
 if TYPE_CHECKING:
     from runner.execute.stats import RunStats
@@ -246,7 +249,7 @@ def select(chosen: TaskSelection, *, data_dir: Path, env_base_url: str | None = 
             CacheLocation.with_environment: a cache_dir left None is ./cache).
         data_dir: where the data sets' files are.
         env_base_url: OPENAI_BASE_URL, the endpoint of bare model names without --base-url.
-        stream: one pass over the tasks is all the caller needs (see expand.prepare).
+        stream: one pass over the tasks is all the caller needs (see runner.prepare.prepare).
         download: fetch the job's missing registered data sets first (`judge run`).
 
     Returns:

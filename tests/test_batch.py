@@ -20,11 +20,12 @@ import pytest
 
 from runner.cli.batches import MAX_BATCH_REQUESTS, batch_models
 from runner.errors import ConfigError
+from runner.estimate import model_price
 from runner.execute.batch_files import MAX_REQUESTS, body_of, request_line, write_files
 from runner.execute.store.cache import Cache
-from runner.expand import Task, model_price
 from runner.job.load import load_job
 from runner.job.spec import ModelSpec
+from runner.tasks import Task
 from tests.conftest import JobWriter
 from tests.fakebatch import BatchServer, run_all
 from tests.fakeserver import ThreadedServer

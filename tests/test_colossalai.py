@@ -23,10 +23,11 @@ from rouge_score import rouge_scorer
 
 from runner.cli.main import cli
 from runner.errors import ConfigError
-from runner.expand import Expansion, prepare
+from runner.expand import Expansion
 from runner.job.load import load_job as _load_job
 from runner.job.spec import Job
 from runner.parse import metrics
+from runner.prepare import prepare
 from runner.session import resolve_models
 from tests.fakeserver import Script, ThreadedServer
 

@@ -10,8 +10,9 @@ import pytest
 
 from runner.errors import ConfigError
 from runner.job.load import load_job
+from runner.job.models import parse_model_spec
 from runner.job.providers import KINDS, Price
-from runner.job.spec import Job, Limits, parse_model_spec
+from runner.job.spec import Job, Limits
 from tests.conftest import ROOT, JobWriter
 
 OPENAI_BASE_URL = KINDS["openai"].base_url

@@ -22,9 +22,10 @@ from runner.errors import ConfigError
 from runner.execute.pool import Endpoint, RunStats, execute
 from runner.execute.providers import anthropic_body
 from runner.execute.store.cache import Cache
-from runner.expand import Task, prepare
 from runner.job.load import load_job
 from runner.job.spec import Job, Limits
+from runner.prepare import prepare
+from runner.tasks import Task
 from tests.conftest import ROOT, JobWriter
 from tests.fakeproviders import Fake, ProviderServer
 

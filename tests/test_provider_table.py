@@ -7,14 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from runner import expand
+from runner import expand, tasks
 from runner.errors import ConfigError
+from runner.estimate import estimate_cost, model_price
 from runner.execute.providers import provider
-from runner.expand import estimate_cost, model_price, prepare
 from runner.job import spec
 from runner.job.load import load_job
+from runner.job.models import parse_model_spec
 from runner.job.providers import KINDS, SOURCES, Price, Tokens, cache_minimum, price_of
-from runner.job.spec import ModelSpec, parse_model_spec
+from runner.job.spec import ModelSpec
+from runner.prepare import prepare
 from tests.conftest import JobWriter
 
 JOB = """
@@ -162,6 +164,6 @@ def test_prices_are_in_nothing_hashed(write_job: JobWriter,
     real = Path.read_bytes
     monkeypatch.setattr(Path, "read_bytes", lambda p: read.append(p.name) or real(p))
     expand._code_digest.__wrapped__()  # type: ignore[attr-defined]
-    assert read == ["expand.py", "spec.py"]  # not providers.py, where the prices are
-    assert not [name for module in (expand, spec) for name, value in vars(module).items()
+    assert read == ["expand.py", "tasks.py", "spec.py"]  # not providers.py, where the prices are
+    assert not [name for module in (expand, tasks, spec) for name, value in vars(module).items()
                 if isinstance(value, Price) or name == "PRICES"]

@@ -11,8 +11,8 @@ import pytest
 from runner.data.annotations import Rating, append_rating
 from runner.data.loaders import Item
 from runner.errors import ConfigError
-from runner.expand import prepare, sample_ids
 from runner.job.load import load_job
+from runner.prepare import prepare, sample_ids
 from runner.selection import rating_queue
 from tests.fakeserver import ThreadedServer
 from tests.test_cli import clean_env, run_judge

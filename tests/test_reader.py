@@ -303,10 +303,10 @@ def _line(answer: Callable[[], Answer], parser: str) -> bytes | str:
     """The judgments.jsonl line of one task whose Answer `answer()` makes (of a record, or
     of what a reader sent of it) judged with `parser`, or the error that raised."""
     from runner.data.datasets import Item
-    from runner.expand import new_task
     from runner.job.spec import PromptSpec
     from runner.reduce.judgments import _Context
     from runner.report.tables import _judgment_line
+    from runner.tasks import new_task
 
     prompt = PromptSpec(name="p", templates={"*": "rate"}, system=None, parser=parser,
                         parser_options={}, aspects=("a",), datasets=(), params={})

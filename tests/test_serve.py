@@ -26,7 +26,7 @@ from runner.cli.main import cli
 from runner.data.annotations import append_rating, read_ratings
 from runner.execute.store.cache import Cache
 from runner.execute.store.lease import describe, lease_id, lease_name
-from runner.expand import prepare
+from runner.prepare import prepare
 from runner.report.html import read_page_data
 from runner.serve import Desk, make_app, new_token
 from runner.serve import live as live_module

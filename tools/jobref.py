@@ -1,12 +1,13 @@
 """The job file's reference, generated from the loader's own key tables, so it cannot drift.
 
 The keys come from the code that accepts them: every `X.check_keys({...})` set in
-`runner/job/load.py`, the `allowed` set of `_field_map` in `runner/expand.py` (a file data set's
-`fields`) and `_OPTIONS` in `runner/data/datasets.py` (a registered set's `options`). Their
-meanings come from the docstrings (or trailing comments) of the fields they fill, in
-`runner/job/spec.py` and `runner/data/datasets.py`, or from `NOTES` below where the field says
-less than a user needs. A key the loader accepts that has neither is an error, and so is a note
-for a key the loader no longer accepts: `mkdocs build --strict` (run by `make lint`) fails.
+`runner/job/load.py` and `runner/job/models.py`, the `allowed` set of `_field_map` in
+`runner/prepare.py` (a file data set's `fields`) and `_OPTIONS` in `runner/data/datasets.py` (a
+registered set's `options`). Their meanings come from the docstrings (or trailing comments) of the
+fields they fill, in `runner/job/spec.py` and `runner/data/datasets.py`, or from `NOTES` below
+where the field says less than a user needs. A key the loader accepts that has neither is an error,
+and so is a note for a key the loader no longer accepts: `mkdocs build --strict` (run by `make
+lint`) fails.
 
 Used as a MkDocs hook (`hooks:` in mkdocs.yml): `<!-- job-file-keys -->` in a page becomes the
 tables. `python tools/jobref.py` prints them.
@@ -22,8 +23,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 LOAD = ROOT / "runner" / "job" / "load.py"
+MODELS = ROOT / "runner" / "job" / "models.py"
 SPEC = ROOT / "runner" / "job" / "spec.py"
-EXPAND = ROOT / "runner" / "expand.py"
+PREPARE = ROOT / "runner" / "prepare.py"
 DATASETS = ROOT / "runner" / "data" / "datasets.py"
 MARKER = "<!-- job-file-keys -->"
 
@@ -64,7 +66,7 @@ SECTIONS = (
             aliases={"template": "templates", "field": "into"},
             intro="A generation stage: candidate models answer a data set's items; their "
                   "answers become a new data set that prompts can judge."),
-    Section("[models.NAME]", ("_model", "m"), SPEC, "ModelSpec",
+    Section("[models.NAME]", ("read_model", "m"), SPEC, "ModelSpec",
             intro="A judge (or a generation candidate). `--model SPEC` replaces the job's "
                   "judges."),
     Section("price (in [models.NAME])", ("_price", "mp"), SPEC, "",
@@ -224,7 +226,7 @@ NOTES: dict[str, dict[str, tuple[str, str]]] = {
 def key_sets() -> dict[tuple[str, str], set[str]]:
     """Every key set the loader checks, by (function, variable)."""
     found: dict[tuple[str, str], set[str]] = {}
-    for path in (LOAD, EXPAND, DATASETS):
+    for path in (LOAD, MODELS, PREPARE, DATASETS):
         tree = ast.parse(path.read_text("utf-8"))
         for node in ast.walk(tree):
             if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) \

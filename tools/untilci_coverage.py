@@ -5,7 +5,7 @@ the precision, not the estimate. This measures what that does to the final CI. F
 set and aspect, a simulated judge is the human score plus noise (a part shared by a group's
 items, a part per item; fixed for the data set, seed 1), so its correlation with the humans over
 the whole data set is a known answer. Each replication draws the groups in a new random order
-(runner.expand.drawn_groups, seed = the replication), applies the rule at its checkpoints
+(runner.prepare.drawn_groups, seed = the replication), applies the rule at its checkpoints
 (runner.reduce.stopping: FIRST_CHECK, then every check_every groups; the widest CI over the
 levels and the method, computed by runner.reduce.correlate as the report does) and records
 whether the CI at the stop holds the known answer, and the estimate there. For comparison, the
@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from runner.data.datasets import Item, load
-from runner.expand import drawn_groups
+from runner.prepare import drawn_groups
 from runner.reduce.correlate import Correlation, Row, correlate
 from runner.reduce.stopping import FIRST_CHECK, check_every, precision_of
 

@@ -20,11 +20,11 @@ from runner.cli.outcome import rebuild_reports
 from runner.errors import ConfigError
 from runner.execute.imports import import_answers
 from runner.execute.store.backend import cached_flags
-from runner.expand import task_key
 from runner.job.providers import row
 from runner.reduce.judgments import judge
 from runner.selection import TaskSelection
 from runner.session import Selection, all_tasks, open_selected
+from runner.tasks import task_key
 
 __all__ = ["compare", "import_", "plan", "report", "rescore", "status"]
 

@@ -34,7 +34,7 @@ __all__ = ["Item", "Loader", "bagel", "colossalai", "korean_chat", "openmeva", "
 class Item(NamedTuple):
     """One output to be judged, with its source, human scores and recorded metrics.
 
-    A NamedTuple, not a frozen dataclass, for the reason runner.expand.Task is one: a frozen
+    A NamedTuple, not a frozen dataclass, for the reason runner.tasks.Task is one: a frozen
     dataclass's __init__ sets each of the 10 fields with object.__setattr__ (~3 us an item,
     ~0.08 s of loading a 25k-item job); built with keyword arguments all the same."""
 

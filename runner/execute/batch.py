@@ -43,6 +43,7 @@ from runner.errors import (
     RetryableError,
     redact_url,
 )
+from runner.estimate import model_price
 from runner.execute.anthropic_batch import AnthropicBatches
 from runner.execute.batch_api import OpenAIBatches
 from runner.execute.batch_files import (
@@ -59,10 +60,10 @@ from runner.execute.shard import Shard
 from runner.execute.stats import RunStats
 from runner.execute.store.backend import CacheBackend, cached_flags
 from runner.execute.store.cache import answer_record
-from runner.expand import Task, model_price
 from runner.job.providers import Bill, Billed, Tokens
 from runner.job.providers import row as provider_row
 from runner.job.spec import ModelSpec
+from runner.tasks import Task
 
 __all__ = ["BatchOptions", "BatchRun", "BatchStats", "Provider"]
 

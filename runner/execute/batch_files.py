@@ -19,7 +19,7 @@ import orjson
 
 from runner.children import alive
 from runner.execute.batch_api import CHAT_URL
-from runner.expand import Task
+from runner.tasks import Task
 
 __all__ = ["MAX_BYTES", "MAX_REQUESTS", "body_of", "is_answer", "output_line", "remove_stale",
            "request_bodies", "request_line", "write_files"]

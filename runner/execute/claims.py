@@ -42,7 +42,7 @@ from runner.execute.stats import RunStats
 from runner.execute.store import claimtable
 from runner.execute.store.backend import LOOKUP_BATCH, CacheBackend
 from runner.execute.store.claimtable import TTL_S, Owner
-from runner.expand import Task
+from runner.tasks import Task
 
 __all__ = ["POLL_S", "TTL_S", "Claims"]
 

@@ -35,8 +35,8 @@ from typing import Any
 from runner.errors import CacheAwayError, CacheError, DiskFullError
 from runner.execute.store.backend import CacheBackend
 from runner.execute.store.cache import Cache
-from runner.expand import Task
 from runner.job.providers import Tokens
+from runner.tasks import Task
 
 __all__ = ["RETRY_CAP_S", "RETRY_S", "Commits", "Pending"]
 

@@ -37,6 +37,7 @@ from runner.errors import (
     RunnerError,
     redact_url,
 )
+from runner.estimate import estimate_cost, model_price
 from runner.execute.breaker import Breaker, refused, too_long
 from runner.execute.claims import Claims
 from runner.execute.client import Response, send, timeout_of
@@ -47,9 +48,9 @@ from runner.execute.prefixes import PrefixGate
 from runner.execute.stats import RunStats
 from runner.execute.store.backend import CacheBackend, cached_flag_batches
 from runner.execute.store.cache import answer_record
-from runner.expand import Task, estimate_cost, model_price, task_key
 from runner.job.providers import Tokens
 from runner.job.spec import Limits, ModelSpec
+from runner.tasks import Task, task_key
 
 __all__ = ["Endpoint", "RunStats", "backoff", "execute"]
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 import orjson
 
 from runner.execute.providers import cache_min_tokens
-from runner.expand import CHARS_PER_TOKEN, Task
+from runner.tasks import CHARS_PER_TOKEN, Task
 
 __all__ = ["PrefixGate"]
 

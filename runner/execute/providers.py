@@ -26,8 +26,8 @@ from urllib.parse import quote
 import orjson
 
 from runner.errors import RequestError
-from runner.expand import CHARS_PER_TOKEN
 from runner.job.providers import Tokens, cache_minimum, row
+from runner.tasks import CHARS_PER_TOKEN
 
 __all__ = ["ANTHROPIC_VERSION", "Advertised", "Provider", "advertised", "provider"]
 

@@ -3,7 +3,7 @@ differs between them: default base URL, key variable, wire format, whether the k
 own cache identity, and list prices.
 
 Every other module reads a provider's facts here (runner.job.spec its presets and cache
-identity, runner.execute.providers its wire format, runner.expand and the bills their prices),
+identity, runner.execute.providers its wire format, runner.estimate and the bills their prices),
 so a new provider is one row (and a wire format if it speaks a new one). A kind without a row
 is an error wherever it is looked up (`row`), never a silent default.
 

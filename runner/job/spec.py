@@ -9,35 +9,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-from runner.errors import ConfigError, redact_url
-from runner.job.providers import KINDS, Price, row
+from runner.job.providers import Price, row
 
-__all__ = [
-    "LEVELS",
-    "DEFAULT_METHODS",
-    "METHODS",
-    "PLACEHOLDER",
-    "POLICIES",
-    "DatasetSpec",
-    "EndpointSpec",
-    "GenerateSpec",
-    "ImportSpec",
-    "JURY_METHODS",
-    "Job",
-    "JurySpec",
-    "Limits",
-    "ModelSpec",
-    "PromptSpec",
-    "parse_model_spec",
-    "placeholders",
-    "url_problem",
-]
+__all__ = ["LEVELS", "DEFAULT_METHODS", "METHODS", "PLACEHOLDER", "POLICIES", "DatasetSpec",
+           "EndpointSpec", "GenerateSpec", "ImportSpec", "JURY_METHODS", "Job", "JurySpec",
+           "Limits", "ModelSpec", "PromptSpec", "placeholders"]
 
-# The spec prefixes (`anthropic:NAME`), each its provider table row; a bare name is "compatible".
-PREFIXES = {r.prefix: r for r in KINDS.values() if r.prefix is not None}
-AZURE_API_VERSION = "2024-10-21"
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 # Request parameters the runner sets itself: a job may not override them.
 RESERVED_PARAMS = frozenset({"model", "messages", "stream"})
@@ -349,84 +327,6 @@ class Job:
             A copy of the job; the job itself is frozen and unchanged.
         """
         return replace(self, limits=replace(self.limits, **changes))
-
-
-def parse_model_spec(spec: str, *, name: str | None = None, base_url: str | None = None,
-                     api_key_env: str | None = None, **extra: Any) -> ModelSpec:
-    """Turn `openai:NAME`, `anthropic:NAME`, `gemini:NAME`, `azure:DEPLOYMENT`, `local:NAME`
-    or a bare `NAME` into a ModelSpec.
-
-    A bare name needs `base_url` (from the job, `--base-url` or `OPENAI_BASE_URL`); a key is
-    sent if one is set. The provider prefixes always need a key (in their preset variable
-    unless `api_key_env` names another); azure also needs `base_url`, the resource URL.
-
-    Args:
-        spec: the model spec as written in the job file or on the command line.
-        name: the judge's name in reports; defaults to `spec`.
-        base_url: the endpoint; defaults to the provider's preset.
-        api_key_env: the variable holding the key; defaults to the provider's preset or
-            OPENAI_API_KEY.
-        **extra: further `ModelSpec` fields (rpm, params, endpoints, ...).
-
-    Returns:
-        The ModelSpec, with kind "openai", "anthropic", "gemini", "azure", "local" or
-        "compatible".
-
-    Raises:
-        ConfigError: the spec names no model, or azure has no `base_url`.
-    """
-    prefix, _, rest = spec.partition(":")
-    preset = PREFIXES.get(prefix)
-    if preset is not None and not rest.strip():
-        raise ConfigError(f"model spec {spec!r} names no model: use {prefix}:NAME, e.g. "
-                          "openai:gpt-4o-mini or local:smollm2")
-    if preset is not None and preset.kind == "local":
-        return ModelSpec(name=name or spec, spec=spec, model=rest, kind="local", base_url=None,
-                         api_key_env=api_key_env or preset.key_env, **extra)
-    if preset is not None:
-        url = base_url or preset.base_url
-        if url is None and not extra.get("endpoints"):
-            raise ConfigError(f"model spec {spec!r} needs base_url = your resource URL, "
-                              "e.g. https://NAME.openai.azure.com")
-        if preset.kind == "azure":
-            extra.setdefault("api_version", AZURE_API_VERSION)
-        return ModelSpec(name=name or spec, spec=spec, model=rest, kind=preset.kind,
-                         base_url=url, api_key_env=api_key_env or preset.key_env,
-                         key_required=preset.key_required, **extra)
-    if not spec.strip():
-        raise ConfigError("model spec is empty: use openai:NAME, local:NAME or a model name")
-    return ModelSpec(name=name or spec, spec=spec, model=spec, kind="compatible",
-                     base_url=base_url, api_key_env=api_key_env or "OPENAI_API_KEY", **extra)
-
-
-def url_problem(url: str) -> str | None:
-    """What is wrong with an endpoint URL (`htp://`, `http//x`, no host, a bad port, a
-    `user:password@` in it).
-
-    Checked when the job is read: a base URL like that was retried as a connection error on
-    every task, and one with a user and password crashed the client at the first call
-    (aiohttp refuses them beside the key's Authorization header). The message shows the URL
-    without its password.
-
-    Args:
-        url: the URL as written.
-
-    Returns:
-        A message naming the URL and the fix, or None when it is an http(s) URL with a host.
-    """
-    shown = redact_url(url)
-    try:
-        parts = urlsplit(url)
-        port_ok = parts.port is None or 0 < parts.port < 65536
-    except ValueError:
-        return f"{shown!r} is not an http(s) URL (bad port or address)"
-    if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
-        return f"{shown!r} is not an http(s) URL; write it like http://127.0.0.1:8000/v1"
-    if parts.username is not None or parts.password is not None:
-        return (f"{shown!r} has credentials in it (user:password@), which are never sent: "
-                "remove them and put the key in the model's api_key_env variable "
-                "(OPENAI_API_KEY unless the job names another); it goes in the provider's header")
-    return None
 
 
 def placeholders(template: str) -> set[str]:

@@ -18,7 +18,7 @@ from runner.data.datasets import Item
 from runner.execute.stats import RunStats
 from runner.execute.store.answers import Answer
 from runner.execute.store.backend import CacheBackend, answers
-from runner.expand import Expansion, Task, task_key
+from runner.expand import Expansion
 from runner.expand_ahead import expanded
 from runner.job.providers import Tokens
 from runner.job.spec import PromptSpec
@@ -32,6 +32,7 @@ from runner.parse.parsers import (
     combine,
     get_parser,
 )
+from runner.tasks import Task, task_key
 
 __all__ = ["CachedFirst", "Judgment", "aspect_key", "choices", "judge"]
 

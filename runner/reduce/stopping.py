@@ -2,7 +2,7 @@
 
 A study exists for a few correlations; once their 95% CIs are narrow, more items buy little.
 `UntilCI` hands the pool the judge tasks whole groups at a time, in the order of the
-`--sample` draw (runner.expand.drawn_groups), and every `every` groups it computes each
+`--sample` draw (runner.prepare.drawn_groups), and every `every` groups it computes each
 judge's CIs from the answers stored so far, exactly as the report does (the same cells, series
 and bootstrap: runner.reduce.correlate with the job's levels, methods, policy, resamples and
 seed). A judge whose every CI (each aspect, level and method, over all items) is narrower
@@ -26,12 +26,14 @@ from dataclasses import dataclass, replace
 
 from runner.execute.stats import RunStats
 from runner.execute.store.backend import CacheBackend
-from runner.expand import Expansion, Task, drawn_groups
+from runner.expand import Expansion
+from runner.prepare import drawn_groups
 from runner.reduce.cells import CellBuilder, Cells
 from runner.reduce.correlate import MIN_SYSTEMS, Correlation, correlate
 from runner.reduce.judge_series import judge_series
 from runner.reduce.judgments import judge
 from runner.reduce.jury import judge_name
+from runner.tasks import Task
 
 __all__ = ["FIRST_CHECK", "MAX_CHECKS", "Precision", "UntilCI", "check_every", "precision_of"]
 

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from runner.expand import model_price
+from runner.estimate import model_price
 from runner.job.providers import Bill, Tokens
 from runner.job.spec import Job
 

@@ -32,7 +32,6 @@ from runner.children import alive
 from runner.errors import RunnerError
 from runner.execute.store.cache import Cache
 from runner.execute.store.lease import lease_id, lease_name
-from runner.expand import Task
 from runner.reduce.judgments import judge
 from runner.report.diff import number
 from runner.report.standing import points
@@ -40,6 +39,7 @@ from runner.report.tables import collect
 from runner.report.write import correlations
 from runner.serve.desk import Desk
 from runner.session import Selection
+from runner.tasks import Task
 
 __all__ = ["LiveRuns", "holder"]
 
