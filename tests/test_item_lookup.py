@@ -1,16 +1,20 @@
 """A run finds its items without a per-item dict (bench/README.md, Memory): judging and the
 cells follow the data order with a cursor, the (data set, item id) index is made only when a
 lookup leaves that order, and a job without battles keeps no item positions. The answers are
-those of the dicts: the same items, the same cells and reports."""
+those of the dicts: the same items, the same cells and reports. Equal human scores of a
+user's file are one dict."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
+import orjson
 import pytest
 
 from bench.common import write_job
 from bench.memory import ASPECTS, _compact
+from runner.data.datasets import FieldMap, load_file
 from runner.errors import ConfigError
 from runner.execute.store.cache import Cache
 from runner.expand import Expansion, ItemIndex, prepare
@@ -60,3 +64,15 @@ def test_an_item_the_data_set_lacks_is_still_an_error(tmp_path: Path) -> None:
     cache.close()
     with pytest.raises(ConfigError, match="has no item 'nope'"):
         ItemCursor(expansion).item("synth", "nope")
+
+
+def test_equal_human_scores_are_one_dict_and_a_zero_keeps_its_sign(tmp_path: Path) -> None:
+    human = (2.0, 2.0, 0.0, -0.0)
+    rows = [{"id": i, "out": i, "h": h, "k": 3.0} for i, h in zip("abcd", human, strict=True)]
+    data = tmp_path / "d.jsonl"
+    data.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    mapping = FieldMap(id="id", text={"output": "out"}, human={"h": "h", "k": "k"})
+    a, b, c, d = load_file(data, mapping, dataset="d")
+    assert a.human is b.human and a.human == {"h": 2.0, "k": 3.0}
+    assert c.human is not d.human
+    assert math.copysign(1, c.human["h"]) == 1 and math.copysign(1, d.human["h"]) == -1
