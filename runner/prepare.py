@@ -15,7 +15,7 @@ from runner.data import datasets
 from runner.data.annotations import human_columns, rated_reader
 from runner.data.datasets import FieldMap, Item
 from runner.errors import ConfigError, DataError
-from runner.expand import OUTPUT_N, Expansion
+from runner.expand import OUTPUT_N, Expansion, ItemIndex
 from runner.job.spec import DatasetSpec, Job, placeholders
 
 __all__ = ["drawn_groups", "prepare", "sample_ids"]
@@ -138,8 +138,7 @@ def prepare(job: Job, data_dir: Path, *, limit: int | None = None,
         if empty:
             raise _no_items(job, position, spec.path, spec.options)
     _check_templates(job, items)
-    index = {} if stream else {(it.dataset, it.item_id): it for its in items.values()
-                               for it in its}
+    index: Mapping[tuple[str, str], Item] = {} if stream else ItemIndex(items)
     return Expansion(job=job, items=items, index=index, lower_is_better=lower)
 
 

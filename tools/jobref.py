@@ -4,10 +4,10 @@ The keys come from the code that accepts them: every `X.check_keys({...})` set i
 `runner/job/load.py` and `runner/job/models.py`, the `allowed` set of `_field_map` in
 `runner/prepare.py` (a file data set's `fields`) and `_OPTIONS` in `runner/data/datasets.py` (a
 registered set's `options`). Their meanings come from the docstrings (or trailing comments) of the
-fields they fill, in `runner/job/spec.py` and `runner/data/datasets.py`, or from `NOTES` below
-where the field says less than a user needs. A key the loader accepts that has neither is an error,
-and so is a note for a key the loader no longer accepts: `mkdocs build --strict` (run by `make
-lint`) fails.
+fields they fill, in `runner/job/spec.py`, `runner/data/userfile.py` and `runner/data/datasets.py`,
+or from `NOTES` below where the field says less than a user needs. A key the loader accepts that
+has neither is an error, and so is a note for a key the loader no longer accepts: `mkdocs build
+--strict` (run by `make lint`) fails.
 
 Used as a MkDocs hook (`hooks:` in mkdocs.yml): `<!-- job-file-keys -->` in a page becomes the
 tables. `python tools/jobref.py` prints them.
@@ -27,6 +27,7 @@ MODELS = ROOT / "runner" / "job" / "models.py"
 SPEC = ROOT / "runner" / "job" / "spec.py"
 PREPARE = ROOT / "runner" / "prepare.py"
 DATASETS = ROOT / "runner" / "data" / "datasets.py"
+USERFILE = ROOT / "runner" / "data" / "userfile.py"
 MARKER = "<!-- job-file-keys -->"
 
 
@@ -53,7 +54,7 @@ SECTIONS = (
     Section("[[datasets]]", ("_dataset", "r"), SPEC, "DatasetSpec",
             intro="A registered data set by `name`, or `name` + `path` + `fields` for your own "
                   "file."),
-    Section("[datasets.fields]", ("_field_map", "allowed"), DATASETS, "FieldMap",
+    Section("[datasets.fields]", ("_field_map", "allowed"), USERFILE, "FieldMap",
             intro="How the columns of your file become items (a file data set only)."),
     Section("[datasets.options]", ("_OPTIONS", ""), DATASETS, "",
             intro="Options of a registered data set."),

@@ -35,9 +35,8 @@ class Battles:
     """Collects the judgments of order = "both" prompts while the reports stream them."""
 
     def __init__(self, expansion: Expansion) -> None:
+        self.expansion = expansion
         self.prompts = {p.name for p in expansion.job.prompts if p.order == "both"}
-        self.position = {(name, it.item_id): i for name, its in expansion.items.items()
-                         for i, it in enumerate(its)}
         self.systems: dict[tuple[str, str], str] = {}
         self.groups: dict[tuple[str, str, str, str], _Orders] = defaultdict(dict)
 
@@ -66,9 +65,13 @@ class Battles:
         """battle.csv rows: per judge, data set, aspect and model pair (A before B in data
         order)."""
         tally: dict[tuple[str, str, str, str, str], dict[str, Any]] = {}
+        # every item's position, made only here: a job without battles holds no such dict
+        # (~136 bytes an item, 34 MB of a 1M-task run of 250k items; bench/README.md, Memory)
+        position = {(name, it.item_id): i for name, its in self.expansion.items.items()
+                    for i, it in enumerate(its)} if self.groups else {}
         for (judge, dataset, aspect, _group), orders in self.groups.items():
             members = sorted({m for order in orders for m in order},
-                             key=lambda m: self.position.get((dataset, m), 0))
+                             key=lambda m: position.get((dataset, m), 0))
             for a, b in itertools.combinations(members, 2):
                 key = (judge, dataset, aspect, self.systems[dataset, a], self.systems[dataset, b])
                 row = tally.setdefault(key, _empty(key))
