@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from runner.expand import Task
+    from runner.tasks import Task
 
 # Everything else is imported inside the functions: `python -m bench.cached` times the imports
 # of a run from an interpreter that has loaded nothing of the runner's yet.
@@ -56,8 +56,8 @@ def prefill(job_path: Path, cache_dir: Path) -> int:
     """Store an answer for every task of the job, as the pool stores them (`Cache.put_many`);
     returns the number of entries."""
     from runner.execute.store.cache import Cache
-    from runner.expand import prepare
     from runner.job.load import load_job
+    from runner.prepare import prepare
     job = load_job(job_path)
     endpoints = {m.name: m.endpoint for m in job.models}
     with Cache(cache_dir) as cache:
@@ -157,12 +157,13 @@ def phases(job: Path, cache: Path, out: Path) -> dict[str, dict[str, float]]:
     from runner.execute.store.backend import cached_flags
     from runner.reduce.battle import Battles
     from runner.reduce.judgments import judge
-    from runner.reduce.reliability import Positions
+    from runner.reduce.positions import Positions
     from runner.report import write
     from runner.report.browser import ItemRows
     from runner.report.html import render
+    from runner.report.markdown import reliability_markdown
     from runner.report.pagedata import page_data
-    from runner.report.reliability import reliability_markdown, reliability_rows
+    from runner.report.reliability import reliability_rows
     from runner.session.report import BatchAnswers, manifest
     from runner.session.select import open_selected
     clock.lap("import (the modules judge run loads)")

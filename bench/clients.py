@@ -24,8 +24,8 @@ import orjson
 from bench.bare import Timing, bare_loop, connector  # noqa: F401  (bare_loop: for throughput.py)
 from runner.execute.pool import Endpoint, execute
 from runner.execute.store.cache import Cache
-from runner.expand import Task
 from runner.job.spec import Job
+from runner.tasks import Task
 
 CacheFactory = Callable[[Path], Cache]
 R = TypeVar("R")

@@ -37,8 +37,8 @@ from bench import clients, common  # noqa: E402
 from bench.server import RecordingState, _stats_handler  # noqa: E402
 from runner.execute.pool import Endpoint, execute  # noqa: E402
 from runner.execute.store.cache import Cache  # noqa: E402
-from runner.expand import prepare  # noqa: E402
 from runner.job.load import load_job  # noqa: E402
+from runner.prepare import prepare  # noqa: E402
 from tests.fakeserver import Script, make_app  # noqa: E402
 
 REPLICAS = 8

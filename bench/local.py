@@ -19,7 +19,7 @@ import orjson
 
 from runner.data.datasets import load
 from runner.execute.local import LocalServer
-from runner.expand import render
+from runner.tasks import render
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "prompts" / "wang2023" / "openmeva.txt"

@@ -30,11 +30,12 @@ import orjson
 import runner.report.write as write
 from bench import common
 from runner.execute.store.cache import Cache
-from runner.expand import Task, prepare
 from runner.job.load import load_job
+from runner.prepare import prepare
 from runner.reduce.judgments import judge
 from runner.selection import TaskSelection
 from runner.session import pool, select
+from runner.tasks import Task
 from tests.fakeserver import default_reply
 
 TARGET_MB = 500.0  # issue 13: plan and a cached run over 10,000,000 tasks

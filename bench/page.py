@@ -35,13 +35,15 @@ import numpy as np
 from bench import common
 from bench.report import ARGS, CHROMIUM
 from runner.data.datasets import Item
-from runner.expand import Expansion, Task, prepare
+from runner.expand import Expansion
 from runner.job.load import load_job
+from runner.prepare import prepare
 from runner.reduce.judgments import Judgment
 from runner.reduce.series import Labels, Series
 from runner.report.browser import ItemRows
 from runner.report.html import embed_json, render
 from runner.report.pagedata import page_data
+from runner.tasks import Task
 
 ASPECTS = ("coherence", "consistency", "fluency", "relevance")
 PROMPTS, MODELS, SYSTEMS = 5, 5, 8

@@ -43,8 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import clients, common
-from runner.expand import prepare
 from runner.job.load import load_job
+from runner.prepare import prepare
 
 ASPECTS = ("coherence", "consistency", "fluency", "relevance")
 SCRIPTS = common.ROOT / "bench" / "peers"

@@ -58,8 +58,8 @@ def _timed(args: list[str], work: Path, latency: float = 0.0) -> dict[str, Any]:
 
 def whole_process(work: Path, quick: bool) -> dict[str, Any]:
     """The figures of `judge run` and the bare process, alternated over ROUNDS rounds."""
-    from runner.expand import prepare
     from runner.job.load import load_job
+    from runner.prepare import prepare
 
     items = 2_000 if quick else 10_000
     job_dir = work / "job"

@@ -17,10 +17,12 @@ import numpy as np
 
 from bench import cached, common
 from runner.execute.store.cache import Cache
-from runner.expand import prepare
 from runner.job.load import load_job
+from runner.prepare import prepare
 from runner.reduce.judgments import judge
-from runner.reduce.reliability import Positions, permutation_p, plan_power
+from runner.reduce.positions import Positions
+from runner.reduce.power import plan_power
+from runner.reduce.reliability import permutation_p
 from runner.report.reliability import reliability_rows
 from runner.report.write import collect
 

@@ -17,11 +17,11 @@ from typing import Any
 from bench import common
 from bench.cached import ASPECTS, prefill
 from runner.execute.store.cache import Cache
-from runner.expand import prepare
 from runner.job.load import load_job
+from runner.prepare import prepare
 from runner.reduce.battle import Battles
 from runner.reduce.judgments import judge
-from runner.reduce.reliability import Positions
+from runner.reduce.positions import Positions
 from runner.report.browser import ItemRows
 from runner.report.html import render
 from runner.report.pagedata import page_data

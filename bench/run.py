@@ -28,6 +28,8 @@ import orjson  # noqa: E402
 import bench.pgcache as pgcache  # noqa: E402
 import bench.tenm as tenm  # noqa: E402
 from bench import batch, cached, common, fleet, local, memory, page, ratelimit, report, throughput  # noqa: E402
+from bench import billing as billing_bench  # noqa: E402
+from bench import floors as floors_bench  # noqa: E402
 from bench import peers as peers_bench  # noqa: E402
 from bench import process as process_bench  # noqa: E402
 from bench import reliability as reliability_bench  # noqa: E402
@@ -45,6 +47,7 @@ BENCHMARKS: dict[str, Bench] = {
     "throughput": throughput.zero_latency,
     "latency": throughput.high_latency,
     "process": process_bench.whole_process,
+    "floors": floors_bench.floors,
     "cached": cached.cached_rerun,
     "ratelimit": ratelimit.rate_limit,
     "plan_memory": memory.plan_memory,
@@ -59,6 +62,7 @@ BENCHMARKS: dict[str, Bench] = {
     "peers": peers_bench.peer_comparison,
     "shards": shards_bench.shard_share,
     "tenm": tenm.ten_million,
+    "billing": billing_bench.prompt_caching,
 }
 # What the table shows for each: (label, key in the result, format)
 HEADLINES: dict[str, list[tuple[str, str, str]]] = {
@@ -71,6 +75,9 @@ HEADLINES: dict[str, list[tuple[str, str, str]]] = {
                 ("bare aiohttp req/s, same", "bare_rate", "{:.0f}/s")],
     "process": [("judge run / bare aiohttp, whole processes", "judge_over_bare", "{:.2f}x"),
                 ("same, the calls alone", "judge_over_bare_calls", "{:.2f}x")],
+    "floors": [("floor: bare aiohttp loop / judge run, 40k calls", "judge_over_bare", "{:.2f}x"),
+               ("judge run, 100k cached / the cached floor", "run_over_floor", "{:.2f}x"),
+               ("judge rescore, 100k / the cached floor", "rescore_over_floor", "{:.2f}x")],
     "cached": [("judge run, 100k tasks all cached", "run_seconds", "{:.1f} s"),
                ("judge rescore rate", "rescore_tasks_per_s", "{:.0f} tasks/s")],
     "ratelimit": [("429s received at 600 rpm", "received_429", "{}"),
@@ -137,6 +144,10 @@ HEADLINES: dict[str, list[tuple[str, str, str]]] = {
              ("cached judge run, PostgreSQL: peak RSS", "run_pg_max_rss_mb", "{:.0f} MB"),
              ("cached judge run, PostgreSQL: rate", "run_pg_tasks_per_s", "{} tasks/s"),
              ("judge plan: peak RSS", "plan_max_rss_mb", "{:.0f} MB")],
+    "billing": [("G-Eval, prompt caching: input cost / cookbook's",
+                 "geval_cached_input_over_cookbook", "{:.2f}x"),
+                ("Lai et al., prompt caching: input cost / cookbook's",
+                 "lai_cached_input_over_cookbook", "{:.2f}x")],
 }
 
 

@@ -10,7 +10,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from runner.expand import Task, new_task
+from runner.tasks import Task, new_task
 
 N = 20_000
 KEYS = [f"{i:064x}" for i in range(N)]

@@ -94,8 +94,8 @@ def answer(key: str, human: float, prompt: int, judge: int) -> str:
 
 def records(job: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     """(key, record) for every task of the job, in task order."""
-    from runner.expand import prepare
     from runner.job.load import load_job
+    from runner.prepare import prepare
     expansion = prepare(load_job(job), job.parent, stream=True)
     humans = {it.item_id: it.human for it in expansion.items["synth"]}  # ~0.4 KB an item
     for task in expansion.tasks():

@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from bench import cached, caches, clients, common
-from runner.expand import Task, prepare
 from runner.job.load import load_job
 from runner.job.spec import Job
+from runner.prepare import prepare
+from runner.tasks import Task
 
 ASPECTS = ("coherence", "consistency", "fluency", "relevance")
 Loop = Callable[[Path], Coroutine[Any, Any, clients.Timing]]

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from runner.errors import (
         APIError,
         AuthError,
+        CacheAwayError,
         CacheError,
         ConfigError,
         ConnectError,
@@ -41,6 +42,7 @@ __all__ = [
     "APIError",
     "arun",
     "AuthError",
+    "CacheAwayError",
     "CacheError",
     "ConfigError",
     "ConnectError",
@@ -65,9 +67,10 @@ __all__ = [
 
 _LAZY = {**dict.fromkeys(("ModelPlan", "Results", "RunResult", "TaskSelection", "arun",
                            "load_job", "plan", "rescore", "results", "run"), "api"),
-         **dict.fromkeys(("APIError", "AuthError", "CacheError", "ConfigError", "ConnectError",
-                          "DataError", "DiskFullError", "MissingKeyError", "ReportError",
-                          "RequestError", "RetryableError", "RunnerError"), "errors")}
+         **dict.fromkeys(("APIError", "AuthError", "CacheAwayError", "CacheError", "ConfigError",
+                          "ConnectError", "DataError", "DiskFullError", "MissingKeyError",
+                          "ReportError", "RequestError", "RetryableError", "RunnerError"),
+                         "errors")}
 """The public names by their module, imported on first use (PEP 562): every process imports
 this package, the store's spawned reader process included (`python -m runner.execute.store.
 reader`), and the API's pipeline modules took them ~0.1 s more to start (-X importtime). And

@@ -106,7 +106,7 @@ def selection(job: JobLike, *, data_dir: str | os.PathLike[str] | None = None,
             ~/.cache/judge-runner/data].
         environ: where JUDGE_CACHE_DIR, JUDGE_CACHE_URL, OPENAI_BASE_URL and the API keys are
             read [default: os.environ].
-        stream: one pass over the tasks is all the caller needs (see expand.prepare).
+        stream: one pass over the tasks is all the caller needs (see runner.prepare.prepare).
         download: fetch missing registered data sets first (`judge run`).
         **choose: the fields of a TaskSelection: models, base_url, limit, sample, seed,
             cache_dir, cache_url, out (and shard, which only `judge run` takes).
@@ -161,7 +161,9 @@ def plan(job: JobLike, **choose: Any) -> list[ModelPlan]:
 
     Returns:
         One ModelPlan per model: `tasks`, `cached`, `repeats`, `calls`, `prompt_tokens`,
-        `completion_tokens` (an upper bound) and `cost` (USD, None when the price is unknown).
+        `completion_tokens` (an upper bound), `cost` (USD online, None when the price is
+        unknown) and `bill` (runner.estimate.Estimate: `bill.cost("online" | "caching" |
+        "batch")`, `bill.short()` the prompts too short to be cached).
     """
     return estimate(_whole(selection(job, stream=True, **choose), "plan"))
 
@@ -196,8 +198,9 @@ def run(job: JobLike, **options: Any) -> RunResult:
         job: a Job (load_job), a job file path, a name under jobs/, or a TaskSelection.
         **options: the selection (models, base_url, limit, sample, seed, cache_dir, cache_url,
             out, data_dir, environ; see `selection`) and the run's own: concurrency, rpm, tpm,
-            max_retries, timeout (seconds), offline (no call: report what is cached), budget
-            (USD), on_progress (called with the RunStats as the pool goes).
+            max_retries, timeout (seconds), until_ci (W: stop each judge once its 95% CIs
+            are narrower, `judge run --until-ci`), offline (no call: report what is cached),
+            budget (USD), on_progress (called with the RunStats as the pool goes).
 
     Returns:
         A RunResult. Failed tasks do not raise: they are in `stats.failures`, in the
@@ -241,8 +244,8 @@ def _environ(options: Mapping[str, Any]) -> Mapping[str, str]:
     return os.environ if given is None else given
 
 
-_RUN_OPTIONS = ("concurrency", "rpm", "tpm", "max_retries", "timeout", "offline", "budget",
-                "on_progress", "_stoppers")
+_RUN_OPTIONS = ("concurrency", "rpm", "tpm", "max_retries", "timeout", "until_ci", "offline",
+                "budget", "on_progress", "_stoppers")
 
 
 async def arun(job: JobLike, **options: Any) -> RunResult:

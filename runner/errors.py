@@ -6,7 +6,8 @@ RunnerError                     anything the user can act on; `cli` prints one `
 │   └── MissingKeyError         a model needs an API key that is not set (exit 2, before any call)
 ├── DataError                   a data set is missing, malformed, or fails its sha256 (exit 2)
 ├── CacheError                  the on-disk cache cannot be opened or written
-│   └── DiskFullError           its disk is full: the pool holds the answers until it has room
+│   ├── DiskFullError           its disk is full: the pool holds the answers until it has room
+│   └── CacheAwayError          its database is away: the pool holds the answers until it is back
 ├── ReportError                 the report folder cannot be written (answers stay cached)
 └── APIError                    one request failed; the client classifies, `execute` decides
     ├── RetryableError          429, 408, 409, 5xx, dropped connections, timeouts, bad bodies
@@ -30,6 +31,7 @@ from urllib.parse import unquote, urlsplit
 __all__ = [
     "APIError",
     "AuthError",
+    "CacheAwayError",
     "CacheError",
     "ConfigError",
     "ConnectError",
@@ -156,6 +158,17 @@ class DiskFullError(CacheError):
     """The cache folder's disk refused a write for want of space: the pool holds the answers
     and writes them again once there is room (runner.execute.commits), where any other
     CacheError stops the run."""
+
+
+class CacheAwayError(CacheError):
+    """The cache's PostgreSQL server is away and a thread is reconnecting meanwhile
+    (PgCache.wait_aside): the pool holds the answers and pauses, its event loop free, until
+    the server is back; `place` names the database (no password)."""
+
+    def __init__(self, place: str, wait_s: float) -> None:
+        super().__init__(f"cache database at {place} unreachable: waiting up to {wait_s:g} s; "
+                         "nothing is lost")
+        self.place = place
 
 
 class ReportError(RunnerError):

@@ -37,7 +37,8 @@ from runner.execute.store.backend import CacheBackend, answers
 from runner.execute.store.cache import Cache
 from runner.execute.store.keyindex import KeyIndex, recorded_parts
 from runner.execute.store.reader import Rereadable, read_here, sent_of
-from runner.expand import Expansion, Task, task_key
+from runner.expand import Expansion
+from runner.tasks import Task, task_key
 
 if TYPE_CHECKING:  # psycopg takes ~0.25 s to import: only a PostgreSQL cache pays it
     from runner.execute.store.pgcache import PgCache

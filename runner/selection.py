@@ -14,17 +14,20 @@ stats`, `export`, `import`): a TaskSelection is one, so a new cache option reach
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Self
 
+from runner.data.annotations import Rating, rated
+from runner.data.loaders import Item
 from runner.errors import ConfigError, redact_url
 from runner.execute.shard import Shard
 from runner.execute.store.backend import checked_url
 from runner.job.spec import Job
+from runner.prepare import drawn_groups
 
-__all__ = ["DEFAULT_CACHE_DIR", "CacheLocation", "TaskSelection"]
+__all__ = ["DEFAULT_CACHE_DIR", "CacheLocation", "TaskSelection", "rating_queue"]
 
 DEFAULT_CACHE_DIR = Path("cache")
 """The cache folder without --cache-dir or JUDGE_CACHE_DIR: ./cache."""
@@ -158,3 +161,30 @@ class TaskSelection(CacheLocation):
         words += CacheLocation.arguments(self)
         words += [] if self.out is None else ["--out", str(self.out)]
         return words + ([] if self.shard is None or not shard else ["--shard", str(self.shard)])
+
+
+def rating_queue(items: Iterable[Item], aspects: Sequence[str], ratings: Iterable[Rating],
+                 annotator: str, *, seed: int = 0) -> list[tuple[Item, tuple[str, ...]]]:
+    """What an annotator rates next: whole groups in the order of the `--sample N --seed S`
+    draw, so the first few hundred ratings cover whole groups (a sample-level correlation
+    needs every system of a group rated) and are the items `--sample` would judge.
+
+    Args:
+        items: One data set's items, in file order.
+        aspects: The aspects to rate.
+        ratings: The ratings so far (runner.data.annotations.read_ratings).
+        annotator: Who rates: what they rated or skipped is left out.
+        seed: The --seed of the draw (0, as --sample's default).
+
+    Returns:
+        (item, the aspects it still needs from this annotator), in rating order; items with
+        none left are not listed.
+    """
+    done = rated(ratings, annotator)
+    queue = []
+    for group in drawn_groups(items, seed):
+        for item in group:
+            left = tuple(a for a in aspects if (item.item_id, a) not in done)
+            if left:
+                queue.append((item, left))
+    return queue

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.fakeserver import Script, ThreadedServer
-from tests.processes import Processes, alive, wait_until
+from tests.processes import Child, Processes, alive, wait_until
 from tests.test_cli import OPENMEVA, clean_env, judge_cmd, judgments
 
 TASKS = 1000  # openmeva: 200 stories x 5 generators
@@ -181,21 +181,31 @@ class Campaign:
                 proc.signal(signal.SIGINT)
                 trial.stopped.append(signal.SIGINT)
             filler.unlink()
-            code, _, stderr = proc.finish(timeout=RUN_TIMEOUT_S)
+            self.resumed(trial, server, proc, (args, env, folder),
+                         lambda code, _: stop and code == 130)
+        return _closed(trial, folder, started)
+
+    def resumed(self, trial: Trial, server: ThreadedServer, proc: Child,
+                run: tuple[list[Any], dict[str, str], Path],
+                again: Callable[[int, str], bool]) -> str:
+        """A storage trial's faulted run `proc` finished, and run once more (`run`: its
+        arguments, environment and folder) when `again(exit, stderr)`: it stopped. The last
+        must complete without a traceback, and no answer may be bought twice. Returns the
+        faulted run's stderr."""
+        code, _, stderr = proc.finish(timeout=RUN_TIMEOUT_S)
+        trial.exits.append(code)
+        faulted = stderr
+        if again(code, stderr):
+            args, env, folder = run
+            code, _, stderr = self.processes.start(judge_cmd(*args), env=env, cwd=folder
+                                                   ).finish(timeout=RUN_TIMEOUT_S)
             trial.exits.append(code)
-            if stop and code == 130:
-                proc = self.processes.start(judge_cmd(*args), env=env, cwd=folder)
-                code, _, stderr = proc.finish(timeout=RUN_TIMEOUT_S)
-                trial.exits.append(code)
-            if code not in DONE or "Traceback" in stderr:
-                trial.problems.append(f"exit {code}: {stderr[-1500:]}")
-            trial.repeats = sum(n - 1 for n in server.state.answers.values() if n > 1)
+        if code not in DONE or "Traceback" in stderr:
+            trial.problems.append(f"exit {code}: {stderr[-1500:]}")
+        trial.repeats = sum(n - 1 for n in server.state.answers.values() if n > 1)
         if trial.repeats:
             trial.problems.append(f"{trial.repeats} answers bought twice")
-        if not trial.problems:
-            _compare(trial, folder / "reference", folder / "resumed")
-        trial.seconds = time.monotonic() - started
-        return trial
+        return faulted
 
     def _orphans(self) -> list[int]:
         """The killed runs' children (reader, forked children) still running after 60 s."""
@@ -271,6 +281,15 @@ def _leave(disk: Path, free: int) -> Path:
     filler, stat = disk / "filler", os.statvfs(disk)
     filler.write_bytes(b"\0" * max(0, stat.f_bavail * stat.f_frsize - free))
     return filler
+
+
+def _closed(trial: Trial, folder: Path, started: float) -> Trial:
+    """A storage trial compared with its uninterrupted run (when nothing else went wrong),
+    timed."""
+    if not trial.problems:
+        _compare(trial, folder / "reference", folder / "resumed")
+    trial.seconds = time.monotonic() - started
+    return trial
 
 
 def _reset(server: ThreadedServer) -> None:

@@ -13,6 +13,7 @@ fail chosen requests. Run alone (for the benchmark) as `python -m tests.fakebatc
 from __future__ import annotations
 
 import argparse
+import asyncio
 import collections
 import itertools
 import time
@@ -55,6 +56,8 @@ class BatchScript:
     """Answer this many uploads with 500 (the client uploads again) before accepting."""
     create_503: bool = False
     """Answer every create with 503 (a server in trouble: the client retries) while set."""
+    upload_s: float = 0.0
+    """Take this long to answer an upload."""
 
 
 class BatchState:
@@ -104,6 +107,7 @@ async def _upload(request: web.Request) -> web.Response:
             data = b"".join(chunks)
     if purpose != "batch" or not data:
         return _error(400, "purpose must be batch and file must be given")
+    await asyncio.sleep(state.script.upload_s)
     if state.script.upload_500 > 0:
         state.script.upload_500 -= 1
         return _error(500, "the upload failed; try again")

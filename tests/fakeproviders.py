@@ -4,6 +4,8 @@ server that announces and enforces a request limit.
 
 Every request is recorded (path, query, headers, body) for the tests to assert the exact URL,
 headers and body each kind needs. Answers come from tests.fakeserver's deterministic replies.
+With `Fake(billing=Biller())` the answers' `usage` is billed as the providers bill prompt
+caching (tests/fakebilling.py).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from tests.fakebilling import Biller, anthropic_usage, openai_usage
 from tests.fakeserver import _completion, default_reply
 
 ANTHROPIC_LIMITS = {"anthropic-ratelimit-requests-limit": "50",
@@ -46,6 +49,8 @@ class Fake:
     burst: float = 20.0
     announce: bool = True
     """Send x-ratelimit-limit-requests/-tokens (and Anthropic's) on every answer."""
+    billing: Biller | None = None
+    """Bill prompt caching in the answers' usage (and keep the totals)."""
     seen: list[Seen] = field(default_factory=list)
     status: dict[int, int] = field(default_factory=dict)
     level: float = 0.0
@@ -83,21 +88,46 @@ async def _handle(request: web.Request) -> web.Response:
         fake.count(429)
         return web.json_response({"error": {"message": "rate limit (rpm)"}}, status=429,
                                  headers={"Retry-After": "0.5"})
+    messages = request.path.endswith("/messages")
+    billed = None if fake.billing is None else \
+        (fake.billing.anthropic if messages else fake.billing.openai)(body)  # on arrival
     if fake.latency_s:
         await asyncio.sleep(fake.latency_s)
     fake.count(200)
-    if request.path.endswith("/messages"):
-        return web.json_response(_anthropic(body),
-                                 headers=ANTHROPIC_LIMITS if fake.announce else {})
-    headers = {"x-ratelimit-limit-requests": f"{fake.limit_rpm:g}",
-               "x-ratelimit-limit-tokens": "1000000"} if fake.announce and fake.limit_rpm else {}
-    return web.Response(body=orjson.dumps(_completion(body, default_reply(body), False)),
-                        content_type="application/json", headers=headers)
+    if messages:
+        answer = _anthropic(body)
+        if billed is not None:
+            billed.output = answer["usage"]["output_tokens"]
+            answer["usage"] = anthropic_usage(billed, billed.output)
+        headers = ANTHROPIC_LIMITS if fake.announce else {}
+    else:
+        answer = _completion(body, default_reply(body), False)
+        if billed is not None:
+            billed.output = answer["usage"]["completion_tokens"]
+            answer["usage"] = openai_usage(billed, billed.output)
+        headers = {"x-ratelimit-limit-requests": f"{fake.limit_rpm:g}",
+                   "x-ratelimit-limit-tokens": "1000000"} if fake.announce and fake.limit_rpm \
+            else {}
+    if billed is not None:  # seen by the provider's cache from the answer on
+        assert fake.billing is not None
+        fake.billing.remember(billed)
+    return web.Response(body=orjson.dumps(answer), content_type="application/json",
+                        headers=headers)
+
+
+def flat(content: Any) -> str:
+    """A Messages content or system field as text: a string, or its text blocks joined."""
+    if isinstance(content, str):
+        return content
+    return "".join(b.get("text", "") for b in content or [] if isinstance(b, dict))
 
 
 def _anthropic(body: dict[str, Any]) -> dict[str, Any]:
     """A Messages API answer: content blocks, stop_reason, input/output tokens. After a
-    prefilled assistant turn ("{"), the answer continues it: the rest of a JSON object."""
+    prefilled assistant turn ("{"), the answer continues it: the rest of a JSON object.
+    Content sent as blocks (cache_control) is read as its text."""
+    body = {**body, "system": flat(body.get("system", "")),
+            "messages": [{**m, "content": flat(m["content"])} for m in body["messages"]]}
     prefilled = bool(body["messages"]) and body["messages"][-1]["role"] == "assistant"
     text = default_reply({**body, "messages": body["messages"][:-1]} if prefilled else body)
     if prefilled:

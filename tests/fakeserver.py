@@ -81,6 +81,9 @@ class Script:
     hang_s: float = 30.0
     seed: int = 0
     logprobs: bool = False
+    usage: Callable[[dict[str, Any], dict[str, Any]], None] | None = None
+    """(request body, the reply's usage) -> None, changing the usage in place: e.g. report
+    `prompt_tokens_details.cached_tokens` as a provider's prompt cache would."""
 
 
 class State:
@@ -209,7 +212,10 @@ async def _serve(request: web.Request, state: State, body: dict[str, Any],
         state.status["empty"] += 1
     else:
         state.answers[key] += 1
-    payload = orjson.dumps(_completion(body, text, script.logprobs))
+    completion = _completion(body, text, script.logprobs)
+    if script.usage is not None:
+        script.usage(body, completion["usage"])
+    payload = orjson.dumps(completion)
     if fault == "slow":
         return await _slowly(request, state, payload)
     return web.Response(body=payload, content_type="application/json")

@@ -252,4 +252,6 @@ def test_states_and_results_map_to_the_openai_shape() -> None:
     assert ok["response"]["status_code"] == 200
     assert body["choices"][0]["message"]["content"] == "4"
     assert body["choices"][0]["finish_reason"] == "length"
-    assert body["usage"] == {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}
+    assert body["usage"] == {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6,
+                             "prompt_tokens_details": {"cached_tokens": 0},
+                             "cache_creation_input_tokens": 0}

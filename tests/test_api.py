@@ -113,6 +113,7 @@ def test_results_frames_have_the_documented_columns_and_dtypes(
         for name in COLUMNS:
             _dtypes(getattr(frames, name), name)
     assert set(frames.correlations["judge"]) >= {f"{MODEL}/stars"}
+    assert str(frames.correlations["n_systems"].dtype) == "Int64"  # a count, not text
     assert len(frames.scores) == 40 and frames.scores["judge_score"].notna().sum() == 20
     failures = frames.failures
     assert len(failures) == 20 and set(failures["prompt"]) == {"rubric"}

@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 
 from runner.data.datasets import Item
-from runner.expand import Task
 from runner.job.spec import JurySpec
 from runner.reduce.cells import CellBuilder, Cells, grouped
 from runner.reduce.correlate import Row, correlate
@@ -24,6 +23,7 @@ from runner.reduce.jury import judge_name, verdicts
 from runner.report import reliability as report_reliability
 from runner.report import tables as report_tables
 from runner.report.write import judge_rows
+from runner.tasks import Task
 
 ASPECTS = ("a", "b")
 PROMPTS = (("p1", 3), ("p2", 1))  # (name, samples)

@@ -5,7 +5,9 @@ what was in flight at a kill.
 
 `make test` runs a short form (2 trials); `make chaos` the campaign (CHAOS_TRIALS, default
 20), then the storage trials (CHAOS_DISK_TRIALS, default 10: a cache disk that fills and is
-freed, or stopped while full; root only, for the tmpfs). Each trial prints its seed;
+freed, or stopped while full; root only, for the tmpfs), then the PostgreSQL trials
+(CHAOS_PG_TRIALS, default 6: the server stopped and started again, stopped past the run's
+wait, or frozen; tests/chaos_pg.py). Each trial prints its seed;
 `CHAOS_SEED=N CHAOS_TRIALS=1 make chaos` replays trial N.
 """
 
@@ -20,11 +22,14 @@ from pathlib import Path
 import pytest
 
 from tests.chaos import Campaign, Trial, fault_mix
+from tests.chaos_pg import pg_trial
+from tests.pgserver import PgCluster, find_bindir
 from tests.processes import Processes, processes_fixture  # noqa: F401  (fixture)
 
 SHORT_TRIALS = 2  # ~45 s each on 2 cores: the short form is the largest test of make test
 TRIALS = int(os.environ.get("CHAOS_TRIALS", "20"))
 DISK_TRIALS = int(os.environ.get("CHAOS_DISK_TRIALS", "10"))
+PG_TRIALS = int(os.environ.get("CHAOS_PG_TRIALS", "6"))
 MINUTES = float(os.environ.get("CHAOS_MINUTES", "60"))
 """The campaign starts no trial past this many minutes (each trial is bounded on its own)."""
 
@@ -85,3 +90,13 @@ def test_storage_fault_campaign(tmp_path: Path, data_dir: Path, processes: Proce
                                 small_disk: Path) -> None:
     _campaign(tmp_path, data_dir, processes, DISK_TRIALS,
               lambda campaign, seed: campaign.disk(seed, small_disk))
+
+
+@pytest.mark.chaos
+@pytest.mark.timeout(int(MINUTES * 60 + 600))
+def test_postgresql_fault_campaign(tmp_path: Path, data_dir: Path, processes: Processes) -> None:
+    if find_bindir() is None:
+        pytest.skip("PostgreSQL is not installed (apt-get install postgresql)")
+    with PgCluster() as cluster:  # the campaign's own: its trials stop and freeze it
+        _campaign(tmp_path, data_dir, processes, PG_TRIALS,
+                  lambda campaign, seed: pg_trial(campaign, seed, cluster))

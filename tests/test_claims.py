@@ -25,6 +25,7 @@ from runner.execute.claims import Claims
 from runner.execute.stats import RunStats
 from runner.execute.store.backend import open_cache
 from runner.execute.store.claimtable import Owner
+from tests.fakebatch import BatchServer
 from tests.fakeserver import ThreadedServer
 from tests.processes import Child, Processes, processes_fixture, wait_until
 from tests.test_cli import JOB, clean_env, error_line, judge_cmd, run_judge, write_job
@@ -224,3 +225,53 @@ def test_a_run_in_another_pid_namespace_is_not_judged_by_its_pid(
         assert cache.claim(["k"], elsewhere, 3600) == {"k"}
         assert cache.claim(["k"], Owner(), 3600) == set()
     assert " pidns " in Owner().host
+
+
+def test_batch_runs_of_jobs_with_the_same_requests_submit_each_request_once(
+        location: str, tmp_path: Path, data_dir: Path, processes: Processes) -> None:
+    """Two jobs' `--batch` runs at once: each looks up its keys before the other's batch is
+    in the ledger (the uploads are slow), so without claims both submitted every request."""
+    flag = "--cache" if location.startswith("postgresql://") else "--cache-dir"
+    with BatchServer() as fake:
+        fake.batch.script.hold = True
+        fake.batch.script.upload_s = 3.0
+        runs = [processes.start(judge_cmd(
+            "run", write_job(tmp_path, JOB, f"batch{i}.toml"), "--limit", LIMIT, "--base-url",
+            fake.url, "--model", "fake", flag, location, "--out", tmp_path / f"out{i}",
+            "--batch", "--no-wait", "--yes"), env=clean_env(data_dir), cwd=tmp_path)
+            for i in range(2)]
+        for run in runs:
+            code, _, err = run.finish()
+            assert code == 0, err
+        assert len(fake.batch.creations) == LIMIT
+        assert set(fake.batch.creations.values()) == {1}, fake.batch.creations
+
+
+
+def test_a_budget_does_not_pay_for_the_requests_another_run_is_buying(
+        location: str, server: ThreadedServer, tmp_path: Path, data_dir: Path,
+        processes: Processes) -> None:
+    """The second run's first 20 tasks are the first run's, claimed by it: their answers cost
+    the second nothing, so its $5 (~22 tasks at ~$0.22 reserved each) buys its own 20. Before,
+    the deferred tasks kept their reservation and the run stopped at its budget early."""
+    server.state.script.latency_s = 0.5  # the first run's 20 take ~5 s at concurrency 2
+    flag = "--cache" if location.startswith("postgresql://") else "--cache-dir"
+
+    def start(name: str, limit: int, *extra: object) -> Child:
+        job = write_job(tmp_path, JOB + "price = { input = 1000, output = 1000 }\n",
+                        f"{name}.toml")  # two jobs, the same requests
+        return processes.start(judge_cmd(
+            "run", job, "--limit", limit, "--concurrency", CONCURRENCY, "--base-url",
+            server.url, flag, location, "--out", tmp_path / name, "--yes", *extra),
+            env=clean_env(data_dir), cwd=tmp_path)
+
+    first = start("first", 20)
+    wait_until(lambda: server.state.answered >= 2, "the first run's progress")
+    second = start("second", 40, "--budget", 5)
+    for run in (first, second):
+        code, _, err = run.finish()
+        assert code == 0, err
+    assert "--budget reached" not in err, err
+    counts = json.loads((tmp_path / "second" / "manifest.json").read_text())["counts"]
+    assert counts["not_run"] == 0 and counts["api_calls"] == 20, counts
+    assert len(server.state.bodies) == 40 and set(server.state.bodies.values()) == {1}

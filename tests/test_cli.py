@@ -472,15 +472,20 @@ def test_plan_counts_tasks_cached_answers_and_cost_without_network(
     partly = invoke("plan", OPENMEVA, "--limit", 50, *model, "--base-url", filled, *cache)
 
     assert fresh.exit_code == 0 and partly.exit_code == 0, fresh.stderr + partly.stderr
-    head, row, total = fresh.stdout.splitlines()
+    head, row, short, total = fresh.stdout.splitlines()
     assert head == "job openmeva: 50 items, 1 prompts, 1 models"
     m = re.fullmatch(r"  openai:gpt-4o-mini \(openai:gpt-4o-mini\): 50 tasks, 0 cached, 0 repeat "
                      r"an earlier request, 50 to call, ~(\d+) prompt \+ <=1600 completion tokens, "
-                     r"~\$(\d+\.\d{4}), batch ~\$(\d+\.\d{4})", row)
+                     r"~\$(\d+\.\d{4}) online, prompt caching ~\$(\d+\.\d{4}), "
+                     r"batch ~\$(\d+\.\d{4})", row)
     assert m, row
     cost = (int(m[1]) * 0.15 + 1600 * 0.60) / 1e6
-    assert m[2] == f"{cost:.4f}" and total == f"total: ~${cost:.4f}"
-    assert m[3] == f"{cost / 2:.4f}"  # the Batch API's price: half
+    assert m[2] == m[3] == f"{cost:.4f}"  # the prompt is too short to be cached:
+    assert re.fullmatch(r"    stars \(overall\): too short to be cached \(static prefix ~\d+ "
+                        r"tokens, under openai's minimum of 1024\)", short), short
+    assert total == f"total: ~${cost:.4f} online, prompt caching ~${cost:.4f}, " \
+                    f"batch ~${cost / 2:.4f}"
+    assert m[4] == f"{cost / 2:.4f}"  # the Batch API's price: half
     assert ": 50 tasks, 10 cached, 0 repeat an earlier request, 40 to call, " in partly.stdout
 
 

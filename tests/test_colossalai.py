@@ -23,10 +23,11 @@ from rouge_score import rouge_scorer
 
 from runner.cli.main import cli
 from runner.errors import ConfigError
-from runner.expand import Expansion, prepare
+from runner.expand import Expansion
 from runner.job.load import load_job as _load_job
 from runner.job.spec import Job
 from runner.parse import metrics
+from runner.prepare import prepare
 from runner.session.select import resolve_models
 from tests.fakeserver import Script, ThreadedServer
 
@@ -420,7 +421,8 @@ def test_job_runs_end_to_end_with_battles_and_metrics(
     assert planned.exit_code == 0, planned.output
     assert "gpt35 (openai:gpt-3.5-turbo): 50 tasks, 0 cached" in planned.output
     assert "gpt4 (openai:gpt-4): 10 tasks, 0 cached" in planned.output
-    assert re.search(r"^total: ~\$\d+\.\d{4}$", planned.output, re.M)
+    assert re.search(r"^total: ~\$\d+\.\d{4} online, prompt caching ~\$\d+\.\d{4}, batch ~\$"
+                     r"\d+\.\d{4}$", planned.output, re.M)
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runner.data import datasets, loaders
+from runner.data import loaders, userfile
 from runner.data.datasets import (
     REGISTRY,
     FieldMap,
@@ -332,7 +332,7 @@ def test_repeated_ids_are_found_exactly_when_every_hash_collides(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Ids are remembered as 64-bit hashes; a hash seen before is checked against the file,
     so colliding hashes of distinct ids pass and only a real repeat is an error."""
-    monkeypatch.setattr(datasets, "_id64", lambda item_id: 0)
+    monkeypatch.setattr(userfile, "_id64", lambda item_id: 0)
     rows = [{**ROWS[0], "id": name} for name in ("a", "b", 7, "c")]
     distinct = _write(tmp_path / "distinct.jsonl", rows)
     assert [it.item_id for it in load_file(distinct, MAPPING, dataset="x")] == ["a", "b", "7",

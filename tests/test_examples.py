@@ -106,8 +106,16 @@ def test_geval_style_judge_samples_and_reports_self_consistency(server: Threaded
 @pytest.mark.slow
 def test_battle_in_both_orders_writes_battle_csv(server: ThreadedServer,
                                                   tmp_path: Path) -> None:
-    runs = _run("battle/job.toml", server, tmp_path)
+    done = _judge("run", str(EXAMPLES / "battle" / "job.toml"), "--model", MODEL,
+                  "--base-url", server.url, "--yes", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    runs = tmp_path / "runs"
     assert server.state.answered == 20  # 10 questions x 2 orders
+    lines = done.stderr.splitlines()  # the result, on the terminal too
+    at = lines.index("battles (both orders; a win or tie only when the two orders agree):")
+    assert lines[at + 1].startswith(f"  {MODEL}/battle on answers / battle: model-a vs model-b:")
+    assert lines[at + 2] == "ranking (Bradley-Terry strength, 95% CI; ranking.csv):"
+    assert lines[at + 3].startswith("   1. model-")
     (row,) = _rows(runs / "battle" / "battle.csv")
     assert (row["model_a"], row["model_b"], row["n"]) == ("model-a", "model-b", "10")
     outcomes = sum(int(row[k]) for k in ("a_wins", "ties", "b_wins", "inconsistent"))

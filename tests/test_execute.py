@@ -19,14 +19,16 @@ import aiohttp
 import pytest
 
 from runner.errors import CacheError
+from runner.estimate import estimate_cost
 from runner.execute import pool as execute_module
 from runner.execute import stats as stats_module
 from runner.execute.pool import Endpoint, RunStats, backoff, execute
 from runner.execute.store.answers import of_raw, of_record
 from runner.execute.store.cache import Cache
-from runner.expand import Task, estimate_cost, prepare
 from runner.job.load import load_job
 from runner.job.spec import Job, Limits
+from runner.prepare import prepare
+from runner.tasks import Task
 from tests.conftest import ROOT, JobWriter
 from tests.fakeserver import ThreadedServer
 

@@ -17,19 +17,11 @@ from hypothesis import strategies as st
 
 from runner.data.datasets import Item
 from runner.errors import ConfigError
-from runner.expand import (
-    Expansion,
-    Task,
-    _Frames,
-    _key,
-    _tasks,
-    cache_key,
-    new_task,
-    prepare,
-    request_body,
-)
+from runner.expand import Expansion
 from runner.job.load import load_job
 from runner.job.spec import placeholders
+from runner.prepare import prepare
+from runner.tasks import Frames, Task, _key, cache_key, new_task, request_body, unit_tasks
 from tests.conftest import ROOT, JobWriter
 
 # Data fields full of braces, and even placeholders, that must reach the judge as written.
@@ -348,7 +340,8 @@ def test_task_body_is_the_serialised_request(params: dict[str, Any], before: str
     values = {"output": after + "{{output}}", "aspect": "overall"}
     item = Item(dataset="d", item_id="i", group="g", system="s", subset="", fields=values,
                 human={}, annotators={}, metrics={}, extra={})
-    tasks = list(_tasks(item, values, (), prompt, "overall", template, [model], _Frames()))
+    tasks = list(unit_tasks(item, values, (), prompt, "overall", template, [model], Frames(),
+                        True))
     body = request_body(prompt, model, values, "overall")
     assert [t.body for t in tasks] == [orjson.dumps(body, option=orjson.OPT_SORT_KEYS)]
     assert body["messages"][-1]["content"] == (before + after + "{{output}}" + after
@@ -366,10 +359,10 @@ def test_without_body_keeps_every_other_field(write_job: JobWriter) -> None:
 def test_new_task_takes_every_field_by_name_and_makes_a_task() -> None:
     fields = {"key": "k", "dataset": "d", "item_id": "i", "prompt": "p", "aspect": "a",
               "model": "m", "sample": 2, "body": b"{}", "prompt_tokens": 3, "max_tokens": 4,
-              "members": ("x", "y")}
+              "members": ("x", "y"), "prefix": 5}
     made = new_task(**fields)
     assert type(made) is Task and made._asdict() == fields
-    assert new_task(**{**fields, "members": ()}) == Task(*[*fields.values()][:-1])
+    assert new_task(**{**fields, "members": (), "prefix": 0}) == Task(*[*fields.values()][:-2])
     with pytest.raises(TypeError):
         new_task(*fields.values())  # type: ignore[misc]  # keywords only
     with pytest.raises(TypeError):

@@ -23,9 +23,9 @@ from runner.execute import fleet as fleet_module
 from runner.execute import pool as pool_module
 from runner.execute.pool import Endpoint, RunStats, execute
 from runner.execute.store.cache import Cache
-from runner.expand import prepare
 from runner.job.load import load_job
 from runner.job.spec import Job, Limits
+from runner.prepare import prepare
 from tests.conftest import ROOT, JobWriter
 from tests.fakeproviders import Fake, ProviderServer
 from tests.fakeserver import Script, ThreadedServer
@@ -320,7 +320,8 @@ async def test_take_routes_a_lone_unpaced_replica_without_waiting_and_defers_the
 async def test_each_replica_knows_the_variable_its_key_comes_from() -> None:
     """The message for a refused key names the replica's own variable: two keys for one URL
     (labels `URL [K1]`, `URL [K2]`) and a URL that is a prefix of another are told apart."""
-    from runner.job.spec import EndpointSpec, parse_model_spec
+    from runner.job.models import parse_model_spec
+    from runner.job.spec import EndpointSpec
     base = "http://127.0.0.1:1/v1"
     fleet = (EndpointSpec(base_url=base, api_key_env="K1"),
              EndpointSpec(base_url=base, api_key_env="K2"),

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from runner.report.headline import headline
+from runner.report.headline import headline, system_note
 from tests.fakeserver import ThreadedServer
 from tests.test_cli import JOB, clean_env, run_judge, write_job
 
@@ -76,6 +76,30 @@ def test_judges_whose_answers_mostly_failed_to_parse_are_named() -> None:
     assert result.unparsed == ["judge b/p: 6 of 10 answers unparsed: see report.html#failures",
                                "judge c/p: 8 of 8 answers unparsed: see report.html#failures"]
     assert result.scoreless == ["c/p"]  # d had no answer at all: it failed, it did not parse
+
+
+def test_refusals_are_called_refusals_as_in_the_report() -> None:
+    refused = {**_summ("r", 44, 0), "refusals": 44}
+    mixed = {**_summ("m", 10, 2), "refusals": 3}
+    result = headline(["sample"], ["spearman"], [], [refused, mixed, _summ("u", 10, 1)])
+    assert result.unparsed == [
+        "judge r/p: 44 of 44 answers were refusals: see report.html#failures",
+        "judge m/p: 8 of 10 answers not scored: 5 unparsed, 3 refusals: see report.html#failures",
+        "judge u/p: 9 of 10 answers unparsed: see report.html#failures"]
+    assert result.scoreless == ["r/p"]
+
+
+def test_a_value_above_its_own_ci_is_marked_and_said_why() -> None:
+    rows = [_corr("a/p", "system", 0.999, 0.942, 0.998, n=8),
+            _corr("b/p", "system", 0.80, 0.5, 0.9, n=8)]
+    result = headline(["system"], ["spearman"], rows, [_summ("a", 60, 60), _summ("b", 60, 60)])
+    cells = {judge: line for line in result.lines for judge in ("a/p", "b/p") if judge in line}
+    assert "0.999^ [0.94, 1.00] n=5" in cells["a/p"] and "0.800 [0.50, 0.90]" in cells["b/p"]
+    assert result.lines[-1].startswith("  ^ the value lies outside its CI: the CI is the "
+                                       "bootstrap's percentiles")
+    inside = headline(["system"], ["spearman"], rows[1:], [_summ("b", 60, 60)])
+    assert not any("outside its CI" in line for line in inside.lines)
+    assert "marked ^" in (system_note(rows) or "")
 
 
 @pytest.mark.slow

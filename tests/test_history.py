@@ -56,16 +56,16 @@ def test_each_run_is_kept_and_listed(server: ThreadedServer, tmp_path: Path,
 
     assert listed.returncode == 0, listed.stderr
     lines = listed.stdout.splitlines()
-    assert lines[0].split() == ["run", "kind", "models", "tasks", "calls", "cost", "disk",
-                                "best", "correlation"]
-    assert [line.split()[:6] for line in lines[1:]] == [  # no price: unknown, called or not
-        [ids[0], "run", "fake", "12", "12", "unknown"],
-        [ids[1], "run", "other", "12", "12", "unknown"],
-        [ids[2], "rebuild", "fake", "12", "0", "unknown"]]
+    assert lines[0].split() == ["run", "kind", "models", "tasks", "calls", "cost", "cached",
+                                "saved", "disk", "best", "correlation"]
+    assert [line.split()[:8] for line in lines[1:]] == [  # no price: unknown, called or not
+        [ids[0], "run", "fake", "12", "12", "unknown", "0%", "unknown"],
+        [ids[1], "run", "other", "12", "12", "unknown", "0%", "unknown"],
+        [ids[2], "rebuild", "fake", "12", "0", "unknown", "-", "unknown"]]
     # what removing each frees: every kept set's files are its own (the folder's report files
     # are links to the newest's)
     own = [sum(p.stat().st_size for p in k.iterdir()) for k in kept]
-    assert [line.split()[6] for line in lines[1:]] == [f"{n / 1e3:.0f}kB" for n in own]
+    assert [line.split()[8] for line in lines[1:]] == [f"{n / 1e3:.0f}kB" for n in own]
     # 12 items are 3 groups: too few to rank a judge on (runner.report.standing.MIN_POINTS)
     assert all(line.endswith("none ranked (spearman, sample)") for line in lines[1:]), lines
 

@@ -10,8 +10,12 @@ import pytest
 
 from runner.errors import ConfigError
 from runner.job.load import load_job
-from runner.job.spec import OPENAI_BASE_URL, Job, Limits, parse_model_spec
+from runner.job.models import parse_model_spec
+from runner.job.providers import KINDS, Price
+from runner.job.spec import Job, Limits
 from tests.conftest import ROOT, JobWriter
+
+OPENAI_BASE_URL = KINDS["openai"].base_url
 
 PROMPT = "Rate {{output}} for {{aspect}}.\n"
 ROWS = [{"id": "a", "output": "one", "score": 3}]
@@ -92,7 +96,8 @@ def test_valid_file_loads(write_job: JobWriter) -> None:
     gpt, small, vllm = job.models
     assert (gpt.name, gpt.kind, gpt.model, gpt.base_url) == ("gpt", "openai", "gpt-4o-mini",
                                                              OPENAI_BASE_URL)
-    assert gpt.api_key_env == "MY_KEY" and gpt.key_required and gpt.price == (0.15, 0.6)
+    assert gpt.api_key_env == "MY_KEY" and gpt.key_required
+    assert gpt.price == Price(input=0.15, output=0.6)
     assert gpt.params == {"seed": 1}
     assert (small.kind, small.model, small.base_url, small.endpoint) == (
         "local", "smollm2", None, "local:smollm2")

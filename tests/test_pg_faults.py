@@ -21,7 +21,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from runner.cli.main import cli
-from runner.execute.store import backend, pgcache
+from runner.execute.store import backend, pgcache, pgsession
 from tests.fakeserver import ThreadedServer
 from tests.pgserver import PgCluster, find_bindir
 from tests.test_cli import ENV_KEYS, OPENMEVA, SUBPROCESS_TIMEOUT_S, clean_env, judge_cmd
@@ -172,7 +172,7 @@ def _one_error_line(result: Any) -> str:
 def test_a_server_that_stays_down_ends_the_run_with_one_error_line(
         server: ThreadedServer, cluster: PgCluster, url: str, tmp_path: Path, invoke: Any,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pgcache, "RECONNECT_WINDOW_S", 1.0)
+    monkeypatch.setattr(pgsession, "RECONNECT_WINDOW_S", 1.0)
     server.state.script.latency_s = 0.05
     stopper = _meanwhile(server, lambda: _pg_ctl(cluster, "stop"))
     started = time.monotonic()
@@ -194,7 +194,7 @@ def test_answers_the_server_did_not_take_are_kept_and_stored_by_the_rerun(
     """An outage past the reconnect window stops the run, but the answers it held are kept in
     a spill file and stored by the next run: nothing is bought twice (before, the rerun bought
     them again)."""
-    monkeypatch.setattr(pgcache, "RECONNECT_WINDOW_S", 1.0)
+    monkeypatch.setattr(pgsession, "RECONNECT_WINDOW_S", 1.0)
     server.state.script.latency_s = 0.05
     stopper = _meanwhile(server, lambda: _pg_ctl(cluster, "stop"))
     result = invoke(*_run_args(server, url, tmp_path))
@@ -215,9 +215,9 @@ def test_answers_the_server_did_not_take_are_kept_and_stored_by_the_rerun(
 def test_a_frozen_server_ends_the_run_with_one_error_line_within_its_deadline(
         server: ThreadedServer, cluster: PgCluster, url: str, tmp_path: Path, invoke: Any,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pgcache, "QUERY_TIMEOUT_S", 1.0)
-    monkeypatch.setattr(pgcache, "RECONNECT_WINDOW_S", 1.0)
-    monkeypatch.setattr(pgcache, "CONNECT_TIMEOUT_S", 2)
+    monkeypatch.setattr(pgsession, "QUERY_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(pgsession, "RECONNECT_WINDOW_S", 1.0)
+    monkeypatch.setattr(pgsession, "CONNECT_TIMEOUT_S", 2)
     server.state.script.latency_s = 0.05
     freezer = _meanwhile(server, lambda: _signal(cluster, signal.SIGSTOP))
     try:
@@ -241,7 +241,7 @@ def test_a_server_lost_at_a_lookup_ends_the_run_with_one_error_line(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The pool's lookups run in its workers: a refused one is the run's one error too, not a
     task group's traceback."""
-    monkeypatch.setattr(pgcache, "RECONNECT_WINDOW_S", 1.0)
+    monkeypatch.setattr(pgsession, "RECONNECT_WINDOW_S", 1.0)
     monkeypatch.setattr(backend, "LOOKUP_BATCH", 8)  # lookups all through the run
     has_many, calls = pgcache.PgCache.has_many, []
 

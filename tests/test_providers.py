@@ -1,4 +1,4 @@
-"""Tests for the provider kinds (runner.execute.providers, runner.job.spec's prefixes): the exact
+"""Tests for the provider kinds (runner.execute.providers, runner.job.models' prefixes): the exact
 URL, headers, query and body each kind sends, Anthropic's answers normalised for the parsers,
 its errors and rate-limit headers mapped by the client, and keys that carry the endpoint kind.
 
@@ -22,9 +22,10 @@ from runner.execute.client import retry_after
 from runner.execute.pool import Endpoint, RunStats, execute
 from runner.execute.providers import advertised, anthropic_body
 from runner.execute.store.cache import Cache
-from runner.expand import prepare
 from runner.job.load import load_job
-from runner.job.spec import Job, Limits, parse_model_spec
+from runner.job.models import parse_model_spec
+from runner.job.spec import Job, Limits
+from runner.prepare import prepare
 from runner.reduce.judgments import choices
 from tests.conftest import ROOT, JobWriter
 from tests.fakeproviders import Fake, ProviderServer

@@ -82,10 +82,10 @@ def test_batches_come_back_in_order_with_what_judging_reads(
     assert several is not None and several[0]["message"]["content"] == "x" * 100_000
     assert several[1]["logprobs"] is not None
     # on the pipe, one plain choice: [text, finish_reason, usage as JSON text, source, time,
-    # tokens]
+    # tokens by kind (input, cached input, cache write, output)]
     assert sent(stored[_key(2)]) == [
         "2 stars", "stop", '{"prompt_tokens":2,"completion_tokens":1,"total_tokens":3}', "api",
-        stored[_key(2)].get("time"), 2, 1]
+        stored[_key(2)].get("time"), 2, 0, 0, 1]
 
 
 @pytest.mark.slow
@@ -303,10 +303,10 @@ def _line(answer: Callable[[], Answer], parser: str) -> bytes | str:
     """The judgments.jsonl line of one task whose Answer `answer()` makes (of a record, or
     of what a reader sent of it) judged with `parser`, or the error that raised."""
     from runner.data.datasets import Item
-    from runner.expand import new_task
     from runner.job.spec import PromptSpec
     from runner.reduce.judgments import _Context
     from runner.report.tables import _judgment_line
+    from runner.tasks import new_task
 
     prompt = PromptSpec(name="p", templates={"*": "rate"}, system=None, parser=parser,
                         parser_options={}, aspects=("a",), datasets=(), params={})

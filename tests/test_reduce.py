@@ -18,19 +18,12 @@ from scipy import stats
 from runner.errors import ConfigError, DataError
 from runner.reduce import _coef, _kendall
 from runner.reduce import correlate as correlate_module
+from runner.reduce import levels as levels_module
 from runner.reduce import resample as resample_module
-from runner.reduce.correlate import (
-    Correlation,
-    Row,
-    _boot_pooled,
-    _Data,
-    _prepare,
-    _Selection,
-    _selections,
-    _summarise,
-    compare,
-    correlate,
-)
+from runner.reduce.compare import compare
+from runner.reduce.correlate import Correlation, Row, correlate
+from runner.reduce.levels import Data, prepare, selections
+from runner.reduce.pooled import Pooled
 from runner.reduce.series import Labels, Series
 
 
@@ -39,8 +32,8 @@ def _counts(strata: tuple[int, ...], n_boot: int, seed: int) -> Any:
     return resample_module.Resamples().counts(strata, n_boot, seed)
 
 
-def _prepared(rows: Any) -> _Data:
-    return _prepare(Series.of_rows(rows))
+def _prepared(rows: Any) -> Data:
+    return prepare(Series.of_rows(rows))
 
 
 SCIPY: dict[str, Callable[..., Any]] = {
@@ -210,9 +203,9 @@ def test_dataset_bootstrap_equals_scipy_on_resampled_rows(discrete: bool) -> Non
                 float(rng.integers(1, 4)) if discrete else float(rng.random()),
                 float(rng.integers(1, 5))) for g in range(24) for s in range(rng.integers(1, 6))]
     d = _prepared(rows)
-    for sel in _selections(d):
+    for sel in selections(d):
         counts = _counts(sel.strata, 40, 1)
-        boots = _boot_pooled(d, sel, ("pearson", "spearman", "kendall"), counts)
+        boots = levels_module._boot_pooled(d, sel, ("pearson", "spearman", "kendall"), counts)
         for b, row in enumerate(counts):
             idx = np.concatenate([np.arange(d.edges[g], d.edges[g + 1])
                                   for g in range(sel.g0, sel.g1)
@@ -223,7 +216,7 @@ def test_dataset_bootstrap_equals_scipy_on_resampled_rows(discrete: bool) -> Non
                 assert boots[m][b] == pytest.approx(want, abs=1e-12, nan_ok=True)
 
 
-def pair_signs(d: _Data, g0: int, g1: int) -> np.ndarray[Any, np.dtype[np.float64]]:
+def pair_signs(d: Data, g0: int, g1: int) -> np.ndarray[Any, np.dtype[np.float64]]:
     """The definition, item pair by item pair: groups x groups sums of
     sign(xi - xj) * sign(yi - yj), so that c'Sc is P (tau-b's numerator x 2) for draw counts c."""
     i0, i1 = d.edges[g0], d.edges[g1]
@@ -243,11 +236,11 @@ def varied(rng: np.random.Generator, n_groups: int, x_values: int, y_values: int
             for g in range(n_groups) for s in range(sizes[g])]
 
 
-def both_ways(d: _Data, g0: int, g1: int, c: np.ndarray[Any, np.dtype[np.float64]]
+def both_ways(d: Data, g0: int, g1: int, c: np.ndarray[Any, np.dtype[np.float64]]
               ) -> list[np.ndarray[Any, np.dtype[np.float64]]]:
     """P for draw counts c by merges over the cells and by the groups x groups matrix."""
     i0, i1 = d.edges[g0], d.edges[g1]
-    p = _summarise(d, _Selection("", g0, g1, (g1 - g0,)), None)
+    p = Pooled(d.x[i0:i1], d.y[i0:i1], d.edges[g0:g1 + 1] - i0, 0)
     merges = _kendall.Pairs(merges=_kendall.plan(p.cx, p.cy))
     direct = _kendall.Pairs(signs=_kendall.group_signs(d.x[i0:i1], d.y[i0:i1],
                                                        d.edges[g0:g1 + 1] - i0))
@@ -260,7 +253,7 @@ def test_kendall_pair_sums_equal_the_direct_quadratic_form(x_values: int, y_valu
     rng = np.random.default_rng(x_values * 1000 + y_values)
     for trial in range(4):
         d = _prepared(varied(rng, int(rng.integers(1, 80)), x_values, y_values))
-        for sel in _selections(d):
+        for sel in selections(d):
             c = _counts(sel.strata, 60, trial)
             want = ((c @ pair_signs(d, sel.g0, sel.g1)) * c).sum(axis=1)
             for got in both_ways(d, sel.g0, sel.g1, c):
@@ -284,9 +277,8 @@ def test_kendall_way_is_chosen_by_cost() -> None:
     def way(n: int, group: int, judge: Callable[[], float]) -> str:
         d = _prepared([Row(f"g{i // group}", "s", "", judge(), float(rng.random()))
                       for i in range(n)])
-        p = _summarise(d, _selections(d)[0], 1000)
-        assert p.kendall is not None
-        return "matrix" if p.kendall.signs is not None else "merges"
+        p = Pooled(d.x, d.y, d.edges, 1000)
+        return "matrix" if p.pairs().signs is not None else "merges"
     assert way(1000, 5, lambda: float(rng.random())) == "matrix"  # few groups, continuous
     assert way(6000, 6, lambda: float(rng.random())) == "matrix"
     assert way(6000, 6, lambda: float(rng.integers(1, 6))) == "merges"  # a 1-5 judge
@@ -349,7 +341,8 @@ def test_correlations_from_lazy_draws_equal_those_from_the_matrix(
         monkeypatch: pytest.MonkeyPatch) -> None:
     rows = synthetic(5, groups=40, subsets=("p", "q"), discrete=False)
     held = correlate(rows, levels=("sample", "dataset"), n_boot=300, seed=2)
-    monkeypatch.setattr(correlate_module, "_CELLS", 700)  # in blocks of a few resamples
+    for module in (levels_module, correlate_module):  # in blocks of a few resamples
+        monkeypatch.setattr(module, "CELLS", 700)
     lazily = resample_module.Resamples(kept_cells=0, kept_compact=0)  # made lazily
     lazy = correlate(rows, levels=("sample", "dataset"), n_boot=300, seed=2, resamples=lazily)
     assert not lazily.drawn and lazily.starts
@@ -369,8 +362,8 @@ def test_correlations_from_lazy_draws_equal_those_from_the_matrix(
              "kendall": rng.random(40)}
     sizes = np.full(40, 5)
     lazy = resample_module.Resamples(kept_cells=0).counts((25, 15), 300, 2)
-    drawn = correlate_module._samples(coefs, sizes, lazy, "skip")
-    matrix = correlate_module._samples(coefs, sizes, resample_module._draw((25, 15), 300, 2),
+    drawn = levels_module._samples(coefs, sizes, lazy, "skip")
+    matrix = levels_module._samples(coefs, sizes, resample_module._draw((25, 15), 300, 2),
                                        "skip")
     for m in coefs:
         assert drawn[m].value == matrix[m].value and drawn[m].boot is not None
@@ -606,7 +599,7 @@ def test_counts_drawn_are_table_times_draws(cells: int, monkeypatch: pytest.Monk
 
 # --- the reducer's input as columns ----------------------------------------------------------
 
-def _reference_prepare(rows: list[Row]) -> _Data:
+def _reference_prepare(rows: list[Row]) -> Data:
     """correlate._prepare as it was on Row lists (f08defe): the definition the columns keep."""
     x = np.array([r.judge for r in rows], dtype=np.float64)
     y = np.array([r.human for r in rows], dtype=np.float64)
@@ -628,7 +621,7 @@ def _reference_prepare(rows: list[Row]) -> _Data:
     system_names = [rows[i].system for i in order]
     systems = {s: i for i, s in enumerate(sorted(set(system_names)))}
     bounds = np.searchsorted(group_subset[kept[firsts]], np.arange(len(subsets)))
-    return _Data(x=x[order], y=y[order],
+    return Data(x=x[order], y=y[order],
                  system=np.array([systems[s] for s in system_names], dtype=np.intp),
                  edges=np.r_[firsts, len(kept)].astype(np.intp),
                  bounds=np.r_[bounds, len(firsts)].astype(np.intp), subsets=subsets)
@@ -653,7 +646,7 @@ def _shuffled_labels(s: Series, rng: np.random.Generator) -> Series:
     return Series(s.judge, s.human, *columns, Labels(*names))
 
 
-def _same_data(a: _Data, b: _Data) -> None:
+def _same_data(a: Data, b: Data) -> None:
     for field in ("x", "y", "system", "edges", "bounds"):
         got, want = getattr(a, field), getattr(b, field)
         assert got.dtype == want.dtype, field
@@ -663,7 +656,7 @@ def _same_data(a: _Data, b: _Data) -> None:
 
 @pytest.mark.parametrize("trial", range(40))
 def test_prepare_from_a_series_equals_prepare_from_its_rows(trial: int) -> None:
-    """_prepare on a Series gives the _Data the Row-list code gave: subsets and groups in order
+    """_prepare on a Series gives the Data the Row-list code gave: subsets and groups in order
     of first appearance among usable rows, systems by sorted name, whatever the label codes'
     numbering (NaN and None judges, NaN humans, subsets, repeated groups, empty)."""
     rng = np.random.default_rng(trial)
@@ -679,8 +672,8 @@ def test_prepare_from_a_series_equals_prepare_from_its_rows(trial: int) -> None:
                         str(rng.choice(subsets)), judge, human))
     series = Series.of_rows(rows)
     want = _reference_prepare(rows)
-    _same_data(_prepare(series), want)
-    _same_data(_prepare(_shuffled_labels(series, rng)), want)
+    _same_data(prepare(series), want)
+    _same_data(prepare(_shuffled_labels(series, rng)), want)
 
 
 def test_correlate_and_compare_take_a_series_or_rows_alike() -> None:

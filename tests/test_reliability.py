@@ -19,13 +19,13 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from runner.reduce.power import plan_power
 from runner.reduce.reliability import (
     agreement,
     alpha,
     correlation,
     partial,
     permutation_p,
-    plan_power,
     weighted_kappa,
     williams,
 )
@@ -171,6 +171,27 @@ def test_power_plan_scales_and_checks_the_ci_width() -> None:
     assert same is not None and abs(same.n_for_width - 400) <= 1
     assert pilot.n_for_power is not None and pilot.n_for_power < pilot.n_for_width
     assert plan_power(a[:5], b[:5], human[:5], method="pearson", width=0.1) is None
+
+
+def test_width_plan_resamples_whole_groups() -> None:
+    """A judge whose error is shared by the items of a group (one story, one source) gains
+    less from each item than item-wise resampling says: the items for a CI of width W are
+    counted in whole groups, as the report's CIs resample them, and their bootstrap check
+    lands on W. Item-wise, the same pilot asked for far fewer items (issue 35: 1,115 where
+    groups need about 1,670)."""
+    rng = np.random.default_rng(7)
+    groups = [f"g{i // 10}" for i in range(400)]
+    shared = np.repeat(rng.normal(size=40), 10)  # one error per group of 10
+    human = rng.normal(size=400)
+    a = human + 0.5 * rng.normal(size=400) + 1.2 * shared
+    b = human + 1.5 * rng.normal(size=400)
+    item_wise = plan_power(a, b, human, method="pearson", width=0.1, seed=0)
+    grouped = plan_power(a, b, human, method="pearson", width=0.1, groups=groups, seed=0)
+    assert item_wise is not None and grouped is not None
+    assert item_wise.groups_for_width == item_wise.n_for_width  # each item its own group
+    assert grouped.n_for_width == grouped.groups_for_width * 10
+    assert grouped.n_for_width > 1.3 * item_wise.n_for_width
+    assert grouped.width_check == pytest.approx(0.1, rel=0.2)
 
 
 def test_power_is_simulated_for_80_percent_at_alpha_005() -> None:
@@ -331,7 +352,10 @@ def test_plan_power_on_the_pilot(tst_run: Path) -> None:
     assert {r["aspect"] for r in rows} == {"content", "style", "fluency"}
     for r in rows:
         assert r["n_pilot"] == "90" and r["method"] == "pearson"
-        assert int(r["n_for_width"]) == math.ceil(90 * (float(r["ci_width_pilot"]) / 0.2) ** 2)
+        g, n = int(r["groups_pilot"]), 90
+        groups = math.ceil(g * (float(r["ci_width_pilot"]) / 0.2) ** 2)
+        assert int(r["groups_for_width"]) == max(2, groups)
+        assert int(r["n_for_width"]) == max(4, math.ceil(max(2, groups) * n / g))
     text = (tst_run / "plan.txt").read_text()
     assert "target 95% CI width of A - B: 0.2" in text and "for 80% power" in text
     for r in rows:

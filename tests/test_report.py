@@ -226,8 +226,8 @@ def test_script_in_a_data_field_is_text(run: dict[str, Path], browser: Any,
 
 def _judgment(i: int, score: float | None, human: float) -> Any:
     from runner.data.datasets import Item
-    from runner.expand import Task
     from runner.reduce.judgments import Judgment
+    from runner.tasks import Task
 
     item = Item(dataset="d", item_id=f"i{i}", group=f"g{i}", system=f"s{i % 3}", subset="",
                 fields={}, human={"a": human}, annotators={}, metrics={})
@@ -525,8 +525,8 @@ def small_expansion(folder: Path) -> Any:
     """The expansion of a small job over examples/my-data (the page names its prompts)."""
     import shutil
 
-    from runner.expand import prepare
     from runner.job.load import load_job
+    from runner.prepare import prepare
 
     for name in ("outputs.jsonl", "fluency.txt"):
         shutil.copy(ROOT / "examples" / "my-data" / name, folder / name)

@@ -225,6 +225,7 @@ def test_wide_tables_scroll_with_the_judge_column_fixed(run: dict[str, Path],
     assert wide[0] > wide[1] + 100  # it scrolls inside its box, not the page
     judge = box.locator("tbody tr:first-child td:first-child")
     value = box.locator("tbody tr:first-child td:nth-child(2)")
+    judge.scroll_into_view_if_needed()  # elementFromPoint below sees the viewport only
     before, cell_before = judge.bounding_box(), value.bounding_box()
     box.evaluate("b => { b.scrollLeft = 300; }")
     page.wait_for_function("document.querySelector('#ds-0 .scroll').scrollLeft > 0",
@@ -445,3 +446,33 @@ def test_too_many_systems_are_counted_not_drawn(browser: Any, tmp_path: Path) ->
         "correlations are in the table above.")
     assert errors == []
     page.close()
+
+
+# --- a battle's page: its ranking as a chart, an item browser without human columns ---------
+
+@pytest.mark.slow
+def test_a_battle_page_charts_its_ranking_and_claims_no_disagreement(
+        browser: Any, tmp_path: Path) -> None:
+    job = ROOT / "examples" / "battle" / "job.toml"
+    choose = ("--model", "fake", "--cache-dir", str(tmp_path / "cache"), "--out",
+              str(tmp_path / "out"))
+    with ThreadedServer(Script()) as server:
+        done = _judge("run", str(job), *choose, "--base-url", server.url, "--yes", cwd=tmp_path)
+        figures = _judge("report", str(job), *choose, "--base-url", server.url, "--figures",
+                         str(tmp_path / "figs"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    ranking = read_page_data(tmp_path / "out" / "report.html")["ranking"]
+    page, errors = _open(browser, tmp_path / "out" / "report.html")
+    chart = page.locator("#battles .strengths")
+    assert chart.count() == 1
+    assert chart.locator("circle.point").count() == len(ranking) == 2
+    assert chart.locator("line.ci-bar").count() == sum(r["ci_low"] is not None for r in ranking)
+    assert "1. model-" in chart.inner_text()
+    heads = page.locator("#items-table thead th").all_inner_texts()
+    assert "human" not in heads and "|diff|" not in heads and "score" in heads
+    note = page.inner_text("#item-sample")
+    assert "no judge-human disagreement to sort by" in note and "largest" not in note
+    assert errors == []
+    page.close()
+    assert figures.returncode == 0, figures.stderr  # the paper figure of the same ranking
+    assert (tmp_path / "figs" / "ranking_fake-battle_answers_battle.png").is_file()

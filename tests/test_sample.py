@@ -10,7 +10,7 @@ import pytest
 
 from runner.api import selection
 from runner.data.datasets import Item
-from runner.expand import sample_ids
+from runner.prepare import sample_ids
 from tests.fakeserver import ThreadedServer
 from tests.test_cli import ROOT, clean_env, error_line, run_judge
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runner.data.seen import Seen, key64
-from runner.expand import cache_key
+from runner.tasks import cache_key
 
 values = st.lists(st.one_of(st.integers(0, 40), st.integers(0, 2**64 - 1),
                             st.sampled_from([0, 2**63 - 1, 2**63, 2**64 - 1])), max_size=400)

@@ -14,7 +14,8 @@ import pytest
 
 from runner.errors import ConfigError
 from runner.execute.shard import Shard, split_limits
-from runner.job.spec import EndpointSpec, Job, Limits, parse_model_spec
+from runner.job.models import parse_model_spec
+from runner.job.spec import EndpointSpec, Job, Limits
 from tests.fakeserver import ThreadedServer
 from tests.test_cli import (
     OPENMEVA,

@@ -17,9 +17,9 @@ import pytest
 import runner.expand
 from runner.errors import DataError
 from runner.execute.shard import Shard
-from runner.expand import Task
 from runner.selection import TaskSelection
 from runner.session.select import WorkingSet, select
+from runner.tasks import Task
 from tests.conftest import JobWriter
 from tests.fakeserver import ThreadedServer
 from tests.test_batch import GENERATE_JOB
@@ -141,13 +141,13 @@ def test_a_shard_holds_and_renders_only_its_own_items(
         write_job: JobWriter, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     job = write_job(_JOB.format(url="http://127.0.0.1:9/v1"), rows=_rows(30), files=_FILES)
     rendered: list[str] = []
-    real = runner.expand._tasks
+    real = runner.expand.unit_tasks
 
     def counting(item: Any, *args: Any) -> Iterator[Task]:
         rendered.append(item.group)
         return real(item, *args)
 
-    monkeypatch.setattr(runner.expand, "_tasks", counting)
+    monkeypatch.setattr(runner.expand, "unit_tasks", counting)
     shard = _select(job, tmp_path, Shard(1, SHARDS))
     tasks = list(shard.expansion.tasks())
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runner.expand import Task, prepare
 from runner.job.load import load_job
+from runner.prepare import prepare
 from runner.session.pool import TaskLog
+from runner.tasks import Task
 from tests.conftest import ROOT, JobWriter
 from tests.test_expand import JOB, ROWS, TEMPLATE
 

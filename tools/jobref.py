@@ -1,12 +1,13 @@
 """The job file's reference, generated from the loader's own key tables, so it cannot drift.
 
 The keys come from the code that accepts them: every `X.check_keys({...})` set in
-`runner/job/load.py`, the `allowed` set of `_field_map` in `runner/expand.py` (a file data set's
-`fields`) and `_OPTIONS` in `runner/data/datasets.py` (a registered set's `options`). Their
-meanings come from the docstrings (or trailing comments) of the fields they fill, in
-`runner/job/spec.py` and `runner/data/datasets.py`, or from `NOTES` below where the field says
-less than a user needs. A key the loader accepts that has neither is an error, and so is a note
-for a key the loader no longer accepts: `mkdocs build --strict` (run by `make lint`) fails.
+`runner/job/load.py` and `runner/job/models.py`, the `allowed` set of `_field_map` in
+`runner/prepare.py` (a file data set's `fields`) and `_OPTIONS` in `runner/data/datasets.py` (a
+registered set's `options`). Their meanings come from the docstrings (or trailing comments) of the
+fields they fill, in `runner/job/spec.py`, `runner/data/userfile.py` and `runner/data/datasets.py`,
+or from `NOTES` below where the field says less than a user needs. A key the loader accepts that
+has neither is an error, and so is a note for a key the loader no longer accepts: `mkdocs build
+--strict` (run by `make lint`) fails.
 
 Used as a MkDocs hook (`hooks:` in mkdocs.yml): `<!-- job-file-keys -->` in a page becomes the
 tables. `python tools/jobref.py` prints them.
@@ -22,9 +23,11 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 LOAD = ROOT / "runner" / "job" / "load.py"
+MODELS = ROOT / "runner" / "job" / "models.py"
 SPEC = ROOT / "runner" / "job" / "spec.py"
-EXPAND = ROOT / "runner" / "expand.py"
+PREPARE = ROOT / "runner" / "prepare.py"
 DATASETS = ROOT / "runner" / "data" / "datasets.py"
+USERFILE = ROOT / "runner" / "data" / "userfile.py"
 MARKER = "<!-- job-file-keys -->"
 
 
@@ -51,7 +54,7 @@ SECTIONS = (
     Section("[[datasets]]", ("_dataset", "r"), SPEC, "DatasetSpec",
             intro="A registered data set by `name`, or `name` + `path` + `fields` for your own "
                   "file."),
-    Section("[datasets.fields]", ("_field_map", "allowed"), DATASETS, "FieldMap",
+    Section("[datasets.fields]", ("_field_map", "allowed"), USERFILE, "FieldMap",
             intro="How the columns of your file become items (a file data set only)."),
     Section("[datasets.options]", ("_OPTIONS", ""), DATASETS, "",
             intro="Options of a registered data set."),
@@ -64,10 +67,13 @@ SECTIONS = (
             aliases={"template": "templates", "field": "into"},
             intro="A generation stage: candidate models answer a data set's items; their "
                   "answers become a new data set that prompts can judge."),
-    Section("[models.NAME]", ("_model", "m"), SPEC, "ModelSpec",
+    Section("[models.NAME]", ("read_model", "m"), SPEC, "ModelSpec",
             intro="A judge (or a generation candidate). `--model SPEC` replaces the job's "
                   "judges."),
-    Section("price (in [models.NAME])", ("_model", "mp"), SPEC, ""),
+    Section("price (in [models.NAME])", ("_price", "mp"), SPEC, "",
+            intro="The model's whole price, USD per 1M tokens of each kind, in place of the "
+                  "provider table's (runner/job/providers.py: OpenAI, Anthropic, Gemini and "
+                  "Azure list prices as read in November 2025, each with its source)."),
     Section("endpoints (in [models.NAME])", ("_endpoints", "e"), SPEC, "EndpointSpec",
             intro="A fleet: `endpoints = [{base_url = ..., rpm = ...}, ...]`, several replicas, "
                   "keys or regions serving one model."),
@@ -90,8 +96,9 @@ NOTES: dict[str, dict[str, tuple[str, str]]] = {
         "seed": ("Seed of the bootstrap (and of every other resampling).", "`0`"),
         "levels": ("Correlation levels to report: `sample`, `dataset`, `system`.",
                    "all three"),
-        "methods": ("`pearson`, `spearman`, `kendall` (tau-b); system level adds "
-                    "`pairwise_accuracy`.", "all three"),
+        "methods": ("`pearson`, `spearman`, `kendall` (tau-b), `ccc` (Lin's concordance: "
+                    "also penalises a judge on the wrong scale); system level adds "
+                    "`pairwise_accuracy`.", "the first three"),
         "leaderboard": ("Also write `leaderboard.csv` (per judged system, each aspect's mean, "
                         "each automatic metric's mean).", "`false`"),
         "scores_csv": ("Also write `scores.csv` (the same table as `scores.parquet`, which is "
@@ -108,6 +115,12 @@ NOTES: dict[str, dict[str, tuple[str, str]]] = {
                 "server's rate-limit headers. Divided by N under `--shard I/N`.", "unset"),
         "tpm": ("Tokens per minute per model (prompt estimate + max_tokens x n); unset = "
                 "unlimited or learned. Divided by N under `--shard I/N`.", "unset"),
+        "until_ci": ("Stop calling a judge once every 95% CI of its correlation with the "
+                     "humans (each aspect, level and method the job reports) is narrower than "
+                     "this; the groups are judged whole, in the order of the `--sample` draw. "
+                     "`judge run --until-ci W` overrides it. See [Stopping when the answer is "
+                     "known](../explanation/statistics.md#stopping-when-the-answer-is-known).",
+                     "unset"),
     },
     "[[datasets]]": {
         "name": ("A registered data set (`judge datasets list`), or your name for a file.", ""),
@@ -182,12 +195,18 @@ NOTES: dict[str, dict[str, tuple[str, str]]] = {
                    "params win).", "`{}`"),
         "rpm": ("Requests per minute for this model.", "unset"),
         "tpm": ("Tokens per minute for this model.", "unset"),
-        "price": ("`{input = USD, output = USD}` per 1M tokens, for `judge plan` and "
-                  "`--budget`.", "the built-in table"),
+        "price": ("`{input = USD, output = USD, cached_input = USD, cache_write = USD}` "
+                  "per 1M tokens, for `judge plan`, `--budget` and every bill; a model "
+                  "neither here nor in the table has no price (its cost is unknown, never "
+                  "$0).", "the provider table"),
     },
     "price (in [models.NAME])": {
         "input": ("USD per 1M prompt tokens.", "required"),
         "output": ("USD per 1M completion tokens.", "required"),
+        "cached_input": ("USD per 1M prompt tokens read from the provider's prompt cache.",
+                         "`input`"),
+        "cache_write": ("USD per 1M prompt tokens written to the provider's prompt cache "
+                        "(Anthropic bills 1.25x input).", "`input`"),
     },
     "[[imports]]": {
         "dataset": ("A data set of this job.", "required"),
@@ -208,7 +227,7 @@ NOTES: dict[str, dict[str, tuple[str, str]]] = {
 def key_sets() -> dict[tuple[str, str], set[str]]:
     """Every key set the loader checks, by (function, variable)."""
     found: dict[tuple[str, str], set[str]] = {}
-    for path in (LOAD, EXPAND, DATASETS):
+    for path in (LOAD, MODELS, PREPARE, DATASETS):
         tree = ast.parse(path.read_text("utf-8"))
         for node in ast.walk(tree):
             if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) \

@@ -20,7 +20,7 @@ from runner.api import WorkingSet, derive, open_selected, run_async
 from runner.cli.options import resolve, task_selection
 from runner.errors import ConfigError, scrub
 from runner.execute.ledger import FILES, BatchLedger, Ledger
-from runner.execute.store.backend import is_url
+from runner.job.providers import row
 from runner.job.spec import Job
 from runner.selection import TaskSelection
 
@@ -32,11 +32,10 @@ if TYPE_CHECKING:
 # box, loaded) is imported by the functions that run batches, not here: every `judge` command
 # imports this module to register `judge batches`.
 MAX_BATCH_REQUESTS = 50_000
-"""runner.execute.batch.MAX_REQUESTS (tests/test_batch.py checks): the --batch-size limit."""
+"""runner.execute.batch_files.MAX_REQUESTS (tests/test_batch.py checks): the --batch-size limit."""
 
-__all__ = ["BATCH_KINDS", "MAX_BATCH_REQUESTS", "Batched", "batch_models",
+__all__ = ["MAX_BATCH_REQUESTS", "Batched", "batch_models",
            "batch_stage", "batches", "merge", "open_ledger", "run_batches"]
-BATCH_KINDS = ("openai", "compatible", "anthropic")
 
 
 def batch_models(job: Job, everyone: bool) -> tuple[str, ...]:
@@ -60,7 +59,7 @@ def batch_models(job: Job, everyone: bool) -> tuple[str, ...]:
             raise ConfigError(f"{job.path}: model {m.name!r} ({m.spec}) is a local model, which "
                               "has no Batch API: drop --batch and set mode = \"batch\" only on "
                               "API models")
-        if m.kind not in BATCH_KINDS:
+        if not row(m.kind).batch:
             raise ConfigError(f"{job.path}: model {m.name!r} ({m.spec}): batch mode is not yet "
                               f"supported for {m.kind} models (only openai:, anthropic: and "
                               "OpenAI-compatible ones); run it online (drop --batch / mode)")
@@ -104,7 +103,7 @@ def open_ledger(sel: WorkingSet) -> BatchLedger:
         The ledger, to open with `with`: in the PostgreSQL database of a `--cache` URL
         (request files then kept in the local cache folder), else in the cache folder.
     """
-    if sel.cache_url and is_url(sel.cache_url):
+    if sel.cache_url:  # a postgresql:// URL: api.selection checked it
         from runner.execute.pgledger import PgLedger  # psycopg: only for a PostgreSQL cache
         return PgLedger(sel.cache_url, sel.cache_dir / FILES)
     return Ledger(sel.cache_dir)
@@ -197,10 +196,7 @@ def merge(stats: RunStats, batched: Batched) -> None:
             stats.failures.setdefault(key, scrub(reason))  # a batch's error file: server text
     stats.missing = [k for k in stats.missing if k not in stats.failures]
     stats.called |= b.collected
-    stats.prompt_tokens += b.prompt_tokens
-    stats.completion_tokens += b.completion_tokens
-    stats.cost += b.cost
-    stats.unpriced += b.unpriced
+    stats.bill.merge(b.bill)
 
 
 def _age(seconds: float) -> str:
@@ -226,7 +222,7 @@ def batches(task_selection: TaskSelection, cancel: bool) -> None:
     """
     from runner.execute.batch import BatchOptions, BatchRun  # 0.51 s (see the top)
     sel = resolve(task_selection)
-    names = tuple(m.name for m in sel.job.models if m.kind in BATCH_KINDS)
+    names = tuple(m.name for m in sel.job.models if row(m.kind).batch)
     with open_selected(sel) as cache, open_ledger(sel) as ledger:
         run = BatchRun(cache=cache, ledger=ledger, providers=_providers(sel.job, names),
                        job=sel.job.name, options=BatchOptions(), say=lambda s: None)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import gc
 import os
 import sys
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,12 +24,16 @@ from runner.children import one_process
 from runner.cli import TERM_EXIT, Terminated, studycmds, views
 from runner.cli.batches import batches
 from runner.cli.cachecmds import cache
+from runner.cli.initcmd import init
 from runner.cli.options import UsageError, data_dir
 from runner.cli.outcome import command_line
+from runner.cli.ratingcmds import ratings
 from runner.cli.runcmd import run
+from runner.cli.servecmd import serve
 from runner.data import datasets
+from runner.data.annotations import RatingsWarning
 from runner.errors import ConfigError, DataError, RunnerError, scrub
-from runner.execute.store import claimtable
+from runner.execute.store import claimtable, deadline
 
 __all__ = ["cli", "main"]
 
@@ -42,20 +47,24 @@ def _processes(environ: Mapping[str, str]) -> None:
     one_process(value == "1")
 
 
-def _claim_ttl(environ: Mapping[str, str]) -> None:
+def _seconds(environ: Mapping[str, str]) -> None:
     """JUDGE_CLAIM_TTL_S: how long a killed run's claims on keys outlive it (runner.execute.
-    claims; tests make it short)."""
-    value = environ.get("JUDGE_CLAIM_TTL_S", "").strip()
-    if not value:
-        return
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = 0.0
-    if not 0.3 <= seconds <= 86400:
-        raise ConfigError(f"JUDGE_CLAIM_TTL_S must be seconds between 0.3 and 86400 (got "
-                          f"{value!r}); unset it for the default, {claimtable.TTL_S:g}")
-    claimtable.set_ttl(seconds)
+    claims; tests make it short). JUDGE_PG_WAIT_S: how long a run waits for its PostgreSQL
+    cache server when it goes away (runner.execute.store.pgsession)."""
+    for name, least, default, setter in (
+            ("JUDGE_CLAIM_TTL_S", 0.3, claimtable.TTL_S, claimtable.set_ttl),
+            ("JUDGE_PG_WAIT_S", 1.0, deadline.WAIT_S, deadline.set_wait)):
+        value = environ.get(name, "").strip()
+        if not value:
+            continue
+        try:
+            seconds = float(value)
+        except ValueError:
+            seconds = 0.0
+        if not least <= seconds <= 86400:
+            raise ConfigError(f"{name} must be seconds between {least:g} and 86400 (got "
+                              f"{value!r}); unset it for the default, {default:g}")
+        setter(seconds)
 
 
 class _JudgeGroup(click.Group):
@@ -65,7 +74,7 @@ class _JudgeGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             _processes(os.environ)
-            _claim_ttl(os.environ)
+            _seconds(os.environ)
             return super().invoke(ctx)
         except RunnerError as exc:
             raise UsageError(scrub(str(exc))) from None
@@ -94,7 +103,7 @@ def cli() -> None:
 
 for command in (run, studycmds.rescore, studycmds.plan, studycmds.status, studycmds.compare,
                 studycmds.report, studycmds.import_, batches, views.view, views.runs, views.diff,
-                cache):
+                serve, cache, init, ratings):
     cli.add_command(command)
 
 
@@ -135,8 +144,21 @@ def datasets_verify(names: tuple[str, ...]) -> None:
                         f"{' '.join(names)}`")
 
 
+def _show_warning(message: Warning | str, category: type[Warning], *args: Any,
+                  **kwargs: Any) -> None:
+    """A RatingsWarning as one `warning:` line; any other warning as Python shows it."""
+    if issubclass(category, RatingsWarning):
+        click.echo(f"warning: {message}", err=True)
+    else:
+        _PYTHON_SHOW(message, category, *args, **kwargs)
+
+
+_PYTHON_SHOW = warnings.showwarning
+
+
 def main() -> None:
     """Console entry point."""
+    warnings.showwarning = _show_warning
     # A job holds hundreds of thousands of small long-lived objects (items, tasks, judgments)
     # and makes few cycles: at the default thresholds the collector rescans them all the
     # time (a fully cached 100k-task run: 7.7 s -> 6.0 s with these).

@@ -181,7 +181,7 @@ def resolve(chosen: TaskSelection, *, stream: bool = False,
 
     Args:
         chosen: the command's task selection.
-        stream: one pass over the tasks is all the command needs (see expand.prepare).
+        stream: one pass over the tasks is all the command needs (see runner.prepare.prepare).
         download: fetch the job's missing registered data sets first (`judge run`).
 
     Returns:

@@ -105,6 +105,9 @@ def summarise(sel: api.WorkingSet, stats: RunStats, command: str, partial: bool 
         echo(f"... and {len(stats.failures) - 20} more (see judgments.jsonl)", err=True)
     if stats.budget_stopped:
         echo(f"--budget reached: {len(stats.missing)} tasks not run", err=True)
+    elif stats.until_ci and stats.missing and not stats.interrupted:
+        echo(f"--until-ci: {len(stats.missing)} tasks not run (their judges' CIs were narrow "
+             "enough); `judge run` without --until-ci judges them", err=True)
     elif stats.missing and not stats.interrupted:
         first = list(dict.fromkeys(k[:12] for k in stats.missing))[:5]
         echo(f"{len(stats.missing)} of {stats.total} tasks have no cached answer, and the "
@@ -113,8 +116,8 @@ def summarise(sel: api.WorkingSet, stats: RunStats, command: str, partial: bool 
              f"(first keys: {', '.join(first)})", err=True)
     if stats.interrupted:
         exit_interrupted(stats, command)
-    for line in (result.lines + result.unparsed + result.no_spread + result.warnings) \
-            if result else []:
+    for line in (result.lines + result.battles + stats.until_ci + result.unparsed
+                 + result.no_spread + result.warnings) if result else stats.until_ci:
         echo(line, err=True)
     if stats.failures or (stats.missing and not partial and not stats.budget_stopped) or \
             (result and (result.scoreless or result.no_spread)):

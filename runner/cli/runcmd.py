@@ -19,7 +19,7 @@ import click
 
 from runner import api
 from runner.cli import Terminated
-from runner.cli.batches import MAX_BATCH_REQUESTS, Batched, batch_stage, merge
+from runner.cli.batches import MAX_BATCH_REQUESTS, Batched, batch_models, batch_stage, merge
 from runner.cli.cachecmds import job_keys
 from runner.cli.options import PARTIAL_HELP, data_dir, resolve, task_selection
 from runner.cli.outcome import command_line, counts, exit_interrupted, stopped, summarise
@@ -60,6 +60,10 @@ sends SIGKILL after 10 s)."""
 @click.option("--partial", is_flag=True, help=PARTIAL_HELP)
 @click.option("--budget", type=click.FloatRange(min=0), metavar="USD",
               help="Stop dispatching before the estimated spend would pass USD.")
+@click.option("--until-ci", type=click.FloatRange(min=0, min_open=True), metavar="W",
+              help="Judge whole groups in random order (the --sample draw's) and stop calling "
+                   "a judge once each of its 95% CIs is narrower than W, e.g. --until-ci 0.1 "
+                   "[job: limits.until_ci].")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask before paid calls.")
 @click.option("--batch", is_flag=True,
               help="Send what misses the cache through the provider's Batch API (half price, "
@@ -106,7 +110,7 @@ def run(task_selection: TaskSelection, **run_options: Any) -> None:
     if run.offline:  # makes no call: needs no lease, as rescore
         _run_checked(run, run_options)
         return
-    run.check()
+    run.check(batch=bool(batch_models(run.sel.job, run_options["batch"])))
     with run.lease():
         if not run_options["yes"] and sys.stdin.isatty():
             _confirm(sel)

@@ -13,15 +13,17 @@ import click
 import orjson
 
 from runner import api
+from runner.api import ModelPlan
 from runner.cli import views
 from runner.cli.options import PARTIAL_HELP, resolve, task_selection
 from runner.cli.outcome import rebuild_reports
 from runner.errors import ConfigError
 from runner.execute.imports import import_answers
 from runner.execute.store.backend import cached_flags
-from runner.expand import task_key
+from runner.job.providers import row
 from runner.reduce.judgments import judge
 from runner.selection import TaskSelection
+from runner.tasks import task_key
 
 __all__ = ["compare", "import_", "plan", "report", "rescore", "status"]
 
@@ -77,9 +79,12 @@ def report(task_selection: TaskSelection, figures_dir: str | None, partial: bool
 def plan(task_selection: TaskSelection, power: tuple[str, str] | None, width: float) -> None:
     """Show tasks, cache hits, calls to make, estimated tokens and cost. No network.
 
-    Costs come from a built-in table of list prices (USD per 1M tokens) or the job's
-    `price = {input = .., output = ..}`; completion tokens are counted at max_tokens x n,
-    an upper bound.
+    Costs come from the provider table's list prices (USD per 1M tokens) or the job's
+    `price = {...}`, three ways: online, online with the provider's prompt caching (a
+    prompt's static prefix billed at the cached-input price after its first request, where
+    the prefix reaches the provider's minimum; prompts under it are named), and batch.
+    Tokens are estimated at 4 characters a token (no tokenizer download); completion tokens
+    are counted at max_tokens x n, an upper bound.
 
     With --power A B (e.g. `judge plan openmeva --power fake/stars fake/geval --width 0.1`),
     plan instead reads the cached pilot run and prints, per data set, aspect and method, how
@@ -95,25 +100,38 @@ def plan(task_selection: TaskSelection, power: tuple[str, str] | None, width: fl
     echo(f"job {sel.job.name}: {sum(len(v) for v in sel.expansion.items.values())} items, "
          f"{len(sel.job.prompts)} prompts, {len(sel.job.models)} models")
     for p in plans:
-        price = "price unknown: set price in the job" if p.cost is None else f"~${p.cost:.4f}"
-        if p.cost is not None and p.model.kind != "local":
-            from runner.execute.batch import batch_cost  # aiohttp: only for a priced model
-            price += f", batch ~${batch_cost(p.model, p.cost) or 0:.4f}"
         echo(f"  {p.model.name} ({p.model.spec}): {p.tasks} tasks, {p.cached} cached, "
              f"{p.repeats} repeat an earlier request, {p.calls} to call, ~{p.prompt_tokens} "
-             f"prompt + <={p.completion_tokens} completion tokens, {price}")
-    costs = [p.cost for p in plans]
-    echo("total: " + ("unknown cost" if None in costs else f"~${sum(c or 0 for c in costs):.4f}"))
+             f"prompt + <={p.completion_tokens} completion tokens, "
+             f"{_three_ways([p]) if p.cost is not None else 'price unknown: set price in the job'}")
+        for prompt, aspect, tokens in p.bill.short():
+            echo(f"    {prompt} ({aspect}): too short to be cached (static prefix ~{tokens} "
+                 f"tokens, under {p.model.kind}'s minimum of {p.bill.minimum})")
+    echo("total: " + ("unknown cost" if any(p.cost is None for p in plans) else
+                      _three_ways(plans)))
     if sel.missing_answers:
         echo(f"{sel.missing_answers} generated answers are not cached yet: the judge tasks over "
              "them are not counted until `judge run` has generated them")
+
+
+def _three_ways(plans: list[ModelPlan]) -> str:
+    """`~$X online, prompt caching ~$Y, batch ~$Z` of priced plans (local: just `~$0`;
+    a kind the runner cannot batch counts at its online price in the batch figure)."""
+    ways = [sum(p.bill.cost(way if way != "batch" or row(p.model.kind).batch else "online")
+                or 0.0 for p in plans) for way in ("online", "caching", "batch")]
+    if all(p.model.kind == "local" for p in plans):
+        return f"~${ways[0]:.4f}"
+    batch = f"batch ~${ways[2]:.4f}" if any(row(p.model.kind).batch for p in plans) else \
+        f"no batch for {plans[0].model.kind}"
+    return f"~${ways[0]:.4f} online, prompt caching ~${ways[1]:.4f}, {batch}"
 
 
 def _plan_power(sel: api.WorkingSet, judges: tuple[str, str], width: float) -> None:
     """judge plan --power: power.csv and its table, from the cached pilot."""
     # numpy: report.reliability 0.31 s and report.write 0.42 s to import, `plan` without --power
     # pays neither
-    from runner.report.reliability import POWER_COLUMNS, csv_bytes, power_lines, power_rows
+    from runner.report.reliability import csv_bytes
+    from runner.report.significance import POWER_COLUMNS, power_lines, power_rows
     from runner.report.write import collect, judge_rows, write_atomic
     with api.open_selected(sel, read_only=True) as c:
         tables = collect(sel.expansion, judge(sel.expansion, c), io.BytesIO(),
@@ -170,7 +188,8 @@ def compare(task_selection: TaskSelection, judges: tuple[str, str], permutations
     `judge compare tst-formality --judges gpt35/single gpt35/multi --permutations 10000`.
     """
     # numpy, 0.31 s + 0.42 s to import: only `judge compare` pays them
-    from runner.report.reliability import SIGNIFICANCE_COLUMNS, csv_bytes, significance
+    from runner.report.reliability import csv_bytes
+    from runner.report.significance import SIGNIFICANCE_COLUMNS, significance
     from runner.report.write import COMPARE_COLUMNS, collect, comparison, judge_rows, write_atomic
     sel = resolve(task_selection)
     with api.open_selected(sel, read_only=True) as c:

@@ -6,9 +6,8 @@ Invariants every loader keeps (tested in tests/test_datasets.py):
 - Numbers are floats; text fields are passed through byte for byte (no formatting,
   no stripping), so `{` and `}` in the data reach the template engine untouched.
 
-Each loader takes the absolute paths of its data set's registered files (in registry
-order) and the data set name, and yields `Item`s in file order. Loaders never download
-and never hash; `runner.data.datasets` checks that the files exist before calling them.
+Each loader is a `Loader`. Loaders never download and never hash; `runner.data.datasets`
+checks that the files exist before calling them.
 """
 
 from __future__ import annotations
@@ -18,24 +17,24 @@ import fnmatch
 import io
 import json
 import pickle
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import orjson
 
 from runner.errors import DataError
 
-__all__ = ["Item", "bagel", "colossalai", "korean_chat", "openmeva", "read_records",
+__all__ = ["Item", "Loader", "bagel", "colossalai", "korean_chat", "openmeva", "read_records",
            "safe_unpickle", "summeval", "tst_formality"]
 
 
 class Item(NamedTuple):
     """One output to be judged, with its source, human scores and recorded metrics.
 
-    A NamedTuple, not a frozen dataclass, for the reason runner.expand.Task is one: a frozen
+    A NamedTuple, not a frozen dataclass, for the reason runner.tasks.Task is one: a frozen
     dataclass's __init__ sets each of the 10 fields with object.__setattr__ (~3 us an item,
     ~0.08 s of loading a 25k-item job); built with keyword arguments all the same."""
 
@@ -49,6 +48,22 @@ class Item(NamedTuple):
     annotators: Mapping[str, tuple[float, ...]]  # aspect -> per-annotator scores, if released
     metrics: Mapping[str, Mapping[str, float]]  # aspect -> metric -> value; "*" = every aspect
     extra: Mapping[str, Any] = MappingProxyType({})  # category, line, recorded judge...
+
+
+class Loader(Protocol):
+    """A registered data set's reader: what every loader below is."""
+
+    def __call__(self, files: Sequence[Path], dataset: str, /) -> Iterator[Item]:
+        """The data set's items.
+
+        Args:
+            files: the registered files, absolute, in registry order.
+            dataset: the data set's name in the job.
+
+        Returns:
+            The items in file order, read lazily (a DataError names a bad file and record).
+        """
+        ...
 
 
 # Exactly these types may appear in an unpickled value. Without find_class no other
@@ -304,31 +319,24 @@ def _json_list(files: Sequence[Path], pattern: str, dataset: str) -> tuple[Path,
 
 
 def openmeva(files: Sequence[Path], dataset: str) -> Iterator[Item]:
-    """OpenMEVA-MANS: one item per (story beginning, generator), 200 x 5 = 1000."
+    """OpenMEVA-MANS: one item per (story beginning, generator), 200 x 5 = 1000.
 
-    Args:
-        files: the registered files, absolute, in registry order.
-        dataset: the data set's name in the job.
-
-    Returns:
-        The items in file order, read lazily (a DataError names a bad file and record).
+    A `Loader`.
     """
+    def build(_: int, record: dict[Any, Any]) -> list[Item]:
+        doc_id, gens = _text(record, "doc_id"), _obj(record["gen"], "gen")
+        return [Item(
+            dataset=dataset, item_id=f"{doc_id}:{system}", group=doc_id, system=system,
+            subset="",
+            fields={"beginning": _text(record, "prompt"),
+                    "storyline": _text(_obj(gen, system), "text"),
+                    "reference": _text(record, "reference")},
+            human={"overall": _num(_obj(gen["score"], "score"), "human")},
+            annotators={},
+            metrics={"*": _numbers(gen["score"], skip=("human",))},
+        ) for system, gen in gens.items()]
     path, records = _json_list(files, "openmeva.json", dataset)
-    for index, raw in enumerate(records):
-        with _record(path, f"record {index}", dataset):
-            record = _obj(raw, "the record")
-            doc_id, gens = _text(record, "doc_id"), _obj(record["gen"], "gen")
-            items = [Item(
-                dataset=dataset, item_id=f"{doc_id}:{system}", group=doc_id, system=system,
-                subset="",
-                fields={"beginning": _text(record, "prompt"),
-                        "storyline": _text(_obj(gen, system), "text"),
-                        "reference": _text(record, "reference")},
-                human={"overall": _num(_obj(gen["score"], "score"), "human")},
-                annotators={},
-                metrics={"*": _numbers(gen["score"], skip=("human",))},
-            ) for system, gen in gens.items()]
-        yield from items
+    yield from _each(path, enumerate(records), dataset, "record", build)
 
 
 # file name -> aspect. content.ref.json carries the same human numbers as content.src.json
@@ -344,12 +352,7 @@ def tst_formality(files: Sequence[Path], dataset: str) -> Iterator[Item]:
     Lines 0-39 are informal->formal, 40-79 formal->informal; the human reference
     counts as system "ref". All four files must agree on src, ref, systems and outputs.
 
-    Args:
-        files: the registered files, absolute, in registry order.
-        dataset: the data set's name in the job.
-
-    Returns:
-        The items in file order, read lazily (a DataError names a bad file and record).
+    A `Loader`.
     """
     tables = {aspect: _read_jsonl(_one_file(files, name), dataset)
               for name, aspect in _TST_FILES.items()}
@@ -389,58 +392,54 @@ def _tst_line(dataset: str, line: int, rows: Mapping[str, dict[Any, Any]]) -> li
     return items
 
 
-def summeval(files: Sequence[Path], dataset: str) -> Iterator[Item]:
-    """SummEval: one item per (document, system), 100 x 16 = 1600."
-
-    Args:
-        files: the registered files, absolute, in registry order.
-        dataset: the data set's name in the job.
-
-    Returns:
-        The items in file order, read lazily (a DataError names a bad file and record).
-    """
-    path, docs = _pickled_dict(files, dataset)
-    for doc_id, raw in docs.items():
-        with _record(path, f"document {doc_id!r}", dataset):
-            doc = _obj(raw, "the document")
-            references = tuple(_list(doc["ref_summs"], "ref_summs"))
-            items = [Item(
-                dataset=dataset, item_id=f"{doc_id}:{system}", group=str(doc_id),
-                system=system, subset="",
-                fields={"document": _text(doc, "src"), "summary": _text(summ, "sys_summ"),
-                        "reference": _text(doc, "ref_summ")},
-                human=_numbers(_obj(summ["scores"], "scores")), annotators={}, metrics={},
-                extra={"references": references},
-            ) for system, summ in _obj(doc["sys_summs"], "sys_summs").items()]
+def _each(path: Path, records: Iterable[tuple[Any, Any]], dataset: str, what: str,
+          build: Callable[[Any, dict[Any, Any]], list[Item]]) -> Iterator[Item]:
+    """The items `build(key, record)` makes of each (key, record) read from `path`, built
+    inside the record's error context (`what` and the key name the record in messages)."""
+    for key, raw in records:
+        with _record(path, f"{what} {key!r}", dataset):
+            items = build(key, _obj(raw, f"the {what}"))
         yield from items
 
 
-def bagel(files: Sequence[Path], dataset: str) -> Iterator[Item]:
-    """BAGEL: one item per output, 404 (202 meaning representations, 2 outputs each)."
+def summeval(files: Sequence[Path], dataset: str) -> Iterator[Item]:
+    """SummEval: one item per (document, system), 100 x 16 = 1600.
 
-    Args:
-        files: the registered files, absolute, in registry order.
-        dataset: the data set's name in the job.
-
-    Returns:
-        The items in file order, read lazily (a DataError names a bad file and record).
+    A `Loader`.
     """
+    def build(doc_id: Any, doc: dict[Any, Any]) -> list[Item]:
+        references = tuple(_list(doc["ref_summs"], "ref_summs"))
+        return [Item(
+            dataset=dataset, item_id=f"{doc_id}:{system}", group=str(doc_id),
+            system=system, subset="",
+            fields={"document": _text(doc, "src"), "summary": _text(summ, "sys_summ"),
+                    "reference": _text(doc, "ref_summ")},
+            human=_numbers(_obj(summ["scores"], "scores")), annotators={}, metrics={},
+            extra={"references": references},
+        ) for system, summ in _obj(doc["sys_summs"], "sys_summs").items()]
+    path, docs = _pickled_dict(files, dataset)
+    yield from _each(path, docs.items(), dataset, "document", build)
+
+
+def bagel(files: Sequence[Path], dataset: str) -> Iterator[Item]:
+    """BAGEL: one item per output, 404 (202 meaning representations, 2 outputs each).
+
+    A `Loader`.
+    """
+    def build(key: Any, record: dict[Any, Any]) -> list[Item]:
+        references = tuple(_list(record["ref_summs"], "ref_summs"))
+        if not references or not all(isinstance(r, str) for r in references):
+            raise ValueError("ref_summs must be a non-empty list of text")
+        return [Item(
+            dataset=dataset, item_id=str(key), group=_text(record, "src"), system="",
+            subset="",
+            fields={"mr": _text(record, "src"), "text": _text(record, "sys_summ"),
+                    "reference": references[0]},
+            human=_numbers(_obj(record["scores"], "scores")), annotators={}, metrics={},
+            extra={"references": references},
+        )]
     path, outputs = _pickled_dict(files, dataset)
-    for key, raw in outputs.items():
-        with _record(path, f"item {key!r}", dataset):
-            record = _obj(raw, "the item")
-            references = tuple(_list(record["ref_summs"], "ref_summs"))
-            if not references or not all(isinstance(r, str) for r in references):
-                raise ValueError("ref_summs must be a non-empty list of text")
-            item = Item(
-                dataset=dataset, item_id=str(key), group=_text(record, "src"), system="",
-                subset="",
-                fields={"mr": _text(record, "src"), "text": _text(record, "sys_summ"),
-                        "reference": references[0]},
-                human=_numbers(_obj(record["scores"], "scores")), annotators={}, metrics={},
-                extra={"references": references},
-            )
-        yield item
+    yield from _each(path, outputs.items(), dataset, "item", build)
 
 
 def korean_chat(files: Sequence[Path], dataset: str) -> Iterator[Item]:
@@ -449,12 +448,7 @@ def korean_chat(files: Sequence[Path], dataset: str) -> Iterator[Item]:
     Models are the generated/*.jsonl stems, sorted. `extra["recorded_judge"]` is the raw
     gpt-4-0125-preview response from chatgpt_results/<model>.pkl where that file exists.
 
-    Args:
-        files: the registered files, absolute, in registry order.
-        dataset: the data set's name in the job.
-
-    Returns:
-        The items in file order, read lazily (a DataError names a bad file and record).
+    A `Loader`.
     """
     questions_path = _one_file(files, "user_oriented_instructions_eval.jsonl")
     questions = _read_jsonl(questions_path, dataset)
@@ -497,25 +491,18 @@ def _korean_line(dataset: str, index: int, question: dict[Any, Any],
 
 
 def colossalai(files: Sequence[Path], dataset: str) -> Iterator[Item]:
-    """ColossalEval GPT-evaluation examples: 25 questions, subset = category."
+    """ColossalEval GPT-evaluation examples: 25 questions, subset = category.
 
-    Args:
-        files: the registered files, absolute, in registry order.
-        dataset: the data set's name in the job.
-
-    Returns:
-        The items in file order, read lazily (a DataError names a bad file and record).
+    A `Loader`.
     """
+    def build(_: int, record: dict[Any, Any]) -> list[Item]:
+        qid, category = _ident(record, "id"), _text(record, "category")
+        return [Item(
+            dataset=dataset, item_id=qid, group=qid, system="", subset=category,
+            fields={"question": _text(record, "instruction"),
+                    "input": _text(record, "input"), "target": _text(record, "target"),
+                    "output": _text(record, "output")},
+            human={}, annotators={}, metrics={}, extra={"category": category},
+        )]
     path, records = _json_list(files, "eval_*_examples.json", dataset)
-    for index, raw in enumerate(records):
-        with _record(path, f"record {index}", dataset):
-            record = _obj(raw, "the record")
-            qid, category = _ident(record, "id"), _text(record, "category")
-            item = Item(
-                dataset=dataset, item_id=qid, group=qid, system="", subset=category,
-                fields={"question": _text(record, "instruction"),
-                        "input": _text(record, "input"), "target": _text(record, "target"),
-                        "output": _text(record, "output")},
-                human={}, annotators={}, metrics={}, extra={"category": category},
-            )
-        yield item
+    yield from _each(path, enumerate(records), dataset, "record", build)

@@ -14,16 +14,14 @@ live ones, ingests the ended ones) and only then submits the keys that are neith
 held by a batch not yet ingested. A per-request error is a failure with its reason, never an
 answer; an expired or cancelled batch keeps its finished part.
 
-Shards (`judge run --shard I/N --batch`): a run is handed only its shard's tasks (the split of
-runner.execute.shard, as the online pool's), submits only their keys, and settles only the
-batches whose smallest key is one of them. A shard's batches hold only its keys, so N shards
-settling at once never create, collect or count one batch twice, whatever ledger they share,
-with one exception: a request that groups of two shards both render (a cross-shard duplicate,
-see runner.execute.shard) may be the smallest key of a batch both settle; both then wait for
-that batch, and collect its answers (the same records) and count them. A key held by an open
-batch is never submitted again, so such a request is paid twice only when two shards submit it
-at the same moment. Batches whose smallest key no task of the shard renders (another job's, or
-an older version of this job's) are left to a run without --shard.
+Shards (`judge run --shard I/N --batch`): a run submits only its shard's keys (the split of
+runner.execute.shard) and settles only the batches whose smallest key is one of its tasks', so
+N shards settling at once never create, collect or count one batch twice, whatever ledger
+they share; except that a cross-shard duplicate (runner.execute.shard) may be the smallest key
+of a batch two shards settle: both wait for it and collect the same records. A key held by an
+open batch is never submitted again, so such a request is paid twice only when two shards
+submit it at the same moment. Batches whose smallest key no task of the shard renders are
+left to a run without --shard.
 """
 
 from __future__ import annotations
@@ -31,11 +29,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import orjson
 
 from runner.errors import (
     APIError,
@@ -45,34 +43,32 @@ from runner.errors import (
     RetryableError,
     redact_url,
 )
+from runner.estimate import model_price
 from runner.execute.anthropic_batch import AnthropicBatches
 from runner.execute.batch_api import OpenAIBatches
 from runner.execute.batch_files import (
     MAX_BYTES,
     MAX_REQUESTS,
-    body_of,
-    is_answer,
+    output_line,
     remove_stale,
-    request_line,
+    request_bodies,
     write_files,
 )
+from runner.execute.claims import Claims
 from runner.execute.ledger import LIVE, BatchLedger, BatchRow
 from runner.execute.shard import Shard
+from runner.execute.stats import RunStats
 from runner.execute.store.backend import CacheBackend, cached_flags
 from runner.execute.store.cache import answer_record
-from runner.expand import Task, estimate_cost
+from runner.job.providers import Bill, Billed, Tokens
+from runner.job.providers import row as provider_row
 from runner.job.spec import ModelSpec
+from runner.tasks import Task
 
-__all__ = ["MAX_BYTES", "MAX_REQUESTS", "BatchOptions", "BatchRun", "BatchStats",
-           "Provider", "batch_cost", "request_line"]
+__all__ = ["BatchOptions", "BatchRun", "BatchStats", "Provider"]
 
 STORE_CHUNK = 2000  # answers handed to put_many at once (a kill -9 loses no more: the batch
 # is marked collected only after all are stored, so the next run ingests it again)
-
-
-def batch_cost(model: ModelSpec, online: float | None) -> float | None:
-    """The batch price of an online estimate."""
-    return None if online is None else online * (1 - model.batch_discount)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +82,8 @@ class Provider:
 
 @dataclass(frozen=True, slots=True)
 class BatchOptions:
+    """How the batch stage submits, waits and falls back."""
+
     wait: bool = True
     """Poll until every batch holding this run's keys has ended, then collect."""
     fallback: str = "batch"
@@ -98,7 +96,7 @@ class BatchOptions:
 
 
 @dataclass(slots=True)
-class BatchStats:
+class BatchStats(Billed):
     """What the batch stage did in one run."""
 
     created: list[str] = field(default_factory=list)
@@ -111,14 +109,11 @@ class BatchStats:
     """key -> reason, for requests a batch answered with an error or left unanswered."""
     pending: set[str] = field(default_factory=set)
     """This run's keys still held by a live batch when the run ended."""
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost: float = 0.0
-    """At the batch price, of the answers of models with a known price."""
-    unpriced: int = 0
-    """Answers of models with no known price (their cost is unknown, never 0)."""
-
+    bill: Bill = field(default_factory=Bill)
+    """The collected answers' tokens and cost by kind, at the batch price (`unpriced`: answers
+    of models with no price, whose cost is unknown, never 0)."""
     def as_dict(self) -> dict[str, Any]:
+        """The figures manifest.json records (counts, batch ids, cost; None: unknown)."""
         return {"batches_created": len(self.created), "batch_ids": self.created,
                 "batches_attached": self.attached, "collected": len(self.collected),
                 "failed": len(self.failures), "pending": len(self.pending),
@@ -144,44 +139,59 @@ class BatchRun:
 
     async def run(self, tasks: Iterable[Task]) -> BatchStats:
         """Settle the ledger, submit every task of a batch-mode model that is neither cached
-        nor held, and (when waiting) poll and collect; one fallback round for failures."""
+        nor held, and (when waiting) poll and collect; one fallback round for failures.
+
+        Args:
+            tasks: the run's tasks; those of models without a Provider are left alone.
+
+        Returns:
+            The stats, with `pending` the keys still held by a live batch.
+        """
         mine: dict[str, Task] = {}
         for task in tasks:
             if task.model in self.providers:
                 mine.setdefault(task.key, task)
         if self.shard is not None:
             self._keys.update(mine)
+        claims = Claims(self.cache, asyncio.Event(), RunStats(), lambda stats: None)
         async with aiohttp.ClientSession() as session:
             apis = {name: self._api(session, p) for name, p in self.providers.items()}
-            await self.settle(apis, wait=False)
-            skip = set(self.stats.failures) if self.options.fallback == "online" else set()
-            await self.submit(apis, self._missing(mine, skip))
-            if self.options.wait:
-                await self.settle(apis, wait=True)
-                retry = set(self.stats.failures) & set(mine) if self.options.fallback == "batch" \
-                    else set()
-                if retry:
-                    self.say(f"{len(retry)} requests failed or expired in a batch: submitting "
-                             "them once more in a new batch (--batch-fallback batch)")
-                    for key in retry:
-                        del self.stats.failures[key]
-                    await self.submit(apis, self._missing(mine, set()))
+            try:
+                await self.settle(apis, wait=False)
+                skip = set(self.stats.failures) if self.options.fallback == "online" else set()
+                await self.submit(apis, self._missing(mine, skip, claims))
+                if self.options.wait:
                     await self.settle(apis, wait=True)
+                    retry = set(self.stats.failures) & set(mine) \
+                        if self.options.fallback == "batch" else set()
+                    if retry:
+                        self.say(f"{len(retry)} requests failed or expired in a batch: "
+                                 "submitting them once more in a new batch "
+                                 "(--batch-fallback batch)")
+                        for key in retry:
+                            del self.stats.failures[key]
+                        await self.submit(apis, self._missing(mine, set(), claims))
+                        await self.settle(apis, wait=True)
+            finally:
+                claims.close()
         held = self.ledger.held()
         self.stats.pending |= {k for k in mine if k in held}
         return self.stats
 
     def _api(self, session: aiohttp.ClientSession, p: Provider) -> OpenAIBatches:
-        """The Batch API client for a provider's kind (anthropic: Message Batches)."""
-        if p.model.kind == "anthropic":
+        """The Batch API client of a provider's wire format (messages: Message Batches)."""
+        if provider_row(p.model.kind).wire == "messages":
             return AnthropicBatches(session, p.base_url, p.api_key, self.files,
                                     self.options.max_retries, known=lambda: {
                                         r.batch_id for r in self.ledger.rows() if r.batch_id})
         return OpenAIBatches(session, p.base_url, p.api_key, self.options.max_retries)
 
     async def status(self, *, cancel: bool = False) -> list[BatchRow]:
-        """This job's batches, the live ones refreshed from the provider (cancelled first when
-        `cancel`)."""
+        """This job's batches, the live ones refreshed (and with `cancel`, cancelled first).
+
+        Returns:
+            The job's ledger rows.
+        """
         async with aiohttp.ClientSession() as session:
             apis = {p.model.endpoint: self._api(session, p) for p in self.providers.values()}
             for row in self.ledger.rows(self.job):
@@ -193,11 +203,21 @@ class BatchRun:
                 await self._refresh(api, row, create=False)
         return self.ledger.rows(self.job)
 
-    def _missing(self, mine: Mapping[str, Task], skip: set[str]) -> dict[str, list[Task]]:
+    def _missing(self, mine: Mapping[str, Task], skip: set[str], claims: Claims
+                 ) -> dict[str, list[Task]]:
+        """The tasks to submit, by model: neither cached, nor skipped, nor held by a batch,
+        nor claimed by another live run (runner.execute.claims: an online run buying them, or
+        another job's batch run submitting them). This run's claims last until it ends, past
+        the ledger's reservation, and the ledger is read after claiming: two batch runs of
+        different jobs with the same requests on one cache never submit one twice."""
+        todo = [task for task, cached
+                in cached_flags(self.cache, list(mine.values()), attrgetter("key"))
+                if not cached and task.key not in skip]
+        todo = claims.take(todo)
         held = self.ledger.held()
         by_model: dict[str, list[Task]] = {}
-        for task, cached in cached_flags(self.cache, list(mine.values()), _key):
-            if not cached and task.key not in held and task.key not in skip:
+        for task in todo:
+            if task.key not in held:
                 by_model.setdefault(task.model, []).append(task)
         return by_model
 
@@ -205,6 +225,11 @@ class BatchRun:
 
     async def submit(self, apis: Mapping[str, OpenAIBatches],
                      by_model: Mapping[str, list[Task]]) -> None:
+        """Write, upload, reserve and create the batches of `by_model` (tasks by model name).
+
+        Raises:
+            ConfigError: the server has no Files API.
+        """
         self.files.mkdir(parents=True, exist_ok=True)
         remove_stale(self.files)
         for name, tasks in by_model.items():
@@ -265,8 +290,8 @@ class BatchRun:
     # ------------------------------------------------------------------ settle
 
     async def settle(self, apis: Mapping[str, OpenAIBatches], *, wait: bool) -> None:
-        """Resolve, refresh and collect every batch of our endpoints not yet ingested; with
-        `wait`, poll every poll_s until none of them is live."""
+        """Resolve, refresh and collect every batch of our endpoints not yet ingested (with
+        `wait`, poll every poll_s until none of them is live); `apis` by model name."""
         by_endpoint = {p.model.endpoint: apis[name] for name, p in self.providers.items()}
         seen = self._seen
         while True:
@@ -340,7 +365,8 @@ class BatchRun:
         if fresh.state == "abandoned":
             self.ledger.mark_ingested(row.file_id)
             return
-        bodies = await self._bodies(api, fresh)
+        bodies = await request_bodies(self.files / f"{fresh.file_id}.jsonl",
+                                      lambda: api.lines(fresh.file_id))
         provider = self._by_endpoint[fresh.endpoint]
         answered = await self._store_outputs(api, fresh, provider, bodies)
         for key in keys - answered:
@@ -373,57 +399,19 @@ class BatchRun:
         self.cache.put_many(pending)
         return answered
 
-    async def _bodies(self, api: OpenAIBatches, row: BatchRow) -> dict[str, bytes]:
-        """custom_id -> request body: from our copy of the request file, else the provider's."""
-        local = self.files / f"{row.file_id}.jsonl"
-        bodies: dict[str, bytes] = {}
-        if local.exists():
-            with local.open("rb") as f:
-                for line in f:
-                    key, body = body_of(line)
-                    bodies[key] = body
-            return bodies
-        async for line in api.lines(row.file_id):
-            key, body = body_of(line)
-            bodies[key] = body
-        return bodies
-
     def _line(self, line: bytes, row: BatchRow, provider: Provider,
               bodies: Mapping[str, bytes]) -> tuple[str, dict[str, Any] | None]:
         """One output line's key and the record to store for it, or None after recording its
         error."""
-        obj = orjson.loads(line)
-        key = str(obj.get("custom_id"))
-        response = obj.get("response") or {}
-        data = response.get("body") if isinstance(response, dict) else None
-        error = obj.get("error")
-        if error or response.get("status_code") != 200 or not is_answer(data) or key not in bodies:
-            if error:
-                reason = f"{error.get('code')}: {error.get('message')}"
-            elif isinstance(data, dict) and isinstance(data.get("error"), dict):
-                reason = f"HTTP {response.get('status_code')}: {data['error'].get('message')}"
-            else:
-                reason = f"HTTP {response.get('status_code')}: no answer in the response"
+        key, data, reason = output_line(line)
+        if data is None or key not in bodies:
             self.stats.failures[key] = f"batch {row.batch_id}: {reason}"
             return key, None
-        assert isinstance(data, dict)
         usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
         assert isinstance(usage, dict)
         record = answer_record(body=bodies[key], endpoint=redact_url(row.endpoint), response=data,
                                usage=usage, latency_s=0.0, source=f"batch:{row.batch_id}")
         self.stats.failures.pop(key, None)
         self.stats.collected.add(key)
-        prompt, completion = int(usage.get("prompt_tokens") or 0), \
-            int(usage.get("completion_tokens") or 0)
-        self.stats.prompt_tokens += prompt
-        self.stats.completion_tokens += completion
-        cost = batch_cost(provider.model, estimate_cost(provider.model, prompt, completion))
-        if cost is None:
-            self.stats.unpriced += 1
-        else:
-            self.stats.cost += cost
+        self.stats.bill.add(model_price(provider.model), Tokens.of(usage), batch=True)
         return key, record
-
-
-def _key(task: Task) -> str:
-    return task.key

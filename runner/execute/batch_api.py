@@ -30,7 +30,12 @@ _TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=300)
 
 
 class OpenAIBatches:
-    """One endpoint's Files + Batches API (base_url ends in /v1)."""
+    """One endpoint's Files + Batches API (base_url ends in /v1).
+
+    Every call below raises AuthError on 401 or 403; RequestError on any other refusal, with the
+    server's message; RetryableError on 408, 409, 429, 5xx, a connection error or a malformed
+    body, still so after `max_retries` retries.
+    """
 
     def __init__(self, session: aiohttp.ClientSession, base_url: str,
                  api_key: Callable[[], str | None], max_retries: int = 6) -> None:
@@ -53,12 +58,6 @@ class OpenAIBatches:
 
         Returns:
             The provider's file id.
-
-        Raises:
-            AuthError: 401, 403.
-            RequestError: any other refusal, with the server's message.
-            RetryableError: 408, 409, 429, 5xx, a connection error or a malformed body, still
-                so after `max_retries` retries.
         """
 
         def form(files: contextlib.ExitStack) -> aiohttp.FormData:
@@ -79,12 +78,6 @@ class OpenAIBatches:
 
         Returns:
             The batch object: id, status, request_counts, output_file_id, error_file_id.
-
-        Raises:
-            AuthError: 401, 403.
-            RequestError: any other refusal, with the server's message.
-            RetryableError: 408, 409, 429, 5xx, a connection error or a malformed body, still
-                so after `max_retries` retries.
         """
         return await self._call("POST", "/batches", json={
             "input_file_id": file_id, "endpoint": CHAT_URL,
@@ -98,12 +91,6 @@ class OpenAIBatches:
 
         Returns:
             The batch object, as `create` returns it.
-
-        Raises:
-            AuthError: 401, 403.
-            RequestError: any other refusal, with the server's message.
-            RetryableError: 408, 409, 429, 5xx, a connection error or a malformed body, still
-                so after `max_retries` retries.
         """
         return await self._call("GET", f"/batches/{batch_id}")
 
@@ -123,19 +110,11 @@ class OpenAIBatches:
             pass
 
     async def cancel(self, batch_id: str) -> dict[str, Any]:
-        """Ask the provider to cancel a batch (it ends as "cancelled", answered requests kept).
-
-        Args:
-            batch_id: the batch's id.
+        """Ask the provider to cancel the batch `batch_id` (it ends as "cancelled", answered
+        requests kept).
 
         Returns:
-            The batch object, as `create` returns it.
-
-        Raises:
-            AuthError: 401, 403.
-            RequestError: any other refusal, with the server's message.
-            RetryableError: 408, 409, 429, 5xx, a connection error or a malformed body, still
-                so after `max_retries` retries.
+            The batch object, as `get` returns it.
         """
         return await self._call("POST", f"/batches/{batch_id}/cancel")
 
@@ -149,12 +128,6 @@ class OpenAIBatches:
 
         Returns:
             The batch object, or None when no batch within `pages` uses the file.
-
-        Raises:
-            AuthError: 401, 403.
-            RequestError: any other refusal, with the server's message.
-            RetryableError: 408, 409, 429, 5xx, a connection error or a malformed body, still
-                so after `max_retries` retries.
         """
         after: str | None = None
         for _ in range(pages):
@@ -176,12 +149,6 @@ class OpenAIBatches:
 
         Returns:
             An async iterator of its non-blank lines, without the newline.
-
-        Raises:
-            AuthError: 401, 403.
-            RequestError: any other refusal, with the server's message.
-            RetryableError: 408, 409, 429, 5xx, a connection error or a malformed body, still
-                so after `max_retries` retries.
         """
         async for line in self._stream(f"{self.base}/files/{file_id}/content"):
             yield line

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +19,10 @@ import orjson
 
 from runner.children import alive
 from runner.execute.batch_api import CHAT_URL
-from runner.expand import Task
+from runner.tasks import Task
 
-__all__ = ["MAX_BYTES", "MAX_REQUESTS", "body_of", "is_answer", "remove_stale", "request_line",
-           "write_files"]
+__all__ = ["MAX_BYTES", "MAX_REQUESTS", "body_of", "is_answer", "output_line", "remove_stale",
+           "request_bodies", "request_line", "write_files"]
 
 MAX_REQUESTS = 50_000
 MAX_BYTES = 200 * 1024 * 1024
@@ -58,6 +58,30 @@ def body_of(line: bytes) -> tuple[str, bytes]:
     obj = orjson.loads(line)
     return str(obj["custom_id"]), orjson.dumps(obj["body"])
 
+
+
+async def request_bodies(copy: Path, lines: Callable[[], AsyncIterator[bytes]]
+                         ) -> dict[str, bytes]:
+    """The request bodies of a batch's request file: from our copy, else the provider's.
+
+    Args:
+        copy: our copy of the request file (it may be gone).
+        lines: the provider's copy, line by line; called only when ours is gone.
+
+    Returns:
+        custom_id -> the request body.
+    """
+    bodies: dict[str, bytes] = {}
+    if copy.exists():
+        with copy.open("rb") as f:
+            for line in f:
+                key, body = body_of(line)
+                bodies[key] = body
+        return bodies
+    async for line in lines():
+        key, body = body_of(line)
+        bodies[key] = body
+    return bodies
 
 def write_files(folder: Path, name: str, tasks: list[Task], max_requests: int = MAX_REQUESTS,
                 max_bytes: int = MAX_BYTES) -> Iterator[tuple[Path, list[str]]]:
@@ -120,3 +144,28 @@ def is_answer(data: Any) -> bool:
     return isinstance(data, dict) and isinstance(data.get("choices"), list) \
         and bool(data["choices"]) and all(isinstance(c, dict) and isinstance(
             c.get("message"), dict) for c in data["choices"])
+
+
+def output_line(line: bytes) -> tuple[str, dict[str, Any] | None, str]:
+    """One line of a batch's output or error file.
+
+    Args:
+        line: the line as the provider wrote it.
+
+    Returns:
+        The request's custom_id, its answer's body (None when the line holds no answer),
+        and why it would hold none (the line's error, else its HTTP status).
+    """
+    obj = orjson.loads(line)
+    key = str(obj.get("custom_id"))
+    response = obj.get("response") or {}
+    data = response.get("body") if isinstance(response, dict) else None
+    error = obj.get("error")
+    if error:
+        reason = f"{error.get('code')}: {error.get('message')}"
+    elif isinstance(data, dict) and isinstance(data.get("error"), dict):
+        reason = f"HTTP {response.get('status_code')}: {data['error'].get('message')}"
+    else:
+        reason = f"HTTP {response.get('status_code')}: no answer in the response"
+    ok = not error and response.get("status_code") == 200 and is_answer(data)
+    return key, data if ok else None, reason

@@ -37,12 +37,12 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Iterable, Sequence
 
-from runner.errors import CacheError
+from runner.errors import CacheAwayError, CacheError
 from runner.execute.stats import RunStats
 from runner.execute.store import claimtable
 from runner.execute.store.backend import LOOKUP_BATCH, CacheBackend
 from runner.execute.store.claimtable import TTL_S, Owner
-from runner.expand import Task
+from runner.tasks import Task
 
 __all__ = ["POLL_S", "TTL_S", "Claims"]
 
@@ -99,9 +99,10 @@ class Claims:
         """These keys' answers are stored: give them back once other processes read them."""
         self.answered.extend(keys)
 
-    def failed(self, key: str) -> None:
-        """A task failed: its key is free for another run to try at once."""
-        self._release([key])
+    def give_up(self, keys: Iterable[str]) -> None:
+        """Keys this run does not buy after all (a task failed, the budget ran out): free for
+        another run to try at once."""
+        self._release(keys)
 
     async def deferred(self) -> Task | None:
         """The next deferred task to buy (its claim lapsed without an answer); None once every
@@ -131,6 +132,8 @@ class Claims:
             found = self.cache.has_many(keys)
             self._hits(len(found))
             mine, done = self._claim([key for key in keys if key not in found], waiting=True)
+        except CacheAwayError:  # the database away for now: looked for again later
+            return False
         except CacheError as exc:  # the cache is gone (a database away past its window):
             self.stats.fatal = self.stats.fatal or str(exc)  # the run stops, as the pool's
             self.stop.set()  # own lookups would stop it; requests in flight are not cancelled
@@ -150,12 +153,15 @@ class Claims:
         away) has the store's own error handling: all of `keys` are sent, as without claims;
         but keys another live run was found buying (`waiting`) are waited for until the cache
         has refused for TTL_S (by then that run's claims have lapsed anyway), not bought at
-        the first refusal."""
+        the first refusal. A database away for now (CacheAwayError) is the caller's to wait
+        for (claims are idempotent: asked again, the same ones are this run's)."""
         mine: set[str] = set()
         try:
             for start in range(0, len(keys), LOOKUP_BATCH):
                 mine |= self.cache.claim(keys[start:start + LOOKUP_BATCH], self.owner,
                                          self.ttl_s)
+        except CacheAwayError:
+            raise
         except CacheError:  # claims save money, never stop a run: send as without them
             now = self._loop.time()
             self._refused_since = self._refused_since or now

@@ -16,6 +16,13 @@ rerun reads it. A run that would call with the disk already full stops before it
 past its reconnect window) stops the run, and the answers it refused are kept elsewhere
 (CacheBackend.keep: a spill file the next open stores) and count; only if nowhere takes them
 are they left for the rerun.
+
+A PostgreSQL server that goes away is waited for the same way, and told in one line when the
+wait starts and one when it ends: the pool's cache never waits inside a call
+(PgCache.wait_aside: a thread reconnects while its calls raise CacheAwayError), so the answers
+are held, dispatch pauses (`hold_off`, also when a lookup or a claim found it away) and the
+event loop stays free for the requests in flight, until the server is back or the reconnect
+window ends (then they are kept elsewhere, as above).
 """
 
 from __future__ import annotations
@@ -25,15 +32,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from runner.errors import CacheError, DiskFullError
+from runner.errors import CacheAwayError, CacheError, DiskFullError
 from runner.execute.store.backend import CacheBackend
 from runner.execute.store.cache import Cache
-from runner.expand import Task
+from runner.job.providers import Tokens
+from runner.tasks import Task
 
 __all__ = ["RETRY_CAP_S", "RETRY_S", "Commits", "Pending"]
 
-Pending = tuple[Task, dict[str, Any], int, int]
-"""An answer waiting for its store: the task, its record, its prompt and completion tokens."""
+Pending = tuple[Task, dict[str, Any], Tokens]
+"""An answer waiting for its store: the task, its record, its tokens by kind."""
 
 RETRY_S = 0.25  # the first write again of held answers, this long after the disk refused
 RETRY_CAP_S = 4.0  # the longest wait between two: space freed is seen within 4 s
@@ -71,11 +79,18 @@ class Commits:
         self._retry: asyncio.TimerHandle | None = None
         self._told_kept = False  # the user told where refused answers are kept
         self._delay = RETRY_S
+        self._away: CacheAwayError | None = None  # what the answers are held for: a database
+        self._since = 0.0  # when the hold began (loop time)
+        self._aside: Callable[[bool], None] | None = getattr(cache, "wait_aside", None)
+        """A PostgreSQL cache's PgCache.wait_aside, looked up: importing pgcache here would
+        import psycopg into every run."""
+        if self._aside is not None:
+            self._aside(True)
 
-    def add(self, task: Task, record: dict[str, Any], prompt: int, completion: int) -> None:
+    def add(self, task: Task, record: dict[str, Any], tokens: Tokens) -> None:
         if not self.pending:
             self.loop.call_soon(self.flush)
-        self.pending.append((task, record, prompt, completion))
+        self.pending.append((task, record, tokens))
 
     def flush(self) -> None:
         """Store what is pending now (also called directly when `execute` ends)."""
@@ -89,9 +104,9 @@ class Commits:
 
     def _store(self, batch: list[Pending]) -> None:
         try:
-            self.cache.append([(task.key, record) for task, record, _, _ in batch])
-        except DiskFullError:
-            self._hold(batch)
+            self.cache.append([(task.key, record) for task, record, _ in batch])
+        except (DiskFullError, CacheAwayError) as exc:
+            self._hold(batch, exc)
             return
         except CacheError as exc:
             self.error = self.error or exc
@@ -99,7 +114,7 @@ class Commits:
             return
         except Exception as exc:  # noqa: BLE001 - a callback's error would only be logged
             self.error = self.error or exc
-            self.on_failed([task for task, _, _, _ in batch])
+            self.on_failed([task for task, _, _ in batch])
             return
         self.on_stored(batch)
 
@@ -109,8 +124,10 @@ class Commits:
         file that the next open of the cache stores (CacheBackend.keep), and count. An
         outage lost them before, and the rerun bought them again. If nowhere takes them they
         are left for the rerun, as before."""
+        gave_up = "" if self._away is None else \
+            f"cache database at {self._away.place}: gave up after {self._waited}; "
         if self._keep(batch, lambda where: None if self._told_kept else (
-                "answers the cache did not take are kept in "
+                f"{gave_up}answers the cache did not take are kept in "
                 f"{where.parent if where else 'its journal'}; the next run stores them")):
             self._told_kept = True  # once: every later answer goes the same way, and folder
             self.on_failed([])  # stops the run: every later answer comes here too
@@ -120,28 +137,41 @@ class Commits:
         spill file, None for the journal) and the answers count; if nowhere takes them, the
         error is kept for `execute` and they are left for the rerun. Returns whether kept."""
         try:
-            where = self.cache.keep([(task.key, record) for task, record, _, _ in batch])
+            where = self.cache.keep([(task.key, record) for task, record, _ in batch])
         except Exception as exc:  # noqa: BLE001 - raised by execute, after the workers
             self.error = self.error or exc
-            self.on_failed([task for task, _, _, _ in batch])
+            self.on_failed([task for task, _, _ in batch])
             return False
         if (message := told(where)) is not None:
             self.say(message)
         self.on_stored(batch)
         return True
 
-    def _hold(self, batch: list[Pending]) -> None:
-        """The disk refused `batch`: held, dispatch paused, the user told, a retry set."""
+    def hold_off(self, away: CacheAwayError) -> None:
+        """A lookup or a claim found the cache's database away: dispatch pauses until it is
+        back, as for a refused store."""
+        self._hold([], away)
+
+    def _hold(self, batch: list[Pending], refusal: Exception) -> None:
+        """The store refused `batch` (a full disk, a database away): held, dispatch paused,
+        the user told, a retry set."""
         self.held = batch + self.held
         if self._retry is None:
             if self.room.is_set():
                 self.room.clear()
-                self.say(f"cache disk full at {self._folder}: free space; the run "
-                         "continues by itself (Ctrl-C to stop, nothing is lost)")
+                self._away = refusal if isinstance(refusal, CacheAwayError) else None
+                self._since = self.loop.time()
+                self.say(str(refusal) if self._away else f"cache disk full at {self._folder}: "
+                         "free space; the run continues by itself (Ctrl-C to stop, nothing is "
+                         "lost)")
                 self._delay = RETRY_S
             else:
                 self._delay = min(RETRY_CAP_S, self._delay * 2)
             self._retry = self.loop.call_later(self._delay, self._write_held)
+
+    @property
+    def _waited(self) -> str:
+        return f"{self.loop.time() - self._since:.0f} s"
 
     @property
     def _folder(self) -> Path:
@@ -157,12 +187,14 @@ class Commits:
         if not self.held:
             self.room.set()
             if self.error is None:
-                self.say(f"cache disk at {self._folder}: room again, {len(batch)} held "
-                         "answers stored; the run goes on")
+                self.say((f"cache database at {self._away.place}: back after {self._waited}, "
+                          if self._away else f"cache disk at {self._folder}: room again, ")
+                         + f"{len(batch)} held answers stored; the run goes on")
+            self._away = None  # a later refusal is not this wait's end
 
     async def until_room(self, stop: asyncio.Event) -> None:
-        """Wait while answers are held (the disk full): until they are stored or `stop` is
-        set."""
+        """Wait while answers are held (the disk full, the database away): until they are
+        stored or `stop` is set."""
         if self.room.is_set() or stop.is_set():
             return
         waits = [asyncio.ensure_future(self.room.wait()), asyncio.ensure_future(stop.wait())]
@@ -181,9 +213,9 @@ class Commits:
             self.cache.check_room()
 
     def settle(self) -> None:
-        """At the end (a stop while the disk is full): what is held is written wherever it can
-        go (Cache.keep) and counts, the user told where; if nowhere takes it, it is left for
-        the rerun and the error raised by `execute`."""
+        """At the end (a stop while the disk is full or the database away): what is held is
+        written wherever it can go (CacheBackend.keep) and counts, the user told where; if
+        nowhere takes it, it is left for the rerun and the error raised by `execute`."""
         if self._retry is not None:
             self._retry.cancel()
             self._retry = None
@@ -192,8 +224,14 @@ class Commits:
         if not batch:
             return
         self._keep(batch, lambda where: (
-            f"cache disk full at {self._folder}: {len(batch)} held answers written to "
+            (f"cache database at {self._away.place} unreachable" if self._away else
+             f"cache disk full at {self._folder}") + f": {len(batch)} held answers written to "
             f"{where or 'its journal'}; the rerun reads them (keep the file until then)"))
+
+    def close(self) -> None:
+        """The pool is done: the cache's calls wait for an away database inline again."""
+        if self._aside is not None:
+            self._aside(False)
 
     def fold(self) -> None:
         """At the end: every stored answer visible to the next stage's reader processes. A

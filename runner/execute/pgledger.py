@@ -31,7 +31,8 @@ from psycopg import conninfo
 
 from runner.errors import CacheError, redact_url
 from runner.execute.ledger import COLUMNS, BatchRow
-from runner.execute.store.pgcache import CONNECT_TIMEOUT_S, LOCK_ID
+from runner.execute.store.pgcache import LOCK_ID
+from runner.execute.store.pgsession import CONNECT_TIMEOUT_S
 
 __all__ = ["SCHEMA", "PgLedger"]
 

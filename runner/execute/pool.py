@@ -31,22 +31,26 @@ import orjson
 from runner.errors import (
     APIError,
     AuthError,
+    CacheAwayError,
     RequestError,
     RetryableError,
     RunnerError,
     redact_url,
 )
+from runner.estimate import estimate_cost, model_price
 from runner.execute.breaker import Breaker, refused, too_long
 from runner.execute.claims import Claims
 from runner.execute.client import Response, send, timeout_of
 from runner.execute.commits import Commits, Pending
 from runner.execute.fleet import Fleet, Replica, fleet_for
 from runner.execute.limiter import Limiter
+from runner.execute.prefixes import PrefixGate
 from runner.execute.stats import RunStats
 from runner.execute.store.backend import CacheBackend, cached_flag_batches
 from runner.execute.store.cache import answer_record
-from runner.expand import Task, estimate_cost, task_key
+from runner.job.providers import Tokens
 from runner.job.spec import Limits, ModelSpec
+from runner.tasks import Task, task_key
 
 __all__ = ["Endpoint", "RunStats", "backoff", "execute"]
 
@@ -106,12 +110,39 @@ class _Pool:
                                limits.down_after_s)
         self.probes = {name: asyncio.Lock() for name in endpoints}
         """model -> held by the one task in flight while the model is unproven (breaker)."""
+        self.prefixes = PrefixGate({name: e.model.kind for name, e in endpoints.items()})
+        """Holds the requests of a cache-marked prefix until its first one is answered."""
         self.told_until = 0.0
         """Until when the longest wait a server asked for was told (one line per new ask)."""
 
     async def wait_pause(self) -> None:
         while (delay := self.resume_at - self.loop.time()) > 0 and not self.stop.is_set():
             await self._sleep_unless_stopped(delay)
+
+    def away(self, exc: CacheAwayError) -> bool:
+        """A lookup or a claim found the cache's database away: dispatch waits for it; whether
+        to ask again once it is back (not if the run is stopping)."""
+        self.commits.hold_off(exc)
+        return self.commits.error is None and not self.stop.is_set()
+
+    def afford(self, tasks: list[Task], budget: float | None) -> list[Task]:
+        """Those of `tasks` (claimed: this run buys them) whose cost fits in `budget` (none:
+        all), reserved; from the first that does not, the run is over its budget and the
+        rest are not run, their claims given back. Reserved once claimed, not before: a task
+        deferred to another run's claim costs this run nothing unless it takes the claim
+        over (deferred ones kept their share before, and stopped the run early)."""
+        if budget is None:
+            return tasks
+        stats = self.stats
+        for at, task in enumerate(tasks):
+            cost = _reserved_cost(self, task)
+            if stats.budget_stopped or stats.committed_cost + cost > budget:
+                stats.budget_stopped = True
+                stats.missing.extend(task.key for task in tasks[at:])
+                self.claims.give_up([task.key for task in tasks[at:]])
+                return tasks[:at]
+            stats.committed_cost += cost
+        return tasks
 
     def pause(self, seconds: float) -> None:
         self.resume_at = max(self.resume_at, self.loop.time() + seconds)
@@ -145,7 +176,7 @@ class _Pool:
             self.stats.attempts += 1
             route = replica.provider
             body, decode = (task.body, None) if route.plain else \
-                (route.encode(task.body), route.decode)
+                (route.encode(task.body, task.prefix), route.decode)
             try:
                 # One attempt at `replica`, in its provider's dialect (runner.execute.providers),
                 # awaited here: each level of coroutines between the worker and aiohttp costs at
@@ -183,7 +214,7 @@ class _Pool:
             return
         assert error is not None
         self.stats.failures[task.key] = error.reason
-        self.claims.failed(task.key)
+        self.claims.give_up([task.key])
         self.on_progress(self.stats)
 
     def _verdict(self, task: Task, replica: Replica, exc: APIError,
@@ -241,8 +272,7 @@ class _Pool:
         usage = data.get("usage")
         if not isinstance(usage, dict):
             usage = {}
-        prompt = int(usage.get("prompt_tokens") or 0)
-        completion = int(usage.get("completion_tokens") or 0)
+        tokens = Tokens.of(usage)
         # The answer as it came, when it is the chat completion itself: serialising the parsed
         # copy again cost as much as the rest of the record.
         stored = data if response.raw is None else orjson.Fragment(response.raw)
@@ -250,8 +280,8 @@ class _Pool:
                                              response=stored, usage=usage,
                                              latency_s=response.latency_s, source="api",
                                              replica=replica.label),
-                         prompt, completion)
-        used = prompt + completion if usage else None
+                         tokens)
+        used = tokens.prompt + tokens.output if usage else None
         reserved = task.prompt_tokens + task.max_tokens
         self.limiters[task.model].reconcile(reserved, used)
         fleet.succeeded(replica, response.headers, reserved, used)
@@ -260,15 +290,9 @@ class _Pool:
     def _stored(self, batch: list[Pending]) -> None:
         """A turn's answers are stored: now they count (one progress report a turn)."""
         stats, endpoints = self.stats, self.endpoints
-        for task, _, prompt, completion in batch:
+        for task, _, tokens in batch:
             stats.called.add(task.key)
-            stats.prompt_tokens += prompt
-            stats.completion_tokens += completion
-            cost = estimate_cost(endpoints[task.model].model, prompt, completion)
-            if cost is None:
-                stats.unpriced += 1
-            else:
-                stats.cost += cost
+            stats.bill.add(model_price(endpoints[task.model].model), tokens)
         stats.api_calls += len(batch)
         self.claims.stored([pending[0].key for pending in batch])
         self.on_progress(stats)
@@ -285,14 +309,16 @@ async def execute(tasks: Iterable[Task], *, cache: CacheBackend, session: aiohtt
                   budget: float | None = None, total: int = 0, stats: RunStats | None = None,
                   on_progress: Callable[[RunStats], None] = lambda s: None,
                   hashes: array.array[int] | None = None,
-                  say: Callable[[str], None] = lambda message: None) -> RunStats:
+                  say: Callable[[str], None] = lambda message: None,
+                  holds: Callable[[Task], bool] | None = None) -> RunStats:
     """Make sure every task has a cached answer, calling the API only for those that don't.
 
     Returns the run's counters; failed tasks are in `failures`, never in the cache. `hashes`:
     the key hashes of tasks the caller already counted as cache hits (see
     RunStats.settle_repeats), so that their repeats among `tasks` count as repeats. `say`
     tells the user of a cache disk that is full and of the answers held meanwhile
-    (runner.execute.commits).
+    (runner.execute.commits). `holds`: asked of each task to send as a worker takes it (see
+    _unheld).
     """
     stats = stats if stats is not None else RunStats(total=total)  # or add to a run's counters
     stop = stop or asyncio.Event()
@@ -302,15 +328,27 @@ async def execute(tasks: Iterable[Task], *, cache: CacheBackend, session: aiohtt
     # a queue cost a task switch per answer at zero latency.
     todo = _to_call(tasks, pool, offline=offline, budget=budget,
                     hashes=array.array("q") if hashes is None else hashes)
+    if holds is not None:
+        todo = _unheld(todo, pool, holds, budget)
 
     async def worker() -> None:
         unproven = pool.breaker.unproven
         for task in todo:
-            if task.model in unproven:
-                await pool.probe(task)
-            else:  # called directly: a coroutine level costs at every resumption
-                await pool.run_task(task)
+            if task is None:  # the cache's database away: dispatch waits until it is back
+                await pool.commits.until_room(stop)
+                continue
+            release = await pool.prefixes.enter(task) if task.prefix else None
+            try:
+                if task.model in unproven:
+                    await pool.probe(task)
+                else:  # called directly: a coroutine level costs at every resumption
+                    await pool.run_task(task)
+            finally:
+                if release is not None:  # the prefix is written: its other requests go
+                    release()
         while (later := await pool.claims.deferred()) is not None:  # another run's claims
+            if not pool.afford([later], budget):
+                continue
             await (pool.probe(later) if later.model in unproven else pool.run_task(later))
 
     try:
@@ -326,6 +364,7 @@ async def execute(tasks: Iterable[Task], *, cache: CacheBackend, session: aiohtt
         pool.commits.settle()  # held while the disk is full: written elsewhere
         pool.commits.fold()
         pool.claims.close()
+        pool.commits.close()
     if pool.commits.error is not None:
         raise pool.commits.error
     stats.interrupted = stop.is_set() and stats.fatal is None
@@ -346,16 +385,21 @@ def _ours(group: ExceptionGroup[Exception]) -> Exception:
 
 
 def _to_call(tasks: Iterable[Task], pool: _Pool, *, offline: bool, budget: float | None,
-             hashes: array.array[int]) -> Iterator[Task]:
+             hashes: array.array[int]) -> Iterator[Task | None]:
     """The tasks to send, in order: cache hits and repeated keys counted and skipped; once the
-    run stops (or is offline, or over budget) the rest are listed as missing, not sent.
+    run stops (or is offline, or over budget) the rest are listed as missing, not sent. None
+    when a lookup or a claim found the cache's database away (commits.hold_off): the worker
+    waits for it to be back, and the next pull asks again.
 
     Memory stays flat over a cached run: only keys not in the cache (sent or missing) are kept
     in a set, to never send one twice. A repeat of a cached key is told apart afterwards from
     a 64-bit hash of every key, appended to `hashes` (RunStats.settle_repeats)."""
     stats, uncached = pool.stats, set()
     repeats_of_uncached, checked = 0, False
-    for batch, flags in cached_flag_batches(pool.cache, tasks, task_key):
+    for batch, flags in cached_flag_batches(pool.cache, tasks, task_key, pool.away):
+        if not batch:
+            yield None
+            continue
         hashes.extend([hash(task.key) for task in batch])
         to_send = []
         for task, cached in zip(batch, flags, strict=True):
@@ -371,19 +415,44 @@ def _to_call(tasks: Iterable[Task], pool: _Pool, *, offline: bool, budget: float
             if offline or pool.stop.is_set() or stats.budget_stopped:
                 stats.missing.append(task.key)
                 continue
-            if budget is not None:
-                model = pool.endpoints[task.model].model
-                cost = estimate_cost(model, task.prompt_tokens, task.max_tokens) or 0.0
-                if stats.committed_cost + cost > budget:
-                    stats.budget_stopped = True
-                    stats.missing.append(task.key)
-                    continue
-                stats.committed_cost += cost
             to_send.append(task)
         if to_send and not checked:
             pool.commits.check_room()
             checked = True
-        yield from pool.claims.take(to_send)  # claimed by another run: deferred
+        while True:
+            try:
+                sent = pool.claims.take(to_send)  # claimed by another run: deferred
+                break
+            except CacheAwayError as exc:
+                if not pool.away(exc):
+                    stats.missing.extend(task.key for task in to_send)
+                    sent = []
+                    break
+                yield None
+        yield from pool.afford(sent, budget)
     # Repeats found cached (of a cached key, or of one stored since it was sent) were counted
     # as hits: they are repeats.
     stats.settle_repeats(hashes, repeats_of_uncached)
+
+
+def _unheld(todo: Iterator[Task | None], pool: _Pool, holds: Callable[[Task], bool],
+            budget: float | None) -> Iterator[Task | None]:
+    """The tasks to send but those `holds` holds (--until-ci: a judge whose CIs are narrow
+    enough), which are listed as not run and taken off the budget's committed spend. Asked
+    as a worker takes the task, not when `_to_call` looks its batch up (LOOKUP_BATCH tasks
+    ahead), so that `holds` sees the answers stored up to the task's dispatch."""
+    stats = pool.stats
+    for task in todo:
+        if task is None or not holds(task):  # None: the cache's database away (_to_call)
+            yield task
+            continue
+        stats.missing.append(task.key)  # its claim is given back with the others' at the end
+        if budget is not None:
+            stats.committed_cost -= _reserved_cost(pool, task)
+
+
+def _reserved_cost(pool: _Pool, task: Task) -> float:
+    """What --budget counts a task at when it is dispatched: its price at its token estimate
+    and max_tokens (0 for a model without a price: check_budget refuses those)."""
+    return estimate_cost(pool.endpoints[task.model].model, task.prompt_tokens,
+                         task.max_tokens) or 0.0

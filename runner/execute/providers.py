@@ -4,7 +4,7 @@ after the client, nothing knows which provider answered.
 Every task carries an OpenAI chat-completions body (its cache key is built from it, together
 with the endpoint's kind). Here that body becomes the request each kind expects, and each kind's
 answer becomes the chat-completions shape the parsers read, so nothing after the client knows
-which provider answered:
+which provider answered (by the wire format of the kind's row in runner.job.providers):
 
 | kind | URL | auth header |
 |---|---|---|
@@ -26,6 +26,8 @@ from urllib.parse import quote
 import orjson
 
 from runner.errors import RequestError
+from runner.job.providers import Tokens, cache_minimum, row
+from runner.tasks import CHARS_PER_TOKEN
 
 __all__ = ["ANTHROPIC_VERSION", "Advertised", "Provider", "advertised", "provider"]
 
@@ -34,6 +36,7 @@ ANTHROPIC_MAX_TOKENS = 256  # the Messages API requires max_tokens; expand reser
 # OpenAI parameters with an Anthropic equivalent; any other parameter is sent unchanged.
 _ANTHROPIC_RENAMED = {"max_completion_tokens": "max_tokens", "stop": "stop_sequences"}
 _ANTHROPIC_DROPPED = frozenset({"n", "model", "messages", "stream", "seed"})
+_CACHE_CONTROL = {"type": "ephemeral"}
 _FINISH_REASON = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length",
            "tool_use": "tool_calls", "refusal": "content_filter"}
 
@@ -50,6 +53,8 @@ class Provider:
 
     kind: str
     url: str
+    wire: str = "chat"
+    """The kind's wire format (runner.job.providers.ProviderKind.wire)."""
 
     def headers(self, api_key: str | None) -> dict[str, str]:
         """The request headers of this kind.
@@ -61,11 +66,11 @@ class Provider:
             Content-Type, the key's header, and for anthropic `anthropic-version`.
         """
         headers = {"Content-Type": "application/json"}
-        if self.kind == "anthropic":
+        if self.wire == "messages":
             headers["anthropic-version"] = ANTHROPIC_VERSION
             if api_key:
                 headers["x-api-key"] = api_key
-        elif self.kind == "azure":
+        elif self.wire == "azure":
             if api_key:
                 headers["api-key"] = api_key
         elif api_key:
@@ -75,22 +80,24 @@ class Provider:
     @property
     def plain(self) -> bool:
         """The task's body is sent as it is and the answer is chat-completions JSON already
-        (`encode` and `decode` change nothing): every kind but anthropic."""
-        return self.kind != "anthropic"
+        (`encode` and `decode` change nothing): every wire format but messages."""
+        return self.wire != "messages"
 
-    def encode(self, body: bytes) -> bytes:
+    def encode(self, body: bytes, prefix: int = 0) -> bytes:
         """The body to send.
 
         Args:
             body: the task's OpenAI chat-completions body.
+            prefix: Task.prefix, the characters its requests share (anthropic marks them).
 
         Returns:
-            The same bytes, except for anthropic (see `anthropic_body`).
+            The same bytes, except for anthropic (see `anthropic_body`): OpenAI and Gemini
+            cache a long prefix unasked, and the task's body already sends it first.
 
         Raises:
             RequestError: anthropic with n > 1.
         """
-        return body if self.plain else anthropic_body(body)
+        return body if self.plain else anthropic_body(body, prefix)
 
     def decode(self, data: Any) -> Any:
         """The answer in chat-completions shape (checked afterwards by the client).
@@ -119,24 +126,29 @@ def provider(kind: str, base_url: str, *, model: str = "", api_version: str | No
 
     Returns:
         The Provider with the full URL of the table in the module docstring.
+
+    Raises:
+        ConfigError: the kind has no row in the provider table.
     """
-    root = base_url.rstrip("/")
-    if kind == "anthropic":
-        return Provider(kind, root + "/messages")
-    if kind == "azure":
+    root, wire = base_url.rstrip("/"), row(kind).wire
+    if wire == "messages":
+        return Provider(kind, root + "/messages", wire)
+    if wire == "azure":
         return Provider(kind, f"{root}/openai/deployments/{quote(model, safe='')}"
-                              f"/chat/completions?api-version={quote(api_version or '')}")
-    return Provider(kind, root + "/chat/completions")
+                              f"/chat/completions?api-version={quote(api_version or '')}", wire)
+    return Provider(kind, root + "/chat/completions", wire)
 
 
-def anthropic_body(body: bytes) -> bytes:
+def anthropic_body(body: bytes, prefix: int = 0) -> bytes:
     """An OpenAI chat-completions body as an Anthropic Messages body: system messages move to
     `system`, `max_tokens` is always set, `stop` becomes `stop_sequences`, and a
     `response_format` asking for JSON becomes a prefilled "{" (the assistant turn begins the
-    object; a JSON schema is not enforced: describe the fields in the prompt).
+    object; a JSON schema is not enforced: describe the fields in the prompt). A shared
+    prefix long enough to be cached ends in a `cache_control` block (`cache_marked`).
 
     Args:
         body: an OpenAI chat-completions body.
+        prefix: Task.prefix, the characters of the text its requests share; 0: none.
 
     Returns:
         The Messages body; parameters without an Anthropic name are sent unchanged.
@@ -163,7 +175,43 @@ def anthropic_body(body: bytes) -> bytes:
     if isinstance(out.get("stop_sequences"), str):
         out["stop_sequences"] = [out["stop_sequences"]]
     out.setdefault("max_tokens", ANTHROPIC_MAX_TOKENS)
+    if prefix // CHARS_PER_TOKEN >= cache_min_tokens(out["model"]):
+        cache_marked(out, prefix)
     return orjson.dumps(out)
+
+
+def cache_min_tokens(model: str) -> int:
+    """Anthropic's documented minimum cacheable prompt of `model`, in tokens (the provider
+    table's: Haiku 2048, Sonnet and Opus 1024): a shorter prefix is not cached, and a marker
+    would only risk the 1.25x price of a cache write. The prefix is estimated at
+    CHARS_PER_TOKEN characters a token."""
+    return cache_minimum("anthropic", model) or 0
+
+
+def cache_marked(out: dict[str, Any], prefix: int) -> None:
+    """Cut the Messages body `out` into text blocks where its first `prefix` characters (system,
+    then the first message) end, and mark that block `cache_control` (one breakpoint: Anthropic
+    caches everything before it). Reads at a tenth of the input price what is marked."""
+    system = out.get("system", "")
+    if prefix <= len(system):
+        out["system"] = _cut(system, prefix)
+        return
+    first = out["messages"][0] if out["messages"] else None
+    if first is not None and isinstance(first.get("content"), str):
+        out["messages"][0] = {**first, "content": _cut(first["content"], prefix - len(system))}
+    elif system:  # a message of blocks already: the system alone is marked
+        out["system"] = _cut(system, len(system))
+
+
+def _cut(text: str, at: int) -> list[dict[str, Any]]:
+    """`text` as text blocks, the first `at` characters marked for the cache (no block of
+    whitespace only: the Messages API refuses one)."""
+    head, tail = text[:at], text[at:]
+    if not tail.strip():
+        head, tail = text, ""
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": head,
+                                     "cache_control": _CACHE_CONTROL}]
+    return blocks + ([{"type": "text", "text": tail}] if tail else [])
 
 
 def _json_wanted(response_format: Any) -> bool:
@@ -180,24 +228,24 @@ def anthropic_answer(data: Mapping[str, Any]) -> dict[str, Any]:
         data: an Anthropic Messages answer.
 
     Returns:
-        A chat completion with one choice, `usage`, and a `provider` entry keeping the
+        A chat completion with one choice, `usage` (chat-completions fields, the cache reads as
+        `prompt_tokens_details.cached_tokens` and the writes as `cache_creation_input_tokens`,
+        so runner.job.providers.Tokens reads the split), and a `provider` entry keeping the
         stop_reason and stop_sequence as sent.
     """
     blocks = data.get("content") or []
     text = "".join(b.get("text", "") for b in blocks
                    if isinstance(b, dict) and b.get("type") == "text")
-    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
-    assert isinstance(usage, dict)
-    prompt = int(usage.get("input_tokens") or 0) + int(
-        usage.get("cache_read_input_tokens") or 0) + int(usage.get("cache_creation_input_tokens")
-                                                          or 0)
-    completion = int(usage.get("output_tokens") or 0)
+    tokens = Tokens.of(data.get("usage"))
+    prompt, completion = tokens.prompt, tokens.output
     reason = data.get("stop_reason")
     return {"id": data.get("id"), "object": "chat.completion", "model": data.get("model"),
             "choices": [{"index": 0, "finish_reason": _FINISH_REASON.get(str(reason), reason),
                          "message": {"role": "assistant", "content": text}}],
             "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                      "total_tokens": prompt + completion},
+                      "total_tokens": prompt + completion,
+                      "prompt_tokens_details": {"cached_tokens": tokens.cached_input},
+                      "cache_creation_input_tokens": tokens.cache_write},
             "provider": {"kind": "anthropic", "stop_reason": reason,
                          "stop_sequence": data.get("stop_sequence")}}
 

@@ -4,7 +4,7 @@ N processes on N machines (a SLURM array, a Kubernetes indexed Job) each run `--
 against one shared cache. The split is by group: an item's data set and group (the source that
 several systems' outputs share; an item without one is its own group), hashed with blake2b (not
 Python's salted hash), so it is the same on every machine whatever the order. It is known
-before anything is rendered: `Shard.owns` is the `keep` of runner.expand.prepare
+before anything is rendered: `Shard.owns` is the `keep` of runner.prepare.prepare
 (runner.session.select with `shard`), so a shard drops the other shards' items as it reads the
 data files, and holds, renders, hashes and looks up only its own. Measured as whole `judge run
 --shard I/8` processes on a fully cached 40k-task job (bench/README.md, "Shards"): 0.63 s of CPU

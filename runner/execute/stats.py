@@ -12,11 +12,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from runner.job.providers import Bill, Billed
+
 __all__ = ["RunStats"]
 
 
 @dataclass(slots=True)
-class RunStats:
+class RunStats(Billed):
     """Counters of one run; `failures` maps a task key to "kind: message"."""
 
     total: int = 0
@@ -25,12 +27,9 @@ class RunStats:
     """Successful calls (answers stored)."""
     attempts: int = 0
     retries: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost: float = 0.0
-    """Estimated spend of the calls with a known price (see `unpriced`)."""
-    unpriced: int = 0
-    """Calls of models with no known price: their cost is unknown, never counted as 0."""
+    bill: Bill = field(default_factory=Bill)
+    """The calls' tokens and cost by kind (online and batch); `cost` of the priced ones,
+    `unpriced` the calls of models with no price (their cost unknown, never counted as 0)."""
     committed_cost: float = 0.0
     """Estimated spend of everything dispatched so far (for --budget)."""
     duplicates: int = 0
@@ -43,6 +42,8 @@ class RunStats:
     """Tasks whose request another live run is buying: this run waits for those answers
     (runner/execute/claims.py)."""
     budget_stopped: bool = False
+    until_ci: list[str] = field(default_factory=list)
+    """--until-ci: why each judge stopped, with n (runner.reduce.stopping); empty without it."""
     interrupted: bool = False
     terminated: bool = False
     """Stopped by SIGTERM (exit 143), not Ctrl-C (130)."""
@@ -53,6 +54,16 @@ class RunStats:
     started: float = field(default_factory=time.time)
     endpoints: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     """model -> replica base URL -> calls, failures, cooldowns, state, rpm, tpm (the fleet's)."""
+
+    @property
+    def prompt_tokens(self) -> int:
+        """The calls' prompt tokens, cached or not."""
+        return self.bill.tokens.prompt
+
+    @property
+    def completion_tokens(self) -> int:
+        """The calls' output tokens."""
+        return self.bill.tokens.output
 
     def cost_text(self, unpriced_model: bool = False) -> str:
         """`~$0.0123`, `cost unknown`, or `~$0.0123 + unknown` (some models have no price).

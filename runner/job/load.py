@@ -14,15 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import ConfigError
+from runner.job.models import read_model
+from runner.job.reader import Reader, check_params
 from runner.job.spec import (
+    DEFAULT_METHODS,
     JURY_METHODS,
     LEVELS,
     METHODS,
     POLICIES,
-    PROVIDERS,
-    RESERVED_PARAMS,
     DatasetSpec,
-    EndpointSpec,
     GenerateSpec,
     ImportSpec,
     Job,
@@ -30,56 +30,13 @@ from runner.job.spec import (
     Limits,
     ModelSpec,
     PromptSpec,
-    parse_model_spec,
-    url_problem,
+    placeholders,
 )
 from runner.parse.metrics import LANGUAGES, METRICS
 from runner.parse.parsers import check_aspect, check_options, get_parser
 
 __all__ = ["load_job"]
 
-
-class _Reader:
-    """Walks a TOML table, remembering the key path for error messages."""
-
-    def __init__(self, file: Path, table: Mapping[str, Any], path: str = "") -> None:
-        self.file, self.table, self.path = file, table, path
-
-    def error(self, key: str, message: str) -> ConfigError:
-        where = f"{self.path}.{key}" if self.path else key
-        return ConfigError(f"{self.file}: {where} {message}")
-
-    def child(self, key: str, table: Mapping[str, Any]) -> _Reader:
-        return _Reader(self.file, table, f"{self.path}.{key}" if self.path else key)
-
-    def check_keys(self, allowed: set[str]) -> None:
-        for key in self.table:
-            if key not in allowed:
-                known = ", ".join(sorted(allowed))
-                raise self.error(key, f"is not a known key; use one of: {known}")
-
-    def get(self, key: str, kind: type | tuple[type, ...], default: Any = None,
-            required: bool = False) -> Any:
-        if key not in self.table:
-            if required:
-                raise self.error(key, "is missing")
-            return default
-        value = self.table[key]
-        if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _kinds(kind)):
-            names = " or ".join(k.__name__ for k in _kinds(kind))
-            raise self.error(key, f"must be {names} (got {value!r})")
-        return value
-
-    def positive(self, key: str, default: Any, kind: type = int) -> Any:
-        value = self.get(key, (int, float) if kind is float else int, default)
-        if value is not None and value <= 0:
-            noun = "integer" if kind is int else "number"
-            raise self.error(key, f"must be a positive {noun} (got {value})")
-        return value
-
-
-def _kinds(kind: type | tuple[type, ...]) -> tuple[type, ...]:
-    return kind if isinstance(kind, tuple) else (kind,)
 
 
 def load_job(path: Path) -> Job:
@@ -95,28 +52,10 @@ def load_job(path: Path) -> Job:
         ConfigError: the file cannot be read, is not TOML, has an unknown key or a wrong value;
             the message names the file, the key path and the fix.
     """
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: job file not found; pass a path or a name under jobs/"
-                          ) from None
-    except IsADirectoryError:
-        raise ConfigError(f"{path}: is a folder, not a job file; pass the job's .toml file"
-                          ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read the job file ({exc}); check the path and "
-                          "that it is UTF-8 text") from None
-    if text.startswith("\ufeff"):  # tomllib's own message would be "Invalid statement"
-        raise ConfigError(f"{path}: starts with a UTF-8 byte-order mark (BOM), which TOML "
-                          "readers refuse; save the file as UTF-8 without BOM")
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML ({exc}); fix the syntax") from None
-    root = _Reader(path, data)
+    root = Reader(path, _toml(path))
     root.check_keys({"name", "output_dir", "policy", "bootstrap", "seed", "limits", "datasets",
                      "prompts", "models", "imports", "leaderboard", "levels", "methods",
-                     "generate", "juries", "scores_csv"})
+                     "generate", "juries", "scores_csv", "prompt_cache"})
     name = root.get("name", str, path.stem)
     policy = root.get("policy", str, "skip")
     if policy not in POLICIES:
@@ -126,7 +65,7 @@ def load_job(path: Path) -> Job:
     if not models_table:
         raise root.error("models", "is empty; add e.g. [models.judge] "
                          "spec = \"openai:gpt-4o-mini\"")
-    models = tuple(_model(root.child("models", models_table), key, value)
+    models = tuple(read_model(root.child("models", models_table), key, value)
                    for key, value in models_table.items())
     generate = tuple(_generate(root, i, t, datasets, models)
                      for i, t in enumerate(root.get("generate", list, [])))
@@ -144,10 +83,34 @@ def load_job(path: Path) -> Job:
                imports=imports, generate=generate, juries=_juries(root, models, prompts),
                leaderboard=root.get("leaderboard", bool, False),
                scores_csv=root.get("scores_csv", bool, True),
-               levels=_choices(root, "levels", LEVELS), methods=_choices(root, "methods", METHODS))
+               prompt_cache=root.get("prompt_cache", bool, True),
+               levels=_choices(root, "levels", LEVELS),
+               methods=_choices(root, "methods", METHODS, DEFAULT_METHODS))
 
 
-def _juries(root: _Reader, models: tuple[ModelSpec, ...],
+def _toml(path: Path) -> dict[str, Any]:
+    """The job file's TOML, or a ConfigError naming what keeps it from being read."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: job file not found; pass a path or a name under jobs/"
+                          ) from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a folder, not a job file; pass the job's .toml file"
+                          ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read the job file ({exc}); check the path and "
+                          "that it is UTF-8 text") from None
+    if text.startswith("\ufeff"):  # tomllib's own message would be "Invalid statement"
+        raise ConfigError(f"{path}: starts with a UTF-8 byte-order mark (BOM), which TOML "
+                          "readers refuse; save the file as UTF-8 without BOM")
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc}); fix the syntax") from None
+
+
+def _juries(root: Reader, models: tuple[ModelSpec, ...],
             prompts: tuple[PromptSpec, ...]) -> tuple[JurySpec, ...]:
     """`[juries.NAME]`: judges = ["model/prompt", ...] (two or more), method, quorum."""
     table = root.child("juries", root.get("juries", dict, {}))
@@ -181,15 +144,16 @@ def _juries(root: _Reader, models: tuple[ModelSpec, ...],
     return tuple(out)
 
 
-def _choices(root: _Reader, key: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
-    values = root.get(key, list, list(allowed))
+def _choices(root: Reader, key: str, allowed: tuple[str, ...],
+             default: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    values = root.get(key, list, list(allowed if default is None else default))
     bad = [v for v in values if v not in allowed]
     if bad or not values:
         raise root.error(key, f"must be a non-empty list of {', '.join(allowed)} (got {values!r})")
     return tuple(values)
 
 
-def _generate(root: _Reader, index: int, table: Any, datasets: tuple[DatasetSpec, ...],
+def _generate(root: Reader, index: int, table: Any, datasets: tuple[DatasetSpec, ...],
               models: tuple[ModelSpec, ...]) -> GenerateSpec:
     if not isinstance(table, dict):
         raise root.error(f"generate[{index}]", "must be a [[generate]] table")
@@ -200,12 +164,9 @@ def _generate(root: _Reader, index: int, table: Any, datasets: tuple[DatasetSpec
     if source not in [d.name for d in datasets]:
         raise r.error("dataset", f"names {source!r}, which is not a data set of this job")
     candidates = tuple(r.get("models", list, required=True))
-    known = [m.name for m in models]
-    for m in candidates:
-        if m not in known:
-            raise r.error("models", f"names {m!r}, which is not in [models] ({', '.join(known)})")
+    r.among("models", candidates, [m.name for m in models], "is not in [models]")
     params = r.get("params", dict, {})
-    _check_params(r, params)
+    check_params(r, params)
     language = r.get("language", str, "en")
     if language not in LANGUAGES:
         raise r.error("language", f"must be one of {', '.join(LANGUAGES)} (got {language!r})")
@@ -217,20 +178,20 @@ def _generate(root: _Reader, index: int, table: Any, datasets: tuple[DatasetSpec
                         reference=_names(r, "reference"))
 
 
-def _when_empty(r: _Reader) -> dict[str, str]:
+def _when_empty(r: Reader) -> dict[str, str]:
     """when_empty = {field = "template file"}: the template used when that field is empty."""
     return {f: _read_template(r, f"when_empty.{f}", path)
             for f, path in r.get("when_empty", dict, {}).items()}
 
 
-def _names(r: _Reader, key: str) -> tuple[str, ...]:
+def _names(r: Reader, key: str) -> tuple[str, ...]:
     value = r.get(key, list, [])
     if not all(isinstance(v, str) and v for v in value):
         raise r.error(key, f"must be a list of field names (got {value!r})")
     return tuple(value)
 
 
-def _join(r: _Reader) -> dict[str, tuple[tuple[str, ...], str]]:
+def _join(r: Reader) -> dict[str, tuple[tuple[str, ...], str]]:
     out = {}
     for name, spec in r.get("join", dict, {}).items():
         if not isinstance(spec, dict):
@@ -244,7 +205,7 @@ def _join(r: _Reader) -> dict[str, tuple[tuple[str, ...], str]]:
     return out
 
 
-def _metric_table(r: _Reader) -> dict[str, tuple[str, ...]]:
+def _metric_table(r: Reader) -> dict[str, tuple[str, ...]]:
     value = r.get("metrics", (list, dict), [])
     table = {"*": value} if isinstance(value, list) else value
     for subset, names in table.items():
@@ -255,7 +216,7 @@ def _metric_table(r: _Reader) -> dict[str, tuple[str, ...]]:
     return {subset: tuple(names) for subset, names in table.items()}
 
 
-def _import(root: _Reader, index: int, table: Any, datasets: tuple[DatasetSpec, ...],
+def _import(root: Reader, index: int, table: Any, datasets: tuple[DatasetSpec, ...],
             prompts: tuple[PromptSpec, ...], models: tuple[ModelSpec, ...]) -> ImportSpec:
     if not isinstance(table, dict):
         raise root.error(f"imports[{index}]", "must be an [[imports]] table")
@@ -268,20 +229,18 @@ def _import(root: _Reader, index: int, table: Any, datasets: tuple[DatasetSpec, 
     for key, value, names in (("dataset", spec.dataset, [d.name for d in datasets]),
                               ("prompt", spec.prompt, [p.name for p in prompts]),
                               ("model", spec.model, [m.name for m in models])):
-        if value not in names:
-            raise r.error(key, f"names {value!r}, which the job does not define "
-                          f"({', '.join(names)})")
+        r.among(key, [value], names, "the job does not define")
     return spec
 
 
-def _tables(root: _Reader, key: str) -> list[Mapping[str, Any]]:
+def _tables(root: Reader, key: str) -> list[Mapping[str, Any]]:
     tables = root.get(key, list, required=True)
     if not tables or not all(isinstance(t, dict) for t in tables):
         raise root.error(key, f"must be one or more [[{key}]] tables")
     return list(tables)
 
 
-def _unique(root: _Reader, key: str, names: list[str]) -> None:
+def _unique(root: Reader, key: str, names: list[str]) -> None:
     seen: set[str] = set()
     for n in names:
         if n in seen:
@@ -289,10 +248,10 @@ def _unique(root: _Reader, key: str, names: list[str]) -> None:
         seen.add(n)
 
 
-def _limits(root: _Reader) -> Limits:
+def _limits(root: Reader) -> Limits:
     r = root.child("limits", root.get("limits", dict, {}))
     r.check_keys({"concurrency", "rpm", "tpm", "max_retries", "timeout_s", "down_after_s",
-                  "max_wait_s"})
+                  "max_wait_s", "until_ci"})
     retries = r.get("max_retries", int, 6)
     if retries < 0:
         raise r.error("max_retries", f"must be 0 or more (got {retries})")
@@ -300,10 +259,11 @@ def _limits(root: _Reader) -> Limits:
                   tpm=r.positive("tpm", None, float), max_retries=retries,
                   timeout_s=float(r.positive("timeout_s", 60.0, float)),
                   down_after_s=float(r.positive("down_after_s", 60.0, float)),
-                  max_wait_s=float(r.positive("max_wait_s", 600.0, float)))
+                  max_wait_s=float(r.positive("max_wait_s", 600.0, float)),
+                  until_ci=r.positive("until_ci", None, float))
 
 
-def _dataset(root: _Reader, index: int, table: Mapping[str, Any]) -> DatasetSpec:
+def _dataset(root: Reader, index: int, table: Mapping[str, Any]) -> DatasetSpec:
     r = root.child(f"datasets[{index}]", table)
     r.check_keys({"name", "path", "fields", "options"})
     name = r.get("name", str, required=True)
@@ -316,12 +276,13 @@ def _dataset(root: _Reader, index: int, table: Mapping[str, Any]) -> DatasetSpec
     return DatasetSpec(name=name, path=path, fields=fields, options=r.get("options", dict, {}))
 
 
-def _prompt(root: _Reader, index: int, table: Mapping[str, Any],
+def _prompt(root: Reader, index: int, table: Mapping[str, Any],
             dataset_names: set[str], model_names: set[str]) -> PromptSpec:
     r = root.child(f"prompts[{index}]", table)
     r.check_keys({"name", "template", "system", "system_file", "parser", "parser_options",
                   "aspects", "datasets", "params", "samples", "per", "output_field",
-                  "when_empty", "aspect_options", "models", "order", "join", "requires"})
+                  "when_empty", "aspect_options", "models", "order", "join", "requires",
+                  "prefix_until"})
     name = r.get("name", str, required=True)
     aspects = tuple(r.get("aspects", list, required=True))
     if not aspects or not all(isinstance(a, str) for a in aspects):
@@ -334,17 +295,11 @@ def _prompt(root: _Reader, index: int, table: Mapping[str, Any],
             raise r.error("system_file", "and system are both set; keep one")
         system = _read_template(r, "system_file", system_file)
     for_datasets = tuple(r.get("datasets", list, []))
-    for d in for_datasets:
-        if d not in dataset_names:
-            raise r.error("datasets", f"names {d!r}, which is not a data set of this job "
-                          f"({', '.join(sorted(dataset_names))})")
+    r.among("datasets", for_datasets, sorted(dataset_names), "is not a data set of this job")
     params = r.get("params", dict, {})
-    _check_params(r, params)
+    check_params(r, params)
     judges = tuple(r.get("models", list, []))
-    for m in judges:
-        if m not in model_names:
-            raise r.error("models", f"names {m!r}, which is not in [models] "
-                          f"({', '.join(sorted(model_names))})")
+    r.among("models", judges, sorted(model_names), "is not in [models]")
     per = r.get("per", str, "item")
     if per not in ("item", "group"):
         raise r.error("per", f"must be \"item\" or \"group\" (got {per!r})")
@@ -362,10 +317,21 @@ def _prompt(root: _Reader, index: int, table: Mapping[str, Any],
                       parser=parser_name, parser_options=parser_opts,
                       aspect_options=aspect_opts, aspects=aspects, models=judges,
                       datasets=for_datasets, params=params, samples=r.positive("samples", 1),
-                      order=order, join=_join(r), requires=_names(r, "requires"))
+                      order=order, join=_join(r), requires=_names(r, "requires"),
+                      prefix_until=_prefix_until(r, templates, system))
 
 
-def _check_parser(r: _Reader, name: str, options: Mapping[str, Any],
+def _prefix_until(r: Reader, templates: Mapping[str, str], system: str | None) -> str | None:
+    """The prompt's `prefix_until`: a placeholder of its templates (or system), or None."""
+    until: str | None = r.get("prefix_until", str)
+    if until is not None and not any(until in placeholders(t)
+                                     for t in [*templates.values(), system or ""]):
+        raise r.error("prefix_until", f"names {{{{{until}}}}}, which no template of the "
+                      "prompt has; name a placeholder, e.g. \"summary\"")
+    return until
+
+
+def _check_parser(r: Reader, name: str, options: Mapping[str, Any],
                   aspect_opts: Mapping[str, Any], aspects: tuple[str, ...], per: str) -> None:
     """The prompt's parser options, for the prompt and for each aspect (see check_aspect)."""
     # In group mode the outputs parser's `count` is the group's size, known per request.
@@ -385,7 +351,7 @@ def _check_parser(r: _Reader, name: str, options: Mapping[str, Any],
         raise r.error("parser", f"is wrong: {exc}") from None
 
 
-def _templates(r: _Reader, aspects: tuple[str, ...]) -> dict[str, str]:
+def _templates(r: Reader, aspects: tuple[str, ...]) -> dict[str, str]:
     value = r.get("template", (str, dict), required=True)
     if isinstance(value, str):
         return {"*": _read_template(r, "template", value)}
@@ -396,7 +362,7 @@ def _templates(r: _Reader, aspects: tuple[str, ...]) -> dict[str, str]:
     return {aspect: _read_template(r, f"template.{aspect}", path) for aspect, path in value.items()}
 
 
-def _read_template(r: _Reader, key: str, raw: str) -> str:
+def _read_template(r: Reader, key: str, raw: str) -> str:
     """A template file's text (the path relative to the job file), or the template itself
     when `raw` is one (an inline template: it has a line break or a {{placeholder}})."""
     if "\n" in raw or "{{" in raw:
@@ -407,91 +373,3 @@ def _read_template(r: _Reader, key: str, raw: str) -> str:
     except OSError:
         raise r.error(key, f"points to {file}, which cannot be read; fix the path "
                       "(relative to the job file)") from None
-
-
-def _check_params(r: _Reader, params: Mapping[str, Any]) -> None:
-    for key in params:
-        if key in RESERVED_PARAMS:
-            raise r.error(f"params.{key}", "is set by the runner; remove it")
-    for key in ("n", "max_tokens", "max_completion_tokens"):
-        value = params.get(key, 1)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise r.error(f"params.{key}", f"must be a positive integer (got {value!r})")
-
-
-def _model(r: _Reader, key: str, table: Any) -> ModelSpec:
-    if not isinstance(table, dict):
-        raise r.error(key, "must be a table like [models.judge] with spec = \"...\"")
-    m = r.child(key, table)
-    m.check_keys({"spec", "base_url", "api_key_env", "params", "rpm", "tpm", "price", "mode",
-                  "batch_discount", "endpoints", "api_version"})
-    price = m.get("price", dict)
-    if price is not None:
-        mp = m.child("price", price)
-        mp.check_keys({"input", "output"})
-        price = (float(mp.get("input", (int, float), required=True)),
-                 float(mp.get("output", (int, float), required=True)))
-    params = m.get("params", dict, {})
-    _check_params(m, params)
-    spec = m.get("spec", str, required=True)
-    if (url := m.get("base_url", str)) is not None and (problem := url_problem(url)):
-        raise m.error("base_url", problem)
-    fleet = _endpoints(m, spec)
-    more: dict[str, Any] = {"endpoints": fleet} if fleet else {}
-    if "api_version" in table:
-        more["api_version"] = m.get("api_version", str)
-    try:
-        return parse_model_spec(spec, name=key,
-                                base_url=m.get("base_url", str) or (fleet[0].base_url
-                                                                    if fleet else None),
-                                api_key_env=m.get("api_key_env", str) or (
-                                    fleet[0].api_key_env if fleet else None),
-                                params=params, rpm=m.positive("rpm", None, float),
-                                tpm=m.positive("tpm", None, float), price=price, **more,
-                                **_batch_options(m))
-    except ConfigError as exc:
-        raise m.error("spec", str(exc)) from None
-
-
-
-
-def _batch_options(m: _Reader) -> dict[str, Any]:
-    """`mode = "online" | "batch"` and `batch_discount` (0 <= share saved < 1)."""
-    mode = m.get("mode", str, "online")
-    if mode not in ("online", "batch"):
-        raise m.error("mode", f'must be "online" or "batch" (got {mode!r})')
-    discount = float(m.get("batch_discount", (int, float), 0.5))
-    if not 0 <= discount < 1:
-        raise m.error("batch_discount", "must be the share of the online price saved, from 0 "
-                      f"up to (not including) 1, e.g. 0.5 (got {discount})")
-    return {"mode": mode, "batch_discount": discount}
-
-
-def _endpoints(m: _Reader, spec: str) -> tuple[EndpointSpec, ...]:
-    """`endpoints = [{base_url = ..., api_key_env = ..., rpm = ..., tpm = ...}, ...]`: the
-    replicas of a fleet; each key variable defaults to the model's (or its provider's)."""
-    entries = m.get("endpoints", list, [])
-    if "endpoints" in m.table and not entries:
-        raise m.error("endpoints", "is empty; list replicas, e.g. [{base_url = "
-                      "\"http://10.0.0.1:8000/v1\"}, {base_url = \"http://10.0.0.2:8000/v1\"}]")
-    if spec.startswith("local:") and entries:
-        raise m.error("endpoints", "cannot serve a local: model; use a bare model name")
-    prefix = spec.partition(":")[0]
-    default_env = m.get("api_key_env", str) or (PROVIDERS[prefix][2] if prefix in PROVIDERS
-                                                else "OPENAI_API_KEY")
-    out = []
-    for i, entry in enumerate(entries):
-        if not isinstance(entry, dict):
-            raise m.error(f"endpoints[{i}]", "must be a table like {base_url = \"http://...\"}")
-        e = m.child(f"endpoints[{i}]", entry)
-        e.check_keys({"base_url", "api_key_env", "rpm", "tpm"})
-        url = e.get("base_url", str, required=True)
-        if (problem := url_problem(url)) is not None:
-            raise e.error("base_url", problem)
-        out.append(EndpointSpec(base_url=url.rstrip("/"),
-                                api_key_env=e.get("api_key_env", str, default_env),
-                                rpm=e.positive("rpm", None, float),
-                                tpm=e.positive("tpm", None, float)))
-    if len({(x.base_url, x.api_key_env) for x in out}) < len(out):  # two keys may share a URL
-        raise m.error("endpoints", "lists the same base_url and api_key_env twice; remove one")
-    return tuple(out)

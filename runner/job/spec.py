@@ -9,47 +9,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-from runner.errors import ConfigError, redact_url
+from runner.job.providers import Price, row
 
-__all__ = [
-    "LEVELS",
-    "METHODS",
-    "PLACEHOLDER",
-    "POLICIES",
-    "DatasetSpec",
-    "EndpointSpec",
-    "GenerateSpec",
-    "ImportSpec",
-    "JURY_METHODS",
-    "Job",
-    "JurySpec",
-    "Limits",
-    "ModelSpec",
-    "PromptSpec",
-    "parse_model_spec",
-    "placeholders",
-    "url_problem",
-]
+__all__ = ["LEVELS", "DEFAULT_METHODS", "METHODS", "PLACEHOLDER", "POLICIES", "DatasetSpec",
+           "EndpointSpec", "GenerateSpec", "ImportSpec", "JURY_METHODS", "Job", "JurySpec",
+           "Limits", "ModelSpec", "PromptSpec", "placeholders"]
 
-OPENAI_BASE_URL = "https://api.openai.com/v1"
-# Provider presets: spec prefix -> (kind, default base URL, default key variable). The kind
-# enters the cache key (runner.execute.providers builds each kind's URL, headers and body).
-PROVIDERS: Mapping[str, tuple[str, str | None, str]] = {
-    "openai": ("openai", OPENAI_BASE_URL, "OPENAI_API_KEY"),
-    "anthropic": ("anthropic", "https://api.anthropic.com/v1", "ANTHROPIC_API_KEY"),
-    "gemini": ("gemini", "https://generativelanguage.googleapis.com/v1beta/openai",
-               "GEMINI_API_KEY"),
-    "azure": ("azure", None, "AZURE_OPENAI_API_KEY"),
-}
-AZURE_API_VERSION = "2024-10-21"
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 # Request parameters the runner sets itself: a job may not override them.
 RESERVED_PARAMS = frozenset({"model", "messages", "stream"})
 POLICIES = ("skip", "zero")
 LEVELS = ("sample", "dataset", "system")
-METHODS = ("pearson", "spearman", "kendall")
+METHODS = ("pearson", "spearman", "kendall", "ccc")
+"""The statistics a job's `methods` may name (runner.reduce.statistics defines each)."""
+DEFAULT_METHODS = ("pearson", "spearman", "kendall")
 JURY_METHODS = ("mean", "median", "majority")
 
 
@@ -72,6 +46,10 @@ class Limits:
     before, after which the run stops (exit 2, rerun to resume)."""
     max_wait_s: float = 600.0
     """Longest wait a server may ask for (Retry-After); a longer ask stops the run (exit 2)."""
+    until_ci: float | None = None
+    """Judge whole groups in a random order and stop once every 95% CI of a judge's
+    correlation (each level and method the job reports) is narrower than this (`judge run
+    --until-ci`); None = judge every item."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,12 +88,13 @@ class ModelSpec:
     """Request parameters for every prompt sent to this model (prompt params win)."""
     rpm: float | None = None
     tpm: float | None = None
-    price: tuple[float, float] | None = None
-    """USD per 1M (input, output) tokens; None = look up the built-in table."""
+    price: Price | None = None
+    """The job's `price = {...}`; None = the provider table's (runner.job.providers)."""
     mode: str = "online"
     """"online" (the pool) or "batch" (the provider's Batch API; `judge run --batch` for all)."""
-    batch_discount: float = 0.5
-    """Share of the online price a batch answer saves (OpenAI and Anthropic: 0.5)."""
+    batch_discount: float | None = None
+    """Share of the online price a batch answer saves; unset (None): the price's, 0.5 for
+    every provider in the table."""
     endpoints: tuple[EndpointSpec, ...] = ()
     """A fleet serving this model (several replicas, keys or regions); empty = `base_url`."""
     api_version: str | None = None
@@ -124,14 +103,19 @@ class ModelSpec:
     @property
     def endpoint(self) -> str:
         """The endpoint's identity in cache keys: stable even when a local port changes, and
-        the same whichever replica of a fleet answers. Kinds other than openai/compatible
-        carry their kind (an Anthropic answer is not an OpenAI answer to the same body)."""
+        the same whichever replica of a fleet answers. Kinds with their own identity in the
+        provider table carry their kind (an Anthropic answer is not an OpenAI answer to the
+        same body).
+
+        Raises:
+            ConfigError: the kind has no row in the provider table."""
+        own = row(self.kind).own_identity
         if self.kind == "local":
             return self.spec
         if self.endpoints:
             return f"fleet:{self.kind}"
         assert self.base_url is not None
-        if self.kind in ("anthropic", "gemini", "azure"):
+        if own:
             return f"{self.kind}:{self.base_url.rstrip('/')}"
         return self.base_url.rstrip("/")
 
@@ -181,6 +165,10 @@ class PromptSpec:
     ColossalAI's question = instruction, plus "\\n" + input when there is an input."""
     requires: tuple[str, ...] = ()
     """Fields that must be non-empty (after `join`) for the prompt to apply to an item."""
+    prefix_until: str | None = None
+    """The placeholder that ends the requests' cacheable prefix (e.g. "summary": the text
+    before {{summary}}, the source document included, is what requests of one document
+    share); None: the prefix ends at the first placeholder other than {{aspect}}."""
 
     def template(self, aspect: str, subset: str = "",
                  fields: Mapping[str, str] | None = None) -> str | None:
@@ -302,9 +290,9 @@ class Job:
     seed: int = 0
     levels: tuple[str, ...] = LEVELS
     """Correlation levels to report: sample, dataset, system."""
-    methods: tuple[str, ...] = METHODS
-    """Correlation coefficients: pearson, spearman, kendall (system level adds
-    pairwise_accuracy)."""
+    methods: tuple[str, ...] = DEFAULT_METHODS
+    """Correlation coefficients: pearson, spearman, kendall by default, and ccc (Lin's
+    concordance); system level adds pairwise_accuracy."""
     imports: tuple[ImportSpec, ...] = ()
     generate: tuple[GenerateSpec, ...] = ()
     leaderboard: bool = False
@@ -314,6 +302,9 @@ class Job:
     study, whose scores.csv would be gigabytes of text."""
     juries: tuple[JurySpec, ...] = ()
     """Virtual judges made of the judges' scores (`[juries.NAME]`), reported like any judge."""
+    prompt_cache: bool = True
+    """Mark each request's static prefix for the provider's prompt cache (Anthropic's
+    cache_control); false sends the bodies of earlier versions byte for byte."""
 
     def with_models(self, models: tuple[ModelSpec, ...]) -> Job:
         """This job with other models (`--model` on the command line).
@@ -336,83 +327,6 @@ class Job:
             A copy of the job; the job itself is frozen and unchanged.
         """
         return replace(self, limits=replace(self.limits, **changes))
-
-
-def parse_model_spec(spec: str, *, name: str | None = None, base_url: str | None = None,
-                     api_key_env: str | None = None, **extra: Any) -> ModelSpec:
-    """Turn `openai:NAME`, `anthropic:NAME`, `gemini:NAME`, `azure:DEPLOYMENT`, `local:NAME`
-    or a bare `NAME` into a ModelSpec.
-
-    A bare name needs `base_url` (from the job, `--base-url` or `OPENAI_BASE_URL`); a key is
-    sent if one is set. The provider prefixes always need a key (in their preset variable
-    unless `api_key_env` names another); azure also needs `base_url`, the resource URL.
-
-    Args:
-        spec: the model spec as written in the job file or on the command line.
-        name: the judge's name in reports; defaults to `spec`.
-        base_url: the endpoint; defaults to the provider's preset.
-        api_key_env: the variable holding the key; defaults to the provider's preset or
-            OPENAI_API_KEY.
-        **extra: further `ModelSpec` fields (rpm, params, endpoints, ...).
-
-    Returns:
-        The ModelSpec, with kind "openai", "anthropic", "gemini", "azure", "local" or
-        "compatible".
-
-    Raises:
-        ConfigError: the spec names no model, or azure has no `base_url`.
-    """
-    prefix, _, rest = spec.partition(":")
-    if (prefix in PROVIDERS or prefix == "local") and not rest.strip():
-        raise ConfigError(f"model spec {spec!r} names no model: use {prefix}:NAME, e.g. "
-                          "openai:gpt-4o-mini or local:smollm2")
-    if rest and prefix in PROVIDERS:
-        kind, preset_url, preset_env = PROVIDERS[prefix]
-        url = base_url or preset_url
-        if url is None and not extra.get("endpoints"):
-            raise ConfigError(f"model spec {spec!r} needs base_url = your resource URL, "
-                              "e.g. https://NAME.openai.azure.com")
-        if kind == "azure":
-            extra.setdefault("api_version", AZURE_API_VERSION)
-        return ModelSpec(name=name or spec, spec=spec, model=rest, kind=kind, base_url=url,
-                         api_key_env=api_key_env or preset_env, key_required=True, **extra)
-    if rest and prefix == "local":
-        return ModelSpec(name=name or spec, spec=spec, model=rest, kind="local", base_url=None,
-                         api_key_env=api_key_env or "OPENAI_API_KEY", **extra)
-    if not spec.strip():
-        raise ConfigError("model spec is empty: use openai:NAME, local:NAME or a model name")
-    return ModelSpec(name=name or spec, spec=spec, model=spec, kind="compatible",
-                     base_url=base_url, api_key_env=api_key_env or "OPENAI_API_KEY", **extra)
-
-
-def url_problem(url: str) -> str | None:
-    """What is wrong with an endpoint URL (`htp://`, `http//x`, no host, a bad port, a
-    `user:password@` in it).
-
-    Checked when the job is read: a base URL like that was retried as a connection error on
-    every task, and one with a user and password crashed the client at the first call
-    (aiohttp refuses them beside the key's Authorization header). The message shows the URL
-    without its password.
-
-    Args:
-        url: the URL as written.
-
-    Returns:
-        A message naming the URL and the fix, or None when it is an http(s) URL with a host.
-    """
-    shown = redact_url(url)
-    try:
-        parts = urlsplit(url)
-        port_ok = parts.port is None or 0 < parts.port < 65536
-    except ValueError:
-        return f"{shown!r} is not an http(s) URL (bad port or address)"
-    if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
-        return f"{shown!r} is not an http(s) URL; write it like http://127.0.0.1:8000/v1"
-    if parts.username is not None or parts.password is not None:
-        return (f"{shown!r} has credentials in it (user:password@), which are never sent: "
-                "remove them and put the key in the model's api_key_env variable "
-                "(OPENAI_API_KEY unless the job names another); it goes in the provider's header")
-    return None
 
 
 def placeholders(template: str) -> set[str]:

@@ -20,7 +20,7 @@ from typing import Any
 from runner.expand import Expansion
 from runner.reduce.judgments import Judgment
 
-__all__ = ["BATTLE_COLUMNS", "Battles", "battle_markdown"]
+__all__ = ["BATTLE_COLUMNS", "Battles"]
 
 BATTLE_COLUMNS = ["judge", "dataset", "aspect", "model_a", "model_b", "n", "a_wins", "ties",
                   "b_wins", "inconsistent", "failed", "a_win_rate", "tie_rate", "b_win_rate",
@@ -35,9 +35,8 @@ class Battles:
     """Collects the judgments of order = "both" prompts while the reports stream them."""
 
     def __init__(self, expansion: Expansion) -> None:
+        self.expansion = expansion
         self.prompts = {p.name for p in expansion.job.prompts if p.order == "both"}
-        self.position = {(name, it.item_id): i for name, its in expansion.items.items()
-                         for i, it in enumerate(its)}
         self.systems: dict[tuple[str, str], str] = {}
         self.groups: dict[tuple[str, str, str, str], _Orders] = defaultdict(dict)
 
@@ -66,9 +65,13 @@ class Battles:
         """battle.csv rows: per judge, data set, aspect and model pair (A before B in data
         order)."""
         tally: dict[tuple[str, str, str, str, str], dict[str, Any]] = {}
+        # every item's position, made only here: a job without battles holds no such dict
+        # (~136 bytes an item, 34 MB of a 1M-task run of 250k items; bench/README.md, Memory)
+        position = {(name, it.item_id): i for name, its in self.expansion.items.items()
+                    for i, it in enumerate(its)} if self.groups else {}
         for (judge, dataset, aspect, _group), orders in self.groups.items():
             members = sorted({m for order in orders for m in order},
-                             key=lambda m: self.position.get((dataset, m), 0))
+                             key=lambda m: position.get((dataset, m), 0))
             for a, b in itertools.combinations(members, 2):
                 key = (judge, dataset, aspect, self.systems[dataset, a], self.systems[dataset, b])
                 row = tally.setdefault(key, _empty(key))
@@ -107,20 +110,3 @@ def _finish(row: dict[str, Any]) -> dict[str, Any]:
     row["a_mean"] = round(statistics.fmean(a), 4) if a else None
     row["b_mean"] = round(statistics.fmean(b), 4) if b else None
     return row
-
-
-def battle_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
-    """report.md's battle section (empty when there is no battle)."""
-    if not rows:
-        return ""
-    lines = ["", "## Battles (both orders)", "",
-             "A question counts as a win or a tie only when both orders agree; `inconsistent` "
-             "= the two orders disagree; `failed` = an order has no score (not in n).", "",
-             "| judge | aspect | model A | model B | n | A wins | ties | B wins | inconsistent "
-             "| failed | A mean | B mean |", "|---|---|---|---|" + "---:|" * 8]
-    for r in rows:
-        means = ["" if r[k] is None else f"{r[k]:.2f}" for k in ("a_mean", "b_mean")]
-        lines.append(f"| {r['judge']} | {r['aspect']} | {r['model_a']} | {r['model_b']} | "
-                     f"{r['n']} | {r['a_wins']} | {r['ties']} | {r['b_wins']} | "
-                     f"{r['inconsistent']} | {r['failed']} | {means[0]} | {means[1]} |")
-    return "\n".join(lines) + "\n"

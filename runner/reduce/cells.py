@@ -137,14 +137,22 @@ def grouped(keys: npt.NDArray[np.integer[Any]], size: int
 
 
 class _Grid:
-    """One data set's cells while collecting: item id -> local index, judge -> local column,
-    and `slots[local item * stride + column]` = the cell's index, -1 for none yet."""
+    """One data set's cells while collecting: item -> local index, judge -> local column, and
+    `slots[local item * stride + column]` = the cell's index, -1 for none yet.
 
-    __slots__ = ("columns", "glob", "index", "item_of", "slots", "stride")
+    An item's local index is its position in the data set's list (`listed`), found by a cursor:
+    judgments come in the list's order, so the item is the cursor's or the next one (the same
+    object: judging looks items up in the expansion). Only a judgment out of that order builds
+    the item id -> local index dict: a run holds none, where the dict held ~80 bytes an item
+    (bench/README.md, Memory)."""
 
-    def __init__(self, index: dict[str, int], item_of: list[int],
+    __slots__ = ("at", "columns", "glob", "index", "item_of", "listed", "slots", "stride")
+
+    def __init__(self, listed: Sequence[Item], start: int,
                  judges: Sequence[tuple[tuple[str, str, str], int]]) -> None:
-        self.index, self.item_of = index, item_of
+        self.listed, self.at = listed, 0
+        self.index: dict[str, int] | None = None
+        self.item_of = array("i", range(start, start + len(listed)))
         self.columns: dict[tuple[str, str, str], int] = {}
         self.glob: list[int] = []  # local column -> global judge code
         for key, code in judges:
@@ -152,7 +160,22 @@ class _Grid:
                 self.columns[key] = len(self.glob)
                 self.glob.append(code)
         self.stride = max(len(self.glob), 1)
-        self.slots = array("i", [-1]) * (len(item_of) * self.stride)
+        self.slots = array("i", [-1]) * (len(listed) * self.stride)
+
+    def local(self, item: Item) -> int | None:
+        """The item's local index, None if the data set's list lacks it and no cell has it."""
+        listed, at = self.listed, self.at
+        if at < len(listed) and listed[at] is item:
+            return at
+        if at + 1 < len(listed) and listed[at + 1] is item:
+            self.at = at + 1
+            return at + 1
+        if self.index is None:
+            self.index = {it.item_id: i for i, it in enumerate(listed)}
+        local = self.index.get(item.item_id)
+        if local is not None and local < len(listed):
+            self.at = local
+        return local
 
     def column(self, key: tuple[str, str, str], code: int) -> int:
         """The local column of a judge the job did not list for this data set, widening the
@@ -168,10 +191,13 @@ class _Grid:
             self.slots, self.stride = slots, wider
         return col
 
-    def add_item(self, global_index: int) -> int:
+    def add_item(self, item: Item, global_index: int) -> int:
+        """A local index for an item the data set's list lacks (`local` returned None)."""
+        assert self.index is not None, "local() builds the index before it returns None"
         self.item_of.append(global_index)
         self.slots.extend(array("i", [-1]) * self.stride)
-        return len(self.item_of) - 1
+        local = self.index[item.item_id] = len(self.item_of) - 1
+        return local
 
 
 class CellBuilder:
@@ -213,13 +239,11 @@ class CellBuilder:
             self.starts.append(start)
             self.items += items
             self.item_dataset.extend(array("i", [d]) * len(items))
-            index = {it.item_id: i for i, it in enumerate(items)}
             prompts = [p for p in self.expansion.job.prompts
                        if not p.datasets or dataset in p.datasets]
             judges = [((p.name, a, m.name), self._code((p.name, a, m.name)))
                       for p in prompts for a in p.aspects for m in self.expansion.judges(p)]
-            grid = self.grids[dataset] = _Grid(index, list(range(start, start + len(items))),
-                                               judges)
+            grid = self.grids[dataset] = _Grid(items, start, judges)
         self._dataset, self._grid = dataset, grid
         return grid
 
@@ -228,10 +252,10 @@ class CellBuilder:
         a new empty one if it is not there yet."""
         grid = self._grid if dataset == self._dataset and self._grid is not None \
             else self._open(dataset)
-        if (local := grid.index.get(item.item_id)) is None:  # an item the lists lack
+        if (local := grid.local(item)) is None:  # an item the lists lack
             self.items.append(item)
             self.item_dataset.append(self.datasets.index(dataset))
-            local = grid.index[item.item_id] = grid.add_item(len(self.items) - 1)
+            local = grid.add_item(item, len(self.items) - 1)
         if (col := grid.columns.get(judge)) is None:
             col = grid.column(judge, self._code(judge))
         slot = local * grid.stride + col

@@ -8,7 +8,7 @@ never a score; a task with no cached answer is an `api` failure.
 from __future__ import annotations
 
 import array
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -18,8 +18,9 @@ from runner.data.datasets import Item
 from runner.execute.stats import RunStats
 from runner.execute.store.answers import Answer
 from runner.execute.store.backend import CacheBackend, answers
-from runner.expand import Expansion, Task, task_key
+from runner.expand import Expansion
 from runner.expand_ahead import expanded
+from runner.job.providers import Tokens
 from runner.job.spec import PromptSpec
 from runner.parse.parsers import (
     Choice,
@@ -31,12 +32,14 @@ from runner.parse.parsers import (
     combine,
     get_parser,
 )
+from runner.tasks import Task, task_key
 
-__all__ = ["CachedFirst", "Judgment", "aspect_key", "choices", "judge"]
+__all__ = ["CachedFirst", "ItemCursor", "Judgment", "aspect_key", "choices", "judge"]
 
 READ_BATCH = 128  # answers read from the cache in one query
 MEMO_TEXT = 256  # answers up to this long are parsed once per distinct text
 MEMO_SIZE = 200_000
+LOOK_AHEAD = 64  # items an ItemCursor looks ahead before it asks the expansion's index
 ParseFunc = Callable[[Choice, Mapping[str, Any]], "Scores | Failure"]
 NOT_CACHED = ("no cached answer: the task was not run yet, failed, or was left out by "
               "--offline/--budget/Ctrl-C; `judge run` calls it")
@@ -70,8 +73,8 @@ class Judgment(NamedTuple):
     """Where the answer came from: "api", "batch:<batch id>", "import:<file>"; None if none."""
     time: float | None = None
     """When the answer was stored (the cache record's `time`); None without an answer."""
-    tokens: tuple[int, int] = (0, 0)
-    """The answer's (prompt, completion) tokens, from its usage."""
+    tokens: Tokens = Tokens()
+    """The answer's tokens by kind, from its usage."""
 
 
 def choices(response: Mapping[str, Any]) -> list[Choice]:
@@ -102,7 +105,37 @@ def judge(expansion: Expansion, cache: CacheBackend, *, failures: Mapping[str, s
         count = len(tasks) if isinstance(tasks, Sized) else expansion.count()
     reads = (expanded(cache, expansion, READ_BATCH, count) if tasks is None
              else answers(cache, tasks, task_key, READ_BATCH, count))
-    return _judged(context, reads, expansion.item)
+    return _judged(context, reads, context.cursor.item)
+
+
+class ItemCursor:
+    """Finds the items of tasks that come in data order (an item's tasks one after another,
+    items in their data set's order) without the expansion's item index: the cursor's item,
+    else the next one, else `Expansion.item` (which makes the index once). What it buys: a
+    run's judging makes no (data set, item id) dict, ~100 bytes an item (bench/README.md,
+    Memory)."""
+
+    __slots__ = ("at", "dataset", "expansion", "listed")
+
+    def __init__(self, expansion: Expansion) -> None:
+        self.expansion, self.dataset, self.at = expansion, "", 0
+        self.listed: Sequence[Item] = ()
+
+    def item(self, dataset: str, item_id: str) -> Item:
+        """The item, as `Expansion.item` finds it."""
+        if dataset != self.dataset:
+            self.dataset, self.at = dataset, 0
+            self.listed = self.expansion.items.get(dataset, ())
+            if not isinstance(self.listed, list):  # a streamed data set: no positions
+                self.listed = ()
+        listed, at = self.listed, self.at
+        if at < len(listed) and (it := listed[at]).item_id == item_id:
+            return it
+        for ahead in range(at + 1, min(at + 1 + LOOK_AHEAD, len(listed))):
+            if (it := listed[ahead]).item_id == item_id:  # the next item, or one without tasks
+                self.at = ahead
+                return it
+        return self.expansion.item(dataset, item_id)
 
 
 def _judged(context: _Context, reads: Iterable[tuple[list[Task], Mapping[str, Answer]]],
@@ -139,7 +172,7 @@ class CachedFirst:
         context = _Context(expansion, {p.name: p for p in expansion.job.prompts}, {}, {},
                            frozenset(), stats.failures)
         reads = self._reads
-        item, done = expansion.item, 0
+        item, done = context.cursor.item, 0
         for batch, stored in reads:
             self.on_progress(stats)  # a batch at a time: ~0.6 us a task otherwise
             # the batch's tasks up to its first without an answer, counted at once
@@ -186,6 +219,10 @@ class _Context:
     outcomes: dict[tuple[tuple[str, str, int], int | None, str, str | None], _Outcome] = field(
         default_factory=dict)
     """Nor is what follows from it (combined, score, error) worked out again."""
+    cursor: ItemCursor = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.cursor = ItemCursor(self.expansion)
 
     def parse(self, at: tuple[str, str, int], func: ParseFunc, options: Mapping[str, Any],
               choice: Choice) -> Scores | Failure:
@@ -202,7 +239,7 @@ class _Context:
         """The judgments of one task: one, or one per output of a group."""
         members = task.members or (task.item_id,)
         for position, item_id in enumerate(members, 1):
-            item = self.expansion.item(task.dataset, item_id)
+            item = self.cursor.item(task.dataset, item_id)
             if answer is None:
                 message = self.failures.get(task.key, NOT_CACHED)
                 yield Judgment(task=task, item=item, score=None, values={}, raw=None,

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["RANKING_COLUMNS", "rank_rows", "ranking_markdown"]
+__all__ = ["RANKING_COLUMNS", "battle_lines", "rank_rows"]
 
 RANKING_COLUMNS = ["judge", "dataset", "aspect", "rank", "model", "strength", "ci_low",
                    "ci_high", "battles", "wins", "ties", "losses"]
@@ -108,19 +108,31 @@ def _intervals(wins: Array, n_boot: int, seed: int) -> tuple[list[float | None],
     return ([round(float(v), 4) for v in low], [round(float(v), 4) for v in high])
 
 
-def ranking_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
-    """report.md's ranking section (empty when there is no battle)."""
-    if not rows:
-        return ""
-    lines = ["", "## Ranking (Bradley-Terry over the battles)", "",
-             "Strength: log odds against the average system (a tie or an inconsistent verdict "
-             "is half a win each); 95% CIs from resampling the battles. All of it is in "
-             "ranking.csv.", "",
-             "| judge | aspect | rank | model | strength | 95% CI | wins | ties | losses |",
-             "|---|---|---:|---|---:|---|---:|---:|---:|"]
-    for r in rows:
-        ci = "" if r["ci_low"] is None else f"[{r['ci_low']:.2f}, {r['ci_high']:.2f}]"
-        lines.append(f"| {r['judge']} | {r['aspect']} | {r['rank']} | {r['model']} | "
-                     f"{r['strength']:.2f} | {ci} | {r['wins']} | {r['ties']} | "
-                     f"{r['losses']} |")
-    return "\n".join(lines) + "\n"
+def battle_lines(battles: Sequence[Mapping[str, Any]],
+                 ranking: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The battles' result as `judge run` prints it: each pair's verdicts (how many the two
+    orders disagree on), then the Bradley-Terry ranking with CIs (empty without a battle).
+
+    Args:
+        battles: battle.csv's rows (runner.reduce.battle).
+        ranking: ranking.csv's rows (rank_rows).
+
+    Returns:
+        The lines.
+    """
+    if not battles:
+        return []
+    out = ["battles (both orders; a win or tie only when the two orders agree):"]
+    for b in battles:
+        out.append(f"  {b['judge']} on {b['dataset']} / {b['aspect']}: {b['model_a']} vs "
+                   f"{b['model_b']}: {b['a_wins']} wins, {b['ties']} ties, {b['b_wins']} "
+                   f"losses, {b['inconsistent']} inconsistent of {b['n']}"
+                   + (f" ({b['failed']} failed)" if b["failed"] else ""))
+    if ranking:
+        out.append("ranking (Bradley-Terry strength, 95% CI; ranking.csv):")
+        width = max(len(str(r["model"])) for r in ranking)
+        for r in ranking:
+            ci = "" if r["ci_low"] is None else f" [{r['ci_low']:.2f}, {r['ci_high']:.2f}]"
+            out.append(f"  {r['rank']:>2}. {str(r['model']):<{width}}  {r['strength']:6.2f}{ci}"
+                       f"  ({r['judge']} on {r['dataset']} / {r['aspect']})")
+    return out

@@ -1,46 +1,31 @@
-"""Is the judge reliable? Agreement, position and length bias, significance, sample sizes.
+"""Is the judge reliable? Agreement, partial correlation, significance (position bias:
+runner.reduce.positions; sample sizes: runner.reduce.power).
 
 Pure functions over scores already judged (zero calls):
 
 * alpha: Krippendorff's alpha (the `krippendorff` package) over a coders x units table with
   missing values; weighted_kappa: Cohen's kappa with linear or quadratic weights, for two
   raters on an integer scale; agreement: both alphas and kappa of two complete raters at once.
-* Positions: collects the scores of group prompts by the position each member was shown in,
-  and pair verdicts per order, so position_rows can report the share of pairs whose verdict
-  flips when the order is swapped, the first-position win rate (binomial test against 1/2) and
-  the mean score by position. It also keeps the samples of sampled prompts (`samples = k`,
-  and the n choices of one answer) for self-consistency.
 * partial: the correlation of judge and human controlling for a third variable (length).
 * williams: Williams' t for two dependent correlations sharing one variable (Steiger 1980,
   eq. 7; Graham & Baldwin 2014), and permutation_p, a paired permutation test.
-* plan_power: how many items a study needs so that the 95% bootstrap CI of the difference of
-  two judges' correlations is a chosen width, from a pilot.
 """
 
 from __future__ import annotations
 
-import functools
-import itertools
 import math
-import statistics
-from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from types import ModuleType
-from typing import Any, Literal, get_args
+from collections.abc import Callable, Sequence
+from typing import Literal, get_args
 
 import krippendorff
 import numpy as np
 import numpy.typing as npt
 
-from runner.expand import Expansion
 from runner.reduce import _coef
-from runner.reduce.judgments import Judgment
-from runner.reduce.orders import Orders, OrderScores
-from runner.reduce.samples import SampleScores
+from runner.reduce.statistics import STATISTICS
 
-__all__ = ["PowerPlan", "Positions", "Values", "agreement", "alpha", "correlation", "partial",
-           "permutation_p", "plan_power", "weighted_kappa", "williams"]
+__all__ = ["Values", "agreement", "alpha", "correlation", "partial",
+           "permutation_p", "weighted_kappa", "williams"]
 
 FloatArray = npt.NDArray[np.float64]
 Values = Sequence[float] | FloatArray
@@ -57,6 +42,16 @@ def alpha(table: Sequence[Sequence[float | None]], level: Level = "interval") ->
     than two units are pairable or every pairable value is the same (alpha undefined), and
     for levels other than interval when there are more than MAX_VALUES distinct values
     (continuous scores: the package's tables would grow as values^2).
+
+    Args:
+        table: one row a coder, one column a unit.
+        level: the level of measurement, one of LEVELS.
+
+    Returns:
+        alpha, or None where it is undefined or not computed.
+
+    Raises:
+        ValueError: an unknown level.
     """
     if level not in LEVELS:
         raise ValueError(f"level must be one of {', '.join(LEVELS)} (got {level!r})")
@@ -137,7 +132,15 @@ def agreement(x: Values, y: Values) -> tuple[float | None, float | None, float |
     (tests/test_reliability.py), in one pass: with two values a unit, the coincidence matrix
     is the contingency table plus its transpose, counted with one bincount, where alpha's
     general path enumerates each unit's pairs (reliability.csv of a 100k-item study compares
-    300 pairs of judges a data set and aspect: ~0.1 s a pair that way)."""
+    300 pairs of judges a data set and aspect: ~0.1 s a pair that way).
+
+    Args:
+        x: the first rater's values.
+        y: the second rater's values of the same units.
+
+    Returns:
+        (alpha ordinal, alpha interval, kappa), each None where undefined.
+    """
     xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if xs.ndim != 1 or xs.shape != ys.shape or np.isnan(xs).any() or np.isnan(ys).any():
         rows = [xs.tolist(), ys.tolist()]  # missing values: the general path
@@ -173,7 +176,16 @@ def weighted_kappa(a: Values, b: Values,
     from the smallest to the largest value seen: 1 - sum(w * observed) / sum(w * expected),
     w = |i - j| (linear) or (i - j)^2 (quadratic). None when a value is not an integer, the
     range spans more than MAX_CATEGORIES, the lists differ in length, or the expected
-    disagreement is 0."""
+    disagreement is 0.
+
+    Args:
+        a: one rater's values.
+        b: the other's, of the same items.
+        weights: "linear" or "quadratic".
+
+    Returns:
+        kappa, or None.
+    """
     if weights not in ("linear", "quadratic") or len(a) != len(b) or len(a) == 0:
         return None
     xa, xb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
@@ -193,14 +205,21 @@ def weighted_kappa(a: Values, b: Values,
 
 
 def correlation(method: str, x: Values, y: Values) -> float | None:
-    """scipy's pearson / spearman / kendall (tau-b); None when undefined."""
+    """A statistic of runner.reduce.statistics (pearson / spearman / kendall ...).
+
+    Args:
+        method: a name in runner.reduce.statistics.STATISTICS.
+        x: one variable.
+        y: the other, paired with x.
+
+    Returns:
+        The statistic; None for fewer than three points or when undefined.
+    """
     xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    if xs.size < 3 or np.ptp(xs) == 0 or np.ptp(ys) == 0:
+    if xs.size < 3:
         return None
-    funcs: dict[str, Callable[[FloatArray, FloatArray], Any]] = {
-        "pearson": _coef.pearson, "spearman": _coef.spearman, "kendall": _coef.kendall}
-    value = float(funcs[method](xs, ys))
-    return None if math.isnan(value) else value
+    value = STATISTICS[method].one(xs, ys)
+    return None if value is None or math.isnan(value) else value
 
 
 def partial(method: str, x: Values, y: Values, z: Values,
@@ -208,7 +227,18 @@ def partial(method: str, x: Values, y: Values, z: Values,
             ) -> float | None:
     """Correlation of x and y controlling for z: (r_xy - r_xz r_yz) / sqrt((1 - r_xz^2)
     (1 - r_yz^2)), each r by `method` (pearson, or spearman: the partial rank correlation);
-    `corr` computes them (correlation, or a caller's memo of it)."""
+    `corr` computes them (correlation, or a caller's memo of it).
+
+    Args:
+        method: pearson or spearman.
+        x: one variable.
+        y: the other.
+        z: the variable controlled for.
+        corr: the correlation function.
+
+    Returns:
+        The partial correlation, or None when undefined.
+    """
     rxy, rxz, ryz = corr(method, x, y), corr(method, x, z), corr(method, y, z)
     if rxy is None:
         return None
@@ -219,21 +249,42 @@ def partial(method: str, x: Values, y: Values, z: Values,
 
 def williams(r12: float, r13: float, r23: float, n: int) -> tuple[float, float] | None:
     """Williams' t for H0: rho12 = rho13, where variable 1 (the human) is shared and r23 is
-    the two judges' correlation with each other; df = n - 3 (Steiger 1980 eq. 7). Returns
-    (t, two-sided p); None when n < 4 or the correlation matrix is singular."""
+    the two judges' correlation with each other; df = n - 3 (Steiger 1980 eq. 7).
+
+    Args:
+        r12: corr(human, judge A).
+        r13: corr(human, judge B).
+        r23: corr(judge A, judge B).
+        n: the items all three are computed over.
+
+    Returns:
+        (t, two-sided p); None when n < 4 or the correlation matrix is singular.
+    """
     k = 1 - r12 ** 2 - r13 ** 2 - r23 ** 2 + 2 * r12 * r13 * r23
     if n < 4 or k <= 0:
         return None
     t = (r12 - r13) * math.sqrt((n - 1) * (1 + r23)) / math.sqrt(
         2 * k * (n - 1) / (n - 3) + ((r12 + r13) ** 2 / 4) * (1 - r23) ** 3)
-    return t, float(2 * _scipy_stats().t.sf(abs(t), n - 3))
+    return t, float(2 * _coef.scipy_stats().t.sf(abs(t), n - 3))
 
 
 def permutation_p(method: str, a: Sequence[float], b: Sequence[float], human: Sequence[float],
                   n_perm: int, seed: int = 0) -> float | None:
     """Paired permutation test of corr(a, human) - corr(b, human): each item's two judge
     scores are swapped with probability 1/2 (after each judge is standardised, so scales do not
-    matter); two-sided p = (1 + #|diff*| >= |diff|) / (1 + n_perm)."""
+    matter); two-sided p = (1 + #|diff*| >= |diff|) / (1 + n_perm).
+
+    Args:
+        method: pearson, or a rank method (the ranks are permuted; kendall by tau-b).
+        a: judge A's scores.
+        b: judge B's, of the same items.
+        human: the human scores of those items.
+        n_perm: the permutations.
+        seed: the random generator's seed.
+
+    Returns:
+        p, or None for fewer than three items, a constant series or no permutation.
+    """
     xa, xb, h = (np.asarray(v, dtype=float) for v in (a, b, human))
     if xa.size < 3 or np.ptp(xa) == 0 or np.ptp(xb) == 0 or np.ptp(h) == 0 or n_perm < 1:
         return None
@@ -263,248 +314,4 @@ def _rows_pearson(x: FloatArray, y: FloatArray) -> FloatArray:
     yc = y - y.mean()
     with np.errstate(invalid="ignore", divide="ignore"):
         out: FloatArray = (xc @ yc) / np.sqrt((xc ** 2).sum(axis=1) * (yc ** 2).sum())
-    return out
-
-
-def _scipy_stats() -> ModuleType:
-    """scipy.stats, imported on first use (position rows, Williams' test): importing it
-    costs 0.7-1.5 s of CPU, more than the correlations of a 100,000-task run."""
-    import scipy.stats
-    return scipy.stats
-
-
-@dataclass(frozen=True, slots=True)
-class PowerPlan:
-    """Items needed to separate two judges' correlations, from a pilot (dataset level)."""
-
-    method: str  # pearson | spearman
-    n_pilot: int
-    diff: float  # corr(A, human) - corr(B, human) on the pilot
-    width_pilot: float  # width of the pilot's 95% bootstrap CI of diff
-    width: float  # the target width
-    n_for_width: int  # items for a 95% CI of the target width (CI width ~ 1/sqrt(n))
-    width_check: float | None  # bootstrap width with n_for_width items drawn from the pilot
-    groups_pilot: int  # the pilot's groups (items, where the data has no groups)
-    power_pilot: float  # power of a study the pilot's size to separate A and B
-    groups_for_power: int | None  # groups for POWER at ALPHA (None: beyond MAX_GROUPS)
-    n_for_power: int | None  # items for POWER: groups_for_power x the pilot's items a group
-
-
-POWER = 0.8
-ALPHA = 0.05
-MAX_GROUPS = 200_000
-"""The largest study `plan_power` sizes (beyond: "more than" that, None)."""
-
-
-def plan_power(a: Sequence[float], b: Sequence[float], human: Sequence[float], *,
-               method: str, width: float, groups: Sequence[str] | None = None,
-               n_boot: int = 500, seed: int = 0, check_limit: int = 20_000) -> PowerPlan | None:
-    """Sample sizes from a pilot: for a CI of the difference `width` wide (the pilot's
-    bootstrap width scaled by 1/sqrt(n), checked by a bootstrap at that size up to
-    `check_limit` items), and for POWER to find the pilot's difference at ALPHA (two-sided).
-
-    Power is simulated, not read off a CI width: studies of G groups are drawn with
-    replacement from the pilot's `groups` (the unit of the dataset level: items of a group
-    stay together; each item its own group without `groups`), and a study separates A and B
-    when its difference is beyond 1.96 of the simulated studies' standard deviation. The
-    smallest G with power >= POWER is found by doubling, then bisection. None when the pilot
-    has fewer than 10 items or a constant judge."""
-    xa, xb, h = (np.asarray(v, dtype=float) for v in (a, b, human))
-    if method not in ("pearson", "spearman") or xa.size < 10 or width <= 0:
-        return None
-    if method == "spearman":
-        xa, xb, h = _coef.rankdata(xa), _coef.rankdata(xb), _coef.rankdata(h)
-    diff = correlation("pearson", xa, h), correlation("pearson", xb, h)
-    if diff[0] is None or diff[1] is None:
-        return None
-    rng = np.random.default_rng(seed)
-    w0 = _boot_width(xa, xb, h, xa.size, n_boot, rng)
-    d = diff[0] - diff[1]
-    n_width = max(4, math.ceil(xa.size * (w0 / width) ** 2))
-    check = _boot_width(xa, xb, h, n_width, n_boot, rng) if n_width <= check_limit else None
-    sums = _group_sums(xa, xb, h, groups)
-    per_group = xa.size / len(sums)
-    power = functools.partial(_power, sums, n_boot, np.random.default_rng(seed))
-    g = _groups_for_power(power, len(sums)) if abs(d) > 1e-12 else None
-    return PowerPlan(method, int(xa.size), d, w0, width, n_width, check, len(sums),
-                     power(len(sums)), g, None if g is None else math.ceil(g * per_group))
-
-
-def _group_sums(a: FloatArray, b: FloatArray, h: FloatArray,
-                groups: Sequence[str] | None) -> FloatArray:
-    """Per group: n, and the sums of a, b, h, a*a, b*b, h*h, a*h, b*h (what a Pearson
-    correlation over any union of groups is made of)."""
-    if groups is None:
-        codes = np.arange(a.size)
-    else:
-        _, codes = np.unique(np.asarray(groups, dtype=object).astype(str), return_inverse=True)
-    cols = np.stack([np.ones_like(a), a, b, h, a * a, b * b, h * h, a * h, b * h], axis=1)
-    out = np.zeros((int(codes.max()) + 1, cols.shape[1]))
-    np.add.at(out, codes, cols)
-    return out
-
-
-def _power(sums: FloatArray, n_sim: int, rng: np.random.Generator, groups: int) -> float:
-    """The share of n_sim simulated studies of `groups` groups (drawn from the pilot's) whose
-    difference of correlations is beyond z(1 - ALPHA/2) of the studies' standard deviation."""
-    per = max(1, (1 << 22) // max(groups, 1))
-    diffs = []
-    for start in range(0, n_sim, per):
-        pick = rng.integers(0, len(sums), size=(min(per, n_sim - start), groups))
-        n, sa, sb, sh, saa, sbb, shh, sah, sbh = np.moveaxis(sums[pick].sum(axis=1), 1, 0)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            vh = shh - sh * sh / n
-            ra = (sah - sa * sh / n) / np.sqrt((saa - sa * sa / n) * vh)
-            rb = (sbh - sb * sh / n) / np.sqrt((sbb - sb * sb / n) * vh)
-        dd = ra - rb
-        diffs.append(dd[np.isfinite(dd)])
-    dist = np.concatenate(diffs)
-    if dist.size < 2:
-        return math.nan
-    sd = float(dist.std(ddof=1))
-    if sd == 0:
-        return 1.0 if abs(float(dist.mean())) > 0 else 0.0
-    return float(np.mean(np.abs(dist) > _Z * sd))
-
-
-_Z = 1.959963984540054  # the standard normal's 97.5th percentile: ALPHA = 0.05, two-sided
-
-
-def _groups_for_power(power: Callable[[int], float], pilot: int) -> int | None:
-    """The fewest groups with power(groups) >= POWER (doubling from 2, then bisection)."""
-    low, high = 1, 2
-    while power(high) < POWER:
-        low, high = high, high * 2
-        if high > MAX_GROUPS:
-            return None
-    while high - low > max(1, low // 50):  # to within 2%: the simulation's own noise
-        mid = (low + high) // 2
-        if power(mid) >= POWER:
-            high = mid
-        else:
-            low = mid
-    return high
-
-
-def _boot_width(a: FloatArray, b: FloatArray, h: FloatArray, m: int, n_boot: int,
-                rng: np.random.Generator) -> float:
-    """Width of the 95% percentile interval of the difference over n_boot draws of m items."""
-    diffs: list[FloatArray] = []
-    per = max(1, (1 << 22) // max(m, 1))
-    for start in range(0, n_boot, per):
-        idx = rng.integers(0, a.size, size=(min(per, n_boot - start), m))
-        ha = h[idx]
-        d = _pearson_pairs(a[idx], ha) - _pearson_pairs(b[idx], ha)
-        diffs.append(d[~np.isnan(d)])
-    dist = np.concatenate(diffs)
-    return float(np.percentile(dist, 97.5) - np.percentile(dist, 2.5)) if dist.size else math.nan
-
-
-def _pearson_pairs(x: FloatArray, y: FloatArray) -> FloatArray:
-    xc, yc = x - x.mean(axis=1, keepdims=True), y - y.mean(axis=1, keepdims=True)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out: FloatArray = (xc * yc).sum(axis=1) / np.sqrt((xc ** 2).sum(axis=1)
-                                                          * (yc ** 2).sum(axis=1))
-    return out
-
-
-# (judge, dataset, aspect, group) -> order (member ids as sent) -> member -> scores
-_Orders = Orders
-
-
-class Positions:
-    """Collects, while the reports stream the judgments, what position and self-consistency
-    figures need: group prompts' scores by order and member, and every judge's samples."""
-
-    def __init__(self, expansion: Expansion) -> None:
-        job = expansion.job
-        self.sampled = frozenset(p.name for p in job.prompts if p.samples > 1)
-        """Prompts with several samples a task: only their scores are kept for
-        self-consistency, so a large single-sample job pays one set lookup a judgment."""
-        self.groups = OrderScores()
-        """(judge, dataset, aspect, group), order shown, member -> scores (group prompts)."""
-        self.samples = SampleScores()
-        """(judge, dataset, aspect), item id, sample -> scores (one per order). A sample is a
-        task's sample index, or with n > 1 choices an answer (sample index x n + choice)."""
-
-    def watch(self, judgments: Iterable[Judgment]) -> Iterator[Judgment]:
-        """Pass every judgment through, keeping its score."""
-        for j in judgments:
-            t = j.task
-            if t.prompt not in self.sampled and not t.members and not j.choice_scores:
-                yield j
-                continue
-            judge = f"{t.model}/{t.prompt}"
-            if j.choice_scores:  # n choices in one answer: coder = (sample, choice)
-                key = (judge, t.dataset, t.aspect)
-                self.samples.touch(key, j.item.item_id)
-                n = len(j.choice_scores)
-                for c, score in enumerate(j.choice_scores):
-                    if score is not None:
-                        self.samples.add(key, j.item.item_id, t.sample * n + c, score)
-            elif j.score is not None and t.prompt in self.sampled:
-                self.samples.add((judge, t.dataset, t.aspect), j.item.item_id, t.sample,
-                                 j.score)
-            if t.members:
-                self.groups.add((judge, t.dataset, t.aspect, t.item_id), t.members,
-                                j.item.item_id, j.score)
-            yield j
-
-    def self_consistency(self) -> Iterator[tuple[tuple[str, str, str], list[list[float | None]]]]:
-        """Per judge with several samples: the samples x items table for alpha (one judge,
-        data set and aspect at a time: SampleScores.tables)."""
-        return self.samples.tables()
-
-    def position_rows(self) -> list[dict[str, Any]]:
-        """reliability.csv rows of figure `position`, per judge, data set and aspect."""
-        tally: dict[tuple[str, str, str], dict[str, Any]] = {}
-        for (judge, dataset, aspect, _group), orders in self.groups.groups():
-            t = tally.setdefault((judge, dataset, aspect), {
-                "first": 0, "second": 0, "ties": 0, "pairs": 0, "flips": 0,
-                "by_position": defaultdict(list)})
-            _tally_group(t, orders)
-        rows = []
-        for (judge, dataset, aspect), t in tally.items():
-            rows += _position_rows(judge, dataset, aspect, t)
-        return rows
-
-
-def _tally_group(t: dict[str, Any], orders: _Orders) -> None:
-    """Add one group: every pair of members, in every order that scored both."""
-    verdicts: dict[tuple[str, str], list[str]] = defaultdict(list)  # one per order
-    for order, scores in orders.items():
-        for position, member in enumerate(order, 1):
-            if scores.get(member):
-                t["by_position"][position].append(statistics.fmean(scores[member]))
-        for first, second in itertools.combinations(order, 2):
-            if not scores.get(first) or not scores.get(second):
-                continue
-            s1, s2 = statistics.fmean(scores[first]), statistics.fmean(scores[second])
-            t["first" if s1 > s2 else "second" if s1 < s2 else "ties"] += 1
-            pair = (min(first, second), max(first, second))
-            verdicts[pair].append("tie" if s1 == s2 else first if s1 > s2 else second)
-    for seen in verdicts.values():
-        if len(seen) >= 2:  # the pair was scored in at least two orders
-            t["pairs"] += 1
-            t["flips"] += len(set(seen)) > 1
-
-
-def _position_rows(judge: str, dataset: str, aspect: str, t: Mapping[str, Any]
-                   ) -> list[dict[str, Any]]:
-    def row(statistic: str, value: float | None, n: int, p: float | None = None,
-            b: str = "") -> dict[str, Any]:
-        return {"dataset": dataset, "aspect": aspect, "figure": "position", "a": judge,
-                "b": b, "statistic": statistic, "value": value, "n": n, "p_value": p}
-
-    out = []
-    if t["pairs"]:
-        out.append(row("flip_rate", t["flips"] / t["pairs"], t["pairs"]))
-    decisive = t["first"] + t["second"]
-    if decisive:
-        p = float(_scipy_stats().binomtest(t["first"], decisive, 0.5).pvalue)
-        out.append(row("first_position_win_rate", t["first"] / decisive, decisive, p))
-    for position in sorted(t["by_position"]):
-        scores = t["by_position"][position]
-        out.append(row("mean_score", statistics.fmean(scores), len(scores),
-                       b=f"position {position}"))
     return out

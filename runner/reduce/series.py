@@ -1,4 +1,5 @@
-"""One judge's scores beside the humans', as columns: what correlate, compare and the page read.
+"""One judge's scores beside the humans', as columns: what correlate, compare and the page read
+(and as `Row` tuples, for small series and tests).
 
 A `Series` is the reducer's input for one (data set, aspect, judge): a row per item the judge
 and the humans both saw, in the reports' row order (the order `Row` lists had). It holds
@@ -12,18 +13,26 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
-if TYPE_CHECKING:
-    from runner.reduce.correlate import Row
-
-__all__ = ["Labels", "Series"]
+__all__ = ["Labels", "Row", "Series"]
 
 FloatArray = npt.NDArray[np.float64]
 CodeArray = npt.NDArray[np.int32]
+
+
+class Row(NamedTuple):
+    """One judged output, a row of a `Series` (a NamedTuple, made once per judge and cell: a
+    tenth of a frozen dataclass's construction time)."""
+
+    group: str  # the source it was generated from (document, story beginning, sentence)
+    system: str  # the system that generated it
+    subset: str  # e.g. a transfer direction; "" when the data has none
+    judge: float | None  # None (or NaN) when the judge's reply could not be parsed
+    human: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,8 +92,6 @@ class Series:
 
     def rows(self) -> list[Row]:
         """The series as `Row` tuples (for small series and tests)."""
-        from runner.reduce.correlate import Row
-
         g, s, b = self.labels.groups, self.labels.systems, self.labels.subsets
         return [Row(g[gi], s[si], b[bi], None if np.isnan(j) else float(j), float(h))
                 for gi, si, bi, j, h in zip(self.group.tolist(), self.system.tolist(),

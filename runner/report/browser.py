@@ -31,7 +31,7 @@ import orjson
 from runner.expand import Expansion
 from runner.reduce.judgments import Judgment
 
-__all__ = ["ItemRows", "Reservoir", "Row"]
+__all__ = ["ItemRows", "Reservoir", "Row", "prompt_text", "raw_text", "with_bodies"]
 
 RAW_CHARS = 4000  # a raw answer is cut here in the page (judgments.jsonl has it whole)
 EXAMPLES = 3  # example raw answers per (dataset, prompt, aspect, model, failure type)
@@ -64,7 +64,8 @@ class Row:
         return abs(self.score - self.human)
 
 
-def _text(raw: str | list[str] | None) -> str:
+def raw_text(raw: str | list[str] | None) -> str:
+    """A judgment's raw answer as one text (the answers of a prompt with `samples` joined)."""
     return raw if isinstance(raw, str) else "\n\n---\n\n".join(raw or [])
 
 
@@ -74,7 +75,7 @@ def _made(row_of: Row | Judgment) -> Row:
 
 def _row(j: Judgment) -> Row:
     t, it = j.task, j.item
-    raw = _text(j.raw)
+    raw = raw_text(j.raw)
     return Row(dataset=t.dataset, item=it.item_id, system=it.system, aspect=t.aspect,
                judge=f"{t.model}/{t.prompt}", score=j.score, human=it.human.get(t.aspect),
                status=j.error["type"] if j.error else "ok",
@@ -158,7 +159,7 @@ class ItemRows:
             t, kind = j.task, error["type"]
             got = self.examples.setdefault((t.dataset, t.prompt, t.aspect, t.model, kind), [])
             if len(got) < EXAMPLES:
-                got.append(_text(j.raw)[:600] or error["message"])
+                got.append(raw_text(j.raw)[:600] or error["message"])
         if self.seen <= self.cap:
             self.everything.append(_row(j))
             return

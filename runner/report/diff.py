@@ -11,17 +11,23 @@ bootstrap over the groups both runs scored, both coefficients on the same resamp
 from __future__ import annotations
 
 import csv
+import math
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from runner.errors import DataError
-from runner.reduce.correlate import Row, compare
+from runner.job.spec import Job
+from runner.reduce.compare import compare
 from runner.reduce.jury import judge_name
 from runner.reduce.resample import Resamples
-from runner.reduce.series import Series
+from runner.reduce.series import Row, Series
+from runner.report.folder import read_csv
+from runner.report.standing import MIN_PARSED_SHARE, parsed_counts
 
-__all__ = ["DIFF_COLUMNS", "diff_runs", "read_scores"]
+__all__ = ["DIFF_COLUMNS", "RunDiff", "diff_folders", "diff_lines", "diff_runs", "number",
+           "read_scores", "score_rows"]
 
 DIFF_COLUMNS = ["dataset", "aspect", "judge_a", "judge_b", "level", "method", "value_a",
                 "value_b", "change", "ci_low", "ci_high", "p_value", "n_groups"]
@@ -44,7 +50,7 @@ def read_scores(run: Path) -> Scores:
     """
     path = run / "scores.csv"
     rows: dict[tuple[str, str], dict[str, list[Row]]] = {}
-    for r in _score_rows(path, run / "scores.parquet"):
+    for r in score_rows(path, run / "scores.parquet"):
         if r["judge_score"] is None or r["human_score"] is None:
             continue
         judges = rows.setdefault((r["dataset"], r["aspect"]), {})
@@ -54,8 +60,20 @@ def read_scores(run: Path) -> Scores:
             for where, judges in rows.items()}
 
 
-def _score_rows(path: Path, parquet: Path) -> Iterator[dict[str, Any]]:
-    """scores.csv's rows with the two scores as floats (None for an empty cell)."""
+def score_rows(path: Path, parquet: Path) -> Iterator[dict[str, Any]]:
+    """scores.csv's rows (else scores.parquet's) with the two scores as floats (None for an
+    empty cell).
+
+    Args:
+        path: the run's scores.csv.
+        parquet: its scores.parquet, read when there is no scores.csv.
+
+    Returns:
+        The rows, in the file's order.
+
+    Raises:
+        DataError: neither file is there.
+    """
     if path.is_file():
         with path.open(newline="", encoding="utf-8") as f:
             for r in csv.DictReader(f):
@@ -103,3 +121,76 @@ def _pairs(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[tuple[str, str]]:
     if len(a) == 1 and len(b) == 1:
         return [(next(iter(a)), next(iter(b)))]
     return []
+
+
+@dataclass(frozen=True, slots=True)
+class RunDiff:
+    """Two kept runs compared: what `judge diff` prints and writes, and what `judge serve`'s
+    side-by-side page shows (one computation, so the two cannot differ)."""
+
+    rows: list[dict[str, Any]]
+    """DIFF_COLUMNS rows, every method and level (diff.csv)."""
+    method: str
+    """The method the lines show: spearman where the job computes it, else its first."""
+    lines: list[str]
+    """One line per pair of judges and level at `method` (see diff_lines)."""
+
+
+def diff_folders(run_a: Path, run_b: Path, job: Job) -> RunDiff:
+    """Compare two kept runs of `job` (their report folders).
+
+    Args:
+        run_a: the first run's folder (history/RUN, or latest).
+        run_b: the second's.
+        job: the job, whose levels, methods, policy, bootstrap and seed the comparison uses.
+
+    Returns:
+        The rows (empty: no data set and aspect with a judge in both) and the lines.
+
+    Raises:
+        DataError: a run has neither scores.csv nor scores.parquet.
+    """
+    rows = diff_runs(read_scores(run_a), read_scores(run_b), policy=job.policy,
+                     levels=job.levels, methods=job.methods, n_boot=job.bootstrap,
+                     seed=job.seed)
+    method = "spearman" if "spearman" in job.methods else job.methods[0]
+    parsed = [parsed_counts(read_csv(run / "summary.csv")) for run in (run_a, run_b)]
+    lines = diff_lines([r for r in rows if r["method"] == method], *parsed,
+                       least=MIN_PARSED_SHARE)
+    return RunDiff(rows, method, lines)
+
+
+Parsed = dict[tuple[str, str, str], tuple[int, int]]
+
+
+def diff_lines(rows: list[dict[str, Any]], parsed_a: Parsed, parsed_b: Parsed, *,
+               least: float) -> list[str]:
+    """One line per diff row with its n; a line per data set and aspect the two runs share no
+    group of (every value n/a: other items, e.g. another --sample or --limit); and a note on
+    a judge that parsed fewer than `least` of its answers in both runs (the share below which
+    runner.report.standing does not rank a judge)."""
+    lines, shared = [], {(r["dataset"], r["aspect"]) for r in rows if r["n_groups"]}
+    for r in rows:
+        where = (r["dataset"], r["aspect"])
+        few = [f"{s} of {n}" for s, n in (parsed_a.get((*where, r["judge_a"]), (0, 0)),
+                                          parsed_b.get((*where, r["judge_b"]), (0, 0)))
+               if n and s < least * n]
+        lines.append(f"  {r['dataset']} / {r['aspect']}  {r['judge_a']} -> {r['judge_b']}  "
+                     f"{r['level']}: {number(r['value_a'])} -> {number(r['value_b'])}  "
+                     f"{number(r['change'], sign=True)} [{number(r['ci_low'])}, "
+                     f"{number(r['ci_high'])}]  p={number(r['p_value'])}  n={r['n_groups']}"
+                     + (f"  (few answers parsed in both runs: {few[0]}, {few[1]})"
+                        if len(few) == 2 else ""))
+    for dataset, aspect in dict.fromkeys((r["dataset"], r["aspect"]) for r in rows):
+        if (dataset, aspect) not in shared:
+            lines.append(f"  {dataset} / {aspect}: the two runs share no scored group (other "
+                         "items: another --sample, --limit or data file): nothing to compare")
+    return lines
+
+
+def number(value: float | None, sign: bool = False) -> str:
+    """A coefficient as the commands and the served pages print it: 3 decimals, `n/a` for
+    none (a NaN: no spread)."""
+    if value is None or not math.isfinite(value):
+        return "n/a"
+    return f"{value:+.3f}" if sign else f"{value:.3f}"

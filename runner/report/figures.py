@@ -11,6 +11,8 @@ Per data set and aspect:
 - scatter_*: judge against human per judge (jittered points, or a 2-D histogram with the
   judge's score quantiles per human level as boxes), with the least-squares line.
 - distribution_*: judge score histograms, with the human scores'.
+- ranking_*: per battle judge, data set and aspect, the systems' Bradley-Terry strengths with
+  their 95% CIs (ranking.csv), best on top.
 - systems_*: judge and human system means, sorted by human mean, each centred and divided by
   the span of its own score scale (so a judge whose means barely move looks flat beside the
   humans, which z-scores hid), with the pairwise accuracy.
@@ -58,15 +60,48 @@ def write_figures(page: Path, out_dir: Path) -> list[Path]:
                        "scatter": _scatter(a["scatter"], a["aspect"], title),
                        "distribution": _distribution(a["distribution"], a["human"], title),
                        "systems": _systems(a, title)}
-            for kind, fig in figures.items():
-                if fig is None:
-                    continue
-                for ext in ("png", "svg"):
-                    path = out_dir / f"{kind}_{stem}.{ext}"
-                    fig.savefig(path, dpi=300, bbox_inches="tight")
-                    written.append(path)
-                plt.close(fig)
+            written += _save(figures, stem, out_dir)
+    ranked: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
+    for r in data.get("ranking") or []:
+        ranked.setdefault((r["judge"], r["dataset"], r["aspect"]), []).append(r)
+    for (judge, dataset, aspect), rows in ranked.items():
+        written += _save({"ranking": _ranking(rows, f"{judge} on {dataset}: {aspect}")},
+                         _slug(f"{judge}_{dataset}_{aspect}"), out_dir)
     return written
+
+
+def _save(figures: Mapping[str, Figure | None], stem: str, out_dir: Path) -> list[Path]:
+    """Each figure as PNG and SVG, `KIND_STEM.EXT`; the figures closed."""
+    written = []
+    for kind, fig in figures.items():
+        if fig is None:
+            continue
+        for ext in ("png", "svg"):
+            path = out_dir / f"{kind}_{stem}.{ext}"
+            fig.savefig(path, dpi=300, bbox_inches="tight")
+            written.append(path)
+        plt.close(fig)
+    return written
+
+
+def _ranking(rows: Sequence[Mapping[str, Any]], title: str) -> Figure:
+    """A battle's Bradley-Terry ranking: each system's strength with its 95% CI, best on top,
+    drawn as _forest draws the correlations."""
+    fig, ax = plt.subplots(figsize=(WIDTH / 2, 0.6 + 0.2 * len(rows)))
+    y = np.arange(len(rows))[::-1]
+    v = np.array([float(r["strength"]) for r in rows])
+    lo = np.array([_num(r["ci_low"]) for r in rows])
+    hi = np.array([_num(r["ci_high"]) for r in rows])
+    err = np.nan_to_num(np.vstack([v - lo, hi - v]), nan=0.0)
+    ax.errorbar(v, y, xerr=err, fmt="o", ms=3, color="#b2182b", ecolor="#2b4a6f", elinewidth=1,
+                capsize=2)
+    ax.axvline(0, color="grey", lw=0.6, ls="--")
+    ax.set_yticks(y, [f"{r['rank']}. {r['model']}" for r in rows])
+    ax.set_xlabel("Bradley-Terry strength (95% CI)" if np.isfinite(lo).any() else
+                  "Bradley-Terry strength (no CI)")
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig
 
 
 def _slug(text: str) -> str:

@@ -23,6 +23,7 @@ first, so it is listed whole or not at all.
 from __future__ import annotations
 
 import contextlib
+import csv
 import io
 import os
 import secrets
@@ -36,7 +37,7 @@ from runner.children import alive
 from runner.errors import ReportError
 
 __all__ = ["HISTORY", "REPORT_FILES", "atomic_file", "check_out", "forget_runs", "kept_runs",
-           "new_run_id", "own_bytes", "report_set", "write_atomic"]
+           "new_run_id", "own_bytes", "read_csv", "report_set", "write_atomic"]
 
 HISTORY = "history"
 """The out folder's subfolder that keeps every report set, one folder a run."""
@@ -155,6 +156,14 @@ def kept_runs(out_dir: Path) -> list[Path]:
         return []
     return sorted(p for p in history.iterdir()
                   if not p.name.startswith(".") and (p / "manifest.json").is_file())
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    """A kept run's CSV report as rows ([] when the run has none)."""
+    if not path.is_file():
+        return []
+    with path.open(newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
 
 
 def own_bytes(run: Path) -> int:

@@ -28,7 +28,7 @@ COLUMNS: dict[str, dict[str, str]] = {
                "judge_score": REAL, "human_score": REAL},
     "correlations": {"dataset": TEXT, "aspect": TEXT, "judge": TEXT, "level": TEXT,
                      "method": TEXT, "subset": TEXT, "value": REAL, "n_groups": COUNT,
-                     "n_items": COUNT, "ci_low": REAL, "ci_high": REAL},
+                     "n_items": COUNT, "ci_low": REAL, "ci_high": REAL, "n_systems": COUNT},
     "reliability": {"dataset": TEXT, "aspect": TEXT, "figure": TEXT, "a": TEXT, "b": TEXT,
                     "statistic": TEXT, "value": REAL, "n": COUNT, "p_value": REAL},
     "summary": {"dataset": TEXT, "prompt": TEXT, "aspect": TEXT, "model": TEXT, "n": COUNT,

@@ -20,7 +20,8 @@ from runner.reduce.correlate import MIN_SYSTEMS
 from runner.reduce.jury import judge_name
 from runner.report.standing import MIN_PARSED_SHARE, MIN_POINTS, best_judges, no_spread, points
 
-__all__ = ["Headline", "headline", "system_note", "system_warnings", "unparsed_judges"]
+__all__ = ["OUTSIDE", "OUTSIDE_NOTE", "Headline", "headline", "system_note", "system_warnings",
+           "unparsed_judges"]
 
 PREFERRED_METHOD = "spearman"
 """The coefficient shown when the job computes it (rank correlation: the studies' headline)."""
@@ -41,6 +42,9 @@ class Headline:
     reliability rows exist: runner.report.standing.bias_warnings)."""
     no_spread: list[str] = field(default_factory=list)
     """One line per judge that gives one score to (nearly) all its answers (the run fails)."""
+    battles: list[str] = field(default_factory=list)
+    """The battles' verdicts and ranking (runner.reduce.ranking.battle_lines), after the
+    table."""
 
 
 def headline(levels: Sequence[str], methods: Sequence[str],
@@ -84,6 +88,8 @@ def headline(levels: Sequence[str], methods: Sequence[str],
         lines.append(f"  n = groups (sample), items (dataset), systems (system); * only among "
                      f"judges with >= {MIN_PARSED_SHARE:.0%} of answers parsed and n >= "
                      f"{MIN_POINTS}")
+        if any(OUTSIDE in line for line in lines):
+            lines.append(OUTSIDE_NOTE)
     flat = [f"judge {judge}: {top} of {scored} answers are \"{score}\" on {dataset} / {aspect} "
             + ("(no spread): no correlation can be computed" if top == scored else
                "(almost no spread): its correlations rest on the few answers that differ")
@@ -101,7 +107,9 @@ def system_note(correlations: Sequence[Mapping[str, Any]]) -> str | None:
     n = max(counts)
     if n >= MIN_SYSTEMS:
         return (f"System level: {n} systems (the points of its coefficients), 95% CIs from "
-                "resampling the groups in correlations.csv.")
+                "resampling the groups in correlations.csv. A value near 1 can lie above its CI "
+                f"(marked {OUTSIDE}): the CI is the bootstrap's percentiles, and fewer groups "
+                "rank the systems less well on most resamples.")
     return (f"System level: only {n} systems, whatever the item count: no CI, and any ranking "
             f"of {n} systems gives a coefficient like that (fewer than {MIN_SYSTEMS}); read the "
             "sample and dataset levels.")
@@ -137,40 +145,61 @@ _CELL = 30
 """A cell's width: `-0.123 [-0.45, -0.67] n=1234` and two spaces."""
 
 
+OUTSIDE = "^"
+"""Marks a value outside its own CI (see OUTSIDE_NOTE)."""
+OUTSIDE_NOTE = (f"  {OUTSIDE} the value lies outside its CI: the CI is the bootstrap's percentiles "
+                "over resampled groups, and a coefficient near 1 falls on most resamples (fewer "
+                "groups rank the systems less well); the value is the estimate, the CI its spread")
+
+
 def _value(row: Mapping[str, Any] | None) -> str:
     if row is None or not _finite(row["value"]):
         return "n/a"
-    low, high = row.get("ci_low"), row.get("ci_high")
-    ci = f" [{low:.2f}, {high:.2f}]" if _finite(low) and _finite(high) else ""
-    return f"{float(row['value']):.3f}{ci} n={points(row)}"
+    value, low, high = float(row["value"]), row.get("ci_low"), row.get("ci_high")
+    if not (_finite(low) and _finite(high)):
+        return f"{value:.3f} n={points(row)}"
+    mark = "" if float(low) <= value <= float(high) else OUTSIDE  # type: ignore[arg-type]
+    return f"{value:.3f}{mark} [{low:.2f}, {high:.2f}] n={points(row)}"
 
 
 def _finite(value: Any) -> bool:
     return isinstance(value, int | float) and math.isfinite(value)
 
 
-def unparsed_judges(summary: Sequence[Mapping[str, Any]]) -> list[tuple[str, int, int]]:
-    """(judge, unparsed, answered) for each judge (`model/prompt`) with most of its answers
-    (tasks with one, over every data set and aspect) unparsed. One rule for the terminal's
-    lines and report.html's banner, so the two never disagree."""
+def unparsed_judges(summary: Sequence[Mapping[str, Any]]) -> list[tuple[str, int, int, str]]:
+    """(judge, not scored, answered, what) for each judge (`model/prompt`) with most of its
+    answers (tasks with one, over every data set and aspect) not scored; `what` says so in the
+    words of summary.csv and report.html's failures table ("unparsed", "refusals"). One rule
+    and one text for the terminal's lines and report.html's banner, so the two never
+    disagree."""
     answers: dict[str, list[int]] = {}
     for row in summary:
         if not row["prompt"]:  # a jury: it has no answers of its own
             continue
         judge = judge_name(row["model"], row["prompt"])
-        counts = answers.setdefault(judge, [0, 0])
+        counts = answers.setdefault(judge, [0, 0, 0])
         counts[0] += int(row["n"]) - int(row["api_failures"])
         counts[1] += int(row["scored"])
-    return [(judge, answered - scored, answered) for judge, (answered, scored) in answers.items()
+        counts[2] += int(row.get("refusals") or 0)
+    return [(judge, answered - scored, answered, _not_scored(answered - scored, answered, refused))
+            for judge, (answered, scored, refused) in answers.items()
             if answered and answered - scored > answered / 2]
 
 
+def _not_scored(missing: int, answered: int, refused: int) -> str:
+    if not refused:
+        return f"{missing} of {answered} answers unparsed"
+    if refused == missing:
+        return f"{missing} of {answered} answers were refusals"
+    return (f"{missing} of {answered} answers not scored: {missing - refused} unparsed, "
+            f"{refused} refusals")
+
+
 def _unparsed(summary: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[str]]:
-    """A line for each judge with most answers unparsed; the judges with no parsed score."""
+    """A line for each judge with most answers not scored; the judges with no score at all."""
     lines, scoreless = [], []
-    for judge, unparsed, answered in unparsed_judges(summary):
-        lines.append(f"judge {judge}: {unparsed} of {answered} answers unparsed: "
-                     "see report.html#failures")
-        if unparsed == answered:
+    for judge, missing, answered, what in unparsed_judges(summary):
+        lines.append(f"judge {judge}: {what}: see report.html#failures")
+        if missing == answered:
             scoreless.append(judge)
     return lines, scoreless

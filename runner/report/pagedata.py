@@ -36,26 +36,37 @@ def page_data(expansion: Expansion, series: Mapping[tuple[str, str], Mapping[str
               manifest: Mapping[str, Any], rows: ItemRows,
               reliability: Sequence[Mapping[str, Any]] = (), *,
               ranking: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
-    """Everything the page shows, as plain JSON-able values. `reliability` is
-    reliability.csv's rows, shown as they are (or given later: `with_reliability`);
-    `ranking`, ranking.csv's (shown with the battles)."""
+    """Everything the page shows, as plain JSON-able values.
+
+    Args:
+        expansion: the job and its items.
+        series: per (data set, aspect), each judge's scores beside the human's.
+        corr: correlations.csv's rows.
+        summ: summary.csv's rows.
+        battles: battle.csv's rows.
+        board: the leaderboard's columns and rows, or None.
+        manifest: manifest.json's content.
+        rows: the item browser's kept rows.
+        reliability: reliability.csv's rows, shown as they are (or given later:
+            `with_reliability`).
+        ranking: ranking.csv's rows (shown with the battles).
+
+    Returns:
+        The page's JSON document.
+    """
     job = expansion.job
-    juries = {j.name for j in job.juries}
-    datasets = _datasets(series, corr, summ, juries)
-    sampled = any(p.samples > 1 for p in job.prompts)  # a sample column only where it tells
-    items = _items(rows, expansion, sampled)
     return {
         "job": job.name,
         "manifest": dict(manifest),
         "prompts": [{"name": p.name, "parser": p.parser, "aspects": list(p.aspects),
                      "samples": p.samples} for p in job.prompts],
-        "unparsed": [{"judge": j, "unparsed": u, "answered": a}
-                     for j, u, a in unparsed_judges(summ)],
+        "unparsed": [{"judge": j, "unparsed": u, "answered": a, "text": what}
+                     for j, u, a, what in unparsed_judges(summ)],
         "ranked_if": {"parsed_share": MIN_PARSED_SHARE, "min_points": MIN_POINTS},
         "no_spread": [{"judge": j, "dataset": ds, "aspect": asp, "top": t, "scored": n,
                        "score": score} for j, ds, asp, t, n, score in no_spread(summ)],
         "levels": list(job.levels), "methods": list(job.methods), "bootstrap": job.bootstrap,
-        "datasets": datasets,
+        "datasets": _datasets(expansion, series, corr, summ),
         "summary": [dict(s) for s in summ],
         "failures": [{"dataset": k[0], "prompt": k[1], "aspect": k[2], "model": k[3],
                       "type": k[4], "examples": v} for k, v in rows.examples.items()],
@@ -63,14 +74,15 @@ def page_data(expansion: Expansion, series: Mapping[tuple[str, str], Mapping[str
         "ranking": [dict(r) for r in ranking],
         "leaderboard": {"columns": board[0], "rows": board[1]} if board else None,
         "reliability": reliability_page(expansion, reliability),
-        "items": items,
+        "items": _items(expansion, rows),
     }
 
 
-def _datasets(series: Mapping[tuple[str, str], Mapping[str, Series]],
-              corr: Sequence[Mapping[str, Any]], summ: Sequence[Mapping[str, Any]],
-              juries: set[str]) -> list[dict[str, Any]]:
-    """The page's data sets: per aspect, its correlations, best judges, charts and systems."""
+def _datasets(expansion: Expansion, series: Mapping[tuple[str, str], Mapping[str, Series]],
+              corr: Sequence[Mapping[str, Any]],
+              summ: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per data set, its aspects' correlations, best judges, charts and systems."""
+    juries = {j.name for j in expansion.job.juries}
     best = best_judges(corr, summ)  # the terminal's `*` and `judge runs`' rule: one answer
     datasets: dict[str, dict[str, Any]] = {}
     for (dataset, aspect), judges in series.items():
@@ -97,13 +109,12 @@ def _datasets(series: Mapping[tuple[str, str], Mapping[str, Series]],
     return list(datasets.values())
 
 
-def _items(rows: ItemRows, expansion: Expansion, sampled: bool) -> dict[str, Any]:
-    """The item browser's rows (those kept, with their prompts rebuilt), one prompt text
-    each, shared by index."""
+def _items(expansion: Expansion, rows: ItemRows) -> dict[str, Any]:
+    """The item browser: the kept rows, each prompt's text once."""
     chosen = rows.kept()
     kept = with_bodies([r for r, _ in chosen], expansion)  # in the same order
-    why = [w for _, w in chosen]
     texts: dict[str, int] = {}
+    sampled = any(p.samples > 1 for p in expansion.job.prompts)  # a sample column where it tells
     return {**rows.counts(), "capped": rows.capped,
             "columns": ["dataset", "item", "system", "aspect", "judge",
                         *(["sample"] if sampled else []), "score",
@@ -112,14 +123,23 @@ def _items(rows: ItemRows, expansion: Expansion, sampled: bool) -> dict[str, Any
                       *([r.sample] if sampled else []), r.score, r.human,
                       r.diff, r.status, r.message, r.raw,
                       texts.setdefault(prompt_text(r.body), len(texts))] for r in kept],
-            "why": why,  # per row: the pools that kept it, space-separated
+            "why": [w for _, w in chosen],  # per row: the pools that kept it, space-separated
             "prompts": list(texts)}
 
 
 def with_reliability(page: dict[str, Any], expansion: Expansion,
                      reliability: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """`page` (page_data's) with reliability.csv's rows in it: the page made while they are
-    computed on the other core (runner.report.write)."""
+    """`page` with reliability.csv's rows in it: the page is made while they are computed on
+    the other core (runner.report.write).
+
+    Args:
+        page: page_data's document (changed in place).
+        expansion: the job and its items.
+        reliability: reliability.csv's rows.
+
+    Returns:
+        `page`.
+    """
     page["reliability"] = reliability_page(expansion, reliability)
     return page
 

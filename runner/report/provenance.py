@@ -14,7 +14,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from runner.expand import estimate_cost
+from runner.estimate import model_price
+from runner.job.providers import Bill, Tokens
 from runner.job.spec import Job
 
 __all__ = ["Provenance"]
@@ -26,55 +27,46 @@ class Provenance:
     sums by source kind made once, in `as_dict` (a 100k-task rescore adds ~0.05 s)."""
 
     by: dict[tuple[str, str | None], list[float]] = field(default_factory=dict)
-    """(model, source) -> [answers, prompt tokens, completion tokens, first time, last time]."""
+    """(model, source) -> [answers, first time, last time, then its tokens by kind (Tokens'
+    order)]."""
 
-    def add(self, model: str, source: str | None, when: float | None,
-            tokens: tuple[int, int]) -> None:
+    def add(self, model: str, source: str | None, when: float | None, tokens: Tokens) -> None:
         if (acc := self.by.get((model, source))) is None:
-            self.by[model, source] = [1, tokens[0], tokens[1],
-                                      math.inf if when is None else when,
-                                      -math.inf if when is None else when]
+            self.by[model, source] = [1, math.inf if when is None else when,
+                                      -math.inf if when is None else when, *tokens]
             return
         acc[0] += 1
-        acc[1] += tokens[0]
-        acc[2] += tokens[1]
+        for i, count in enumerate(tokens, 3):
+            acc[i] += count
         if when is not None:
-            if when < acc[3]:
-                acc[3] = when
-            if when > acc[4]:
-                acc[4] = when
+            if when < acc[1]:
+                acc[1] = when
+            if when > acc[2]:
+                acc[2] = when
 
     def as_dict(self, job: Job) -> dict[str, Any]:
         """For the manifest: answers by source kind (api, batch, import), tokens, the
         estimated cost of the calls that obtained them (batch answers at the batch price;
-        imported ones cost nothing here; null when a model that was called has no price), and
-        when the first and last were stored (UTC)."""
+        imported ones cost nothing here; null when a model that was called has no price),
+        `bill`: the calls' tokens and cost by kind and what caching and batching saved
+        (runner.job.providers.Bill), and when the first and last were stored (UTC)."""
         models = {m.name: m for m in job.models}
         sources: dict[str, int] = {}
-        tokens: dict[tuple[str, str], list[int]] = {}
+        everything, bill = Tokens(), Bill()
         first, last = math.inf, -math.inf
-        for (name, source), (count, prompt, completion, early, late) in self.by.items():
+        for (name, source), (count, early, late, *counts) in self.by.items():
             kind = (source or "api").partition(":")[0]
             sources[kind] = sources.get(kind, 0) + int(count)
-            sums = tokens.setdefault((name, kind), [0, 0])
-            sums[0] += int(prompt)
-            sums[1] += int(completion)
+            tokens = Tokens(*map(int, counts))
+            everything = everything.plus(tokens)
             first, last = min(first, early), max(last, late)
-        cost: float | None = 0.0
-        for (name, kind), (prompt_t, completion_t) in tokens.items():
-            model = models.get(name)
-            if kind == "import" or model is None or not (prompt_t or completion_t):
-                continue
-            each = estimate_cost(model, prompt_t, completion_t)
-            if each is None:
-                cost = None
-            elif cost is not None:
-                cost += each * ((1 - model.batch_discount) if kind == "batch" else 1)
+            if kind != "import" and (model := models.get(name)) is not None and any(tokens):
+                bill.add(model_price(model), tokens, batch=kind == "batch")
+        paid = bill.as_dict()
         return {"answers": sources,
                 "calls": sum(n for kind, n in sources.items() if kind in ("api", "batch")),
-                "prompt_tokens": sum(t[0] for t in tokens.values()),
-                "completion_tokens": sum(t[1] for t in tokens.values()),
-                "estimated_cost_usd": None if cost is None else round(cost, 6),
+                "prompt_tokens": everything.prompt, "completion_tokens": everything.output,
+                "estimated_cost_usd": paid["cost_usd"]["total"], "bill": paid,
                 "first_answer": _iso(first if math.isfinite(first) else None),
                 "last_answer": _iso(last if math.isfinite(last) else None)}
 

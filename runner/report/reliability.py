@@ -1,5 +1,5 @@
-"""reliability.csv, its report.md section, compare.csv's Williams and permutation columns, and
-`judge plan --power`: the figures of runner.reduce.reliability laid out per data set and aspect.
+"""reliability.csv and its report.md section: the figures of runner.reduce.reliability laid
+out per data set and aspect.
 
 reliability.csv columns: dataset, aspect, figure (agreement | self_consistency | position |
 length), a, b (what is compared with what), statistic, value, n (units, pairs or items it
@@ -21,32 +21,22 @@ from runner.data.datasets import REGISTRY, Item
 from runner.expand import Expansion
 from runner.job.spec import Job
 from runner.reduce.cells import Cells, grouped
-from runner.reduce.correlate import Row
 from runner.reduce.judge_series import humans
+from runner.reduce.positions import Positions
 from runner.reduce.reliability import (
     LEVELS,
-    Positions,
     Values,
     agreement,
     alpha,
     correlation,
     partial,
-    permutation_p,
-    plan_power,
     weighted_kappa,
-    williams,
 )
-from runner.reduce.series import Series
 
-__all__ = ["POWER_COLUMNS", "RELIABILITY_COLUMNS", "SIGNIFICANCE_COLUMNS", "csv_bytes",
-           "power_lines", "power_rows", "reliability_markdown", "reliability_rows", "significance"]
+__all__ = ["RELIABILITY_COLUMNS", "csv_bytes", "reliability_rows"]
 
 RELIABILITY_COLUMNS = ["dataset", "aspect", "figure", "a", "b", "statistic", "value", "n",
                        "p_value"]
-SIGNIFICANCE_COLUMNS = ["williams_t", "williams_p", "permutation_p"]
-POWER_COLUMNS = ["dataset", "aspect", "method", "n_pilot", "diff", "ci_width_pilot",
-                 "target_width", "n_for_width", "width_check", "groups_pilot", "power_pilot",
-                 "groups_for_power", "n_for_power"]
 # The judged text where the data set does not name its field: the first of these an item has.
 ANSWER_FIELDS = ("output", "answer", "response", "summary")
 _Scored = tuple[npt.NDArray[np.int32], npt.NDArray[np.float64]]
@@ -55,7 +45,15 @@ scores, in the cells' order."""
 
 
 def csv_bytes(columns: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> bytes:
-    """A CSV table; None is an empty cell, floats keep full precision."""
+    """A CSV table; None (and NaN) is an empty cell, floats keep full precision.
+
+    Args:
+        columns: the header; other keys of the rows are left out.
+        rows: the rows.
+
+    Returns:
+        The CSV's bytes.
+    """
     out = io.StringIO()
     w = csv.DictWriter(out, fieldnames=list(columns), lineterminator="\n", extrasaction="ignore")
     w.writeheader()
@@ -176,7 +174,7 @@ def _judge_agreement(dataset: str, aspect: str, judges: Mapping[str, _Scored],
     return out
 
 
-def answer_field(job: Job, dataset: str) -> str | None:
+def _answer_field(job: Job, dataset: str) -> str | None:
     """The field holding a data set's judged text: a registered set's `answer`, a file set's
     `fields.answer`, a generation stage's `field`; None = the first of ANSWER_FIELDS found."""
     for spec in job.datasets:
@@ -283,7 +281,7 @@ def reliability_rows(expansion: Expansion, cells: Cells,
                 by_aspect[aspect] = _Humans(cells.items, aspect, human[:, k], has[:, k])
             out += _judge_agreement(dataset, aspect, judges, by_aspect[aspect])
             out += _length_rows(dataset, aspect, judges, by_aspect[aspect], lengths,
-                                answer_field(expansion.job, dataset))
+                                _answer_field(expansion.job, dataset))
     for (judge, dataset, aspect), table in positions.self_consistency():
         for level in LEVELS[1:3]:
             units = sum(sum(v is not None for v in col) >= 2 for col in zip(*table, strict=True))
@@ -301,113 +299,3 @@ def _annotated(expansion: Expansion) -> list[tuple[str, str]]:
                 if len(votes) >= 2:
                     seen[dataset, aspect] = None
     return list(seen)
-
-
-def reliability_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
-    """report.md's reliability section (empty when there is nothing to show)."""
-    if not rows:
-        return ""
-    lines = ["", "## Reliability", "",
-             "Agreement: Krippendorff's alpha and quadratic-weighted kappa; self-consistency: "
-             "alpha across a judge's samples; position: verdict flips when the order is "
-             "swapped, first-position win rate (binomial test against 1/2), mean score by "
-             "position; length: score vs answer length, and judge-human correlation "
-             "controlling for length. All of it is in reliability.csv.", "",
-             "| dataset | aspect | figure | a | b | statistic | value | n | p |",
-             "|---|---|---|---|---|---|---:|---:|---:|"]
-    for r in rows:
-        value = "" if r["value"] is None else f"{r['value']:.3f}"
-        p = "" if r["p_value"] is None else f"{r['p_value']:.3g}"
-        lines.append(f"| {r['dataset']} | {r['aspect']} | {r['figure']} | {r['a']} | {r['b']} "
-                     f"| {r['statistic']} | {value} | {r['n']} | {p} |")
-    return "\n".join(lines) + "\n"
-
-
-def _matched(a: Sequence[Row], b: Sequence[Row], subset: str
-             ) -> tuple[list[float], list[float], list[float]]:
-    """Scores of items both judges scored (matched on group, system, subset), and the human."""
-    xa, xb, h, _ = _matched_groups(a, b, subset)
-    return xa, xb, h
-
-
-def _matched_groups(a: Sequence[Row], b: Sequence[Row], subset: str
-                    ) -> tuple[list[float], list[float], list[float], list[str]]:
-    """_matched, with each item's group."""
-    def ok(r: Row) -> bool:
-        return r.judge is not None and not math.isnan(r.judge) and subset in ("all", r.subset)
-    index = {(r.group, r.system, r.subset): r for r in b if ok(r)}
-    pairs = [(r, index[k]) for r in a if ok(r) and (k := (r.group, r.system, r.subset)) in index]
-    return ([float(p[0].judge) for p in pairs if p[0].judge is not None],
-            [float(p[1].judge) for p in pairs if p[1].judge is not None],
-            [p[0].human for p in pairs], [p[0].group for p in pairs])
-
-
-def significance(rows: Sequence[dict[str, Any]], by_data: Mapping[tuple[str, str],
-                 Mapping[str, Series]], judges: tuple[str, str], *,
-                 permutations: int = 0, seed: int = 0) -> list[dict[str, Any]]:
-    """compare.csv rows with williams_t, williams_p and permutation_p added at dataset level
-    (empty at sample level): Williams' test on r(A, human), r(B, human), r(A, B) over the
-    items both judges scored, and, with `permutations`, a paired permutation test."""
-    out = []
-    for r in rows:
-        extra: dict[str, Any] = dict.fromkeys(SIGNIFICANCE_COLUMNS)
-        if r["level"] == "dataset" and r["method"] in ("pearson", "spearman", "kendall"):
-            data = by_data[r["dataset"], r["aspect"]]
-            xa, xb, h = _matched(data[judges[0]].rows(), data[judges[1]].rows(), r["subset"])
-            r12, r13, r23 = (correlation(r["method"], x, y) for x, y in ((xa, h), (xb, h),
-                                                                          (xa, xb)))
-            if r12 is not None and r13 is not None and r23 is not None:
-                if (w := williams(r12, r13, r23, len(h))) is not None:
-                    extra["williams_t"], extra["williams_p"] = w
-            if permutations:
-                extra["permutation_p"] = permutation_p(r["method"], xa, xb, h, permutations,
-                                                       seed)
-        out.append({**r, **extra})
-    return out
-
-
-def power_rows(by_data: Mapping[tuple[str, str], Mapping[str, Series]],
-               judges: tuple[str, str], *, width: float, methods: Sequence[str],
-               n_boot: int = 500, seed: int = 0) -> list[dict[str, Any]]:
-    """`judge plan --power`: per data set, aspect and method, the pilot's figures and the
-    items needed (runner.reduce.reliability.plan_power)."""
-    out = []
-    for (dataset, aspect), data in by_data.items():
-        if judges[0] not in data or judges[1] not in data:
-            continue
-        xa, xb, h, groups = _matched_groups(data[judges[0]].rows(), data[judges[1]].rows(),
-                                            "all")
-        for method in methods:
-            plan = plan_power(xa, xb, h, method=method, width=width, groups=groups,
-                              n_boot=n_boot, seed=seed)
-            if plan is not None:
-                out.append({"dataset": dataset, "aspect": aspect, "method": method,
-                            "n_pilot": plan.n_pilot, "diff": plan.diff,
-                            "ci_width_pilot": plan.width_pilot, "target_width": plan.width,
-                            "n_for_width": plan.n_for_width, "width_check": plan.width_check,
-                            "groups_pilot": plan.groups_pilot, "power_pilot": plan.power_pilot,
-                            "groups_for_power": plan.groups_for_power,
-                            "n_for_power": plan.n_for_power})
-    return out
-
-
-def power_lines(rows: Sequence[Mapping[str, Any]], judges: tuple[str, str],
-                width: float) -> list[str]:
-    """What `judge plan --power` prints."""
-    lines = [f"A = {judges[0]}, B = {judges[1]}; target 95% CI width of A - B: {width}; "
-             "power to separate A and B: 80% at alpha 0.05 (studies of whole groups drawn "
-             "from the pilot)"]
-    for r in rows:
-        check = ("" if r["width_check"] is None
-                 else f" (bootstrap at that size: {r['width_check']:.3f})")
-        if r["groups_for_power"] is None:
-            sep = "no study finds a difference" if not r["diff"] else "more than 200,000 groups"
-        else:
-            sep = f"{r['n_for_power']} items ({r['groups_for_power']} groups)"
-        lines.append(f"{r['dataset']}/{r['aspect']} {r['method']}: pilot n {r['n_pilot']} in "
-                     f"{r['groups_pilot']} groups, diff {r['diff']:+.3f}, CI width "
-                     f"{r['ci_width_pilot']:.3f}, power {r['power_pilot']:.2f}; "
-                     f"{r['n_for_width']} items for width {width}{check}; {sep} for 80% power")
-    if len(lines) == 1:
-        lines.append("no data set and aspect has both judges with 10 or more common items")
-    return lines

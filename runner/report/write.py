@@ -33,16 +33,17 @@ from typing import Any
 import orjson
 
 from runner.errors import ConfigError
-from runner.execute.local import LOCAL_MODELS
+from runner.execute.localmodels import LOCAL_MODELS
 from runner.expand import Expansion
 from runner.job.spec import Job
 from runner.parse.parsers import get_parser
-from runner.reduce.battle import BATTLE_COLUMNS, Battles, battle_markdown
-from runner.reduce.correlate import Correlation, compare, correlate
+from runner.reduce.battle import BATTLE_COLUMNS, Battles
+from runner.reduce.compare import compare
+from runner.reduce.correlate import Correlation, correlate
 from runner.reduce.judge_series import judge_series
 from runner.reduce.judgments import Judgment
-from runner.reduce.ranking import RANKING_COLUMNS, rank_rows, ranking_markdown
-from runner.reduce.reliability import Positions
+from runner.reduce.positions import Positions
+from runner.reduce.ranking import RANKING_COLUMNS, battle_lines, rank_rows
 from runner.reduce.resample import Resamples
 from runner.reduce.series import Series
 from runner.report.aside import ForkedResult
@@ -50,13 +51,10 @@ from runner.report.browser import ItemRows
 from runner.report.folder import atomic_file, new_run_id, report_set, write_atomic
 from runner.report.headline import headline, system_note
 from runner.report.html import render
+from runner.report.markdown import battle_markdown, ranking_markdown, reliability_markdown, table
 from runner.report.pagedata import page_data, with_reliability
 from runner.report.parquet import write_scores_parquet
-from runner.report.reliability import (
-    RELIABILITY_COLUMNS,
-    reliability_markdown,
-    reliability_rows,
-)
+from runner.report.reliability import RELIABILITY_COLUMNS, reliability_rows
 from runner.report.standing import bias_warnings
 from runner.report.tables import (
     Tables,
@@ -173,14 +171,12 @@ def _markdown(expansion: Expansion, corr: list[dict[str, Any]],
         by_table[row["dataset"], row["aspect"]].append(row)
     for (dataset, aspect), rows in by_table.items():
         lines += _table(dataset, aspect, rows)
-    lines += ["## Judge answers", "",
-              "| dataset | prompt | aspect | model | n | scored | mean | parse failures "
-              "| refusals | API failures |", "|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
-    for s in summ:
-        mean = "" if s["mean"] is None else f"{s['mean']:.3f}"
-        lines.append(f"| {s['dataset']} | {s['prompt']} | {s['aspect']} | {s['model']} | "
-                     f"{s['n']} | {s['scored']} | {mean} | {s['parse_failures']} | "
-                     f"{s['refusals']} | {s['api_failures']} |")
+    lines += ["## Judge answers", "", *table(
+        ["dataset", "prompt", "aspect", "model", "n", "scored", "mean", "parse failures",
+         "refusals", "API failures"], "llllrrrrrr",
+        [[s["dataset"], s["prompt"], s["aspect"], s["model"], s["n"], s["scored"],
+          "" if s["mean"] is None else f"{s['mean']:.3f}", s["parse_failures"], s["refusals"],
+          s["api_failures"]] for s in summ])]
     return "\n".join(lines) + "\n"
 
 
@@ -263,6 +259,7 @@ def _write_set(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgment
                                    juries=[j.name for j in expansion.job.juries])
         battle_rows = battles.rows()
         ranking = rank_rows(battle_rows, n_boot=expansion.job.bootstrap, seed=expansion.job.seed)
+        tables.headline = replace(tables.headline, battles=battle_lines(battle_rows, ranking))
         board = leaderboard(tables) if expansion.job.leaderboard else None
         if callable(manifest):
             manifest = manifest(tables)

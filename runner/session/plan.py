@@ -9,10 +9,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from runner.data.seen import Seen, key64
+from runner.estimate import Estimate, estimate_cost
 from runner.execute.store.backend import cached_flags
-from runner.expand import Expansion, Task, estimate_cost, task_key
+from runner.expand import Expansion
 from runner.job.spec import ModelSpec
 from runner.session.select import WorkingSet, open_selected
+from runner.tasks import Task, task_key
 
 __all__ = ["ModelPlan", "all_tasks", "estimate"]
 
@@ -22,13 +24,21 @@ class ModelPlan:
     """What a run would do for one model: counts, tokens to spend, and their price."""
 
     model: ModelSpec
+    bill: Estimate
+    """The calls' bill online, with prompt caching and batch (runner.estimate)."""
     tasks: int = 0
     cached: int = 0
     repeats: int = 0
     """Tasks that send the same request as an earlier task (answered once)."""
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    """An upper bound: max_tokens x n for every call."""
+    @property
+    def prompt_tokens(self) -> int:
+        """The calls' prompt tokens (estimated, runner.estimate)."""
+        return self.bill.prompt_tokens
+
+    @property
+    def completion_tokens(self) -> int:
+        """An upper bound: max_tokens x n for every call."""
+        return self.bill.completion_tokens
 
     @property
     def calls(self) -> int:
@@ -60,7 +70,7 @@ def estimate(sel: WorkingSet) -> list[ModelPlan]:
     Returns:
         One ModelPlan per model: tasks, cache hits, repeats, calls to make and their tokens.
     """
-    plans = {m.name: ModelPlan(model=m) for m in sel.job.models}
+    plans = {m.name: ModelPlan(model=m, bill=Estimate(m)) for m in sel.job.models}
     # Repeats are spotted by the keys' first 64 bits, ~12 bytes a task (10M tasks: ~120 MB,
     # where a set of the keys held 1.4 GB); a false repeat among n distinct keys has
     # probability <= n^2 / 2^65 (2.7e-6 at 10M) and would only move one task's count.
@@ -74,6 +84,5 @@ def estimate(sel: WorkingSet) -> list[ModelPlan]:
             elif cached:
                 plan.cached += 1
             else:
-                plan.prompt_tokens += task.prompt_tokens
-                plan.completion_tokens += task.max_tokens
+                plan.bill.add(task)
     return list(plans.values())

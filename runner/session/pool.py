@@ -6,15 +6,18 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from runner.execute.stats import RunStats
 from runner.execute.store.backend import CacheBackend
-from runner.expand import Task, new_task
 from runner.expand_ahead import with_key_index
 from runner.job.spec import Job
 from runner.reduce.judgments import READ_BATCH, CachedFirst
 from runner.session.select import WorkingSet, derive
+from runner.tasks import Task, new_task
+
+if TYPE_CHECKING:
+    from runner.reduce.stopping import UntilCI
 
 __all__ = ["TaskLog", "run_async", "run_pool"]
 
@@ -94,26 +97,41 @@ async def run_pool(sel: WorkingSet, served: Job, cache: CacheBackend, *, stop: A
             if stop.is_set():
                 return stats, sel
             sel = derive(sel)  # judge what the generators answered
-        logged = _logged(_judge_tasks(sel, cache, stats, cached_first), dispatched)
+        until = _until_ci(sel, cache, stats) if cached_first is None else None
+        logged = _logged(_judge_tasks(sel, cache, stats, cached_first, until), dispatched)
         await execute(_not_in_batches(logged, in_batches, stats), **run,
-                      hashes=None if cached_first is None else cached_first.hashes)
+                      hashes=None if cached_first is None else cached_first.hashes,
+                      holds=None if until is None else until.holds)
+    if until is not None:
+        stats.until_ci = until.verdicts(stopped=stop.is_set())
     return stats, sel
 
 
 def _judge_tasks(sel: WorkingSet, cache: CacheBackend, stats: RunStats,
-                 cached_first: CachedFirst | None) -> Iterator[Task]:
+                 cached_first: CachedFirst | None, until: UntilCI | None) -> Iterator[Task]:
     """The judge stage's tasks for the pool, counted into `stats.total`: every one (their keys
-    kept as the job's key index for its rescore, without a shard), or the rest after a
-    CachedFirst pass (which counted them, and judged the tasks before its uncached_onward)."""
+    kept as the job's key index for its rescore, without a shard or --until-ci), those the
+    --until-ci rule hands out, or the rest after a CachedFirst pass (which counted them, and
+    judged the tasks before its uncached_onward)."""
     if cached_first is not None:
         assert cached_first.uncached_onward is not None, "a fully cached pass needs no pool"
         return cached_first.uncached_onward
     count = sel.expansion.count()
     stats.total += count
-    tasks = sel.expansion.tasks()
-    if sel.shard is None:  # the job's keys, kept for its rescore
+    tasks = sel.expansion.tasks() if until is None else until.tasks()
+    if sel.shard is None and until is None:  # the job's keys, kept for its rescore
         tasks = with_key_index(cache, sel.expansion, READ_BATCH, count, tasks)
     return tasks
+
+
+def _until_ci(sel: WorkingSet, cache: CacheBackend, stats: RunStats) -> UntilCI | None:
+    """The --until-ci rule of the run (limits.until_ci), its order the --sample draw's."""
+    # here, not at the top: it imports numpy (~0.15 s, and BLAS threads, which would keep
+    # runner.expand_ahead from forking) for every command that imports this module
+    from runner.reduce.stopping import UntilCI
+    width = sel.job.limits.until_ci
+    seed = sel.task_selection.seed if sel.task_selection is not None else None
+    return None if width is None else UntilCI(sel.expansion, cache, stats, width, seed or 0)
 
 
 class TaskLog:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from runner.errors import redact_url, scrub
 from runner.execute.stats import RunStats
 from runner.execute.store.backend import CacheBackend
+from runner.job.providers import Bill
 from runner.reduce.judgments import Judgment, judge
 from runner.session.pool import TaskLog
 from runner.session.select import WorkingSet, open_selected, unpriced_model
@@ -94,7 +95,9 @@ def manifest(sel: WorkingSet, stats: RunStats | None, started: float,
             "estimated_cost_usd": None if (stats and stats.unpriced) or unpriced_model(sel.job)
             else round(stats.cost, 6) if stats else 0.0,
             "unpriced_calls": stats.unpriced if stats else 0,
+            "bill": (stats.bill if stats else Bill()).as_dict(unknown=unpriced_model(sel.job)),
             "endpoints": stats.endpoint_counts() if stats else {},
+            **({"until_ci": stats.until_ci} if stats and stats.until_ci else {}),
             "cache_dir": str(sel.cache_dir),
             **({"cache_url": redact_url(sel.cache_url)} if sel.cache_url else {}),
             "selection": None if sel.task_selection is None else sel.task_selection.recorded()}

@@ -22,7 +22,14 @@ from runner.job.spec import Job
 from runner.reduce.judgments import CachedFirst, Judgment
 from runner.session.pool import TaskLog, run_pool
 from runner.session.report import judged_dispatched, report_run, write_run_reports
-from runner.session.select import WorkingSet, check_budget, check_keys, key_reader, open_selected
+from runner.session.select import (
+    WorkingSet,
+    check_budget,
+    check_keys,
+    check_until_ci,
+    key_reader,
+    open_selected,
+)
 from runner.session.serve import serving
 
 if TYPE_CHECKING:
@@ -61,17 +68,22 @@ class Run:
     dispatched: TaskLog = field(default_factory=TaskLog)
     """The judge tasks the pool dispatched, for the reports."""
 
-    def check(self) -> None:
+    def check(self, *, batch: bool = False) -> None:
         """Every key the job needs is set and --budget can be kept (an offline run needs
-        neither).
+        neither), and --until-ci can run this job.
+
+        Args:
+            batch: the run goes through a provider batch (--batch, or a model in batch mode).
 
         Raises:
             MissingKeyError: a model or endpoint without its key.
-            ConfigError: a budget with a model without a price.
+            ConfigError: a budget with a model without a price; --until-ci with a shard, a
+                batch, a generation stage or group prompts.
         """
         if not self.offline:
             check_keys(self.sel.job, self.environ)
             check_budget(self.sel.job, self.budget)
+        check_until_ci(self.sel.job, sharded=self.sel.shard is not None, batch=batch)
 
     @contextlib.contextmanager
     def lease(self, holder_command: str | None = None) -> Iterator[None]:
@@ -142,9 +154,10 @@ class Run:
 
     def cached_first_count(self) -> int:
         """The run's task count if it can judge its cached tasks first (one shard-less judge
-        stage, no generation stage, CACHED_FIRST_TASKS tasks or more; a cache folder or
-        PostgreSQL), else 0."""
-        if self.sel.shard is not None or self.sel.job.generate:
+        stage, no generation stage, no --until-ci, CACHED_FIRST_TASKS tasks or more; a cache
+        folder or PostgreSQL), else 0."""
+        job = self.sel.job
+        if self.sel.shard is not None or job.generate or job.limits.until_ci is not None:
             return 0
         count = self.sel.expansion.count()  # ~0.04 s at 100k tasks: counted once for the run
         return count if count >= CACHED_FIRST_TASKS else 0

@@ -14,17 +14,20 @@ from typing import Any
 
 from runner.data import datasets
 from runner.errors import ConfigError, MissingKeyError, register_secret
+from runner.estimate import estimate_cost
 from runner.execute.shard import Shard, split_limits
 from runner.execute.store.backend import CacheBackend, is_url, open_cache
-from runner.expand import Expansion, estimate_cost, prepare
+from runner.expand import Expansion
 from runner.job.load import load_job
-from runner.job.spec import Job, ModelSpec, parse_model_spec, url_problem
+from runner.job.models import parse_model_spec, url_problem
+from runner.job.spec import Job, ModelSpec
+from runner.prepare import prepare
 from runner.reduce.judgments import choices
 from runner.selection import DEFAULT_CACHE_DIR, TaskSelection
 
 __all__ = ["RUN_LIMITS", "Download", "WorkingSet", "answer_text", "check_budget", "check_keys",
-           "derive", "job_path", "key_reader", "model_with", "open_selected", "resolve_models",
-           "select", "unpriced_model", "with_run_limits"]
+           "check_until_ci", "derive", "job_path", "key_reader", "model_with", "open_selected",
+           "resolve_models", "select", "unpriced_model", "with_run_limits"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +51,7 @@ class WorkingSet:
 
 
 RUN_LIMITS = (("concurrency", "concurrency"), ("rpm", "rpm"), ("tpm", "tpm"),
-              ("max_retries", "max_retries"), ("timeout", "timeout_s"))
+              ("max_retries", "max_retries"), ("timeout", "timeout_s"), ("until_ci", "until_ci"))
 """`judge run`'s (and runner.run's) option -> the job's `[limits]` field it replaces."""
 
 
@@ -57,8 +60,8 @@ def with_run_limits(sel: WorkingSet, options: Mapping[str, Any]) -> WorkingSet:
 
     Args:
         sel: the selection.
-        options: the run's options by name (concurrency, rpm, tpm, max_retries, timeout); one
-            left out or None keeps the job's.
+        options: the run's options by name (concurrency, rpm, tpm, max_retries, timeout,
+            until_ci); one left out or None keeps the job's.
 
     Returns:
         `sel` with its job's `[limits]` replaced where an option was given.
@@ -210,7 +213,7 @@ def select(chosen: TaskSelection, *, data_dir: Path, env_base_url: str | None = 
             CacheLocation.with_environment: a cache_dir left None is ./cache).
         data_dir: where the data sets' files are.
         env_base_url: OPENAI_BASE_URL, the endpoint of bare model names without --base-url.
-        stream: one pass over the tasks is all the caller needs (see expand.prepare).
+        stream: one pass over the tasks is all the caller needs (see runner.prepare.prepare).
         download: fetch the job's missing registered data sets first (`judge run`).
 
     Returns:
@@ -317,3 +320,25 @@ def check_budget(job: Job, budget: float | None) -> None:
             raise ConfigError(f"{job.path}: --budget needs a price for model {m.name!r} "
                               f"({m.model}): add [models.{m.name}] price = {{input = USD_PER_1M, "
                               "output = USD_PER_1M}")
+
+
+def check_until_ci(job: Job, *, sharded: bool, batch: bool) -> None:
+    """--until-ci can run this job: one process, online, item prompts, no generation stage.
+
+    Args:
+        job: the job, its limits with until_ci.
+        sharded: the run is one shard (--shard).
+        batch: the run goes through a provider batch (--batch, or a model in batch mode).
+
+    Raises:
+        ConfigError: the combination, named, with what to drop.
+    """
+    if job.limits.until_ci is None:
+        return
+    why = ("--shard" if sharded else "--batch (a batch is bought whole)" if batch
+           else "a generation stage" if job.generate
+           else "group prompts (per = \"group\")" if any(p.per == "group" for p in job.prompts)
+           else None)
+    if why is not None:
+        raise ConfigError(f"{job.path}: --until-ci (limits.until_ci) judges the items of one "
+                          f"run group by group and cannot run with {why}; drop one of them")

@@ -5,7 +5,7 @@ the child writes; `received`, what this process makes of it).
 Judging (runner.reduce.judgments) reads an Answer by its field names and never sees a record
 or the pipe's format. On the pipe a usual answer, one choice without logprobs whose message
 content is text, goes as a short list [text, finish_reason, usage as JSON text or None, source,
-time, prompt tokens, completion tokens]: ~4 objects to decode where the record's part is ~14
+time, and the four token counts of Tokens]: ~4 objects to decode where the record's part is ~14
 (nested dicts), and its usage as JSON text that the judgment line embeds as it is
 (orjson.Fragment). Any other answer goes as a dict of the record's response choices, usage,
 source and time; a damaged record as {DAMAGED: why}.
@@ -19,9 +19,11 @@ from typing import Any, NamedTuple
 import orjson
 
 from runner.execute.store.faults import damage
+from runner.job.providers import Tokens
 
+NO_TOKENS = Tokens()
 __all__ = ["DAMAGED", "Answer", "Sent", "damaged", "of_raw", "of_record", "received", "sent",
-           "sent_of_raw", "tokens_of"]
+           "sent_of_raw"]
 
 
 class Answer(NamedTuple):
@@ -38,8 +40,8 @@ class Answer(NamedTuple):
     """Where it came from: "api", "batch:<id>", "import:<file>"."""
     time: float | None
     """When it was stored (unix seconds)."""
-    tokens: tuple[int, int]
-    """(prompt, completion) tokens, from its usage; (0, 0) without one."""
+    tokens: Tokens
+    """Its tokens by kind, from its usage; zeros without one."""
     choices: list[dict[str, Any]] | None = None
     """The response's choices when it is not one plain choice (several, logprobs): judging
     parses each; None for a plain answer (`text`)."""
@@ -56,17 +58,7 @@ Sent = list[Any] | dict[str, Any]
 
 def damaged(why: str) -> Answer:
     """The Answer of a record damaged on disk."""
-    return Answer("", None, None, None, None, (0, 0), damaged=why)
-
-
-def tokens_of(usage: Any) -> tuple[int, int]:
-    """(prompt, completion) tokens of a response's usage; (0, 0) without one."""
-    if not isinstance(usage, dict):
-        return 0, 0
-    try:
-        return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
-    except (TypeError, ValueError):
-        return 0, 0
+    return Answer("", None, None, None, None, NO_TOKENS, damaged=why)
 
 
 def _plain(choices: Any) -> tuple[str, str | None] | None:
@@ -86,8 +78,8 @@ def of_record(record: Mapping[str, Any]) -> Answer:
     choices = response.get("choices") if isinstance(response, dict) else None
     source, when = record.get("source"), record.get("time")
     if (plain := _plain(choices)) is not None:
-        return Answer(plain[0], plain[1], usage, source, when, tokens_of(usage))
-    return Answer("", None, usage, source, when, tokens_of(usage),
+        return Answer(plain[0], plain[1], usage, source, when, Tokens.of(usage))
+    return Answer("", None, usage, source, when, Tokens.of(usage),
                   choices=choices if isinstance(choices, list) else [])
 
 
@@ -102,7 +94,7 @@ def sent(record: Mapping[str, Any]) -> Sent:
     choices = response.get("choices")
     if (plain := _plain(choices)) is not None:
         return [plain[0], plain[1], None if usage is None else orjson.dumps(usage).decode(),
-                source, record.get("time"), *tokens_of(usage)]
+                source, record.get("time"), *Tokens.of(usage)]
     return {"response": {"choices": choices}, "usage": usage, "source": source,
             "time": record.get("time")}
 
@@ -110,9 +102,9 @@ def sent(record: Mapping[str, Any]) -> Sent:
 def received(item: Sent) -> Answer:
     """The Answer of what a reader child sent (`sent`)."""
     if type(item) is list:
-        text, finish, usage, source, when, prompt_tokens, completion_tokens = item
+        text, finish, usage, source, when, *tokens = item
         return Answer(text, finish, None if usage is None else orjson.Fragment(usage), source,
-                      when, (prompt_tokens, completion_tokens))
+                      when, Tokens(*tokens))
     assert isinstance(item, dict)
     return of_record(item)
 

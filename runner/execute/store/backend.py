@@ -13,7 +13,7 @@ from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Se
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from runner.errors import ConfigError, redact_url, register_url_password
+from runner.errors import CacheAwayError, ConfigError, redact_url, register_url_password
 from runner.execute.store.answers import Answer, of_record
 from runner.execute.store.cache import Cache
 from runner.execute.store.claimtable import Owner
@@ -118,19 +118,33 @@ def cached_flags(cache: CacheBackend, things: Iterable[T], key: Callable[[T], st
         yield from zip(batch, map(bool, flags), strict=True)
 
 
-def cached_flag_batches(cache: CacheBackend, things: Iterable[T], key: Callable[[T], str]
+def cached_flag_batches(cache: CacheBackend, things: Iterable[T], key: Callable[[T], str],
+                        away: Callable[[CacheAwayError], bool] | None = None
                         ) -> Iterator[tuple[list[T], Sequence[bool] | bytes]]:
     """`things` in batches, in order, each with a flag per thing (true or 1: its key is
     stored in `cache`), looked up LOOKUP_BATCH at a time through has_many (one query per chunk,
     where `in` makes one each): the pool's, plan's and status's cache-state lookup, the same
     for every backend. Once a diskcache folder has been asked about reader.MIN_TASKS things,
     the rest are looked up by a reader process (runner.execute.store.reader), batches ahead,
-    while the caller makes the next (and if it stops, by this process: nothing is lost)."""
+    while the caller makes the next (and if it stops, by this process: nothing is lost).
+    `away`: told when a lookup found the database away (the pool's cache, PgCache.wait_aside);
+    while it returns true an empty batch comes instead (the caller waits) and the lookup is
+    made again, else the batch comes as not stored."""
     batches = _batches(things, LOOKUP_BATCH)
     asked, folder = 0, cache if isinstance(cache, Cache) else None
     for batch in batches:
         keys = [key(t) for t in batch]
-        found = cache.has_many(keys)
+        while True:
+            try:
+                found = cache.has_many(keys)
+                break
+            except CacheAwayError as exc:
+                if away is None:
+                    raise
+                if not away(exc):
+                    found = set()
+                    break
+                yield [], []
         yield batch, [k in found for k in keys]
         asked += len(batch)
         if folder is not None and reader_pays(cache, asked):

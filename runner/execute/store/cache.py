@@ -77,16 +77,19 @@ TRANSACTION = 2 * FOLD_ROWS  # records a transaction, at most: a fold is one
 class Cache:
     """Response records by cache key."""
 
-    def __init__(self, directory: Path, *, read_only: bool = False) -> None:
+    def __init__(self, directory: Path, *, read_only: bool = False,
+                 never_write: bool = False) -> None:
         """`read_only`: the caller only reads, so a folder this process may not write is
         opened read-only (faults.ReadOnlyDisk: its journals read, not folded); without it,
         such a folder is a CacheError. A writable folder is opened for writing either way,
         unless its disk is too full for that (diskcache writes its settings at every open):
         then it is read as a read-only folder is, and every write raises DiskFullError
-        (`full`): a fully cached job still reports."""
+        (`full`): a fully cached job still reports. `never_write`: a writable folder is
+        opened as a read-only one too (no settings written, no journal folded): a reader
+        beside a live run that must not be a second writer (`judge serve`)."""
         self.directory = directory
-        self.read_only = not writable(directory)
-        if self.read_only and not read_only:
+        self.read_only = never_write or not writable(directory)
+        if self.read_only and not (read_only or never_write):
             raise not_writable(directory)
         self._store: Any = None  # diskcache.Cache, or a ReadOnlyDisk: the one-key API
         self.full: DiskFullError | None = None

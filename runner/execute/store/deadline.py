@@ -14,7 +14,24 @@ import time
 import weakref
 from collections.abc import Iterator
 
-__all__ = ["Watchdog", "rest_all"]
+__all__ = ["WAIT_S", "Watchdog", "rest_all", "set_wait", "waited_s"]
+
+WAIT_S = 60.0
+"""How long a PostgreSQL cache waits for its server when it goes away, by default."""
+
+_wait_s: float | None = None
+
+
+def set_wait(seconds: float) -> None:
+    """How long this process's PostgreSQL caches wait for a server that went away (the cli's
+    JUDGE_PG_WAIT_S; here, not in pgsession, so that setting it imports no psycopg)."""
+    global _wait_s
+    _wait_s = seconds
+
+
+def waited_s(default: float) -> float:
+    """The wait set by `set_wait`, else `default` (pgsession.RECONNECT_WINDOW_S)."""
+    return default if _wait_s is None else _wait_s
 
 
 class Watchdog:

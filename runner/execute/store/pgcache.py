@@ -17,15 +17,8 @@ psycopg 3 in autocommit mode, synchronous: `put` stays a plain call, so the pool
 between receiving an answer and storing it. The schema is created on first use under an
 advisory lock (many shards start at once) and its version is checked on every open.
 
-A server that stops answering (frozen, a dead network path) never blocks a run for good: every
-call has a deadline (QUERY_TIMEOUT_S: `statement_timeout` on the server, and a watchdog thread
-that shuts the socket when the server itself does not answer, which TCP keepalives cannot see
-while the frozen server's kernel still acknowledges); connecting has CONNECT_TIMEOUT_S. A
-connection the server drops (a restart, a failover, an idle timeout) or that overran its
-deadline is opened again with capped backoff for up to RECONNECT_WINDOW_S, the call's answers
-kept in memory meanwhile (they count only once stored: runner/execute/pool.py); then the call
-raises one CacheError naming the server. Every statement here is a read or an idempotent insert,
-so running one again after a drop is safe.
+A server that goes away (restarted, frozen, a dead network path) is waited for, within
+deadlines, by the PgSession under it (runner/execute/store/pgsession.py).
 """
 
 from __future__ import annotations
@@ -37,33 +30,26 @@ import itertools
 import os
 import struct
 import threading
-import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, LiteralString, TypeVar
 
 import orjson
 import psycopg
-from psycopg import conninfo
 
-from runner.errors import CacheError, redact_url
+from runner.errors import CacheError
+from runner.execute.store import pgsession
 from runner.execute.store.claimtable import PG_SCHEMA, Owner, pg_claim, pg_release, pg_renew
-from runner.execute.store.deadline import Watchdog, rest_all
+from runner.execute.store.deadline import rest_all
 from runner.execute.store.journal import Row, replay, spill
 from runner.execute.store.lease import held_error, lease_id
+from runner.execute.store.pgsession import PgSession
 
 __all__ = ["NOWHERE", "SCHEMA_VERSION", "PgCache"]
 
 SCHEMA_VERSION = 1
 CHUNK = 2000  # keys per query: one round trip per chunk, where `in` would make one per key
-CONNECT_TIMEOUT_S = 10  # libpq's connect_timeout (its least is 2)
-QUERY_TIMEOUT_S = 60.0
-"""Longest wait for one statement's answer (server-side statement_timeout, and the watchdog)."""
-RECONNECT_WINDOW_S = 60.0
-"""How long a dropped connection is tried again (with capped backoff) before a call fails."""
-BACKOFF_S = (0.1, 5.0)  # first and longest pause between reconnects
-KEEPALIVE_S = (30, 10, 3)  # idle, interval, count: a dead peer or path found in ~1 min
 LOCK_ID = 0x6A75646765  # "judge": the advisory lock the schema is created under
 NOWHERE = bytes(6)  # the place of no row: ctid (0,0) (a row's offset starts at 1)
 SEP = "\x1f"  # the unit separator, between the keys of a query: a cache key is a hex digest
@@ -99,33 +85,14 @@ _LEASED: weakref.WeakSet[PgCache] = weakref.WeakSet()  # caches of this process 
 _reviving = threading.Event()  # set while one cache's reconnect checks the others' leases
 
 
-class PgCache:
-    """Response records by cache key, in PostgreSQL."""
+class PgCache(PgSession):
+    """Response records by cache key, in PostgreSQL (on a PgSession: its deadlines and
+    reconnects)."""
 
     def __init__(self, url: str) -> None:
-        self.location = redact_url(url)
-        try:
-            parts = conninfo.conninfo_to_dict(url)
-        except psycopg.ProgrammingError:
-            raise CacheError("--cache / JUDGE_CACHE_URL is not a valid PostgreSQL URL; write it "
-                             "as postgresql://USER@HOST:PORT/DBNAME") from None
-        self._password = str(parts.get("password") or "")
-        self._spilled = "postgresql://{user}@{host}:{port}/{dbname}".format(**{
-            "user": "", "host": "", "dbname": "", **parts, "port": parts.get("port") or 5432})
-        """The name of this database's spill files (`keep`): its user, host, port and name,
-        however the URL spells them (a password, `postgres://`, a default port)."""
-        self._url = url
-        self._watchdog = Watchdog(QUERY_TIMEOUT_S)
+        super().__init__(url)
         self._leases: dict[int, tuple[str, str]] = {}  # advisory lock -> (name, holder)
-        self._down: CacheError | None = None  # set when reconnecting failed for the window
-        self._lost: CacheError | None = None  # set when another cache here lost its lease
         self._owner: tuple[Owner, float] | None = None  # the run claiming keys here, its TTL
-        try:
-            self._conn = self._open()
-        except psycopg.Error as exc:
-            self._watchdog.close()
-            raise CacheError(f"{self.location}: cannot connect to the cache ({self._clean(exc)}); "
-                             "check --cache / JUDGE_CACHE_URL and that the server is up") from None
         try:
             self._ensure_schema()
             self.replayed = replay(self._spilled, self._insert_rows)
@@ -133,85 +100,6 @@ class PgCache:
         except BaseException:
             self.close()
             raise
-
-    def _open(self) -> psycopg.Connection[tuple[Any, ...]]:
-        """A new connection with every timeout set (see the module docstring)."""
-        conn = psycopg.connect(self._url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S,
-                               tcp_user_timeout=int(QUERY_TIMEOUT_S * 1000), keepalives=1,
-                               keepalives_idle=KEEPALIVE_S[0], keepalives_interval=KEEPALIVE_S[1],
-                               keepalives_count=KEEPALIVE_S[2])
-        try:
-            with self._watchdog.armed(conn.fileno(), QUERY_TIMEOUT_S):
-                conn.execute("SELECT set_config('statement_timeout', %s, false)",
-                             (str(int(QUERY_TIMEOUT_S * 1000)),))
-        except BaseException:
-            conn.close()
-            raise
-        return conn
-
-    def _call(self, what: str, call: Callable[[], R]) -> R:
-        """`call()` under the deadline; when the connection is dropped or overran it, again on
-        a new one (see `_reconnect`). Any other failure is a CacheError."""
-        if self._down is not None:  # gave up already: the run is stopping, so no new wait
-            raise self._down
-        since: float | None = None
-        while True:
-            try:
-                if not self._conn.closed:
-                    with self._watchdog.armed(self._conn.fileno(), QUERY_TIMEOUT_S):
-                        done = call()
-                    if self._lost is not None:  # after the call: what it stored is kept
-                        raise self._lost
-                    return done
-                error: Exception = psycopg.OperationalError("the connection is closed")
-            except psycopg.OperationalError as exc:
-                if not (self._conn.broken or self._watchdog.fired):
-                    raise self._fail(what, exc) from None
-                error = exc
-            except psycopg.Error as exc:
-                raise self._fail(what, exc) from None
-            since = since if since is not None else time.monotonic()
-            self._reconnect(what, since, error, self._watchdog.fired)
-
-    def _reconnect(self, what: str, since: float, error: Exception, timed_out: bool) -> None:
-        """A new connection, tried with capped backoff until RECONNECT_WINDOW_S after `since`
-        (a restart refuses connections for a moment, and trying at once while it shuts down
-        only fails), holding this cache's leases again; else a CacheError naming the server."""
-        self._conn.close()
-        pause = BACKOFF_S[0]
-        while (left := since + RECONNECT_WINDOW_S - time.monotonic()) > 0:
-            time.sleep(min(pause, left))
-            pause = min(pause * 2, BACKOFF_S[1])
-            try:
-                conn = self._open()
-            except psycopg.Error as exc:
-                error, timed_out = exc, timed_out or "timeout" in str(exc)
-                continue
-            self._conn = conn
-            try:
-                self._retake()
-                if self._owner is not None:  # the claims' owner in its new session at once:
-                    pg_renew(conn, *self._owner)  # its old one reads as a dead run's
-            except psycopg.Error as exc:
-                conn.close()
-                error = exc
-                continue
-            self._revive_others()
-            return
-        detail = (f"no reply to {what} within {QUERY_TIMEOUT_S:g} s" if timed_out
-                  else f"{what}: {self._clean(error)}")
-        self._down = CacheError(f"{self.location}: the PostgreSQL server does not answer "
-                                f"({detail}; reconnecting failed for {RECONNECT_WINDOW_S:g} s); "
-                                "check that it is running and reachable, then rerun to resume")
-        raise self._down
-
-    def _clean(self, exc: Exception) -> str:
-        text = " ".join(str(exc).split())
-        return text.replace(self._password, "***") if self._password else text
-
-    def _fail(self, what: str, exc: Exception) -> CacheError:
-        return CacheError(f"{self.location}: {what} failed ({self._clean(exc)}); check the "
-                          "server, then rerun to resume")
 
     def _ensure_schema(self) -> None:
         def create() -> tuple[Any, ...] | None:
@@ -255,12 +143,19 @@ class PgCache:
                            "holder = excluded.holder, since = now()", (lock, name, holder))
         return True
 
+    def _restore(self) -> None:
+        """On a new connection: this cache's leases taken again, and the claims' owner in its
+        new session at once (its old one reads as a dead run's)."""
+        self._retake()
+        if self._owner is not None:
+            pg_renew(self._conn, *self._owner)
+
     def _retake(self) -> None:
         """This cache's leases on a new connection (the old session's locks died with it); a
         CacheError if another run took one meanwhile: this one stops, so no task is called
         by both."""
         for lock, (name, holder) in self._leases.items():
-            with self._watchdog.armed(self._conn.fileno(), QUERY_TIMEOUT_S):
+            with self._watchdog.armed(self._conn.fileno(), pgsession.QUERY_TIMEOUT_S):
                 if self._take(lock, name, holder):
                     continue
             self._leases.clear()
@@ -270,7 +165,7 @@ class PgCache:
                                     "to resume)")
             raise self._lost
 
-    def _revive_others(self) -> None:
+    def _revived(self) -> None:
         """After a reconnect, the other caches of this process that hold a lease (an idle
         connection does not notice a restart) check theirs, and take it again if it died. A
         lease lost meanwhile makes this cache's calls raise once each has run (`_lost`): the
@@ -296,16 +191,9 @@ class PgCache:
         if self._leases.pop(lock, None) is None or self._conn.closed or self._conn.broken:
             return
         with (contextlib.suppress(psycopg.Error),
-              self._watchdog.armed(self._conn.fileno(), QUERY_TIMEOUT_S)):
+              self._watchdog.armed(self._conn.fileno(), pgsession.QUERY_TIMEOUT_S)):
             self._conn.execute("DELETE FROM judge_lease WHERE id = %s", (lock,))
             self._conn.execute("SELECT pg_advisory_unlock(%s, %s)", (LEASE_CLASS, lock))
-
-    def _rows(self, what: str, sql: LiteralString, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        def rows() -> list[tuple[Any, ...]]:
-            with self._conn.cursor(binary=True) as cur:
-                return cur.execute(sql, params).fetchall()
-
-        return self._call(what, rows)
 
     def __contains__(self, key: str) -> bool:
         return bool(self._rows("a lookup", "SELECT 1 FROM judge_cache WHERE key = %s", (key,)))
@@ -444,7 +332,10 @@ class PgCache:
                      "kept answers")
 
     def append(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
-        """put_many: each statement is committed when it returns (the server is the journal)."""
+        """put_many: each statement is committed when it returns (the server is the journal).
+        Raises CacheAwayError while the server is away, even for no items (the pool's look
+        whether it is back)."""
+        self._not_away()
         return self.put_many(items)
 
     def fold(self) -> None:

@@ -19,7 +19,7 @@
     for (const u of U) {
       const parsed = u.answered - u.unparsed;
       b.append(el("div", { class: "banner-line" },
-        `judge ${u.judge}: ${u.unparsed} of ${u.answered} answers unparsed` +
+        `judge ${u.judge}: ${u.text}` +  // the terminal's words (unparsed, refusals)
         (parsed ? ` (its figures rest on the ${parsed} that parsed)` : " (no score at all)") + ": ",
         el("a", { href: "#failures", text: "see the failures" })));
     }

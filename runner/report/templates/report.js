@@ -115,12 +115,27 @@
                   ["tokens", ((m.usage || {}).prompt_tokens || 0) + ((m.usage || {}).completion_tokens || 0)],
                   ["estimated cost (USD)", m.estimated_cost_usd === null && m.unpriced_calls ?
                    `unknown (${m.unpriced_calls} calls of models without a price)` : m.estimated_cost_usd],
+                  ["bill of the answers used", billText((m.provenance || {}).bill)],
                   ["correlations", `levels ${D.levels.join(", ")}; methods ${D.methods.join(", ")}; ` +
                                    `95% bootstrap CIs over ${D.bootstrap} resamples`]];
     const t = table(["field", "value"], rows.filter(r => r[1] !== undefined && r[1] !== null));
     t.classList.add("kv");
     t.querySelector("thead").remove();
     s.append(t);
+  }
+
+  // The bill as paid (runner.job.providers.Bill): tokens and USD by kind, and what caching and
+  // batching saved against list price; null USD: a model without a price (unknown, never $0).
+  function billText(b) {
+    if (!b) return undefined;
+    const usd = v => v === null ? "unknown" : `$${v.toFixed(4)}`;
+    const kinds = [["input", "input"], ["cached_input", "cached input"],
+                   ["cache_write", "cache write"], ["output", "output"]];
+    const parts = kinds.filter(([k]) => b.tokens[k]).map(([k, name]) =>
+      `${name} ${b.tokens[k]} tokens ${usd(b.cost_usd[k])}`);
+    return `${usd(b.cost_usd.total)} (${parts.join(", ") || "no tokens"}); saved against ` +
+           `list ${usd(b.list_usd)}: caching ${usd(b.saved_usd.caching)}, batching ` +
+           `${usd(b.saved_usd.batching)} (prices as read ${b.prices_read})`;
   }
 
   // --- correlations --------------------------------------------------------------------
@@ -150,7 +165,11 @@
         const td = el("td", { class: "num" });
         if (r && r.value !== null) {
           td.append(fmt(r.value));
-          if (r.ci_low !== null) td.append(el("div", { class: "ci", text: `[${fmt(r.ci_low)}, ${fmt(r.ci_high)}]` }));
+          if (r.ci_low !== null) {
+            // a value near 1 can lie above its percentile CI: marked, and said in the system note
+            if (r.value < r.ci_low || r.value > r.ci_high) td.append(el("span", { class: "outside", title: "outside its CI: see the system-level note", text: "^" }));
+            td.append(el("div", { class: "ci", text: `[${fmt(r.ci_low)}, ${fmt(r.ci_high)}]` }));
+          }
           if (best.has(`${j}|${c[3]}`)) td.classList.add("best");
           if (c[0] === "dataset" && c[1] === "all") n = r.n_items;
         }
@@ -365,7 +384,32 @@
     s.append(table(Object.keys(D.battles[0]), D.battles));
     if (!(D.ranking || []).length) return;
     s.append(el("h4", { text: "Ranking: Bradley-Terry strength (log odds against the average system) with its 95% CI, from the battles" }));
+    const by = new Map();
+    for (const r of D.ranking) {
+      const k = `${r.judge} on ${r.dataset} / ${r.aspect}`;
+      if (!by.has(k)) by.set(k, []);
+      by.get(k).push(r);
+    }
+    for (const [k, rows] of by) s.append(strengths(k, rows));
     s.append(table(Object.keys(D.ranking[0]), D.ranking));
+  }
+  // The ranking as a forest plot: each system's strength (rank order, best on top) with its CI,
+  // drawn as forest() draws the correlations
+  function strengths(caption, rows) {
+    const rowH = 20, left = 170, W = 460, H = 40 + rowH * rows.length;
+    const [box, s] = plot(`${caption}: Bradley-Terry strength (95% CI)`, W, H);
+    box.classList.add("forest", "strengths");
+    const lo = Math.min(0, ...rows.map(r => r.ci_low ?? r.strength)), hi = Math.max(0, ...rows.map(r => r.ci_high ?? r.strength));
+    const x = scale(lo, hi, left, W - 15);
+    axes(s, x, null, [lo, hi], null, [left, 8, W - 15, H - 28]);
+    s.append(svg("line", { x1: x(0), y1: 8, x2: x(0), y2: H - 28, stroke: "#aaa", "stroke-dasharray": "3 3" }));
+    rows.forEach((r, i) => {
+      const y = 18 + i * rowH, name = `${r.rank}. ${r.model}`;
+      s.append(svg("text", { x: left - 6, y: y + 4, "text-anchor": "end" }, name.length > 28 ? name.slice(0, 27) + "…" : name));
+      if (r.ci_low != null) s.append(svg("line", { x1: x(r.ci_low), y1: y, x2: x(r.ci_high), y2: y, stroke: "#1f3a5f", "stroke-width": 2, class: "ci-bar" }));
+      put(s, svg("circle", { cx: x(r.strength), cy: y, r: 4, fill: "#d62728", class: "point" })).append(svg("title", {}, `${r.model}: ${fmt(r.strength)} [${fmt(r.ci_low)}, ${fmt(r.ci_high)}]`));
+    });
+    return box;
   }
   function leaderboard() {
     if (!D.leaderboard) return;
@@ -378,19 +422,24 @@
     const I = D.items, s = section("items", "Item browser");
     const cols = I.columns, idx = Object.fromEntries(cols.map((c, i) => [c, i]));
     const num = v => Number(v).toLocaleString("en-US");
+    // no human score on any row (a battle, a set without ratings): no human or |diff| column,
+    // and no claim to sort by a disagreement there is none of
+    const human = I.rows.some(r => r[idx.human] !== null);
     // A large study: the rows are a sample, and the page says how it was drawn (runner.report.browser)
     s.append(el("p", { id: "item-sample", class: "note", text: I.capped
       ? `A sample: ${num(I.sample)} of ${num(I.seen)} judgments, drawn uniformly at random (seed ${I.seed}); ` +
-        `with the ${num(I.disagreements)} largest judge-human disagreements` +
-        (I.failed ? ` and ${num(I.failures)} of the ${num(I.failed)} failures, drawn at random` : "") +
+        (I.disagreements ? `with the ${num(I.disagreements)} largest judge-human disagreements` : "") +
+        (I.failed ? `${I.disagreements ? " and " : "with "}${num(I.failures)} of the ${num(I.failed)} failures, drawn at random` : "") +
         `: ${num(I.rows.length)} rows (a row can be both). Choose "random sample" to see the sample alone; judgments.jsonl has every judgment. Click a row for the prompt sent and the raw answer.`
-      : `All ${num(I.rows.length)} judgments, largest judge-human disagreement first. Click a row for the prompt sent and the raw answer.` }));
+      : `All ${num(I.rows.length)} judgments, ` + (human ? "largest judge-human disagreement first" :
+        "failures first (no human scores here: no judge-human disagreement to sort by)") +
+        ". Click a row for the prompt sent and the raw answer." }));
     const search = el("input", { id: "item-search", type: "search", placeholder: "search item, system, judge, answer…" });
     const selects = {};
     const controls = el("div", { class: "controls" }, search);
     if (I.capped) {  // which pool kept a row (I.why)
       const sel = el("select", { id: "item-filter-kept" }, el("option", { value: "", text: "every kept row" }));
-      for (const [v, t] of [["random", "random sample"], ["disagreement", "largest disagreements"], ["failure", "failures"]])
+      for (const [v, t] of [["random", "random sample"], ...(I.disagreements ? [["disagreement", "largest disagreements"]] : []), ["failure", "failures"]])
         sel.append(el("option", { value: v, text: t }));
       selects.kept = sel; controls.append(sel);
     }
@@ -404,7 +453,7 @@
     s.append(controls);
     // a sample column only when a prompt asks more than once (the page data has it then)
     const shown = ["dataset", "item", "system", "aspect", "judge", ...("sample" in idx ? ["sample"] : []),
-                   "score", "human", "diff", "status"];
+                   "score", ...(human ? ["human", "diff"] : []), "status"];
     const t = el("table", { id: "items-table" });
     t.append(el("thead", {}, el("tr", {}, ...shown.map(c => el("th", { text: c === "diff" ? "|diff|" : c })))));
     const body = el("tbody");
@@ -417,7 +466,7 @@
       body.querySelectorAll("tr.open").forEach(x => x.classList.remove("open"));
       tr.classList.add("open");
       detail.replaceChildren(...[
-        el("h4", { text: `${r[idx.dataset]} / ${r[idx.item]} / ${r[idx.aspect]} / ${r[idx.judge]}: judge ${fmt(r[idx.score])}, human ${fmt(r[idx.human])}, ${r[idx.status]}` }),
+        el("h4", { text: `${r[idx.dataset]} / ${r[idx.item]} / ${r[idx.aspect]} / ${r[idx.judge]}: judge ${fmt(r[idx.score])}` + (human ? `, human ${fmt(r[idx.human])}` : "") + `, ${r[idx.status]}` }),
         r[idx.message] ? el("div", { class: "note", text: r[idx.message] }) : null,
         el("h4", { text: "Raw answer" }), el("pre", { class: "raw", text: r[idx.raw] || "(none)" }),
         el("h4", { text: "Prompt sent" }), el("pre", { class: "prompt", text: I.prompts[r[idx.prompt]] || "(not available)" })]

@@ -1,0 +1,106 @@
+"""Tests for the billing fake (tests/fakebilling.py): it caches and bills prefixes as the
+providers document (minimums, 128-token steps, cache_control, a lifetime), and a judge run
+with prompt caching is billed cache reads where one without is billed full price."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.billing import MODEL, variant
+from runner.execute.store.cache import Cache
+from runner.job.load import load_job
+from tests.conftest import JobWriter
+from tests.fakebilling import Biller
+from tests.fakeproviders import Fake, ProviderServer
+from tests.test_prompt_cache import RUBRIC, make_job, run, tasks
+
+
+class Clock:
+    now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def chat(text: str, model: str = "gpt-4o") -> dict[str, object]:
+    return {"model": model, "messages": [{"role": "user", "content": text}]}
+
+
+def test_openai_caches_long_prompts_in_128_token_steps_for_a_lifetime() -> None:
+    clock = Clock()
+    biller = Biller(ttl_s=300, clock=clock)
+    rubric = "x" * (1200 * 4)  # 1,200 tokens
+    first = biller.openai(chat(rubric + "item one"))
+    assert (first.cached, first.input) == (0, first.input) and first.input > 1200
+    biller.remember(first)
+    again = biller.openai(chat(rubric + "item two"))
+    assert again.cached == 1152  # the longest step both share: 1,024 + 128
+    clock.now = 301.0  # past the lifetime
+    assert biller.openai(chat(rubric + "item three")).cached == 0
+    short = Biller()
+    usage = short.openai(chat("y" * 4000))
+    short.remember(usage)
+    assert short.openai(chat("y" * 4000)).cached == 0  # under 1,024 tokens: never cached
+
+
+def messages(model: str, rubric: str, item: str, marked: bool = True) -> dict[str, object]:
+    block: dict[str, object] = {"type": "text", "text": rubric}
+    if marked:
+        block["cache_control"] = {"type": "ephemeral"}
+    return {"model": model, "messages": [{"role": "user", "content": [
+        block, {"type": "text", "text": item}]}]}
+
+
+def test_anthropic_writes_then_reads_a_marked_prefix_over_its_minimum_only() -> None:
+    biller = Biller()
+    rubric = "r" * (1100 * 4)
+    first = biller.anthropic(messages("claude-sonnet-4-5", rubric, "item one"))
+    assert (first.written, first.cached, first.input) == (1100, 0, 2)
+    biller.remember(first)
+    second = biller.anthropic(messages("claude-sonnet-4-5", rubric, "item two"))
+    assert (second.written, second.cached) == (0, 1100)
+    unmarked = biller.anthropic(messages("claude-sonnet-4-5", rubric, "x", marked=False))
+    assert (unmarked.written, unmarked.cached, unmarked.input) == (0, 0, 1100)
+    haiku = biller.anthropic(messages("claude-3-5-haiku-latest", rubric, "item"))
+    assert (haiku.written, haiku.cached) == (0, 0)  # under Haiku's 2,048
+    biller.remember(second)
+    assert biller.bill({"input": 3.0, "cached": 0.3, "written": 3.75, "output": 15.0}) == {
+        "input": 0.000012, "cached": 0.00033, "written": 0.004125, "output": 0.0,
+        "input_all": 0.004467, "total": 0.004467}
+
+
+@pytest.mark.slow
+async def test_a_judge_run_is_billed_cache_reads_only_with_prompt_caching(
+        write_job: JobWriter, tmp_path: Path) -> None:
+    # Two documents of two summaries each, the document in the prefix; no rate limit announced
+    # (the fake's 50 rpm would space the requests). The run's first request goes alone (the
+    # breaker's probe); with 4 in flight the other three would go together and the second
+    # document's two would both write its prefix (3 writes, 1 read before runner.execute.
+    # prefixes): its first goes alone instead, so each document is one write and one read.
+    prefix = len("You are a strict judge." + RUBRIC + "Story: \nSummary: " + "Document 0. " * 5)
+    for top, want, workers in (("", (2, 2), 1), ("", (2, 2), 4),
+                               ("prompt_cache = false", (0, 0), 4)):
+        with ProviderServer(Fake(billing=Biller(), latency_s=0.05, announce=False)) as server, \
+                Cache(tmp_path / f"{top[:6]}{workers}") as c:
+            job = make_job(write_job, "anthropic:claude-sonnet-4-5", server.root + "/v1",
+                           top=top, prompt='prefix_until = "output"')
+            assert (await run(job, c, concurrency=workers)).api_calls == 4
+            billing = server.fake.billing
+            assert billing is not None
+            assert (billing.totals["written"], billing.totals["cached"]) == (
+                want[0] * (prefix // 4), want[1] * (prefix // 4))
+            record = c.get(tasks(job)[0].key)
+            assert record["response"]["usage"]["prompt_tokens"] > prefix // 4
+
+
+def test_the_bench_variants_keep_the_study_but_its_model_limits_and_caching(
+        tmp_path: Path) -> None:
+    for cache in (True, False):
+        job = load_job(variant(tmp_path, "geval_summeval", "http://127.0.0.1:9", cache=cache))
+        assert [p.name for p in job.prompts] == ["greedy"] and job.prompt_cache is cache
+        assert job.prompts[0].prefix_until == "summary"
+        assert [m.spec for m in job.models] == [MODEL] and job.limits.rpm is None
+    lai = load_job(variant(tmp_path, "lai_formality", "http://127.0.0.1:9", cache=True))
+    assert [p.name for p in lai.prompts] == ["single", "multi"]
