@@ -36,7 +36,7 @@ from runner.execute.batch_api import OpenAIBatches  # noqa: E402
 from runner.execute.ledger import Ledger  # noqa: E402
 from runner.execute.store.cache import Cache  # noqa: E402
 from runner.selection import TaskSelection  # noqa: E402
-from runner.session import select  # noqa: E402
+from runner.session.select import select
 
 TARGET_S = 10.0
 REQUESTS = 100_000

@@ -153,7 +153,6 @@ def phases(job: Path, cache: Path, out: Path) -> dict[str, dict[str, float]]:
     gc.set_threshold(100_000, 50, 100)  # as runner.cli.main.main
     from runner import api
     from runner.cli import runcmd
-    from runner.cli.batches import BatchAnswers
     from runner.execute.stats import RunStats
     from runner.execute.store.backend import cached_flags
     from runner.reduce.battle import Battles
@@ -165,7 +164,8 @@ def phases(job: Path, cache: Path, out: Path) -> dict[str, dict[str, float]]:
     from runner.report.markdown import reliability_markdown
     from runner.report.pagedata import page_data
     from runner.report.reliability import reliability_rows
-    from runner.session import manifest, open_selected
+    from runner.session.report import BatchAnswers, manifest
+    from runner.session.select import open_selected
     clock.lap("import (the modules judge run loads)")
 
     sel = clock.timed("select: load the job and its data", lambda: api.selection(
@@ -174,8 +174,10 @@ def phases(job: Path, cache: Path, out: Path) -> dict[str, dict[str, float]]:
     clock.timed("expansion alone (every task, key and body)",
                 lambda: sum(1 for _ in expansion.tasks()))
     judged: list[Task] = []
-    stats, sel = clock.timed("pool: expansion + lookups + dispatch", lambda: runcmd._execute(
-        sel, {"offline": False, "budget": None}, judged))
+    run = api.Run(sel, started=0.0, command="bench", environ=os.environ,
+                  dispatched=judged)  # type: ignore[arg-type]  # a list: as TaskLog, no bodies dropped
+    stats = clock.timed("pool: expansion + lookups + dispatch", lambda: runcmd._execute(run))
+    sel = run.sel
     keys = [t.key for t in judged]
     with open_selected(sel) as c:
         clock.timed("cache lookups alone (has_many over every key)",

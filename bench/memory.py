@@ -29,12 +29,12 @@ import orjson
 
 import runner.report.write as write
 from bench import common
-from runner import session
 from runner.execute.store.cache import Cache
 from runner.job.load import load_job
 from runner.prepare import prepare
 from runner.reduce.judgments import judge
 from runner.selection import TaskSelection
+from runner.session import pool, select
 from runner.tasks import Task
 from tests.fakeserver import default_reply
 
@@ -156,12 +156,12 @@ def _holders(folder: Path, items: int) -> dict[str, Any]:
         for name, func in originals.items():
             setattr(write, name, watch.wrap(name, func))
         base = watch.traced()
-        sel = session.select(TaskSelection(job=job, cache_dir=folder / "cache"), data_dir=folder)
+        sel = select.select(TaskSelection(job=job, cache_dir=folder / "cache"), data_dir=folder)
         items_b = watch.traced() - base
-        log = session.TaskLog()
+        log = pool.TaskLog()
         tracemalloc.reset_peak()
-        with session.open_selected(sel) as cache:
-            asyncio.run(session.run_pool(
+        with select.open_selected(sel) as cache:
+            asyncio.run(pool.run_pool(
                 sel, sel.job, cache, stop=asyncio.Event(), key_reader=lambda _: lambda: None,
                 offline=False, budget=None, on_progress=lambda _: None, dispatched=log))
             pool_peak = tracemalloc.get_traced_memory()[1] - base - items_b

@@ -19,7 +19,7 @@ Nothing here prints or exits: a problem is a RunnerError (runner/errors.py) with
 `judge` would print after "Error:". `run` works inside a running event loop (Jupyter's): it
 runs the pool on its own loop in a worker thread and waits; `await arun(...)` runs it on the
 caller's loop instead. pandas is needed by `results` only (`pip install judge-runner[pandas]`),
-imported there and nowhere else in the runner.
+imported by runner/report/frames.py and nowhere else in the runner.
 
 `cli` calls `selection`, `plan`, `report_run` and `rebuild` for its `run`, `plan`, `rescore`,
 `report` and `import`, so the commands and the API cannot drift apart.
@@ -27,49 +27,43 @@ imported there and nowhere else in the runner.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from runner.errors import APIError, ConfigError, ReportError, register_secret
+from runner.errors import APIError, ConfigError, register_secret
 from runner.execute.stats import RunStats
-from runner.execute.store.backend import CacheBackend
-from runner.execute.store.lease import describe, lease_name
 from runner.job.load import load_job as _load_job
 from runner.job.spec import Job
-from runner.reduce.judgments import Judgment, judge
 from runner.report.folder import HISTORY, check_out
+from runner.report.frames import COLUMNS, Results, import_pandas, read_results
 from runner.selection import TaskSelection
-from runner.session import (
-    BatchAnswers,
-    Download,
-    ModelPlan,
-    Selection,
-    TaskLog,
-    check_budget,
-    check_keys,
-    check_until_ci,
-    estimate,
-    job_path,
-    key_reader,
-    manifest,
-    open_selected,
-    run_async,
-    run_pool,
-    select,
-    serving,
-    with_run_limits,
-)
+
+# The run's phases (runner/session/). A name imported `as` itself is runner.cli's, not the
+# documented API (__all__): the commands reach the session only through this module (the
+# import-linter contract "cli: through the API", pyproject.toml).
+from runner.session.plan import ModelPlan
+from runner.session.plan import all_tasks as all_tasks
+from runner.session.plan import estimate as estimate
+from runner.session.pool import run_async as run_async
+from runner.session.report import BatchAnswers as BatchAnswers
+from runner.session.report import judged_dispatched, rebuild, report_run
+from runner.session.run import Run as Run
+from runner.session.select import Download as Download
+from runner.session.select import WorkingSet as WorkingSet
+from runner.session.select import derive as derive
+from runner.session.select import job_path as job_path
+from runner.session.select import open_selected as open_selected
+from runner.session.select import select
+from runner.session.select import unpriced_model as unpriced_model
+from runner.session.select import with_run_limits as with_run_limits
 
 if TYPE_CHECKING:
-    from pandas import DataFrame
-
     from runner.report.headline import Headline  # numpy (correlate): not at start-up
     from runner.report.write import Tables
 
@@ -77,9 +71,9 @@ __all__ = ["COLUMNS", "ModelPlan", "Results", "RunResult", "TaskSelection", "aru
            "judged_dispatched", "load_job", "plan", "rebuild", "report_run", "rescore", "results",
            "run", "selection"]
 
-JobLike = Job | TaskSelection | Selection | str | os.PathLike[str]
+JobLike = Job | TaskSelection | WorkingSet | str | os.PathLike[str]
 """A Job from load_job, a job file path, a name under jobs/ (`openmeva`), or a TaskSelection
-(the job with its selection); the commands pass a Selection they built with `selection`."""
+(the job with its selection); the commands pass a WorkingSet they built with `selection`."""
 
 DEFAULT_DATA_DIR = Path.home() / ".cache" / "judge-runner" / "data"
 
@@ -102,12 +96,12 @@ def load_job(path: str | os.PathLike[str]) -> Job:
 
 def selection(job: JobLike, *, data_dir: str | os.PathLike[str] | None = None,
               environ: Mapping[str, str] | None = None, stream: bool = False,
-              download: Download | None = None, **choose: Any) -> Selection:
+              download: Download | None = None, **choose: Any) -> WorkingSet:
     """The job, its judge models and items, the cache and the report folder a call works on.
 
     Args:
         job: a Job, a job file path or a name under jobs/ (with `choose`), or a TaskSelection
-            (without). A Selection is returned as it is.
+            (without). A WorkingSet is returned as it is.
         data_dir: the data sets' folder [default: JUDGE_DATA_DIR, else
             ~/.cache/judge-runner/data].
         environ: where JUDGE_CACHE_DIR, JUDGE_CACHE_URL, OPENAI_BASE_URL and the API keys are
@@ -118,14 +112,14 @@ def selection(job: JobLike, *, data_dir: str | os.PathLike[str] | None = None,
             cache_dir, cache_url, out (and shard, which only `judge run` takes).
 
     Returns:
-        The Selection, the TaskSelection it came from (defaults filled in) as its
+        The WorkingSet, the TaskSelection it came from (defaults filled in) as its
         `task_selection`.
 
     Raises:
         RunnerError: a job, model, data or cache problem; TypeError: an unknown keyword, or
             keywords beside a TaskSelection.
     """
-    if isinstance(job, Selection):
+    if isinstance(job, WorkingSet):
         return job
     if isinstance(job, TaskSelection) and choose:
         raise TypeError(f"selection(): {', '.join(sorted(choose))} given beside a "
@@ -139,7 +133,7 @@ def selection(job: JobLike, *, data_dir: str | os.PathLike[str] | None = None,
     return sel
 
 
-def _whole(sel: Selection, function: str) -> Selection:
+def _whole(sel: WorkingSet, function: str) -> WorkingSet:
     """`sel`, which must be the whole job: the API runs no shard (a shard writes no reports)."""
     if sel.shard is not None:
         raise ConfigError(f"runner.{function}(shard={str(sel.shard)!r}): the Python API runs "
@@ -271,87 +265,30 @@ async def arun(job: JobLike, **options: Any) -> RunResult:
     sel = _whole(selection(job, **options), "run")
     sel = with_run_limits(sel, run_options)
     check_out(sel.out_dir)
-    offline, budget = bool(run_options.get("offline")), run_options.get("budget")
-    if not offline:
-        check_keys(sel.job, env)
-        check_budget(sel.job, budget)
-    check_until_ci(sel.job, sharded=False, batch=False)
-    command = f"runner.run({sel.job.name!r})"
-    lease = lease_name(sel.job.name, None)
-    with open_selected(sel) as leased, (contextlib.nullcontext() if offline
-                                        else leased.lease(lease, describe(command))):
-        dispatched = TaskLog()
-        stats, sel = await _pool(sel, env, dispatched, offline=offline, budget=budget,
-                                 on_progress=run_options.get("on_progress"),
-                                 stoppers=run_options.get("_stoppers"))
+    run = Run(sel, started=started, command=f"runner.run({sel.job.name!r})", environ=env,
+              offline=bool(run_options.get("offline")), budget=run_options.get("budget"))
+    run.check()
+    with run.lease(run.command):
+        stats = await _pool(run, on_progress=run_options.get("on_progress"),
+                            stoppers=run_options.get("_stoppers"))
         if stats.fatal:
             raise APIError(f"{stats.fatal}; run stopped, nothing lost: rerun to resume")
-        tables = report_run(sel, stats, dispatched, started=started, command=command)
-    return _result(sel, stats, tables)
+        tables = run.report(stats)
+    return _result(run.sel, stats, tables)
 
 
-async def _pool(sel: Selection, env: Mapping[str, str], dispatched: TaskLog, *, offline: bool,
-                budget: float | None, on_progress: Callable[[RunStats], None] | None,
-                stoppers: list[Callable[[], object]] | None) -> tuple[RunStats, Selection]:
-    """The pool over the selection, local servers started for `local:` models, keys read
-    from `env` at call time (never stored); a function that stops its dispatch from any
-    thread is added to `stoppers`."""
+async def _pool(run: Run, *, on_progress: Callable[[RunStats], None] | None,
+                stoppers: list[Callable[[], object]] | None) -> RunStats:
+    """The run's pool, local servers started for `local:` models; a function that stops its
+    dispatch from any thread is added to `stoppers`."""
     import asyncio  # as in run
 
     stop, loop = asyncio.Event(), asyncio.get_running_loop()
     if stoppers is not None:
         stoppers.append(lambda: loop.call_soon_threadsafe(stop.set))
-    servers = contextlib.nullcontext(sel.job) if offline else serving(sel.job)
-    with open_selected(sel) as cache, servers as served:
-        return await run_pool(sel, served, cache, stop=stop, key_reader=key_reader(env),
-                              offline=offline, budget=budget,
-                              on_progress=on_progress or (lambda _: None),
-                              dispatched=dispatched)
-
-
-def judged_dispatched(sel: Selection, cache: CacheBackend, stats: RunStats,
-                      dispatched: TaskLog) -> Iterator[Judgment]:
-    """The judgments of the tasks the pool dispatched.
-
-    Args:
-        sel: the run's selection.
-        cache: its open cache, to read the answers from.
-        stats: the run's counters: its failures (damaged records among them) and the keys
-            it called (their judgments are marked fresh).
-        dispatched: the tasks the pool dispatched, read once and emptied.
-
-    Returns:
-        The judgments, streamed in the order of `dispatched`.
-    """
-    return judge(sel.expansion, cache, failures=stats.failures, fresh=frozenset(stats.called),
-                 tasks=dispatched.drain(), count=len(dispatched), damaged=stats.failures)
-
-
-def report_run(sel: Selection, stats: RunStats, dispatched: TaskLog, *, started: float,
-               command: str, extra: Mapping[str, Any] | None = None) -> Tables:
-    """A run's reports, written into sel.out_dir.
-
-    Args:
-        sel: the run's selection.
-        stats: the run's counters (failures, keys called, tokens, cost).
-        dispatched: the tasks the pool dispatched (emptied).
-        started: when the run started (seconds since the epoch), for the manifest.
-        command: the command line (or API call), for the manifest.
-        extra: more manifest keys (the batch stage's).
-
-    Returns:
-        The reports' tables (their headline: the correlations `judge` prints).
-    """
-    from runner.report.write import write_reports  # numpy: only where reports are written
-    answers = BatchAnswers()
-    # reads only (an offline run's folder may be read-only); the manifest once judged: damaged
-    # records are failures
-    with open_selected(sel, read_only=True) as cache:
-        judgments = judged_dispatched(sel, cache, stats, dispatched)
-        return write_reports(sel.out_dir, sel.expansion, answers.watch(judgments),
-                             lambda _: {**manifest(sel, stats, started, command),
-                                        **(extra or {}), "batch_answers": answers.answers},
-                             answers.notes)
+    with run.serve(read_only=False) as (cache, served):
+        return await run.pool(cache, served, stop=stop,
+                              on_progress=on_progress or (lambda _: None))
 
 
 def rescore(job: JobLike, **choose: Any) -> RunResult:
@@ -371,79 +308,10 @@ def rescore(job: JobLike, **choose: Any) -> RunResult:
     return _result(sel, stats, tables)
 
 
-def rebuild(sel: Selection, *, started: float, command: str) -> tuple[RunStats, Tables]:
-    """Reports from the cache alone, in one pass, the counts taken as the judgments go by.
-
-    Args:
-        sel: the selection to report on.
-        started: when the command started (seconds since the epoch), for the manifest.
-        command: the command line (or API call), for the manifest.
-
-    Returns:
-        The counts (cache hits, repeats, tasks with no answer, damaged records as failures)
-        and the reports' tables.
-    """
-    stats, answers = RunStats(), BatchAnswers()
-
-    def counted(tables: Tables) -> dict[str, Any]:
-        # a damaged record is a failure (stats.failures), not a task never run
-        stats.total, stats.duplicates = tables.tasks, tables.tasks - tables.distinct
-        stats.missing = [k for k in tables.missing if k not in stats.failures]
-        stats.cache_hits = tables.distinct - len(tables.missing)
-        return {**manifest(sel, stats, started, command, "rebuild"),
-                "batch_answers": answers.answers}
-
-    with open_selected(sel, read_only=True) as cache:
-        # a large job's readers start now, and read
-        judged = judge(sel.expansion, cache, damaged=stats.failures)
-        from runner.report.write import write_reports  # while the reports' modules load
-        tables = write_reports(sel.out_dir, sel.expansion, answers.watch(judged), counted,
-                               answers.notes)
-    return stats, tables
-
-
-def _result(sel: Selection, stats: RunStats, tables: Tables) -> RunResult:
+def _result(sel: WorkingSet, stats: RunStats, tables: Tables) -> RunResult:
     run_id = orjson.loads((sel.out_dir / "manifest.json").read_bytes()).get("run_id", "")
     return RunResult(out_dir=sel.out_dir, run_dir=sel.out_dir / HISTORY / run_id, stats=stats,
                      headline=tables.headline)
-
-
-TEXT, REAL, COUNT = "string", "float64", "Int64"
-COLUMNS: dict[str, dict[str, str]] = {
-    "scores": {"dataset": TEXT, "item_id": TEXT, "group": TEXT, "system": TEXT,
-               "subset": TEXT, "prompt": TEXT, "aspect": TEXT, "model": TEXT,
-               "judge_score": REAL, "human_score": REAL},
-    "correlations": {"dataset": TEXT, "aspect": TEXT, "judge": TEXT, "level": TEXT,
-                     "method": TEXT, "subset": TEXT, "value": REAL, "n_groups": COUNT,
-                     "n_items": COUNT, "ci_low": REAL, "ci_high": REAL, "n_systems": COUNT},
-    "reliability": {"dataset": TEXT, "aspect": TEXT, "figure": TEXT, "a": TEXT, "b": TEXT,
-                    "statistic": TEXT, "value": REAL, "n": COUNT, "p_value": REAL},
-    "summary": {"dataset": TEXT, "prompt": TEXT, "aspect": TEXT, "model": TEXT, "n": COUNT,
-                "scored": COUNT, "mean": REAL, "std": REAL, "parse_failures": COUNT,
-                "refusals": COUNT, "api_failures": COUNT},
-    "failures": {"dataset": TEXT, "item_id": TEXT, "prompt": TEXT, "aspect": TEXT,
-                 "model": TEXT, "sample": COUNT, "kind": TEXT, "message": TEXT, "raw": TEXT,
-                 "key": TEXT},
-}
-"""Each frame of `results`: its first columns, in order, with their pandas dtypes (text is
-"string", missing as <NA>; a missing number is NaN or <NA>). Columns a report adds later come
-after them: scores' metric columns (float64), and any other as "string"."""
-
-
-@dataclass(frozen=True, slots=True)
-class Results:
-    """A run folder's reports as pandas DataFrames (columns and dtypes: COLUMNS)."""
-
-    scores: DataFrame
-    """scores.csv: one row per item, prompt, aspect and model; judge and human score, metrics."""
-    correlations: DataFrame
-    """correlations.csv: every judge's and metric's correlation with the humans, 95% CI."""
-    reliability: DataFrame
-    """reliability.csv: agreement, self-consistency, position and length bias."""
-    summary: DataFrame
-    """summary.csv: per judge, counts, mean, std, parse failures, refusals, API failures."""
-    failures: DataFrame
-    """judgments.jsonl's failed tasks: `kind` (parse, refusal, api, ...), message, raw answer."""
 
 
 def results(run_folder: str | os.PathLike[str] | RunResult | Job, *,
@@ -464,11 +332,7 @@ def results(run_folder: str | os.PathLike[str] | RunResult | Job, *,
         ConfigError: pandas is not installed (pip install judge-runner[pandas]).
         ReportError: the folder holds no reports, or a report is unreadable.
     """
-    try:
-        import pandas as pd  # the runner's only pandas import: an optional extra
-    except ImportError:
-        raise ConfigError("results() needs pandas, an optional extra: "
-                          "pip install judge-runner[pandas]") from None
+    pd = import_pandas()
     if isinstance(run_folder, RunResult):
         folder = run_folder.run_dir
     elif isinstance(run_folder, Job) or not Path(run_folder).is_dir():
@@ -476,61 +340,4 @@ def results(run_folder: str | os.PathLike[str] | RunResult | Job, *,
         folder = Path(out) if out else job.output_dir
     else:
         folder = Path(run_folder)
-    if not (folder / "correlations.csv").is_file():
-        raise ReportError(f"{folder}: no reports here (no correlations.csv); pass a run folder: "
-                          "runs/<job>, runs/<job>/latest or runs/<job>/history/<run id>")
-    # every cell as text first: the dtypes are COLUMNS', not pandas' guesses
-    frames = {name: _typed(pd, _read(folder / f"{name}.csv", lambda p: pd.read_csv(
-        p, dtype=str, keep_default_na=False)) if name != "scores" or
-        (folder / "scores.csv").is_file() or not (folder / "scores.parquet").is_file()
-        else _read(folder / "scores.parquet", pd.read_parquet), name)  # scores_csv = false
-        for name in ("scores", "correlations", "reliability", "summary")}
-    failures = _read(folder / "judgments.jsonl", lambda p: list(_failures(p)))
-    return Results(**frames, failures=_typed(
-        pd, pd.DataFrame(failures, columns=list(COLUMNS["failures"])), "failures"))
-
-
-def _read(path: Path, read: Callable[[Path], Any]) -> Any:
-    """read(path), or a ReportError saying how to get the file back."""
-    if not path.is_file():
-        raise ReportError(f"{path}: missing from the run folder; rebuild the reports with "
-                          "`judge report JOB` (or runner.rescore)")
-    try:
-        return read(path)
-    except (OSError, ValueError) as exc:  # orjson's and pandas' parse errors are ValueErrors
-        raise ReportError(f"{path}: unreadable ({exc}); rebuild the reports with "
-                          "`judge report JOB` (or runner.rescore)") from None
-
-
-def _typed(pd: Any, frame: DataFrame, name: str) -> DataFrame:
-    """`frame` with COLUMNS[name] first, in their dtypes; later columns after them (numbers:
-    scores' metrics as float64; else "string")."""
-    schema = COLUMNS[name]
-    out = pd.DataFrame(index=frame.index)
-    for column in [*schema, *(c for c in frame.columns if c not in schema)]:
-        values = frame[column] if column in frame.columns else pd.Series([""] * len(frame),
-                                                                          index=frame.index)
-        dtype = schema.get(column, REAL if name == "scores" else TEXT)
-        if dtype == TEXT:
-            out[column] = values.astype("string").replace("", pd.NA)
-        else:
-            numbers = pd.to_numeric(values, errors="coerce")  # "" and "nan": NaN
-            out[column] = numbers.astype(dtype) if dtype == REAL else \
-                numbers.round().astype(COUNT)
-    return out
-
-
-def _failures(path: Path) -> Iterator[dict[str, Any]]:
-    """judgments.jsonl's failed tasks, one dict each in COLUMNS["failures"]'s order."""
-    with path.open("rb") as f:
-        for line in f:
-            j = orjson.loads(line)
-            error = j.get("error")
-            if error is None:
-                continue
-            raw = j.get("raw")
-            yield {"dataset": j["dataset"], "item_id": j["item_id"], "prompt": j["prompt"],
-                   "aspect": j["aspect"], "model": j["model"], "sample": j.get("sample"),
-                   "kind": error.get("type"), "message": error.get("message"),
-                   "raw": raw if raw is None or isinstance(raw, str) else
-                   orjson.dumps(raw).decode(), "key": j.get("key")}
+    return read_results(pd, folder)

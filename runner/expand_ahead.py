@@ -220,7 +220,8 @@ def _read_located(send: Callable[[list[str], Mapping[str, bytes]], None], cache:
                   index: KeyIndex, render: Callable[[], Iterator[str]], size: int) -> None:
     """_expand_and_read from PostgreSQL: by place where the located index is stored, else by
     key (`render()`, in batches of `size`), storing the index as the keys go by."""
-    from runner.execute.store.pgcache import NOWHERE  # loaded: `cache` is a PgCache
+    # not at the top: psycopg (pgcache 0.29 s to import); loaded already, `cache` is a PgCache
+    from runner.execute.store.pgcache import NOWHERE
 
     located = index.located()
     if located is not None:

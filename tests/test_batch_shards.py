@@ -19,7 +19,7 @@ import pytest
 
 from runner.execute.shard import Shard
 from runner.selection import TaskSelection
-from runner.session import select
+from runner.session.select import select
 from tests.fakebatch import BatchServer
 from tests.test_cli import (
     OPENMEVA,

@@ -1,4 +1,4 @@
-"""A run that judges its cached tasks first (runner.cli.runcmd._run_cached_first, used from
+"""A run that judges its cached tasks first (runner.session.run.Run.cached_first, used from
 CACHED_FIRST_TASKS tasks on) writes what the pool-first run writes: the same reports, counts and
 exit code, and calls exactly the tasks without a cached answer, whether none, some at the
 start, a hole in the middle or all of them are cached, with repeated requests among them."""
@@ -20,14 +20,14 @@ from click.testing import CliRunner
 
 from runner import expand_ahead
 from runner.cli import main as cli_main
-from runner.cli import runcmd
 from runner.execute.store import reader as reader_module
 from runner.execute.store.answers import of_record
 from runner.execute.store.cache import Cache
 from runner.expand_ahead import Expander
 from runner.reduce import judgments
 from runner.selection import TaskSelection
-from runner.session import Selection, select
+from runner.session import run as session_run
+from runner.session.select import WorkingSet, select
 from tests.fakeserver import ThreadedServer
 from tests.test_cli import JOB, clean_env, write_job
 
@@ -41,7 +41,7 @@ REPORTS = ("judgments.jsonl", "scores.csv", "correlations.csv", "summary.csv",
 
 def _run(job: Path, cache: Path, out: Path, server: ThreadedServer, *, first: int,
          monkeypatch: pytest.MonkeyPatch, limit: int = 40) -> Any:
-    monkeypatch.setattr(runcmd, "CACHED_FIRST_TASKS", first)
+    monkeypatch.setattr(session_run, "CACHED_FIRST_TASKS", first)
     return CliRunner().invoke(cli_main.cli, [
         "run", str(job), "--limit", str(limit), "--base-url", server.url, "--model", "fake",
         "--cache-dir", str(cache), "--out", str(out), "--yes"], catch_exceptions=False)
@@ -55,7 +55,7 @@ def _isolated(monkeypatch: pytest.MonkeyPatch, data_dir: Path) -> None:
 
 
 def _called(job: Path, cache: Path, out: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch,
-            *, limit: int) -> Selection:
+            *, limit: int) -> WorkingSet:
     """A pool-first run of the first `limit` items of `job` against the fake server, which
     answers every task; the selection of the same items, with the same endpoint."""
     with ThreadedServer() as server:
@@ -132,7 +132,7 @@ def test_cached_first_writes_what_the_pool_first_run_writes(
 # to this small job and a marker for each forked Expander.
 FORCED = """import sys
 import runner.cli.main as m
-import runner.cli.runcmd as run
+import runner.session.run as run
 import runner.execute.store.backend as b
 import runner.expand_ahead as e
 import runner.reduce.judgments as j
@@ -310,11 +310,11 @@ def test_a_run_through_the_pool_leaves_the_key_index_for_the_rescore(
     """A run whose pool dispatched every task stores their keys as the index the forked
     expanders of its rescore read (runs of 4 tasks over two parts); a run stopped before the
     end stores none."""
-    from runner import session
     from runner.execute.store.keyindex import KeyIndex
+    from runner.session import pool
     monkeypatch.setattr(reader_module, "MIN_TASKS", 1)
     monkeypatch.setattr(expand_ahead, "CHUNK", 4)
-    monkeypatch.setattr(session, "READ_BATCH", 2)
+    monkeypatch.setattr(pool, "READ_BATCH", 2)
     monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
     _isolated(monkeypatch, data_dir)
     job, cache = write_job(tmp_path / "job", JOB), tmp_path / "cache"

@@ -24,7 +24,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from runner.cli.main import cli
-from runner.session import run_async
+from runner.session.pool import run_async
 from tests.fakeserver import ThreadedServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -614,7 +614,7 @@ def test_commands_import_only_what_they_use(args: tuple[str, ...], wanted: set[s
 
 def test_run_async_returns_the_result_without_formatting_it() -> None:
     """asyncio.run on Python 3.11 formats its main task's repr, result included, on the way
-    out (a Selection of 25k items took 0.5 s and 70 MB)."""
+    out (a WorkingSet of 25k items took 0.5 s and 70 MB)."""
 
     formatted: list[bool] = []
 

@@ -28,7 +28,7 @@ from runner.job.load import load_job as _load_job
 from runner.job.spec import Job
 from runner.parse import metrics
 from runner.prepare import prepare
-from runner.session import resolve_models
+from runner.session.select import resolve_models
 from tests.fakeserver import Script, ThreadedServer
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from runner.cli import main as cli_main
-from runner.cli import runcmd
+from runner.session import run as session_run
 from tests.fakeserver import ThreadedServer
 from tests.test_cli import clean_env, error_line, judgments, run_judge, write_job
 
@@ -103,9 +103,9 @@ def test_a_bare_model_without_its_url_offline_says_the_url_finds_its_answers(
 def test_an_offline_run_judging_cached_tasks_first_reads_a_read_only_cache(
         read_only_cache: tuple[Path, Path], server: ThreadedServer, tmp_path: Path,
         data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The path a large job takes (runcmd's cached-first run), here from one task on."""
+    """The path a large job takes (Run.cached_first), here from one task on."""
     job, cache = read_only_cache
-    monkeypatch.setattr(runcmd, "CACHED_FIRST_TASKS", 1)
+    monkeypatch.setattr(session_run, "CACHED_FIRST_TASKS", 1)
     monkeypatch.setenv("JUDGE_DATA_DIR", str(data_dir))
     monkeypatch.chdir(tmp_path)
     before = server.state.requests

@@ -18,7 +18,7 @@ import runner.expand
 from runner.errors import DataError
 from runner.execute.shard import Shard
 from runner.selection import TaskSelection
-from runner.session import Selection, select
+from runner.session.select import WorkingSet, select
 from runner.tasks import Task
 from tests.conftest import JobWriter
 from tests.fakeserver import ThreadedServer
@@ -75,7 +75,7 @@ def _rows(questions: int) -> list[dict[str, Any]]:
     return rows[::2] + rows[1::2]
 
 
-def _select(job: Path, tmp_path: Path, shard: Shard | None = None) -> Selection:
+def _select(job: Path, tmp_path: Path, shard: Shard | None = None) -> WorkingSet:
     return select(TaskSelection(job=job, cache_dir=tmp_path / "cache", shard=shard),
                   data_dir=tmp_path)
 

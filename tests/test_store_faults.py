@@ -19,10 +19,10 @@ import pytest
 from click.testing import CliRunner, Result
 
 from runner.cli import main as cli_main
-from runner.cli import runcmd
 from runner.errors import CacheError
 from runner.execute.store import reader as reader_module
 from runner.reduce import judgments as judgments_module
+from runner.session import run as session_run
 from tests.fakeserver import ThreadedServer
 from tests.test_cli import JOB, clean_env, judgments, manifest, write_job
 
@@ -80,7 +80,7 @@ def test_a_damaged_record_fails_its_task_alone_in_run_and_rescore(
         monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
         monkeypatch.setattr(judgments_module, "READ_BATCH", 3)
     if way == "cached first":
-        monkeypatch.setattr(runcmd, "CACHED_FIRST_TASKS", 1)
+        monkeypatch.setattr(session_run, "CACHED_FIRST_TASKS", 1)
     before = server.state.requests
     for command in (args, ["rescore", *args[1:-1]]):
         done = _judge(*command)
@@ -280,7 +280,7 @@ def test_a_killed_reader_process_is_read_for_in_place_and_nothing_is_lost(
     with Cache(cache) as c:  # a hole in the middle: the rest goes through the pool
         hole = keys[4:7]
         assert all(c._store.delete(key) for key in hole)
-    monkeypatch.setattr(runcmd, "CACHED_FIRST_TASKS", 1)
+    monkeypatch.setattr(session_run, "CACHED_FIRST_TASKS", 1)
     monkeypatch.setattr(reader_module, "MIN_TASKS", 1)
     monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
     monkeypatch.setattr(judgments_module, "READ_BATCH", 2)
@@ -390,7 +390,7 @@ def test_enospc_from_the_journals_write_holds_the_answers_until_it_has_room(
 # the thresholds down to this small job.
 SMALL_THRESHOLDS = """import os, sys
 import runner.cli.main as m
-import runner.cli.runcmd as run
+import runner.session.run as run
 import runner.execute.store.backend as b
 import runner.execute.store.reader as r
 import runner.reduce.judgments as j

@@ -1,4 +1,4 @@
-"""runner.session.TaskLog: the run's compact log of its judge tasks gives them back, in
+"""runner.session.pool.TaskLog: the run's compact log of its judge tasks gives them back, in
 order, exactly as the reports read them."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 from runner.job.load import load_job
 from runner.prepare import prepare
-from runner.session import TaskLog
+from runner.session.pool import TaskLog
 from runner.tasks import Task
 from tests.conftest import ROOT, JobWriter
 from tests.test_expand import JOB, ROWS, TEMPLATE

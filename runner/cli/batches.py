@@ -16,30 +16,25 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from runner.api import WorkingSet, derive, open_selected, run_async
 from runner.cli.options import resolve, task_selection
 from runner.errors import ConfigError, scrub
 from runner.execute.ledger import FILES, BatchLedger, Ledger
 from runner.job.providers import row
 from runner.job.spec import Job
 from runner.selection import TaskSelection
-from runner.session import (  # BatchAnswers: imported from here by runcmd
-    BatchAnswers,
-    Selection,
-    derive,
-    open_selected,
-    run_async,
-)
 
 if TYPE_CHECKING:
     from runner.execute.batch import BatchOptions, BatchStats, Provider
     from runner.execute.stats import RunStats
 
-# runner.execute.batch (and with it aiohttp, ~0.15 s) is imported by the functions that run
-# batches, not here: every `judge` command imports this module to register `judge batches`.
+# runner.execute.batch (and with it aiohttp: 0.51 s to import after runner.cli.main, this 2-core
+# box, loaded) is imported by the functions that run batches, not here: every `judge` command
+# imports this module to register `judge batches`.
 MAX_BATCH_REQUESTS = 50_000
 """runner.execute.batch_files.MAX_REQUESTS (tests/test_batch.py checks): the --batch-size limit."""
 
-__all__ = ["MAX_BATCH_REQUESTS", "BatchAnswers", "Batched", "batch_models",
+__all__ = ["MAX_BATCH_REQUESTS", "Batched", "batch_models",
            "batch_stage", "batches", "merge", "open_ledger", "run_batches"]
 
 
@@ -73,7 +68,7 @@ def batch_models(job: Job, everyone: bool) -> tuple[str, ...]:
 
 
 def _providers(job: Job, names: tuple[str, ...]) -> dict[str, Provider]:
-    from runner.execute.batch import Provider
+    from runner.execute.batch import Provider  # 0.51 s (see the top)
     out = {}
     for m in job.models:
         if m.name in names:
@@ -92,13 +87,13 @@ class Batched:
     """The batch stage's outcome for the rest of `judge run`."""
 
     stats: BatchStats
-    sel: Selection
+    sel: WorkingSet
     in_batches: frozenset[str]
     """Keys the online pool must not call: in a live batch, or failed by one (unless
     --batch-fallback online)."""
 
 
-def open_ledger(sel: Selection) -> BatchLedger:
+def open_ledger(sel: WorkingSet) -> BatchLedger:
     """The batch ledger beside the selection's answers.
 
     Args:
@@ -114,7 +109,7 @@ def open_ledger(sel: Selection) -> BatchLedger:
     return Ledger(sel.cache_dir)
 
 
-def run_batches(sel: Selection, names: tuple[str, ...], options: BatchOptions) -> Batched:
+def run_batches(sel: WorkingSet, names: tuple[str, ...], options: BatchOptions) -> Batched:
     """The batch stage: the generation stage, then the judges (over what the generators have
     answered so far), each through the providers' Batch APIs.
 
@@ -127,7 +122,7 @@ def run_batches(sel: Selection, names: tuple[str, ...], options: BatchOptions) -
         The stage's counters, the selection (generated data sets derived), and the keys the
         online pool must leave alone.
     """
-    from runner.execute.batch import BatchRun, BatchStats
+    from runner.execute.batch import BatchRun, BatchStats  # 0.51 s (see the top)
     stats = BatchStats()
 
     def say(line: str) -> None:
@@ -154,7 +149,7 @@ def run_batches(sel: Selection, names: tuple[str, ...], options: BatchOptions) -
     return Batched(stats=stats, sel=sel, in_batches=frozenset(in_batches))
 
 
-def batch_stage(sel: Selection, run_options: dict[str, Any]) -> Batched | None:
+def batch_stage(sel: WorkingSet, run_options: dict[str, Any]) -> Batched | None:
     """`judge run`'s batch stage from its options.
 
     Args:
@@ -177,7 +172,7 @@ def batch_stage(sel: Selection, run_options: dict[str, Any]) -> Batched | None:
             raise ConfigError(f"{sel.job.path}: --no-wait needs --batch or a model with mode = "
                               "\"batch\"; e.g. judge run JOB --batch --no-wait")
         return None
-    from runner.execute.batch import BatchOptions
+    from runner.execute.batch import BatchOptions  # 0.51 s (see the top)
     return run_batches(sel, names, BatchOptions(
         wait=not run_options["no_wait"], fallback=run_options["batch_fallback"],
         poll_s=run_options["poll_interval"], max_requests=run_options["batch_size"],
@@ -225,7 +220,7 @@ def batches(task_selection: TaskSelection, cancel: bool) -> None:
       judge batches summeval             state of every batch `judge run --batch` made
       judge batches summeval --cancel    cancel the live ones
     """
-    from runner.execute.batch import BatchOptions, BatchRun
+    from runner.execute.batch import BatchOptions, BatchRun  # 0.51 s (see the top)
     sel = resolve(task_selection)
     names = tuple(m.name for m in sel.job.models if row(m.kind).batch)
     with open_selected(sel) as cache, open_ledger(sel) as ledger:

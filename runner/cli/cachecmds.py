@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 import orjson
 
+from runner.api import WorkingSet, all_tasks, open_selected
 from runner.cli.options import cache_location, resolve, task_selection
 from runner.errors import ConfigError, redact_url
 from runner.execute.store.backend import CacheBackend, is_url, open_cache
@@ -26,7 +27,6 @@ from runner.execute.transfer import (
     write_archive,
 )
 from runner.selection import DEFAULT_CACHE_DIR, CacheLocation, TaskSelection
-from runner.session import Selection, all_tasks, open_selected
 
 __all__ = ["cache", "job_keys"]
 
@@ -145,7 +145,7 @@ def cache_check(task_selection: TaskSelection | CacheLocation, drop: bool) -> No
         sys.exit(1)
 
 
-def job_keys(sel: Selection) -> list[str]:
+def job_keys(sel: WorkingSet) -> list[str]:
     """The selection's distinct cache keys, in task order (generation stage first).
 
     Args:

@@ -21,7 +21,6 @@ import click
 from runner import api
 from runner.errors import ConfigError
 from runner.selection import CacheLocation, TaskSelection
-from runner.session import Download, Selection
 
 __all__ = ["CACHE_OPTIONS", "PARTIAL_HELP", "SELECTION_OPTIONS",
            "UsageError", "cache_location", "data_dir", "resolve", "task_selection"]
@@ -176,8 +175,8 @@ def _selected(job: str | None, **given: Any) -> TaskSelection | CacheLocation:
 
 
 def resolve(chosen: TaskSelection, *, stream: bool = False,
-            download: Download | None = None) -> Selection:
-    """The Selection a command works on, from its task selection and the environment
+            download: api.Download | None = None) -> api.WorkingSet:
+    """The WorkingSet a command works on, from its task selection and the environment
     (JUDGE_CACHE_DIR, JUDGE_CACHE_URL, JUDGE_DATA_DIR, OPENAI_BASE_URL, the API keys).
 
     Args:
@@ -186,6 +185,6 @@ def resolve(chosen: TaskSelection, *, stream: bool = False,
         download: fetch the job's missing registered data sets first (`judge run`).
 
     Returns:
-        The Selection (runner.api.selection's).
+        The WorkingSet (runner.api.selection's).
     """
     return api.selection(chosen, data_dir=data_dir(), stream=stream, download=download)

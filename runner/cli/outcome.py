@@ -17,7 +17,6 @@ from runner import api
 from runner.cli import TERM_EXIT
 from runner.cli.options import UsageError
 from runner.errors import scrub
-from runner.session import Selection, unpriced_model
 
 if TYPE_CHECKING:
     from runner.execute.stats import RunStats
@@ -76,7 +75,7 @@ def exit_interrupted(stats: RunStats, command: str) -> None:
     sys.exit(TERM_EXIT if stats.terminated else 130)
 
 
-def summarise(sel: Selection, stats: RunStats, command: str, partial: bool = False,
+def summarise(sel: api.WorkingSet, stats: RunStats, command: str, partial: bool = False,
               result: Headline | None = None) -> None:
     """The end of a command that wrote reports: counts, failures, the study's result (the
     correlations, last), and the exit code.
@@ -95,7 +94,7 @@ def summarise(sel: Selection, stats: RunStats, command: str, partial: bool = Fal
     """
     echo = click.echo
     echo(f"{counts(stats)}; {stats.prompt_tokens + stats.completion_tokens} tokens, "
-         f"{stats.cost_text(unpriced_model(sel.job))}",
+         f"{stats.cost_text(api.unpriced_model(sel.job))}",
          err=True)
     if stats.fatal:  # before any report: those of a run that could not run are not kept
         raise stopped(stats, command)
@@ -125,7 +124,7 @@ def summarise(sel: Selection, stats: RunStats, command: str, partial: bool = Fal
         sys.exit(1)
 
 
-def rebuild_reports(sel: Selection, started: float | None = None,
+def rebuild_reports(sel: api.WorkingSet, started: float | None = None,
                     then: Callable[[], None] = lambda: None, partial: bool = False) -> None:
     """Reports from the cache alone (rescore, report, import), then the summary.
 

@@ -8,13 +8,13 @@ from pathlib import Path
 import click
 import orjson
 
+from runner.api import job_path
 from runner.cli.options import data_dir
 from runner.data.annotations import append_ratings, read_ratings
 from runner.data.labelstudio import from_label_studio, to_label_studio
 from runner.errors import DataError
 from runner.job.load import load_job
 from runner.prepare import prepare
-from runner.session import job_path
 
 __all__ = ["ratings"]
 

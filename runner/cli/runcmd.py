@@ -1,5 +1,6 @@
-"""`judge run`: its options, the batch stage, the pool under a two-phase Ctrl-C, the cached-first
-path of a large rerun, a shard's summary, and the reports.
+"""`judge run`: its options, the batch stage, the pool under a two-phase Ctrl-C, a shard's
+summary. The run itself is an api.Run (runner/session/run.py), `runner.run`'s too: its phases
+are checked, leased, served, cached first, pooled and reported there.
 
 Exit codes: 0 all tasks done, 1 some tasks failed (listed), 2 usage or configuration error,
 130 interrupted by Ctrl-C, 143 stopped by SIGTERM (rerun the same command to resume).
@@ -7,73 +8,43 @@ Exit codes: 0 all tasks done, 1 some tasks failed (listed), 2 usage or configura
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shlex
 import signal
 import sys
 import time
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from runner import api
 from runner.cli import Terminated
-from runner.cli.batches import (
-    MAX_BATCH_REQUESTS,
-    BatchAnswers,
-    Batched,
-    batch_models,
-    batch_stage,
-    merge,
-)
+from runner.cli.batches import MAX_BATCH_REQUESTS, Batched, batch_models, batch_stage, merge
 from runner.cli.cachecmds import job_keys
 from runner.cli.options import PARTIAL_HELP, data_dir, resolve, task_selection
 from runner.cli.outcome import command_line, counts, exit_interrupted, stopped, summarise
 from runner.errors import ConfigError, scrub
 from runner.execute.store.backend import CacheBackend
 from runner.execute.store.cache import Cache
-from runner.execute.store.lease import describe, lease_name
 from runner.job.spec import Job
-from runner.reduce.judgments import CachedFirst, Judgment
+from runner.reduce.judgments import CachedFirst
 from runner.report.folder import check_out
 from runner.selection import TaskSelection
-from runner.session import (
-    Download,
-    Selection,
-    TaskLog,
-    check_budget,
-    check_keys,
-    check_until_ci,
-    estimate,
-    key_reader,
-    manifest,
-    open_selected,
-    run_async,
-    run_pool,
-    serving,
-    with_run_limits,
-)
 
 if TYPE_CHECKING:
     from runner.cli.progress import Progress
     from runner.execute.stats import RunStats
 
-# The reports (numpy, ~0.15 s to import), the pool (aiohttp, ~0.15 s) and the progress bar
-# (tqdm) are imported inside the functions that use them, not here: `judge --help`, `plan`,
-# `status`, `datasets` and `cache` never pay for them.
+# The progress bar (tqdm: 37 ms to import after runner.cli.main) and asyncio (46 ms) are
+# imported inside the functions that use them, not here: `judge --help`, `plan`, `status`,
+# `datasets` and `cache` never pay for them (nor, under runner.session, for the reports and
+# the pool).
 
-__all__ = ["CACHED_FIRST_TASKS", "TERM_GRACE_S", "run"]
+__all__ = ["TERM_GRACE_S", "run"]
 
 TERM_GRACE_S = 5.0
 """After SIGTERM, how long requests in flight may take before they are cancelled (docker stop
 sends SIGKILL after 10 s)."""
-
-CACHED_FIRST_TASKS = 20_000
-"""From this many tasks, a run judges the cached ones first (see _run_cached_first); a smaller
-run gains little from it."""
-
 
 @click.command()
 @task_selection(shard=True)
@@ -124,9 +95,9 @@ def run(task_selection: TaskSelection, **run_options: Any) -> None:
     unless --yes.
     """
     started = time.time()
-    sel = resolve(task_selection, download=Download(mirror=os.environ.get("JUDGE_DATA_MIRROR"),
-                                                    notify=_notify_download))
-    sel = with_run_limits(sel, run_options)
+    sel = resolve(task_selection, download=api.Download(mirror=os.environ.get("JUDGE_DATA_MIRROR"),
+                                                        notify=_notify_download))
+    sel = api.with_run_limits(sel, run_options)
     # a shard writes no reports: this builds them once every shard is done
     run_options["rescore_hint"] = shlex.join(["judge", "rescore",
                                        *task_selection.arguments(shard=False)])
@@ -134,42 +105,36 @@ def run(task_selection: TaskSelection, **run_options: Any) -> None:
         check_out(sel.out_dir)
     if run_options["refresh_damaged"]:
         _drop_damaged(sel)
-    if run_options["offline"]:  # makes no call: needs no lease, as rescore
-        _run_checked(sel, run_options, started)
+    run = api.Run(sel, started=started, command=command_line(), environ=os.environ,
+                  offline=run_options["offline"], budget=run_options["budget"])
+    if run.offline:  # makes no call: needs no lease, as rescore
+        _run_checked(run, run_options)
         return
-    check_keys(sel.job, os.environ)
-    check_budget(sel.job, run_options["budget"])
-    check_until_ci(sel.job, sharded=sel.shard is not None,
-                   batch=bool(batch_models(sel.job, run_options["batch"])))
-    # The run's lease on (cache, job, shard), before any call and before asking: a second run
-    # of this job on this cache stops here, naming the first (runner/execute/store/lease.py).
-    name = lease_name(sel.job.name, None if sel.shard is None else str(sel.shard))
-    with open_selected(sel) as leased, leased.lease(name, describe()):
+    run.check(batch=bool(batch_models(run.sel.job, run_options["batch"])))
+    with run.lease():
         if not run_options["yes"] and sys.stdin.isatty():
             _confirm(sel)
-        _run_checked(sel, run_options, started)
+        _run_checked(run, run_options)
 
 
-def _run_checked(sel: Selection, run_options: dict[str, Any], started: float) -> None:
+def _run_checked(run: api.Run, run_options: dict[str, Any]) -> None:
     """`judge run` once its options are checked (and its lease held): the batch stage, the
-    pool, the reports."""
-    batched = batch_stage(sel, run_options)
+    pool (after the cached tasks, on a large run), the reports."""
+    batched = batch_stage(run.sel, run_options)
     if batched is not None:
-        sel, run_options["in_batches"] = batched.sel, batched.in_batches
-    dispatched = TaskLog()
-    if batched is None and (count := _cached_first(sel)):
-        _run_cached_first(sel, run_options, started, dispatched, count)
+        run.sel, run.in_batches = batched.sel, batched.in_batches
+    if batched is None and (count := run.cached_first_count()):
+        _run_cached_first(run, run_options, count)
         return
-    stats, sel = _execute(sel, run_options, dispatched)
+    stats = _execute(run)
     if batched is not None:
         merge(stats, batched)
-    if sel.shard is not None:  # one shard's reports would be partial: rescore builds them
-        _summarise_shard(sel, stats, command_line(), run_options["rescore_hint"])
-    _report_and_summarise(sel, stats, started, command_line(), dispatched, batched,
-                          _partial(run_options))
+    if run.sel.shard is not None:  # one shard's reports would be partial: rescore builds them
+        _summarise_shard(run.sel, stats, run.command, run_options["rescore_hint"])
+    _report_and_summarise(run, stats, batched, _partial(run_options))
 
 
-def _summarise_shard(sel: Selection, stats: RunStats, command: str, rescore_hint: str) -> None:
+def _summarise_shard(sel: api.WorkingSet, stats: RunStats, command: str, rescore_hint: str) -> None:
     """A shard's counts and the command that builds the reports; exits like run."""
     click.echo(f"shard {sel.shard}: {counts(stats)}", err=True)
     if stats.fatal:
@@ -183,7 +148,7 @@ def _summarise_shard(sel: Selection, stats: RunStats, command: str, rescore_hint
     sys.exit(1 if stats.failures else 0)
 
 
-def _drop_damaged(sel: Selection) -> None:
+def _drop_damaged(sel: api.WorkingSet) -> None:
     """judge run --refresh-damaged: the job's damaged records dropped, for the run to ask
     them again."""
     if sel.cache_url:
@@ -200,9 +165,9 @@ def _notify_download(name: str, missing: int) -> None:
                "upstream and checking sha256 (first use)", err=True)
 
 
-def _confirm(sel: Selection) -> None:
+def _confirm(sel: api.WorkingSet) -> None:
     """At a terminal, ask before paid calls (those with a price); --yes skips this."""
-    paid = [p for p in estimate(sel) if p.calls and p.model.kind != "local" and p.cost != 0]
+    paid = [p for p in api.estimate(sel) if p.calls and p.model.kind != "local" and p.cost != 0]
     if not paid:
         return
     calls = sum(p.calls for p in paid)
@@ -212,20 +177,17 @@ def _confirm(sel: Selection) -> None:
         raise click.Abort()
 
 
-def _execute(sel: Selection, run_options: dict[str, Any], dispatched: TaskLog,
-             cached_first: CachedFirst | None = None) -> tuple[RunStats, Selection]:
-    """The pool over the selection, local servers started, a progress bar on stderr."""
+def _execute(run: api.Run, cached_first: CachedFirst | None = None) -> RunStats:
+    """The run's pool, local servers started, a progress bar on stderr."""
     # asyncio (~65 ms) only where the pool runs: rescore and a fully cached run never import it
     import asyncio
 
     from runner.cli.progress import Progress
     progress = Progress(sys.stderr, total=0)  # grows with each stage's task count
-    offline = run_options["offline"]  # reads only: a read-only cache folder is read as it is
-    servers = contextlib.nullcontext(sel.job) if offline else serving(sel.job)
-    with open_selected(sel, read_only=offline) as cache, servers as served:
+    # offline, reads only: a read-only cache folder is read as it is
+    with run.serve(read_only=run.offline) as (cache, served):
         try:
-            return run_async(_run_async(sel, served, cache, run_options, progress, dispatched,
-                                        cached_first))
+            return api.run_async(_run_async(run, cache, served, progress, cached_first))
         except asyncio.CancelledError:
             # The second Ctrl-C cancelled the pool; every answer received is already cached.
             raise KeyboardInterrupt from None
@@ -233,9 +195,8 @@ def _execute(sel: Selection, run_options: dict[str, Any], dispatched: TaskLog,
             progress.close()
 
 
-async def _run_async(sel: Selection, served: Job, cache: CacheBackend, run_options: dict[str, Any],
-                     progress: Progress, dispatched: TaskLog,
-                     cached_first: CachedFirst | None = None) -> tuple[RunStats, Selection]:
+async def _run_async(run: api.Run, cache: CacheBackend, served: Job, progress: Progress,
+                     cached_first: CachedFirst | None = None) -> RunStats:
     """Run the pool under a two-phase Ctrl-C: stop dispatching, then cancel."""
     import asyncio  # as in _execute
     stop = asyncio.Event()
@@ -264,14 +225,10 @@ async def _run_async(sel: Selection, served: Job, cache: CacheBackend, run_optio
     loop.add_signal_handler(signal.SIGINT, on_sigint)
     loop.add_signal_handler(signal.SIGTERM, on_sigterm)
     try:
-        stats, sel = await run_pool(sel, served, cache, stop=stop,
-                                    key_reader=key_reader(os.environ),
-                                    offline=run_options["offline"], budget=run_options["budget"],
-                                    on_progress=progress.update, dispatched=dispatched,
-                                    in_batches=run_options.get("in_batches", frozenset()),
-                                    cached_first=cached_first, say=progress.say)
+        stats = await run.pool(cache, served, stop=stop, on_progress=progress.update,
+                               say=progress.say, cached_first=cached_first)
         stats.terminated = bool(terminated)
-        return stats, sel
+        return stats
     except asyncio.CancelledError:
         if terminated:  # the grace period ended: what was received is cached
             raise Terminated from None
@@ -284,48 +241,16 @@ async def _run_async(sel: Selection, served: Job, cache: CacheBackend, run_optio
         signal.signal(signal.SIGTERM, before)  # remove_signal_handler left the default: death
 
 
-def _cached_first(sel: Selection) -> int:
-    """The run's task count if it can judge its cached tasks first (one shard-less judge
-    stage, no generation stage, no --until-ci, CACHED_FIRST_TASKS tasks or more; a cache
-    folder or PostgreSQL), else 0."""
-    if sel.shard is not None or sel.job.generate or sel.job.limits.until_ci is not None:
-        return 0
-    count = sel.expansion.count()  # ~0.04 s at 100k tasks: counted once for the whole run
-    return count if count >= CACHED_FIRST_TASKS else 0
-
-
-def _run_cached_first(sel: Selection, run_options: dict[str, Any], started: float,
-                      dispatched: TaskLog, count: int) -> None:
-    """A run that judges its tasks in order as rescore does while their answers are cached,
-    and hands the first task without one, and every later one, to the pool (then judges them
-    as a run does). A fully cached run never starts the pool: it took ~1 s of a 100k-task
-    rerun (dispatch, the task log, aiohttp). Reports, counts and exit codes are the pool's;
-    Ctrl-C while cached answers are read stops without reports (nothing was called)."""
+def _run_cached_first(run: api.Run, run_options: dict[str, Any], count: int) -> None:
+    """A large run: its cached tasks judged first, the rest through the pool, as the reports
+    are written (see Run.cached_first); Ctrl-C while cached answers are read stops without
+    reports (nothing was called)."""
     from runner.cli.progress import Progress
-    from runner.execute.stats import RunStats
-    stats, command, answers = RunStats(), command_line(), BatchAnswers()
-    stats.total = count
     progress = Progress(sys.stderr, total=count)
-    with open_selected(sel, read_only=run_options["offline"]) as cache:
-        cached_first = CachedFirst(sel.expansion, cache, stats, count=count,
-                            on_progress=progress.update)
-        # its readers read while the reports' modules load
-        from runner.report.write import write_reports
-
-        def judgments() -> Iterator[Judgment]:
-            yield from cached_first
-            progress.close()
-            if cached_first.uncached_onward is None:  # all cached: repeats counted as the pool
-                # counts them
-                stats.settle_repeats(cached_first.hashes)
-                return
-            _execute(sel, run_options, dispatched, cached_first)
-            yield from api.judged_dispatched(sel, cache, stats, dispatched)
-
-        tables = write_reports(sel.out_dir, sel.expansion, answers.watch(judgments()),
-                               lambda _: {**manifest(sel, stats, started, command),
-                                          "batch_answers": answers.answers}, answers.notes)
-    summarise(sel, stats, command, _partial(run_options), tables.headline)
+    stats, tables = run.cached_first(count, on_progress=progress.update,
+                                     cached_done=progress.close,
+                                     pool=lambda first: _execute(run, first))
+    summarise(run.sel, stats, run.command, _partial(run_options), tables.headline)
 
 
 def _partial(run_options: dict[str, Any]) -> bool:
@@ -335,12 +260,11 @@ def _partial(run_options: dict[str, Any]) -> bool:
     return bool(run_options["partial"]) or not run_options["offline"]
 
 
-def _report_and_summarise(sel: Selection, stats: RunStats, started: float, command: str,
-            dispatched: TaskLog, batched: Batched | None = None, partial: bool = True) -> None:
+def _report_and_summarise(run: api.Run, stats: RunStats, batched: Batched | None = None,
+                          partial: bool = True) -> None:
     """The reports of a run that went through the pool, then its summary (which exits)."""
     if stats.fatal:  # no endpoint, no model or no key: the reports would show only that
-        summarise(sel, stats, command)
+        summarise(run.sel, stats, run.command)
     batch = {} if batched is None else {"batch": batched.stats.as_dict()}
-    tables = api.report_run(sel, stats, dispatched, started=started, command=command,
-                            extra=batch)
-    summarise(sel, stats, command, partial, tables.headline)
+    tables = run.report(stats, extra=batch)
+    summarise(run.sel, stats, run.command, partial, tables.headline)

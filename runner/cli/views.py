@@ -9,12 +9,12 @@ from pathlib import Path
 
 import click
 
+from runner.api import job_path
 from runner.cli.options import task_selection
 from runner.errors import ConfigError
 from runner.job.load import load_job
 from runner.report.folder import HISTORY, forget_runs, kept_runs
 from runner.selection import TaskSelection
-from runner.session import job_path
 
 __all__ = ["diff", "figures", "runs", "view"]
 

@@ -16,13 +16,12 @@ from typing import Any
 
 import orjson
 
-from runner.api import selection
+from runner.api import WorkingSet, selection
 from runner.errors import ConfigError
 from runner.job.load import load_job
 from runner.job.spec import Job
 from runner.report.folder import HISTORY, kept_runs
 from runner.selection import TaskSelection
-from runner.session import Selection
 
 __all__ = ["Desk", "RunInfo"]
 
@@ -61,7 +60,7 @@ class Desk:
     """The rating page shows the judges' scores of the item (the latest run's); else blind."""
     environ: dict[str, str] = field(default_factory=dict)
     """Where the job's selection reads JUDGE_CACHE_DIR and the like (the CLI's environment)."""
-    _selections: dict[tuple[str, str, bool, int], Selection] = field(default_factory=dict)
+    _selections: dict[tuple[str, str, bool, int], WorkingSet] = field(default_factory=dict)
     """(job, run id, whole data, the job file's mtime) -> its selection: not loaded again at
     every click."""
 
@@ -120,7 +119,7 @@ class Desk:
         """The job as its file says now."""
         return load_job(self.job_file(job, run))
 
-    def selection(self, job: str, run: str = "latest", *, whole: bool = False) -> Selection:
+    def selection(self, job: str, run: str = "latest", *, whole: bool = False) -> WorkingSet:
         """The job's items as `run` selected them (its models, --limit, --sample), or with
         `whole` every item of its data (the rating queue); loaded once each, and again when
         the job file changes."""

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runner.api import WorkingSet
 from runner.children import alive
 from runner.errors import RunnerError
 from runner.execute.store.cache import Cache
@@ -38,7 +39,6 @@ from runner.report.standing import points
 from runner.report.tables import collect
 from runner.report.write import correlations
 from runner.serve.desk import Desk
-from runner.session import Selection
 from runner.tasks import Task
 
 __all__ = ["LiveRuns", "holder"]
@@ -69,7 +69,7 @@ class LiveRuns:
     """The runs in progress of the desk's jobs, and the rate each goes at."""
 
     desk: Desk
-    _expanded: dict[str, tuple[Selection, list[Task]]] = field(default_factory=dict)
+    _expanded: dict[str, tuple[WorkingSet, list[Task]]] = field(default_factory=dict)
     """job -> the selection its tasks were expanded from, and they."""
     _partials: dict[str, tuple[float, list[dict[str, Any]]]] = field(default_factory=dict)
     """job -> (when, its correlations then)."""
