@@ -179,6 +179,22 @@ def test_until_ci_with_a_shard_is_one_error_line(judge_server: ThreadedServer,
     assert judge_server.state.requests == 0
 
 
+@pytest.mark.slow
+def test_until_ci_offline_with_group_prompts_is_one_error_line(judge_server: ThreadedServer,
+                                                               tmp_path: Path) -> None:
+    # --offline skips the key and budget checks, not this one (it was a KeyError traceback)
+    job = _study(tmp_path)
+    job.write_text(job.read_text().replace('aspects = ["overall"]',
+                                           'aspects = ["overall"]\nper = "group"'))
+    result = _run(job, judge_server, "--until-ci", 0.2, "--offline")
+    assert result.returncode == 2, result.stderr
+    assert error_line(result.stderr) == (
+        f"Error: {job}: --until-ci (limits.until_ci) judges the items of one run group by "
+        'group and cannot run with group prompts (per = "group"); drop one of them')
+    assert "Traceback" not in result.stderr
+    assert judge_server.state.requests == 0
+
+
 def test_the_coverage_script_runs_the_rule_on_real_data(data_dir: Path) -> None:
     """tools/untilci_coverage.py, which statistics.md cites, on two replications: it stops
     where the rule says and reports a coverage and a bias per level and rule."""

@@ -107,10 +107,11 @@ def run(task_selection: TaskSelection, **run_options: Any) -> None:
         _drop_damaged(sel)
     run = api.Run(sel, started=started, command=command_line(), environ=os.environ,
                   offline=run_options["offline"], budget=run_options["budget"])
+    # offline: no key or budget check (no call), but --until-ci's combinations all the same
+    run.check(batch=bool(batch_models(run.sel.job, run_options["batch"])))
     if run.offline:  # makes no call: needs no lease, as rescore
         _run_checked(run, run_options)
         return
-    run.check(batch=bool(batch_models(run.sel.job, run_options["batch"])))
     with run.lease():
         if not run_options["yes"] and sys.stdin.isatty():
             _confirm(sel)
