@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from runner.execute.store.journal import frames
 from tests.fakeserver import ThreadedServer
 from tests.pgserver import PgCluster
 from tests.test_cli import (
@@ -149,6 +150,38 @@ def test_a_server_frozen_longer_than_the_request_timeout_costs_no_request_twice(
     assert "Traceback" not in text and f"{LIMIT} called" in text, text
     _once(text, WAITING)
     _once(text, ": back after ")
+
+
+@pytest.mark.slow
+def test_answers_held_while_the_server_is_away_survive_a_kill(
+        server: ThreadedServer, cluster: PgCluster, url: str, tmp_path: Path,
+        data_dir: Path) -> None:
+    """kill -9 during the wait: the answers held were also written to a spill file on arrival,
+    so the rerun stores them and buys none of them again (held in memory only, they were lost
+    and bought twice)."""
+    server.state.script.latency_s = 0.2
+    xdg = tmp_path / "xdg"  # the spill folder of a database: $XDG_CACHE_HOME/judge-runner/spill
+    proc, err = _start(server, url, tmp_path, data_dir, timeout_s=30, XDG_CACHE_HOME=str(xdg))
+
+    def spilled() -> set[str]:
+        return {key for path in (xdg / "judge-runner" / "spill").glob("*/*")
+                if not path.name.endswith(".new") for key, _ in frames(path.read_bytes())}
+
+    try:
+        _until(lambda: server.state.answered >= LIMIT // 4, "the run did not get going")
+        _pg_ctl(cluster, "stop")
+        _until(lambda: len(spilled()) >= 3, "no answer held during the outage reached a file")
+    finally:
+        proc.kill()
+        proc.wait()
+        _restart(cluster)
+    kept, stored = spilled(), _stored(url)
+    rerun, err = _start(server, url, tmp_path, data_dir, timeout_s=30, XDG_CACHE_HOME=str(xdg))
+    text = _finish(rerun, err)
+    assert rerun.returncode == 0, text
+    assert f"{LIMIT} tasks: {stored + len(kept)} cached" in text, (stored, len(kept), text)
+    assert _stored(url) == LIMIT
+    assert not spilled()  # stored by the rerun's open, and removed
 
 
 @pytest.mark.slow

@@ -79,6 +79,7 @@ class Commits:
         self._retry: asyncio.TimerHandle | None = None
         self._told_kept = False  # the user told where refused answers are kept
         self._delay = RETRY_S
+        self._spilled_keys: set[str] = set()  # written to a spill file while the database is away
         self._away: CacheAwayError | None = None  # what the answers are held for: a database
         self._since = 0.0  # when the hold began (loop time)
         self._aside: Callable[[bool], None] | None = getattr(cache, "wait_aside", None)
@@ -156,6 +157,8 @@ class Commits:
         """The store refused `batch` (a full disk, a database away): held, dispatch paused,
         the user told, a retry set."""
         self.held = batch + self.held
+        if isinstance(refusal, CacheAwayError):
+            self._set_aside(batch)
         if self._retry is None:
             if self.room.is_set():
                 self.room.clear()
@@ -168,6 +171,23 @@ class Commits:
             else:
                 self._delay = min(RETRY_CAP_S, self._delay * 2)
             self._retry = self.loop.call_later(self._delay, self._write_held)
+
+    def _set_aside(self, batch: list[Pending]) -> None:
+        """While the database is away, the answers it refused are also written at once to a
+        spill file on this machine (CacheBackend.keep; the next open of the database stores
+        it), so a kill -9 during the wait loses none: held in memory only, the rerun bought
+        them again. Once the server is back the held copies are stored and the spill's replay
+        finds them there (ON CONFLICT DO NOTHING). A spill refused (no folder has room) leaves
+        them held in memory, as before."""
+        new = [(task.key, record) for task, record, _ in batch
+               if task.key not in self._spilled_keys]
+        if not new:
+            return
+        try:
+            self.cache.keep(new)
+        except (CacheError, OSError):
+            return
+        self._spilled_keys.update(key for key, _ in new)
 
     @property
     def _waited(self) -> str:
