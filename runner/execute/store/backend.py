@@ -113,7 +113,16 @@ class CacheBackend(Protocol):
 def cached_flags(cache: CacheBackend, things: Iterable[T], key: Callable[[T], str]
                  ) -> Iterator[tuple[T, bool]]:
     """Each of `things` with whether its key is stored in `cache`, in order (see
-    `cached_flag_batches`): plan's and status's cache-state lookup."""
+    `cached_flag_batches`): plan's and status's cache-state lookup.
+
+    Args:
+        cache: the open cache.
+        things: the tasks (or anything with a key), in order.
+        key: each one's cache key.
+
+    Yields:
+        Each thing and whether its answer is stored.
+    """
     for batch, flags in cached_flag_batches(cache, things, key):
         yield from zip(batch, map(bool, flags), strict=True)
 
@@ -129,7 +138,17 @@ def cached_flag_batches(cache: CacheBackend, things: Iterable[T], key: Callable[
     while the caller makes the next (and if it stops, by this process: nothing is lost).
     `away`: told when a lookup found the database away (the pool's cache, PgCache.wait_aside);
     while it returns true an empty batch comes instead (the caller waits) and the lookup is
-    made again, else the batch comes as not stored."""
+    made again, else the batch comes as not stored.
+
+    Args:
+        cache: the open cache.
+        things: the tasks (or anything with a key), in order.
+        key: each one's cache key.
+        away: called when the database is away; true to wait and ask again.
+
+    Yields:
+        Each batch and its flags, in order.
+    """
     batches = _batches(things, LOOKUP_BATCH)
     asked, folder = 0, cache if isinstance(cache, Cache) else None
     for batch in batches:
@@ -161,7 +180,18 @@ def answers(cache: CacheBackend, things: Iterable[T], key: Callable[[T], str], s
     stored keys (runner.execute.store.answers: what judging reads of a record): judging's read
     of a run's answers. A diskcache folder read for a large job goes through a reader process
     (runner.execute.store.reader); otherwise one batched read a batch. A damaged record of a
-    folder comes as an Answer saying so (Answer.damaged), either way."""
+    folder comes as an Answer saying so (Answer.damaged), either way.
+
+    Args:
+        cache: the open cache.
+        things: the tasks (or anything with a key), in order.
+        key: each one's cache key.
+        size: the things per batch.
+        count: about how many there are (it decides whether a reader process pays).
+
+    Yields:
+        Each batch and its stored keys' Answers.
+    """
     batches = _batches(things, size)
     if isinstance(cache, Cache) and reader_pays(cache, count):
         with Reader(cache.directory, cache) as reader:
@@ -179,12 +209,30 @@ def _batches(things: Iterable[T], size: int) -> Iterator[list[T]]:
 
 
 def is_url(location: str | Path) -> bool:
+    """Whether a cache location is a shared database's URL rather than a folder.
+
+    Args:
+        location: a --cache URL or a --cache-dir folder.
+
+    Returns:
+        True for a `postgresql://` (or `postgres://`) URL.
+    """
     return isinstance(location, str) and location.startswith(SCHEMES)
 
 
 def checked_url(url: str | None) -> str | None:
     """A shared cache's URL (--cache / JUDGE_CACHE_URL), checked to be one; None for none.
-    Its password is registered as a secret (see runner.errors.scrub)."""
+    Its password is registered as a secret (see runner.errors.scrub).
+
+    Args:
+        url: the URL given, if any.
+
+    Returns:
+        The URL, or None when none (or an empty one) was given.
+
+    Raises:
+        ConfigError: `url` is not a PostgreSQL URL (the message shows it without its password).
+    """
     if url and not is_url(url):
         raise ConfigError(f"--cache / JUDGE_CACHE_URL {redact_url(url)!r}: expected a "
                           "postgresql://USER@HOST:PORT/DBNAME URL; for a folder use --cache-dir")
@@ -195,7 +243,15 @@ def checked_url(url: str | None) -> str | None:
 def open_cache(location: str | Path, *, read_only: bool = False) -> CacheBackend:
     """A PostgreSQL cache for a `postgresql://` URL, else the diskcache folder `location`.
     `read_only`: the caller only reads, so a folder this process may not write (a read-only
-    mount, another user's) is opened read-only rather than refused (see Cache)."""
+    mount, another user's) is opened read-only rather than refused (see Cache).
+
+    Args:
+        location: a `postgresql://` URL or a cache folder.
+        read_only: the caller never writes.
+
+    Returns:
+        The open cache; the caller closes it (it is a context manager).
+    """
     if is_url(location):
         # Imported on first use of a URL, not at start-up (and not to dodge a cycle): psycopg
         # takes ~0.25 s to import (pgcache 0.29 s after runner.cli.main, this 2-core box,

@@ -52,13 +52,21 @@ _ttl_s = TTL_S
 
 
 def set_ttl(seconds: float) -> None:
-    """The claims' life for the runs of this process (the cli's JUDGE_CLAIM_TTL_S)."""
+    """The claims' life for the runs of this process (the cli's JUDGE_CLAIM_TTL_S).
+
+    Args:
+        seconds: how long a claim lives unless its owner renews it.
+    """
     global _ttl_s
     _ttl_s = seconds
 
 
 def ttl_s() -> float:
-    """The claims' life for the runs of this process."""
+    """The claims' life for the runs of this process.
+
+    Returns:
+        The seconds set by set_ttl, else the default.
+    """
     return _ttl_s
 
 
@@ -217,7 +225,17 @@ def pg_claim(conn: Any, keys: Sequence[str], owner: Owner, ttl_s: float) -> set[
     """FolderClaims.claim on a psycopg connection (autocommit): the owner's row first, in a
     statement of its own, then the claims. One statement for both let a second run, its claim
     waiting on a key's row, check the owner against a snapshot from before that row was
-    committed, find no live owner and take the key too: both bought it."""
+    committed, find no live owner and take the key too: both bought it.
+
+    Args:
+        conn: an autocommit psycopg connection.
+        keys: the keys to claim.
+        owner: the run claiming them.
+        ttl_s: how long the claims live without a renewal.
+
+    Returns:
+        The keys this owner now holds.
+    """
     pg_renew(conn, owner, ttl_s)
     rows = conn.execute(_PG_CLAIM, {"id": owner.id, "keys": SEP.join(keys),
                                     "sep": SEP}).fetchall()
@@ -225,13 +243,26 @@ def pg_claim(conn: Any, keys: Sequence[str], owner: Owner, ttl_s: float) -> set[
 
 
 def pg_renew(conn: Any, owner: Owner, ttl_s: float) -> None:
-    """FolderClaims.renew on a psycopg connection."""
+    """FolderClaims.renew on a psycopg connection.
+
+    Args:
+        conn: an autocommit psycopg connection.
+        owner: the run whose claims live on.
+        ttl_s: how long they live from now.
+    """
     conn.execute(_PG_OWNER, {"id": owner.id, "host": owner.host, "pid": owner.pid, "ttl": ttl_s})
 
 
 def pg_release(conn: Any, owner: Owner, keys: Sequence[str], *, last: bool = False) -> None:
     """FolderClaims.release on a psycopg connection: the rows locked in key order first (as
-    claims lock them), so a release and another run's claim never deadlock."""
+    claims lock them), so a release and another run's claim never deadlock.
+
+    Args:
+        conn: an autocommit psycopg connection.
+        owner: the run releasing them.
+        keys: the keys released.
+        last: also remove the owner (its run is ending).
+    """
     conn.execute("DELETE FROM judge_claim WHERE key = ANY(ARRAY(SELECT key FROM judge_claim "
                  "WHERE owner = %s AND key = ANY(string_to_array(%s, %s)) ORDER BY key "
                  "FOR UPDATE))", (owner.id, SEP.join(keys), SEP))
