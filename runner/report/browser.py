@@ -65,7 +65,14 @@ class Row:
 
 
 def raw_text(raw: str | list[str] | None) -> str:
-    """A judgment's raw answer as one text (the answers of a prompt with `samples` joined)."""
+    """A judgment's raw answer as one text (the answers of a prompt with `samples` joined).
+
+    Args:
+        raw: the judgment's raw answer, or its samples' answers.
+
+    Returns:
+        The text shown; "" without an answer.
+    """
     return raw if isinstance(raw, str) else "\n\n---\n\n".join(raw or [])
 
 
@@ -235,7 +242,15 @@ class ItemRows:
 
 def with_bodies(rows: list[Row], expansion: Expansion) -> list[Row]:
     """Fill in the request bodies a run did not keep, expanding only the rows' items (and the
-    whole group of a row whose prompt listed its group)."""
+    whole group of a row whose prompt listed its group).
+
+    Args:
+        rows: the browser's rows, some without a body.
+        expansion: the job, to expand the rows' items again.
+
+    Returns:
+        The rows, each with its request body.
+    """
     missing = [r for r in rows if not r.body]
     if not missing:
         return rows
@@ -250,7 +265,14 @@ def with_bodies(rows: list[Row], expansion: Expansion) -> list[Row]:
 
 
 def prompt_text(body: bytes) -> str:
-    """The messages of a request body as the reader wants to see them: role, then content."""
+    """The messages of a request body as the reader wants to see them: role, then content.
+
+    Args:
+        body: a request body (JSON); empty when not kept.
+
+    Returns:
+        Each message's role and content, then the request's other parameters.
+    """
     if not body:
         return ""
     request: dict[str, Any] = orjson.loads(body)
