@@ -191,7 +191,15 @@ class Draws:
 
 
 def blocks(counts: FloatArray | Draws, step: int) -> Iterator[FloatArray]:
-    """The rows of `counts`, `step` at a time."""
+    """The rows of `counts`, `step` at a time.
+
+    Args:
+        counts: resample counts, one row a resample, or Draws that make them on demand.
+        step: the rows per block, bounding the memory held at once.
+
+    Returns:
+        The blocks, in order.
+    """
     if isinstance(counts, Draws):
         return counts.blocks(step)
     return (counts[b:b + step] for b in range(0, len(counts), step))

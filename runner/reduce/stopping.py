@@ -198,7 +198,14 @@ class UntilCI:
 
 def check_every(groups: int) -> int:
     """Groups between two checks of a data set of `groups` groups (the first after
-    FIRST_CHECK): at most MAX_CHECKS checks."""
+    FIRST_CHECK): at most MAX_CHECKS checks.
+
+    Args:
+        groups: the data set's number of groups.
+
+    Returns:
+        The groups between two checks.
+    """
     return max(FIRST_CHECK, math.ceil(groups / MAX_CHECKS))
 
 
