@@ -167,7 +167,11 @@ class TaskLog:
         return len(self._unit_of)
 
     def append(self, task: Task) -> None:
-        """Log `task` (its key, item and kind; not its body)."""
+        """Log `task` (its key, item and kind; not its body).
+
+        Args:
+            task: a task handed to the pool.
+        """
         self._keys += bytes.fromhex(task.key)
         unit = (task.dataset, task.item_id, task.members)
         if not self._units or self._units[-1] != unit:

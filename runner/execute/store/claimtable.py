@@ -130,7 +130,19 @@ class FolderClaims:
                           "the cache folder (its disk, its permissions), then rerun to resume")
 
     def claim(self, keys: Sequence[str], owner: Owner, ttl_s: float) -> set[str]:
-        """Claim `keys` for `owner` (renewing it for `ttl_s`): the ones it holds now."""
+        """Claim `keys` for `owner` (renewing it for `ttl_s`): the ones it holds now.
+
+        Args:
+            keys: the distinct keys to claim.
+            owner: the run claiming them.
+            ttl_s: how long the claims live without a renewal.
+
+        Returns:
+            The keys `owner` now holds.
+
+        Raises:
+            CacheError: The claim table cannot be written.
+        """
         now = time.time()
         try:
             with self._transaction():
@@ -164,7 +176,15 @@ class FolderClaims:
                 self._db.execute("DELETE FROM owner WHERE id = ?", (other,))
 
     def renew(self, owner: Owner, ttl_s: float) -> None:
-        """Keep `owner`'s claims live for `ttl_s` more."""
+        """Keep `owner`'s claims live for `ttl_s` more.
+
+        Args:
+            owner: the run whose claims live on.
+            ttl_s: how long they live from now.
+
+        Raises:
+            CacheError: The claim table cannot be written.
+        """
         try:
             with self._transaction():
                 self._register(owner, time.time() + ttl_s)
@@ -172,7 +192,16 @@ class FolderClaims:
             raise self._error("renew", exc) from None
 
     def release(self, owner: Owner, keys: Sequence[str], *, last: bool = False) -> None:
-        """Give back `owner`'s claims of `keys`; `last`: and the owner itself (its run ends)."""
+        """Give back `owner`'s claims of `keys`; `last`: and the owner itself (its run ends).
+
+        Args:
+            owner: the run releasing them.
+            keys: the keys released.
+            last: also remove the owner.
+
+        Raises:
+            CacheError: The claim table cannot be written.
+        """
         try:
             with self._transaction():
                 self._db.execute("DELETE FROM claim WHERE owner = ? AND key IN "

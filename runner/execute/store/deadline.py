@@ -67,6 +67,15 @@ class Watchdog:
 
     @contextlib.contextmanager
     def armed(self, fd: int, seconds: float) -> Iterator[None]:
+        """Shut the socket `fd` if the block has not ended within `seconds`.
+
+        Args:
+            fd: the connection's socket.
+            seconds: the call's deadline, from now.
+
+        Yields:
+            Nothing; `fired` says afterwards whether the socket was shut.
+        """
         with self._cond:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._watch, name="pgcache-watchdog",

@@ -232,6 +232,14 @@ class ReadOnlyDisk:
         self._size, self._count = int(settings.get("size", 0)), int(settings.get("count", 0))
 
     def get(self, key: str) -> bytes | None:
+        """The stored bytes of `key`, or None.
+
+        Args:
+            key: the record's key.
+
+        Returns:
+            The record's bytes as stored, or None.
+        """
         row = self.connection.execute("SELECT mode, filename, value FROM Cache WHERE key = ? "
                                       "AND raw = 1", (key,)).fetchone()
         return None if row is None else bytes(self._files.fetch(*row, False))

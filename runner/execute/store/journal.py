@@ -119,7 +119,14 @@ class Journal:
 
     def append(self, rows: Sequence[Row]) -> None:
         """Write `rows` in one call; durable against a kill -9 when this returns. On failure
-        the file is cut back to what it held, and CacheError is raised."""
+        the file is cut back to what it held, and CacheError is raised.
+
+        Args:
+            rows: the keys and record bytes.
+
+        Raises:
+            CacheError: The write failed (a full disk: DiskFullError).
+        """
         data = _framed(rows)
         try:
             if self._broken:
@@ -151,7 +158,11 @@ class Journal:
 
     def close(self, *, remove: bool) -> None:
         """Close; `remove` when everything written is in SQLite (else the next open folds it).
-        A forked child leaves its parent's journal alone."""
+        A forked child leaves its parent's journal alone.
+
+        Args:
+            remove: delete the file (its rows are stored).
+        """
         if not self.mine:
             return
         if remove:

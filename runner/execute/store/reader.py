@@ -60,7 +60,14 @@ class Rereadable(Protocol):
     (runner.execute.store.pgcache.PgCache; runner.expand_ahead forks its readers)."""
 
     def get_many_raw(self, keys: Sequence[str]) -> dict[str, bytes]:
-        """The stored bytes of the stored keys among `keys`."""
+        """The stored bytes of the stored keys among `keys`.
+
+        Args:
+            keys: the keys to read.
+
+        Returns:
+            The bytes by key.
+        """
 
     def reopened(self) -> Rereadable:
         """The same cache on a connection of its own, for reading (in a forked child)."""
@@ -116,7 +123,15 @@ class Reader:
 
     def batches(self, batches: Iterator[list[T]], key: Callable[[T], str]
                 ) -> Iterator[tuple[list[T], Mapping[str, Answer]]]:
-        """Each batch with the Answers of its stored keys, in order."""
+        """Each batch with the Answers of its stored keys, in order.
+
+        Args:
+            batches: the things, in batches.
+            key: each one's cache key.
+
+        Yields:
+            Each batch and its stored keys' Answers.
+        """
         for batch, keys, reply in self._pipelined(batches, key, ANSWERS):
             if isinstance(reply, dict):  # read here: the child stopped
                 yield batch, reply
@@ -127,7 +142,15 @@ class Reader:
 
     def marks(self, batches: Iterator[list[T]], key: Callable[[T], str]
               ) -> Iterator[tuple[list[T], bytes]]:
-        """Each batch with a byte per thing, 1 if its key is stored, in order."""
+        """Each batch with a byte per thing, 1 if its key is stored, in order.
+
+        Args:
+            batches: the things, in batches.
+            key: each one's cache key.
+
+        Yields:
+            Each batch and its marks.
+        """
         for batch, _, reply in self._pipelined(batches, key, HAS):
             assert isinstance(reply, bytes)
             yield batch, reply
