@@ -85,7 +85,14 @@ class Spawned:
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
 
     def send(self, data: bytes) -> bool:
-        """Write `data` as a frame to the child's stdin; False if the child is gone."""
+        """Write `data` as a frame to the child's stdin; False if the child is gone.
+
+        Args:
+            data: one message.
+
+        Returns:
+            True when written.
+        """
         stdin = self.process.stdin
         try:
             assert stdin is not None

@@ -142,7 +142,15 @@ class ItemCursor:
         self.listed: Sequence[Item] = ()
 
     def item(self, dataset: str, item_id: str) -> Item:
-        """The item, as `Expansion.item` finds it."""
+        """The item, as `Expansion.item` finds it.
+
+        Args:
+            dataset: the data set's name.
+            item_id: the item's id.
+
+        Returns:
+            The item.
+        """
         if dataset != self.dataset:
             self.dataset, self.at = dataset, 0
             self.listed = self.expansion.items.get(dataset, ())

@@ -169,7 +169,14 @@ class Draws:
         return self.n_boot
 
     def blocks(self, step: int) -> Iterator[FloatArray]:
-        """The matrix's rows, `step` at a time, in order."""
+        """The matrix's rows, `step` at a time, in order.
+
+        Args:
+            step: the rows per block, bounding the memory held at once.
+
+        Yields:
+            The blocks, in order.
+        """
         if self.compact is not None:
             compact = self.compact
             yield from (compact[b:b + step].astype(np.float64)

@@ -152,13 +152,24 @@ class ItemRows:
         self._failure_sampler = Reservoir(self.cap // 4, self._rng)
 
     def watch(self, judgments: Iterable[Judgment]) -> Iterator[Judgment]:
-        """Pass the judgments through, keeping rows as they go by."""
+        """Pass the judgments through, keeping rows as they go by.
+
+        Args:
+            judgments: every judgment, read once.
+
+        Yields:
+            The same judgments.
+        """
         for j in judgments:
             self.add(j)
             yield j
 
     def add(self, j: Judgment) -> None:
-        """Count one judgment, and keep its row if a pool wants it."""
+        """Count one judgment, and keep its row if a pool wants it.
+
+        Args:
+            j: one judgment.
+        """
         self.seen += 1
         error = j.error
         if error is not None:
