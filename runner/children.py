@@ -43,13 +43,27 @@ _ONE_PROCESS = [False]
 
 
 def framed(data: bytes) -> bytes:
-    """`data` as sent through a pipe to or from a child: its 4-byte big-endian length first."""
+    """`data` as sent through a pipe to or from a child: its 4-byte big-endian length first.
+
+    Args:
+        data: one message, at most 4 GiB.
+
+    Returns:
+        The frame to write.
+    """
     return len(data).to_bytes(_LENGTH, "big") + data
 
 
 def unframed(pipe: IO[bytes]) -> bytes | None:
     """The next frame's bytes from `pipe`; None at its end, or if it was cut short (the writer
-    stopped writing it: a child that died)."""
+    stopped writing it: a child that died).
+
+    Args:
+        pipe: the reading end, positioned at a frame's start.
+
+    Returns:
+        The frame's data, or None at the end of the pipe or a cut frame.
+    """
     if len(head := pipe.read(_LENGTH)) != _LENGTH:
         return None
     size = int.from_bytes(head, "big")
@@ -71,7 +85,14 @@ class Spawned:
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
 
     def send(self, data: bytes) -> bool:
-        """Write `data` as a frame to the child's stdin; False if the child is gone."""
+        """Write `data` as a frame to the child's stdin; False if the child is gone.
+
+        Args:
+            data: one message.
+
+        Returns:
+            True when written.
+        """
         stdin = self.process.stdin
         try:
             assert stdin is not None
@@ -122,7 +143,14 @@ class Spawned:
 
 def alive(pid: int) -> bool:
     """Whether process `pid` exists (another user's counts): the owner of a leftover file
-    named by its pid (an upload, a report stage) is gone when this is False."""
+    named by its pid (an upload, a report stage) is gone when this is False.
+
+    Args:
+        pid: a process id of this machine.
+
+    Returns:
+        False only when no such process exists.
+    """
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -136,13 +164,21 @@ def one_process(on: bool) -> None:
     """Run every command in this one process (JUDGE_PROCESSES=1, read by the cli): no reader
     child and no forked expander or report, whatever the machine, so that any bug
     can be bisected against the simple path. Results are the same either way; the children
-    only buy speed (docs/explanation/processes.md)."""
+    only buy speed (docs/explanation/processes.md).
+
+    Args:
+        on: True to keep every command in this process.
+    """
     _ONE_PROCESS[0] = on
 
 
 def second_core() -> bool:
     """Whether this process may run on two cores or more: a child process working beside it
-    gains nothing on one (nor with `one_process`)."""
+    gains nothing on one (nor with `one_process`).
+
+    Returns:
+        True when the process may use two cores or more and `one_process` is off.
+    """
     if _ONE_PROCESS[0]:
         return False
     cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(
@@ -155,7 +191,11 @@ def forkable() -> bool:
     fork-safe), one thread (a fork copies a lock another thread holds, locked forever in the
     child) and memory available for twice this process's resident size (a child that reads
     the tables it shares touches their reference counts, and so copies their pages). Never
-    with `one_process`."""
+    with `one_process`.
+
+    Returns:
+        True when a fork now is safe and affordable.
+    """
     if _ONE_PROCESS[0]:
         return False
     if sys.platform != "linux" or not hasattr(os, "fork") or threading.active_count() != 1:

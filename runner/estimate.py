@@ -70,12 +70,28 @@ class Estimate:
                 self.heads[key] = head[:_common(head, task.body)]
 
     def prefix(self, prompt: str, aspect: str) -> int:
-        """A prompt's static prefix, in tokens (4 characters a token)."""
+        """A prompt's static prefix, in tokens (4 characters a token).
+
+        Args:
+            prompt: the prompt's name.
+            aspect: the aspect it asks about.
+
+        Returns:
+            The estimated tokens.
+        """
         return len(self.heads[prompt, aspect]) // CHARS_PER_TOKEN
 
     def cached(self, prompt: str, aspect: str) -> bool:
         """Whether the provider would cache a prompt's prefix (at least its minimum, and read
-        again by a later request)."""
+        again by a later request).
+
+        Args:
+            prompt: the prompt's name.
+            aspect: the aspect it asks about.
+
+        Returns:
+            True when the prefix would be read from the provider's cache.
+        """
         return self.minimum is not None and self.calls[prompt, aspect] > 1 and \
             self.prefix(prompt, aspect) >= self.minimum
 

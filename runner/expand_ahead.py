@@ -53,7 +53,17 @@ def expanded(cache: CacheBackend, expansion: Expansion, size: int, count: int
     diskcache folder or PostgreSQL, forked children expand and read while this process judges
     (`Expander`: the tasks then come without their request bodies); they are forked by this
     call, so that they work while the caller prepares. Otherwise a reader process reads, or
-    this process (runner.execute.store.backend.answers)."""
+    this process (runner.execute.store.backend.answers).
+
+    Args:
+        cache: where the answers are read from.
+        expansion: the job's tasks.
+        size: the tasks per batch.
+        count: the number of tasks, so that the caller's count is not made again.
+
+    Returns:
+        The batches in task order, each a list of tasks and their stored answers by key.
+    """
     if expander_pays(cache, count):
         cache.rest()  # a PgCache's watchdog threads end: the next call starts them again
         if forkable():
@@ -64,7 +74,15 @@ def expanded(cache: CacheBackend, expansion: Expansion, size: int, count: int
 def expander_pays(cache: object, count: int) -> TypeGuard[Rereadable]:
     """Whether an Expander reads `count` tasks' answers of `cache`: a cache folder or
     PostgreSQL, a large job and a second core for the children (where the process may also
-    fork now: runner.children.forkable)."""
+    fork now: runner.children.forkable).
+
+    Args:
+        cache: the open cache.
+        count: the number of tasks to read.
+
+    Returns:
+        True when an Expander would read them.
+    """
     return isinstance(cache, Rereadable) and count >= reader.MIN_TASKS and second_core()
 
 
@@ -151,7 +169,18 @@ def with_key_index(cache: object, expansion: Expansion, size: int, count: int,
     """`tasks` (every task of `expansion`, `count` of them, in order) passed through; once
     they have all gone by, their keys are stored as the key index that an Expander reading
     this job in batches of `size` finds (runner.execute.store.keyindex): the pool's dispatch of a
-    whole job leaves it for the job's first rescore. Only where an Expander could read it."""
+    whole job leaves it for the job's first rescore. Only where an Expander could read it.
+
+    Args:
+        cache: the open cache; only a cache folder keeps a key index.
+        expansion: the job the tasks come from.
+        size: the batch size a later Expander reads with.
+        count: the number of tasks.
+        tasks: every task of `expansion`, in order.
+
+    Returns:
+        The same tasks, recording their keys as they pass where an Expander could use them.
+    """
     if not expander_pays(cache, count) or not isinstance(cache, Cache):
         return tasks
     return recorded_parts(cache.directory, expansion.fingerprint(), _run(size), PARTS, count,

@@ -150,7 +150,14 @@ class TaskSelection(CacheLocation):
 
     def arguments(self, *, shard: bool = True) -> list[str]:
         """The selection as a `judge` command line's JOB and options (URLs without their
-        passwords); `shard` False leaves --shard out (the rescore that follows shards)."""
+        passwords); `shard` False leaves --shard out (the rescore that follows shards).
+
+        Args:
+            shard: keep --shard.
+
+        Returns:
+            The words of the command line after `judge COMMAND`.
+        """
         words = [self.job_name()]
         for spec in self.models:
             words += ["--model", spec]

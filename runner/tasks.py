@@ -200,7 +200,15 @@ class Frames(dict[tuple[str, str], "_Frame | None"]):
     (then the body is built and serialised whole, as request_body does)."""
 
     def get_frame(self, prompt: PromptSpec, model: ModelSpec) -> _Frame | None:
-        """The frame of `prompt` sent to `model` (built now if it is new), or None."""
+        """The frame of `prompt` sent to `model` (built now if it is new), or None.
+
+        Args:
+            prompt: the prompt.
+            model: the model it is sent to.
+
+        Returns:
+            The frame, or None where the body cannot be cut (it is then built whole).
+        """
         key = (prompt.name, model.name)
         if key not in self:
             self[key] = _frame(prompt, model)

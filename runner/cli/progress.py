@@ -40,7 +40,11 @@ class Progress:
     def update(self, stats: RunStats) -> None:
         """Show the run's counters (the pool's on_progress): at most every BAR_EVERY_S on a
         terminal, LINE_EVERY_S as a line elsewhere, and once at the end; a new note
-        (RunStats.notes) is printed at once."""
+        (RunStats.notes) is printed at once.
+
+        Args:
+            stats: the run's counters so far.
+        """
         while self.told < len(stats.notes):
             self.say(stats.notes[self.told])
             self.told += 1
@@ -75,7 +79,11 @@ class Progress:
         self.stream.flush()
 
     def say(self, message: str) -> None:
-        """Print `message` on its own line, above the bar at a terminal."""
+        """Print `message` on its own line, above the bar at a terminal.
+
+        Args:
+            message: one line, without its newline.
+        """
         if self.bar is not None:
             self.bar.write(message, file=self.stream)
         else:

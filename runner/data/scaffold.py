@@ -135,6 +135,9 @@ def propose(data: Path, starter: str = "stars", job: Path | None = None) -> Prop
 def write(proposal: Proposal) -> None:
     """Create the job and prompt files; an existing file is never overwritten.
 
+    Args:
+        proposal: the job and prompt to write, from propose.
+
     Raises:
         ConfigError: Either file exists (nothing is written).
     """

@@ -114,16 +114,38 @@ class AnthropicBatches(OpenAIBatches):
         return _as_openai(await self._call("POST", "/messages/batches", raw=body))
 
     async def get(self, batch_id: str) -> dict[str, Any]:
-        """As `OpenAIBatches.get`, the Message Batch as an OpenAI batch object."""
+        """As `OpenAIBatches.get`, the Message Batch as an OpenAI batch object.
+
+        Args:
+            batch_id: the Message Batch's id.
+
+        Returns:
+            The batch object.
+        """
         return _as_openai(await self._call("GET", f"/messages/batches/{batch_id}"))
 
     async def cancel(self, batch_id: str) -> dict[str, Any]:
-        """As `OpenAIBatches.cancel`, the Message Batch as an OpenAI batch object."""
+        """As `OpenAIBatches.cancel`, the Message Batch as an OpenAI batch object.
+
+        Args:
+            batch_id: the Message Batch's id.
+
+        Returns:
+            The batch object after the cancel.
+        """
         return _as_openai(await self._call("POST", f"/messages/batches/{batch_id}/cancel"))
 
     async def find(self, file_id: str, pages: int = 50) -> dict[str, Any] | None:
         """As `OpenAIBatches.find`, matched by request count and creation time (see the module
-        docstring); None also when `file_id` is not a local file id."""
+        docstring); None also when `file_id` is not a local file id.
+
+        Args:
+            file_id: the local id the batch's requests were kept under.
+            pages: the most pages of batches listed.
+
+        Returns:
+            The batch object, or None when no batch matches.
+        """
         try:
             stamp, count = file_id.removeprefix(_LOCAL_ID_PREFIX).split("-")
             since, requests = int(stamp) / 1e9 - CLOCK_SKEW_S, int(count)
@@ -152,6 +174,12 @@ class AnthropicBatches(OpenAIBatches):
 
         Raises:
             RequestError: `file_id` is not a results URL (an input file is only kept locally).
+
+        Args:
+            file_id: the batch's results_url.
+
+        Yields:
+            Each result as an OpenAI output line.
         """
         if not file_id.startswith(("http://", "https://")):
             raise RequestError(f"{file_id}: the request file of an Anthropic batch is kept only "

@@ -79,6 +79,12 @@ class Claims:
 
         What it buys: no request bought twice by concurrent runs, for one claim statement
         and one lookup of the claimed keys a batch, and their release later.
+
+        Args:
+            tasks: cache misses with distinct keys, in dispatch order.
+
+        Returns:
+            The tasks to call now.
         """
         if not tasks:
             return tasks
@@ -96,12 +102,20 @@ class Claims:
         return send
 
     def stored(self, keys: Iterable[str]) -> None:
-        """These keys' answers are stored: give them back once other processes read them."""
+        """These keys' answers are stored: give them back once other processes read them.
+
+        Args:
+            keys: the keys just stored.
+        """
         self.answered.extend(keys)
 
     def give_up(self, keys: Iterable[str]) -> None:
         """Keys this run does not buy after all (a task failed, the budget ran out): free for
-        another run to try at once."""
+        another run to try at once.
+
+        Args:
+            keys: the keys released now.
+        """
         self._release(keys)
 
     async def deferred(self) -> Task | None:

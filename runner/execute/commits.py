@@ -89,6 +89,13 @@ class Commits:
             self._aside(True)
 
     def add(self, task: Task, record: dict[str, Any], tokens: Tokens) -> None:
+        """Queue an answer, stored with the others of this event-loop turn.
+
+        Args:
+            task: the task answered.
+            record: its record (store/cache.answer_record).
+            tokens: its usage by kind, for the bill.
+        """
         if not self.pending:
             self.loop.call_soon(self.flush)
         self.pending.append((task, record, tokens))
@@ -150,7 +157,11 @@ class Commits:
 
     def hold_off(self, away: CacheAwayError) -> None:
         """A lookup or a claim found the cache's database away: dispatch pauses until it is
-        back, as for a refused store."""
+        back, as for a refused store.
+
+        Args:
+            away: the error the lookup raised.
+        """
         self._hold([], away)
 
     def _hold(self, batch: list[Pending], refusal: Exception) -> None:
@@ -214,7 +225,11 @@ class Commits:
 
     async def until_room(self, stop: asyncio.Event) -> None:
         """Wait while answers are held (the disk full, the database away): until they are
-        stored or `stop` is set."""
+        stored or `stop` is set.
+
+        Args:
+            stop: set when the run stops.
+        """
         if self.room.is_set() or stop.is_set():
             return
         waits = [asyncio.ensure_future(self.room.wait()), asyncio.ensure_future(stop.wait())]

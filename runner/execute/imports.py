@@ -39,7 +39,19 @@ def _record(body: bytes, endpoint: str, text: str, source: str) -> dict[str, obj
 
 def import_answers(expansion: Expansion, cache: CacheBackend, *,
                    force: bool = False) -> ImportStats:
-    """Store every recorded answer the job's imports declare; returns the counts."""
+    """Store every recorded answer the job's imports declare; returns the counts.
+
+    Args:
+        expansion: the job's tasks.
+        cache: where the answers are stored.
+        force: overwrite answers the cache holds already.
+
+    Returns:
+        The counts: stored, already cached, and without a recorded answer.
+
+    Raises:
+        ConfigError: The job declares no [[imports]].
+    """
     job, stats = expansion.job, ImportStats()
     if not job.imports:
         raise ConfigError(f"{job.path}: the job declares no [[imports]]; add one with dataset, "

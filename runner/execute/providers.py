@@ -184,14 +184,26 @@ def cache_min_tokens(model: str) -> int:
     """Anthropic's documented minimum cacheable prompt of `model`, in tokens (the provider
     table's: Haiku 2048, Sonnet and Opus 1024): a shorter prefix is not cached, and a marker
     would only risk the 1.25x price of a cache write. The prefix is estimated at
-    CHARS_PER_TOKEN characters a token."""
+    CHARS_PER_TOKEN characters a token.
+
+    Args:
+        model: the Anthropic model's name.
+
+    Returns:
+        The minimum in tokens, 0 where the table has none.
+    """
     return cache_minimum("anthropic", model) or 0
 
 
 def cache_marked(out: dict[str, Any], prefix: int) -> None:
     """Cut the Messages body `out` into text blocks where its first `prefix` characters (system,
     then the first message) end, and mark that block `cache_control` (one breakpoint: Anthropic
-    caches everything before it). Reads at a tenth of the input price what is marked."""
+    caches everything before it). Reads at a tenth of the input price what is marked.
+
+    Args:
+        out: a Messages request body, changed in place.
+        prefix: the characters shared by every request of the prompt.
+    """
     system = out.get("system", "")
     if prefix <= len(system):
         out["system"] = _cut(system, prefix)

@@ -89,7 +89,15 @@ def split_limits(job: Job, count: int) -> Job:
     """The job with every rpm and tpm (its [limits], each model's and each fleet replica's)
     divided by `count`: N shards together then stay within what one process was allowed.
     Limits a replica announces in its headers (learned limits) are learned by each process on
-    its own: with --shard, set rpm/tpm in the job to split them."""
+    its own: with --shard, set rpm/tpm in the job to split them.
+
+    Args:
+        job: the loaded job.
+        count: the number of shards.
+
+    Returns:
+        The job with its limits divided.
+    """
     models = tuple(replace(m, rpm=_split(m.rpm, count), tpm=_split(m.tpm, count),
                            endpoints=tuple(replace(e, rpm=_split(e.rpm, count),
                                                    tpm=_split(e.tpm, count))

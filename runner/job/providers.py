@@ -87,7 +87,14 @@ class Tokens(NamedTuple):
                           output if type(output) is int else 0))
 
     def plus(self, other: Tokens) -> Tokens:
-        """These tokens and `other`, kind by kind."""
+        """These tokens and `other`, kind by kind.
+
+        Args:
+            other: the tokens to add.
+
+        Returns:
+            The sum.
+        """
         return Tokens(*(a + b for a, b in zip(self, other, strict=True)))
 
     @property
@@ -177,7 +184,11 @@ class Bill:
         self.saved_batching += online * (1 - keep)
 
     def merge(self, other: Bill) -> None:
-        """Add another bill's answers to this one."""
+        """Add another bill's answers to this one.
+
+        Args:
+            other: a bill over other answers (another shard's, another model's).
+        """
         self.tokens = self.tokens.plus(other.tokens)
         self.paid = [a + b for a, b in zip(self.paid, other.paid, strict=True)]
         self.listed += other.listed

@@ -47,7 +47,14 @@ class Battles:
 
     def watch(self, judgments: Iterable[Judgment]) -> Iterator[Judgment]:
         """Pass every judgment through, keeping the scores of the battle prompts (a job
-        without one: the judgments themselves, no extra step per judgment)."""
+        without one: the judgments themselves, no extra step per judgment).
+
+        Args:
+            judgments: every judgment, read once.
+
+        Returns:
+            The same judgments.
+        """
         return self._watch(judgments) if self.prompts else iter(judgments)
 
     def _watch(self, judgments: Iterable[Judgment]) -> Iterator[Judgment]:

@@ -248,8 +248,16 @@ class CellBuilder:
         return grid
 
     def cell(self, dataset: str, item: Item, judge: tuple[str, str, str]) -> int:
-        """The index of the cell of (`dataset`, `item`, `judge` = (prompt, aspect, model)),
-        a new empty one if it is not there yet."""
+        """The index of the cell of (`dataset`, `item`, `judge`), made empty if it is new.
+
+        Args:
+            dataset: the data set's name.
+            item: the judged item.
+            judge: the prompt, aspect and model.
+
+        Returns:
+            The cell's index.
+        """
         grid = self._grid if dataset == self._dataset and self._grid is not None \
             else self._open(dataset)
         if (local := grid.local(item)) is None:  # an item the lists lack
@@ -271,8 +279,15 @@ class CellBuilder:
 
     def add(self, dataset: str, item: Item, judge: tuple[str, str, str], score: float | None,
             failure: str | None) -> None:
-        """One judgment of the cell: its score (None: none) and its failure type (None:
-        none)."""
+        """Count one judgment of the cell of (`dataset`, `item`, `judge`).
+
+        Args:
+            dataset: the data set's name.
+            item: the judged item.
+            judge: the prompt, aspect and model.
+            score: the parsed score, or None without one.
+            failure: the failure's type, or None without one.
+        """
         c = self.cell(dataset, item, judge)
         if score is not None:
             if (n := self.count[c]) == 0:

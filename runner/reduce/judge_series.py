@@ -51,7 +51,15 @@ class _Codes:
 def humans(cells: Cells, aspects: Sequence[str]
            ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]:
     """items x aspects: the human score (0 where none), and whether the item has one (the
-    judges' series here, reliability.csv's agreement and length rows)."""
+    judges' series here, reliability.csv's agreement and length rows).
+
+    Args:
+        cells: the judged items.
+        aspects: the aspects, in column order.
+
+    Returns:
+        The human scores and the mask of those present, both items x aspects.
+    """
     where = {a: k for k, a in enumerate(aspects)}
     human = np.zeros((len(cells.items), len(aspects)))
     has = np.zeros((len(cells.items), len(aspects)), dtype=bool)

@@ -78,7 +78,14 @@ class Judgment(NamedTuple):
 
 
 def choices(response: Mapping[str, Any]) -> list[Choice]:
-    """The choices of a chat-completions response as parser input."""
+    """The choices of a chat-completions response as parser input.
+
+    Args:
+        response: the decoded response body.
+
+    Returns:
+        Each choice's text and logprobs, in order.
+    """
     out = []
     for c in response.get("choices") or []:
         message = c.get("message") or {}
@@ -96,7 +103,20 @@ def judge(expansion: Expansion, cache: CacheBackend, *, failures: Mapping[str, s
     (by forked children for a large job, which this call starts: see expand_ahead.expanded);
     `count`: how many there are, if known (else counted: it decides how answers are read).
     `damaged` gets key -> message of each task whose cached record is damaged (its judgment
-    is a failure saying so)."""
+    is a failure saying so).
+
+    Args:
+        expansion: the job's tasks.
+        cache: where their answers are read.
+        failures: why a task has no answer (key -> message), from the run that just ended.
+        fresh: the keys answered by this run rather than read from an earlier one.
+        tasks: the expansion's tasks, if the caller kept them.
+        count: the number of tasks, if known.
+        damaged: filled with key -> message for each damaged record.
+
+    Yields:
+        One Judgment per task and aspect, in task order.
+    """
     context = _Context(expansion, {p.name: p for p in expansion.job.prompts}, {},
                        failures or {}, fresh, {} if damaged is None else damaged)
     # a query per READ_BATCH tasks, not one a task; each task's Answer (what judging reads of
@@ -122,7 +142,15 @@ class ItemCursor:
         self.listed: Sequence[Item] = ()
 
     def item(self, dataset: str, item_id: str) -> Item:
-        """The item, as `Expansion.item` finds it."""
+        """The item, as `Expansion.item` finds it.
+
+        Args:
+            dataset: the data set's name.
+            item_id: the item's id.
+
+        Returns:
+            The item.
+        """
         if dataset != self.dataset:
             self.dataset, self.at = dataset, 0
             self.listed = self.expansion.items.get(dataset, ())
@@ -317,7 +345,16 @@ def _choice_scores(results: list[Scores | Failure], key: str | None,
 def parser_options(prompt: PromptSpec, aspect: str, n_members: int) -> dict[str, Any]:
     """The prompt's parser options for one aspect: "{{aspect}}" in a string option becomes the
     aspect (one multi-dimension answer read once per aspect), and a group's `count` of 0
-    becomes the number of outputs listed."""
+    becomes the number of outputs listed.
+
+    Args:
+        prompt: the prompt that asked.
+        aspect: the aspect read.
+        n_members: the outputs a group prompt lists (0 for one output).
+
+    Returns:
+        The options passed to the prompt's parser.
+    """
     merged = {**prompt.parser_options, **prompt.aspect_options.get(aspect, {})}
     options = {k: v.replace("{{aspect}}", aspect) if isinstance(v, str) else v
                for k, v in merged.items()}

@@ -24,19 +24,42 @@ CellKey = tuple[str, str, str, str, str]
 
 def judge_name(model: str, prompt: str) -> str:
     """A judge's name in the reports: `model/prompt`, or a jury's own name (its cells have no
-    prompt)."""
+    prompt).
+
+    Args:
+        model: the model's (or the jury's) name.
+        prompt: the prompt's name; empty for a jury.
+
+    Returns:
+        The judge's name.
+    """
     return f"{model}/{prompt}" if prompt else model
 
 
 def member(judge: str) -> tuple[str, str]:
-    """(model, prompt) of a member named `model/prompt` (a model name may hold "/")."""
+    """(model, prompt) of a member named `model/prompt` (a model name may hold "/").
+
+    Args:
+        judge: a judge's name, as judge_name makes it.
+
+    Returns:
+        The model's name and the prompt's.
+    """
     model, _, prompt = judge.rpartition("/")
     return model, prompt
 
 
 def verdict(method: str, scores: Sequence[float]) -> float | None:
     """The jury's score from its members' scores: "mean", "median", or "majority" (the most
-    frequent score; a tie between the most frequent is their median). None for no scores."""
+    frequent score; a tie between the most frequent is their median). None for no scores.
+
+    Args:
+        method: the jury's method.
+        scores: its members' scores for one item and aspect.
+
+    Returns:
+        The jury's score, or None without scores.
+    """
     if not scores:
         return None
     if method == "mean":
@@ -51,7 +74,15 @@ def verdict(method: str, scores: Sequence[float]) -> float | None:
 def verdicts(jury: JurySpec, scores: Mapping[CellKey, float | None]
              ) -> dict[tuple[str, str, str], float | None]:
     """(dataset, item_id, aspect) -> the jury's score, for every item and aspect some member
-    judged; None where fewer than `jury.quorum` members have a score for it."""
+    judged; None where fewer than `jury.quorum` members have a score for it.
+
+    Args:
+        jury: the jury's declaration.
+        scores: every cell's parsed score.
+
+    Returns:
+        The jury's score by data set, item and aspect.
+    """
     members = {member(j): i for i, j in enumerate(jury.judges)}
     pooled: dict[tuple[str, str, str], list[float]] = {}
     for (dataset, item_id, prompt, aspect, model), score in scores.items():

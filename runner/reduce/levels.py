@@ -81,7 +81,14 @@ class Stat:
 def prepare(s: Series) -> Data:
     """Usable rows (finite judge and human) in (subset, group) order: subsets and groups in
     order of first appearance among them, each group's items in row order; systems numbered
-    by their names' sorted order."""
+    by their names' sorted order.
+
+    Args:
+        s: one judge's scores with the human ones, per row.
+
+    Returns:
+        The usable rows, ordered and numbered for resampling by group.
+    """
     x, y = s.judge, s.human
     ok = np.flatnonzero(np.isfinite(x) & np.isfinite(y))
     width = max(len(s.labels.groups), 1)
@@ -116,10 +123,26 @@ def prepare(s: Series) -> Data:
 
 
 def as_series(data: Series | Sequence[Row]) -> Series:
+    """The rows as a Series (a Series passes as it is).
+
+    Args:
+        data: a Series, or rows of one judge and aspect.
+
+    Returns:
+        The Series.
+    """
     return data if isinstance(data, Series) else Series.of_rows(data)
 
 
 def selections(d: Data) -> list[Selection]:
+    """The parts of `d` reported on their own: each subset, then all of them.
+
+    Args:
+        d: the prepared rows.
+
+    Returns:
+        One Selection per subset (when there are subsets) and one for all groups, last.
+    """
     n_groups = len(d.edges) - 1
     if d.subsets in ((), ("",)):
         return [Selection("all", 0, n_groups, (n_groups,))]
@@ -129,6 +152,17 @@ def selections(d: Data) -> list[Selection]:
 
 
 def check(policy: str, levels: Sequence[str], methods: Sequence[str], n_boot: int) -> None:
+    """Check the options of a correlation before any work.
+
+    Args:
+        policy: how an item without a score counts ("skip" or "zero").
+        levels: the levels asked for.
+        methods: the statistics asked for.
+        n_boot: the number of bootstrap resamples.
+
+    Raises:
+        ConfigError: An option is unknown or out of range (the message names it).
+    """
     if policy not in POLICIES:
         raise ConfigError(f"policy must be 'skip' or 'zero' (got {policy!r})")
     for kind, given, known in (("level", levels, LEVELS), ("method", methods, STATISTICS)):
@@ -212,7 +246,20 @@ def _samples(coefs: Mapping[str, FloatArray], sizes: IntArray,
 
 def level_stats(d: Data, level: str, methods: Sequence[str], policy: str, n_boot: int,
                  seed: int, resamples: Resamples) -> Iterator[tuple[Selection, str, Stat]]:
-    """Sample- or dataset-level statistics for every selection, in selection-major order."""
+    """Sample- or dataset-level statistics for every selection, in selection-major order.
+
+    Args:
+        d: the prepared rows.
+        level: "sample" or "dataset".
+        methods: the statistics to compute.
+        policy: how an item without a score counts.
+        n_boot: the number of bootstrap resamples.
+        seed: the resampling seed.
+        resamples: the resampled groups shared by every statistic.
+
+    Yields:
+        The selection, the statistic's name and its value with its bootstrap draws.
+    """
     methods = [m for m in methods if STATISTICS[m].rows is not None]
     sizes = np.diff(d.edges)
     coefs = ({m: _group_coefs(d, STATISTICS[m].rows) for m in methods}  # type: ignore[arg-type]
@@ -234,6 +281,14 @@ def level_stats(d: Data, level: str, methods: Sequence[str], policy: str, n_boot
 
 
 def ci(boot: FloatArray | None) -> tuple[float | None, float | None]:
+    """The 95% percentile interval of bootstrap draws.
+
+    Args:
+        boot: one value per resample (NaN where undefined), or None.
+
+    Returns:
+        The 2.5th and 97.5th percentiles, or (None, None) without a finite draw.
+    """
     if boot is None or not (ok := boot[~np.isnan(boot)]).size:
         return None, None
     low, high = np.percentile(ok, [2.5, 97.5])

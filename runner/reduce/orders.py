@@ -35,7 +35,14 @@ class OrderScores:
     def add(self, key: tuple[str, str, str, str], order: tuple[str, ...], member: str,
             score: float | None) -> None:
         """One judgment of `member` shown in `order` under `key`; `score` None: it had none
-        (the member still counts as seen in that order)."""
+        (the member still counts as seen in that order).
+
+        Args:
+            key: the judge, data set, aspect and group.
+            order: the members in the order shown.
+            member: the member scored.
+            score: its score, or None.
+        """
         self.key.append(_code(self.keys, key))
         self.order.append(_code(self.orders, order))
         self.member.append(_code(self.members, member))

@@ -33,7 +33,16 @@ Array = npt.NDArray[np.float64]
 
 def rank_rows(battles: Sequence[Mapping[str, Any]], *, n_boot: int = 1000,
               seed: int = 0) -> list[dict[str, Any]]:
-    """ranking.csv rows (RANKING_COLUMNS), strongest first, per judge, data set and aspect."""
+    """ranking.csv rows (RANKING_COLUMNS), strongest first, per judge, data set and aspect.
+
+    Args:
+        battles: battles.csv's rows.
+        n_boot: the bootstrap resamples for each strength's interval.
+        seed: the resampling seed.
+
+    Returns:
+        The ranking rows.
+    """
     tables: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
     for row in battles:
         tables.setdefault((row["judge"], row["dataset"], row["aspect"]), []).append(row)

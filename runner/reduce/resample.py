@@ -169,7 +169,14 @@ class Draws:
         return self.n_boot
 
     def blocks(self, step: int) -> Iterator[FloatArray]:
-        """The matrix's rows, `step` at a time, in order."""
+        """The matrix's rows, `step` at a time, in order.
+
+        Args:
+            step: the rows per block, bounding the memory held at once.
+
+        Yields:
+            The blocks, in order.
+        """
         if self.compact is not None:
             compact = self.compact
             yield from (compact[b:b + step].astype(np.float64)
@@ -191,7 +198,15 @@ class Draws:
 
 
 def blocks(counts: FloatArray | Draws, step: int) -> Iterator[FloatArray]:
-    """The rows of `counts`, `step` at a time."""
+    """The rows of `counts`, `step` at a time.
+
+    Args:
+        counts: resample counts, one row a resample, or Draws that make them on demand.
+        step: the rows per block, bounding the memory held at once.
+
+    Returns:
+        The blocks, in order.
+    """
     if isinstance(counts, Draws):
         return counts.blocks(step)
     return (counts[b:b + step] for b in range(0, len(counts), step))

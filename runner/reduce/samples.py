@@ -42,7 +42,14 @@ class SampleScores:
         return k, i
 
     def add(self, key: tuple[str, str, str], item_id: str, sample: int, score: float) -> None:
-        """One score of `item_id`'s sample `sample` under `key` = (judge, dataset, aspect)."""
+        """One score of `item_id`'s sample `sample` under `key` = (judge, dataset, aspect).
+
+        Args:
+            key: the judge, data set and aspect.
+            item_id: the item's id.
+            sample: the sample's number.
+            score: its score.
+        """
         k, i = self._codes(key, item_id)
         self.key.append(k)
         self.item.append(i)
@@ -50,7 +57,12 @@ class SampleScores:
         self.score.append(score)
 
     def touch(self, key: tuple[str, str, str], item_id: str) -> None:
-        """Record that `key` judged `item_id`, whether or not a score came of it."""
+        """Record that `key` judged `item_id`, whether or not a score came of it.
+
+        Args:
+            key: the judge, data set and aspect.
+            item_id: the item's id.
+        """
         self.add(key, item_id, _TOUCHED, math.nan)
 
     def tables(self) -> Iterator[tuple[tuple[str, str, str], list[list[float | None]]]]:

@@ -106,7 +106,14 @@ class UntilCI:
         on its data set. Once the task's group is past the next check (every `every` groups of
         the drawn order, from FIRST_CHECK), the data set is checked first, over the answers
         stored so far: the groups before are all handed out (called or cached), all but the
-        calls in flight answered. A rerun checks at its first call, over what is cached."""
+        calls in flight answered. A rerun checks at its first call, over what is cached.
+
+        Args:
+            task: the task about to be sent.
+
+        Returns:
+            True when it is held (not sent in this run).
+        """
         group, dataset = self.ordinal[task.key], task.dataset
         if group > self.next_check.setdefault(dataset, FIRST_CHECK):
             self._check(dataset, group - 1)
@@ -198,7 +205,14 @@ class UntilCI:
 
 def check_every(groups: int) -> int:
     """Groups between two checks of a data set of `groups` groups (the first after
-    FIRST_CHECK): at most MAX_CHECKS checks."""
+    FIRST_CHECK): at most MAX_CHECKS checks.
+
+    Args:
+        groups: the data set's number of groups.
+
+    Returns:
+        The groups between two checks.
+    """
     return max(FIRST_CHECK, math.ceil(groups / MAX_CHECKS))
 
 

@@ -63,7 +63,14 @@ def scatter_and_counts(judge: Any, human: Any) -> tuple[dict[str, Any], dict[str
 
 def counts(values: Any) -> dict[str, Any]:
     """Counts per distinct value (few values) or per bin, the missing (NaN) count, and the
-    finite values' mean and `QUANTILES`."""
+    finite values' mean and `QUANTILES`.
+
+    Args:
+        values: one column's values, a float array with NaN where missing.
+
+    Returns:
+        The counts (or bins), the missing count, the mean and the quantiles.
+    """
     finite = values[~np.isnan(values)]
     return _counts(_Column(finite), values.size - finite.size)
 

@@ -65,7 +65,14 @@ class Row:
 
 
 def raw_text(raw: str | list[str] | None) -> str:
-    """A judgment's raw answer as one text (the answers of a prompt with `samples` joined)."""
+    """A judgment's raw answer as one text (the answers of a prompt with `samples` joined).
+
+    Args:
+        raw: the judgment's raw answer, or its samples' answers.
+
+    Returns:
+        The text shown; "" without an answer.
+    """
     return raw if isinstance(raw, str) else "\n\n---\n\n".join(raw or [])
 
 
@@ -145,13 +152,24 @@ class ItemRows:
         self._failure_sampler = Reservoir(self.cap // 4, self._rng)
 
     def watch(self, judgments: Iterable[Judgment]) -> Iterator[Judgment]:
-        """Pass the judgments through, keeping rows as they go by."""
+        """Pass the judgments through, keeping rows as they go by.
+
+        Args:
+            judgments: every judgment, read once.
+
+        Yields:
+            The same judgments.
+        """
         for j in judgments:
             self.add(j)
             yield j
 
     def add(self, j: Judgment) -> None:
-        """Count one judgment, and keep its row if a pool wants it."""
+        """Count one judgment, and keep its row if a pool wants it.
+
+        Args:
+            j: one judgment.
+        """
         self.seen += 1
         error = j.error
         if error is not None:
@@ -235,7 +253,15 @@ class ItemRows:
 
 def with_bodies(rows: list[Row], expansion: Expansion) -> list[Row]:
     """Fill in the request bodies a run did not keep, expanding only the rows' items (and the
-    whole group of a row whose prompt listed its group)."""
+    whole group of a row whose prompt listed its group).
+
+    Args:
+        rows: the browser's rows, some without a body.
+        expansion: the job, to expand the rows' items again.
+
+    Returns:
+        The rows, each with its request body.
+    """
     missing = [r for r in rows if not r.body]
     if not missing:
         return rows
@@ -250,7 +276,14 @@ def with_bodies(rows: list[Row], expansion: Expansion) -> list[Row]:
 
 
 def prompt_text(body: bytes) -> str:
-    """The messages of a request body as the reader wants to see them: role, then content."""
+    """The messages of a request body as the reader wants to see them: role, then content.
+
+    Args:
+        body: a request body (JSON); empty when not kept.
+
+    Returns:
+        Each message's role and content, then the request's other parameters.
+    """
     if not body:
         return ""
     request: dict[str, Any] = orjson.loads(body)

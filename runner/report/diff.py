@@ -96,7 +96,20 @@ def score_rows(path: Path, parquet: Path) -> Iterator[dict[str, Any]]:
 def diff_runs(a: Scores, b: Scores, *, policy: str, levels: Sequence[str],
               methods: Sequence[str], n_boot: int, seed: int) -> list[dict[str, Any]]:
     """DIFF_COLUMNS rows: each pair of judges (see the module docstring) per data set and
-    aspect both runs scored, compared at every level but system (a bootstrap over groups)."""
+    aspect both runs scored, compared at every level but system (a bootstrap over groups).
+
+    Args:
+        a: the first run's scores per data set and aspect.
+        b: the second run's.
+        policy: how an item without a score counts.
+        levels: the levels compared.
+        methods: the statistics compared.
+        n_boot: the number of bootstrap resamples.
+        seed: the resampling seed.
+
+    Returns:
+        The rows, change = B - A with its 95% CI and p-value.
+    """
     rows, resamples = [], Resamples()
     kept = [lv for lv in levels if lv != "system"] or ["sample", "dataset"]
     for where in [k for k in a if k in b]:
@@ -168,7 +181,17 @@ def diff_lines(rows: list[dict[str, Any]], parsed_a: Parsed, parsed_b: Parsed, *
     """One line per diff row with its n; a line per data set and aspect the two runs share no
     group of (every value n/a: other items, e.g. another --sample or --limit); and a note on
     a judge that parsed fewer than `least` of its answers in both runs (the share below which
-    runner.report.standing does not rank a judge)."""
+    runner.report.standing does not rank a judge).
+
+    Args:
+        rows: diff_runs's rows.
+        parsed_a: the first run's parsed and answered counts per judge.
+        parsed_b: the second run's.
+        least: the parsed share below which a judge is noted.
+
+    Returns:
+        The lines `judge diff` prints.
+    """
     lines, shared = [], {(r["dataset"], r["aspect"]) for r in rows if r["n_groups"]}
     for r in rows:
         where = (r["dataset"], r["aspect"])
@@ -190,7 +213,15 @@ def diff_lines(rows: list[dict[str, Any]], parsed_a: Parsed, parsed_b: Parsed, *
 
 def number(value: float | None, sign: bool = False) -> str:
     """A coefficient as the commands and the served pages print it: 3 decimals, `n/a` for
-    none (a NaN: no spread)."""
+    none (a NaN: no spread).
+
+    Args:
+        value: the coefficient, or None.
+        sign: print a + before a positive value (a change).
+
+    Returns:
+        The text.
+    """
     if value is None or not math.isfinite(value):
         return "n/a"
     return f"{value:+.3f}" if sign else f"{value:.3f}"

@@ -46,7 +46,18 @@ plt.rcParams.update({"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8,
 
 
 def write_figures(page: Path, out_dir: Path) -> list[Path]:
-    """Draw every figure from `page` (a report.html) into `out_dir`; returns the files."""
+    """Draw every figure from `page` (a report.html) into `out_dir`; returns the files.
+
+    Args:
+        page: a report.html written by this version.
+        out_dir: where the figures go (made if missing).
+
+    Returns:
+        The files written.
+
+    Raises:
+        PageError: `page` cannot be read or holds no report data.
+    """
     data = read_page_data(page)
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []

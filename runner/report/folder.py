@@ -52,7 +52,12 @@ STALE_TMP_S = 600.0
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """Write `data` to `path` so that readers see the old file or the new one, never half."""
+    """Write `data` to `path` so that readers see the old file or the new one, never half.
+
+    Args:
+        path: the file to replace.
+        data: its new content.
+    """
     with atomic_file(path) as f:
         f.write(data)
 
@@ -65,7 +70,14 @@ def atomic_file(path: Path) -> Iterator[io.BufferedWriter]:
     The file's mode follows the umask (0644 under umask 022), as any file the user writes: a
     report is meant to be shared, and holds no key. (tempfile.mkstemp made every report 0600,
     unreadable by the others on a shared machine; a user who wants a study private sets
-    umask 077, which the cache folder follows too.)"""
+    umask 077, which the cache folder follows too.)
+
+    Args:
+        path: the file to replace.
+
+    Yields:
+        The open temporary file; it replaces `path` only if the block ends without an error.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.{secrets.token_hex(8)}.tmp"  # random: O_EXCL cannot clash
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
@@ -80,7 +92,14 @@ def atomic_file(path: Path) -> Iterator[io.BufferedWriter]:
 
 def check_out(out_dir: Path) -> None:
     """Raise ReportError unless reports can be written to `out_dir`: checked before the first
-    paid call (a file in its place, or a folder that cannot be written, was found after)."""
+    paid call (a file in its place, or a folder that cannot be written, was found after).
+
+    Args:
+        out_dir: the report folder (it need not exist yet).
+
+    Raises:
+        ReportError: A file is in its way or it cannot be written.
+    """
     if out_dir.exists() and not out_dir.is_dir():
         raise ReportError(f"--out {out_dir}: is a file, not a folder; give a folder for the "
                           "reports (no call was made)")
@@ -98,7 +117,14 @@ def check_out(out_dir: Path) -> None:
 
 def new_run_id(when: float | None = None) -> str:
     """`20261125T143015.123Z-a1b2c3`: sorts by time (to the millisecond), unique across
-    machines writing one folder."""
+    machines writing one folder.
+
+    Args:
+        when: the time it names (default: now).
+
+    Returns:
+        The run id.
+    """
     now = time.time() if when is None else when
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now))
     return f"{stamp}.{int(now % 1 * 1000):03d}Z-{secrets.token_hex(3)}"
@@ -109,7 +135,18 @@ def report_set(out_dir: Path, run_id: str) -> Iterator[Path]:
     """A folder to write a new report set into; the set becomes history/`run_id` and the
     folder's when the block ends without an error (see the module docstring). An OSError
     while writing (disk full, no permission) becomes a ReportError, with the previous set
-    untouched."""
+    untouched.
+
+    Args:
+        out_dir: the report folder.
+        run_id: the new set's id (new_run_id).
+
+    Yields:
+        The staging folder to write the set's files into.
+
+    Raises:
+        ReportError: The reports could not be written (the previous set stands).
+    """
     out_dir = Path(out_dir)
     _clean_leftovers(out_dir)
     stage = out_dir / HISTORY / f".{run_id}.partial-{os.getpid()}"
@@ -150,7 +187,14 @@ def _link(path: Path, target: Path) -> None:
 
 
 def kept_runs(out_dir: Path) -> list[Path]:
-    """The report sets kept in out_dir/history, oldest first (complete ones only)."""
+    """The report sets kept in out_dir/history, oldest first (complete ones only).
+
+    Args:
+        out_dir: the report folder.
+
+    Returns:
+        The runs' folders; [] without a history.
+    """
     history = out_dir / HISTORY
     if not history.is_dir():
         return []
@@ -159,7 +203,14 @@ def kept_runs(out_dir: Path) -> list[Path]:
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:
-    """A kept run's CSV report as rows ([] when the run has none)."""
+    """A kept run's CSV report as rows ([] when the run has none).
+
+    Args:
+        path: the CSV file.
+
+    Returns:
+        Its rows by column name.
+    """
     if not path.is_file():
         return []
     with path.open(newline="", encoding="utf-8") as f:
@@ -168,7 +219,14 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 
 def own_bytes(run: Path) -> int:
     """The bytes of `run`'s files that no other name links (in a folder an older version
-    wrote, its own files were hard links to the newest run): what removing it frees."""
+    wrote, its own files were hard links to the newest run): what removing it frees.
+
+    Args:
+        run: a kept run's folder.
+
+    Returns:
+        The bytes freed by removing it.
+    """
     total = 0
     for path in run.iterdir():
         with contextlib.suppress(OSError):

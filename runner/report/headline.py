@@ -99,7 +99,14 @@ def headline(levels: Sequence[str], methods: Sequence[str],
 
 def system_note(correlations: Sequence[Mapping[str, Any]]) -> str | None:
     """What one data set and aspect's system level rests on, for report.md and report.html
-    (None without a system level)."""
+    (None without a system level).
+
+    Args:
+        correlations: one data set and aspect's correlations.csv rows.
+
+    Returns:
+        The note, or None.
+    """
     counts = [int(r.get("n_systems") or 0) for r in correlations
               if r["level"] == "system" and r["subset"] == "all"]
     if not counts:
@@ -118,7 +125,14 @@ def system_note(correlations: Sequence[Mapping[str, Any]]) -> str | None:
 def system_warnings(correlations: Sequence[Mapping[str, Any]]) -> list[str]:
     """One line per data set and aspect whose system level rests on fewer than MIN_SYSTEMS
     systems: its coefficients are over a handful of points, whatever the item count (an LLM
-    judge's, where there is one: a metric column may cover items the judges did not score)."""
+    judge's, where there is one: a metric column may cover items the judges did not score).
+
+    Args:
+        correlations: correlations.csv's rows.
+
+    Returns:
+        The warnings, one per data set and aspect.
+    """
     few: dict[tuple[str, str], tuple[int, int]] = {}
     for row in sorted(correlations, key=lambda r: "/" in r["judge"]):  # LLM judges last: win
         n = int(row.get("n_systems") or 0)
@@ -171,7 +185,14 @@ def unparsed_judges(summary: Sequence[Mapping[str, Any]]) -> list[tuple[str, int
     answers (tasks with one, over every data set and aspect) not scored; `what` says so in the
     words of summary.csv and report.html's failures table ("unparsed", "refusals"). One rule
     and one text for the terminal's lines and report.html's banner, so the two never
-    disagree."""
+    disagree.
+
+    Args:
+        summary: summary.csv's rows.
+
+    Returns:
+        One tuple per such judge.
+    """
     answers: dict[str, list[int]] = {}
     for row in summary:
         if not row["prompt"]:  # a jury: it has no answers of its own

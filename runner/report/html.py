@@ -40,14 +40,28 @@ def _template(name: str) -> str:
 
 
 def embed_json(data: Mapping[str, Any]) -> str:
-    """JSON that is safe inside a script block: no `<`, `>` or `&` left literally."""
+    """JSON that is safe inside a script block: no `<`, `>` or `&` left literally.
+
+    Args:
+        data: the report's data.
+
+    Returns:
+        The JSON text.
+    """
     text = orjson.dumps(data, option=orjson.OPT_SERIALIZE_NUMPY).decode()
     return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
             .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 
 
 def render(data: Mapping[str, Any]) -> bytes:
-    """The page: template, style, script and data in one file."""
+    """The page: template, style, script and data in one file.
+
+    Args:
+        data: the report's data (runner.report.pagedata).
+
+    Returns:
+        report.html's bytes.
+    """
     page = _template("report.html")
     parts = {"TITLE": html.escape(f"{data.get('job', '')}: judge report"),
              "STYLE": _template("report.css"),
@@ -59,7 +73,17 @@ def render(data: Mapping[str, Any]) -> bytes:
 
 
 def read_page_data(path: Path) -> dict[str, Any]:
-    """The data embedded in a report.html (the figures are drawn from it)."""
+    """The data embedded in a report.html (the figures are drawn from it).
+
+    Args:
+        path: a report.html.
+
+    Returns:
+        The data it embeds.
+
+    Raises:
+        PageError: The file cannot be read or holds no report data.
+    """
     try:
         text = path.read_text("utf-8")
     except OSError as exc:

@@ -19,7 +19,14 @@ RUN_COLUMNS = ("run", "kind", "models", "tasks", "calls", "cost", "cached", "sav
 
 
 def run_row(path: Path) -> tuple[str, ...]:
-    """The RUN_COLUMNS of the kept run in `path`, as text."""
+    """The RUN_COLUMNS of the kept run in `path`, as text.
+
+    Args:
+        path: the kept run's folder.
+
+    Returns:
+        One row of `judge runs`'s table.
+    """
     m = orjson.loads((path / "manifest.json").read_bytes())
     counts = m.get("counts", {})
     cost = m.get("estimated_cost_usd")
@@ -32,7 +39,14 @@ def run_row(path: Path) -> tuple[str, ...]:
 def saved(bill: Any) -> tuple[str, str]:
     """The `cached` and `saved` columns of a manifest's bill (runner.job.providers.Bill): the
     share of prompt tokens read from a provider's prompt cache, and what caching and batching
-    saved against list price ("unknown" without a price; "" in a manifest without a bill)."""
+    saved against list price ("unknown" without a price; "" in a manifest without a bill).
+
+    Args:
+        bill: the manifest's `bill`, if any.
+
+    Returns:
+        The `cached` share and the `saved` amount.
+    """
     if not isinstance(bill, dict):
         return "", ""
     tokens, saved = bill["tokens"], bill["saved_usd"]
@@ -44,7 +58,14 @@ def saved(bill: Any) -> tuple[str, str]:
 
 
 def size(n: int) -> str:
-    """`0B`, `512B`, `35kB`, `1.2GB`: bytes in decimal units, without a space (one column)."""
+    """`0B`, `512B`, `35kB`, `1.2GB`: bytes in decimal units, without a space (one column).
+
+    Args:
+        n: a size in bytes.
+
+    Returns:
+        The size as text.
+    """
     for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if n >= scale:
             value = n / scale
@@ -57,7 +78,14 @@ def best(run: Path) -> str:
     among the ranked judges (runner.report.standing, the rule of the run's own table and
     report.html: enough answers parsed, enough groups) over all items at the first level,
     spearman where computed; "none ranked" if there are coefficients but none is ranked, ""
-    without any."""
+    without any.
+
+    Args:
+        run: the kept run's folder.
+
+    Returns:
+        The best column's text.
+    """
     rows, summary = read_csv(run / "correlations.csv"), read_csv(run / "summary.csv")
     rows = [r for r in rows if "/" in r["judge"] and r["subset"] == "all" and r["value"]
             and math.isfinite(float(r["value"]))]

@@ -31,6 +31,14 @@ class Provenance:
     order)]."""
 
     def add(self, model: str, source: str | None, when: float | None, tokens: Tokens) -> None:
+        """Count one distinct answer.
+
+        Args:
+            model: the model that answered.
+            source: the record's source ("api", "batch", "import:..."), if any.
+            when: when it was stored (epoch seconds), if known.
+            tokens: its usage by kind.
+        """
         if (acc := self.by.get((model, source))) is None:
             self.by[model, source] = [1, math.inf if when is None else when,
                                       -math.inf if when is None else when, *tokens]
@@ -49,7 +57,14 @@ class Provenance:
         estimated cost of the calls that obtained them (batch answers at the batch price;
         imported ones cost nothing here; null when a model that was called has no price),
         `bill`: the calls' tokens and cost by kind and what caching and batching saved
-        (runner.job.providers.Bill), and when the first and last were stored (UTC)."""
+        (runner.job.providers.Bill), and when the first and last were stored (UTC).
+
+        Args:
+            job: the job, for its models' prices.
+
+        Returns:
+            The manifest's `provenance` entry.
+        """
         models = {m.name: m for m in job.models}
         sources: dict[str, int] = {}
         everything, bill = Tokens(), Bill()

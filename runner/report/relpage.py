@@ -30,7 +30,15 @@ _ONE_ANNOTATOR = "one annotator per item: no inter-annotator agreement"
 def reliability_page(
     expansion: Expansion, rows: Sequence[Mapping[str, Any]]
 ) -> list[dict[str, Any]]:
-    """Per data set (the job's order, then any other the rows name): its rows and notes."""
+    """Per data set (the job's order, then any other the rows name): its rows and notes.
+
+    Args:
+        expansion: the job, for its data sets' order.
+        rows: reliability.csv's rows.
+
+    Returns:
+        One entry per data set for report.html's reliability section.
+    """
     names = list(dict.fromkeys([*expansion.items, *(r["dataset"] for r in rows)]))
     out = []
     for name in names:

@@ -57,7 +57,14 @@ Column = tuple[str, str, str, str, str]
 
 def points(row: Mapping[str, Any]) -> int:
     """What a correlations.csv row's coefficient is computed over at its level: groups
-    (sample), items (dataset), systems (system); 0 where the row does not say."""
+    (sample), items (dataset), systems (system); 0 where the row does not say.
+
+    Args:
+        row: a correlations.csv row.
+
+    Returns:
+        The number of points.
+    """
     value = row.get(_POINTS.get(str(row["level"]), "n_items"))
     return int(float(value)) if value not in (None, "") else 0
 
@@ -140,7 +147,14 @@ def no_spread(summary: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, str,
 def parsed_counts(summary: Sequence[Mapping[str, Any]]
                   ) -> dict[tuple[str, str, str], tuple[int, int]]:
     """(dataset, aspect, judge) -> (parsed answers, answers) from summary.csv's rows (API
-    failures are not answers)."""
+    failures are not answers).
+
+    Args:
+        summary: summary.csv's rows.
+
+    Returns:
+        The counts per data set, aspect and judge.
+    """
     out: dict[tuple[str, str, str], tuple[int, int]] = {}
     for row in summary:
         key = (row["dataset"], row["aspect"], judge_name(row["model"], row["prompt"]))

@@ -123,7 +123,14 @@ def _metrics(item: Item, aspect: str) -> dict[str, float]:
 
 
 def metric_names(cells: Cells) -> list[str]:
-    """The metric columns of scores.csv: every metric of a cell's item for its aspect."""
+    """The metric columns of scores.csv: every metric of a cell's item for its aspect.
+
+    Args:
+        cells: the judged cells.
+
+    Returns:
+        The metric names, sorted.
+    """
     with_metrics = np.array([bool(it.metrics) for it in cells.items], dtype=bool)
     if not with_metrics.any():
         return []
@@ -142,7 +149,12 @@ def scores_csv(tables: Tables, binary: io.BufferedWriter) -> None:
     csv module: its quoting) and a row joined from them and the two scores: 0.9-1.0 us a cell
     where a csv.writer row took 1.9-2.0 (500,000 cells, alternated, this machine), ~10 s less
     of a ten-million-cell study's report child. The same bytes: CSV fields are quoted each on
-    its own, and a row of more than one field has no special case."""
+    its own, and a row of more than one field has no special case.
+
+    Args:
+        tables: the gathered tables.
+        binary: the open file to write into.
+    """
     cells = tables.cells
     names = metric_names(cells)
     out = io.TextIOWrapper(binary, encoding="utf-8", newline="")
@@ -202,12 +214,26 @@ class _ScoreText:
 
 
 def fmt(value: float | None) -> str:
-    """A CSV cell: "" for None or NaN, else the value's repr (floats keep every bit)."""
+    """A CSV cell: "" for None or NaN, else the value's repr (floats keep every bit).
+
+    Args:
+        value: a score or statistic.
+
+    Returns:
+        The cell's text.
+    """
     return "" if value is None or (isinstance(value, float) and math.isnan(value)) else repr(value)
 
 
 def summary(tables: Tables) -> list[dict[str, Any]]:
-    """summary.csv rows: per data set x prompt x aspect x model."""
+    """summary.csv rows: per data set x prompt x aspect x model.
+
+    Args:
+        tables: the gathered tables.
+
+    Returns:
+        The rows: tasks, scored ones, the mean, spread and most frequent score.
+    """
     cells = tables.cells
     width = max(len(cells.judges), 1)
     keys, where = grouped(cells.dataset() * width + cells.judge,
@@ -238,6 +264,12 @@ def leaderboard(tables: Tables) -> tuple[list[str], list[dict[str, Any]]]:
     aspect mean (the Korean chat study's rule), so those columns average the same items. An
     item's aspects are those it has tasks for (per-category aspects: only its category's).
     Metric means cover every item of the system that has the metric.
+
+    Args:
+        tables: the gathered tables.
+
+    Returns:
+        The columns and the rows of leaderboard.csv.
     """
     cells = tables.cells
     per_item: dict[tuple[int, str, int], dict[str, float | None]] = defaultdict(dict)

@@ -78,7 +78,15 @@ JudgeSeries = Mapping[tuple[str, str], Mapping[str, Series]]
 
 def judge_rows(expansion: Expansion, tables: Tables) -> dict[tuple[str, str], dict[str, Series]]:
     """(dataset, aspect) -> judge -> its scores against the human score, for items with a
-    human score (runner.reduce.judge_series.judge_series over the tables' cells)."""
+    human score (runner.reduce.judge_series.judge_series over the tables' cells).
+
+    Args:
+        expansion: the job's tasks.
+        tables: the gathered tables.
+
+    Returns:
+        The series per data set, aspect and judge.
+    """
     return judge_series(expansion, tables.cells)
 
 
@@ -120,7 +128,19 @@ COMPARE_COLUMNS = ["dataset", "aspect", "a", "b", "level", "method", "subset", "
 def comparison(expansion: Expansion, series: JudgeSeries,
                judges: tuple[str, str]) -> list[dict[str, Any]]:
     """compare.csv's rows (COMPARE_COLUMNS): judge A against judge B, paired bootstrap, per data
-    set and aspect, over `series` (judge_rows of the collected tables)."""
+    set and aspect, over `series` (judge_rows of the collected tables).
+
+    Args:
+        expansion: the job.
+        series: the judges' scores (judge_rows).
+        judges: the names of judges A and B.
+
+    Returns:
+        The rows.
+
+    Raises:
+        ConfigError: A judge is not among those of a data set and aspect.
+    """
     job, rows, resamples = expansion.job, [], Resamples()
     levels = [lvl for lvl in job.levels if lvl != "system"] or ["sample", "dataset"]
     for (dataset, aspect), by_judge in series.items():
@@ -226,7 +246,21 @@ def write_reports(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgm
                   notes: Sequence[str] = ()) -> Tables:
     """Write every report file into `out_dir` as one set (`report_set`): a reader sees the old
     set or the new one. `manifest` may be built from the gathered tables (counts known only
-    after the pass)."""
+    after the pass).
+
+    Args:
+        out_dir: the report folder.
+        expansion: the job's tasks.
+        judgments: every judgment, read once.
+        manifest: the manifest, or a function making it from the tables.
+        notes: lines added to report.md.
+
+    Returns:
+        The gathered tables.
+
+    Raises:
+        ReportError: The reports could not be written.
+    """
     run_id = new_run_id()
     with report_set(out_dir, run_id) as stage:
         return _write_set(stage, expansion, judgments, manifest, notes, run_id)

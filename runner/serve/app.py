@@ -44,7 +44,14 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def new_token(host: str) -> str | None:
-    """A random token for a desk bound to `host`, None on a loopback address."""
+    """A random token for a desk bound to `host`, None on a loopback address.
+
+    Args:
+        host: the address the desk binds.
+
+    Returns:
+        The token a non-loopback desk requires in every request, or None.
+    """
     return None if host in LOOPBACK else secrets.token_urlsafe(16)
 
 

@@ -86,7 +86,17 @@ class Desk:
         return folder.name
 
     def folder(self, job: str) -> Path:
-        """The report folder of `job`; ConfigError if the served folder has no such job."""
+        """The report folder of `job`; ConfigError if the served folder has no such job.
+
+        Args:
+            job: the job's name.
+
+        Returns:
+            Its report folder.
+
+        Raises:
+            ConfigError: No such job is served.
+        """
         folders = self.folders()
         if job not in folders:
             raise ConfigError(f"{self.root}: no job {job!r} here (jobs: "
@@ -94,11 +104,29 @@ class Desk:
         return folders[job]
 
     def runs(self, job: str) -> list[RunInfo]:
-        """The job's kept runs, oldest first."""
+        """The job's kept runs, oldest first; ConfigError as `folder` if there is no such job.
+
+        Args:
+            job: the job's name.
+
+        Returns:
+            Its kept runs; [] before its first.
+        """
         return [RunInfo(p.name, p, _manifest(p)) for p in kept_runs(self.folder(job))]
 
     def run(self, job: str, run: str) -> RunInfo:
-        """One kept run by id (`latest`: the newest); ConfigError naming the job if none."""
+        """One kept run by id (`latest`: the newest); ConfigError naming the job if none.
+
+        Args:
+            job: the job's name.
+            run: the run's id, or `latest`.
+
+        Returns:
+            The run.
+
+        Raises:
+            ConfigError: No such job or run.
+        """
         runs = self.runs(job)
         if run == "latest" and runs:
             return runs[-1]
@@ -108,7 +136,18 @@ class Desk:
         raise ConfigError(f"{self.folder(job) / HISTORY / run}: no such run of {job}")
 
     def job_file(self, job: str, run: str = "latest") -> Path:
-        """The job file a run names; ConfigError if it is not where the run said."""
+        """The job file a run names; ConfigError if it is not where the run said.
+
+        Args:
+            job: the job's name.
+            run: the run's id, or `latest`.
+
+        Returns:
+            The job file's path.
+
+        Raises:
+            ConfigError: No such job or run, or the file is not there.
+        """
         path = Path(str(self.run(job, run).manifest.get("job_file", "")))
         if not path.is_file():
             raise ConfigError(f"{path}: the job file of {job} is not there; run `judge serve` "
@@ -116,13 +155,33 @@ class Desk:
         return path
 
     def job(self, job: str, run: str = "latest") -> Job:
-        """The job as its file says now."""
+        """The job as its file says now.
+
+        Args:
+            job: the job's name.
+            run: the run whose job file is read.
+
+        Returns:
+            The loaded job.
+
+        Raises:
+            ConfigError: As job_file, or the job file is invalid now.
+        """
         return load_job(self.job_file(job, run))
 
     def selection(self, job: str, run: str = "latest", *, whole: bool = False) -> WorkingSet:
         """The job's items as `run` selected them (its models, --limit, --sample), or with
         `whole` every item of its data (the rating queue); loaded once each, and again when
-        the job file changes."""
+        the job file changes.
+
+        Args:
+            job: the job's name.
+            run: the run whose selection is repeated.
+            whole: every item instead.
+
+        Returns:
+            The items.
+        """
         info, path = self.run(job, run), self.job_file(job, run)
         key = (job, info.id, whole, path.stat().st_mtime_ns)
         if key not in self._selections:

@@ -38,7 +38,20 @@ def _select(name: str, value: str, options: Sequence[str]) -> str:
 def items_page(job: str, runs: Sequence[str], chosen: Sequence[str], filters: Filters,
                choices: Mapping[str, Sequence[str]], rows: Sequence[Mapping[str, Any]],
                limit: int) -> str:
-    """The filter form over `runs` (the `chosen` ones read) and the matching rows."""
+    """The filter form over `runs` (the `chosen` ones read) and the matching rows.
+
+    Args:
+        job: the job's name.
+        runs: the job's kept runs.
+        chosen: the runs whose rows are shown.
+        filters: the filters the form was sent with.
+        choices: each filter's values for its select box.
+        rows: the matching rows, as runner.serve.items.find gives them.
+        limit: the most rows shown.
+
+    Returns:
+        The page's HTML body.
+    """
     run_boxes = "".join(
         f"<label><input type=checkbox name=run value='{html.escape(r)}'"
         f"{' checked' if r in chosen else ''}>{html.escape(r)}</label> " for r in runs)
@@ -84,7 +97,18 @@ def _scores(rows: Sequence[Mapping[str, Any]] | None) -> str:
 def rate_page(job: str, annotator: str, next_item: Next | None, saved: int,
               scores: Sequence[Mapping[str, Any]] | None = None) -> str:
     """The rating form for the next item: blind (no judge's score on the page) unless
-    `scores`, the item's rows of the item browser (runner.serve.items.find) in its latest run."""
+    `scores`, the item's rows of the item browser (runner.serve.items.find) in its latest run.
+
+    Args:
+        job: the job's name.
+        annotator: who rates.
+        next_item: the item to rate, or None when every item is rated.
+        saved: the ratings saved so far in this session.
+        scores: the judges' rows for the item, shown only with --show-scores.
+
+    Returns:
+        The page's HTML body.
+    """
     said = f"<p class=note>Saved {saved} ratings.</p>" if saved else ""
     if next_item is None:
         return said + (f"<p id=done>{html.escape(annotator)} has rated every item of "

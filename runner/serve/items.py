@@ -50,7 +50,17 @@ class Filters:
 
     @classmethod
     def of(cls, query: Mapping[str, str]) -> Filters:
-        """The filters of a page's query string; ConfigError for a bad number."""
+        """The filters of a page's query string; ConfigError for a bad number.
+
+        Args:
+            query: the query string's fields.
+
+        Returns:
+            The filters.
+
+        Raises:
+            ConfigError: `disagree` is not a number.
+        """
         text = query.get("disagree", "").strip()
         try:
             disagree = float(text) if text else None
@@ -62,7 +72,15 @@ class Filters:
         return cls(dataset, aspect, judge, status, disagree)
 
     def keeps(self, line: Mapping[str, Any], diff: float | None) -> bool:
-        """Whether a judgments.jsonl line (with its disagreement) passes."""
+        """Whether a judgments.jsonl line (with its disagreement) passes.
+
+        Args:
+            line: a judgments.jsonl line.
+            diff: its |judge - human|, or None without both scores.
+
+        Returns:
+            True when the line is shown.
+        """
         status = line["error"]["type"] if line.get("error") else "ok"
         return ((not self.dataset or line["dataset"] == self.dataset)
                 and (not self.item or line["item_id"] == self.item)

@@ -52,7 +52,15 @@ PARTIAL_TASKS = 10_000
 
 def holder(cache_dir: Path, job: str) -> str | None:
     """The description of the run of `job` holding its lease on the cache folder, or None
-    when no live run holds it (never held, released, or its process is gone)."""
+    when no live run holds it (never held, released, or its process is gone).
+
+    Args:
+        cache_dir: the cache folder the run's lease is in.
+        job: the job's name.
+
+    Returns:
+        The lease file's text (host, pid, command), or None.
+    """
     path = cache_dir / f"lease-{lease_id(lease_name(job, None)):08x}.lock"
     try:
         text = path.read_text(errors="replace").strip()

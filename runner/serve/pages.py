@@ -62,19 +62,47 @@ def layout(title: str, body: str) -> bytes:
 
 
 def link(text: str, path: str, query: Mapping[str, str] | None = None) -> str:
-    """An escaped link to `path?query`."""
+    """An escaped link to `path?query`.
+
+    Args:
+        text: the link's text.
+        path: the desk's path.
+        query: its query parameters.
+
+    Returns:
+        The `<a>` element.
+    """
     href = path + (f"?{urlencode(query)}" if query else "")
     return f"<a href='{html.escape(href)}'>{html.escape(text)}</a>"
 
 
 def cell(value: Any, *, num: bool = False) -> str:
-    """A table cell holding `value` as text."""
+    """A table cell holding `value` as text.
+
+    Args:
+        value: the cell's content, escaped.
+        num: right-aligned, for a number.
+
+    Returns:
+        The `<td>` element.
+    """
     return f"<td{' class=num' if num else ''}>{html.escape(str(value))}</td>"
 
 
 def table(header: Sequence[str], rows: Iterable[Sequence[str]], *, css: str = "",
           attrs: Sequence[Mapping[str, str]] = (), id: str = "") -> str:
-    """A table of rows of cells already made (`cell`); `attrs`: each row's attributes."""
+    """A table of rows of cells already made (`cell`); `attrs`: each row's attributes.
+
+    Args:
+        header: the column titles.
+        rows: each row's cells.
+        css: the table's class.
+        attrs: each row's attributes, in row order.
+        id: the table's id.
+
+    Returns:
+        The `<table>` element.
+    """
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
     body = "".join(
         "<tr" + "".join(f" {k}='{html.escape(v)}'" for k, v in
@@ -85,7 +113,15 @@ def table(header: Sequence[str], rows: Iterable[Sequence[str]], *, css: str = ""
 
 
 def index_page(jobs: Mapping[str, list[RunInfo]], live: Mapping[str, str]) -> str:
-    """Every job with its kept runs, two of which can be picked to open side by side."""
+    """Every job with its kept runs, two of which can be picked to open side by side.
+
+    Args:
+        jobs: each job's kept runs, oldest first.
+        live: each job with a run in progress, and its lease holder.
+
+    Returns:
+        The page's HTML body.
+    """
     parts = []
     for job, runs in jobs.items():
         rows = []
@@ -113,7 +149,14 @@ def index_page(jobs: Mapping[str, list[RunInfo]], live: Mapping[str, str]) -> st
 
 
 def correlation_rows(rows: Iterable[Mapping[str, str]]) -> list[list[str]]:
-    """correlations.csv's rows over all items as cells: the figure with its CI and n."""
+    """correlations.csv's rows over all items as cells: the figure with its CI and n.
+
+    Args:
+        rows: correlations.csv's rows.
+
+    Returns:
+        One list of cells per row over all items.
+    """
     out = []
     for r in rows:
         if r.get("subset") != "all":
@@ -131,7 +174,17 @@ def correlation_rows(rows: Iterable[Mapping[str, str]]) -> list[list[str]]:
 
 def run_page(job: str, run: RunInfo, correlations: Sequence[Mapping[str, str]],
              live: str | None) -> str:
-    """One run: its correlations (from its correlations.csv), its files, its report.html."""
+    """One run: its correlations (from its correlations.csv), its files, its report.html.
+
+    Args:
+        job: the job's name.
+        run: the run shown.
+        correlations: its correlations.csv rows.
+        live: the lease holder of a run of the job in progress, or None.
+
+    Returns:
+        The page's HTML body.
+    """
     files = " ".join(link(name, f"/run/{job}/{run.id}/{name}")
                      for name in sorted(p.name for p in run.path.iterdir()))
     status = _live(job, live)
@@ -147,7 +200,17 @@ def run_page(job: str, run: RunInfo, correlations: Sequence[Mapping[str, str]],
 
 
 def diff_page(job: str, a: str, b: str, compared: RunDiff) -> str:
-    """Two runs side by side: `judge diff`'s lines, its table, and both reports."""
+    """Two runs side by side: `judge diff`'s lines, its table, and both reports.
+
+    Args:
+        job: the job's name.
+        a: the first run's id.
+        b: the second run's id.
+        compared: `judge diff`'s comparison of the two.
+
+    Returns:
+        The page's HTML body.
+    """
     rows = [[cell(r["dataset"]), cell(r["aspect"]), cell(f"{r['judge_a']} -> {r['judge_b']}"),
              cell(r["level"]), cell(r["method"]), cell(number(r["value_a"]), num=True),
              cell(number(r["value_b"]), num=True), cell(number(r["change"], sign=True), num=True),

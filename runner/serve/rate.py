@@ -68,7 +68,15 @@ class Next:
 
 def scales(job: Job, dataset: str) -> dict[str, Scale]:
     """aspect -> its scale, for the aspects the job's prompts score on `dataset` (the first
-    prompt scoring an aspect gives its scale)."""
+    prompt scoring an aspect gives its scale).
+
+    Args:
+        job: the loaded job.
+        dataset: the data set's name.
+
+    Returns:
+        Each aspect scored on `dataset` and its scale.
+    """
     out: dict[str, Scale] = {}
     for p in job.prompts:
         if p.datasets and dataset not in p.datasets:
@@ -81,7 +89,15 @@ def scales(job: Job, dataset: str) -> dict[str, Scale]:
 
 
 def ratings_path(job: Job, dataset: str) -> Path:
-    """Where the ratings of `dataset` go (see the module docstring)."""
+    """Where the ratings of `dataset` go (see the module docstring).
+
+    Args:
+        job: the loaded job.
+        dataset: the data set's name.
+
+    Returns:
+        The default ratings file of `dataset`.
+    """
     spec = next(d for d in job.datasets if d.name == dataset)
     if spec.path is not None:
         return spec.path.with_name(f"{spec.path.stem}.ratings.jsonl")
@@ -90,7 +106,15 @@ def ratings_path(job: Job, dataset: str) -> Path:
 
 def ratings_paths(job: Job, dataset: str) -> dict[str, Path]:
     """aspect -> the file its ratings go to: the job's declared one, else the data set's
-    default (ratings_path)."""
+    default (ratings_path).
+
+    Args:
+        job: the loaded job.
+        dataset: the data set's name.
+
+    Returns:
+        Each aspect scored on `dataset` and the file its ratings are appended to.
+    """
     spec = next(d for d in job.datasets if d.name == dataset)
     _, declared = human_columns(spec.fields.get("human", {}), job.path.parent,
                                 f"{job.path}: datasets.{dataset}.fields.human")

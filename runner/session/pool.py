@@ -33,7 +33,14 @@ def run_async(work: Awaitable[T]) -> T:
     On Python 3.11, asyncio.run formats the repr of its main task, result included, when it
     restores its SIGINT handler (signal.getsignal tries the handler, a partial holding the
     task, as a signal.Handlers value and builds the ValueError's message). Results hold sets
-    of keys and working sets: a WorkingSet of 25k items took 0.5 s and 70 MB to format."""
+    of keys and working sets: a WorkingSet of 25k items took 0.5 s and 70 MB to format.
+
+    Args:
+        work: the coroutine to run.
+
+    Returns:
+        Its result.
+    """
     import asyncio  # here: ~65 ms that rescore and a fully cached run never need
 
     box: list[T] = []
@@ -160,7 +167,11 @@ class TaskLog:
         return len(self._unit_of)
 
     def append(self, task: Task) -> None:
-        """Log `task` (its key, item and kind; not its body)."""
+        """Log `task` (its key, item and kind; not its body).
+
+        Args:
+            task: a task handed to the pool.
+        """
         self._keys += bytes.fromhex(task.key)
         unit = (task.dataset, task.item_id, task.members)
         if not self._units or self._units[-1] != unit:

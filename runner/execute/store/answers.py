@@ -57,7 +57,14 @@ Sent = list[Any] | dict[str, Any]
 
 
 def damaged(why: str) -> Answer:
-    """The Answer of a record damaged on disk."""
+    """The Answer of a record damaged on disk.
+
+    Args:
+        why: what is wrong with the record.
+
+    Returns:
+        An Answer without text that names the damage.
+    """
     return Answer("", None, None, None, None, NO_TOKENS, damaged=why)
 
 
@@ -71,7 +78,14 @@ def _plain(choices: Any) -> tuple[str, str | None] | None:
 
 
 def of_record(record: Mapping[str, Any]) -> Answer:
-    """The Answer of a stored record (cache.py's shape; {DAMAGED: why} for a damaged one)."""
+    """The Answer of a stored record (cache.py's shape; {DAMAGED: why} for a damaged one).
+
+    Args:
+        record: the decoded record.
+
+    Returns:
+        What judging reads of it.
+    """
     if DAMAGED in record:
         return damaged(record[DAMAGED])
     response, usage = record["response"], record.get("usage")
@@ -84,12 +98,27 @@ def of_record(record: Mapping[str, Any]) -> Answer:
 
 
 def of_raw(raw: bytes) -> Answer:
-    """The Answer of a record's stored bytes (a damaged one's too)."""
+    """The Answer of a record's stored bytes (a damaged one's too).
+
+    Args:
+        raw: the record's bytes as stored.
+
+    Returns:
+        What judging reads of it.
+    """
     return of_record(_record(raw))
 
 
 def sent(record: Mapping[str, Any]) -> Sent:
-    """What a reader child sends of a record (see the module docstring)."""
+    """What a reader child sends of a record (see the module docstring).
+
+    Args:
+        record: the decoded record.
+
+    Returns:
+        A list for a plain answer (text, finish reason, usage, source, time, tokens), else the
+        record's response, usage, source and time.
+    """
     response, usage, source = record["response"], record.get("usage"), record.get("source")
     choices = response.get("choices")
     if (plain := _plain(choices)) is not None:
@@ -100,7 +129,14 @@ def sent(record: Mapping[str, Any]) -> Sent:
 
 
 def received(item: Sent) -> Answer:
-    """The Answer of what a reader child sent (`sent`)."""
+    """The Answer of what a reader child sent (`sent`).
+
+    Args:
+        item: one answer a reader child sent.
+
+    Returns:
+        Its Answer.
+    """
     if type(item) is list:
         text, finish, usage, source, when, *tokens = item
         return Answer(text, finish, None if usage is None else orjson.Fragment(usage), source,
@@ -122,7 +158,14 @@ def sent_of_raw(raw: bytes) -> Sent:
     from there leaves a bracket unclosed before the record's end, and does not decode. So if
     `{` + the text from there decodes with "response", "usage", "time" and "source" in it, those
     are the record's last values for them (orjson, like json, keeps the last of a repeated key).
-    Any other record is decoded whole."""
+    Any other record is decoded whole.
+
+    Args:
+        raw: the record's bytes as stored.
+
+    Returns:
+        What a reader child sends of it.
+    """
     at = raw.rfind(_RESPONSE)
     if at > 0:
         try:

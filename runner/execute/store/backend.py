@@ -34,40 +34,90 @@ class CacheBackend(Protocol):
     def __contains__(self, key: str) -> bool: ...
 
     def get(self, key: str) -> dict[str, Any] | None:
-        """The record stored under `key`, or None."""
+        """The record stored under `key`, or None.
+
+        Args:
+            key: the task's cache key.
+
+        Returns:
+            The decoded record, or None.
+
+        Raises:
+            CacheError: The record is damaged (the message names the key and the fix).
+        """
         ...
 
     def has_many(self, keys: Sequence[str]) -> set[str]:
-        """The keys among `keys` that are stored (batched: one query per chunk)."""
+        """The keys among `keys` that are stored (batched: one query per chunk).
+
+        Args:
+            keys: the keys to look up.
+
+        Returns:
+            The stored ones.
+        """
         ...
 
     def get_many(self, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
-        """Records of the stored keys among `keys`, read in batches."""
+        """Records of the stored keys among `keys`, read in batches.
+
+        Args:
+            keys: the keys to read.
+
+        Returns:
+            The decoded records by key.
+        """
         ...
 
     def put(self, key: str, record: Mapping[str, Any]) -> None:
         """Store a record, a plain call (no await: a cancel cannot split answer and store);
-        raises CacheError if the store refuses it."""
+        raises CacheError if the store refuses it.
+
+        Args:
+            key: the task's cache key.
+            record: the answer (store/cache.answer_record's shape).
+        """
         ...
 
     def put_many(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
         """Store many (key, record) pairs with put's semantics, one transaction per chunk;
         returns how many were given. A kill -9 loses at most the chunk being written; raises
-        CacheError if the store refuses a chunk."""
+        CacheError if the store refuses a chunk.
+
+        Args:
+            items: the keys and records.
+
+        Returns:
+            The number of pairs given.
+        """
         ...
 
     def append(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
         """Store answers as they arrive (the pool's way): put_many's semantics, durable when
         it returns, visible to this object's reads at once and to other processes after
         `fold` (a diskcache folder journals them first: runner/execute/store/journal.py). Raises
-        CacheError if the store refuses them."""
+        CacheError if the store refuses them.
+
+        Args:
+            items: the keys and records, as the pool receives them.
+
+        Returns:
+            The number of pairs given.
+        """
         ...
 
     def keep(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> Path | None:
         """Keep answers `append` refused (a full disk, a database away past its reconnect
         window) wherever they can go, when the run stops: None if the store took them after
         all, else the spill file's path, which the next open of this cache stores. Raises
-        CacheError if nowhere takes them."""
+        CacheError if nowhere takes them.
+
+        Args:
+            items: the keys and records `append` refused.
+
+        Returns:
+            The spill file, or None.
+        """
         ...
 
     def fold(self) -> None:
@@ -75,32 +125,69 @@ class CacheBackend(Protocol):
         next stage); raises CacheError if the store refuses them."""
         ...
 
-    def keys(self) -> Iterator[str]: ...
+    def keys(self) -> Iterator[str]:
+        """Every stored key: what a copy between caches walks (runner/execute/transfer.py).
+
+        Yields:
+            The keys, in no set order.
+        """
+        ...
 
     def stats(self) -> dict[str, int]:
-        """{"entries": n, "bytes": size on disk}."""
+        """{"entries": n, "bytes": size on disk}.
+
+        Returns:
+            The number of records and the bytes they take.
+        """
         ...
 
     def lease(self, name: str, holder: str) -> Lease:
         """Hold the run lease `name` (store/lease.lease_name: a job and shard) until released or
         this process ends, kill -9 included; raises LeaseHeldError naming the holder (store/
         lease.describe: host, pid, start time, command) when another run holds it, so that two
-        runs of one job never call the same task on one cache."""
+        runs of one job never call the same task on one cache.
+
+        Args:
+            name: the lease's name.
+            holder: this run's description, shown to a second run.
+
+        Returns:
+            The held lease; releasing it (or the process ending) frees it.
+        """
         ...
 
     def claim(self, keys: Sequence[str], owner: Owner, ttl_s: float) -> set[str]:
         """Claim `keys` (distinct) for `owner`'s run, renewing it for `ttl_s`, in one statement:
         the keys it holds now (unclaimed, claimed by it already, or by a run no longer live);
         the others are being bought by another live run (store/claimtable.py, execute/claims.py).
+
+        Args:
+            keys: the distinct keys the run is about to buy.
+            owner: the run claiming them.
+            ttl_s: how long the claims live without a renewal.
+
+        Returns:
+            The keys `owner` now holds.
         """
         ...
 
     def renew_claims(self, owner: Owner, ttl_s: float) -> None:
-        """Keep `owner`'s claims live for `ttl_s` more."""
+        """Keep `owner`'s claims live for `ttl_s` more.
+
+        Args:
+            owner: the run whose claims live on.
+            ttl_s: how long they live from now.
+        """
         ...
 
     def release_claims(self, owner: Owner, keys: Sequence[str], *, last: bool = False) -> None:
-        """Give back `owner`'s claims of `keys`; `last`: and the owner (its run ends)."""
+        """Give back `owner`'s claims of `keys`; `last`: and the owner (its run ends).
+
+        Args:
+            owner: the run releasing them.
+            keys: the keys released.
+            last: also remove the owner.
+        """
         ...
 
     def close(self) -> None: ...
@@ -113,7 +200,16 @@ class CacheBackend(Protocol):
 def cached_flags(cache: CacheBackend, things: Iterable[T], key: Callable[[T], str]
                  ) -> Iterator[tuple[T, bool]]:
     """Each of `things` with whether its key is stored in `cache`, in order (see
-    `cached_flag_batches`): plan's and status's cache-state lookup."""
+    `cached_flag_batches`): plan's and status's cache-state lookup.
+
+    Args:
+        cache: the open cache.
+        things: the tasks (or anything with a key), in order.
+        key: each one's cache key.
+
+    Yields:
+        Each thing and whether its answer is stored.
+    """
     for batch, flags in cached_flag_batches(cache, things, key):
         yield from zip(batch, map(bool, flags), strict=True)
 
@@ -129,7 +225,17 @@ def cached_flag_batches(cache: CacheBackend, things: Iterable[T], key: Callable[
     while the caller makes the next (and if it stops, by this process: nothing is lost).
     `away`: told when a lookup found the database away (the pool's cache, PgCache.wait_aside);
     while it returns true an empty batch comes instead (the caller waits) and the lookup is
-    made again, else the batch comes as not stored."""
+    made again, else the batch comes as not stored.
+
+    Args:
+        cache: the open cache.
+        things: the tasks (or anything with a key), in order.
+        key: each one's cache key.
+        away: called when the database is away; true to wait and ask again.
+
+    Yields:
+        Each batch and its flags, in order.
+    """
     batches = _batches(things, LOOKUP_BATCH)
     asked, folder = 0, cache if isinstance(cache, Cache) else None
     for batch in batches:
@@ -161,7 +267,18 @@ def answers(cache: CacheBackend, things: Iterable[T], key: Callable[[T], str], s
     stored keys (runner.execute.store.answers: what judging reads of a record): judging's read
     of a run's answers. A diskcache folder read for a large job goes through a reader process
     (runner.execute.store.reader); otherwise one batched read a batch. A damaged record of a
-    folder comes as an Answer saying so (Answer.damaged), either way."""
+    folder comes as an Answer saying so (Answer.damaged), either way.
+
+    Args:
+        cache: the open cache.
+        things: the tasks (or anything with a key), in order.
+        key: each one's cache key.
+        size: the things per batch.
+        count: about how many there are (it decides whether a reader process pays).
+
+    Yields:
+        Each batch and its stored keys' Answers.
+    """
     batches = _batches(things, size)
     if isinstance(cache, Cache) and reader_pays(cache, count):
         with Reader(cache.directory, cache) as reader:
@@ -179,12 +296,30 @@ def _batches(things: Iterable[T], size: int) -> Iterator[list[T]]:
 
 
 def is_url(location: str | Path) -> bool:
+    """Whether a cache location is a shared database's URL rather than a folder.
+
+    Args:
+        location: a --cache URL or a --cache-dir folder.
+
+    Returns:
+        True for a `postgresql://` (or `postgres://`) URL.
+    """
     return isinstance(location, str) and location.startswith(SCHEMES)
 
 
 def checked_url(url: str | None) -> str | None:
     """A shared cache's URL (--cache / JUDGE_CACHE_URL), checked to be one; None for none.
-    Its password is registered as a secret (see runner.errors.scrub)."""
+    Its password is registered as a secret (see runner.errors.scrub).
+
+    Args:
+        url: the URL given, if any.
+
+    Returns:
+        The URL, or None when none (or an empty one) was given.
+
+    Raises:
+        ConfigError: `url` is not a PostgreSQL URL (the message shows it without its password).
+    """
     if url and not is_url(url):
         raise ConfigError(f"--cache / JUDGE_CACHE_URL {redact_url(url)!r}: expected a "
                           "postgresql://USER@HOST:PORT/DBNAME URL; for a folder use --cache-dir")
@@ -195,7 +330,15 @@ def checked_url(url: str | None) -> str | None:
 def open_cache(location: str | Path, *, read_only: bool = False) -> CacheBackend:
     """A PostgreSQL cache for a `postgresql://` URL, else the diskcache folder `location`.
     `read_only`: the caller only reads, so a folder this process may not write (a read-only
-    mount, another user's) is opened read-only rather than refused (see Cache)."""
+    mount, another user's) is opened read-only rather than refused (see Cache).
+
+    Args:
+        location: a `postgresql://` URL or a cache folder.
+        read_only: the caller never writes.
+
+    Returns:
+        The open cache; the caller closes it (it is a context manager).
+    """
     if is_url(location):
         # Imported on first use of a URL, not at start-up (and not to dodge a cycle): psycopg
         # takes ~0.25 s to import (pgcache 0.29 s after runner.cli.main, this 2-core box,

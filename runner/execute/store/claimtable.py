@@ -52,13 +52,21 @@ _ttl_s = TTL_S
 
 
 def set_ttl(seconds: float) -> None:
-    """The claims' life for the runs of this process (the cli's JUDGE_CLAIM_TTL_S)."""
+    """The claims' life for the runs of this process (the cli's JUDGE_CLAIM_TTL_S).
+
+    Args:
+        seconds: how long a claim lives unless its owner renews it.
+    """
     global _ttl_s
     _ttl_s = seconds
 
 
 def ttl_s() -> float:
-    """The claims' life for the runs of this process."""
+    """The claims' life for the runs of this process.
+
+    Returns:
+        The seconds set by set_ttl, else the default.
+    """
     return _ttl_s
 
 
@@ -122,7 +130,19 @@ class FolderClaims:
                           "the cache folder (its disk, its permissions), then rerun to resume")
 
     def claim(self, keys: Sequence[str], owner: Owner, ttl_s: float) -> set[str]:
-        """Claim `keys` for `owner` (renewing it for `ttl_s`): the ones it holds now."""
+        """Claim `keys` for `owner` (renewing it for `ttl_s`): the ones it holds now.
+
+        Args:
+            keys: the distinct keys to claim.
+            owner: the run claiming them.
+            ttl_s: how long the claims live without a renewal.
+
+        Returns:
+            The keys `owner` now holds.
+
+        Raises:
+            CacheError: The claim table cannot be written.
+        """
         now = time.time()
         try:
             with self._transaction():
@@ -156,7 +176,15 @@ class FolderClaims:
                 self._db.execute("DELETE FROM owner WHERE id = ?", (other,))
 
     def renew(self, owner: Owner, ttl_s: float) -> None:
-        """Keep `owner`'s claims live for `ttl_s` more."""
+        """Keep `owner`'s claims live for `ttl_s` more.
+
+        Args:
+            owner: the run whose claims live on.
+            ttl_s: how long they live from now.
+
+        Raises:
+            CacheError: The claim table cannot be written.
+        """
         try:
             with self._transaction():
                 self._register(owner, time.time() + ttl_s)
@@ -164,7 +192,16 @@ class FolderClaims:
             raise self._error("renew", exc) from None
 
     def release(self, owner: Owner, keys: Sequence[str], *, last: bool = False) -> None:
-        """Give back `owner`'s claims of `keys`; `last`: and the owner itself (its run ends)."""
+        """Give back `owner`'s claims of `keys`; `last`: and the owner itself (its run ends).
+
+        Args:
+            owner: the run releasing them.
+            keys: the keys released.
+            last: also remove the owner.
+
+        Raises:
+            CacheError: The claim table cannot be written.
+        """
         try:
             with self._transaction():
                 self._db.execute("DELETE FROM claim WHERE owner = ? AND key IN "
@@ -217,7 +254,17 @@ def pg_claim(conn: Any, keys: Sequence[str], owner: Owner, ttl_s: float) -> set[
     """FolderClaims.claim on a psycopg connection (autocommit): the owner's row first, in a
     statement of its own, then the claims. One statement for both let a second run, its claim
     waiting on a key's row, check the owner against a snapshot from before that row was
-    committed, find no live owner and take the key too: both bought it."""
+    committed, find no live owner and take the key too: both bought it.
+
+    Args:
+        conn: an autocommit psycopg connection.
+        keys: the keys to claim.
+        owner: the run claiming them.
+        ttl_s: how long the claims live without a renewal.
+
+    Returns:
+        The keys this owner now holds.
+    """
     pg_renew(conn, owner, ttl_s)
     rows = conn.execute(_PG_CLAIM, {"id": owner.id, "keys": SEP.join(keys),
                                     "sep": SEP}).fetchall()
@@ -225,13 +272,26 @@ def pg_claim(conn: Any, keys: Sequence[str], owner: Owner, ttl_s: float) -> set[
 
 
 def pg_renew(conn: Any, owner: Owner, ttl_s: float) -> None:
-    """FolderClaims.renew on a psycopg connection."""
+    """FolderClaims.renew on a psycopg connection.
+
+    Args:
+        conn: an autocommit psycopg connection.
+        owner: the run whose claims live on.
+        ttl_s: how long they live from now.
+    """
     conn.execute(_PG_OWNER, {"id": owner.id, "host": owner.host, "pid": owner.pid, "ttl": ttl_s})
 
 
 def pg_release(conn: Any, owner: Owner, keys: Sequence[str], *, last: bool = False) -> None:
     """FolderClaims.release on a psycopg connection: the rows locked in key order first (as
-    claims lock them), so a release and another run's claim never deadlock."""
+    claims lock them), so a release and another run's claim never deadlock.
+
+    Args:
+        conn: an autocommit psycopg connection.
+        owner: the run releasing them.
+        keys: the keys released.
+        last: also remove the owner (its run is ending).
+    """
     conn.execute("DELETE FROM judge_claim WHERE key = ANY(ARRAY(SELECT key FROM judge_claim "
                  "WHERE owner = %s AND key = ANY(string_to_array(%s, %s)) ORDER BY key "
                  "FOR UPDATE))", (owner.id, SEP.join(keys), SEP))

@@ -24,13 +24,24 @@ _wait_s: float | None = None
 
 def set_wait(seconds: float) -> None:
     """How long this process's PostgreSQL caches wait for a server that went away (the cli's
-    JUDGE_PG_WAIT_S; here, not in pgsession, so that setting it imports no psycopg)."""
+    JUDGE_PG_WAIT_S; here, not in pgsession, so that setting it imports no psycopg).
+
+    Args:
+        seconds: the wait, from the first failed attempt.
+    """
     global _wait_s
     _wait_s = seconds
 
 
 def waited_s(default: float) -> float:
-    """The wait set by `set_wait`, else `default` (pgsession.RECONNECT_WINDOW_S)."""
+    """The wait set by `set_wait`, else `default` (pgsession.RECONNECT_WINDOW_S).
+
+    Args:
+        default: the wait when none was set.
+
+    Returns:
+        The wait in seconds.
+    """
     return default if _wait_s is None else _wait_s
 
 
@@ -56,6 +67,15 @@ class Watchdog:
 
     @contextlib.contextmanager
     def armed(self, fd: int, seconds: float) -> Iterator[None]:
+        """Shut the socket `fd` if the block has not ended within `seconds`.
+
+        Args:
+            fd: the connection's socket.
+            seconds: the call's deadline, from now.
+
+        Yields:
+            Nothing; `fired` says afterwards whether the socket was shut.
+        """
         with self._cond:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._watch, name="pgcache-watchdog",

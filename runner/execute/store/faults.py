@@ -35,7 +35,14 @@ DBNAME = "cache.db"  # diskcache's
 def writable(directory: Path) -> bool:
     """Whether this process may write the cache folder `directory` (a folder yet to be made
     counts as writable: making it says otherwise): the folder, and its database files that
-    exist. os.access, so a read-only mount is read-only for root too."""
+    exist. os.access, so a read-only mount is read-only for root too.
+
+    Args:
+        directory: the cache folder.
+
+    Returns:
+        False when the folder or a database file of it is not writable.
+    """
     if not directory.exists():
         return True
     paths = [directory] + [directory / f"{DBNAME}{end}" for end in ("", "-wal", "-shm")]
@@ -43,7 +50,15 @@ def writable(directory: Path) -> bool:
 
 
 def refused(directory: Path, exc: BaseException) -> CacheError:
-    """The CacheError for what SQLite (or the file system) raised on the folder's database."""
+    """The CacheError for what SQLite (or the file system) raised on the folder's database.
+
+    Args:
+        directory: the cache folder.
+        exc: what was raised.
+
+    Returns:
+        The error to raise instead, naming the file and the fix (DiskFullError for a full disk).
+    """
     db, text = directory / DBNAME, str(exc)
     if full(exc):
         return DiskFullError(f"{directory}: the disk is full ({text}); free space, then rerun to "
@@ -72,7 +87,14 @@ R = TypeVar("R")
 
 def guarded(method: Callable[Concatenate[H, P], R]) -> Callable[Concatenate[H, P], R]:
     """`method`, with what SQLite raises (a damaged or long-locked database) as one CacheError
-    naming the file and the fix (`refused`), where it was a traceback."""
+    naming the file and the fix (`refused`), where it was a traceback.
+
+    Args:
+        method: a method of an object with a `directory` (the cache folder).
+
+    Returns:
+        The wrapped method.
+    """
     def call(self: H, /, *args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return method(self, *args, **kwargs)
@@ -85,7 +107,14 @@ def guarded(method: Callable[Concatenate[H, P], R]) -> Callable[Concatenate[H, P
 def damage(raw: bytes) -> str | None:
     """Why `raw` is not a stored record (not JSON, or not a JSON object), or None if it is
     one: a record whose bytes were damaged on disk (a bad sector, a copy cut short) must cost
-    its own task, named, and never the whole study."""
+    its own task, named, and never the whole study.
+
+    Args:
+        raw: the record's bytes as stored.
+
+    Returns:
+        The reason, or None.
+    """
     try:
         record = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -95,7 +124,19 @@ def damage(raw: bytes) -> str | None:
 
 def decoded(directory: Path, key: str, raw: bytes) -> dict[str, Any]:
     """The record `raw` stored under `key` in `directory`; CacheError naming the key and the
-    fix if it is damaged."""
+    fix if it is damaged.
+
+    Args:
+        directory: the cache folder, for the message.
+        key: the record's key, for the message.
+        raw: the record's bytes as stored.
+
+    Returns:
+        The decoded record.
+
+    Raises:
+        CacheError: The record is not a JSON object.
+    """
     try:
         record = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -109,13 +150,28 @@ def decoded(directory: Path, key: str, raw: bytes) -> dict[str, Any]:
 
 def full(exc: BaseException) -> bool:
     """Whether `exc` says the disk is full (the file system's ENOSPC or EDQUOT, a user's
-    quota; SQLite's SQLITE_FULL)."""
+    quota; SQLite's SQLITE_FULL).
+
+    Args:
+        exc: what was raised.
+
+    Returns:
+        True for a full disk or quota.
+    """
     return getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or \
         "disk is full" in str(exc) or getattr(exc, "sqlite_errorname", None) == "SQLITE_FULL"
 
 
 def free_bytes(directory: Path, unknown: int) -> int:
-    """Bytes free for this user on the disk of `directory` (`unknown` if it cannot be told)."""
+    """Bytes free for this user on the disk of `directory` (`unknown` if it cannot be told).
+
+    Args:
+        directory: a folder on the disk.
+        unknown: what to return when it cannot be told.
+
+    Returns:
+        The free bytes.
+    """
     try:
         stat = os.statvfs(directory)
     except OSError:
@@ -124,7 +180,14 @@ def free_bytes(directory: Path, unknown: int) -> int:
 
 
 def not_writable(directory: Path) -> CacheError:
-    """The CacheError of a command that must write a folder it may not."""
+    """The CacheError of a command that must write a folder it may not.
+
+    Args:
+        directory: the cache folder.
+
+    Returns:
+        The error, naming the folder's owner and the fix.
+    """
     return CacheError(f"{directory}: the cache folder is not writable; {_whose(directory)}")
 
 
@@ -169,6 +232,14 @@ class ReadOnlyDisk:
         self._size, self._count = int(settings.get("size", 0)), int(settings.get("count", 0))
 
     def get(self, key: str) -> bytes | None:
+        """The stored bytes of `key`, or None.
+
+        Args:
+            key: the record's key.
+
+        Returns:
+            The record's bytes as stored, or None.
+        """
         row = self.connection.execute("SELECT mode, filename, value FROM Cache WHERE key = ? "
                                       "AND raw = 1", (key,)).fetchone()
         return None if row is None else bytes(self._files.fetch(*row, False))

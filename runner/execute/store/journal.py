@@ -71,7 +71,14 @@ def _framed(rows: Sequence[Row]) -> bytes:
 def frames(data: bytes) -> list[Row]:
     """The whole frames at the start of `data`, up to the first cut or damaged one (a frame
     without a key, as zeroed blocks would read, is damaged). Each record is copied once, out
-    of `data`: a run's recovery reads every answer of a killed run through here."""
+    of `data`: a run's recovery reads every answer of a killed run through here.
+
+    Args:
+        data: a journal's bytes.
+
+    Returns:
+        The key and record bytes of each whole frame.
+    """
     rows, pos, end, view = [], 0, len(data), memoryview(data)
     while pos + _HEAD.size <= end:
         size, crc, key_len = _HEAD.unpack_from(data, pos)
@@ -112,7 +119,14 @@ class Journal:
 
     def append(self, rows: Sequence[Row]) -> None:
         """Write `rows` in one call; durable against a kill -9 when this returns. On failure
-        the file is cut back to what it held, and CacheError is raised."""
+        the file is cut back to what it held, and CacheError is raised.
+
+        Args:
+            rows: the keys and record bytes.
+
+        Raises:
+            CacheError: The write failed (a full disk: DiskFullError).
+        """
         data = _framed(rows)
         try:
             if self._broken:
@@ -144,7 +158,11 @@ class Journal:
 
     def close(self, *, remove: bool) -> None:
         """Close; `remove` when everything written is in SQLite (else the next open folds it).
-        A forked child leaves its parent's journal alone."""
+        A forked child leaves its parent's journal alone.
+
+        Args:
+            remove: delete the file (its rows are stored).
+        """
         if not self.mine:
             return
         if remove:
@@ -156,7 +174,15 @@ class Journal:
 def recover(directory: Path, store: Callable[[list[Row]], object]) -> int:
     """Fold, oldest first, the journals in `directory` that no live process holds, and remove
     them; returns the answers folded. When `store` raises CacheError (SQLite refused them),
-    the journal stays for the next open."""
+    the journal stays for the next open.
+
+    Args:
+        directory: the cache folder.
+        store: stores a list of rows in SQLite.
+
+    Returns:
+        The number of answers folded.
+    """
     return _fold_all(_files([directory / FOLDER, *_ours(spill_folders(directory))]), store)
 
 
@@ -164,7 +190,15 @@ def replay(place: str, store: Callable[[list[Row]], object]) -> int:
     """Store, oldest first, the spill files of the shared cache `place` (answers a run held
     while its database was away) with `store`, and remove them; returns the answers stored.
     When `store` raises CacheError (the database refused them), the files stay for the next
-    open."""
+    open.
+
+    Args:
+        place: the database's URL without its password.
+        store: stores a list of rows in the database.
+
+    Returns:
+        The number of answers stored.
+    """
     return _fold_all(_files(_ours(spill_folders(place))), store)
 
 
@@ -190,7 +224,14 @@ def _files(folders: list[Path]) -> list[Path]:
 
 def unfolded(directory: Path) -> list[Row]:
     """Every row of the journals in `directory`, oldest first, left where they are: what a
-    cache opened read-only reads beside SQLite (it may not fold them)."""
+    cache opened read-only reads beside SQLite (it may not fold them).
+
+    Args:
+        directory: the cache folder.
+
+    Returns:
+        The key and record bytes of each row.
+    """
     rows: list[Row] = []
     for path in _files([directory / FOLDER, *_ours(spill_folders(directory))]):
         if path.name.endswith(".log"):
@@ -204,7 +245,14 @@ def spill_folders(place: Path | str) -> list[Path]:
     folder named for the cache: for a cache folder (a Path, its own disk full) the system's
     temporary folder, then ~/.cache/judge-runner/spill/ (each, likely, on another disk); for a
     shared database (its URL without a password, while the server is away) the reverse, since
-    a temporary folder may not outlive a reboot."""
+    a temporary folder may not outlive a reboot.
+
+    Args:
+        place: the cache folder, or the database's URL without its password.
+
+    Returns:
+        The folders, in order of preference.
+    """
     name = hashlib.sha256(str(place.resolve() if isinstance(place, Path) else place)
                           .encode()).hexdigest()[:16]
     home = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"  # as pgcache's index
@@ -234,7 +282,18 @@ def spill(place: Path | str, rows: Sequence[Row]) -> Path:
     """Write `rows` to a new spill file of the cache `place` (a folder, or a database's URL
     without its password; the journals' format), in the first spill folder that takes it; the
     next open of the cache reads and stores it (`recover`, `replay`). Returns its path; raises
-    DiskFullError naming the folders when none takes it."""
+    DiskFullError naming the folders when none takes it.
+
+    Args:
+        place: the cache folder, or the database's URL without its password.
+        rows: the key and record bytes of each answer held.
+
+    Returns:
+        The spill file written.
+
+    Raises:
+        DiskFullError: No spill folder took the file (the message names each and why).
+    """
     data, refusals = _framed(rows), []
     for folder in spill_folders(place):
         stem = folder / f"{time.time_ns():020d}-{os.getpid()}"
@@ -260,7 +319,18 @@ def spill(place: Path | str, rows: Sequence[Row]) -> Path:
 def fold_file(path: Path, store: Callable[[list[Row]], object]) -> int | None:
     """Fold the journal `path` into SQLite with `store` and remove it; the answers folded (0
     if it is gone: folded by another process), None if another process holds it (its writer
-    is alive, or another opener is folding it). Raises CacheError if `store` does."""
+    is alive, or another opener is folding it). Raises CacheError if `store` does.
+
+    Args:
+        path: the journal.
+        store: stores a list of rows in SQLite.
+
+    Returns:
+        The number of answers folded, or None when another process holds the journal.
+
+    Raises:
+        CacheError: The journal cannot be read, or `store` raised it.
+    """
     try:
         fd = os.open(path, os.O_RDWR)
     except FileNotFoundError:

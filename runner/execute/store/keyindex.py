@@ -50,7 +50,17 @@ STALE = 3600
 
 
 def part_size(count: int, run: int, part: int, parts: int) -> int:
-    """Tasks in `part` of `count` tasks cut in runs of `run`, every `parts`-th run a part's."""
+    """Tasks in `part` of `count` tasks cut in runs of `run`, every `parts`-th run a part's.
+
+    Args:
+        count: the job's tasks.
+        run: the length of a run of consecutive tasks.
+        part: the part's number.
+        parts: the number of parts.
+
+    Returns:
+        The number of tasks in the part.
+    """
     full, rest = divmod(count, run)
     runs = full + (rest > 0)
     mine = len(range(part, runs, parts))
@@ -122,7 +132,20 @@ def recorded_parts(directory: Path, fingerprint: str, run: int, parts: int, coun
     """`things` (every task of a job, `count` of them, in task order) passed through, their
     keys stored as the index of each of `parts` parts once all have gone by: what the children
     of a forked expander would have stored (a run that called the API leaves the index its
-    first rescore reads). Nothing is stored if the caller stops early."""
+    first rescore reads). Nothing is stored if the caller stops early.
+
+    Args:
+        directory: the cache folder the index goes in.
+        fingerprint: the job's (Expansion.fingerprint), naming the index.
+        run: the length of a run of consecutive tasks.
+        parts: the number of parts.
+        count: the job's tasks.
+        things: every task, in order.
+        key: each one's cache key.
+
+    Returns:
+        The same things, passed through.
+    """
     paths = [KeyIndex(directory, fingerprint, run, part, parts, count).path
              for part in range(parts)]
     return _recorded(paths, count, things, lambda t: bytes.fromhex(key(t)),

@@ -49,25 +49,56 @@ class Lease(Protocol):
 
 
 def lease_name(job: str, shard: str | None) -> str:
-    """What a lease is on within one cache: the job's name and its shard (`all` without one)."""
+    """What a lease is on within one cache: the job's name and its shard (`all` without one).
+
+    Args:
+        job: the job's name.
+        shard: the shard (`i/n`), or None.
+
+    Returns:
+        The lease's name.
+    """
     return f"job {job} shard {shard or 'all'}"
 
 
 def lease_id(name: str) -> int:
-    """A stable 31-bit number for `name` (a lock file's name, an advisory lock's key)."""
+    """A stable 31-bit number for `name` (a lock file's name, an advisory lock's key).
+
+    Args:
+        name: the lease's name (lease_name).
+
+    Returns:
+        The number.
+    """
     return int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "big") >> 1
 
 
 def describe(command: str | None = None) -> str:
     """This process as a lease holder: host, pid, start time and command (any password in a
-    URL of it replaced by ***: the description is shown to whoever else runs the job)."""
+    URL of it replaced by ***: the description is shown to whoever else runs the job).
+
+    Args:
+        command: the command line that runs, if known.
+
+    Returns:
+        The description written where the lease is held.
+    """
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     command = redact_url(command or " ".join(["judge", *sys.argv[1:]]))
     return f"host {socket.gethostname()} pid {os.getpid()} since {started}: {command}"
 
 
 def held_error(location: str, name: str, holder: str) -> LeaseHeldError:
-    """The one line a second run stops with: who holds the lease and what to do."""
+    """The one line a second run stops with: who holds the lease and what to do.
+
+    Args:
+        location: the cache, as the user gave it.
+        name: the lease's name.
+        holder: the holder's description (describe), if known.
+
+    Returns:
+        The error to raise.
+    """
     who = holder.strip() or "another run (it has not written its description yet)"
     return LeaseHeldError(
         f"{location}: {name} is already running on this cache, held by {who}; wait for it to "

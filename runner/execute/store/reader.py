@@ -60,7 +60,14 @@ class Rereadable(Protocol):
     (runner.execute.store.pgcache.PgCache; runner.expand_ahead forks its readers)."""
 
     def get_many_raw(self, keys: Sequence[str]) -> dict[str, bytes]:
-        """The stored bytes of the stored keys among `keys`."""
+        """The stored bytes of the stored keys among `keys`.
+
+        Args:
+            keys: the keys to read.
+
+        Returns:
+            The bytes by key.
+        """
 
     def reopened(self) -> Rereadable:
         """The same cache on a connection of its own, for reading (in a forked child)."""
@@ -78,13 +85,29 @@ class Rereadable(Protocol):
 
 def read_here(cache: Rereadable, keys: Sequence[str]) -> dict[str, Answer]:
     """The Answers of the stored keys among `keys`, read in this process (a damaged record's
-    says so, where get_many raises)."""
+    says so, where get_many raises).
+
+    Args:
+        cache: the open cache.
+        keys: the keys to read.
+
+    Returns:
+        The stored keys' Answers.
+    """
     return {key: of_raw(raw) for key, raw in cache.get_many_raw(keys).items()}
 
 
 def reader_pays(cache: object, tasks: int) -> bool:
     """Whether reading `tasks` answers of `cache` through a Reader pays: a diskcache folder, a
-    large job and a second core for the child."""
+    large job and a second core for the child.
+
+    Args:
+        cache: the open cache.
+        tasks: the number of answers to read.
+
+    Returns:
+        True when a reader process would read them.
+    """
     return isinstance(cache, Cache) and tasks >= MIN_TASKS and second_core()
 
 
@@ -100,7 +123,15 @@ class Reader:
 
     def batches(self, batches: Iterator[list[T]], key: Callable[[T], str]
                 ) -> Iterator[tuple[list[T], Mapping[str, Answer]]]:
-        """Each batch with the Answers of its stored keys, in order."""
+        """Each batch with the Answers of its stored keys, in order.
+
+        Args:
+            batches: the things, in batches.
+            key: each one's cache key.
+
+        Yields:
+            Each batch and its stored keys' Answers.
+        """
         for batch, keys, reply in self._pipelined(batches, key, ANSWERS):
             if isinstance(reply, dict):  # read here: the child stopped
                 yield batch, reply
@@ -111,7 +142,15 @@ class Reader:
 
     def marks(self, batches: Iterator[list[T]], key: Callable[[T], str]
               ) -> Iterator[tuple[list[T], bytes]]:
-        """Each batch with a byte per thing, 1 if its key is stored, in order."""
+        """Each batch with a byte per thing, 1 if its key is stored, in order.
+
+        Args:
+            batches: the things, in batches.
+            key: each one's cache key.
+
+        Yields:
+            Each batch and its marks.
+        """
         for batch, _, reply in self._pipelined(batches, key, HAS):
             assert isinstance(reply, bytes)
             yield batch, reply
@@ -181,7 +220,13 @@ def serve(cache: Cache, requests: IO[bytes], replies: IO[bytes]) -> None:
     A thread takes the requests off the pipe as they come: the parent writes several before
     it reads a reply, and a child that stopped reading while blocked writing a large reply
     would leave the parent blocked writing to a full pipe (any pipe size: macOS's is 16 KiB,
-    Linux's a page once a user holds too many)."""
+    Linux's a page once a user holds too many).
+
+    Args:
+        cache: the cache folder, opened read-only.
+        requests: the pipe the parent's requests come on.
+        replies: the pipe the replies go to.
+    """
     asked: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
 
     def take() -> None:
@@ -208,19 +253,39 @@ def _reply(cache: Cache, kind: bytes, keys: Sequence[str]) -> bytes:
 
 def sent_answers(cache: Rereadable, keys: Sequence[str]) -> list[Sent | None]:
     """What a child sends of each key's record (answers.sent_of_raw), None where none is
-    stored, in the order of `keys`."""
+    stored, in the order of `keys`.
+
+    Args:
+        cache: the open cache.
+        keys: the keys asked for.
+
+    Returns:
+        One entry per key.
+    """
     return sent_of(cache.get_many_raw(keys), keys)
 
 
 def sent_of(raws: Mapping[str, bytes], keys: Sequence[str]) -> list[Sent | None]:
-    """sent_answers of records already read (`raws`: stored bytes by key)."""
+    """sent_answers of records already read (`raws`: stored bytes by key).
+
+    Args:
+        raws: the stored bytes by key.
+        keys: the keys asked for.
+
+    Returns:
+        One entry per key.
+    """
     return [sent_of_raw(r) if (r := raws.get(k)) is not None else None for k in keys]
 
 
 def main(argv: Sequence[str]) -> NoReturn:
     """The child process: serve, then leave with os._exit. A normal exit would close stdin
     while the thread taking requests may be blocked reading it, holding its lock: Python's
-    shutdown then aborts ("could not acquire lock ... possibly due to daemon threads")."""
+    shutdown then aborts ("could not acquire lock ... possibly due to daemon threads").
+
+    Args:
+        argv: the cache folder's path.
+    """
     # Ctrl-C reaches the whole process group: the parent decides, and ends this child by
     # closing its stdin.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

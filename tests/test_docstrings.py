@@ -1,0 +1,34 @@
+"""Every public function of a runner module that other runner modules import says what its
+arguments are for and what it returns (a Google-style Args:, Returns: or Yields: section), and
+so does every public method of theirs that takes arguments (tools/docstrings.py says which)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import ROOT
+from tools import docstrings
+
+# Files another helper (split2) is moving code out of this round; documented once the move
+# lands, then this set is emptied.
+ALLOWED = {
+    "runner/data/loaders.py",
+    "runner/execute/store/cache.py",
+    "runner/execute/store/pgcache.py",
+    "runner/execute/batch.py",
+    # being reworked in parallel this round as well; same fate as the four above
+    "runner/execute/pool.py",
+}
+
+
+@pytest.mark.parametrize("of_methods", [False, True], ids=["functions", "methods"])
+def test_public_functions_of_imported_modules_have_args_or_returns(of_methods: bool) -> None:
+    _, found = docstrings.missing(ROOT, of_methods=of_methods)
+    left = [line for line in found if line.split(":")[0] not in ALLOWED]
+    assert left == [], "without Args/Returns/Yields:\n" + "\n".join(left)
+
+
+def test_the_checker_sees_the_modules_runner_imports() -> None:
+    files = {path.relative_to(ROOT).as_posix() for path in docstrings.imported_modules(ROOT)}
+    assert "runner/errors.py" in files
+    assert "runner/report/kept.py" in files
