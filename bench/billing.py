@@ -17,10 +17,11 @@ Rows:
 - (e) `--until-ci 0.1` is not measured: it is not on main yet.
 
 Each row gets a fresh fake (an empty provider cache) and a fresh judge cache. The fake answers
-after LATENCY_S. Figures: requests, tokens by kind, USD by kind at PRICE, wall seconds (`judge
-run`: the whole process, interpreter start and reports with 1,000 bootstrap resamples
-included), `calls_s` (the fake's clock, first request to last answer: the calls alone), and
-each row's input cost, total cost and times over (a)'s.
+after LATENCY_S. Figures: requests, tokens by kind, USD by kind at the provider table's price
+(runner.job.providers: the prices `judge run` bills, read on the date the table names), wall
+seconds (`judge run`: the whole process, interpreter start and reports with 1,000 bootstrap
+resamples included), `calls_s` (the fake's clock, first request to last answer: the calls
+alone), and each row's input cost, total cost and times over (a)'s.
 """
 
 from __future__ import annotations
@@ -37,16 +38,15 @@ import aiohttp
 from bench import common
 from runner.execute.providers import anthropic_body
 from runner.job.load import load_job
+from runner.job.providers import PRICES_READ, SOURCES, Price, Tokens, price_of
 from runner.prepare import prepare
 from tests.fakebilling import Biller
 from tests.fakeproviders import Fake, ProviderServer
 
 MODEL = "anthropic:claude-sonnet-4-5"
-# USD per 1M tokens, Anthropic's list prices for Claude Sonnet 4.5 (input, cache read, 5-minute
-# cache write, output; batches at half price). A constant of this bench until the project's
-# price table (issue 35, section 2) is merged: then read it from there.
-PRICE = {"input": 3.00, "cached": 0.30, "written": 3.75, "output": 15.00}
-BATCH_DISCOUNT = 0.5
+# The project's one price table (runner/job/providers.py), as `judge run` bills: cost by kind
+PRICE = price_of("anthropic", "claude-sonnet-4-5")
+assert PRICE is not None
 LATENCY_S = 0.1
 TIMEOUT_S = 600.0
 STUDIES = {  # name: (job file, prompts kept, --limit, --limit with --quick)
@@ -93,8 +93,27 @@ async def _cookbook(job_path: Path, limit: int | None, url: str) -> int:
     return sent
 
 
-def _row(biller: Biller, seconds: float, discount: float = 1.0) -> dict[str, Any]:
-    usd = {k: round(v * discount, 6) for k, v in biller.bill(PRICE).items()}
+def bill(price: Price, totals: dict[str, int], *, batch: bool = False) -> dict[str, float]:
+    """The fake's token totals in USD at the table's `price`, by kind and in all.
+
+    Args:
+        price: the model's row of the provider table.
+        totals: the biller's totals (input, cached, written, output).
+        batch: at the price's Batch API discount.
+
+    Returns:
+        USD by kind (the biller's names), "input_all" (the three input kinds) and "total".
+    """
+    kinds = ("input", "cached", "written", "output")
+    usd = {kind: round(price.cost(Tokens(**{field: totals[kind]}), batch=batch), 6)
+           for kind, field in zip(kinds, Tokens._fields, strict=True)}
+    usd["input_all"] = round(usd["input"] + usd["cached"] + usd["written"], 6)
+    usd["total"] = round(usd["input_all"] + usd["output"], 6)
+    return usd
+
+
+def _row(biller: Biller, seconds: float, batch: bool = False) -> dict[str, Any]:
+    usd = bill(PRICE, biller.totals, batch=batch)
     return {"requests": biller.totals["requests"], "tokens": dict(biller.totals),
             "usd": usd, "seconds": round(seconds, 2),
             "calls_s": round(biller.span[1] - biller.span[0], 2) if biller.span else 0.0}
@@ -127,7 +146,7 @@ def study(work: Path, name: str, quick: bool) -> dict[str, Any]:
             assert server.fake.billing is not None
             rows[row] = _row(server.fake.billing, seconds)
             if row == "online":
-                rows["batch"] = {**_row(server.fake.billing, 0.0, BATCH_DISCOUNT),
+                rows["batch"] = {**_row(server.fake.billing, 0.0, batch=True),
                                  "seconds": None, "calls_s": None, "computed": True}
     base = rows["cookbook"]
     for figures in rows.values():
@@ -148,7 +167,11 @@ def prompt_caching(work: Path, quick: bool) -> dict[str, Any]:
     studies = {name: study(work, name, quick) for name in STUDIES}
     ratios = {name: s["rows"]["online_cached"]["input_cost_over_cookbook"]
               for name, s in studies.items()}
-    return {"model": MODEL, "price_usd_per_mtok": PRICE, "batch_discount": BATCH_DISCOUNT,
+    return {"model": MODEL, "price_usd_per_mtok": {
+                "input": PRICE.input, "cached_input": PRICE.cached_input,
+                "cache_write": PRICE.cache_write, "output": PRICE.output},
+            "batch_discount": PRICE.batch_discount, "prices_read": PRICES_READ,
+            "price_source": SOURCES["anthropic"],
             "latency_s": LATENCY_S, "studies": studies,
             "cached_input_over_cookbook": ratios,
             "geval_cached_input_over_cookbook": ratios["geval_summeval"],
