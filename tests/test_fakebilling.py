@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.billing import MODEL, PRICE, bill, variant
+from bench.billing import MODEL, PRICE, bill, conclusions, variant
 from runner.execute.store.cache import Cache
 from runner.job.load import load_job
 from tests.conftest import JobWriter
@@ -110,3 +110,21 @@ def test_the_bench_variants_keep_the_study_but_its_model_limits_and_caching(
         assert [m.spec for m in job.models] == [MODEL] and job.limits.rpm is None
     lai = load_job(variant(tmp_path, "lai_formality", "http://127.0.0.1:9", cache=True))
     assert [p.name for p in lai.prompts] == ["single", "multi"]
+
+
+def test_a_stopped_runs_conclusions_are_checked_against_the_full_runs(tmp_path: Path) -> None:
+    head = "dataset,aspect,judge,level,method,subset,value,n_groups,n_items,ci_low,ci_high\n"
+    rows = {"full": ["d,a,j1,sample,spearman,all,0.50,9,9,0.45,0.55",
+                     "d,a,j2,sample,spearman,all,0.30,9,9,0.25,0.35",
+                     "d,b,j1,sample,spearman,all,0.10,9,9,0.05,0.15",
+                     "d,b,j2,sample,spearman,all,0.20,9,9,0.15,0.25"],
+            "stopped": ["d,a,j1,sample,spearman,all,0.48,3,3,0.40,0.56",  # holds 0.50
+                        "d,a,j2,sample,spearman,all,0.31,3,3,0.26,0.36",  # holds 0.30
+                        "d,a,j2,sample,spearman,pos,0.90,3,3,0.00,0.10",  # not all items
+                        "d,b,j1,sample,spearman,all,0.30,3,3,0.25,0.35",  # misses 0.10
+                        "d,b,j2,sample,spearman,all,0.20,3,3,,"]}  # no CI: left out
+    for name, lines in rows.items():
+        (tmp_path / name / "job").mkdir(parents=True)
+        (tmp_path / name / "job" / "correlations.csv").write_text(head + "\n".join(lines))
+    assert conclusions(tmp_path / "full", tmp_path / "stopped") == {
+        "cis": 3, "full_inside": 2, "rankings": 2, "same_first": 1}
