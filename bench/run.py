@@ -147,7 +147,13 @@ HEADLINES: dict[str, list[tuple[str, str, str]]] = {
     "billing": [("G-Eval, prompt caching: input cost / cookbook's",
                  "geval_cached_input_over_cookbook", "{:.2f}x"),
                 ("Lai et al., prompt caching: input cost / cookbook's",
-                 "lai_cached_input_over_cookbook", "{:.2f}x")],
+                 "lai_cached_input_over_cookbook", "{:.2f}x"),
+                ("G-Eval, gpt-4.1 online: input cost / its cookbook's",
+                 "geval_openai_input_over_cookbook", "{:.2f}x"),
+                ("Lai et al., gpt-4.1 online: input cost / its cookbook's",
+                 "lai_openai_input_over_cookbook", "{:.2f}x"),
+                ("G-Eval, --until-ci 0.1: calls / online's",
+                 "geval_until_ci_calls_over_online", "{:.2f}x")],
 }
 
 

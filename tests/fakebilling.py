@@ -13,7 +13,8 @@ and OpenAI's usual lifetime; a hit renews it), and returns each request's usage 
 
 Tokens are counted as 4 characters each, the runner's own estimate. A prefix counts as seen
 once the answer that wrote it was sent (`remember`), as with the providers: requests sent
-together before the first answer all miss. `bill` prices the totals with list prices.
+together before the first answer all miss. bench/billing.py prices the totals with the
+provider table's (runner.job.providers).
 """
 
 from __future__ import annotations
@@ -106,21 +107,6 @@ class Biller:
             self.totals["requests"] += 1
             for kind in ("input", "cached", "written", "output"):
                 self.totals[kind] += getattr(usage, kind)
-
-    def bill(self, price: dict[str, float]) -> dict[str, float]:
-        """The totals in USD, by kind and in all.
-
-        Args:
-            price: USD per 1M tokens for "input", "cached", "written" and "output".
-
-        Returns:
-            USD by kind, plus "input_all" (input, cached and written) and "total".
-        """
-        usd = {kind: round(self.totals[kind] * price[kind] / 1e6, 6)
-               for kind in ("input", "cached", "written", "output")}
-        usd["input_all"] = round(usd["input"] + usd["cached"] + usd["written"], 6)
-        usd["total"] = round(usd["input_all"] + usd["output"], 6)
-        return usd
 
 
 def _flat(content: Any) -> str:

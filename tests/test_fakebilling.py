@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.billing import MODEL, variant
+from bench.billing import MODEL, PRICE, bill, conclusions, variant
 from runner.execute.store.cache import Cache
 from runner.job.load import load_job
 from tests.conftest import JobWriter
@@ -66,7 +66,7 @@ def test_anthropic_writes_then_reads_a_marked_prefix_over_its_minimum_only() -> 
     haiku = biller.anthropic(messages("claude-3-5-haiku-latest", rubric, "item"))
     assert (haiku.written, haiku.cached) == (0, 0)  # under Haiku's 2,048
     biller.remember(second)
-    assert biller.bill({"input": 3.0, "cached": 0.3, "written": 3.75, "output": 15.0}) == {
+    assert bill(PRICE, biller.totals) == {  # Sonnet 4.5: $3, $0.30, $3.75, $15 per 1M
         "input": 0.000012, "cached": 0.00033, "written": 0.004125, "output": 0.0,
         "input_all": 0.004467, "total": 0.004467}
 
@@ -86,9 +86,15 @@ async def test_a_judge_run_is_billed_cache_reads_only_with_prompt_caching(
                 Cache(tmp_path / f"{top[:6]}{workers}") as c:
             job = make_job(write_job, "anthropic:claude-sonnet-4-5", server.root + "/v1",
                            top=top, prompt='prefix_until = "output"')
-            assert (await run(job, c, concurrency=workers)).api_calls == 4
+            stats = await run(job, c, concurrency=workers)
+            assert stats.api_calls == 4
             billing = server.fake.billing
             assert billing is not None
+            # the bench's bill of the fake's totals is the run's own, kind by kind
+            usd = bill(PRICE, billing.totals)
+            assert [usd[k] for k in ("input", "cached", "written", "output")] == \
+                pytest.approx(stats.bill.paid, abs=1e-6)
+            assert usd["total"] == pytest.approx(stats.cost, abs=1e-6) and stats.cost > 0
             assert (billing.totals["written"], billing.totals["cached"]) == (
                 want[0] * (prefix // 4), want[1] * (prefix // 4))
             record = c.get(tasks(job)[0].key)
@@ -104,3 +110,21 @@ def test_the_bench_variants_keep_the_study_but_its_model_limits_and_caching(
         assert [m.spec for m in job.models] == [MODEL] and job.limits.rpm is None
     lai = load_job(variant(tmp_path, "lai_formality", "http://127.0.0.1:9", cache=True))
     assert [p.name for p in lai.prompts] == ["single", "multi"]
+
+
+def test_a_stopped_runs_conclusions_are_checked_against_the_full_runs(tmp_path: Path) -> None:
+    head = "dataset,aspect,judge,level,method,subset,value,n_groups,n_items,ci_low,ci_high\n"
+    rows = {"full": ["d,a,j1,sample,spearman,all,0.50,9,9,0.45,0.55",
+                     "d,a,j2,sample,spearman,all,0.30,9,9,0.25,0.35",
+                     "d,b,j1,sample,spearman,all,0.10,9,9,0.05,0.15",
+                     "d,b,j2,sample,spearman,all,0.20,9,9,0.15,0.25"],
+            "stopped": ["d,a,j1,sample,spearman,all,0.48,3,3,0.40,0.56",  # holds 0.50
+                        "d,a,j2,sample,spearman,all,0.31,3,3,0.26,0.36",  # holds 0.30
+                        "d,a,j2,sample,spearman,pos,0.90,3,3,0.00,0.10",  # not all items
+                        "d,b,j1,sample,spearman,all,0.30,3,3,0.25,0.35",  # misses 0.10
+                        "d,b,j2,sample,spearman,all,0.20,3,3,,"]}  # no CI: left out
+    for name, lines in rows.items():
+        (tmp_path / name / "job").mkdir(parents=True)
+        (tmp_path / name / "job" / "correlations.csv").write_text(head + "\n".join(lines))
+    assert conclusions(tmp_path / "full", tmp_path / "stopped") == {
+        "cis": 3, "full_inside": 2, "rankings": 2, "same_first": 1}
