@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runner.data import loaders, userfile
+from runner.data import readers, userfile
 from runner.data.datasets import (
     REGISTRY,
     FieldMap,
@@ -300,13 +300,13 @@ def test_json_reads_exactly_what_the_standard_library_reads(value: Any) -> None:
     """Lines go through orjson where it can: the values must be json.loads's, type and bits
     (ints past 64 bits stay ints, NaN and Infinity and lone surrogates still load)."""
     line = json.dumps(value).encode()
-    got, want = loaders._loads(line), json.loads(line)
+    got, want = readers.loads(line), json.loads(line)
     assert repr(got) == repr(want)
 
 
 def test_json_nested_deeper_than_the_check_goes_loads_as_json_reads_it() -> None:
     line = b"[" * 700 + b"1" + b"]" * 700
-    assert loaders._loads(line) == json.loads(line)
+    assert readers.loads(line) == json.loads(line)
 
 
 def test_user_file_values_past_orjson_load_as_json_reads_them(tmp_path: Path) -> None:

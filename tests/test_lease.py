@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 from runner.errors import CacheError
-from runner.execute.store import pgcache
+from runner.execute.store import pglease
 from runner.execute.store.backend import open_cache
 from runner.execute.store.lease import (
     FolderLease,
@@ -128,7 +128,7 @@ def test_two_shards_of_one_job_run_together(server: ThreadedServer, start: Start
 def _lease_locked(url: str, name: str = lease_name("openmeva", None)) -> bool:
     with psycopg.connect(url, autocommit=True) as conn:
         row = conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND "
-                           "classid = %s AND objid = %s", (pgcache.LEASE_CLASS,
+                           "classid = %s AND objid = %s", (pglease.LEASE_CLASS,
                                                            lease_id(name))).fetchone()
     return bool(row and row[0])
 

@@ -21,7 +21,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from runner.cli.main import cli
-from runner.execute.store import backend, pgcache, pgsession
+from runner.execute.store import backend, pgcache, pglease, pgsession
 from tests.fakeserver import ThreadedServer
 from tests.pgserver import PgCluster, find_bindir
 from tests.test_cli import ENV_KEYS, OPENMEVA, SUBPROCESS_TIMEOUT_S, clean_env, judge_cmd
@@ -113,7 +113,7 @@ def _leases(url: str) -> int:
     with psycopg.connect(url, autocommit=True) as conn:
         row = conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND "
                            "classid = %s AND database = (SELECT oid FROM pg_database WHERE "
-                           "datname = current_database())", (pgcache.LEASE_CLASS,)).fetchone()
+                           "datname = current_database())", (pglease.LEASE_CLASS,)).fetchone()
     return int(row[0]) if row else 0
 
 

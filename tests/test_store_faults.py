@@ -324,6 +324,7 @@ def test_answers_sqlite_refuses_to_fold_are_read_from_their_journal_not_bought_a
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A killed run's journal that SQLite cannot take (a disk still full: diskcache opened,
     its inserts refused) is read where it is: the rerun buys none of its answers."""
+    from runner.execute.store import table
     from runner.execute.store.cache import Cache
     from runner.execute.store.journal import Journal
 
@@ -336,10 +337,10 @@ def test_answers_sqlite_refuses_to_fold_are_read_from_their_journal_not_bought_a
         journal.append(rows)
         journal.close(remove=False)
 
-    def full(self: Cache, chunk: Any) -> None:
+    def full(db: Any, store: Any, chunk: Any) -> None:
         raise sqlite3.OperationalError("database or disk is full")
 
-    monkeypatch.setattr(Cache, "_put_chunk", full)
+    monkeypatch.setattr(table, "write", full)  # every chunk Cache.put_raw writes
     before = server.state.requests
     done = _judge(*args)
     assert done.exit_code == 0, done.output

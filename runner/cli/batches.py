@@ -25,7 +25,8 @@ from runner.job.spec import Job
 from runner.selection import TaskSelection
 
 if TYPE_CHECKING:
-    from runner.execute.batch import BatchOptions, BatchStats, Provider
+    from runner.execute.batch import BatchOptions, Provider
+    from runner.execute.batch_collect import BatchStats
     from runner.execute.stats import RunStats
 
 # runner.execute.batch (and with it aiohttp: 0.51 s to import after runner.cli.main, this 2-core
@@ -122,7 +123,8 @@ def run_batches(sel: WorkingSet, names: tuple[str, ...], options: BatchOptions) 
         The stage's counters, the selection (generated data sets derived), and the keys the
         online pool must leave alone.
     """
-    from runner.execute.batch import BatchRun, BatchStats  # 0.51 s (see the top)
+    from runner.execute.batch import BatchRun  # 0.51 s (see the top)
+    from runner.execute.batch_collect import BatchStats  # imported with batch (above)
     stats = BatchStats()
 
     def say(line: str) -> None:

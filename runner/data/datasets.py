@@ -24,7 +24,8 @@ from types import MappingProxyType
 from typing import Any, BinaryIO
 
 from runner.data import loaders
-from runner.data.loaders import Item, safe_unpickle
+from runner.data.loaders import Item
+from runner.data.readers import safe_unpickle
 from runner.data.userfile import FieldMap, load_file
 from runner.errors import ConfigError, DataError
 

@@ -1,4 +1,4 @@
-"""Readers for the upstream file formats of the registered data sets.
+"""Loaders of the registered data sets: each upstream layout, read into `Item`s.
 
 Invariants every loader keeps (tested in tests/test_datasets.py):
 - `item_id` is unique within the data set and derived only from upstream ids and names,
@@ -7,28 +7,23 @@ Invariants every loader keeps (tested in tests/test_datasets.py):
   no stripping), so `{` and `}` in the data reach the template engine untouched.
 
 Each loader is a `Loader`. Loaders never download and never hash; `runner.data.datasets`
-checks that the files exist before calling them.
+checks that the files exist before calling them; `runner.data.readers` reads the bytes.
 """
 
 from __future__ import annotations
 
-import csv
 import fnmatch
-import io
-import json
-import pickle
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
 
-import orjson
-
+from runner.data.readers import jsonl, read_bytes, read_json, safe_unpickle
 from runner.errors import DataError
 
-__all__ = ["Item", "Loader", "bagel", "colossalai", "korean_chat", "openmeva", "read_records",
-           "safe_unpickle", "summeval", "tst_formality"]
+__all__ = ["Item", "Loader", "bagel", "colossalai", "korean_chat", "openmeva", "summeval",
+           "tst_formality"]
 
 
 class Item(NamedTuple):
@@ -64,65 +59,6 @@ class Loader(Protocol):
             The items in file order, read lazily (a DataError names a bad file and record).
         """
         ...
-
-
-# Exactly these types may appear in an unpickled value. Without find_class no other
-# type can be built, but sets, frozensets and bytearrays have their own opcodes.
-_PLAIN = frozenset({dict, list, tuple, str, int, float, bool, bytes, type(None)})
-
-
-class _PlainUnpickler(pickle.Unpickler):
-    """Refuses every global, so no class is built and no callable is reachable."""
-
-    def find_class(self, module: str, name: str, /) -> Any:
-        raise pickle.UnpicklingError(f"global {module}.{name} is not allowed")
-
-    def persistent_load(self, pid: Any, /) -> Any:
-        raise pickle.UnpicklingError("persistent ids are not allowed")
-
-
-def safe_unpickle(data: bytes) -> Any:
-    """Unpickle plain data only: dict, list, tuple, str, int, float, bool, None, bytes.
-
-    Every GLOBAL/STACK_GLOBAL/INST/OBJ/EXT opcode is refused before anything is called,
-    so a malicious pickle cannot run code. Protocol 0-2 pickles of `bytes` need a global
-    (`_codecs.encode`) and are refused too; protocol 3+ is fine.
-
-    Args:
-        data: The pickle bytes.
-
-    Returns:
-        The unpickled value.
-
-    Raises:
-        DataError: The pickle is malformed, names a global, or holds a disallowed type.
-    """
-    try:
-        value = _PlainUnpickler(io.BytesIO(data)).load()
-    except Exception as exc:  # no user code can run here, so every failure is bad data
-        raise DataError(f"pickle refused: {exc}; only plain containers and scalars "
-                        "are loaded") from None
-    _check_plain(value)
-    return value
-
-
-def _check_plain(value: Any) -> None:
-    """Walk the value iteratively (no recursion limit, cycles visited once)."""
-    stack: list[Any] = [value]
-    seen: set[int] = set()
-    while stack:
-        node = stack.pop()
-        if type(node) not in _PLAIN:
-            raise DataError(f"pickle refused: it holds a {type(node).__name__}; only plain "
-                            "containers and scalars are loaded")
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if isinstance(node, dict):
-            stack.extend(node.keys())
-            stack.extend(node.values())
-        elif isinstance(node, list | tuple):
-            stack.extend(node)
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -188,116 +124,15 @@ def _one_file(files: Sequence[Path], pattern: str) -> Path:
     return matches[0]
 
 
-def _read_bytes(path: Path, fix: str) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise DataError(f"{path}: cannot read ({exc.strerror}); {fix}") from None
-
-
-def _loads(data: bytes) -> Any:
-    """JSON as the standard library reads it, through orjson where orjson can (~3x faster a
-    line). Whatever orjson refuses (NaN and Infinity, lone surrogates, a byte-order mark,
-    UTF-16, nesting past 1,024) goes to `json.loads`, which decides; so does a value orjson
-    may have read as a float where `json` keeps an int (an integer past 64 bits)."""
-    try:
-        value = orjson.loads(data)
-        if _read_exactly(value):
-            return value
-    except (orjson.JSONDecodeError, RecursionError):  # RecursionError: nested past ~490
-        pass
-    return json.loads(data)
-
-
-_TWO_TO_63 = 2.0**63
-
-
-def _read_exactly(value: Any) -> bool:
-    """No float at or past 2**63 in magnitude anywhere in `value`: orjson turns an integer
-    outside [-2**63, 2**64) into a float, which `json` reads as an exact int."""
-    if type(value) is dict:
-        values: Iterable[Any] = value.values()
-    elif type(value) is list:
-        values = value
-    else:
-        return type(value) is not float or -_TWO_TO_63 < value < _TWO_TO_63
-    for v in values:  # a record's scalars checked here, without a call each
-        kind = type(v)
-        if kind is float:
-            if not -_TWO_TO_63 < v < _TWO_TO_63:
-                return False
-        elif (kind is dict or kind is list) and not _read_exactly(v):
-            return False
-    return True
-
-
-def _read_json(path: Path, fix: str) -> Any:
-    try:
-        return _loads(_read_bytes(path, fix))
-    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
-        raise DataError(f"{path}: not valid JSON ({exc}); {fix}") from None
-
-
-def _jsonl(path: Path, fix: str) -> Iterator[tuple[int, Any]]:
-    """Stream (line number, value) for each non-blank line."""
-    with path.open("rb") as file:
-        for number, line in enumerate(file, start=1):
-            if line.strip():
-                try:
-                    yield number, _loads(line)
-                except ValueError as exc:
-                    raise DataError(f"{path}:{number}: not valid JSON ({exc}); {fix}") from None
-
-
 def _read_jsonl(path: Path, dataset: str) -> list[Any]:
-    return [row for _, row in _jsonl(path, _refetch_hint(dataset))]
+    return [row for _, row in jsonl(path, _refetch_hint(dataset))]
 
 
 def _read_pickle(path: Path, dataset: str) -> Any:
     try:
-        return safe_unpickle(_read_bytes(path, _refetch_hint(dataset)))
+        return safe_unpickle(read_bytes(path, _refetch_hint(dataset)))
     except DataError as exc:
         raise DataError(f"{path}: {exc}; {_refetch_hint(dataset)}") from None
-
-
-# ------------------------------------------------------------------------ user files
-
-_Rows = Iterator[tuple[int, str, Any]]
-
-
-def read_records(path: Path, fmt: str) -> _Rows:
-    """Stream (0-based index, "file:line" for messages, record) from a user's file.
-
-    Args:
-        path: A JSONL, CSV (UTF-8, BOM skipped) or JSON (list of objects) file.
-        fmt: "jsonl", "csv" or "json".
-
-    Returns:
-        An iterator of (index, where, record): a CSV row is a dict of str, a JSON record any
-        decoded value (checked by the caller).
-
-    Raises:
-        DataError: The file is not valid in that format.
-    """
-    if fmt == "csv":
-        return _csv_rows(path)
-    if fmt == "jsonl":
-        return ((i, f"{path}:{n}", row) for i, (n, row) in enumerate(_jsonl(path, "fix the line")))
-    data = _read_json(path, "fix the file")
-    if not isinstance(data, list):
-        raise DataError(f"{path}: top level is a {type(data).__name__}, expected a list "
-                        "of objects; use JSONL or wrap the records in a list")
-    return ((i, f"{path}: record {i}", row) for i, row in enumerate(data))
-
-
-def _csv_rows(path: Path) -> _Rows:
-    try:
-        with path.open(encoding="utf-8-sig", newline="") as file:
-            reader = csv.DictReader(file, strict=True)
-            for index, row in enumerate(reader):
-                yield index, f"{path}:{reader.line_num}", row
-    except (csv.Error, UnicodeDecodeError) as exc:
-        raise DataError(f"{path}: not valid UTF-8 CSV ({exc}); fix the file") from None
 
 
 def _pickled_dict(files: Sequence[Path], dataset: str) -> tuple[Path, dict[Any, Any]]:
@@ -310,7 +145,7 @@ def _pickled_dict(files: Sequence[Path], dataset: str) -> tuple[Path, dict[Any, 
 def _json_list(files: Sequence[Path], pattern: str, dataset: str) -> tuple[Path, list[Any]]:
     """The data set's file matching `pattern`, read as a JSON list of records."""
     path = _one_file(files, pattern)
-    data = _read_json(path, _refetch_hint(dataset))
+    data = read_json(path, _refetch_hint(dataset))
     with _record(path, "the top level", dataset):
         return path, _list(data, "the top level")
 

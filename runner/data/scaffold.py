@@ -23,7 +23,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from runner.data.loaders import read_records
+from runner.data.readers import read_records
 from runner.errors import ConfigError, DataError
 
 __all__ = ["MAX_ROWS", "STARTERS", "Proposal", "Starter", "propose", "write"]

@@ -12,7 +12,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from runner.data.loaders import Item, read_records
+from runner.data.loaders import Item
+from runner.data.readers import read_records
 from runner.data.seen import Seen
 from runner.errors import ConfigError, DataError
 

@@ -1,7 +1,8 @@
 """Provider Batch APIs: the tasks that miss the cache, as batch request files, submitted,
 polled, and their answers stored in the cache under the same keys as online answers.
 
-Request lines and files: runner.execute.batch_files. An answer is stored with
+Request lines and files: runner.execute.batch_files; collecting an ended batch:
+runner.execute.batch_collect. An answer is stored with
 `answer_record(source="batch:<batch id>")`, so parsers, rescore and online reruns see an
 ordinary cache entry. The provider's API is OpenAIBatches, or for anthropic models
 runner.execute.anthropic_batch.AnthropicBatches, which sends the same request files as Message
@@ -28,47 +29,27 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 
-from runner.errors import (
-    APIError,
-    AuthError,
-    ConfigError,
-    RequestError,
-    RetryableError,
-    redact_url,
-)
-from runner.estimate import model_price
+from runner.errors import APIError, AuthError, ConfigError, RequestError, RetryableError
 from runner.execute.anthropic_batch import AnthropicBatches
 from runner.execute.batch_api import OpenAIBatches
-from runner.execute.batch_files import (
-    MAX_BYTES,
-    MAX_REQUESTS,
-    output_line,
-    remove_stale,
-    request_bodies,
-    write_files,
-)
+from runner.execute.batch_collect import BatchStats, Collector
+from runner.execute.batch_files import MAX_BYTES, MAX_REQUESTS, remove_stale, write_files
 from runner.execute.claims import Claims
 from runner.execute.ledger import LIVE, BatchLedger, BatchRow
 from runner.execute.shard import Shard
 from runner.execute.stats import RunStats
 from runner.execute.store.backend import CacheBackend, cached_flags
-from runner.execute.store.cache import answer_record
-from runner.job.providers import Bill, Billed, Tokens
 from runner.job.providers import row as provider_row
 from runner.job.spec import ModelSpec
 from runner.tasks import Task
 
-__all__ = ["BatchOptions", "BatchRun", "BatchStats", "Provider"]
-
-STORE_CHUNK = 2000  # answers handed to put_many at once (a kill -9 loses no more: the batch
-# is marked collected only after all are stored, so the next run ingests it again)
+__all__ = ["BatchOptions", "BatchRun", "Provider"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,31 +76,6 @@ class BatchOptions:
     max_retries: int = 6
 
 
-@dataclass(slots=True)
-class BatchStats(Billed):
-    """What the batch stage did in one run."""
-
-    created: list[str] = field(default_factory=list)
-    """Batch ids submitted by this run."""
-    attached: int = 0
-    """Batches from earlier runs found open or ended and not yet collected."""
-    collected: set[str] = field(default_factory=set)
-    """Keys whose batch answer this run stored in the cache."""
-    failures: dict[str, str] = field(default_factory=dict)
-    """key -> reason, for requests a batch answered with an error or left unanswered."""
-    pending: set[str] = field(default_factory=set)
-    """This run's keys still held by a live batch when the run ended."""
-    bill: Bill = field(default_factory=Bill)
-    """The collected answers' tokens and cost by kind, at the batch price (`unpriced`: answers
-    of models with no price, whose cost is unknown, never 0)."""
-    def as_dict(self) -> dict[str, Any]:
-        """The figures manifest.json records (counts, batch ids, cost; None: unknown)."""
-        return {"batches_created": len(self.created), "batch_ids": self.created,
-                "batches_attached": self.attached, "collected": len(self.collected),
-                "failed": len(self.failures), "pending": len(self.pending),
-                "cost_usd": None if self.unpriced else round(self.cost, 6)}
-
-
 class BatchRun:
     """The batch stage of one run over one cache and ledger."""
 
@@ -131,7 +87,8 @@ class BatchRun:
         self.job, self.options, self.say, self.shard = job, options, say, shard
         self.stats = stats if stats is not None else BatchStats()
         self.files = ledger.files  # request files, on this machine
-        self._by_endpoint = {p.model.endpoint: p for p in providers.values()}
+        self._collector = Collector(cache=cache, ledger=ledger, files=self.files, models={
+            p.model.endpoint: p.model for p in providers.values()}, stats=self.stats, say=say)
         self._seen: set[str] = set()  # ledger rows met by this run (file ids)
         self._tried: set[str] = set()  # file ids this run asked the provider to create from
         self._first: dict[str, str] = {}  # file id -> its smallest key (shard ownership)
@@ -308,7 +265,7 @@ class BatchRun:
                 if state in LIVE:
                     live += 1
                 else:
-                    await self._ingest(by_endpoint[row.endpoint], row)
+                    await self._collector.ingest(by_endpoint[row.endpoint], row)
             if not live or not wait:
                 return
             self.say(f"{live} batch(es) still running; next poll in {self.options.poll_s:g} s "
@@ -357,61 +314,3 @@ class BatchRun:
         self.say(f"{row.file_id}: uploaded by an earlier run that stopped before creating its "
                  f"batch; creating it now ({len(keys)} requests)")
         return await self._create(api, row.file_id, keys)
-
-    async def _ingest(self, api: OpenAIBatches, row: BatchRow) -> None:
-        """Store every answered request; record every other one as a failure with its reason."""
-        fresh = next(r for r in self.ledger.rows() if r.file_id == row.file_id)
-        keys = set(self.ledger.keys(row.file_id))
-        if fresh.state == "abandoned":
-            self.ledger.mark_ingested(row.file_id)
-            return
-        bodies = await request_bodies(self.files / f"{fresh.file_id}.jsonl",
-                                      lambda: api.lines(fresh.file_id))
-        provider = self._by_endpoint[fresh.endpoint]
-        answered = await self._store_outputs(api, fresh, provider, bodies)
-        for key in keys - answered:
-            if key not in self.cache:
-                self.stats.failures[key] = f"batch {fresh.batch_id} {fresh.state}: no result " \
-                                           "for this request"
-        self.ledger.mark_ingested(row.file_id)
-        (self.files / f"{row.file_id}.jsonl").unlink(missing_ok=True)
-        self.say(f"collected batch {fresh.batch_id} ({fresh.state}): {fresh.completed} "
-                 f"answered, {len(keys) - fresh.completed} failed or not run")
-
-    async def _store_outputs(self, api: OpenAIBatches, row: BatchRow, provider: Provider,
-                             bodies: Mapping[str, bytes]) -> set[str]:
-        """Store the answers of the batch's output and error files, STORE_CHUNK per
-        put_many (one transaction: a put each made 100k answers take ~60 s); returns the keys
-        that had a line. Every answer is stored before this returns, so before the ledger
-        marks the batch collected."""
-        answered: set[str] = set()
-        pending: list[tuple[str, dict[str, Any]]] = []
-        for file_id in (row.output_file, row.error_file):
-            if file_id:
-                async for line in api.lines(file_id):
-                    key, record = self._line(line, row, provider, bodies)
-                    answered.add(key)
-                    if record is not None:
-                        pending.append((key, record))
-                    if len(pending) >= STORE_CHUNK:
-                        self.cache.put_many(pending)
-                        pending = []
-        self.cache.put_many(pending)
-        return answered
-
-    def _line(self, line: bytes, row: BatchRow, provider: Provider,
-              bodies: Mapping[str, bytes]) -> tuple[str, dict[str, Any] | None]:
-        """One output line's key and the record to store for it, or None after recording its
-        error."""
-        key, data, reason = output_line(line)
-        if data is None or key not in bodies:
-            self.stats.failures[key] = f"batch {row.batch_id}: {reason}"
-            return key, None
-        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
-        assert isinstance(usage, dict)
-        record = answer_record(body=bodies[key], endpoint=redact_url(row.endpoint), response=data,
-                               usage=usage, latency_s=0.0, source=f"batch:{row.batch_id}")
-        self.stats.failures.pop(key, None)
-        self.stats.collected.add(key)
-        self.stats.bill.add(model_price(provider.model), Tokens.of(usage), batch=True)
-        return key, record

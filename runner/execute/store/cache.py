@@ -27,7 +27,6 @@ from typing import Any
 
 import diskcache
 import orjson
-from diskcache.core import MODE_RAW
 
 from runner.errors import CacheError, DiskFullError
 from runner.execute.store import table
@@ -52,16 +51,28 @@ __all__ = ["Cache", "answer_record"]
 NEVER = 2**62  # size limit no cache reaches: eviction stays off
 FOLD_ROWS = 1024  # appended answers folded into SQLite together, in one transaction
 FOLD_S = 1.0  # or the age of the oldest of them that makes the next append fold
+TRANSACTION = 2 * FOLD_ROWS  # records a transaction, at most: a fold is one
 ROOM = 64 * 1024  # free bytes below which the folder's disk counts as full before a run calls
 
 
 def answer_record(*, body: bytes, endpoint: str, response: Mapping[str, Any] | orjson.Fragment,
                   usage: Mapping[str, Any], latency_s: float, source: str,
                   replica: str | None = None) -> dict[str, Any]:
-    """The one shape of a stored answer (see the module docstring): `body` is the request as
-    sent, `response` the answer (or a Fragment of its JSON bytes as received), `source` "api"
-    or "import:<where>", `replica` the base URL that answered (a record field, never part of
-    the key: a fleet change keeps every answer)."""
+    """The one shape of a stored answer (see the module docstring).
+
+    Args:
+        body: The request as sent (compact JSON).
+        endpoint: Where it was sent (no secret in it).
+        response: The answer, or a Fragment of its JSON bytes as received.
+        usage: Its token counts.
+        latency_s: Seconds it took.
+        source: "api", "batch:<batch id>" or "import:<where>".
+        replica: The base URL that answered: a record field, never part of the key (a fleet
+            change keeps every answer).
+
+    Returns:
+        The record to store.
+    """
     # The body is already compact JSON: a Fragment embeds its bytes as they are, where
     # loads-then-dumps cost a parse and a serialisation per answer (a third of batch ingest).
     record = {"request": orjson.Fragment(body), "endpoint": endpoint, "response": response,
@@ -69,9 +80,6 @@ def answer_record(*, body: bytes, endpoint: str, response: Mapping[str, Any] | o
     if replica is not None:
         record["replica"] = replica
     return record
-
-
-TRANSACTION = 2 * FOLD_ROWS  # records a transaction, at most: a fold is one
 
 
 class Cache:
@@ -166,10 +174,8 @@ class Cache:
     def has_many(self, keys: Sequence[str]) -> set[str]:
         """The keys among `keys` that are stored: one query per table.CHUNK keys, where `in` would
         make one each (a 100k-task rerun asks 100k times)."""
-        if self._batched:
-            found = table.stored_keys(self._db, keys)
-        else:
-            found = {key for key in keys if key in self._store}
+        found = table.stored_keys(self._db, keys) if self._batched else \
+            {key for key in keys if key in self._store}
         if self._unfolded:
             found.update(key for key in keys if key in self._unfolded)
         return found
@@ -182,17 +188,7 @@ class Cache:
     @guarded
     def get_many_raw(self, keys: Sequence[str]) -> dict[str, bytes]:
         """get_many's records as the bytes stored (orjson), not decoded."""
-        out: dict[str, bytes] = {}
-        if self._batched:
-            for key, mode, filename, value in table.stored_rows(self._db, keys):
-                # An inline record is the bytes themselves; a large one kept as a file is read
-                # through diskcache's get.
-                if mode == MODE_RAW and filename is None and value is not None:
-                    out[key] = value
-                elif (raw := self._store.get(key)) is not None:
-                    out[key] = raw
-        else:
-            out = {key: raw for key in keys if (raw := self._store.get(key)) is not None}
+        out = table.read(self._db if self._batched else None, self._store, keys)
         if self._unfolded:
             out.update((key, raw) for key in keys if (raw := self._unfolded.get(key)) is not None)
         return out
@@ -307,7 +303,7 @@ class Cache:
         stream, stored = iter(rows), 0
         while chunk := list(itertools.islice(stream, TRANSACTION)):
             try:
-                self._put_chunk(chunk)
+                table.write(self._db if self._batched else None, self._store, chunk)
             except (OSError, sqlite3.Error) as exc:
                 if "locked" in str(exc) or "malformed" in str(exc):
                     raise refused(self.directory, exc) from None
@@ -317,31 +313,6 @@ class Cache:
                             f"({exc}); {fix}, then rerun to resume") from None
             stored += len(chunk)
         return stored
-
-    def _put_chunk(self, chunk: Sequence[Row]) -> None:
-        """Store `chunk` in one transaction (store/table.py's upsert); a record too large to
-        be kept in its row, every record of its key, and every key whose record is a file go
-        through diskcache's `set` after it, in order, so a later record of a key still wins.
-        A folder whose table does not match: all of them, in one diskcache transaction."""
-        if not self._batched:
-            with self._store.transact():
-                for key, raw in chunk:
-                    self._store.set(key, raw)
-            return
-        limit, now = self._store.disk.min_file_size, time.time()
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            keys = [key for key, _ in chunk]
-            by_set = table.filed(self._db, keys) | {k for k, raw in chunk if len(raw) >= limit}
-            table.upsert(self._db, [(k, now, raw) for k, raw in chunk if k not in by_set])
-            self._db.execute("COMMIT")
-        except BaseException:
-            if self._db.in_transaction:
-                self._db.execute("ROLLBACK")
-            raise
-        for key, raw in chunk:
-            if key in by_set:
-                self._store.set(key, raw)
 
     def damaged(self, keys: Sequence[str] | None = None) -> Iterator[tuple[str, str]]:
         """Each stored record among `keys` (None: every one) that is damaged, with why

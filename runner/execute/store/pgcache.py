@@ -23,28 +23,22 @@ deadlines, by the PgSession under it (runner/execute/store/pgsession.py).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import itertools
 import os
 import struct
-import threading
-import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, LiteralString, TypeVar
 
 import orjson
-import psycopg
 
 from runner.errors import CacheError
-from runner.execute.store import pgsession
 from runner.execute.store.claimtable import PG_SCHEMA, Owner, pg_claim, pg_release, pg_renew
 from runner.execute.store.deadline import rest_all
 from runner.execute.store.journal import Row, replay, spill
-from runner.execute.store.lease import held_error, lease_id
-from runner.execute.store.pgsession import PgSession
+from runner.execute.store.pglease import LeasedSession
 
 __all__ = ["NOWHERE", "SCHEMA_VERSION", "PgCache"]
 
@@ -53,7 +47,6 @@ CHUNK = 2000  # keys per query: one round trip per chunk, where `in` would make 
 LOCK_ID = 0x6A75646765  # "judge": the advisory lock the schema is created under
 NOWHERE = bytes(6)  # the place of no row: ctid (0,0) (a row's offset starts at 1)
 SEP = "\x1f"  # the unit separator, between the keys of a query: a cache key is a hex digest
-LEASE_CLASS = 0x6A72  # "jr": the first key of a run lease's advisory lock (store/lease.py)
 
 R = TypeVar("R")
 
@@ -81,17 +74,12 @@ def _any_of(keys: Sequence[str]) -> tuple[LiteralString, tuple[Any, ...]]:
     return "ANY(%s)", (list(keys),)
 
 
-_LEASED: weakref.WeakSet[PgCache] = weakref.WeakSet()  # caches of this process holding a lease
-_reviving = threading.Event()  # set while one cache's reconnect checks the others' leases
-
-
-class PgCache(PgSession):
+class PgCache(LeasedSession):
     """Response records by cache key, in PostgreSQL (on a PgSession: its deadlines and
-    reconnects)."""
+    reconnects; and a LeasedSession: the run's lease)."""
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
-        self._leases: dict[int, tuple[str, str]] = {}  # advisory lock -> (name, holder)
         self._owner: tuple[Owner, float] | None = None  # the run claiming keys here, its TTL
         try:
             self._ensure_schema()
@@ -117,83 +105,12 @@ class PgCache(PgSession):
                              f"reads version {SCHEMA_VERSION}; upgrade judge-runner or use "
                              "another database")
 
-    # ------------------------------------------------------------ the run's lease (store/lease.py)
-
-    def lease(self, name: str, holder: str) -> PgLease:
-        """Hold the lease `name` (store/lease.py) for as long as this connection lives: a
-        session-level advisory lock, which the server drops with the connection (kill -9
-        included), described in judge_lease. Raises LeaseHeldError naming the holder when
-        another session holds it."""
-        lock = lease_id(name)
-        if not self._call("taking the run's lease", lambda: self._take(lock, name, holder)):
-            rows = self._rows("reading the lease's holder",
-                              "SELECT holder FROM judge_lease WHERE id = %s", (lock,))
-            raise held_error(self.location, name, str(rows[0][0]) if rows else "")
-        self._leases[lock] = (name, holder)
-        _LEASED.add(self)
-        return PgLease(self, lock)
-
-    def _take(self, lock: int, name: str, holder: str) -> bool:
-        row = self._conn.execute("SELECT pg_try_advisory_lock(%s, %s)",
-                                 (LEASE_CLASS, lock)).fetchone()
-        if not row or not row[0]:
-            return False
-        self._conn.execute("INSERT INTO judge_lease (id, name, holder) VALUES (%s, %s, %s) "
-                           "ON CONFLICT (id) DO UPDATE SET name = excluded.name, "
-                           "holder = excluded.holder, since = now()", (lock, name, holder))
-        return True
-
     def _restore(self) -> None:
         """On a new connection: this cache's leases taken again, and the claims' owner in its
         new session at once (its old one reads as a dead run's)."""
-        self._retake()
+        super()._restore()
         if self._owner is not None:
             pg_renew(self._conn, *self._owner)
-
-    def _retake(self) -> None:
-        """This cache's leases on a new connection (the old session's locks died with it); a
-        CacheError if another run took one meanwhile: this one stops, so no task is called
-        by both."""
-        for lock, (name, holder) in self._leases.items():
-            with self._watchdog.armed(self._conn.fileno(), pgsession.QUERY_TIMEOUT_S):
-                if self._take(lock, name, holder):
-                    continue
-            self._leases.clear()
-            self._lost = CacheError(f"{self.location}: {name}: the run's lease was lost while "
-                                    "the server was away and another run holds it now; this "
-                                    "run stops so that no task is called twice (rerun later "
-                                    "to resume)")
-            raise self._lost
-
-    def _revived(self) -> None:
-        """After a reconnect, the other caches of this process that hold a lease (an idle
-        connection does not notice a restart) check theirs, and take it again if it died. A
-        lease lost meanwhile makes this cache's calls raise once each has run (`_lost`): the
-        run stops, and what the call stored stays stored."""
-        if _reviving.is_set():
-            return
-        _reviving.set()
-        try:
-            for other in [c for c in _LEASED if c is not self and c._leases]:
-                try:
-                    other._call("checking the run's lease", other._ping)
-                except CacheError as exc:
-                    self._lost = self._lost or exc
-        finally:
-            _reviving.clear()
-
-    def _ping(self) -> None:
-        self._conn.execute("SELECT 1")
-
-    def release(self, lock: int) -> None:
-        """Give the lease `lock` back (once; nothing to do if the connection is gone, which
-        dropped it)."""
-        if self._leases.pop(lock, None) is None or self._conn.closed or self._conn.broken:
-            return
-        with (contextlib.suppress(psycopg.Error),
-              self._watchdog.armed(self._conn.fileno(), pgsession.QUERY_TIMEOUT_S)):
-            self._conn.execute("DELETE FROM judge_lease WHERE id = %s", (lock,))
-            self._conn.execute("SELECT pg_advisory_unlock(%s, %s)", (LEASE_CLASS, lock))
 
     def __contains__(self, key: str) -> bool:
         return bool(self._rows("a lookup", "SELECT 1 FROM judge_cache WHERE key = %s", (key,)))
@@ -376,30 +293,8 @@ class PgCache(PgSession):
         """Give back `owner`'s claims of `keys` (`last`: the run ends)."""
         self._call("releasing claims", lambda: pg_release(self._conn, owner, keys, last=last))
 
-    def close(self) -> None:
-        for lock in list(self._leases):
-            self.release(lock)
-        self._watchdog.close()
-        self._conn.close()
-
     def __enter__(self) -> PgCache:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-class PgLease:
-    """A run's lease held by a PgCache's connection (see PgCache.lease)."""
-
-    def __init__(self, cache: PgCache, lock: int) -> None:
-        self._cache, self._lock = cache, lock
-
-    def release(self) -> None:
-        self._cache.release(self._lock)
-
-    def __enter__(self) -> PgLease:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()

@@ -20,12 +20,14 @@ the same answers, slower. Records too large to be kept in the row (diskcache's
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 from diskcache.core import MODE_RAW
 
 __all__ = ["CHUNK", "COLUMNS", "KEY_INDEX", "Stored", "chunks", "connect", "filed", "matches",
-           "stored_keys", "stored_rows", "upsert"]
+           "read", "stored_keys", "stored_rows", "upsert", "write"]
 
 CHUNK = 500  # keys a query: under SQLite's 999-parameter limit on old builds
 COLUMNS = ("rowid", "key", "raw", "store_time", "expire_time", "access_time", "access_count",
@@ -115,3 +117,63 @@ def filed(db: sqlite3.Connection, keys: Sequence[str]) -> set[str]:
             "SELECT key FROM Cache WHERE raw = 1 AND filename IS NOT NULL AND key IN "
             f"({_marks(chunk)})", chunk))
     return found
+
+
+def read(db: sqlite3.Connection | None, store: Any, keys: Sequence[str]) -> dict[str, bytes]:
+    """The stored records of `keys`, as the bytes stored.
+
+    Args:
+        db: This process's connection to a folder whose table matches; None: read every key
+            through diskcache's public API.
+        store: The folder's `diskcache.Cache` (or its read-only stand-in).
+        keys: The keys to look up.
+
+    Returns:
+        Record bytes by key, for the keys that have one.
+    """
+    if db is None:
+        return {key: raw for key in keys if (raw := store.get(key)) is not None}
+    out: dict[str, bytes] = {}
+    for key, mode, filename, value in stored_rows(db, keys):
+        # An inline record is the bytes themselves; a large one kept as a file is read
+        # through diskcache's get.
+        if mode == MODE_RAW and filename is None and value is not None:
+            out[key] = value
+        elif (raw := store.get(key)) is not None:
+            out[key] = raw
+    return out
+
+
+def write(db: sqlite3.Connection | None, store: Any, chunk: Sequence[tuple[str, bytes]]) -> None:
+    """Store `chunk` in one transaction (`upsert`); a record too large to be kept in its row,
+    every record of its key, and every key whose record is a file go through diskcache's
+    `set` after it, in order, so a later record of a key still wins.
+
+    Args:
+        db: This process's connection to a folder whose table matches; None: every record
+            through diskcache's `set`, in one diskcache transaction.
+        store: The folder's `diskcache.Cache`.
+        chunk: (key, record bytes) rows, a later row of a key replacing an earlier one.
+
+    Raises:
+        OSError: The disk refused a record kept as a file.
+        sqlite3.Error: SQLite refused the transaction (it is rolled back).
+    """
+    if db is None:
+        with store.transact():
+            for key, raw in chunk:
+                store.set(key, raw)
+        return
+    limit, now = store.disk.min_file_size, time.time()
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        by_set = filed(db, [key for key, _ in chunk]) | {k for k, raw in chunk if len(raw) >= limit}
+        upsert(db, [(k, now, raw) for k, raw in chunk if k not in by_set])
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+    for key, raw in chunk:
+        if key in by_set:
+            store.set(key, raw)
