@@ -103,8 +103,12 @@ class LeasedSession(PgSession):
         self._conn.execute("SELECT 1")
 
     def release(self, lock: int) -> None:
-        """Give the lease `lock` back (once; nothing to do if the connection is gone, which
-        dropped it)."""
+        """Give a lease back (once; nothing to do if the connection is gone, which dropped
+        it).
+
+        Args:
+            lock: the lease's advisory lock id, as `lease` took it.
+        """
         if self._leases.pop(lock, None) is None or self._conn.closed or self._conn.broken:
             return
         with (contextlib.suppress(psycopg.Error),
