@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from runner.data.annotations import Rating, latest
+from runner.data.readers import number
 from runner.errors import DataError
 
 __all__ = ["from_label_studio", "to_label_studio"]
@@ -173,12 +174,7 @@ def _score(result: Any, here: str) -> float | None:
         return None
     value = result.get("value")
     raw = _READERS[result["type"]](value) if isinstance(value, dict) else None
-    try:
-        if isinstance(raw, bool) or not isinstance(raw, int | float | str):
-            raise ValueError
-        score = float(raw)
-    except ValueError:
-        score = math.nan
+    score = number(raw)
     if not math.isfinite(score) or not isinstance(result.get("from_name"), str) \
             or not result["from_name"]:
         raise DataError(f"{here}: the {result['type']} result of {result.get('from_name')!r} "

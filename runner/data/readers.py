@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import pickle
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -20,7 +21,8 @@ import orjson
 
 from runner.errors import DataError
 
-__all__ = ["jsonl", "loads", "read_bytes", "read_json", "read_records", "safe_unpickle"]
+__all__ = ["jsonl", "loads", "number", "read_bytes", "read_json", "read_records",
+           "safe_unpickle"]
 
 
 # Exactly these types may appear in an unpickled value. Without find_class no other
@@ -226,3 +228,21 @@ def _csv_rows(path: Path) -> _Rows:
                 yield index, f"{path}:{reader.line_num}", row
     except (csv.Error, UnicodeDecodeError) as exc:
         raise DataError(f"{path}: not valid UTF-8 CSV ({exc}); fix the file") from None
+
+
+def number(value: Any) -> float:
+    """A cell's or a field's value as a number: an int, a float or text of one (a CSV's cells are
+    text); NaN for anything else, a bool included, so the caller's finiteness check names it.
+
+    Args:
+        value: the value as read.
+
+    Returns:
+        The number, possibly not finite.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return math.nan
+    try:
+        return float(value)
+    except ValueError:
+        return math.nan

@@ -13,6 +13,7 @@ from types import MappingProxyType
 from typing import Any
 
 from runner.data.loaders import Item
+from runner.data.readers import number as as_number
 from runner.data.readers import read_records
 from runner.data.seen import Seen
 from runner.errors import ConfigError, DataError
@@ -226,12 +227,7 @@ class _Cells:
 
     def number(self, column: str, role: str) -> float:
         value = self._get(column, role)
-        try:
-            if isinstance(value, bool) or not isinstance(value, int | float | str):
-                raise ValueError
-            number = float(value)
-        except ValueError:
-            number = math.nan
+        number = as_number(value)
         if not math.isfinite(number):
             raise DataError(f"{self.where}: column {column!r} (mapped as {role}) is "
                             f"{value!r}, not a finite number; fix the value or the mapping")
