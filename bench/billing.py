@@ -47,8 +47,9 @@ import aiohttp
 from bench import common
 from runner.errors import ConfigError
 from runner.execute.providers import anthropic_body
+from runner.job.bill import PRICES_READ, Price, Tokens
 from runner.job.load import load_job
-from runner.job.providers import PRICES_READ, SOURCES, Price, Tokens, price_of
+from runner.job.providers import SOURCES, price_of
 from runner.prepare import prepare
 from runner.session.select import check_until_ci
 from tests.fakebilling import Biller

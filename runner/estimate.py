@@ -21,7 +21,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from runner.job.providers import Price, Tokens, cache_minimum, price_of
+from runner.job.bill import Price, Tokens
+from runner.job.providers import cache_minimum, price_of
 from runner.job.spec import ModelSpec
 from runner.tasks import CHARS_PER_TOKEN, Task
 

@@ -18,8 +18,8 @@ from runner.execute.pool import Endpoint, execute
 from runner.execute.providers import anthropic_answer
 from runner.execute.store.answers import of_record
 from runner.execute.store.cache import Cache
+from runner.job.bill import Tokens
 from runner.job.load import load_job
-from runner.job.providers import Tokens
 from runner.job.spec import Limits
 from runner.prepare import prepare
 from tests.conftest import ROOT, JobWriter

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from runner.errors import ConfigError
+from runner.job.bill import Price
 from runner.job.load import load_job
 from runner.job.models import parse_model_spec
-from runner.job.providers import KINDS, Price
+from runner.job.providers import KINDS
 from runner.job.spec import Job, Limits
 from tests.conftest import ROOT, JobWriter
 

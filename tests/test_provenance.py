@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from runner.job.bill import Bill, Price, Tokens
 from runner.job.models import parse_model_spec
-from runner.job.providers import Bill, Price, Tokens
 from runner.job.spec import Job, Limits
 from runner.report.provenance import Provenance
 

@@ -12,9 +12,10 @@ from runner.errors import ConfigError
 from runner.estimate import estimate_cost, model_price
 from runner.execute.providers import provider
 from runner.job import spec
+from runner.job.bill import Price, Tokens
 from runner.job.load import load_job
 from runner.job.models import parse_model_spec
-from runner.job.providers import KINDS, SOURCES, Price, Tokens, cache_minimum, price_of
+from runner.job.providers import KINDS, SOURCES, cache_minimum, price_of
 from runner.job.spec import ModelSpec
 from runner.prepare import prepare
 from tests.conftest import JobWriter

@@ -17,7 +17,7 @@ from runner.execute.batch_files import output_line, request_bodies
 from runner.execute.ledger import BatchLedger, BatchRow
 from runner.execute.store.backend import CacheBackend
 from runner.execute.store.cache import answer_record
-from runner.job.providers import Bill, Billed, Tokens
+from runner.job.bill import Bill, Billed, Tokens
 from runner.job.spec import ModelSpec
 
 __all__ = ["BatchStats", "Collector"]

@@ -35,7 +35,7 @@ from typing import Any
 from runner.errors import CacheAwayError, CacheError, DiskFullError
 from runner.execute.store.backend import CacheBackend
 from runner.execute.store.cache import Cache
-from runner.job.providers import Tokens
+from runner.job.bill import Tokens
 from runner.tasks import Task
 
 __all__ = ["RETRY_CAP_S", "RETRY_S", "Commits", "Pending"]

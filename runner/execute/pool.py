@@ -48,7 +48,7 @@ from runner.execute.prefixes import PrefixGate
 from runner.execute.stats import RunStats
 from runner.execute.store.backend import CacheBackend, cached_flag_batches
 from runner.execute.store.cache import answer_record
-from runner.job.providers import Tokens
+from runner.job.bill import Tokens
 from runner.job.spec import Limits, ModelSpec
 from runner.tasks import Task, task_key
 

@@ -26,7 +26,8 @@ from urllib.parse import quote
 import orjson
 
 from runner.errors import RequestError
-from runner.job.providers import Tokens, cache_minimum, row
+from runner.job.bill import Tokens
+from runner.job.providers import cache_minimum, row
 from runner.tasks import CHARS_PER_TOKEN
 
 __all__ = ["ANTHROPIC_VERSION", "Advertised", "Provider", "advertised", "provider"]
@@ -242,7 +243,7 @@ def anthropic_answer(data: Mapping[str, Any]) -> dict[str, Any]:
     Returns:
         A chat completion with one choice, `usage` (chat-completions fields, the cache reads as
         `prompt_tokens_details.cached_tokens` and the writes as `cache_creation_input_tokens`,
-        so runner.job.providers.Tokens reads the split), and a `provider` entry keeping the
+        so runner.job.bill.Tokens reads the split), and a `provider` entry keeping the
         stop_reason and stop_sequence as sent.
     """
     blocks = data.get("content") or []

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from runner.job.providers import Bill, Billed
+from runner.job.bill import Bill, Billed
 
 __all__ = ["RunStats"]
 

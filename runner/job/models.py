@@ -8,7 +8,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from runner.errors import ConfigError, redact_url
-from runner.job.providers import KINDS, Price
+from runner.job.bill import Price
+from runner.job.providers import KINDS
 from runner.job.reader import Reader, check_params
 from runner.job.spec import EndpointSpec, ModelSpec
 

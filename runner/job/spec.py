@@ -10,7 +10,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from runner.job.providers import Price, row
+from runner.job.bill import Price
+from runner.job.providers import row
 
 __all__ = ["LEVELS", "DEFAULT_METHODS", "METHODS", "PLACEHOLDER", "POLICIES", "DatasetSpec",
            "EndpointSpec", "GenerateSpec", "ImportSpec", "JURY_METHODS", "Job", "JurySpec",

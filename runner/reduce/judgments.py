@@ -20,7 +20,7 @@ from runner.execute.store.answers import Answer
 from runner.execute.store.backend import CacheBackend, answers
 from runner.expand import Expansion
 from runner.expand_ahead import expanded
-from runner.job.providers import Tokens
+from runner.job.bill import Tokens
 from runner.job.spec import PromptSpec
 from runner.parse.parsers import (
     Choice,

@@ -37,7 +37,7 @@ def run_row(path: Path) -> tuple[str, ...]:
 
 
 def saved(bill: Any) -> tuple[str, str]:
-    """The `cached` and `saved` columns of a manifest's bill (runner.job.providers.Bill): the
+    """The `cached` and `saved` columns of a manifest's bill (runner.job.bill.Bill): the
     share of prompt tokens read from a provider's prompt cache, and what caching and batching
     saved against list price ("unknown" without a price; "" in a manifest without a bill).
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runner.estimate import model_price
-from runner.job.providers import Bill, Tokens
+from runner.job.bill import Bill, Tokens
 from runner.job.spec import Job
 
 __all__ = ["Provenance"]
@@ -57,7 +57,7 @@ class Provenance:
         estimated cost of the calls that obtained them (batch answers at the batch price;
         imported ones cost nothing here; null when a model that was called has no price),
         `bill`: the calls' tokens and cost by kind and what caching and batching saved
-        (runner.job.providers.Bill), and when the first and last were stored (UTC).
+        (runner.job.bill.Bill), and when the first and last were stored (UTC).
 
         Args:
             job: the job, for its models' prices.

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from runner.errors import redact_url, scrub
 from runner.execute.stats import RunStats
 from runner.execute.store.backend import CacheBackend
-from runner.job.providers import Bill
+from runner.job.bill import Bill
 from runner.reduce.judgments import Judgment, judge
 from runner.session.pool import TaskLog
 from runner.session.select import WorkingSet, open_selected, unpriced_model

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from runner.execute.store.faults import damage
-from runner.job.providers import Tokens
+from runner.job.bill import Tokens
 
 NO_TOKENS = Tokens()
 __all__ = ["DAMAGED", "Answer", "Sent", "damaged", "of_raw", "of_record", "received", "sent",

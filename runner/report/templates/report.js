@@ -124,7 +124,7 @@
     s.append(t);
   }
 
-  // The bill as paid (runner.job.providers.Bill): tokens and USD by kind, and what caching and
+  // The bill as paid (runner.job.bill.Bill): tokens and USD by kind, and what caching and
   // batching saved against list price; null USD: a model without a price (unknown, never $0).
   function billText(b) {
     if (!b) return undefined;
