@@ -28,6 +28,7 @@ from runner.errors import ConfigError
 from runner.expand import Expansion
 from runner.job.spec import Job
 from runner.parse.parsers import get_parser
+from runner.reduce.judgments import parser_options
 from runner.selection import rating_queue
 
 __all__ = ["SKIP", "Next", "Scale", "next_item", "ratings_path", "ratings_paths", "record",
@@ -82,8 +83,7 @@ def scales(job: Job, dataset: str) -> dict[str, Scale]:
         if p.datasets and dataset not in p.datasets:
             continue
         for aspect in p.aspects:
-            options = {**get_parser(p.parser).options, **p.parser_options,
-                       **p.aspect_options.get(aspect, {})}
+            options = {**get_parser(p.parser).options, **parser_options(p, aspect, 0)}
             out.setdefault(aspect, Scale(float(options["min"]), float(options["max"])))
     return out
 
