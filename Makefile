@@ -39,6 +39,12 @@ install: $(VENV)/.installed
 # hang. pip builds in a temporary folder it deletes, so an interrupted build starts over: the
 # first line says so. The log is kept for a failure's full story.
 TICK ?= 60
+# llama-cpp-python builds llama.cpp's multimodal library (mtmd: 53 of its 193 build steps) by
+# default; the server loads it only for image and audio chat handlers, never for a text judge.
+# Without it the build takes 3 min 56 s instead of 5 min 0 s (0.78x; CPU 456 s, 569 s) on 2 quiet
+# cores (`pip wheel` of llama-cpp-python 0.3.36, 2026-11-27); the
+# local-judge tests pass. A CMAKE_ARGS of your own (e.g. -DGGML_CUDA=on) is added after it.
+LOCAL_CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
 LOCAL_LOG := $(VENV)/install-local.log
 $(VENV)/.installed-local: $(VENV)/.installed
 	@echo "installing the local judge: llama-cpp-python compiles llama.cpp the first time" \
@@ -46,7 +52,8 @@ $(VENV)/.installed-local: $(VENV)/.installed
 		"full log in $(LOCAL_LOG)"
 	@( n=0; while sleep $(TICK); do n=$$((n + $(TICK))); \
 		echo "  $$($(BIN)/python tools/buildprogress.py $(LOCAL_LOG) $$n)"; done ) & tick=$$!; \
-	$(BIN)/pip install -v --progress-bar off -e '.[local]' > $(LOCAL_LOG) 2>&1; status=$$?; \
+	CMAKE_ARGS="$(LOCAL_CMAKE_ARGS) $$CMAKE_ARGS" \
+		$(BIN)/pip install -v --progress-bar off -e '.[local]' > $(LOCAL_LOG) 2>&1; status=$$?; \
 	kill $$tick; \
 	if [ $$status -ne 0 ]; then tail -n 40 $(LOCAL_LOG); exit $$status; fi; \
 	grep -E '^Successfully' $(LOCAL_LOG) || true
