@@ -34,7 +34,7 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 install: $(VENV)/.installed
 
 # Compiling llama.cpp takes many minutes: pip's verbose output goes to a log, and every TICK
-# seconds tools/buildprogress.py prints the build's own step from it (`llama.cpp: 90/193
+# seconds tools/buildprogress.py prints the build's own step from it (`llama.cpp: 90/140
 # steps, 12 min`; before the compiler starts, pip's last line), so a build never looks like a
 # hang. pip builds in a temporary folder it deletes, so an interrupted build starts over: the
 # first line says so. The log is kept for a failure's full story.
@@ -48,7 +48,7 @@ LOCAL_CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
 LOCAL_LOG := $(VENV)/install-local.log
 $(VENV)/.installed-local: $(VENV)/.installed
 	@echo "installing the local judge: llama-cpp-python compiles llama.cpp the first time" \
-		"(~7 minutes on 2 cores; stopped, it starts over); a line every $(TICK) s," \
+		"(~4 minutes on 2 cores; stopped, it starts over); a line every $(TICK) s," \
 		"full log in $(LOCAL_LOG)"
 	@( n=0; while sleep $(TICK); do n=$$((n + $(TICK))); \
 		echo "  $$($(BIN)/python tools/buildprogress.py $(LOCAL_LOG) $$n)"; done ) & tick=$$!; \
@@ -62,13 +62,15 @@ $(VENV)/.installed-local: $(VENV)/.installed
 
 install-local: $(VENV)/.installed-local
 
-# The embedded judge's scores look like a result: the last line of its run says what they are.
-LOCAL_NOTE := note: the local judge (SmolLM2-135M) gives one score to almost every item: it \
-	checks the pipeline, it is not a judge; for a real one: make run JOB=$(JOB) \
-	MODEL=openai:gpt-4o-mini, or MODEL=NAME ARGS="--base-url URL" for your own server
+# The embedded judge's scores look like a result: the last line of its run says what they are,
+# also when the run exits 1 (it does for a judge that gives one score to almost everything).
+LOCAL_NOTE := note: the local judge (SmolLM2-135M) gives one score to almost every item, so \
+	the run exits 1: it checks the pipeline, it is not a judge; for a real one: make run \
+	JOB=$(JOB) MODEL=openai:gpt-4o-mini, or MODEL=NAME ARGS="--base-url URL" for your own server
 run: install $(if $(NEEDS_LOCAL),install-local)
-	$(BIN)/judge run $(JOB_FILE) $(MODEL_ARGS) $(ARGS)
-	@$(if $(NEEDS_LOCAL),echo '$(LOCAL_NOTE)')
+	@echo '$(BIN)/judge run $(JOB_FILE) $(MODEL_ARGS) $(ARGS)'; status=0; \
+	$(BIN)/judge run $(JOB_FILE) $(MODEL_ARGS) $(ARGS) || status=$$?; \
+	$(if $(NEEDS_LOCAL),echo '$(LOCAL_NOTE)';) exit $$status
 
 plan: install
 	$(BIN)/judge plan $(JOB_FILE) $(MODEL_ARGS) $(ARGS)
