@@ -83,8 +83,8 @@ def _run(job: Path, server: ThreadedServer, *options: Any) -> Any:
                      env=clean_env(folder), cwd=folder)
 
 
-def _verdict(stderr: str) -> re.Match[str]:
-    found = re.search(r"  mine / fake/stars: (ci reached|data exhausted|budget|stopped), "
+def _verdict(stderr: str, judge: str = "fake/stars") -> re.Match[str]:
+    found = re.search(rf"  mine / {judge}: (ci reached|data exhausted|budget|stopped), "
                       r"n = (\d+) items in (\d+) groups, widest CI ([0-9.]+) \(overall (\w+) "
                       r"(\w+)\)", stderr)
     assert found, stderr
@@ -130,15 +130,20 @@ def test_a_wide_width_stops_before_the_data_runs_out(judge_server: ThreadedServe
 
 
 @pytest.mark.slow
-def test_a_tiny_width_runs_to_the_end_and_says_so(judge_server: ThreadedServer,
+@pytest.mark.parametrize("per", ["item", "group"])
+def test_a_tiny_width_runs_to_the_end_and_says_so(per: str, judge_server: ThreadedServer,
                                                   tmp_path: Path) -> None:
-    """limits.until_ci = 0.001 (the job key): never reached, every task is called, and the
-    table says `data exhausted` with n = every item."""
-    job = _study(tmp_path, "[limits]\nuntil_ci = 0.001\n")
+    """limits.until_ci = 0.001 (the job key): never reached, every task is called (an item's,
+    or with a group prompt a group's, once), and the table says `data exhausted` with n =
+    every item."""
+    limits = "[limits]\nuntil_ci = 0.001\n"
+    job = _study(tmp_path, limits) if per == "item" else _group_study(tmp_path, extra=limits)
+    if per == "group":
+        judge_server.state.script.reply = _GroupJudge()
     done = _run(job, judge_server)
     assert done.returncode == 0, done.stderr
-    assert judge_server.state.requests == ITEMS
-    verdict = _verdict(done.stderr)
+    assert judge_server.state.requests == (ITEMS if per == "item" else GROUPS)
+    verdict = _verdict(done.stderr, "fake/stars" if per == "item" else "fake/all")
     assert verdict.group(1) == "data exhausted"
     assert (int(verdict.group(2)), int(verdict.group(3))) == (ITEMS, GROUPS)
     assert "tasks not run" not in done.stderr
@@ -234,13 +239,6 @@ def _drawn(job: Path) -> list[str]:
     return [group[0].group for group in drawn_groups(items, 0)]
 
 
-def _group_verdict(stderr: str, judge: str = "fake/all") -> re.Match[str]:
-    found = re.search(rf"  mine / {judge}: (ci reached|data exhausted), n = (\d+) items in "
-                      r"(\d+) groups, widest CI ([0-9.]+) \(overall (\w+) (\w+)\)", stderr)
-    assert found, stderr
-    return found
-
-
 @pytest.mark.slow
 def test_a_group_prompt_stops_before_the_data_runs_out(tmp_path: Path) -> None:
     """A group prompt (one call scores every output of a group) under --until-ci 0.45: its
@@ -257,7 +255,7 @@ def test_a_group_prompt_stops_before_the_data_runs_out(tmp_path: Path) -> None:
         again = _run(job, server, "--until-ci", 0.45)
         assert again.returncode == 0, again.stderr
         assert server.state.requests == calls  # resumed: the rule is met from the cache
-    verdict = _group_verdict(first.stderr)
+    verdict = _verdict(first.stderr, "fake/all")
     assert verdict.group(1) == "ci reached"
     assert FIRST_CHECK <= calls < GROUPS
     assert (int(verdict.group(2)), int(verdict.group(3))) == (SIZE * calls, calls)
@@ -265,23 +263,7 @@ def test_a_group_prompt_stops_before_the_data_runs_out(tmp_path: Path) -> None:
     assert {doc for _, doc in fake.calls} == set(_drawn(job)[:calls])  # a prefix of the draw
     assert float(verdict.group(4)) == pytest.approx(
         _ci_width(tmp_path / "out", verdict.group(5), verdict.group(6), "fake/all"), abs=1e-3)
-    assert _group_verdict(again.stderr).group(1) == "ci reached"
-
-
-@pytest.mark.slow
-def test_a_group_prompt_runs_to_the_end_when_the_cis_stay_wide(judge_server: ThreadedServer,
-                                                                tmp_path: Path) -> None:
-    """limits.until_ci = 0.001 with a group prompt: every group is called once, and the
-    table says `data exhausted` with n = every item of every group."""
-    job = _group_study(tmp_path, extra="[limits]\nuntil_ci = 0.001\n")
-    judge_server.state.script.reply = _GroupJudge()
-    done = _run(job, judge_server)
-    assert done.returncode == 0, done.stderr
-    assert judge_server.state.requests == GROUPS
-    verdict = _group_verdict(done.stderr)
-    assert verdict.group(1) == "data exhausted"
-    assert (int(verdict.group(2)), int(verdict.group(3))) == (ITEMS, GROUPS)
-    assert "tasks not run" not in done.stderr
+    assert _verdict(again.stderr, "fake/all").group(1) == "ci reached"
 
 
 @pytest.mark.slow
@@ -299,8 +281,8 @@ def test_item_and_group_prompts_go_group_by_group_together(tmp_path: Path) -> No
     assert fake.calls[:2 * (SIZE + 1)] == [
         *[("stars", drawn[0])] * SIZE, ("all", drawn[0]), *[("stars", drawn[1])] * SIZE,
         ("all", drawn[1])]
-    for prompt, verdict in (("stars", _verdict(result.stderr)), ("all", _group_verdict(
-            result.stderr))):
+    for prompt, verdict in (("stars", _verdict(result.stderr)), ("all", _verdict(
+            result.stderr, "fake/all"))):
         called = [doc for p, doc in fake.calls if p == prompt]
         assert verdict.group(1) == "ci reached"
         assert int(verdict.group(2)) == len(called) * (1 if prompt == "stars" else SIZE)
@@ -363,3 +345,18 @@ def test_a_ci_over_too_few_groups_is_no_width() -> None:
     enough = correlate(rows(FIRST_CHECK), levels=("sample", "dataset"), methods=("spearman",),
                        n_boot=100)
     assert (precision_of(enough, "overall").width or 0) > 0
+
+
+def test_a_system_level_over_subsets_does_not_hold_a_judge_forever() -> None:
+    """Data with subsets (Lai et al.'s two transfer directions): the report's system level over
+    all items is the mean of the subsets' values, with no CI however many groups are judged.
+    It does not count (as a system level over too few systems), else no judge of such a study
+    could ever stop: the widest of the other CIs decides."""
+    rng = random.Random(3)
+    rows = [Row(f"g{g}", f"s{i}", "ab"[g % 2], h + rng.gauss(0, 0.5), h)
+            for g in range(40) for i in range(6) for h in (rng.uniform(1, 5),)]
+    found = correlate(rows, levels=("sample", "dataset", "system"), methods=("kendall",),
+                      n_boot=100)
+    assert [c.ci_low for c in found if c.level == "system" and c.subset == "all"] == [None] * 2
+    precision = precision_of(found, "overall")
+    assert precision.width is not None and precision.widest.split()[1] != "system"

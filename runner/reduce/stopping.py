@@ -247,8 +247,10 @@ def _width(c: Correlation) -> float:
 
 def precision_of(rows: Sequence[Correlation], aspect: str) -> Precision:
     """One aspect's Precision from its correlations (runner.reduce.correlate's): the widest
-    CI over all items (subset "all"). A system level over fewer than MIN_SYSTEMS systems
-    never has a CI (the report says so): it does not count. A CI over fewer than FIRST_CHECK
+    CI over all items (subset "all"). A system level over fewer than MIN_SYSTEMS systems, or
+    over subsets (its "all" is the mean of the subsets' values), never has a CI (the report
+    leaves it empty): it does not count, else it would hold no judge of such a study (Lai et
+    al.'s, two transfer directions) ever. A CI over fewer than FIRST_CHECK
     groups is no width at all: a bootstrap of a handful of groups is too narrow (of one
     group, it is 0: every resample is that group).
 
@@ -259,8 +261,9 @@ def precision_of(rows: Sequence[Correlation], aspect: str) -> Precision:
     Returns:
         Its Precision; width None while some row has no CI.
     """
+    subsets = any(c.subset != "all" for c in rows)
     kept = [c for c in rows if c.subset == "all"
-            and not (c.level == "system" and c.n_systems < MIN_SYSTEMS)]
+            and not (c.level == "system" and (subsets or c.n_systems < MIN_SYSTEMS))]
     top = max(kept, key=_width, default=None)
     n_items, n_groups = max((c.n_items for c in kept), default=0), max(
         (c.n_groups for c in kept), default=0)
