@@ -3,7 +3,7 @@ caching as Anthropic and OpenAI do (tests/fakebilling.py behind tests/fakeprovid
 thread).
 
 Studies: jobs/geval-summeval.toml (G-Eval on SummEval, its `greedy` prompt: the Messages API
-has neither n = 20 nor logprobs for the other two; 800 of its 1,600 items = 100 documents x 16
+has neither n = 20 nor logprobs for the other two; all 1,600 items = 100 documents x 16
 summaries, the first 64 with --quick) and jobs/tst-formality.toml (Lai et al. formality, both
 prompts, every group; 180 items with --quick), each judged by `anthropic:claude-sonnet-4-5`
 and by `openai:gpt-4.1`. Rows:
@@ -16,8 +16,9 @@ and by `openai:gpt-4.1`. Rows:
 - (d) `batch`: (b)'s billed tokens at the Batch API's discount (the table's, 50%), computed,
   not run: a real batch takes minutes to a day, so its wall time is not measured;
 - (e) `until_ci`: `judge run --until-ci 0.1` with prompt caching, and whether its conclusions
-  are the full run's (c) (`conclusions`); a study whose prompts --until-ci refuses
-  (check_until_ci: group prompts) says so (`refused`);
+  are the full run's (c) (`conclusions`), and the lines it printed last (`verdicts`: each
+  judge's reason to stop, n and widest CI); a study whose job --until-ci refuses
+  (check_until_ci) would say so (`refused`);
 - `openai_cookbook`, `openai_online`, `openai_batch`: (a), (b) and (d) with gpt-4.1, whose
   caching is automatic (a prompt of 1,024 tokens or more, in 128-token steps), so (b) is a
   plain `judge run`.
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import json
 import math
 import os
 import re
@@ -66,8 +68,8 @@ UNTIL_CI = 0.1
 LATENCY_S = 0.1
 TIMEOUT_S = 600.0
 STUDIES = {  # name: (job file, prompts kept, --limit, --limit with --quick)
-    # 800 of 1,600 items: the whole bench (10 G-Eval runs) in about 5 minutes on 2 cores
-    "geval_summeval": ("geval-summeval.toml", ("greedy",), 800, 64),
+    # all 1,600 items (800 until 2026-11-27): does --until-ci stop early on the real study
+    "geval_summeval": ("geval-summeval.toml", ("greedy",), None, 64),
     "lai_formality": ("tst-formality.toml", ("single", "multi"), None, 180),
 }
 
@@ -252,6 +254,8 @@ def study(work: Path, name: str, quick: bool) -> dict[str, Any]:
             rows["until_ci"]["requests"] / rows["online"]["requests"], 3)
         rows["until_ci"]["conclusions"] = conclusions(
             work / f"out-{name}-online_cached", work / f"out-{name}-until_ci")
+        manifest = next((work / f"out-{name}-until_ci").glob("*/manifest.json"))
+        rows["until_ci"]["verdicts"] = json.loads(manifest.read_bytes())["until_ci"]
     _ratios({k: v for k, v in rows.items() if not k.startswith("openai")}, rows["cookbook"])
     _ratios({k: v for k, v in rows.items() if k.startswith("openai")}, rows["openai_cookbook"])
     return {"limit": limit, "rows": rows}
@@ -259,14 +263,16 @@ def study(work: Path, name: str, quick: bool) -> dict[str, Any]:
 
 def headline(studies: dict[str, Any]) -> dict[str, Any]:
     """The figures bench/run.py's table shows beside (c)'s: OpenAI's online input cost over its
-    cookbook's, and --until-ci's calls over (b)'s (None where refused)."""
+    cookbook's, and --until-ci's calls over (b)'s on each study (None where refused)."""
     rows = {name: s["rows"] for name, s in studies.items()}
     return {"geval_openai_input_over_cookbook":
             rows["geval_summeval"]["openai_online"]["input_cost_over_cookbook"],
             "lai_openai_input_over_cookbook":
             rows["lai_formality"]["openai_online"]["input_cost_over_cookbook"],
             "geval_until_ci_calls_over_online":
-            rows["geval_summeval"]["until_ci"].get("calls_over_online")}
+            rows["geval_summeval"]["until_ci"].get("calls_over_online"),
+            "lai_until_ci_calls_over_online":
+            rows["lai_formality"]["until_ci"].get("calls_over_online")}
 
 
 def prompt_caching(work: Path, quick: bool) -> dict[str, Any]:

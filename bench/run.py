@@ -153,7 +153,9 @@ HEADLINES: dict[str, list[tuple[str, str, str]]] = {
                 ("Lai et al., gpt-4.1 online: input cost / its cookbook's",
                  "lai_openai_input_over_cookbook", "{:.2f}x"),
                 ("G-Eval, --until-ci 0.1: calls / online's",
-                 "geval_until_ci_calls_over_online", "{:.2f}x")],
+                 "geval_until_ci_calls_over_online", "{:.2f}x"),
+                ("Lai et al., --until-ci 0.1: calls / online's",
+                 "lai_until_ci_calls_over_online", "{:.2f}x")],
 }
 
 

@@ -14,6 +14,8 @@ import orjson
 import pytest
 
 import runner
+from runner.job.load import load_job
+from runner.prepare import drawn_groups, prepare
 from runner.reduce.correlate import Row, correlate
 from runner.reduce.stopping import FIRST_CHECK, precision_of
 from tests.fakeserver import ThreadedServer
@@ -81,17 +83,17 @@ def _run(job: Path, server: ThreadedServer, *options: Any) -> Any:
                      env=clean_env(folder), cwd=folder)
 
 
-def _verdict(stderr: str) -> re.Match[str]:
-    found = re.search(r"  mine / fake/stars: (ci reached|data exhausted|budget|stopped), "
+def _verdict(stderr: str, judge: str = "fake/stars") -> re.Match[str]:
+    found = re.search(rf"  mine / {judge}: (ci reached|data exhausted|budget|stopped), "
                       r"n = (\d+) items in (\d+) groups, widest CI ([0-9.]+) \(overall (\w+) "
                       r"(\w+)\)", stderr)
     assert found, stderr
     return found
 
 
-def _ci_width(out: Path, level: str, method: str) -> float:
+def _ci_width(out: Path, level: str, method: str, judge: str = "fake/stars") -> float:
     with (out / "correlations.csv").open(newline="") as f:
-        row = next(r for r in csv.DictReader(f) if r["judge"] == "fake/stars"
+        row = next(r for r in csv.DictReader(f) if r["judge"] == judge
                    and r["level"] == level and r["method"] == method and r["subset"] == "all")
     return float(row["ci_high"]) - float(row["ci_low"])
 
@@ -128,15 +130,20 @@ def test_a_wide_width_stops_before_the_data_runs_out(judge_server: ThreadedServe
 
 
 @pytest.mark.slow
-def test_a_tiny_width_runs_to_the_end_and_says_so(judge_server: ThreadedServer,
+@pytest.mark.parametrize("per", ["item", "group"])
+def test_a_tiny_width_runs_to_the_end_and_says_so(per: str, judge_server: ThreadedServer,
                                                   tmp_path: Path) -> None:
-    """limits.until_ci = 0.001 (the job key): never reached, every task is called, and the
-    table says `data exhausted` with n = every item."""
-    job = _study(tmp_path, "[limits]\nuntil_ci = 0.001\n")
+    """limits.until_ci = 0.001 (the job key): never reached, every task is called (an item's,
+    or with a group prompt a group's, once), and the table says `data exhausted` with n =
+    every item."""
+    limits = "[limits]\nuntil_ci = 0.001\n"
+    job = _study(tmp_path, limits) if per == "item" else _group_study(tmp_path, extra=limits)
+    if per == "group":
+        judge_server.state.script.reply = _GroupJudge()
     done = _run(job, judge_server)
     assert done.returncode == 0, done.stderr
-    assert judge_server.state.requests == ITEMS
-    verdict = _verdict(done.stderr)
+    assert judge_server.state.requests == (ITEMS if per == "item" else GROUPS)
+    verdict = _verdict(done.stderr, "fake/stars" if per == "item" else "fake/all")
     assert verdict.group(1) == "data exhausted"
     assert (int(verdict.group(2)), int(verdict.group(3))) == (ITEMS, GROUPS)
     assert "tasks not run" not in done.stderr
@@ -179,20 +186,107 @@ def test_until_ci_with_a_shard_is_one_error_line(judge_server: ThreadedServer,
     assert judge_server.state.requests == 0
 
 
+_GROUP = """
+[[prompts]]
+name = "all"
+per = "group"
+template = "group.txt"
+parser = "outputs"
+aspects = ["overall"]
+"""
+_OUTPUT = re.compile(r"^Output (\d+): output (\d+)-\d+ \[\[(\d)\]\]$", re.MULTILINE)
+
+
+def _group_study(folder: Path, item_prompt: bool = False, extra: str = "") -> Path:
+    """_study with the group prompt `all` (one call scores the group's SIZE outputs, as Lai et
+    al.'s prompts do), without or with the item prompt `stars` beside it."""
+    job = _study(folder, extra=extra)
+    text = job.read_text()
+    head, rest = text.split("[[prompts]]", 1)
+    stars, models = rest.split("[models.", 1)
+    job.write_text(head + ("[[prompts]]" + stars if item_prompt else "") + _GROUP + "\n[models."
+                   + models)
+    (folder / "group.txt").write_text("Score each output:\n{{outputs}}")
+    return job
+
+
+class _GroupJudge:
+    """The fake judge of both prompts: the stars an output carries, as `N stars` (an item) or
+    an "Output N / Score: S" block per output (a group); it notes each call's prompt and group
+    (`calls`, in the order they came)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def __call__(self, body: dict[str, Any]) -> str:
+        text = body["messages"][-1]["content"]
+        outputs = _OUTPUT.findall(text)
+        if not outputs:
+            doc = _STARS_DOC.search(text)
+            assert doc, text
+            self.calls.append(("stars", f"d{doc.group(1)}"))
+            return _reply(body)
+        self.calls.append(("all", f"d{outputs[0][1]}"))
+        return "\n".join(f"Output {n}\nScore: {stars}" for n, _, stars in outputs)
+
+
+_STARS_DOC = re.compile(r"output (\d+)-\d+ \[\[")
+
+
+def _drawn(job: Path) -> list[str]:
+    """The study's groups in the order --until-ci judges them (the --sample draw, seed 0)."""
+    items = prepare(load_job(job), job.parent).items["mine"]
+    return [group[0].group for group in drawn_groups(items, 0)]
+
+
 @pytest.mark.slow
-def test_until_ci_offline_with_group_prompts_is_one_error_line(judge_server: ThreadedServer,
-                                                               tmp_path: Path) -> None:
-    # --offline skips the key and budget checks, not this one (it was a KeyError traceback)
-    job = _study(tmp_path)
-    job.write_text(job.read_text().replace('aspects = ["overall"]',
-                                           'aspects = ["overall"]\nper = "group"'))
-    result = _run(job, judge_server, "--until-ci", 0.2, "--offline")
-    assert result.returncode == 2, result.stderr
-    assert error_line(result.stderr) == (
-        f"Error: {job}: --until-ci (limits.until_ci) judges the items of one run group by "
-        'group and cannot run with group prompts (per = "group"); drop one of them')
-    assert "Traceback" not in result.stderr
-    assert judge_server.state.requests == 0
+def test_a_group_prompt_stops_before_the_data_runs_out(tmp_path: Path) -> None:
+    """A group prompt (one call scores every output of a group) under --until-ci 0.45: its
+    groups are called in the drawn order, the judge is stopped after some of them, and the
+    table says `ci reached` with every output of the answered groups counted (SIZE items a
+    call) and the report's own widest CI; the same command again calls nothing. (Refused
+    before: `cannot run with group prompts`.)"""
+    job, fake = _group_study(tmp_path), _GroupJudge()
+    with ThreadedServer() as server:
+        server.state.script.reply = fake
+        first = _run(job, server, "--until-ci", 0.45)
+        assert first.returncode == 0, first.stderr
+        calls = server.state.requests
+        again = _run(job, server, "--until-ci", 0.45)
+        assert again.returncode == 0, again.stderr
+        assert server.state.requests == calls  # resumed: the rule is met from the cache
+    verdict = _verdict(first.stderr, "fake/all")
+    assert verdict.group(1) == "ci reached"
+    assert FIRST_CHECK <= calls < GROUPS
+    assert (int(verdict.group(2)), int(verdict.group(3))) == (SIZE * calls, calls)
+    assert f"--until-ci: {GROUPS - calls} tasks not run" in first.stderr
+    assert {doc for _, doc in fake.calls} == set(_drawn(job)[:calls])  # a prefix of the draw
+    assert float(verdict.group(4)) == pytest.approx(
+        _ci_width(tmp_path / "out", verdict.group(5), verdict.group(6), "fake/all"), abs=1e-3)
+    assert _verdict(again.stderr, "fake/all").group(1) == "ci reached"
+
+
+@pytest.mark.slow
+def test_item_and_group_prompts_go_group_by_group_together(tmp_path: Path) -> None:
+    """An item prompt and a group prompt on one data set: the group prompt's calls come with
+    its group's item calls, not after every item's (a job lists them after), so both judges
+    are checked from the first groups on; each stops on its own CI and has its own line. (One
+    call at a time: the calls come in the order they are handed out.)"""
+    job = _group_study(tmp_path, item_prompt=True, extra="[limits]\nconcurrency = 1\n")
+    fake, drawn = _GroupJudge(), _drawn(job)
+    with ThreadedServer() as server:
+        server.state.script.reply = fake
+        result = _run(job, server, "--until-ci", 0.45)
+    assert result.returncode == 0, result.stderr
+    assert fake.calls[:2 * (SIZE + 1)] == [
+        *[("stars", drawn[0])] * SIZE, ("all", drawn[0]), *[("stars", drawn[1])] * SIZE,
+        ("all", drawn[1])]
+    for prompt, verdict in (("stars", _verdict(result.stderr)), ("all", _verdict(
+            result.stderr, "fake/all"))):
+        called = [doc for p, doc in fake.calls if p == prompt]
+        assert verdict.group(1) == "ci reached"
+        assert int(verdict.group(2)) == len(called) * (1 if prompt == "stars" else SIZE)
+        assert set(called) == set(drawn[:int(verdict.group(3))])
 
 
 def test_the_coverage_script_runs_the_rule_on_real_data(data_dir: Path) -> None:
@@ -251,3 +345,18 @@ def test_a_ci_over_too_few_groups_is_no_width() -> None:
     enough = correlate(rows(FIRST_CHECK), levels=("sample", "dataset"), methods=("spearman",),
                        n_boot=100)
     assert (precision_of(enough, "overall").width or 0) > 0
+
+
+def test_a_system_level_over_subsets_does_not_hold_a_judge_forever() -> None:
+    """Data with subsets (Lai et al.'s two transfer directions): the report's system level over
+    all items is the mean of the subsets' values, with no CI however many groups are judged.
+    It does not count (as a system level over too few systems), else no judge of such a study
+    could ever stop: the widest of the other CIs decides."""
+    rng = random.Random(3)
+    rows = [Row(f"g{g}", f"s{i}", "ab"[g % 2], h + rng.gauss(0, 0.5), h)
+            for g in range(40) for i in range(6) for h in (rng.uniform(1, 5),)]
+    found = correlate(rows, levels=("sample", "dataset", "system"), methods=("kendall",),
+                      n_boot=100)
+    assert [c.ci_low for c in found if c.level == "system" and c.subset == "all"] == [None] * 2
+    precision = precision_of(found, "overall")
+    assert precision.width is not None and precision.widest.split()[1] != "system"

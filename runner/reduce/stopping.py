@@ -2,7 +2,9 @@
 
 A study exists for a few correlations; once their 95% CIs are narrow, more items buy little.
 `UntilCI` hands the pool the judge tasks whole groups at a time, in the order of the
-`--sample` draw (runner.prepare.drawn_groups), and every `every` groups it computes each
+`--sample` draw (runner.prepare.drawn_groups): a group's item prompts' tasks, then its group
+prompts' (per = "group": one task judges every output of the group, and its answer counts for
+all of them once parsed). Every `every` groups it computes each
 judge's CIs from the answers stored so far, exactly as the report does (the same cells, series
 and bootstrap: runner.reduce.correlate with the job's levels, methods, policy, resamples and
 seed). A judge whose every CI (each aspect, level and method, over all items) is narrower
@@ -19,6 +21,7 @@ width does to the CI's coverage (docs/explanation/statistics.md, tools/untilci_c
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 from array import array
 from collections.abc import Iterator, Sequence
@@ -85,15 +88,25 @@ class UntilCI:
         """data set -> the group after which it is checked next."""
 
     def tasks(self) -> Iterator[Task]:
-        """Every judge task, a data set's groups in drawn order."""
-        group_of = {(it.dataset, it.item_id): it.group or it.item_id
-                    for items in self.drawn.items.values() for it in items}
-        unit: tuple[str, str] | None = None
+        """Every judge task, a data set's groups in drawn order: each group's item prompts'
+        tasks, then its group prompts' (which name the group by its members)."""
+        place: dict[tuple[str, str], tuple[int, int]] = {}
+        for d, (name, items) in enumerate(self.drawn.items.items()):
+            first: dict[str, int] = {}  # group -> its place
+            for it in items:
+                place[name, it.item_id] = (d, first.setdefault(it.group or it.item_id, len(first)))
+
+        def where(task: Task) -> tuple[int, int]:
+            return place[task.dataset, task.members[0] if task.members else task.item_id]
+
+        unit: tuple[int, int] | None = None
         groups = 0
-        for task in self.drawn.tasks():
-            here = (task.dataset, group_of[task.dataset, task.item_id])
+        # an Expansion lists a data set's item prompts' tasks, then its group prompts': the two
+        # streams, each in drawn order, merged group by group
+        for task in heapq.merge(*(e.tasks() for e in _by_kind(self.drawn)), key=where):
+            here = where(task)
             if here != unit:
-                groups = groups + 1 if unit is not None and unit[0] == task.dataset else 1
+                groups = groups + 1 if unit is not None and unit[0] == here[0] else 1
                 unit = here
             self.ordinal.setdefault(task.key, groups)
             seen, places = self.seen.setdefault(task.dataset, ([], array("i")))
@@ -167,14 +180,16 @@ class UntilCI:
         if upto is not None:
             tasks = tasks[:bisect.bisect_right(places, upto)]
         judged = list(judge(self.expansion, self.cache, failures=self.stats.failures,
-                            tasks=tasks, count=len(tasks)))  # one judgment a task: item prompts
+                            tasks=tasks, count=len(tasks)))
+        # a judgment a task, one per member for a group prompt's: each with its group's place
+        at = [g for t, g in zip(tasks, places, strict=False) for _ in t.members or (g,)]
         # whole groups only: a group with a call in flight would enter its sample-level
         # coefficient with some of its items (two of three: +-1)
         settled = set(self.stats.failures).union(self.stats.missing)
-        open_ = {g for j, g in zip(judged, places, strict=False)
+        open_ = {g for j, g in zip(judged, at, strict=True)
                  if j.raw is None and j.task.key not in settled}
         builder = CellBuilder(self.expansion)
-        for j, g in zip(judged, places, strict=False):
+        for j, g in zip(judged, at, strict=True):
             if g not in open_:
                 t = j.task
                 builder.add(t.dataset, j.item, (t.prompt, t.aspect, t.model), j.score, None)
@@ -203,6 +218,15 @@ class UntilCI:
         return lines
 
 
+def _by_kind(expansion: Expansion) -> list[Expansion]:
+    """The expansion, or, when its job has both item and group prompts, one expansion of each
+    kind (their tasks, keys and order the same: a task is rendered from its own prompt)."""
+    kinds = [tuple(p for p in expansion.job.prompts if p.per == per) for per in ("item", "group")]
+    if not all(kinds):
+        return [expansion]
+    return [replace(expansion, job=replace(expansion.job, prompts=k)) for k in kinds]
+
+
 def check_every(groups: int) -> int:
     """Groups between two checks of a data set of `groups` groups (the first after
     FIRST_CHECK): at most MAX_CHECKS checks.
@@ -223,8 +247,10 @@ def _width(c: Correlation) -> float:
 
 def precision_of(rows: Sequence[Correlation], aspect: str) -> Precision:
     """One aspect's Precision from its correlations (runner.reduce.correlate's): the widest
-    CI over all items (subset "all"). A system level over fewer than MIN_SYSTEMS systems
-    never has a CI (the report says so): it does not count. A CI over fewer than FIRST_CHECK
+    CI over all items (subset "all"). A system level over fewer than MIN_SYSTEMS systems, or
+    over subsets (its "all" is the mean of the subsets' values), never has a CI (the report
+    leaves it empty): it does not count, else it would hold no judge of such a study (Lai et
+    al.'s, two transfer directions) ever. A CI over fewer than FIRST_CHECK
     groups is no width at all: a bootstrap of a handful of groups is too narrow (of one
     group, it is 0: every resample is that group).
 
@@ -235,8 +261,9 @@ def precision_of(rows: Sequence[Correlation], aspect: str) -> Precision:
     Returns:
         Its Precision; width None while some row has no CI.
     """
+    subsets = any(c.subset != "all" for c in rows)
     kept = [c for c in rows if c.subset == "all"
-            and not (c.level == "system" and c.n_systems < MIN_SYSTEMS)]
+            and not (c.level == "system" and (subsets or c.n_systems < MIN_SYSTEMS))]
     top = max(kept, key=_width, default=None)
     n_items, n_groups = max((c.n_items for c in kept), default=0), max(
         (c.n_groups for c in kept), default=0)

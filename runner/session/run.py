@@ -78,7 +78,7 @@ class Run:
         Raises:
             MissingKeyError: a model or endpoint without its key.
             ConfigError: a budget with a model without a price; --until-ci with a shard, a
-                batch, a generation stage or group prompts.
+                batch or a generation stage.
         """
         if not self.offline:
             check_keys(self.sel.job, self.environ)

@@ -323,7 +323,8 @@ def check_budget(job: Job, budget: float | None) -> None:
 
 
 def check_until_ci(job: Job, *, sharded: bool, batch: bool) -> None:
-    """--until-ci can run this job: one process, online, item prompts, no generation stage.
+    """--until-ci can run this job: one process (a shard would stop on its own groups' CIs),
+    online (a batch is bought whole), no generation stage (its calls would all be made first).
 
     Args:
         job: the job, its limits with until_ci.
@@ -336,9 +337,7 @@ def check_until_ci(job: Job, *, sharded: bool, batch: bool) -> None:
     if job.limits.until_ci is None:
         return
     why = ("--shard" if sharded else "--batch (a batch is bought whole)" if batch
-           else "a generation stage" if job.generate
-           else "group prompts (per = \"group\")" if any(p.per == "group" for p in job.prompts)
-           else None)
+           else "a generation stage" if job.generate else None)
     if why is not None:
         raise ConfigError(f"{job.path}: --until-ci (limits.until_ci) judges the items of one "
                           f"run group by group and cannot run with {why}; drop one of them")
