@@ -19,7 +19,7 @@ from runner.job.spec import JurySpec
 from runner.reduce.cells import CellBuilder, Cells, grouped
 from runner.reduce.correlate import Row, correlate
 from runner.reduce.judgments import Judgment
-from runner.reduce.jury import judge_name, verdicts
+from runner.reduce.jury import judge_name, member, verdict
 from runner.report import reliability as report_reliability
 from runner.report import tables as report_tables
 from runner.report.write import judge_rows
@@ -122,7 +122,15 @@ def _reference_cells(judgments: list[Judgment], juries: tuple[JurySpec, ...]
     scores = {key: cell[1] for key, cell in gathered.items()}
     items = {(key[0], key[1]): cell[0] for key, cell in gathered.items()}
     for jury in juries:
-        for (dataset, item_id, aspect), score in verdicts(jury, scores).items():
+        members = {member(j) for j in jury.judges}
+        pooled: dict[tuple[str, str, str], list[float]] = {}
+        for (dataset, item_id, prompt, aspect, model), score in scores.items():
+            if (model, prompt) in members:
+                votes = pooled.setdefault((dataset, item_id, aspect), [])
+                votes += [] if score is None else [score]
+        quorum = jury.quorum or len(jury.judges)
+        for (dataset, item_id, aspect), votes in pooled.items():
+            score = verdict(jury.method, votes) if len(votes) >= quorum else None
             gathered[dataset, item_id, "", aspect, jury.name] = [items[dataset, item_id], score,
                                                                  ()]
     return gathered
