@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -307,21 +307,6 @@ class Ledger:
         return {k for (k,) in self._db.execute(
             "SELECT k.key FROM batch_keys k JOIN batches b ON b.file_id = k.file_id "
             "WHERE b.ingested = 0")}
-
-    def count_submissions(self, keys: Iterable[str]) -> Iterator[tuple[str, int]]:
-        """How many batches each key was submitted in (for checks and tests).
-
-        Args:
-            keys: cache keys.
-
-        Returns:
-            (key, the number of created batches holding it), in the order of `keys`.
-        """
-        for key in keys:
-            (n,) = self._db.execute("SELECT COUNT(*) FROM batch_keys k JOIN batches b ON "
-                                    "b.file_id = k.file_id WHERE k.key = ? AND b.batch_id IS "
-                                    "NOT NULL", (key,)).fetchone()
-            yield key, int(n)
 
     def _tx(self) -> _Transaction:
         return _Transaction(self._db, self.path)
