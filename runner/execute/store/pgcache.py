@@ -83,8 +83,8 @@ class PgCache(LeasedSession):
         self._owner: tuple[Owner, float] | None = None  # the run claiming keys here, its TTL
         try:
             self._ensure_schema()
-            self.replayed = replay(self._spilled, self._insert_rows)
-            """Answers an earlier run kept while this database was away (`keep`), stored now."""
+            # answers an earlier run kept while this database was away (`keep`), stored now
+            replay(self._spilled, self._insert_rows)
         except BaseException:
             self.close()
             raise
