@@ -24,6 +24,7 @@ created now over the file already uploaded, never a second upload).
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import time
 from collections.abc import Sequence
@@ -228,7 +229,7 @@ class BatchLedger(Protocol):
     def __exit__(self, *exc: object) -> None: ...
 
 
-class Ledger:
+class Ledger(contextlib.AbstractContextManager["Ledger"]):
     """The batches of one cache directory, in its batches.sqlite."""
 
     def __init__(self, cache_dir: Path) -> None:
@@ -314,9 +315,6 @@ class Ledger:
     def close(self) -> None:
         """`BatchLedger.close`."""
         self._db.close()
-
-    def __enter__(self) -> Ledger:
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
