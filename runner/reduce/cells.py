@@ -97,12 +97,6 @@ class Cells:
         return names, np.array([where[judge_name(m, p)] for p, _, m in self.judges],
                                dtype=np.int32)
 
-    def keys(self) -> list[tuple[str, str, str, str, str]]:
-        """(dataset, item_id, prompt, aspect, model) of every cell, in order (for tests and
-        small tables)."""
-        return [(self.datasets[int(self.item_dataset[i])], self.items[i].item_id, *j[:2], j[2])
-                for i, j in zip(self.item.tolist(), (self.judges[c] for c in self.judge.tolist()),
-                                strict=True)]
 
 
 def grouped(keys: npt.NDArray[np.integer[Any]], size: int
