@@ -50,6 +50,9 @@ class MemoryCache(Cache):
     def append(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
         return self.put_many(items)
 
+    def check_room(self) -> None:
+        pass  # nothing on disk
+
     def fold(self) -> None:
         pass
 

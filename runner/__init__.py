@@ -65,18 +65,15 @@ __all__ = [
     "__version__",
 ]
 
-_LAZY = {**dict.fromkeys(("ModelPlan", "Results", "RunResult", "TaskSelection", "arun",
-                           "load_job", "plan", "rescore", "results", "run"), "api"),
-         **dict.fromkeys(("APIError", "AuthError", "CacheAwayError", "CacheError", "ConfigError",
-                          "ConnectError", "DataError", "DiskFullError", "MissingKeyError",
-                          "ReportError", "RequestError", "RetryableError", "RunnerError"),
-                         "errors")}
-"""The public names by their module, imported on first use (PEP 562): every process imports
-this package, the store's spawned reader process included (`python -m runner.execute.store.
-reader`), and the API's pipeline modules took them ~0.1 s more to start (-X importtime). And
-`import runner` is the console entry's first step (`from runner.cli import judge`), before any
-handler of ours: importing nothing there (typing and runner.errors took ~6 ms) leaves a Ctrl-C
-almost no moment to print a traceback from (runner.cli.judge catches it after)."""
+_LAZY = {name: "errors" if name.endswith("Error") else "api"
+         for name in __all__ if name != "__version__"}
+"""The public names by their module (the exceptions runner.errors', the rest runner.api's),
+imported on first use (PEP 562): every process imports this package, the store's spawned reader
+process included (`python -m runner.execute.store.reader`), and the API's pipeline modules
+took them ~0.1 s more to start (-X importtime). And `import runner` is the console entry's
+first step (`from runner.cli import judge`), before any handler of ours: importing nothing
+there (typing and runner.errors took ~6 ms) leaves a Ctrl-C almost no moment to print a
+traceback from (runner.cli.judge catches it after)."""
 
 
 def __getattr__(name: str) -> object:

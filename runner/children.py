@@ -70,7 +70,7 @@ def unframed(pipe: IO[bytes]) -> bytes | None:
     return data if len(data := pipe.read(size)) == size else None
 
 
-class Spawned:
+class Spawned(contextlib.AbstractContextManager["Spawned"]):
     """`python -P -m module args...` in a fresh interpreter, its stdin, stdout and stderr piped
     to this process. -P keeps the current folder off sys.path (a user's own ./runner would
     shadow ours), and PYTHONPATH leads to this package. Use as a context manager, which always
@@ -133,9 +133,6 @@ class Spawned:
         self.end()
         if self.process.stderr is not None:
             self.process.stderr.close()
-
-    def __enter__(self) -> Spawned:
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()

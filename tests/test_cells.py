@@ -19,7 +19,7 @@ from runner.job.spec import JurySpec
 from runner.reduce.cells import CellBuilder, Cells, grouped
 from runner.reduce.correlate import Row, correlate
 from runner.reduce.judgments import Judgment
-from runner.reduce.jury import judge_name, verdicts
+from runner.reduce.jury import judge_name, member, verdict
 from runner.report import reliability as report_reliability
 from runner.report import tables as report_tables
 from runner.report.write import judge_rows
@@ -102,6 +102,13 @@ def _expansion(items: dict[str, list[Item]], juries: tuple[JurySpec, ...]) -> An
         judges=lambda p: [types.SimpleNamespace(name=m) for m in MODELS])
 
 
+def _keys(cells: Cells) -> list[tuple[str, str, str, str, str]]:
+    """(dataset, item_id, prompt, aspect, model) of every cell, in order."""
+    return [(cells.datasets[int(cells.item_dataset[i])], cells.items[i].item_id, *j[:2], j[2])
+            for i, j in zip(cells.item.tolist(), (cells.judges[c] for c in cells.judge.tolist()),
+                            strict=True)]
+
+
 # --- the reference: the dict of cells and the reports read from it (f08defe) ------------------
 
 def _reference_cells(judgments: list[Judgment], juries: tuple[JurySpec, ...]
@@ -122,7 +129,15 @@ def _reference_cells(judgments: list[Judgment], juries: tuple[JurySpec, ...]
     scores = {key: cell[1] for key, cell in gathered.items()}
     items = {(key[0], key[1]): cell[0] for key, cell in gathered.items()}
     for jury in juries:
-        for (dataset, item_id, aspect), score in verdicts(jury, scores).items():
+        members = {member(j) for j in jury.judges}
+        pooled: dict[tuple[str, str, str], list[float]] = {}
+        for (dataset, item_id, prompt, aspect, model), score in scores.items():
+            if (model, prompt) in members:
+                votes = pooled.setdefault((dataset, item_id, aspect), [])
+                votes += [] if score is None else [score]
+        quorum = jury.quorum or len(jury.judges)
+        for (dataset, item_id, aspect), votes in pooled.items():
+            score = verdict(jury.method, votes) if len(votes) >= quorum else None
             gathered[dataset, item_id, "", aspect, jury.name] = [items[dataset, item_id], score,
                                                                  ()]
     return gathered
@@ -228,7 +243,7 @@ def test_columnar_reports_equal_those_of_the_dict_of_cells(
     want = _reference_cells(judgments, juries)
     tables = report_tables.collect(expansion, judgments, io.BytesIO(), juries)
 
-    assert tables.cells.keys() == list(want)
+    assert _keys(tables.cells) == list(want)
     got_scores = io.BytesIO()
     report_tables.scores_csv(tables, got_scores)  # type: ignore[arg-type]
     assert got_scores.getvalue() == _reference_scores(want)
@@ -307,7 +322,7 @@ def test_an_item_or_a_judge_the_job_does_not_list_gets_cells_of_its_own() -> Non
     builder.add("d", listed, ("p", "a", "late"), 5.0, None)
     builder.add("d", listed, ("p", "a", "m"), 1.0, None)  # a second sample of a cell
     cells = builder.finish()
-    assert cells.keys() == [("d", "stray", "p", "a", "m"), ("d", "listed", "p", "a", "m"),
+    assert _keys(cells) == [("d", "stray", "p", "a", "m"), ("d", "listed", "p", "a", "m"),
                             ("d", "stray", "p", "a", "late"), ("d", "listed", "p", "a", "late")]
     assert cells.score.tolist() == [4.0, 1.5, 3.0, 5.0]
 
@@ -339,7 +354,7 @@ def test_failures_are_counted_by_type_and_an_unknown_type_not_at_all() -> None:
 
 def test_no_cells_are_empty_columns() -> None:
     for cells in (Cells.empty(), CellBuilder(_expansion({"d": [_item("i")]}, ())).finish()):
-        assert isinstance(cells, Cells) and len(cells) == 0 and cells.keys() == []
+        assert isinstance(cells, Cells) and len(cells) == 0 and _keys(cells) == []
         assert not hasattr(cells, "__dict__")  # slots
         for column in (cells.item, cells.judge, cells.score, cells.scored):
             assert column.shape == (0,)

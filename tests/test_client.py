@@ -22,12 +22,22 @@ from runner.errors import (
     RetryableError,
     scrub,
 )
-from runner.execute.client import MAX_WAIT_S, post_chat, retry_after
+from runner.execute.client import MAX_WAIT_S, Response, retry_after, send, timeout_of
 from tests.fakeserver import ThreadedServer
 
 BODY = {"model": "judge", "messages": [{"role": "user", "content": "Rate {this}."}],
         "temperature": 0}
 RAW = orjson.dumps(BODY)
+
+
+async def post_chat(session: aiohttp.ClientSession, url: str, body: bytes, *,
+                    api_key: str | None, timeout_s: float) -> Response:
+    """One chat-completions request through `send`, as an OpenAI-compatible provider's route
+    sends it (a Bearer key when there is one)."""
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    return await send(session, url, body, headers=headers, timeout=timeout_of(timeout_s))
 
 
 def _error_body(message: str) -> bytes:

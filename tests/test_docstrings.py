@@ -16,8 +16,6 @@ ALLOWED = {
     "runner/execute/store/cache.py",
     "runner/execute/store/pgcache.py",
     "runner/execute/batch.py",
-    # being reworked in parallel this round as well; same fate as the four above
-    "runner/execute/pool.py",
 }
 
 

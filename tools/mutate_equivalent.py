@@ -72,7 +72,7 @@ EQUIVALENT: tuple[tuple[str, str, str, str], ...] = (
     (_REDUCE_CELLS, "_means", "<= _EXACT)", "sums at 2**52 are exact too"),
     # zip(strict=True) only checks lengths these columns have by construction
     *((_REDUCE_CELLS, function, "strict=(False)", "columns of one length by construction")
-      for function in ("keys", "grouped", "_means", "_with_juries")),
+      for function in ("grouped", "_means")),
     (_REDUCE_CELLS, "grouped", "(len(distinct) <= 2 ** 15)",
      "ranks run to len - 1: 32,767 fits int16"),
     (_REDUCE_CELLS, "grouped", "(2 * 15)", "a smaller bound: int32 ranks, the same values"),

@@ -105,7 +105,7 @@ def open_ledger(sel: WorkingSet) -> BatchLedger:
         (request files then kept in the local cache folder), else in the cache folder.
     """
     if sel.cache_url:  # a postgresql:// URL: api.selection checked it
-        from runner.execute.pgledger import PgLedger  # psycopg: only for a PostgreSQL cache
+        from runner.execute.pgledger import PgLedger  # psycopg, 0.10 s: PostgreSQL only
         return PgLedger(sel.cache_url, sel.cache_dir / FILES)
     return Ledger(sel.cache_dir)
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from runner.api import run_async
 from runner.cli.options import data_dir
 from runner.errors import ConfigError
 
@@ -48,9 +49,8 @@ def serve(folder: Path, host: str, port: int, annotator: str | None,
       judge serve --host 0.0.0.0 --port 8080
     """
     # here: aiohttp's server and numpy (the diff's bootstrap) are not needed at start-up
-    from runner.api import run_async
-    from runner.serve import Desk, make_app, new_token
-    from runner.serve import serve as serve_app
+    from runner.serve import Desk, make_app, new_token  # 0.37 s after runner.cli.main
+    from runner.serve import serve as serve_app  # (the same module)
     if not folder.is_dir():
         raise ConfigError(f"{folder}: no such folder; give a folder of runs (runs/) or a job's "
                           "report folder")

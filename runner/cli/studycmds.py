@@ -128,8 +128,8 @@ def _three_ways(plans: list[ModelPlan]) -> str:
 
 def _plan_power(sel: api.WorkingSet, judges: tuple[str, str], width: float) -> None:
     """judge plan --power: power.csv and its table, from the cached pilot."""
-    # numpy: report.reliability 0.31 s and report.write 0.42 s to import, `plan` without --power
-    # pays neither
+    # numpy: report.reliability 0.31 s, report.significance 0.14 s and report.write 0.42 s to
+    # import, `plan` without --power pays none
     from runner.report.reliability import csv_bytes
     from runner.report.significance import POWER_COLUMNS, power_lines, power_rows
     from runner.report.write import collect, judge_rows, write_atomic
@@ -187,7 +187,7 @@ def compare(task_selection: TaskSelection, judges: tuple[str, str], permutations
     and, with --permutations N, a paired permutation test (permutation_p), e.g.
     `judge compare tst-formality --judges gpt35/single gpt35/multi --permutations 10000`.
     """
-    # numpy, 0.31 s + 0.42 s to import: only `judge compare` pays them
+    # numpy, 0.31 s + 0.14 s + 0.42 s to import: only `judge compare` pays them
     from runner.report.reliability import csv_bytes
     from runner.report.significance import SIGNIFICANCE_COLUMNS, significance
     from runner.report.write import COMPARE_COLUMNS, collect, comparison, judge_rows, write_atomic

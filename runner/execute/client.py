@@ -21,7 +21,7 @@ import orjson
 
 from runner.errors import APIError, AuthError, ConnectError, RequestError, RetryableError, scrub
 
-__all__ = ["Response", "post_chat", "retry_after", "send", "timeout_of"]
+__all__ = ["Response", "retry_after", "send", "timeout_of"]
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 REQUEST_STATUS = frozenset({400, 404, 413, 422})
@@ -48,29 +48,6 @@ class Response(NamedTuple):
     raw: bytes | None = None
     """The body as received when it is `data` itself (no `decode`): valid JSON (it decoded),
     stored as it came instead of serialised again."""
-
-
-async def post_chat(session: aiohttp.ClientSession, url: str, body: bytes, *,
-                    api_key: str | None, timeout_s: float) -> Response:
-    """Send one OpenAI-style chat-completions request with a Bearer key.
-
-    Args:
-        session: the run's aiohttp session.
-        url: the full chat-completions URL.
-        body: the request's JSON bytes.
-        api_key: sent as `Authorization: Bearer`; None sends no key.
-        timeout_s: seconds for the whole request, connection to last byte.
-
-    Returns:
-        The checked answer (see `send`).
-
-    Raises:
-        APIError: a subclass saying what to do about it, as `send` classifies.
-    """
-    headers = {"Content-Type": "application/json"}
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    return await send(session, url, body, headers=headers, timeout=timeout_of(timeout_s))
 
 
 async def send(session: aiohttp.ClientSession, url: str, body: bytes, *,

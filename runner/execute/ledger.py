@@ -24,9 +24,10 @@ created now over the file already uploaded, never a second upload).
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -228,7 +229,7 @@ class BatchLedger(Protocol):
     def __exit__(self, *exc: object) -> None: ...
 
 
-class Ledger:
+class Ledger(contextlib.AbstractContextManager["Ledger"]):
     """The batches of one cache directory, in its batches.sqlite."""
 
     def __init__(self, cache_dir: Path) -> None:
@@ -308,30 +309,12 @@ class Ledger:
             "SELECT k.key FROM batch_keys k JOIN batches b ON b.file_id = k.file_id "
             "WHERE b.ingested = 0")}
 
-    def count_submissions(self, keys: Iterable[str]) -> Iterator[tuple[str, int]]:
-        """How many batches each key was submitted in (for checks and tests).
-
-        Args:
-            keys: cache keys.
-
-        Returns:
-            (key, the number of created batches holding it), in the order of `keys`.
-        """
-        for key in keys:
-            (n,) = self._db.execute("SELECT COUNT(*) FROM batch_keys k JOIN batches b ON "
-                                    "b.file_id = k.file_id WHERE k.key = ? AND b.batch_id IS "
-                                    "NOT NULL", (key,)).fetchone()
-            yield key, int(n)
-
     def _tx(self) -> _Transaction:
         return _Transaction(self._db, self.path)
 
     def close(self) -> None:
         """`BatchLedger.close`."""
         self._db.close()
-
-    def __enter__(self) -> Ledger:
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()

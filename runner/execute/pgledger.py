@@ -21,6 +21,7 @@ messages carry the URL without its password. Request files stay on the machine t
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -51,7 +52,7 @@ SCHEMA: tuple[LiteralString, ...] = (
 )
 
 
-class PgLedger:
+class PgLedger(contextlib.AbstractContextManager["PgLedger"]):
     """The batches of one PostgreSQL cache; request files in `files` on this machine."""
 
     def __init__(self, url: str, files: Path) -> None:
@@ -167,9 +168,6 @@ class PgLedger:
     def close(self) -> None:
         """`BatchLedger.close`."""
         self._conn.close()
-
-    def __enter__(self) -> PgLedger:
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()

@@ -1,20 +1,18 @@
 """The worker pool: cache hit, or limiter -> POST -> store, with retries and a clean stop.
 
-N workers pull from one stream of the tasks to call (cache hits and duplicate keys skipped,
-looked up in batches). A response is handed to the store the moment it arrives, with no
-`await` in between (group commit, runner.execute.commits): the answers that arrive in one turn
-of the event loop are stored together at the end of that turn (`append`: a diskcache folder
-writes them to its journal, one write), and an answer counts as done (in the counters, the
-progress line and the manifest) only once that store has returned. A kill -9 loses at most the
-answers of the turn in progress, which were never counted; a cancel or an error stores whatever
-was received before `execute` returns or raises, and every answer is in SQLite (`fold`) when it
-does (on a full disk: in the journal, or a spill file the next open folds). A full cache disk
-pauses dispatch while the answers it refused are held (commits.py).
-Before they are sent, the keys of each batch of cache misses are claimed in the cache
-(runner/execute/claims.py): a key another live run is buying waits for that run's answer.
-A 429 pauses dispatch for the whole pool for the advised time. Setting `stop` (the first Ctrl-C)
-stops dispatching and retrying; in-flight requests finish. Cancelling the caller (the second
-Ctrl-C) cancels them.
+N workers pull from one stream of the tasks to call (runner.execute.dispatch: cache hits and
+duplicate keys skipped, looked up in batches, the keys claimed, the budget reserved). A
+response is handed to the store the moment it arrives, with no `await` in between (group
+commit, runner.execute.commits): the answers that arrive in one turn of the event loop are
+stored together at the end of that turn (`append`: a diskcache folder writes them to its
+journal, one write), and an answer counts as done (in the counters, the progress line and the
+manifest) only once that store has returned. A kill -9 loses at most the answers of the turn in
+progress, which were never counted; a cancel or an error stores whatever was received before
+`execute` returns or raises, and every answer is in SQLite (`fold`) when it does (on a full
+disk: in the journal, or a spill file the next open folds). A full cache disk pauses dispatch
+while the answers it refused are held (commits.py). A 429 pauses dispatch for the whole pool
+for the advised time. Setting `stop` (the first Ctrl-C) stops dispatching and retrying;
+in-flight requests finish. Cancelling the caller (the second Ctrl-C) cancels them.
 """
 
 from __future__ import annotations
@@ -31,26 +29,25 @@ import orjson
 from runner.errors import (
     APIError,
     AuthError,
-    CacheAwayError,
     RequestError,
     RetryableError,
     RunnerError,
     redact_url,
 )
-from runner.estimate import estimate_cost, model_price
+from runner.estimate import model_price
 from runner.execute.breaker import Breaker, refused, too_long
-from runner.execute.claims import Claims
 from runner.execute.client import Response, send, timeout_of
 from runner.execute.commits import Commits, Pending
+from runner.execute.dispatch import Dispatch
 from runner.execute.fleet import Fleet, Replica, fleet_for
 from runner.execute.limiter import Limiter
 from runner.execute.prefixes import PrefixGate
 from runner.execute.stats import RunStats
-from runner.execute.store.backend import CacheBackend, cached_flag_batches
+from runner.execute.store.backend import CacheBackend
 from runner.execute.store.cache import answer_record
 from runner.job.bill import Tokens
 from runner.job.spec import Limits, ModelSpec
-from runner.tasks import Task, task_key
+from runner.tasks import Task
 
 __all__ = ["Endpoint", "RunStats", "backoff", "execute"]
 
@@ -77,7 +74,15 @@ class Endpoint:
 
 
 def backoff(attempt: int, retry_after: float | None = None) -> float:
-    """Capped exponential backoff with full jitter; a server's Retry-After is a floor."""
+    """Capped exponential backoff with full jitter; a server's Retry-After is a floor.
+
+    Args:
+        attempt: the failed attempt's number, from 0.
+        retry_after: the server's Retry-After in seconds, if it sent one.
+
+    Returns:
+        The seconds to wait before the next attempt.
+    """
     delay = random.uniform(0.5, 1.0) * min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2.0**attempt)
     return max(delay, retry_after) if retry_after is not None else delay
 
@@ -88,7 +93,7 @@ class _Pool:
     def __init__(self, cache: CacheBackend, session: aiohttp.ClientSession,
                  endpoints: Mapping[str, Endpoint], limits: Limits, stop: asyncio.Event,
                  stats: RunStats, on_progress: Callable[[RunStats], None],
-                 say: Callable[[str], None]) -> None:
+                 say: Callable[[str], None], budget: float | None) -> None:
         self.cache, self.session, self.endpoints = cache, session, endpoints
         self.limits, self.stop, self.stats, self.on_progress = limits, stop, stats, on_progress
         self.limiters = {name: Limiter(e.model.rpm or limits.rpm, e.model.tpm or limits.tpm)
@@ -100,7 +105,9 @@ class _Pool:
         self.timeout = timeout_of(limits.timeout_s)
         self.loop = asyncio.get_running_loop()
         self.commits = Commits(cache, self.loop, self._stored, self._not_stored, say)
-        self.claims = Claims(cache, stop, stats, on_progress)  # keys bought by this run only
+        self.dispatch = Dispatch(cache, stats, self.commits, stop, on_progress,
+                                 {name: e.model for name, e in endpoints.items()}, budget)
+        self.claims = self.dispatch.claims
         self.identity = {name: redact_url(e.model.endpoint) for name, e in endpoints.items()}
         """model -> the endpoint recorded with its answers (a property computed once, here),
         without a token its base URL may carry (`?key=`): no secret reaches the cache."""
@@ -119,30 +126,39 @@ class _Pool:
         while (delay := self.resume_at - self.loop.time()) > 0 and not self.stop.is_set():
             await self._sleep_unless_stopped(delay)
 
-    def away(self, exc: CacheAwayError) -> bool:
-        """A lookup or a claim found the cache's database away: dispatch waits for it; whether
-        to ask again once it is back (not if the run is stopping)."""
-        self.commits.hold_off(exc)
-        return self.commits.error is None and not self.stop.is_set()
+    async def work(self, todo: Iterator[Task | None]) -> None:
+        """One worker: sends the tasks it pulls from `todo` (shared by every worker) until it is
+        empty, then those deferred to another run's claims that this run takes over.
 
-    def afford(self, tasks: list[Task], budget: float | None) -> list[Task]:
-        """Those of `tasks` (claimed: this run buys them) whose cost fits in `budget` (none:
-        all), reserved; from the first that does not, the run is over its budget and the
-        rest are not run, their claims given back. Reserved once claimed, not before: a task
-        deferred to another run's claim costs this run nothing unless it takes the claim
-        over (deferred ones kept their share before, and stopped the run early)."""
-        if budget is None:
-            return tasks
-        stats = self.stats
-        for at, task in enumerate(tasks):
-            cost = _reserved_cost(self, task)
-            if stats.budget_stopped or stats.committed_cost + cost > budget:
-                stats.budget_stopped = True
-                stats.missing.extend(task.key for task in tasks[at:])
-                self.claims.give_up([task.key for task in tasks[at:]])
-                return tasks[:at]
-            stats.committed_cost += cost
-        return tasks
+        Args:
+            todo: the stream of tasks to send (Dispatch.to_call).
+        """
+        unproven = self.breaker.unproven
+        for task in todo:
+            if task is None:  # the cache's database away: dispatch waits until it is back
+                await self.commits.until_room(self.stop)
+                continue
+            release = await self.prefixes.enter(task) if task.prefix else None
+            try:
+                if task.model in unproven:
+                    await self.probe(task)
+                else:  # called directly: a coroutine level costs at every resumption
+                    await self.run_task(task)
+            finally:
+                if release is not None:  # the prefix is written: its other requests go
+                    release()
+        while (later := await self.claims.deferred()) is not None:  # another run's claims
+            if self.dispatch.afford([later]):
+                await (self.probe(later) if later.model in unproven else self.run_task(later))
+
+    def close(self) -> None:
+        """Store the answers received in the last turn or before a cancel (those held while
+        the disk is full: elsewhere), fold them into SQLite, give the claims back."""
+        self.commits.flush()
+        self.commits.settle()
+        self.commits.fold()
+        self.claims.close()
+        self.commits.close()
 
     def pause(self, seconds: float) -> None:
         self.resume_at = max(self.resume_at, self.loop.time() + seconds)
@@ -313,58 +329,44 @@ async def execute(tasks: Iterable[Task], *, cache: CacheBackend, session: aiohtt
                   holds: Callable[[Task], bool] | None = None) -> RunStats:
     """Make sure every task has a cached answer, calling the API only for those that don't.
 
-    Returns the run's counters; failed tasks are in `failures`, never in the cache. `hashes`:
-    the key hashes of tasks the caller already counted as cache hits (see
-    RunStats.settle_repeats), so that their repeats among `tasks` count as repeats. `say`
-    tells the user of a cache disk that is full and of the answers held meanwhile
-    (runner.execute.commits). `holds`: asked of each task to send as a worker takes it (see
-    _unheld).
+    Args:
+        tasks: the tasks, in order.
+        cache: the open cache.
+        session: the HTTP session the requests go through.
+        endpoints: model name -> where it is served.
+        limits: the job's limits (concurrency, retries, rates, timeouts).
+        stop: set to stop dispatching and retrying (the first Ctrl-C).
+        offline: send nothing: the uncached tasks are listed as missing.
+        budget: --budget in dollars, None without one.
+        total: the task count, for new counters.
+        stats: a run's counters to add to, instead of new ones.
+        on_progress: called with the counters when they change.
+        hashes: the key hashes of tasks the caller already counted as cache hits (see
+            RunStats.settle_repeats), so that their repeats among `tasks` count as repeats.
+        say: tells the user of a cache disk that is full and of the answers held meanwhile
+            (runner.execute.commits).
+        holds: asked of each task to send as a worker takes it (Dispatch.unheld).
+
+    Returns:
+        The run's counters; failed tasks are in `failures`, never in the cache.
     """
     stats = stats if stats is not None else RunStats(total=total)  # or add to a run's counters
     stop = stop or asyncio.Event()
-    pool = _Pool(cache, session, endpoints, limits, stop, stats, on_progress, say)
-    # One stream of the tasks to call, pulled by every worker: a plain generator (no await
-    # inside, so one worker's `next` ends before another's starts). A dispatcher task feeding
-    # a queue cost a task switch per answer at zero latency.
-    todo = _to_call(tasks, pool, offline=offline, budget=budget,
-                    hashes=array.array("q") if hashes is None else hashes)
+    pool = _Pool(cache, session, endpoints, limits, stop, stats, on_progress, say, budget)
+    todo = pool.dispatch.to_call(tasks, offline=offline,
+                                 hashes=array.array("q") if hashes is None else hashes)
     if holds is not None:
-        todo = _unheld(todo, pool, holds, budget)
-
-    async def worker() -> None:
-        unproven = pool.breaker.unproven
-        for task in todo:
-            if task is None:  # the cache's database away: dispatch waits until it is back
-                await pool.commits.until_room(stop)
-                continue
-            release = await pool.prefixes.enter(task) if task.prefix else None
-            try:
-                if task.model in unproven:
-                    await pool.probe(task)
-                else:  # called directly: a coroutine level costs at every resumption
-                    await pool.run_task(task)
-            finally:
-                if release is not None:  # the prefix is written: its other requests go
-                    release()
-        while (later := await pool.claims.deferred()) is not None:  # another run's claims
-            if not pool.afford([later], budget):
-                continue
-            await (pool.probe(later) if later.model in unproven else pool.run_task(later))
-
+        todo = pool.dispatch.unheld(todo, holds)
     try:
         async with asyncio.TaskGroup() as group:
             for _ in range(limits.concurrency):
-                group.create_task(worker())
+                group.create_task(pool.work(todo))  # one stream, pulled by every worker
         pool.commits.flush()
         await pool.commits.until_room(stop)  # the last answers held: the disk's room awaited
     except ExceptionGroup as group:
         raise _ours(group) from None
     finally:
-        pool.commits.flush()  # answers received in the last turn, or before a cancel
-        pool.commits.settle()  # held while the disk is full: written elsewhere
-        pool.commits.fold()
-        pool.claims.close()
-        pool.commits.close()
+        pool.close()
     if pool.commits.error is not None:
         raise pool.commits.error
     stats.interrupted = stop.is_set() and stats.fatal is None
@@ -382,77 +384,3 @@ def _ours(group: ExceptionGroup[Exception]) -> Exception:
     while isinstance(first, ExceptionGroup):
         first = first.exceptions[0]
     return first
-
-
-def _to_call(tasks: Iterable[Task], pool: _Pool, *, offline: bool, budget: float | None,
-             hashes: array.array[int]) -> Iterator[Task | None]:
-    """The tasks to send, in order: cache hits and repeated keys counted and skipped; once the
-    run stops (or is offline, or over budget) the rest are listed as missing, not sent. None
-    when a lookup or a claim found the cache's database away (commits.hold_off): the worker
-    waits for it to be back, and the next pull asks again.
-
-    Memory stays flat over a cached run: only keys not in the cache (sent or missing) are kept
-    in a set, to never send one twice. A repeat of a cached key is told apart afterwards from
-    a 64-bit hash of every key, appended to `hashes` (RunStats.settle_repeats)."""
-    stats, uncached = pool.stats, set()
-    repeats_of_uncached, checked = 0, False
-    for batch, flags in cached_flag_batches(pool.cache, tasks, task_key, pool.away):
-        if not batch:
-            yield None
-            continue
-        hashes.extend([hash(task.key) for task in batch])
-        to_send = []
-        for task, cached in zip(batch, flags, strict=True):
-            if cached:
-                stats.cache_hits += 1
-                pool.on_progress(stats)
-                continue
-            if task.key in uncached:  # e.g. two parsers over one request: one call serves both
-                stats.duplicates += 1
-                repeats_of_uncached += 1
-                continue
-            uncached.add(task.key)
-            if offline or pool.stop.is_set() or stats.budget_stopped:
-                stats.missing.append(task.key)
-                continue
-            to_send.append(task)
-        if to_send and not checked:
-            pool.commits.check_room()
-            checked = True
-        while True:
-            try:
-                sent = pool.claims.take(to_send)  # claimed by another run: deferred
-                break
-            except CacheAwayError as exc:
-                if not pool.away(exc):
-                    stats.missing.extend(task.key for task in to_send)
-                    sent = []
-                    break
-                yield None
-        yield from pool.afford(sent, budget)
-    # Repeats found cached (of a cached key, or of one stored since it was sent) were counted
-    # as hits: they are repeats.
-    stats.settle_repeats(hashes, repeats_of_uncached)
-
-
-def _unheld(todo: Iterator[Task | None], pool: _Pool, holds: Callable[[Task], bool],
-            budget: float | None) -> Iterator[Task | None]:
-    """The tasks to send but those `holds` holds (--until-ci: a judge whose CIs are narrow
-    enough), which are listed as not run and taken off the budget's committed spend. Asked
-    as a worker takes the task, not when `_to_call` looks its batch up (LOOKUP_BATCH tasks
-    ahead), so that `holds` sees the answers stored up to the task's dispatch."""
-    stats = pool.stats
-    for task in todo:
-        if task is None or not holds(task):  # None: the cache's database away (_to_call)
-            yield task
-            continue
-        stats.missing.append(task.key)  # its claim is given back with the others' at the end
-        if budget is not None:
-            stats.committed_cost -= _reserved_cost(pool, task)
-
-
-def _reserved_cost(pool: _Pool, task: Task) -> float:
-    """What --budget counts a task at when it is dispatched: its price at its token estimate
-    and max_tokens (0 for a model without a price: check_budget refuses those)."""
-    return estimate_cost(pool.endpoints[task.model].model, task.prompt_tokens,
-                         task.max_tokens) or 0.0

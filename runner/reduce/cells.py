@@ -31,7 +31,7 @@ import numpy.typing as npt
 from runner.data.datasets import Item
 from runner.expand import Expansion
 from runner.job.spec import JurySpec
-from runner.reduce.jury import judge_name, member, verdict
+from runner.reduce.jury import judge_name, verdicts
 
 __all__ = ["FAILURES", "CellBuilder", "Cells", "grouped"]
 
@@ -97,12 +97,6 @@ class Cells:
         return names, np.array([where[judge_name(m, p)] for p, _, m in self.judges],
                                dtype=np.int32)
 
-    def keys(self) -> list[tuple[str, str, str, str, str]]:
-        """(dataset, item_id, prompt, aspect, model) of every cell, in order (for tests and
-        small tables)."""
-        return [(self.datasets[int(self.item_dataset[i])], self.items[i].item_id, *j[:2], j[2])
-                for i, j in zip(self.item.tolist(), (self.judges[c] for c in self.judge.tolist()),
-                                strict=True)]
 
 
 def grouped(keys: npt.NDArray[np.integer[Any]], size: int
@@ -361,42 +355,30 @@ def _means(score: npt.NDArray[np.float64], count: npt.NDArray[np.integer[Any]],
 
 def _with_juries(cells: Cells, juries: Sequence[JurySpec]) -> Cells:
     """`cells` with every jury's cells appended: for each item and aspect some member judged
-    (in order of first appearance), the verdict of its members' scores, None below quorum.
-    Juries read the judges' cells only, not each other's."""
+    (in order of first appearance), the verdict of its members' scores, None below quorum
+    (runner.reduce.jury.verdicts). Juries read the judges' cells only, not each other's."""
     judge_codes = {key: i for i, key in enumerate(cells.judges)}
     judges = list(cells.judges)
-    item_col, judge_col, score_col = cells.item.tolist(), cells.judge.tolist(), cells.score
-    scored = cells.scored.tolist()
+    columns = (cells.judges, cells.item.tolist(), cells.judge.tolist(), cells.score,
+               cells.scored.tolist())
     new_item: list[int] = []
     new_judge: list[int] = []
     new_score: list[float] = []
     new_scored: list[bool] = []
     for jury in juries:
-        members = {member(j) for j in jury.judges}
-        member_codes = {c for c, (p, _, m) in enumerate(cells.judges) if (m, p) in members}
-        pooled: dict[tuple[int, str], list[float]] = {}
-        for c, (i, j) in enumerate(zip(item_col, judge_col, strict=True)):
-            if j not in member_codes:
-                continue
-            votes = pooled.setdefault((i, cells.judges[j][1]), [])
-            if scored[c]:
-                votes.append(float(score_col[c]))
-        quorum = jury.quorum or len(jury.judges)
-        for (i, aspect), votes in pooled.items():
+        for (i, aspect), value in verdicts(jury, *columns).items():
             key = ("", aspect, jury.name)
             if (code := judge_codes.get(key)) is None:
                 code = judge_codes[key] = len(judges)
                 judges.append(key)
-            value = verdict(jury.method, votes) if len(votes) >= quorum else None
             new_item.append(i)
             new_judge.append(code)
             new_score.append(math.nan if value is None else value)
             new_scored.append(value is not None)
     n = len(new_item)
-    extra_score = np.array(new_score, dtype=np.float64)
     return Cells(cells.items, cells.item_dataset, cells.datasets, cells.starts, judges,
                  np.concatenate([cells.item, np.array(new_item, dtype=np.int32)]),
                  np.concatenate([cells.judge, np.array(new_judge, dtype=np.int32)]),
-                 np.concatenate([cells.score, extra_score]),
+                 np.concatenate([cells.score, np.array(new_score, dtype=np.float64)]),
                  np.concatenate([cells.scored, np.array(new_scored, dtype=bool)]),
                  np.concatenate([cells.failures, np.zeros((n, len(FAILURES)), np.uint16)]))

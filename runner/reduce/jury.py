@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
 
 from runner.job.spec import JurySpec
 
 __all__ = ["judge_name", "member", "verdict", "verdicts"]
-
-# (dataset, item_id, prompt, aspect, model): a report cell's key (runner.report.write)
-CellKey = tuple[str, str, str, str, str]
-
 
 def judge_name(model: str, prompt: str) -> str:
     """A judge's name in the reports: `model/prompt`, or a jury's own name (its cells have no
@@ -71,26 +70,33 @@ def verdict(method: str, scores: Sequence[float]) -> float | None:
     return float(statistics.median(top))
 
 
-def verdicts(jury: JurySpec, scores: Mapping[CellKey, float | None]
-             ) -> dict[tuple[str, str, str], float | None]:
-    """(dataset, item_id, aspect) -> the jury's score, for every item and aspect some member
-    judged; None where fewer than `jury.quorum` members have a score for it.
+def verdicts(jury: JurySpec, judges: Sequence[tuple[str, str, str]], item: Sequence[int],
+             judge: Sequence[int], score: npt.NDArray[np.float64], scored: Sequence[bool]
+             ) -> dict[tuple[int, str], float | None]:
+    """(item, aspect) -> the jury's score, for every item and aspect some member judged (in
+    order of first appearance); None where fewer than `jury.quorum` members have a score for
+    it. The cells are columns (runner.reduce.cells.Cells), one entry a cell.
 
     Args:
         jury: the jury's declaration.
-        scores: every cell's parsed score.
+        judges: judge code -> (prompt, aspect, model).
+        item: each cell's item.
+        judge: each cell's judge code.
+        score: each cell's score.
+        scored: whether each cell has a score.
 
     Returns:
-        The jury's score by data set, item and aspect.
+        The jury's score by item and aspect.
     """
-    members = {member(j): i for i, j in enumerate(jury.judges)}
-    pooled: dict[tuple[str, str, str], list[float]] = {}
-    for (dataset, item_id, prompt, aspect, model), score in scores.items():
-        if (model, prompt) not in members:
+    members = {member(j) for j in jury.judges}
+    codes = {c for c, (p, _, m) in enumerate(judges) if (m, p) in members}
+    pooled: dict[tuple[int, str], list[float]] = {}
+    for c, (i, j) in enumerate(zip(item, judge, strict=True)):
+        if j not in codes:
             continue
-        votes = pooled.setdefault((dataset, item_id, aspect), [])
-        if score is not None:
-            votes.append(score)
+        votes = pooled.setdefault((i, judges[j][1]), [])
+        if scored[c]:
+            votes.append(float(score[c]))
     quorum = jury.quorum or len(jury.judges)
     return {key: verdict(jury.method, votes) if len(votes) >= quorum else None
             for key, votes in pooled.items()}

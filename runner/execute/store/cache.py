@@ -82,7 +82,7 @@ def answer_record(*, body: bytes, endpoint: str, response: Mapping[str, Any] | o
     return record
 
 
-class Cache:
+class Cache(contextlib.AbstractContextManager["Cache"]):
     """Response records by cache key."""
 
     def __init__(self, directory: Path, *, read_only: bool = False,
@@ -391,9 +391,6 @@ class Cache:
         if not self.read_only:
             self._db.close()  # a ReadOnlyDisk closes its own
         self._store.close()
-
-    def __enter__(self) -> Cache:
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()

@@ -106,7 +106,7 @@ def held_error(location: str, name: str, holder: str) -> LeaseHeldError:
         "--shard values of one job may run together")
 
 
-class FolderLease:
+class FolderLease(contextlib.AbstractContextManager["FolderLease"]):
     """A lease in a diskcache folder: an exclusive flock on `lease-<id>.lock`, which holds the
     holder's description. The file is never removed: removing it while another process has it
     open would let a third lock a new file beside the old one."""
@@ -142,9 +142,6 @@ class FolderLease:
             os.ftruncate(self._fd, 0)
         os.close(self._fd)  # the kernel drops the flock with it
         self._fd = -1
-
-    def __enter__(self) -> FolderLease:
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.release()

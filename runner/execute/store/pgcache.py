@@ -23,6 +23,7 @@ deadlines, by the PgSession under it (runner/execute/store/pgsession.py).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import itertools
@@ -74,7 +75,7 @@ def _any_of(keys: Sequence[str]) -> tuple[LiteralString, tuple[Any, ...]]:
     return "ANY(%s)", (list(keys),)
 
 
-class PgCache(LeasedSession):
+class PgCache(LeasedSession, contextlib.AbstractContextManager["PgCache"]):
     """Response records by cache key, in PostgreSQL (on a PgSession: its deadlines and
     reconnects; and a LeasedSession: the run's lease)."""
 
@@ -83,8 +84,8 @@ class PgCache(LeasedSession):
         self._owner: tuple[Owner, float] | None = None  # the run claiming keys here, its TTL
         try:
             self._ensure_schema()
-            self.replayed = replay(self._spilled, self._insert_rows)
-            """Answers an earlier run kept while this database was away (`keep`), stored now."""
+            # answers an earlier run kept while this database was away (`keep`), stored now
+            replay(self._spilled, self._insert_rows)
         except BaseException:
             self.close()
             raise
@@ -292,9 +293,6 @@ class PgCache(LeasedSession):
     def release_claims(self, owner: Owner, keys: Sequence[str], *, last: bool = False) -> None:
         """Give back `owner`'s claims of `keys` (`last`: the run ends)."""
         self._call("releasing claims", lambda: pg_release(self._conn, owner, keys, last=last))
-
-    def __enter__(self) -> PgCache:
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()

@@ -126,7 +126,7 @@ class LeasedSession(PgSession):
         self._watchdog.close()
         self._conn.close()
 
-class PgLease:
+class PgLease(contextlib.AbstractContextManager["PgLease"]):
     """A run's lease held by a LeasedSession's connection (see LeasedSession.lease)."""
 
     def __init__(self, cache: LeasedSession, lock: int) -> None:
@@ -134,9 +134,6 @@ class PgLease:
 
     def release(self) -> None:
         self._cache.release(self._lock)
-
-    def __enter__(self) -> PgLease:
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.release()

@@ -111,7 +111,7 @@ def reader_pays(cache: object, tasks: int) -> bool:
     return isinstance(cache, Cache) and tasks >= MIN_TASKS and second_core()
 
 
-class Reader:
+class Reader(contextlib.AbstractContextManager["Reader"]):
     """A child process reading answers of the diskcache folder `directory`, and looking keys up
     in it (see the module docstring); use as a context manager, which always ends the child."""
 
@@ -206,9 +206,6 @@ class Reader:
     def close(self) -> None:
         """End the child and close every pipe to it."""
         self._child.close()
-
-    def __enter__(self) -> Reader:
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
