@@ -396,7 +396,7 @@ def _to_call(tasks: Iterable[Task], pool: _Pool, *, offline: bool, budget: float
     a 64-bit hash of every key, appended to `hashes` (RunStats.settle_repeats)."""
     stats, uncached = pool.stats, set()
     repeats_of_uncached, checked = 0, False
-    for batch, flags in cached_flag_batches(pool.cache, tasks, task_key, pool.away):
+    for batch, flags in cached_flag_batches(pool.cache, tasks, task_key, pool.away, ahead=False):
         if not batch:
             yield None
             continue
