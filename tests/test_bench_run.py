@@ -37,6 +37,17 @@ def test_the_floors_rows_show_each_whole_process_ratio_beside_its_goal() -> None
     assert "1.22x" in lines[4] and "<= 1.5x" in lines[4]
 
 
+def test_phases_are_split_at_their_stamps_and_a_missing_one_shows_a_dash() -> None:
+    from bench.phases import _median, _phase
+    run = {"at": {"start": (100.0, 0.0), "imports": (100.2, 0.15), "first": (101.0, None),
+                  "end": (109.0, None)}}
+    wall, cpu = _phase(run, "start", "imports")
+    assert (round(wall or 0, 3), cpu) == (0.2, 0.15)
+    assert _phase(run, "start", "first") == (1.0, None)  # the server's clock: no CPU
+    assert _phase(run, "imports", "atexit") == (None, None)  # a function renamed since
+    assert _median([1.0, 3.0, 2.0]) == "2.000" and _median([1.0, None]) == "-"
+
+
 @pytest.mark.slow
 def test_merge_without_a_figures_file_is_a_usage_error() -> None:
     run = subprocess.run([sys.executable, "bench/run.py", "--only", "cached", "--merge"],
