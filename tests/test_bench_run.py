@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.run import _merged
+from bench.run import _merged, _table
 from tests.conftest import ROOT
 
 
@@ -25,6 +25,27 @@ def test_merge_replaces_only_the_benchmarks_run_and_dates_every_figure() -> None
         "peers": {"ratio": 8.9, "measured": "2026-11-23T13:24:00Z"}}
     assert (got["timestamp"], got["updated"]) == ("2026-11-22T04:03:47Z", "2026-11-23T13:24:00Z")
     assert got["machine"] == {"cores": 2}
+
+
+def test_the_floors_rows_show_each_whole_process_ratio_beside_its_goal() -> None:
+    lines = _table({"floors": {"judge_over_bare": 0.761, "judge_over_bare_median": 0.75,
+                               "run_over_floor": 1.18, "rescore_over_floor": 1.22,
+                               "target": "all", "pass": False}}).splitlines()
+    assert "0.76x" in lines[1] and ">= 0.8x" in lines[1] and "FAIL" in lines[1]
+    assert "0.75x" in lines[2] and ">= 0.8x" in lines[2]
+    assert "1.18x" in lines[3] and "<= 1.5x" in lines[3]
+    assert "1.22x" in lines[4] and "<= 1.5x" in lines[4]
+
+
+def test_phases_are_split_at_their_stamps_and_a_missing_one_shows_a_dash() -> None:
+    from bench.phases import _median, _phase
+    run = {"at": {"start": (100.0, 0.0), "imports": (100.2, 0.15), "first": (101.0, None),
+                  "end": (109.0, None)}}
+    wall, cpu = _phase(run, "start", "imports")
+    assert (round(wall or 0, 3), cpu) == (0.2, 0.15)
+    assert _phase(run, "start", "first") == (1.0, None)  # the server's clock: no CPU
+    assert _phase(run, "imports", "atexit") == (None, None)  # a function renamed since
+    assert _median([1.0, 3.0, 2.0]) == "2.000" and _median([1.0, None]) == "-"
 
 
 @pytest.mark.slow

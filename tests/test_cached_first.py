@@ -20,6 +20,7 @@ from click.testing import CliRunner
 
 from runner import expand_ahead
 from runner.cli import main as cli_main
+from runner.execute.stats import RunStats
 from runner.execute.store import reader as reader_module
 from runner.execute.store.answers import of_record
 from runner.execute.store.cache import Cache
@@ -136,6 +137,7 @@ import runner.session.run as run
 import runner.execute.store.backend as b
 import runner.expand_ahead as e
 import runner.reduce.judgments as j
+from runner.execute.stats import RunStats
 from runner.execute.store.cache import Cache
 forced = sys.argv.pop(1) == "forced"
 run.CACHED_FIRST_TASKS = 1
@@ -332,3 +334,28 @@ def test_a_run_through_the_pool_leaves_the_key_index_for_the_rescore(
         assert [t.key for t in itertools.islice(stream, 3)] == keys[:3]
         stream.close()
     assert list((tmp_path / "other" / "keys").iterdir()) == []
+
+
+def test_a_first_run_starts_no_reader_and_hands_every_task_to_the_pool(
+        tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing cached at the start: no forked expander or reader process is started (they were
+    killed as soon as their first batch came back empty), and the pool gets every task."""
+    monkeypatch.setattr(reader_module, "MIN_TASKS", 1)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
+    _isolated(monkeypatch, data_dir)
+
+    def started(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a reader was started for an empty cache")
+
+    monkeypatch.setattr(expand_ahead, "Expander", started)
+    monkeypatch.setattr(expand_ahead, "answers", started)
+    job = write_job(tmp_path / "job", JOB)
+    sel = select(TaskSelection(job=job, models=("fake",), base_url="http://127.0.0.1:9/v1",
+                               limit=40, cache_dir=tmp_path / "cache"), data_dir=data_dir)
+    stats = RunStats()
+    with Cache(tmp_path / "cache") as cache:
+        first = judgments.CachedFirst(sel.expansion, cache, stats, count=40)
+        assert list(first) == []
+        assert first.uncached_onward is not None
+        assert [t.key for t in first.uncached_onward] == [t.key for t in sel.expansion.tasks()]
+    assert stats.cache_hits == 0 and len(first.hashes) == 0

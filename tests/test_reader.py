@@ -4,6 +4,7 @@ why, never a hang or a silent gap; and a rescore through it writes the same repo
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 import signal
@@ -129,6 +130,62 @@ def test_cached_flags_looks_up_through_the_reader_once_the_job_is_large(
             _key(n) in stored for n in range(0, 600, 4))
         assert list(cached_flags(cache, things[:112], lambda t: t[1])) == got[:112]
         assert started == [folder]  # 112 things: asked here, no process started for nothing
+
+
+@pytest.mark.slow
+def test_answers_starts_its_reader_when_called_and_ends_it_if_never_read(
+        filled: tuple[Path, dict[str, dict[str, Any]]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reader process starts with the call, so that it starts while the caller goes on
+    (a run's reports import their modules); an iterator dropped unread ends it all the same."""
+    folder, _ = filled
+    asked = [_key(n) for n in range(600)]
+    monkeypatch.setattr(reader_module, "MIN_TASKS", 100)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
+    started: list[Reader] = []
+    real = backend.Reader
+
+    def counted(directory: Path, here: Cache | None = None) -> Reader:
+        started.append(real(directory, here))
+        return started[-1]
+
+    monkeypatch.setattr(backend, "Reader", counted)
+    with Cache(folder) as cache:
+        read = answers(cache, asked, lambda k: k, 64, len(asked))
+        assert len(started) == 1  # before any batch was asked for
+        process = started[0]._child.process
+        del read
+        gc.collect()
+        wait_until(lambda: process.poll() is not None, "the unread reader to end")
+
+
+@pytest.mark.slow
+def test_the_pools_lookups_start_no_reader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                           ) -> None:
+    """The pool looks keys up itself: a reader process started mid-run blocked its event loop
+    while it started (its first keys waiting in a full pipe)."""
+    monkeypatch.setenv("JUDGE_DATA_DIR", str(DATA_DIR))
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "JUDGE_CACHE_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(backend, "LOOKUP_BATCH", 4)
+    monkeypatch.setattr(reader_module, "MIN_TASKS", 4)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
+    looked_up: list[int] = []
+    real = Reader.marks
+
+    def marks(self: Reader, *args: Any) -> Any:
+        looked_up.append(1)
+        return real(self, *args)
+
+    monkeypatch.setattr(Reader, "marks", marks)
+    job = ROOT / "jobs" / "openmeva.toml"
+    with ThreadedServer() as server:
+        ran = CliRunner().invoke(cli, ["run", str(job), "--limit", "30", "--cache-dir",
+                                       str(tmp_path / "cache"), "--base-url", server.url,
+                                       "--model", "fake", "--out", str(tmp_path / "out"),
+                                       "--yes"], catch_exceptions=False)
+        assert ran.exit_code == 0, ran.output
+        assert server.state.requests >= 30
+    assert looked_up == []
 
 
 def test_reader_pays_needs_a_folder_cache_a_large_job_and_two_cores(

@@ -98,7 +98,8 @@ class Dispatch:
         """
         stats, uncached = self.stats, set()
         repeats_of_uncached, checked = 0, False
-        for batch, flags in cached_flag_batches(self.cache, tasks, task_key, self._away):
+        batches = cached_flag_batches(self.cache, tasks, task_key, self._away, ahead=False)
+        for batch, flags in batches:
             if not batch:
                 yield None
                 continue

@@ -172,6 +172,9 @@ class Run:
 
         The reports are written in one pass over the judgments, in task order: the pool runs
         while the report writer reads, between the cached judgments and those it dispatched.
+        With nothing cached at the start (a first run) the pool runs first, and the reports'
+        modules load after it, while the reader of its answers starts (bench/README.md "The
+        floors").
 
         Args:
             count: the run's task count (`cached_first_count`).
@@ -187,7 +190,13 @@ class Run:
         with open_selected(self.sel, read_only=self.offline) as cache:
             first = CachedFirst(self.sel.expansion, cache, stats, count=count,
                                 on_progress=on_progress)
-            judgments = self._cached_then_pooled(first, cache, stats, cached_done, pool)
+            judgments: Iterator[Judgment]
+            if first.uncached_onward is None:
+                judgments = self._cached_then_pooled(first, cache, stats, cached_done, pool)
+            else:  # nothing cached at the start: the reports' modules load after the pool
+                cached_done()
+                pool(first)
+                judgments = judged_dispatched(self.sel, cache, stats, self.dispatched)
             # its readers read while the reports' modules load
             tables = write_run_reports(self.sel, stats, judgments, started=self.started,
                                        command=self.command)

@@ -9,6 +9,7 @@ the location: a `postgresql://` or `postgres://` URL, or a folder.
 from __future__ import annotations
 
 import itertools
+import weakref
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -215,8 +216,8 @@ def cached_flags(cache: CacheBackend, things: Iterable[T], key: Callable[[T], st
 
 
 def cached_flag_batches(cache: CacheBackend, things: Iterable[T], key: Callable[[T], str],
-                        away: Callable[[CacheAwayError], bool] | None = None
-                        ) -> Iterator[tuple[list[T], Sequence[bool] | bytes]]:
+                        away: Callable[[CacheAwayError], bool] | None = None, *,
+                        ahead: bool = True) -> Iterator[tuple[list[T], Sequence[bool] | bytes]]:
     """`things` in batches, in order, each with a flag per thing (true or 1: its key is
     stored in `cache`), looked up LOOKUP_BATCH at a time through has_many (one query per chunk,
     where `in` makes one each): the pool's, plan's and status's cache-state lookup, the same
@@ -225,13 +226,17 @@ def cached_flag_batches(cache: CacheBackend, things: Iterable[T], key: Callable[
     while the caller makes the next (and if it stops, by this process: nothing is lost).
     `away`: told when a lookup found the database away (the pool's cache, PgCache.wait_aside);
     while it returns true an empty batch comes instead (the caller waits) and the lookup is
-    made again, else the batch comes as not stored.
+    made again, else the batch comes as not stored. `ahead=False`: no reader process, every
+    lookup here (the pool's: on an event loop, the reader's start blocked the loop 0.06-0.15 s
+    mid-run, its first batch of keys waiting in a full pipe, and the process took the core
+    the requests' server had; 40k calls at 0 ms, bench/README.md "The floors").
 
     Args:
         cache: the open cache.
         things: the tasks (or anything with a key), in order.
         key: each one's cache key.
         away: called when the database is away; true to wait and ask again.
+        ahead: from reader.MIN_TASKS things on, a reader process looks the rest up.
 
     Yields:
         Each batch and its flags, in order.
@@ -253,7 +258,7 @@ def cached_flag_batches(cache: CacheBackend, things: Iterable[T], key: Callable[
                 yield [], []
         yield batch, [k in found for k in keys]
         asked += len(batch)
-        if folder is not None and reader_pays(cache, asked):
+        if ahead and folder is not None and reader_pays(cache, asked):
             break
     if folder is None or (rest := next(batches, None)) is None:  # no process for nothing
         return
@@ -266,8 +271,10 @@ def answers(cache: CacheBackend, things: Iterable[T], key: Callable[[T], str], s
     """`things` (about `count` of them) in batches of `size`, each with the Answers of its
     stored keys (runner.execute.store.answers: what judging reads of a record): judging's read
     of a run's answers. A diskcache folder read for a large job goes through a reader process
-    (runner.execute.store.reader); otherwise one batched read a batch. A damaged record of a
-    folder comes as an Answer saying so (Answer.damaged), either way.
+    (runner.execute.store.reader), started by this call: it starts while the caller goes on
+    (a run's reports import their modules meanwhile: ~0.1 s of a 40k-call run, bench/README.md
+    "The floors"); otherwise one batched read a batch. A damaged record of a folder comes as
+    an Answer saying so (Answer.damaged), either way.
 
     Args:
         cache: the open cache.
@@ -276,14 +283,27 @@ def answers(cache: CacheBackend, things: Iterable[T], key: Callable[[T], str], s
         size: the things per batch.
         count: about how many there are (it decides whether a reader process pays).
 
-    Yields:
-        Each batch and its stored keys' Answers.
+    Returns:
+        Each batch and its stored keys' Answers; the reader process ends with the iterator
+        (read to its end, closed, or dropped unread).
     """
     batches = _batches(things, size)
     if isinstance(cache, Cache) and reader_pays(cache, count):
-        with Reader(cache.directory, cache) as reader:
-            yield from reader.batches(batches, key)
-        return
+        reader = Reader(cache.directory, cache)
+        read = _through(reader, batches, key)
+        weakref.finalize(read, reader.close)  # dropped unread: the child ends all the same
+        return read
+    return _read_here(cache, batches, key)
+
+
+def _through(reader: Reader, batches: Iterator[list[T]], key: Callable[[T], str]
+             ) -> Generator[tuple[list[T], Mapping[str, Answer]], None, None]:
+    with reader:
+        yield from reader.batches(batches, key)
+
+
+def _read_here(cache: CacheBackend, batches: Iterator[list[T]], key: Callable[[T], str]
+               ) -> Generator[tuple[list[T], Mapping[str, Answer]], None, None]:
     for batch in batches:
         keys = [key(t) for t in batch]
         yield batch, (read_here(cache, keys) if isinstance(cache, Cache) else
