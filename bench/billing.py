@@ -18,13 +18,17 @@ and by `openai:gpt-4.1`. Rows:
 - (e) `until_ci`: `judge run --until-ci 0.1` with prompt caching, and whether its conclusions
   are the full run's (c) (`conclusions`), and the lines it printed last (`verdicts`: each
   judge's reason to stop, n and widest CI); a study whose job --until-ci refuses
-  (check_until_ci) would say so (`refused`);
+  (check_until_ci) would say so (`refused`); (e') `until_ci_wide`: the same at W = 0.2, a
+  width these studies can reach (their widest CI over all the data is 0.11-0.16);
 - `openai_cookbook`, `openai_online`, `openai_batch`: (a), (b) and (d) with gpt-4.1, whose
   caching is automatic (a prompt of 1,024 tokens or more, in 128-token steps), so (b) is a
   plain `judge run`.
 
 Each row gets a fresh fake (an empty provider cache) and a fresh judge cache. The fake answers
-after LATENCY_S. Figures: requests, tokens by kind, USD by kind at the provider table's price
+after LATENCY_S, as a judge that agrees with the humans as the papers' judges did
+(bench/humanlike.py: Lai et al.'s recorded ChatGPT answers; G-Eval's expert means plus noise
+for G-Eval-4's Spearman), so (e) meets a real study's CIs; (c)'s `sample_level` says how well
+it agreed. Figures: requests, tokens by kind, USD by kind at the provider table's price
 (runner.job.providers: the prices `judge run` bills, read on the date the table names), wall
 seconds (`judge run`: the whole process, interpreter start and reports with 1,000 bootstrap
 resamples included), `calls_s` (the fake's clock, first request to last answer: the calls
@@ -46,7 +50,7 @@ from typing import Any
 
 import aiohttp
 
-from bench import common
+from bench import common, humanlike
 from runner.errors import ConfigError
 from runner.execute.providers import anthropic_body
 from runner.job.bill import PRICES_READ, Price, Tokens
@@ -65,6 +69,7 @@ PRICES = {MODEL: price_of("anthropic", "claude-sonnet-4-5"),
 PRICE = PRICES[MODEL]
 assert PRICE is not None and PRICES[OPENAI_MODEL] is not None
 UNTIL_CI = 0.1
+UNTIL_CI_WIDE = 0.2  # a W these studies can reach: their widest CI over all data is 0.11-0.16
 LATENCY_S = 0.1
 TIMEOUT_S = 600.0
 STUDIES = {  # name: (job file, prompts kept, --limit, --limit with --quick)
@@ -155,13 +160,15 @@ def _judge_run(work: Path, job: Path, limit: int | None, tag: str, *extra: str) 
 ROWS = (("cookbook", MODEL, False, ()), ("online", MODEL, False, ()),
         ("online_cached", MODEL, True, ()),
         ("until_ci", MODEL, True, ("--until-ci", str(UNTIL_CI))),
+        ("until_ci_wide", MODEL, True, ("--until-ci", str(UNTIL_CI_WIDE))),
         ("openai_cookbook", OPENAI_MODEL, False, ()),
         ("openai_online", OPENAI_MODEL, True, ()))
 
 
 def _correlations(out: Path) -> dict[tuple[str, ...], tuple[float, float, float]]:
-    """A run's correlations over all items: (dataset, aspect, level, method, judge) ->
-    (value, CI low, CI high); cells without a figure left out."""
+    """A run's LLM judges' correlations over all items: (dataset, aspect, level, method,
+    judge) -> (value, CI low, CI high); cells without a figure left out, and the data's metric
+    columns (no `model/prompt` name): they cover every item whether the run stopped or not."""
     found: dict[tuple[str, ...], tuple[float, float, float]] = {}
     with next(out.glob("*/correlations.csv")).open(newline="") as f:
         for r in csv.DictReader(f):
@@ -169,7 +176,8 @@ def _correlations(out: Path) -> dict[tuple[str, ...], tuple[float, float, float]
                 figures = (float(r["value"]), float(r["ci_low"]), float(r["ci_high"]))
             except ValueError:
                 continue
-            if r["subset"] == "all" and not any(math.isnan(x) for x in figures):
+            if r["subset"] == "all" and "/" in r["judge"] and \
+                    not any(math.isnan(x) for x in figures):
                 found[(r["dataset"], r["aspect"], r["level"], r["method"], r["judge"])] = figures
     return found
 
@@ -183,17 +191,17 @@ def conclusions(full: Path, stopped: Path) -> dict[str, int]:
 
     Returns:
         `cis`: the stopped run's CIs; `full_inside`: how many hold the full run's figure;
-        `rankings`: the (dataset, aspect, level, method) cells; `same_first`: how many rank
-        the same judge first.
+        `rankings`: the (dataset, aspect, level, method) cells with two judges or more;
+        `same_first`: how many rank the same judge first.
     """
     whole, cut = _correlations(full), _correlations(stopped)
     inside = sum(lo <= whole[k][0] <= hi for k, (_, lo, hi) in cut.items() if k in whole)
 
     def first(found: dict[tuple[str, ...], tuple[float, float, float]]) -> dict[Any, str]:
-        best: dict[Any, tuple[float, str]] = {}
+        best: dict[Any, list[tuple[float, str]]] = {}
         for (*cell, judge), (value, _, _) in found.items():
-            best[tuple(cell)] = max(best.get(tuple(cell), (-math.inf, "")), (value, judge))
-        return {cell: judge for cell, (_, judge) in best.items()}
+            best.setdefault(tuple(cell), []).append((value, judge))
+        return {cell: max(ranked)[1] for cell, ranked in best.items() if len(ranked) > 1}
 
     ranked_full, ranked_cut = first(whole), first(cut)
     return {"cis": len(cut), "full_inside": inside, "rankings": len(ranked_cut),
@@ -205,6 +213,7 @@ def _one(work: Path, name: str, limit: int | None, row: str) -> dict[str, Any]:
     _, model, cache, extra = next(r for r in ROWS if r[0] == row)
     with ProviderServer(Fake(latency_s=LATENCY_S, billing=Biller(), announce=False)) as server:
         job = variant(work, name, server.root, cache=cache, model=model)
+        server.fake.reply = humanlike.replies(job, limit)
         started = time.perf_counter()
         if row.endswith("cookbook"):
             asyncio.run(_cookbook(job, limit, server.root))
@@ -245,17 +254,21 @@ def study(work: Path, name: str, quick: bool) -> dict[str, Any]:
         refused = str(exc).split(" cannot run with ")[-1].split(";")[0]
     rows: dict[str, Any] = {}
     for row, *_ in ROWS:
-        rows[row] = {"refused": refused} if row == "until_ci" and refused else \
+        rows[row] = {"refused": refused} if row.startswith("until_ci") and refused else \
             _one(work, name, limit, row)
         if "batch" in rows[row]:
             rows[row.replace("online", "batch")] = rows[row].pop("batch")
-    if not refused:
-        rows["until_ci"]["calls_over_online"] = round(
-            rows["until_ci"]["requests"] / rows["online"]["requests"], 3)
-        rows["until_ci"]["conclusions"] = conclusions(
-            work / f"out-{name}-online_cached", work / f"out-{name}-until_ci")
-        manifest = next((work / f"out-{name}-until_ci").glob("*/manifest.json"))
-        rows["until_ci"]["verdicts"] = json.loads(manifest.read_bytes())["until_ci"]
+    for row in ("until_ci", "until_ci_wide") if not refused else ():
+        rows[row]["calls_over_online"] = round(
+            rows[row]["requests"] / rows["online"]["requests"], 3)
+        rows[row]["conclusions"] = conclusions(
+            work / f"out-{name}-online_cached", work / f"out-{name}-{row}")
+        manifest = next((work / f"out-{name}-{row}").glob("*/manifest.json"))
+        rows[row]["verdicts"] = json.loads(manifest.read_bytes())["until_ci"]
+    rows["online_cached"]["sample_level"] = {  # how well the fake judge agrees (humanlike)
+        "/".join((aspect, method, judge)): round(value, 3) for (_, aspect, level, method, judge),
+        (value, _, _) in _correlations(work / f"out-{name}-online_cached").items()
+        if level == "sample"}
     _ratios({k: v for k, v in rows.items() if not k.startswith("openai")}, rows["cookbook"])
     _ratios({k: v for k, v in rows.items() if k.startswith("openai")}, rows["openai_cookbook"])
     return {"limit": limit, "rows": rows}
@@ -272,7 +285,11 @@ def headline(studies: dict[str, Any]) -> dict[str, Any]:
             "geval_until_ci_calls_over_online":
             rows["geval_summeval"]["until_ci"].get("calls_over_online"),
             "lai_until_ci_calls_over_online":
-            rows["lai_formality"]["until_ci"].get("calls_over_online")}
+            rows["lai_formality"]["until_ci"].get("calls_over_online"),
+            "geval_until_ci_wide_calls_over_online":
+            rows["geval_summeval"]["until_ci_wide"].get("calls_over_online"),
+            "lai_until_ci_wide_calls_over_online":
+            rows["lai_formality"]["until_ci_wide"].get("calls_over_online")}
 
 
 def prompt_caching(work: Path, quick: bool) -> dict[str, Any]:
@@ -290,7 +307,8 @@ def prompt_caching(work: Path, quick: bool) -> dict[str, Any]:
                 for spec, p in PRICES.items() if p is not None},
             "prices_read": PRICES_READ,
             "price_sources": [SOURCES["anthropic"], SOURCES["openai"]],
-            "latency_s": LATENCY_S, "until_ci": UNTIL_CI, "studies": studies,
+            "latency_s": LATENCY_S, "until_ci": UNTIL_CI, "until_ci_wide": UNTIL_CI_WIDE,
+            "studies": studies,
             "cached_input_over_cookbook": ratios,
             "geval_cached_input_over_cookbook": ratios["geval_summeval"],
             "lai_cached_input_over_cookbook": ratios["lai_formality"],

@@ -159,7 +159,11 @@ HEADLINES: dict[str, list[tuple[str, ...]]] = {
                 ("G-Eval, --until-ci 0.1: calls / online's",
                  "geval_until_ci_calls_over_online", "{:.2f}x"),
                 ("Lai et al., --until-ci 0.1: calls / online's",
-                 "lai_until_ci_calls_over_online", "{:.2f}x")],
+                 "lai_until_ci_calls_over_online", "{:.2f}x"),
+                ("G-Eval, --until-ci 0.2: calls / online's",
+                 "geval_until_ci_wide_calls_over_online", "{:.2f}x"),
+                ("Lai et al., --until-ci 0.2: calls / online's",
+                 "lai_until_ci_wide_calls_over_online", "{:.2f}x")],
 }
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +52,8 @@ class Fake:
     """Send x-ratelimit-limit-requests/-tokens (and Anthropic's) on every answer."""
     billing: Biller | None = None
     """Bill prompt caching in the answers' usage (and keep the totals)."""
+    reply: Callable[[dict[str, Any]], str] = default_reply
+    """The answer's text for a request (Messages bodies flattened to text first)."""
     seen: list[Seen] = field(default_factory=list)
     status: dict[int, int] = field(default_factory=dict)
     level: float = 0.0
@@ -95,13 +98,13 @@ async def _handle(request: web.Request) -> web.Response:
         await asyncio.sleep(fake.latency_s)
     fake.count(200)
     if messages:
-        answer = _anthropic(body)
+        answer = _anthropic(body, fake.reply)
         if billed is not None:
             billed.output = answer["usage"]["output_tokens"]
             answer["usage"] = anthropic_usage(billed, billed.output)
         headers = ANTHROPIC_LIMITS if fake.announce else {}
     else:
-        answer = _completion(body, default_reply(body), False)
+        answer = _completion(body, fake.reply(body), False)
         if billed is not None:
             billed.output = answer["usage"]["completion_tokens"]
             answer["usage"] = openai_usage(billed, billed.output)
@@ -122,14 +125,15 @@ def flat(content: Any) -> str:
     return "".join(b.get("text", "") for b in content or [] if isinstance(b, dict))
 
 
-def _anthropic(body: dict[str, Any]) -> dict[str, Any]:
+def _anthropic(body: dict[str, Any],
+               reply: Callable[[dict[str, Any]], str] = default_reply) -> dict[str, Any]:
     """A Messages API answer: content blocks, stop_reason, input/output tokens. After a
     prefilled assistant turn ("{"), the answer continues it: the rest of a JSON object.
     Content sent as blocks (cache_control) is read as its text."""
     body = {**body, "system": flat(body.get("system", "")),
             "messages": [{**m, "content": flat(m["content"])} for m in body["messages"]]}
     prefilled = bool(body["messages"]) and body["messages"][-1]["role"] == "assistant"
-    text = default_reply({**body, "messages": body["messages"][:-1]} if prefilled else body)
+    text = reply({**body, "messages": body["messages"][:-1]} if prefilled else body)
     if prefilled:
         text = f' "score": {text.split()[0]}, "reasoning": "as asked"}}'
 

@@ -4,16 +4,23 @@ with prompt caching is billed cache reads where one without is billed full price
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+import orjson
 import pytest
+from scipy.stats import spearmanr
 
+from bench import humanlike
 from bench.billing import MODEL, PRICE, bill, conclusions, variant
+from runner.data.datasets import Item
+from runner.execute.providers import anthropic_body
 from runner.execute.store.cache import Cache
 from runner.job.load import load_job
-from tests.conftest import JobWriter
+from runner.prepare import prepare
+from tests.conftest import DATA_DIR, JobWriter
 from tests.fakebilling import Biller
-from tests.fakeproviders import Fake, ProviderServer
+from tests.fakeproviders import Fake, ProviderServer, _anthropic
 from tests.test_prompt_cache import RUBRIC, make_job, run, tasks
 
 
@@ -114,17 +121,52 @@ def test_the_bench_variants_keep_the_study_but_its_model_limits_and_caching(
 
 def test_a_stopped_runs_conclusions_are_checked_against_the_full_runs(tmp_path: Path) -> None:
     head = "dataset,aspect,judge,level,method,subset,value,n_groups,n_items,ci_low,ci_high\n"
-    rows = {"full": ["d,a,j1,sample,spearman,all,0.50,9,9,0.45,0.55",
-                     "d,a,j2,sample,spearman,all,0.30,9,9,0.25,0.35",
-                     "d,b,j1,sample,spearman,all,0.10,9,9,0.05,0.15",
-                     "d,b,j2,sample,spearman,all,0.20,9,9,0.15,0.25"],
-            "stopped": ["d,a,j1,sample,spearman,all,0.48,3,3,0.40,0.56",  # holds 0.50
-                        "d,a,j2,sample,spearman,all,0.31,3,3,0.26,0.36",  # holds 0.30
-                        "d,a,j2,sample,spearman,pos,0.90,3,3,0.00,0.10",  # not all items
-                        "d,b,j1,sample,spearman,all,0.30,3,3,0.25,0.35",  # misses 0.10
-                        "d,b,j2,sample,spearman,all,0.20,3,3,,"]}  # no CI: left out
+    rows = {"full": ["d,a,m/j1,sample,spearman,all,0.50,9,9,0.45,0.55",
+                     "d,a,m/j2,sample,spearman,all,0.30,9,9,0.25,0.35",
+                     "d,a,bleu,sample,spearman,all,0.90,9,9,0.85,0.95",
+                     "d,b,m/j1,sample,spearman,all,0.10,9,9,0.05,0.15",
+                     "d,b,m/j2,sample,spearman,all,0.20,9,9,0.15,0.25",
+                     "d,c,m/j1,sample,spearman,all,0.20,9,9,0.15,0.25"],
+            "stopped": ["d,a,m/j1,sample,spearman,all,0.48,3,3,0.40,0.56",  # holds 0.50
+                        "d,a,m/j2,sample,spearman,all,0.31,3,3,0.26,0.36",  # holds 0.30
+                        "d,a,bleu,sample,spearman,all,0.90,9,9,0.85,0.95",  # a metric: out
+                        "d,a,m/j2,sample,spearman,pos,0.90,3,3,0.00,0.10",  # not all items
+                        "d,b,m/j1,sample,spearman,all,0.30,3,3,0.25,0.35",  # misses 0.10
+                        "d,b,m/j2,sample,spearman,all,0.20,3,3,,",  # no CI: left out
+                        "d,c,m/j1,sample,spearman,all,0.20,3,3,0.10,0.30"]}  # one judge
     for name, lines in rows.items():
         (tmp_path / name / "job").mkdir(parents=True)
         (tmp_path / name / "job" / "correlations.csv").write_text(head + "\n".join(lines))
     assert conclusions(tmp_path / "full", tmp_path / "stopped") == {
-        "cis": 3, "full_inside": 2, "rankings": 2, "same_first": 1}
+        "cis": 4, "full_inside": 3, "rankings": 1, "same_first": 1}
+
+
+def test_the_bench_judge_answers_as_the_papers_judges_at_the_same_bill(tmp_path: Path) -> None:
+    # Lai et al.: the recorded ChatGPT answer of each output, by prompt; the bill (the fake's
+    # output tokens) is the default answer's
+    job = variant(tmp_path, "lai_formality", "http://127.0.0.1:9", cache=True)
+    reply, expansion = humanlike.replies(job, 18), prepare(load_job(job), DATA_DIR, limit=18)
+    for task in expansion.tasks():
+        body = orjson.loads(anthropic_body(task.body, task.prefix))  # as the run sends it
+        answer = _anthropic(body, reply)
+        assert answer["usage"] == _anthropic(body)["usage"]
+        label = "Score" if task.prompt == "single" else task.aspect.title()
+        text = "".join(block["text"] for block in answer["content"])
+        assert [float(x) for x in re.findall(rf"(?m)^{label}: (\S+)$", text)] == [
+            expansion.index[(task.dataset, m)].metrics[task.aspect][
+                humanlike.RECORDED[task.prompt]] for m in task.members]
+
+
+def test_the_bench_judge_agrees_with_summevals_experts_as_g_eval_4_did(tmp_path: Path) -> None:
+    job = load_job(variant(tmp_path, "geval_summeval", "http://127.0.0.1:9", cache=True))
+    groups: dict[str, list[Item]] = {}
+    for item in prepare(job, DATA_DIR, limit=None).items["summeval"]:
+        groups.setdefault(item.group, []).append(item)
+    for aspect, paper in humanlike.GEVAL4_SPEARMAN.items():
+        values = []
+        for items in groups.values():
+            judged = [humanlike.geval_score(it, aspect, it.item_id.encode()) for it in items]
+            assert set(judged) <= set(range(1, humanlike.GEVAL_SCALE[aspect] + 1))
+            if len(set(judged)) > 1 and len({it.human[aspect] for it in items}) > 1:
+                values.append(spearmanr(judged, [it.human[aspect] for it in items])[0])
+        assert abs(sum(values) / len(values) - paper) < 0.04, aspect
