@@ -125,6 +125,7 @@ def _system_boot(d: Data, sel: Selection, methods: Sequence[str], n_boot: int,
             mx, my = (counts @ sums[0]) / n, (counts @ sums[1]) / n
         for m in methods:
             parts[m].append(STATISTICS[m].systems(mx, my, n > 0))
+        del counts  # one block held at a time
     return {m: np.concatenate(v) for m, v in parts.items()}
 
 

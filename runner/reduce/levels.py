@@ -207,7 +207,10 @@ def _boot_pooled(d: Data, sel: Selection, methods: Sequence[str],
     step = max(1, CELLS // 8 // width)
     if isinstance(counts, Draws):  # the block of counts itself kept under CELLS too
         step = max(1, min(step, CELLS // max(sum(counts.strata), 1)))
-    chunks = [_boot_chunk(p, methods, c) for c in blocks(counts, step)]
+    chunks = []
+    for c in blocks(counts, step):
+        chunks.append(_boot_chunk(p, methods, c))
+        del c  # before the next block is made: one block held at a time, not two
     return {m: np.concatenate([ch[m] for ch in chunks]) for m in methods}
 
 
@@ -230,6 +233,7 @@ def _samples(coefs: Mapping[str, FloatArray], sizes: IntArray,
             for block in counts.blocks(step):
                 for m in coefs:
                     parts[m].append((block @ weights[m], block @ vals[m]))
+                del block  # one block held at a time
             sums = {m: (np.concatenate([d for d, _ in parts[m]]),
                         np.concatenate([n for _, n in parts[m]])) for m in coefs}
         else:

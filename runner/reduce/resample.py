@@ -195,6 +195,7 @@ class Draws:
                 block[:, start:start + k] = _drawn(rng, k, rows)
                 start += k
             yield block
+            del block  # before the next is made: one block held at a time, not two
 
 
 def blocks(counts: FloatArray | Draws, step: int) -> Iterator[FloatArray]:
