@@ -296,6 +296,8 @@ class ItemIndex(Mapping[tuple[str, str], Item]):
 
     def __len__(self) -> int:
         return len(self._dict())
+
+
 def _answer_item(spec: GenerateSpec, src: Item, model: str, text: str) -> Item:
     """A generated answer as an item of the derived data set, with its automatic metrics."""
     fields = {**src.fields, spec.into: text}

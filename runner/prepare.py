@@ -165,6 +165,7 @@ def _reader(job: Job, position: int, spec: DatasetSpec, data_dir: Path
                                            dataset=spec.name), ratings),
             frozenset(fields.lower_is_better))
 
+
 def _loaded(source: Sequence[Item], dataset: str, stream: bool,
             keep: Callable[[str, str], bool] | None) -> Sequence[Item]:
     """A data set's items as prepare holds them: `source` itself (streamed), or a list of its

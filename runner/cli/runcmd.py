@@ -46,6 +46,7 @@ TERM_GRACE_S = 5.0
 """After SIGTERM, how long requests in flight may take before they are cancelled (docker stop
 sends SIGKILL after 10 s)."""
 
+
 @click.command()
 @task_selection(shard=True)
 @click.option("--concurrency", type=click.IntRange(min=1), help="Requests in flight.")

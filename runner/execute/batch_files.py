@@ -59,7 +59,6 @@ def body_of(line: bytes) -> tuple[str, bytes]:
     return str(obj["custom_id"]), orjson.dumps(obj["body"])
 
 
-
 async def request_bodies(copy: Path, lines: Callable[[], AsyncIterator[bytes]]
                          ) -> dict[str, bytes]:
     """The request bodies of a batch's request file: from our copy, else the provider's.
@@ -82,6 +81,7 @@ async def request_bodies(copy: Path, lines: Callable[[], AsyncIterator[bytes]]
         key, body = body_of(line)
         bodies[key] = body
     return bodies
+
 
 def write_files(folder: Path, name: str, tasks: list[Task], max_requests: int = MAX_REQUESTS,
                 max_bytes: int = MAX_BYTES) -> Iterator[tuple[Path, list[str]]]:

@@ -51,6 +51,7 @@ _SERVER_MODULES = (
     "llama_cpp", "uvicorn", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings",
 )
 
+
 def is_local(spec: str) -> bool:
     """Whether a model spec names an embedded local model.
 

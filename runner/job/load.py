@@ -38,7 +38,6 @@ from runner.parse.parsers import check_aspect, check_options, get_parser
 __all__ = ["load_job"]
 
 
-
 def load_job(path: Path) -> Job:
     """Read and validate a job file.
 

@@ -138,8 +138,6 @@ def read_model(r: Reader, key: str, table: Any) -> ModelSpec:
         raise m.error("spec", str(exc)) from None
 
 
-
-
 def _price(m: Reader) -> Price | None:
     """`price = {input = .., output = .., cached_input = .., cache_write = ..}` (USD per 1M
     tokens): the whole price of the model, in place of the provider table's; a cached input or

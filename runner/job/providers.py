@@ -37,6 +37,8 @@ SOURCES = {
     "gemini": "https://ai.google.dev/gemini-api/docs/pricing",
     "azure": "https://azure.microsoft.com/pricing/details/cognitive-services/openai-service/",
 }
+
+
 def _p(input: float, output: float, cached: float | None = None,
        write: float | None = None) -> Price:
     return Price(input=input, output=output, cached_input=cached, cache_write=write)

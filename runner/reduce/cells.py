@@ -98,7 +98,6 @@ class Cells:
                                dtype=np.int32)
 
 
-
 def grouped(keys: npt.NDArray[np.integer[Any]], size: int
             ) -> tuple[list[int], list[npt.NDArray[np.intp]]]:
     """The distinct values of `keys` (each in range(size), a small range: judges, data sets,

@@ -21,6 +21,7 @@ from runner.job.spec import JurySpec
 
 __all__ = ["judge_name", "member", "verdict", "verdicts"]
 
+
 def judge_name(model: str, prompt: str) -> str:
     """A judge's name in the reports: `model/prompt`, or a jury's own name (its cells have no
     prompt).

@@ -59,7 +59,6 @@ class Results:
     """judgments.jsonl's failed tasks: `kind` (parse, refusal, api, ...), message, raw answer."""
 
 
-
 def import_pandas() -> Any:
     """pandas, imported.
 

@@ -195,6 +195,7 @@ class Desk:
                                               environ=self.environ)
         return self._selections[key]
 
+
 def _manifest(run: Path) -> dict[str, Any]:
     data: dict[str, Any] = orjson.loads((run / "manifest.json").read_bytes())
     return data

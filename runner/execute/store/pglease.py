@@ -126,6 +126,7 @@ class LeasedSession(PgSession):
         self._watchdog.close()
         self._conn.close()
 
+
 class PgLease(contextlib.AbstractContextManager["PgLease"]):
     """A run's lease held by a LeasedSession's connection (see LeasedSession.lease)."""
 
