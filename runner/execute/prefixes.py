@@ -19,8 +19,8 @@ from collections.abc import Callable
 
 import orjson
 
-from runner.execute.providers import cache_min_tokens
-from runner.tasks import CHARS_PER_TOKEN, Task
+from runner.execute.providers import cache_marks
+from runner.tasks import Task
 
 __all__ = ["PrefixGate"]
 
@@ -71,7 +71,7 @@ class PrefixGate:
         if self.kinds.get(task.model) != "anthropic":
             return None
         request = orjson.loads(task.body)
-        if task.prefix // CHARS_PER_TOKEN < cache_min_tokens(request["model"]):
+        if not cache_marks(request["model"], task.prefix):
             return None
         text = "".join(m["content"] for m in request["messages"]
                        if isinstance(m.get("content"), str))

@@ -176,24 +176,25 @@ def anthropic_body(body: bytes, prefix: int = 0) -> bytes:
     if isinstance(out.get("stop_sequences"), str):
         out["stop_sequences"] = [out["stop_sequences"]]
     out.setdefault("max_tokens", ANTHROPIC_MAX_TOKENS)
-    if prefix // CHARS_PER_TOKEN >= cache_min_tokens(out["model"]):
+    if cache_marks(out["model"], prefix):
         cache_marked(out, prefix)
     return orjson.dumps(out)
 
 
-def cache_min_tokens(model: str) -> int:
-    """Anthropic's documented minimum cacheable prompt of `model`, in tokens (the provider
-    table's: Haiku 2048, Sonnet and Opus 1024): a shorter prefix is not cached, and a marker
-    would only risk the 1.25x price of a cache write. The prefix is estimated at
-    CHARS_PER_TOKEN characters a token.
+def cache_marks(model: str, prefix: int) -> bool:
+    """Whether `anthropic_body` marks a shared prefix of `prefix` characters for `model`: from
+    Anthropic's documented minimum cacheable prompt (the provider table's: Haiku 2048, Sonnet
+    and Opus 1024 tokens) on. A shorter prefix is not cached, and a marker would only risk the
+    1.25x price of a cache write. The prefix is estimated at CHARS_PER_TOKEN characters a token.
 
     Args:
         model: the Anthropic model's name.
+        prefix: Task.prefix, the characters its requests share; 0: none.
 
     Returns:
-        The minimum in tokens, 0 where the table has none.
+        True when the prefix is marked (and runner.execute.prefixes holds its other requests).
     """
-    return cache_minimum("anthropic", model) or 0
+    return prefix // CHARS_PER_TOKEN >= (cache_minimum("anthropic", model) or 0)
 
 
 def cache_marked(out: dict[str, Any], prefix: int) -> None:
