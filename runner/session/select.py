@@ -16,7 +16,7 @@ from runner.data import datasets
 from runner.errors import ConfigError, MissingKeyError, register_secret
 from runner.estimate import model_price
 from runner.execute.shard import Shard, split_limits
-from runner.execute.store.backend import CacheBackend, is_url, open_cache
+from runner.execute.store.backend import CacheBackend, open_cache
 from runner.expand import Expansion
 from runner.job.load import load_job
 from runner.job.models import parse_model_spec, url_problem
@@ -122,10 +122,10 @@ def open_selected(sel: WorkingSet, *, read_only: bool = False) -> CacheBackend:
         read_only: the caller only reads, so a folder it may not write is read as it is.
 
     Returns:
-        The shared database when a URL was given, else the folder (a context manager).
+        The shared database when a URL was given (CacheLocation.with_environment checked it),
+        else the folder (a context manager).
     """
-    return open_cache(sel.cache_url if sel.cache_url and is_url(sel.cache_url) else sel.cache_dir,
-                      read_only=read_only)
+    return open_cache(sel.cache_url or sel.cache_dir, read_only=read_only)
 
 
 def model_with(m: ModelSpec, **changes: Any) -> ModelSpec:
