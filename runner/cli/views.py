@@ -9,10 +9,9 @@ from pathlib import Path
 
 import click
 
-from runner.api import job_path
+from runner.api import load_job
 from runner.cli.options import task_selection
 from runner.errors import ConfigError
-from runner.job.load import load_job
 from runner.report.folder import HISTORY, forget_runs, kept_runs, write_atomic
 from runner.selection import TaskSelection
 
@@ -36,7 +35,7 @@ def figures(out_dir: Path, figures_dir: Path) -> int:
 
 def _folder(chosen: TaskSelection) -> Path:
     """The job's report folder: --out, else the job's output_dir."""
-    return chosen.out if chosen.out else load_job(job_path(chosen.job_name())).output_dir
+    return chosen.out if chosen.out else load_job(chosen.job_name()).output_dir
 
 
 @click.command()
@@ -132,7 +131,7 @@ def diff(task_selection: TaskSelection, run_a: str, run_b: str) -> None:
     from runner.report.diff import DIFF_COLUMNS, diff_folders  # 0.08 s at start-up
     from runner.report.reliability import csv_bytes  # numpy: 0.13 s at start-up
     job = task_selection.job_name()
-    loaded = load_job(job_path(job))
+    loaded = load_job(job)
     folder = task_selection.out or loaded.output_dir
     compared = diff_folders(_run_folder(folder, job, run_a), _run_folder(folder, job, run_b),
                             loaded)

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from runner.data.seen import Seen, key64
-from runner.estimate import Estimate, estimate_cost
+from runner.estimate import Estimate
 from runner.execute.store.backend import cached_flags
 from runner.expand import Expansion
 from runner.job.spec import ModelSpec
@@ -46,7 +46,7 @@ class ModelPlan:
 
     @property
     def cost(self) -> float | None:
-        return estimate_cost(self.model, self.prompt_tokens, self.completion_tokens)
+        return self.bill.cost("online")
 
 
 def all_tasks(expansion: Expansion) -> Iterator[Task]:

@@ -14,9 +14,9 @@ from typing import Any
 
 from runner.data import datasets
 from runner.errors import ConfigError, MissingKeyError, register_secret
-from runner.estimate import estimate_cost
+from runner.estimate import model_price
 from runner.execute.shard import Shard, split_limits
-from runner.execute.store.backend import CacheBackend, is_url, open_cache
+from runner.execute.store.backend import CacheBackend, open_cache
 from runner.expand import Expansion
 from runner.job.load import load_job
 from runner.job.models import parse_model_spec, url_problem
@@ -122,10 +122,10 @@ def open_selected(sel: WorkingSet, *, read_only: bool = False) -> CacheBackend:
         read_only: the caller only reads, so a folder it may not write is read as it is.
 
     Returns:
-        The shared database when a URL was given, else the folder (a context manager).
+        The shared database when a URL was given (CacheLocation.with_environment checked it),
+        else the folder (a context manager).
     """
-    return open_cache(sel.cache_url if sel.cache_url and is_url(sel.cache_url) else sel.cache_dir,
-                      read_only=read_only)
+    return open_cache(sel.cache_url or sel.cache_dir, read_only=read_only)
 
 
 def model_with(m: ModelSpec, **changes: Any) -> ModelSpec:
@@ -300,7 +300,7 @@ def unpriced_model(job: Job) -> bool:
         `cost unknown` (null in its manifest) even where it called nothing, as its paid run
         did, rather than ~$0.
     """
-    return any(estimate_cost(m, 0, 0) is None for m in job.models)
+    return any(model_price(m) is None for m in job.models)
 
 
 def check_budget(job: Job, budget: float | None) -> None:
@@ -316,7 +316,7 @@ def check_budget(job: Job, budget: float | None) -> None:
     if budget is None:
         return
     for m in job.models:
-        if estimate_cost(m, 1, 1) is None:
+        if model_price(m) is None:
             raise ConfigError(f"{job.path}: --budget needs a price for model {m.name!r} "
                               f"({m.model}): add [models.{m.name}] price = {{input = USD_PER_1M, "
                               "output = USD_PER_1M}")
