@@ -135,25 +135,6 @@ class Desk:
                 return info
         raise ConfigError(f"{self.folder(job) / HISTORY / run}: no such run of {job}")
 
-    def job_file(self, job: str, run: str = "latest") -> Path:
-        """The job file a run names; ConfigError if it is not where the run said.
-
-        Args:
-            job: the job's name.
-            run: the run's id, or `latest`.
-
-        Returns:
-            The job file's path.
-
-        Raises:
-            ConfigError: No such job or run, or the file is not there.
-        """
-        path = Path(str(self.run(job, run).manifest.get("job_file", "")))
-        if not path.is_file():
-            raise ConfigError(f"{path}: the job file of {job} is not there; run `judge serve` "
-                              "from the folder the runs were made in")
-        return path
-
     def job(self, job: str, run: str = "latest") -> Job:
         """The job as its file says now.
 
@@ -165,9 +146,10 @@ class Desk:
             The loaded job.
 
         Raises:
-            ConfigError: As job_file, or the job file is invalid now.
+            ConfigError: No such job or run, the job file is not where the run said, or
+                it is invalid now.
         """
-        return load_job(self.job_file(job, run))
+        return load_job(_job_file(job, self.run(job, run)))
 
     def selection(self, job: str, run: str = "latest", *, whole: bool = False) -> WorkingSet:
         """The job's items as `run` selected them (its models, --limit, --sample), or with
@@ -182,7 +164,8 @@ class Desk:
         Returns:
             The items.
         """
-        info, path = self.run(job, run), self.job_file(job, run)
+        info = self.run(job, run)  # once: each look-up reads every kept run's manifest
+        path = _job_file(job, info)
         key = (job, info.id, whole, path.stat().st_mtime_ns)
         if key not in self._selections:
             recorded = info.manifest.get("selection") or {}
@@ -194,6 +177,15 @@ class Desk:
             self._selections[key] = selection(chosen, data_dir=self.data_dir,
                                               environ=self.environ)
         return self._selections[key]
+
+
+def _job_file(job: str, info: RunInfo) -> Path:
+    """The job file `info` names (relative to where `judge` ran); ConfigError if not there."""
+    path = Path(str(info.manifest.get("job_file", "")))
+    if not path.is_file():
+        raise ConfigError(f"{path}: the job file of {job} is not there; run `judge serve` "
+                          "from the folder the runs were made in")
+    return path
 
 
 def _manifest(run: Path) -> dict[str, Any]:

@@ -81,7 +81,7 @@ class Filters:
         Returns:
             True when the line is shown.
         """
-        status = line["error"]["type"] if line.get("error") else "ok"
+        status = _status(line)
         return ((not self.dataset or line["dataset"] == self.dataset)
                 and (not self.item or line["item_id"] == self.item)
                 and (not self.aspect or line["aspect"] == self.aspect)
@@ -93,6 +93,11 @@ class Filters:
 
 def _judge(line: Mapping[str, Any]) -> str:
     return judge_name(line["model"], line["prompt"])
+
+
+def _status(line: Mapping[str, Any]) -> str:
+    """A judgments.jsonl line's status: its error's type, or "ok"."""
+    return line["error"]["type"] if line.get("error") else "ok"
 
 
 def _humans(run: Path) -> dict[tuple[str, str, str], float]:
@@ -149,7 +154,7 @@ def _row(run: str, line: Mapping[str, Any], human: float | None,
     return {"run": run, "dataset": line["dataset"], "item": line["item_id"],
             "system": line["system"], "aspect": line["aspect"], "judge": _judge(line),
             "score": line.get("score"), "human": human, "diff": diff,
-            "status": line["error"]["type"] if line.get("error") else "ok", "key": line["key"]}
+            "status": _status(line), "key": line["key"]}
 
 
 def judgment(desk: Desk, job: str, run: str, key: str) -> dict[str, Any]:

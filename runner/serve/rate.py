@@ -24,6 +24,7 @@ from pathlib import Path
 
 from runner.data.annotations import Rating, append_rating, human_columns, read_ratings
 from runner.data.loaders import Item
+from runner.data.readers import number
 from runner.errors import ConfigError
 from runner.expand import Expansion
 from runner.job.spec import Job
@@ -172,10 +173,7 @@ def record(expansion: Expansion, annotator: str, dataset: str, item: str,
     aspects, scores = scales(expansion.job, dataset), {}
     for aspect, scale in aspects.items():
         text = answers.get(aspect, SKIP).strip() or SKIP
-        try:
-            score = None if text == SKIP else float(text)
-        except ValueError:
-            score = float("nan")
+        score = None if text == SKIP else number(text)  # NaN for text not a number
         if score is not None and not scale.low <= score <= scale.high:
             raise ConfigError(f"{aspect}={text!r}: rate on the job's scale, "
                               f"{scale.low:g} to {scale.high:g}, or skip")
