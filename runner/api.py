@@ -286,7 +286,7 @@ async def _pool(run: Run, *, on_progress: Callable[[RunStats], None] | None,
     stop, loop = asyncio.Event(), asyncio.get_running_loop()
     if stoppers is not None:
         stoppers.append(lambda: loop.call_soon_threadsafe(stop.set))
-    with run.serve(read_only=False) as (cache, served):
+    with run.serve() as (cache, served):
         return await run.pool(cache, served, stop=stop,
                               on_progress=on_progress or (lambda _: None))
 

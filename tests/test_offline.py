@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+import runner
 from runner.cli import main as cli_main
 from runner.session import run as session_run
 from tests.fakeserver import ThreadedServer
@@ -117,4 +118,21 @@ def test_an_offline_run_judging_cached_tasks_first_reads_a_read_only_cache(
     assert done.exit_code == 0, done.output
     made = [{**j, "cached": True} for j in judgments(tmp_path / "out")]
     assert judgments(tmp_path / "offline") == made
+    assert server.state.requests == before
+
+
+@pytest.mark.slow
+def test_the_api_offline_run_reads_a_read_only_cache_as_the_cli_does(
+        read_only_cache: tuple[Path, Path], server: ThreadedServer, tmp_path: Path,
+        data_dir: Path) -> None:
+    """runner.run(offline=True) takes no lease, so it opens the cache only to read it."""
+    job, cache = read_only_cache
+    before = server.state.requests
+
+    done = runner.run(job, offline=True, limit=LIMIT, models=["fake"], base_url=server.url,
+                      cache_dir=cache, out=tmp_path / "api", data_dir=data_dir, environ={})
+
+    assert done.ok and done.stats.cache_hits == LIMIT and done.stats.api_calls == 0
+    made = [{**j, "cached": True} for j in judgments(tmp_path / "out")]
+    assert judgments(tmp_path / "api") == made
     assert server.state.requests == before

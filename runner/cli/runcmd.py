@@ -110,11 +110,8 @@ def run(task_selection: TaskSelection, **run_options: Any) -> None:
                   offline=run_options["offline"], budget=run_options["budget"])
     # offline: no key or budget check (no call), but --until-ci's combinations all the same
     run.check(batch=bool(batch_models(run.sel.job, run_options["batch"])))
-    if run.offline:  # makes no call: needs no lease, as rescore
-        _run_checked(run, run_options)
-        return
-    with run.lease():
-        if not run_options["yes"] and sys.stdin.isatty():
+    with run.lease():  # an offline run takes none: it makes no call, as rescore
+        if not (run.offline or run_options["yes"]) and sys.stdin.isatty():
             _confirm(sel)
         _run_checked(run, run_options)
 
@@ -186,8 +183,7 @@ def _execute(run: api.Run, cached_first: CachedFirst | None = None) -> RunStats:
 
     from runner.cli.progress import Progress
     progress = Progress(sys.stderr, total=0)  # grows with each stage's task count
-    # offline, reads only: a read-only cache folder is read as it is
-    with run.serve(read_only=run.offline) as (cache, served):
+    with run.serve() as (cache, served):
         try:
             return api.run_async(_run_async(run, cache, served, progress, cached_first))
         except asyncio.CancelledError:

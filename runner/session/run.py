@@ -95,24 +95,24 @@ class Run:
             holder_command: the command the lease's description names [default: this
                 process's command line].
         """
+        if self.offline:  # nor opens the cache for writing: a read-only one reads as it is
+            yield
+            return
         shard = None if self.sel.shard is None else str(self.sel.shard)
-        with open_selected(self.sel) as cache, (
-                contextlib.nullcontext() if self.offline
-                else cache.lease(lease_name(self.sel.job.name, shard), describe(holder_command))):
+        with open_selected(self.sel) as cache, \
+                cache.lease(lease_name(self.sel.job.name, shard), describe(holder_command)):
             yield
 
     @contextlib.contextmanager
-    def serve(self, *, read_only: bool) -> Iterator[tuple[CacheBackend, Job]]:
-        """The cache opened and, unless offline, the local servers of `local:` models started.
-
-        Args:
-            read_only: open the cache for reading only (a read-only folder is read as it is).
+    def serve(self) -> Iterator[tuple[CacheBackend, Job]]:
+        """The cache opened (offline, for reading only: a read-only folder is read as it is)
+        and, unless offline, the local servers of `local:` models started.
 
         Yields:
             The open cache, and the job with its local servers' base URLs.
         """
         servers = contextlib.nullcontext(self.sel.job) if self.offline else serving(self.sel.job)
-        with open_selected(self.sel, read_only=read_only) as cache, servers as served:
+        with open_selected(self.sel, read_only=self.offline) as cache, servers as served:
             yield cache, served
 
     async def pool(self, cache: CacheBackend, served: Job, *, stop: Any,
