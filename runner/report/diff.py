@@ -24,6 +24,7 @@ from runner.reduce.jury import judge_name
 from runner.reduce.resample import Resamples
 from runner.reduce.series import Row, Series
 from runner.report.folder import read_csv
+from runner.report.headline import shown_method
 from runner.report.standing import MIN_PARSED_SHARE, parsed_counts
 
 __all__ = ["DIFF_COLUMNS", "RunDiff", "diff_folders", "diff_lines", "diff_runs", "number",
@@ -166,7 +167,7 @@ def diff_folders(run_a: Path, run_b: Path, job: Job) -> RunDiff:
     rows = diff_runs(read_scores(run_a), read_scores(run_b), policy=job.policy,
                      levels=job.levels, methods=job.methods, n_boot=job.bootstrap,
                      seed=job.seed)
-    method = "spearman" if "spearman" in job.methods else job.methods[0]
+    method = shown_method(job.methods)
     parsed = [parsed_counts(read_csv(run / "summary.csv")) for run in (run_a, run_b)]
     lines = diff_lines([r for r in rows if r["method"] == method], *parsed,
                        least=MIN_PARSED_SHARE)
