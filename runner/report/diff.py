@@ -19,7 +19,7 @@ from typing import Any
 
 from runner.errors import DataError
 from runner.job.spec import Job
-from runner.reduce.compare import compare
+from runner.reduce.compare import compare, paired_levels
 from runner.reduce.jury import judge_name
 from runner.reduce.resample import Resamples
 from runner.reduce.series import Row, Series
@@ -112,7 +112,7 @@ def diff_runs(a: Scores, b: Scores, *, policy: str, levels: Sequence[str],
         The rows, change = B - A with its 95% CI and p-value.
     """
     rows, resamples = [], Resamples()
-    kept = [lv for lv in levels if lv != "system"] or ["sample", "dataset"]
+    kept = paired_levels(levels)
     for where in [k for k in a if k in b]:
         for judge_a, judge_b in _pairs(a[where], b[where]):
             # B first: compare's difference is its first judge's minus its second's

@@ -38,7 +38,7 @@ from runner.expand import Expansion
 from runner.job.spec import Job
 from runner.parse.parsers import get_parser
 from runner.reduce.battle import BATTLE_COLUMNS, Battles
-from runner.reduce.compare import compare
+from runner.reduce.compare import compare, paired_levels
 from runner.reduce.correlate import Correlation, correlate
 from runner.reduce.judge_series import judge_series
 from runner.reduce.judgments import Judgment
@@ -142,7 +142,7 @@ def comparison(expansion: Expansion, series: JudgeSeries,
         ConfigError: A judge is not among those of a data set and aspect.
     """
     job, rows, resamples = expansion.job, [], Resamples()
-    levels = [lvl for lvl in job.levels if lvl != "system"] or ["sample", "dataset"]
+    levels = paired_levels(job.levels)
     for (dataset, aspect), by_judge in series.items():
         missing = [j for j in judges if j not in by_judge]
         if missing:
