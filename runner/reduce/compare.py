@@ -26,7 +26,7 @@ from runner.reduce.levels import (
 from runner.reduce.resample import Resamples
 from runner.reduce.series import Row, Series
 
-__all__ = ["Comparison", "compare"]
+__all__ = ["Comparison", "compare", "paired_levels"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +43,19 @@ class Comparison:
     ci_high: float | None
     p_value: float | None  # two-sided, bootstrap distribution shifted to the null
     n_groups: int  # groups resampled
+
+
+def paired_levels(levels: Sequence[str]) -> list[str]:
+    """The levels `compare` takes from a job's: all but system (no groups to resample there),
+    sample and dataset where that leaves none.
+
+    Args:
+        levels: the job's levels.
+
+    Returns:
+        The levels to compare at.
+    """
+    return [lv for lv in levels if lv != "system"] or ["sample", "dataset"]
 
 
 def _keys(a: Series, b: Series) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:

@@ -19,11 +19,12 @@ from typing import Any
 
 from runner.errors import DataError
 from runner.job.spec import Job
-from runner.reduce.compare import compare
+from runner.reduce.compare import compare, paired_levels
 from runner.reduce.jury import judge_name
 from runner.reduce.resample import Resamples
 from runner.reduce.series import Row, Series
 from runner.report.folder import read_csv
+from runner.report.headline import shown_method
 from runner.report.standing import MIN_PARSED_SHARE, parsed_counts
 
 __all__ = ["DIFF_COLUMNS", "RunDiff", "diff_folders", "diff_lines", "diff_runs", "number",
@@ -111,7 +112,7 @@ def diff_runs(a: Scores, b: Scores, *, policy: str, levels: Sequence[str],
         The rows, change = B - A with its 95% CI and p-value.
     """
     rows, resamples = [], Resamples()
-    kept = [lv for lv in levels if lv != "system"] or ["sample", "dataset"]
+    kept = paired_levels(levels)
     for where in [k for k in a if k in b]:
         for judge_a, judge_b in _pairs(a[where], b[where]):
             # B first: compare's difference is its first judge's minus its second's
@@ -166,7 +167,7 @@ def diff_folders(run_a: Path, run_b: Path, job: Job) -> RunDiff:
     rows = diff_runs(read_scores(run_a), read_scores(run_b), policy=job.policy,
                      levels=job.levels, methods=job.methods, n_boot=job.bootstrap,
                      seed=job.seed)
-    method = "spearman" if "spearman" in job.methods else job.methods[0]
+    method = shown_method(job.methods)
     parsed = [parsed_counts(read_csv(run / "summary.csv")) for run in (run_a, run_b)]
     lines = diff_lines([r for r in rows if r["method"] == method], *parsed,
                        least=MIN_PARSED_SHARE)

@@ -20,11 +20,24 @@ from runner.reduce.correlate import MIN_SYSTEMS
 from runner.reduce.jury import judge_name
 from runner.report.standing import MIN_PARSED_SHARE, MIN_POINTS, best_judges, no_spread, points
 
-__all__ = ["OUTSIDE", "OUTSIDE_NOTE", "Headline", "headline", "system_note", "system_warnings",
-           "unparsed_judges"]
+__all__ = ["OUTSIDE", "OUTSIDE_NOTE", "Headline", "headline", "shown_method", "system_note",
+           "system_warnings", "unparsed_judges"]
 
 PREFERRED_METHOD = "spearman"
 """The coefficient shown when the job computes it (rank correlation: the studies' headline)."""
+
+
+def shown_method(methods: Sequence[str]) -> str:
+    """The one coefficient a summary shows (the result table, `judge runs`'s best column,
+    `judge diff`'s lines): PREFERRED_METHOD where computed, else the first of `methods`.
+
+    Args:
+        methods: the methods computed, in the job's order.
+
+    Returns:
+        The method's name (pearson for none).
+    """
+    return PREFERRED_METHOD if PREFERRED_METHOD in methods else (list(methods) or ["pearson"])[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +77,7 @@ def headline(levels: Sequence[str], methods: Sequence[str],
         A Headline: `lines` (empty when no LLM judge has a correlation), `unparsed`,
         `scoreless`, `warnings` (system_warnings), `no_spread`.
     """
-    method = PREFERRED_METHOD if PREFERRED_METHOD in methods else (methods or ["pearson"])[0]
+    method = shown_method(methods)
     table: dict[tuple[str, str], dict[str, dict[str, Mapping[str, Any]]]] = {}
     shown = [r for r in correlations if "/" in r["judge"] or r["judge"] in juries]
     for row in shown:

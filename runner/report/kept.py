@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 
 from runner.report.folder import own_bytes, read_csv
+from runner.report.headline import shown_method
 from runner.report.standing import points, ranked
 
 __all__ = ["RUN_COLUMNS", "best", "run_row", "saved", "size"]
@@ -91,9 +92,8 @@ def best(run: Path) -> str:
             and math.isfinite(float(r["value"]))]
     if not rows:
         return ""
-    # as the run's own result table (runner.report.headline): spearman, else the job's first
-    methods = list(dict.fromkeys(r["method"] for r in rows))
-    method = "spearman" if "spearman" in methods else methods[0]
+    # as the run's own result table: spearman, else the job's first
+    method = shown_method(list(dict.fromkeys(r["method"] for r in rows)))
     level = rows[0]["level"]
     eligible = {(d, a, judge) for (d, a, lv, m, _), judges in ranked(rows, summary).items()
                 if lv == level and m == method for judge in judges}

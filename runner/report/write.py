@@ -38,7 +38,7 @@ from runner.expand import Expansion
 from runner.job.spec import Job
 from runner.parse.parsers import get_parser
 from runner.reduce.battle import BATTLE_COLUMNS, Battles
-from runner.reduce.compare import compare
+from runner.reduce.compare import compare, paired_levels
 from runner.reduce.correlate import Correlation, correlate
 from runner.reduce.judge_series import judge_series
 from runner.reduce.judgments import Judgment
@@ -142,7 +142,7 @@ def comparison(expansion: Expansion, series: JudgeSeries,
         ConfigError: A judge is not among those of a data set and aspect.
     """
     job, rows, resamples = expansion.job, [], Resamples()
-    levels = [lvl for lvl in job.levels if lvl != "system"] or ["sample", "dataset"]
+    levels = paired_levels(job.levels)
     for (dataset, aspect), by_judge in series.items():
         missing = [j for j in judges if j not in by_judge]
         if missing:
@@ -204,10 +204,8 @@ def _table(dataset: str, aspect: str, rows: list[dict[str, Any]]) -> list[str]:
     columns = list(dict.fromkeys((r["level"], r["subset"], r["method"]) for r in rows))
     judges = list(dict.fromkeys(r["judge"] for r in rows))
     cell = {(r["judge"], r["level"], r["subset"], r["method"]): r for r in rows}
-    head = " | ".join(f"{lvl} {m}" + ("" if sub == "all" else f" ({sub})")
-                      for lvl, sub, m in columns)
-    lines = [f"## {dataset}: {aspect}", "", f"| judge | {head} | n |",
-             "|---|" + "---:|" * (len(columns) + 1)]
+    head = [f"{lvl} {m}" + ("" if sub == "all" else f" ({sub})") for lvl, sub, m in columns]
+    body: list[list[object]] = []
     for judge in judges:
         values = []
         n = 0
@@ -216,9 +214,11 @@ def _table(dataset: str, aspect: str, rows: list[dict[str, Any]]) -> list[str]:
             values.append("" if r is None or r["value"] is None else f"{r['value']:.3f}")
             if r is not None and lvl == "dataset" and sub == "all":
                 n = r["n_items"]
-        lines.append(f"| {judge} | {' | '.join(values)} | {n} |")
+        body.append([judge, *values, n])
     note = system_note(rows)
-    return [*lines, "", *([note, ""] if note else [])]
+    return [f"## {dataset}: {aspect}", "",
+            *table(["judge", *head, "n"], "l" + "r" * (len(head) + 1), body),
+            "", *([note, ""] if note else [])]
 
 
 def _set_aside(expansion: Expansion, tables: Tables, positions: Positions,
