@@ -35,6 +35,7 @@ from runner.execute.store.cache import Cache
 from runner.execute.store.lease import lease_id, lease_name
 from runner.reduce.judgments import judge
 from runner.report.diff import number
+from runner.report.headline import shown_method
 from runner.report.standing import points
 from runner.report.tables import collect
 from runner.report.write import correlations
@@ -157,9 +158,8 @@ class LiveRuns:
 
 def _figures(rows: list[dict[str, Any]]) -> str:
     """`openmeva/overall fake/stars spearman sample 0.123 (n=8)`, ...: spearman where
-    computed, else the job's first method (as the run's own table)."""
-    methods = [r["method"] for r in rows]
-    method = "spearman" if "spearman" in methods else methods[0]
+    computed, else the job's first method (as the run's own table: headline.shown_method)."""
+    method = shown_method([r["method"] for r in rows])
     return ", ".join(f"{r['dataset']}/{r['aspect']} {r['judge']} {method} {r['level']} "
                      f"{number(r['value'])} (n={points(r)})"
                      for r in rows if r["method"] == method)
