@@ -28,9 +28,9 @@ from runner.data.datasets import (
     fetch,
     load,
     load_file,
-    safe_unpickle,
     verify,
 )
+from runner.data.readers import safe_unpickle
 from runner.errors import ConfigError, DataError
 
 DATA_DIR = Path(os.environ.get("JUDGE_DATA_DIR")

@@ -25,12 +25,11 @@ from typing import Any, BinaryIO
 
 from runner.data import loaders
 from runner.data.loaders import Item
-from runner.data.readers import safe_unpickle
 from runner.data.userfile import FieldMap, load_file
 from runner.errors import ConfigError, DataError
 
 __all__ = ["REGISTRY", "DatasetInfo", "FieldMap", "Item", "RemoteFile", "fetch", "load",
-           "load_file", "safe_unpickle", "verify"]
+           "load_file", "verify"]
 
 _RAW_PREFIX = "https://raw.githubusercontent.com"
 _CHUNK = 1 << 16

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 from runner.data.readers import jsonl, read_bytes, read_json, safe_unpickle
 from runner.errors import DataError
@@ -45,20 +45,10 @@ class Item(NamedTuple):
     extra: Mapping[str, Any] = MappingProxyType({})  # category, line, recorded judge...
 
 
-class Loader(Protocol):
-    """A registered data set's reader: what every loader below is."""
-
-    def __call__(self, files: Sequence[Path], dataset: str, /) -> Iterator[Item]:
-        """The data set's items.
-
-        Args:
-            files: the registered files, absolute, in registry order.
-            dataset: the data set's name in the job.
-
-        Returns:
-            The items in file order, read lazily (a DataError names a bad file and record).
-        """
-        ...
+Loader = Callable[[Sequence[Path], str], Iterator[Item]]
+"""A registered data set's reader, as every loader below is: (the registered files, absolute,
+in registry order; the data set's name in the job) -> its items in file order, read lazily (a
+DataError names a bad file and record)."""
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -154,10 +144,7 @@ def _json_list(files: Sequence[Path], pattern: str, dataset: str) -> tuple[Path,
 
 
 def openmeva(files: Sequence[Path], dataset: str) -> Iterator[Item]:
-    """OpenMEVA-MANS: one item per (story beginning, generator), 200 x 5 = 1000.
-
-    A `Loader`.
-    """
+    """OpenMEVA-MANS: one item per (story beginning, generator), 200 x 5 = 1000."""
     def build(_: int, record: dict[Any, Any]) -> list[Item]:
         doc_id, gens = _text(record, "doc_id"), _obj(record["gen"], "gen")
         return [Item(
@@ -185,10 +172,7 @@ def tst_formality(files: Sequence[Path], dataset: str) -> Iterator[Item]:
     """GYAFC formality transfer: one item per (source line, output), 80 x 9 = 720.
 
     Lines 0-39 are informal->formal, 40-79 formal->informal; the human reference
-    counts as system "ref". All four files must agree on src, ref, systems and outputs.
-
-    A `Loader`.
-    """
+    counts as system "ref". All four files must agree on src, ref, systems and outputs."""
     tables = {aspect: _read_jsonl(_one_file(files, name), dataset)
               for name, aspect in _TST_FILES.items()}
     base = _one_file(files, "content.src.json")
@@ -238,10 +222,7 @@ def _each(path: Path, records: Iterable[tuple[Any, Any]], dataset: str, what: st
 
 
 def summeval(files: Sequence[Path], dataset: str) -> Iterator[Item]:
-    """SummEval: one item per (document, system), 100 x 16 = 1600.
-
-    A `Loader`.
-    """
+    """SummEval: one item per (document, system), 100 x 16 = 1600."""
     def build(doc_id: Any, doc: dict[Any, Any]) -> list[Item]:
         references = tuple(_list(doc["ref_summs"], "ref_summs"))
         return [Item(
@@ -257,10 +238,7 @@ def summeval(files: Sequence[Path], dataset: str) -> Iterator[Item]:
 
 
 def bagel(files: Sequence[Path], dataset: str) -> Iterator[Item]:
-    """BAGEL: one item per output, 404 (202 meaning representations, 2 outputs each).
-
-    A `Loader`.
-    """
+    """BAGEL: one item per output, 404 (202 meaning representations, 2 outputs each)."""
     def build(key: Any, record: dict[Any, Any]) -> list[Item]:
         references = tuple(_list(record["ref_summs"], "ref_summs"))
         if not references or not all(isinstance(r, str) for r in references):
@@ -281,10 +259,7 @@ def korean_chat(files: Sequence[Path], dataset: str) -> Iterator[Item]:
     """Korean instructions: one item per (instruction, model), 252 x 7 = 1764.
 
     Models are the generated/*.jsonl stems, sorted. `extra["recorded_judge"]` is the raw
-    gpt-4-0125-preview response from chatgpt_results/<model>.pkl where that file exists.
-
-    A `Loader`.
-    """
+    gpt-4-0125-preview response from chatgpt_results/<model>.pkl where that file exists."""
     questions_path = _one_file(files, "user_oriented_instructions_eval.jsonl")
     questions = _read_jsonl(questions_path, dataset)
     answers = {p.stem: (p, _read_jsonl(p, dataset))
@@ -326,10 +301,7 @@ def _korean_line(dataset: str, index: int, question: dict[Any, Any],
 
 
 def colossalai(files: Sequence[Path], dataset: str) -> Iterator[Item]:
-    """ColossalEval GPT-evaluation examples: 25 questions, subset = category.
-
-    A `Loader`.
-    """
+    """ColossalEval GPT-evaluation examples: 25 questions, subset = category."""
     def build(_: int, record: dict[Any, Any]) -> list[Item]:
         qid, category = _ident(record, "id"), _text(record, "category")
         return [Item(

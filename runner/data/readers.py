@@ -21,7 +21,7 @@ import orjson
 
 from runner.errors import DataError
 
-__all__ = ["jsonl", "loads", "number", "read_bytes", "read_json", "read_records",
+__all__ = ["FORMATS", "jsonl", "loads", "number", "read_bytes", "read_json", "read_records",
            "safe_unpickle"]
 
 
@@ -193,6 +193,7 @@ def jsonl(path: Path, fix: str) -> Iterator[tuple[int, Any]]:
 # ------------------------------------------------------------------------ user files
 
 _Rows = Iterator[tuple[int, str, Any]]
+FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".json": "json"}  # by extension
 
 
 def read_records(path: Path, fmt: str) -> _Rows:

@@ -23,13 +23,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from runner.data.readers import read_records
+from runner.data.readers import FORMATS, read_records
 from runner.errors import ConfigError, DataError
 
 __all__ = ["MAX_ROWS", "STARTERS", "Proposal", "Starter", "propose", "write"]
 
 MAX_ROWS = 5000  # records read to guess from: enough to see ids repeat, quick on any file
-_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".json": "json"}
 _ID = {"id", "item_id", "uid", "key", "example_id", "sample_id", "row_id"}
 _GROUP = {"group", "group_id", "doc", "doc_id", "document_id", "source_id", "src_id",
           "question_id", "prompt_id", "input_id", "instance_id", "topic_id"}
@@ -39,12 +38,11 @@ _INPUT = {"input", "source", "src", "question", "prompt", "document", "article",
           "instruction", "query", "dialogue", "dialog"}
 _OUTPUT = {"output", "answer", "response", "summary", "hypothesis", "hyp", "generation",
            "completion", "prediction", "candidate", "text", "reply", "translation", "story"}
-_HUMAN = {"human", "rating", "rater", "annotator", "annotation", "score", "judgment",
-          "judgement", "label", "likert", "mos", "fluency", "coherence", "relevance",
-          "consistency", "adequacy", "quality", "overall", "content", "style", "informativeness",
-          "naturalness", "helpfulness", "correctness", "faithfulness", "accuracy", "grammar"}
 _WHO = {"human", "rating", "rater", "annotator", "annotation", "score", "judgment", "judgement",
         "label", "likert", "mos"}  # a stem that names the rater, not the aspect: "overall"
+_HUMAN = _WHO | {"fluency", "coherence", "relevance", "consistency", "adequacy", "quality",
+                 "overall", "content", "style", "informativeness", "naturalness", "helpfulness",
+                 "correctness", "faithfulness", "accuracy", "grammar"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -114,7 +112,7 @@ def propose(data: Path, starter: str = "stars", job: Path | None = None) -> Prop
     if starter not in STARTERS:
         raise ConfigError(f"unknown starting prompt {starter!r}; choose one of "
                           f"{', '.join(STARTERS)}")
-    fmt = _FORMATS.get(data.suffix.lower())
+    fmt = FORMATS.get(data.suffix.lower())
     if fmt is None:
         raise ConfigError(f"{data}: judge init reads .jsonl, .csv or .json files (got "
                           f"{data.suffix or 'no extension'!r})")
@@ -269,17 +267,14 @@ def _key(name: str) -> str:
     return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else _q(name)
 
 
-def _inline(table: Mapping[str, Any]) -> str:
-    return "{ " + ", ".join(f"{_key(k)} = {_value(v)}" for k, v in table.items()) + " }"
-
-
 def _value(v: Any) -> str:
+    """A TOML value: an inline table for a mapping."""
     if isinstance(v, str):
         return _q(v)
     if isinstance(v, list):
         return "[" + ", ".join(_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return _inline(v)
+    if isinstance(v, Mapping):
+        return "{ " + ", ".join(f"{_key(k)} = {_value(x)}" for k, x in v.items()) + " }"
     return json.dumps(v)
 
 
@@ -302,17 +297,17 @@ def _job_text(data: Path, job: Path, prompt: Path, cols: _Columns, starter: Star
              f"path = {_q(rel.as_posix())}", "[datasets.fields]"]
     lines += [f"{key} = {_q(col)}" for key, col in
               (("id", cols.id), ("group", cols.group), ("system", cols.system)) if col]
-    lines += [f"text = {_inline(text)}", f"human = {_inline(human)}"]
+    lines += [f"text = {_value(text)}", f"human = {_value(human)}"]
     if cols.metrics:
         lines.append(f"metrics = {_value(cols.metrics)}")
     lines += ["", "[[prompts]]", f"name = {_q(starter.name)}", f"template = {_q(prompt.name)}",
               f"parser = {_q(starter.parser)}"]
     if starter.parser_options:
-        lines.append(f"parser_options = {_inline(dict(starter.parser_options))}")
+        lines.append(f"parser_options = {_value(starter.parser_options)}")
     if starter.name == "pairwise":
         lines += ['per = "group"                # one request shows two outputs of a group',
                   'order = "both"               # ... and again swapped (position bias)',
                   'output_field = "output"']
-    lines += [f"aspects = {_value(aspects)}", f"params = {_inline(dict(starter.params))}",
+    lines += [f"aspects = {_value(aspects)}", f"params = {_value(starter.params)}",
               "", "[models.judge]", 'spec = "openai:gpt-4o-mini"    # --model replaces it', ""]
     return "\n".join(lines)

@@ -61,8 +61,7 @@ def bleu(hypothesis: str, reference: str, language: str) -> float:
     """Sentence BLEU (sacrebleu defaults: 4-grams, exp smoothing).
 
     Args:
-        hypothesis: the generated answer.
-        reference: its reference text.
+        hypothesis, reference: the generated answer and its reference text.
         language: "zh" for sacrebleu's Chinese tokenizer, else "13a".
 
     Returns:
@@ -78,8 +77,7 @@ def chrf(hypothesis: str, reference: str) -> float:
     """Sentence chrF (sacrebleu defaults: character 6-grams, beta 2), in any language.
 
     Args:
-        hypothesis: the generated answer.
-        reference: its reference text.
+        hypothesis, reference: the generated answer and its reference text.
 
     Returns:
         chrF on 0-100.
@@ -116,8 +114,7 @@ def rouge(hypothesis: str, reference: str, language: str) -> dict[str, float]:
     """ROUGE-1, ROUGE-2 and ROUGE-L F-measures (rouge-score, our tokens, no stemming).
 
     Args:
-        hypothesis: the generated answer.
-        reference: its reference text.
+        hypothesis, reference: the generated answer and its reference text.
         language: "en" or "zh", for `tokens`.
 
     Returns:
@@ -147,8 +144,7 @@ def overlap(hypothesis: str, reference: str, language: str) -> dict[str, float]:
     """Token-overlap precision, recall and F1 (multiset intersection, as SQuAD's F1).
 
     Args:
-        hypothesis: the generated answer.
-        reference: its reference text.
+        hypothesis, reference: the generated answer and its reference text.
         language: "en" or "zh", for `tokens`.
 
     Returns:
@@ -172,8 +168,7 @@ def compute(names: Iterable[str], hypothesis: str, reference: str,
 
     Args:
         names: metric names as a job lists them (keys of `METRICS`).
-        hypothesis: the generated answer.
-        reference: its reference text, "" when there is none.
+        hypothesis, reference: the generated answer and its reference text ("" when none).
         language: "en" or "zh", for `tokens`.
 
     Returns:
