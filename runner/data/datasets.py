@@ -1,12 +1,7 @@
-"""Data sets as `Item`s: the registered benchmarks and the user's own files.
-
-`REGISTRY` (read from `registry.toml` next to this module) names every benchmark this
-package can load, with the exact upstream files, their sha256 and size. `load` reads
-those files where they are under `data_dir` (it never copies or re-hashes them);
-`fetch` downloads missing or corrupt ones and `verify` hashes them. `load_file`
-(runner.data.userfile) reads a user's JSONL, CSV or JSON file through a `FieldMap`.
-
-The CLI passes `data_dir` in; nothing here reads the environment or prints.
+"""Data sets as `Item`s: the registered benchmarks (`REGISTRY`, read from `registry.toml` next to
+this module: each one's exact upstream files, their sha256 and size) and the user's own files
+(`load_file`, runner.data.userfile). The CLI passes `data_dir` in; nothing here reads the
+environment or prints.
 """
 
 from __future__ import annotations

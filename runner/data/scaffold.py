@@ -3,11 +3,9 @@
 `propose` reads the file's columns (the first MAX_ROWS records) and guesses, by name and by
 content, which column is the id, the group, the system, the input and the output text, and which
 numeric columns are human scores (several annotator columns of one aspect, "fluency_1",
-"fluency_2", become a list: their mean and agreement) or metrics. It returns the job file's text,
-a prompt file from one of the starting prompts in starters.toml (STARTERS) and one line per
-guess, so the user sees what to check. A file without human scores gets them from a ratings file
-(`ratings.jsonl` beside the job, filled by `judge serve --annotator NAME`). `write` creates both
-files and never overwrites one.
+"fluency_2", become a list: their mean and agreement) or metrics, and says each guess. A file
+without human scores gets them from a ratings file (`ratings.jsonl` beside the job, filled by
+`judge serve --annotator NAME`).
 """
 
 from __future__ import annotations

@@ -72,10 +72,9 @@ def url_problem(url: str) -> str | None:
     """What is wrong with an endpoint URL (`htp://`, `http//x`, no host, a bad port, a
     `user:password@` in it).
 
-    Checked when the job is read: a base URL like that was retried as a connection error on
-    every task, and one with a user and password crashed the client at the first call
-    (aiohttp refuses them beside the key's Authorization header). The message shows the URL
-    without its password.
+    Checked when the job is read, not retried as a connection error on every task; aiohttp
+    refuses a user and password beside the key's Authorization header. The message shows the
+    URL without its password.
 
     Args:
         url: the URL as written.

@@ -79,7 +79,7 @@ class ModelSpec:
     model: str
     """The model name sent in the request body."""
     kind: str
-    """"openai", "local" or "compatible"."""
+    """Its row of the provider table (runner.job.providers.KINDS): "openai", "local", ..."""
     base_url: str | None
     """Endpoint root ending in /v1; None for local models until their server starts."""
     api_key_env: str = "OPENAI_API_KEY"
