@@ -29,9 +29,8 @@ __all__ = ["Item", "Loader", "bagel", "colossalai", "korean_chat", "openmeva", "
 class Item(NamedTuple):
     """One output to be judged, with its source, human scores and recorded metrics.
 
-    A NamedTuple, not a frozen dataclass, for the reason runner.tasks.Task is one: a frozen
-    dataclass's __init__ sets each of the 10 fields with object.__setattr__ (~3 us an item,
-    ~0.08 s of loading a 25k-item job); built with keyword arguments all the same."""
+    A NamedTuple, not a frozen dataclass, for the reason runner.tasks.Task is one (here ~0.08 s
+    of loading a 25k-item job); built with keyword arguments all the same."""
 
     dataset: str  # the data set name as the job calls it
     item_id: str  # unique within the data set, stable across runs
