@@ -13,6 +13,7 @@ checks that the files exist before calling them; `runner.data.readers` reads the
 from __future__ import annotations
 
 import fnmatch
+import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -179,26 +180,24 @@ def tst_formality(files: Sequence[Path], dataset: str) -> Iterator[Item]:
         if len(rows) != _TST_LINES:
             raise DataError(f"{base.parent}: {aspect} has {len(rows)} lines, expected "
                             f"{_TST_LINES}; {_refetch_hint(dataset)}")
-    for line in range(_TST_LINES):
-        with _record(base.parent, f"line {line}", dataset):
-            items = _tst_line(dataset, line, {a: _obj(t[line], "line") for a, t in tables.items()})
-        yield from items
+    lines = ((line, {a: t[line] for a, t in tables.items()}) for line in range(_TST_LINES))
+    yield from _each(base.parent, lines, dataset, "line", functools.partial(_tst_line, dataset))
 
 
-def _tst_line(dataset: str, line: int, rows: Mapping[str, dict[Any, Any]]) -> list[Item]:
+def _tst_line(dataset: str, line: int, raw: Mapping[str, Any]) -> Iterator[Item]:
+    rows = {aspect: _obj(row, "line") for aspect, row in raw.items()}
     src, ref = _text(rows["content"], "src"), _text(rows["content"], "ref")
     systems = list(_obj(rows["content"]["sys"], "sys"))
     for aspect, row in rows.items():
         if (_text(row, "src"), _text(row, "ref"), list(row["sys"])) != (src, ref, systems):
             raise ValueError(f"{aspect} disagrees with content on src, ref or systems")
-    items = []
     for system in systems:
         outs = {aspect: _obj(row["sys"][system], system) for aspect, row in rows.items()}
         output = _text(outs["content"], "out")
         if any(_text(out, "out") != output for out in outs.values()):
             raise ValueError(f"the files disagree on the output of {system}")
         pairs = {a: (_num(o, "human_1"), _num(o, "human_2")) for a, o in outs.items()}
-        items.append(Item(
+        yield Item(
             dataset=dataset, item_id=f"{line}:{system}", group=str(line), system=system,
             subset="informal->formal" if line < _TST_LINES // 2 else "formal->informal",
             fields={"source": src, "output": output, "reference": ref},
@@ -206,17 +205,16 @@ def _tst_line(dataset: str, line: int, rows: Mapping[str, dict[Any, Any]]) -> li
             annotators=pairs,
             metrics={aspect: _numbers(out, skip=_TST_HUMAN) for aspect, out in outs.items()},
             extra={"line": line},
-        ))
-    return items
+        )
 
 
 def _each(path: Path, records: Iterable[tuple[Any, Any]], dataset: str, what: str,
-          build: Callable[[Any, dict[Any, Any]], list[Item]]) -> Iterator[Item]:
+          build: Callable[[Any, dict[Any, Any]], Iterable[Item]]) -> Iterator[Item]:
     """The items `build(key, record)` makes of each (key, record) read from `path`, built
     inside the record's error context (`what` and the key name the record in messages)."""
     for key, raw in records:
         with _record(path, f"{what} {key!r}", dataset):
-            items = build(key, _obj(raw, f"the {what}"))
+            items = list(build(key, _obj(raw, f"the {what}")))
         yield from items
 
 
@@ -269,10 +267,8 @@ def korean_chat(files: Sequence[Path], dataset: str) -> Iterator[Item]:
         if not isinstance(rows, list) or len(rows) != len(questions):
             raise DataError(f"{path}: expected a list of {len(questions)} entries aligned "
                             f"with {questions_path.name}; {_refetch_hint(dataset)}")
-    for index, raw in enumerate(questions):
-        with _record(questions_path, f"line {index + 1}", dataset):
-            items = list(_korean_line(dataset, index, _obj(raw, "the line"), answers, judged))
-        yield from items
+    yield from _each(questions_path, enumerate(questions, start=1), dataset, "line",
+                     lambda n, question: _korean_line(dataset, n - 1, question, answers, judged))
 
 
 def _korean_line(dataset: str, index: int, question: dict[Any, Any],
