@@ -18,8 +18,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, BinaryIO
 
-from runner.data import loaders
-from runner.data.loaders import Item
+from runner.data.loaders import LOADERS, Item
 from runner.data.userfile import FieldMap, load_file
 from runner.errors import ConfigError, DataError
 
@@ -71,13 +70,6 @@ def _read_registry() -> dict[str, DatasetInfo]:
 REGISTRY: Mapping[str, DatasetInfo] = MappingProxyType(_read_registry())
 """Registered data sets by name, in priority order."""
 
-# None: a registered set of prompt files only; load() refuses it.
-_LOADERS: Mapping[str, loaders.Loader | None] = {
-    "openmeva": loaders.openmeva, "tst_formality": loaders.tst_formality,
-    "summeval": loaders.summeval, "geval_prompts": None, "bagel": loaders.bagel,
-    "korean_chat": loaders.korean_chat,
-    "colossalai_en": loaders.colossalai, "colossalai_cn": loaders.colossalai,
-}
 _OPTIONS = ("subsets", "systems")
 
 
@@ -114,7 +106,7 @@ def load(name: str, data_dir: Path, *,
         DataError: A file is missing (message names it and the fix) or malformed.
     """
     info = _info(name)
-    loader = _LOADERS[name]
+    loader = LOADERS[name]
     if loader is None:
         raise ConfigError(f"data set {name!r} holds prompt files, not items: use its files "
                           f"({', '.join(f.path for f in info.files)}) as prompt templates")

@@ -6,8 +6,9 @@ Invariants every loader keeps (tested in tests/test_datasets.py):
 - Numbers are floats; text fields are passed through byte for byte (no formatting,
   no stripping), so `{` and `}` in the data reach the template engine untouched.
 
-Each loader is a `Loader`. Loaders never download and never hash; `runner.data.datasets`
-checks that the files exist before calling them; `runner.data.readers` reads the bytes.
+Each loader is a `Loader`, found in `LOADERS`. Loaders never download and never hash;
+`runner.data.datasets` checks that the files exist before calling them; `runner.data.readers`
+reads the bytes.
 """
 
 from __future__ import annotations
@@ -23,8 +24,7 @@ from typing import Any, NamedTuple
 from runner.data.readers import jsonl, read_bytes, read_json, safe_unpickle
 from runner.errors import DataError
 
-__all__ = ["Item", "Loader", "bagel", "colossalai", "korean_chat", "openmeva", "summeval",
-           "tst_formality"]
+__all__ = ["LOADERS", "Item", "Loader"]
 
 
 class Item(NamedTuple):
@@ -143,7 +143,7 @@ def _json_list(files: Sequence[Path], pattern: str, dataset: str) -> tuple[Path,
 # ---------------------------------------------------------------------------- loaders
 
 
-def openmeva(files: Sequence[Path], dataset: str) -> Iterator[Item]:
+def _openmeva(files: Sequence[Path], dataset: str) -> Iterator[Item]:
     """OpenMEVA-MANS: one item per (story beginning, generator), 200 x 5 = 1000."""
     def build(_: int, record: dict[Any, Any]) -> list[Item]:
         doc_id, gens = _text(record, "doc_id"), _obj(record["gen"], "gen")
@@ -168,7 +168,7 @@ _TST_FILES = {"content.src.json": "content", "content.ref.json": "content_ref",
 _TST_LINES, _TST_HUMAN = 80, ("out", "human_1", "human_2")
 
 
-def tst_formality(files: Sequence[Path], dataset: str) -> Iterator[Item]:
+def _tst_formality(files: Sequence[Path], dataset: str) -> Iterator[Item]:
     """GYAFC formality transfer: one item per (source line, output), 80 x 9 = 720.
 
     Lines 0-39 are informal->formal, 40-79 formal->informal; the human reference
@@ -218,7 +218,7 @@ def _each(path: Path, records: Iterable[tuple[Any, Any]], dataset: str, what: st
         yield from items
 
 
-def summeval(files: Sequence[Path], dataset: str) -> Iterator[Item]:
+def _summeval(files: Sequence[Path], dataset: str) -> Iterator[Item]:
     """SummEval: one item per (document, system), 100 x 16 = 1600."""
     def build(doc_id: Any, doc: dict[Any, Any]) -> list[Item]:
         references = tuple(_list(doc["ref_summs"], "ref_summs"))
@@ -234,7 +234,7 @@ def summeval(files: Sequence[Path], dataset: str) -> Iterator[Item]:
     yield from _each(path, docs.items(), dataset, "document", build)
 
 
-def bagel(files: Sequence[Path], dataset: str) -> Iterator[Item]:
+def _bagel(files: Sequence[Path], dataset: str) -> Iterator[Item]:
     """BAGEL: one item per output, 404 (202 meaning representations, 2 outputs each)."""
     def build(key: Any, record: dict[Any, Any]) -> list[Item]:
         references = tuple(_list(record["ref_summs"], "ref_summs"))
@@ -252,7 +252,7 @@ def bagel(files: Sequence[Path], dataset: str) -> Iterator[Item]:
     yield from _each(path, outputs.items(), dataset, "item", build)
 
 
-def korean_chat(files: Sequence[Path], dataset: str) -> Iterator[Item]:
+def _korean_chat(files: Sequence[Path], dataset: str) -> Iterator[Item]:
     """Korean instructions: one item per (instruction, model), 252 x 7 = 1764.
 
     Models are the generated/*.jsonl stems, sorted. `extra["recorded_judge"]` is the raw
@@ -295,7 +295,7 @@ def _korean_line(dataset: str, index: int, question: dict[Any, Any],
         )
 
 
-def colossalai(files: Sequence[Path], dataset: str) -> Iterator[Item]:
+def _colossalai(files: Sequence[Path], dataset: str) -> Iterator[Item]:
     """ColossalEval GPT-evaluation examples: 25 questions, subset = category."""
     def build(_: int, record: dict[Any, Any]) -> list[Item]:
         qid, category = _ident(record, "id"), _text(record, "category")
@@ -308,3 +308,11 @@ def colossalai(files: Sequence[Path], dataset: str) -> Iterator[Item]:
         )]
     path, records = _json_list(files, "eval_*_examples.json", dataset)
     yield from _each(path, enumerate(records), dataset, "record", build)
+
+
+LOADERS: Mapping[str, Loader | None] = {
+    "openmeva": _openmeva, "tst_formality": _tst_formality, "summeval": _summeval,
+    "geval_prompts": None, "bagel": _bagel, "korean_chat": _korean_chat,
+    "colossalai_en": _colossalai, "colossalai_cn": _colossalai,
+}
+"""Registered data set -> its loader; None: a set of prompt files only (`load` refuses it)."""

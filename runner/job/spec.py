@@ -104,9 +104,8 @@ class ModelSpec:
     @property
     def endpoint(self) -> str:
         """The endpoint's identity in cache keys: stable even when a local port changes, and
-        the same whichever replica of a fleet answers. Kinds with their own identity in the
-        provider table carry their kind (an Anthropic answer is not an OpenAI answer to the
-        same body).
+        the same whichever replica of a fleet answers; a kind whose provider table row has
+        `own_identity` carries its kind.
 
         Raises:
             ConfigError: the kind has no row in the provider table."""

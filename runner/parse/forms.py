@@ -1,11 +1,10 @@
 """The parsers that read several labelled scores: `form`, `outputs` and `json`.
 
-Each is a pure function (Choice, merged options) -> Scores | Failure that never raises on any
-text. Their keys: `form` the keys its `fields` table maps labels to, `json` `aspect_key` of each
-aspect (or of each numeric top-level key), `outputs` "1".."count". With `required`, one missing,
-N/A or off-scale score fails the whole answer; without it, such scores are left out, and an
-answer with none left is a failure. The registry (runner.parse.parsers) names them, gives their
-options' defaults and checks the keys against the prompt's aspects (`check_aspect`).
+Each is a parser as runner.parse.base says, of (Choice, merged options). Their keys: `form` the
+keys its `fields` table maps labels to, `json` `aspect_key` of each aspect (or of each numeric
+top-level key), `outputs` "1".."count". With `required`, one missing, N/A or off-scale score
+fails the whole answer; without it, such scores are left out, and an answer with none left is a
+failure. runner.parse.parsers registers them.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """The parsers that read one rating: `stars`, `number`, `pair` and `logprob`.
 
-Each is a pure function (Choice, merged options) -> Scores | Failure that never raises on any
-text. `stars`, `number` and `logprob` return the one key "score"; `pair` returns "1" and "2".
-A rating off the min..max scale is a failure, never clipped. The registry
-(runner.parse.parsers) names them, gives their options' defaults and wraps them for refusals.
+Each is a parser as runner.parse.base says, of (Choice, merged options). `stars`, `number` and
+`logprob` return the one key "score"; `pair` returns "1" and "2". A rating off the min..max
+scale is a failure, never clipped. runner.parse.parsers registers them.
 """
 
 from __future__ import annotations
