@@ -190,12 +190,10 @@ def _guess(data: Path, rows: list[dict[str, Any]], *, pairwise: bool
     text = [c for c in names if c not in numeric]
     cols, said = _Columns(), []
     n = len(rows)
-    for c in names:
-        if cols.id is None and (_norm(c) in _ID) and len(set(map(str, values[c]))) == n:
-            cols.id = c
-            said.append(f"id: column {c!r} (unique in the first {n} rows)")
-    if cols.id is None:
-        said.append("id: none found (a column named id with unique values): the row number")
+    cols.id = next((c for c in names
+                    if _norm(c) in _ID and len(set(map(str, values[c]))) == n), None)
+    said.append(f"id: column {cols.id!r} (unique in the first {n} rows)" if cols.id else
+                "id: none found (a column named id with unique values): the row number")
     cols.system = next((c for c in names if _norm(c) in _SYSTEM), None)
     cols.group = next((c for c in names if _norm(c) in _GROUP and c != cols.id), None)
     taken = {cols.id, cols.system, cols.group}

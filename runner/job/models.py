@@ -118,19 +118,19 @@ def read_model(r: Reader, key: str, table: Any) -> ModelSpec:
     params = m.get("params", dict, {})
     check_params(m, params)
     spec = m.get("spec", str, required=True)
-    if (url := m.get("base_url", str)) is not None and (problem := url_problem(url)):
+    url = m.get("base_url", str)
+    if url is not None and (problem := url_problem(url)):
         raise m.error("base_url", problem)
     fleet = _endpoints(m, spec)
+    key_env = m.get("api_key_env", str)
+    if fleet:  # the fleet's first replica stands for the model where the table names none
+        url, key_env = url or fleet[0].base_url, key_env or fleet[0].api_key_env
     more: dict[str, Any] = {"endpoints": fleet} if fleet else {}
     if "api_version" in table:
         more["api_version"] = m.get("api_version", str)
     try:
-        return parse_model_spec(spec, name=key,
-                                base_url=m.get("base_url", str) or (fleet[0].base_url
-                                                                    if fleet else None),
-                                api_key_env=m.get("api_key_env", str) or (
-                                    fleet[0].api_key_env if fleet else None),
-                                params=params, rpm=m.positive("rpm", None, float),
+        return parse_model_spec(spec, name=key, base_url=url, api_key_env=key_env, params=params,
+                                rpm=m.positive("rpm", None, float),
                                 tpm=m.positive("tpm", None, float), price=price, **more,
                                 **_batch_options(m))
     except ConfigError as exc:
