@@ -21,6 +21,7 @@ import functools
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from types import SimpleNamespace
 from typing import Any
 
 __all__ = ["LANGUAGES", "METRICS", "NEEDS_REFERENCE", "bleu", "chrf", "compute", "distinct",
@@ -87,16 +88,6 @@ def chrf(hypothesis: str, reference: str) -> float:
     return float(sacrebleu.sentence_chrf(hypothesis, [reference]).score)
 
 
-class _Tokenizer:
-    """Our tokens for rouge-score (it only calls `tokenize`)."""
-
-    def __init__(self, language: str) -> None:
-        self.language = language
-
-    def tokenize(self, text: str) -> list[str]:
-        return tokens(text, self.language)
-
-
 # sacrebleu and rouge-score are imported where a metric is computed, not with this module:
 # rouge-score pulls in nltk (~1.5 s and ~100 MB at start-up), and most commands of most jobs
 # compute no metric.
@@ -106,8 +97,9 @@ class _Tokenizer:
 def _scorer(language: str) -> Any:
     from rouge_score import rouge_scorer
 
-    return rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"],
-                                    tokenizer=_Tokenizer(language))
+    # our tokens: rouge-score only calls its tokenizer's `tokenize`
+    tokenizer = SimpleNamespace(tokenize=functools.partial(tokens, language=language))
+    return rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], tokenizer=tokenizer)
 
 
 def rouge(hypothesis: str, reference: str, language: str) -> dict[str, float]:
