@@ -72,7 +72,6 @@ def append_ratings(path: Path, ratings: Iterable[Rating]) -> None:
 
     Args:
         path: The ratings file (created with its folder if absent).
-        ratings: The ratings.
 
     Raises:
         DataError: As append_rating; nothing is written then.
@@ -198,7 +197,6 @@ def votes(ratings: Iterable[Rating], aspect: str) -> dict[str, tuple[float, ...]
 
     Args:
         ratings: Ratings in file order.
-        aspect: The aspect.
 
     Returns:
         Item id -> the scores (one per annotator who scored it).

@@ -159,7 +159,6 @@ def verify(name: str, data_dir: Path) -> list[tuple[str, str]]:
 
     Args:
         name: A key of `REGISTRY`.
-        data_dir: The data directory.
 
     Returns:
         One `(RemoteFile.path, status)` per file, status "ok", "missing" or

@@ -228,9 +228,6 @@ def number(value: Any) -> float:
     """A cell's or a field's value as a number: an int, a float or text of one (a CSV's cells are
     text); NaN for anything else, a bool included, so the caller's finiteness check names it.
 
-    Args:
-        value: the value as read.
-
     Returns:
         The number, possibly not finite.
     """

@@ -47,7 +47,6 @@ def load_file(path: Path, mapping: FieldMap, *, dataset: str) -> Iterator[Item]:
     Text cells pass through untouched; score cells must be finite numbers or numeric text.
 
     Args:
-        path: The file.
         mapping: Which columns hold the id, group, system, subset, text, scores, metrics.
         dataset: The name the job gives this data set (becomes `Item.dataset`).
 

@@ -178,7 +178,6 @@ class PromptSpec:
         "aspect", "*".
 
         Args:
-            aspect: the aspect to score.
             subset: the item's subset ("" when the data set has none).
             fields: the item's fields; None skips the `requires` and `when_empty` rules.
 
@@ -331,9 +330,6 @@ class Job:
 
 def placeholders(template: str) -> set[str]:
     """The placeholders of a template.
-
-    Args:
-        template: the template text.
 
     Returns:
         The names written as `{{name}}`.

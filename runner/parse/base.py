@@ -76,7 +76,6 @@ def in_range(value: float, options: Mapping[str, Any]) -> bool:
     """Whether a score lies on the parser's scale.
 
     Args:
-        value: the score read.
         options: the parser's merged options, with "min" and "max".
 
     Returns:
@@ -101,7 +100,6 @@ def score_in_range(value: float, what: str, options: Mapping[str, Any]) -> Score
     """One score under the key "score", or a failure when it is off the scale.
 
     Args:
-        value: the score read.
         what: what was read ("score", "star rating"), for the failure's message.
         options: the parser's merged options, with "min" and "max".
 

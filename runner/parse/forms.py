@@ -34,7 +34,6 @@ def parse_json(choice: Choice, options: Mapping[str, Any]) -> Scores | Failure:
     strings ("4", "4/5"); booleans are not numbers.
 
     Args:
-        choice: the answer.
         options: merged options "fields", "min", "max" and "required".
 
     Returns:
@@ -133,7 +132,6 @@ def parse_form(choice: Choice, options: Mapping[str, Any]) -> Scores | Failure:
     key fails the answer; otherwise such keys are left out.
 
     Args:
-        choice: the answer.
         options: merged options "fields" (label -> key), "min", "max", "na_value", "required".
 
     Returns:
@@ -175,7 +173,6 @@ def parse_outputs(choice: Choice, options: Mapping[str, Any]) -> Scores | Failur
     output fails the answer; otherwise it is left out.
 
     Args:
-        choice: the answer.
         options: merged options "count", "min", "max", "required" and "label".
 
     Returns:

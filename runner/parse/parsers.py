@@ -51,7 +51,6 @@ class Parser:
         """Parse one choice with the defaults overridden by `options` (checked first).
 
         Args:
-            choice: the answer.
             options: options overriding the defaults; None for the defaults.
 
         Returns:
@@ -224,7 +223,6 @@ def check_aspect(parser: Parser, options: Mapping[str, Any], aspect: str,
         parser: the parser the aspect is scored with.
         options: its options for `aspect`: the prompt's, overridden by the aspect's (no
             defaults).
-        aspect: the aspect being checked.
         aspects: every aspect of the prompt.
 
     Raises:

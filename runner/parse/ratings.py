@@ -92,7 +92,6 @@ def parse_stars(choice: Choice, options: Mapping[str, Any]) -> Scores | Failure:
     several different levels present is a failure. A rating outside min..max is a failure.
 
     Args:
-        choice: the answer.
         options: merged options "min", "max" and "levels" (description -> star count).
 
     Returns:
@@ -123,7 +122,6 @@ def parse_number(choice: Choice, options: Mapping[str, Any]) -> Scores | Failure
     must lie in min..max; a chosen number outside it is a failure, not a reason to look further.
 
     Args:
-        choice: the answer.
         options: merged options "min", "max", "pattern", "pick" and "marker".
 
     Returns:
@@ -162,7 +160,6 @@ def parse_pair(choice: Choice, options: Mapping[str, Any]) -> Scores | Failure:
     must then hold exactly two numbers, both in min..max.
 
     Args:
-        choice: the answer.
         options: merged options "min" and "max".
 
     Returns:
