@@ -3,7 +3,7 @@ before any call.
 
 A job names data sets, prompts (template, parser, aspects, request params), judge models and
 limits. Unknown keys are errors naming their key path; relative paths are resolved against the
-job file's own folder. See README.md, "Job file format", for an annotated example.
+job file's own folder. Every key: docs/reference/job-file.md, made from the check_keys below.
 """
 
 from __future__ import annotations
