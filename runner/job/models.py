@@ -38,8 +38,7 @@ def parse_model_spec(spec: str, *, name: str | None = None, base_url: str | None
         **extra: further `ModelSpec` fields (rpm, params, endpoints, ...).
 
     Returns:
-        The ModelSpec, with kind "openai", "anthropic", "gemini", "azure", "local" or
-        "compatible".
+        The ModelSpec, of its prefix's kind in the provider table ("compatible" for a bare name).
 
     Raises:
         ConfigError: the spec names no model, or azure has no `base_url`.

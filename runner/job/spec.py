@@ -306,24 +306,18 @@ class Job:
     cache_control); false sends the bodies of earlier versions byte for byte."""
 
     def with_models(self, models: tuple[ModelSpec, ...]) -> Job:
-        """This job with other models (`--model` on the command line).
+        """A copy of this job with other models (`--model` on the command line).
 
         Args:
             models: the models that replace the job file's.
-
-        Returns:
-            A copy of the job; the job itself is frozen and unchanged.
         """
         return replace(self, models=models)
 
     def with_limits(self, **changes: Any) -> Job:
-        """This job with some limits changed (command-line overrides of `[limits]`).
+        """A copy of this job with some limits changed (command-line overrides of `[limits]`).
 
         Args:
             **changes: `Limits` field -> new value.
-
-        Returns:
-            A copy of the job; the job itself is frozen and unchanged.
         """
         return replace(self, limits=replace(self.limits, **changes))
 
