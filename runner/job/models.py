@@ -127,11 +127,12 @@ def read_model(r: Reader, key: str, table: Any) -> ModelSpec:
     more: dict[str, Any] = {"endpoints": fleet} if fleet else {}
     if "api_version" in table:
         more["api_version"] = m.get("api_version", str)
+    # read before the try: their errors already name their key; only the spec's get wrapped
+    more.update(_batch_options(m), rpm=m.positive("rpm", None, float),
+                tpm=m.positive("tpm", None, float))
     try:
         return parse_model_spec(spec, name=key, base_url=url, api_key_env=key_env, params=params,
-                                rpm=m.positive("rpm", None, float),
-                                tpm=m.positive("tpm", None, float), price=price, **more,
-                                **_batch_options(m))
+                                price=price, **more)
     except ConfigError as exc:
         raise m.error("spec", str(exc)) from None
 
