@@ -30,6 +30,7 @@ from runner.data.datasets import (
     load_file,
     verify,
 )
+from runner.data.loaders import LOADERS
 from runner.data.readers import safe_unpickle
 from runner.errors import ConfigError, DataError
 
@@ -235,6 +236,17 @@ def test_corrupt_registered_file_is_data_error(tmp_path: Path) -> None:
     path.write_text("[{")
     with pytest.raises(DataError, match="not valid JSON"):
         list(load("openmeva", tmp_path))
+
+
+def test_unreadable_pickle_names_the_file_and_fix_once(tmp_path: Path) -> None:
+    path = tmp_path / "data.pkl"
+    path.mkdir()  # unreadable as a file, for root too
+    loader = LOADERS["summeval"]
+    assert loader is not None
+    with pytest.raises(DataError) as info:
+        list(loader([path], "summeval"))
+    assert str(info.value) == (f"{path}: cannot read (Is a directory); check it with "
+                               "`judge datasets verify summeval` and re-fetch")
 
 
 # ------------------------------------------------------------------ user files

@@ -119,8 +119,9 @@ def _read_jsonl(path: Path, dataset: str) -> list[Any]:
 
 
 def _read_pickle(path: Path, dataset: str) -> Any:
+    data = read_bytes(path, _refetch_hint(dataset))  # its error names the path and the fix
     try:
-        return safe_unpickle(read_bytes(path, _refetch_hint(dataset)))
+        return safe_unpickle(data)
     except DataError as exc:
         raise DataError(f"{path}: {exc}; {_refetch_hint(dataset)}") from None
 
