@@ -249,6 +249,18 @@ def test_unreadable_pickle_names_the_file_and_fix_once(tmp_path: Path) -> None:
                                "`judge datasets verify summeval` and re-fetch")
 
 
+def test_korean_chat_empty_instances_is_data_error(tmp_path: Path) -> None:
+    path = tmp_path / "user_oriented_instructions_eval.jsonl"
+    path.write_text('{"id": "q1", "instruction": "i", "instances": []}\n', encoding="utf-8")
+    loader = LOADERS["korean_chat"]
+    assert loader is not None
+    with pytest.raises(DataError) as info:
+        list(loader([path], "korean_chat"))
+    assert str(info.value) == (f"{path}: line 1: instances is empty, expected one holding the "
+                               "reference output; check it with `judge datasets verify "
+                               "korean_chat` and re-fetch")
+
+
 # ------------------------------------------------------------------ user files
 
 ROWS: list[dict[str, Any]] = [

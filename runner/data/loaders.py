@@ -276,7 +276,10 @@ def _korean_line(dataset: str, index: int, question: dict[Any, Any],
                  answers: Mapping[str, tuple[Path, list[Any]]],
                  judged: Mapping[str, tuple[Path, Any]]) -> Iterator[Item]:
     instruction, qid = _text(question, "instruction"), _text(question, "id")
-    instance = _obj(_list(question["instances"], "instances")[0], "instances[0]")
+    instances = _list(question["instances"], "instances")
+    if not instances:
+        raise ValueError("instances is empty, expected one holding the reference output")
+    instance = _obj(instances[0], "instances[0]")
     for model, (path, rows) in answers.items():
         row = _obj(rows[index], f"{path.name} line {index + 1}")
         if _text(row, "instruction") != instruction:
