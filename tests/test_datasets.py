@@ -28,9 +28,10 @@ from runner.data.datasets import (
     fetch,
     load,
     load_file,
-    safe_unpickle,
     verify,
 )
+from runner.data.loaders import LOADERS
+from runner.data.readers import safe_unpickle
 from runner.errors import ConfigError, DataError
 
 DATA_DIR = Path(os.environ.get("JUDGE_DATA_DIR")
@@ -235,6 +236,29 @@ def test_corrupt_registered_file_is_data_error(tmp_path: Path) -> None:
     path.write_text("[{")
     with pytest.raises(DataError, match="not valid JSON"):
         list(load("openmeva", tmp_path))
+
+
+def test_unreadable_pickle_names_the_file_and_fix_once(tmp_path: Path) -> None:
+    path = tmp_path / "data.pkl"
+    path.mkdir()  # unreadable as a file, for root too
+    loader = LOADERS["summeval"]
+    assert loader is not None
+    with pytest.raises(DataError) as info:
+        list(loader([path], "summeval"))
+    assert str(info.value) == (f"{path}: cannot read (Is a directory); check it with "
+                               "`judge datasets verify summeval` and re-fetch")
+
+
+def test_korean_chat_empty_instances_is_data_error(tmp_path: Path) -> None:
+    path = tmp_path / "user_oriented_instructions_eval.jsonl"
+    path.write_text('{"id": "q1", "instruction": "i", "instances": []}\n', encoding="utf-8")
+    loader = LOADERS["korean_chat"]
+    assert loader is not None
+    with pytest.raises(DataError) as info:
+        list(loader([path], "korean_chat"))
+    assert str(info.value) == (f"{path}: line 1: instances is empty, expected one holding the "
+                               "reference output; check it with `judge datasets verify "
+                               "korean_chat` and re-fetch")
 
 
 # ------------------------------------------------------------------ user files

@@ -156,11 +156,23 @@ def test_missing_models(write_job: JobWriter) -> None:
     ("concurrency = 4", "concurrency = 2.5", "limits.concurrency must be int (got 2.5)"),
     ("max_retries = 2", "max_retries = -1", "limits.max_retries must be 0 or more (got -1)"),
     ("timeout_s = 5", "timeout_s = true", "limits.timeout_s must be int or float (got True)"),
-    ("rpm = 30", "rpm = 0", "models.vllm.rpm must be a positive number (got 0)"),
     ("samples = 2", "samples = 0", "prompts[0].samples must be a positive integer (got 0)"),
 ])
 def test_bad_numbers(write_job: JobWriter, old: str, new: str, expected: str) -> None:
     assert expected in _error(write_job, VALID.replace(old, new, 1))
+
+
+@pytest.mark.parametrize(("line", "expected"), [
+    ("rpm = 0", "models.vllm.rpm must be a positive number (got 0)"),
+    ("tpm = -1", "models.vllm.tpm must be a positive number (got -1)"),
+    ('mode = "async"', "models.vllm.mode must be \"online\" or \"batch\" (got 'async')"),
+    ("batch_discount = 1", "models.vllm.batch_discount must be the share of the online price "
+                           "saved, from 0 up to (not including) 1, e.g. 0.5 (got 1)"),
+])
+def test_model_value_errors_name_the_file_and_key_once(write_job: JobWriter, tmp_path: Path,
+                                                        line: str, expected: str) -> None:
+    message = _error(write_job, VALID.replace("rpm = 30", line, 1))
+    assert message == f"{tmp_path / 'job' / 'job.toml'}: {expected}"
 
 
 def test_unknown_template_file(write_job: JobWriter) -> None:

@@ -1,19 +1,15 @@
 """Human ratings collected by hand: an append-only JSONL file, read as a data set's human columns.
 
-One line a rating, `{"item", "aspect", "annotator", "score", "time"}` (`score` null = the
-annotator skipped the item: seen, not scored). `append_rating` appends one line with a single
-`write` on a file opened `O_APPEND` and fsyncs it; nothing ever rewrites the file, so a crash
-loses at most the line being written, and that line is torn, not a good line damaged.
-`read_ratings` skips a torn line (not valid JSON) with a `RatingsWarning`; the next append
-starts on a new line, so a torn line never glues onto a good one.
+One line a rating (`Rating`). Appends are a single `write` on a file opened `O_APPEND`, fsynced,
+and nothing ever rewrites the file, so a crash loses at most the line being written, and that
+line is torn, not a good line damaged; `read_ratings` skips a torn line, and the next append
+starts on a new line, so a torn line never glues onto a good one. The last line of an item,
+aspect and annotator wins (`latest`), a skip included.
 
-A rating given again (same item, aspect and annotator) replaces the earlier one: the last line
-wins (`latest`), a skip included. A job reads the file as human columns
-(`human = { fluency = { ratings = "ratings.jsonl" } }`): an item's human score is the mean of
-its annotators' latest scores, and its `annotators` votes (Krippendorff's alpha, the "annotator
-N" rows of reliability.csv) are those scores in annotator-name order (alpha does not depend on
-which coder gave which vote; where annotators rated different items, "annotator 1" is the first
-name among those who rated that item).
+A job reads the file as human columns (`human = { fluency = { ratings = "ratings.jsonl" } }`):
+an item's human score is the mean of its annotators' latest scores, its `annotators` votes
+(Krippendorff's alpha, the "annotator N" rows of reliability.csv) those scores in annotator-name
+order (alpha does not depend on which coder gave which vote).
 """
 
 from __future__ import annotations
@@ -59,9 +55,7 @@ def append_rating(path: Path, *, item: str, aspect: str, annotator: str,
 
     Args:
         path: The ratings file.
-        item: The item id.
-        aspect: The aspect rated.
-        annotator: Who rated.
+        item, aspect, annotator: The item id, the aspect rated and who rated.
         score: The score, or None for a skip.
 
     Raises:
@@ -78,7 +72,6 @@ def append_ratings(path: Path, ratings: Iterable[Rating]) -> None:
 
     Args:
         path: The ratings file (created with its folder if absent).
-        ratings: The ratings.
 
     Raises:
         DataError: As append_rating; nothing is written then.
@@ -103,13 +96,11 @@ def append_ratings(path: Path, ratings: Iterable[Rating]) -> None:
 
 
 def _is_score(value: Any) -> bool:
-    """A finite number (not a bool), or None: a skip."""
     return value is None or (isinstance(value, int | float) and not isinstance(value, bool)
                              and math.isfinite(value))
 
 
 def _checked(path: Path, r: Rating) -> dict[str, Any]:
-    """A rating as its line's object; DataError when a field is empty or the score no number."""
     for name in ("item", "aspect", "annotator", "time"):
         value = getattr(r, name)
         if not isinstance(value, str) or not value:
@@ -158,7 +149,6 @@ def read_ratings(path: Path) -> list[Rating]:
 
 
 def _rating(where: str, record: Any) -> Rating:
-    """A parsed line as a Rating; DataError naming `where` when it is not one."""
     fix = "fix or delete that line"
     if not isinstance(record, dict) or set(record) != set(_FIELDS):
         keys = sorted(record) if isinstance(record, dict) else type(record).__name__
@@ -207,7 +197,6 @@ def votes(ratings: Iterable[Rating], aspect: str) -> dict[str, tuple[float, ...]
 
     Args:
         ratings: Ratings in file order.
-        aspect: The aspect.
 
     Returns:
         Item id -> the scores (one per annotator who scored it).

@@ -1,12 +1,7 @@
-"""Data sets as `Item`s: the registered benchmarks and the user's own files.
-
-`REGISTRY` (read from `registry.toml` next to this module) names every benchmark this
-package can load, with the exact upstream files, their sha256 and size. `load` reads
-those files where they are under `data_dir` (it never copies or re-hashes them);
-`fetch` downloads missing or corrupt ones and `verify` hashes them. `load_file`
-(runner.data.userfile) reads a user's JSONL, CSV or JSON file through a `FieldMap`.
-
-The CLI passes `data_dir` in; nothing here reads the environment or prints.
+"""Data sets as `Item`s: the registered benchmarks (`REGISTRY`, read from `registry.toml` next to
+this module: each one's exact upstream files, their sha256 and size) and the user's own files
+(`load_file`, runner.data.userfile). The CLI passes `data_dir` in; nothing here reads the
+environment or prints.
 """
 
 from __future__ import annotations
@@ -23,14 +18,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, BinaryIO
 
-from runner.data import loaders
-from runner.data.loaders import Item
-from runner.data.readers import safe_unpickle
+from runner.data.loaders import LOADERS, Item
 from runner.data.userfile import FieldMap, load_file
 from runner.errors import ConfigError, DataError
 
 __all__ = ["REGISTRY", "DatasetInfo", "FieldMap", "Item", "RemoteFile", "fetch", "load",
-           "load_file", "safe_unpickle", "verify"]
+           "load_file", "verify"]
 
 _RAW_PREFIX = "https://raw.githubusercontent.com"
 _CHUNK = 1 << 16
@@ -77,13 +70,6 @@ def _read_registry() -> dict[str, DatasetInfo]:
 REGISTRY: Mapping[str, DatasetInfo] = MappingProxyType(_read_registry())
 """Registered data sets by name, in priority order."""
 
-# None: a registered set of prompt files only; load() refuses it.
-_LOADERS: Mapping[str, loaders.Loader | None] = {
-    "openmeva": loaders.openmeva, "tst_formality": loaders.tst_formality,
-    "summeval": loaders.summeval, "geval_prompts": None, "bagel": loaders.bagel,
-    "korean_chat": loaders.korean_chat,
-    "colossalai_en": loaders.colossalai, "colossalai_cn": loaders.colossalai,
-}
 _OPTIONS = ("subsets", "systems")
 
 
@@ -120,7 +106,7 @@ def load(name: str, data_dir: Path, *,
         DataError: A file is missing (message names it and the fix) or malformed.
     """
     info = _info(name)
-    loader = _LOADERS[name]
+    loader = LOADERS[name]
     if loader is None:
         raise ConfigError(f"data set {name!r} holds prompt files, not items: use its files "
                           f"({', '.join(f.path for f in info.files)}) as prompt templates")
@@ -173,7 +159,6 @@ def verify(name: str, data_dir: Path) -> list[tuple[str, str]]:
 
     Args:
         name: A key of `REGISTRY`.
-        data_dir: The data directory.
 
     Returns:
         One `(RemoteFile.path, status)` per file, status "ok", "missing" or

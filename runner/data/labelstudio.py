@@ -24,7 +24,7 @@ trace in Label Studio's format: it is left out of the export.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -152,20 +152,15 @@ def _time(annotation: Mapping[str, Any]) -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _from_rating(value: Mapping[str, Any]) -> Any:
-    return value.get("rating")
-
-
 def _from_choices(value: Mapping[str, Any]) -> Any:
     choices = value.get("choices")
     return choices[0] if isinstance(choices, list) and len(choices) == 1 else choices
 
 
-def _from_number(value: Mapping[str, Any]) -> Any:
-    return value.get("number")
-
-
-_READERS = {"rating": _from_rating, "choices": _from_choices, "number": _from_number}
+# result type -> its score in the result's `value`
+_READERS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
+    "rating": lambda value: value.get("rating"), "choices": _from_choices,
+    "number": lambda value: value.get("number")}
 
 
 def _score(result: Any, here: str) -> float | None:

@@ -6,32 +6,32 @@ Invariants every loader keeps (tested in tests/test_datasets.py):
 - Numbers are floats; text fields are passed through byte for byte (no formatting,
   no stripping), so `{` and `}` in the data reach the template engine untouched.
 
-Each loader is a `Loader`. Loaders never download and never hash; `runner.data.datasets`
-checks that the files exist before calling them; `runner.data.readers` reads the bytes.
+Each loader is a `Loader`, found in `LOADERS`. Loaders never download and never hash;
+`runner.data.datasets` checks that the files exist before calling them; `runner.data.readers`
+reads the bytes.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 from runner.data.readers import jsonl, read_bytes, read_json, safe_unpickle
 from runner.errors import DataError
 
-__all__ = ["Item", "Loader", "bagel", "colossalai", "korean_chat", "openmeva", "summeval",
-           "tst_formality"]
+__all__ = ["LOADERS", "Item", "Loader"]
 
 
 class Item(NamedTuple):
     """One output to be judged, with its source, human scores and recorded metrics.
 
-    A NamedTuple, not a frozen dataclass, for the reason runner.tasks.Task is one: a frozen
-    dataclass's __init__ sets each of the 10 fields with object.__setattr__ (~3 us an item,
-    ~0.08 s of loading a 25k-item job); built with keyword arguments all the same."""
+    A NamedTuple, not a frozen dataclass, for the reason runner.tasks.Task is one (here ~0.08 s
+    of loading a 25k-item job); built with keyword arguments all the same."""
 
     dataset: str  # the data set name as the job calls it
     item_id: str  # unique within the data set, stable across runs
@@ -45,20 +45,10 @@ class Item(NamedTuple):
     extra: Mapping[str, Any] = MappingProxyType({})  # category, line, recorded judge...
 
 
-class Loader(Protocol):
-    """A registered data set's reader: what every loader below is."""
-
-    def __call__(self, files: Sequence[Path], dataset: str, /) -> Iterator[Item]:
-        """The data set's items.
-
-        Args:
-            files: the registered files, absolute, in registry order.
-            dataset: the data set's name in the job.
-
-        Returns:
-            The items in file order, read lazily (a DataError names a bad file and record).
-        """
-        ...
+Loader = Callable[[Sequence[Path], str], Iterator[Item]]
+"""A registered data set's reader, as every loader below is: (the registered files, absolute,
+in registry order; the data set's name in the job) -> its items in file order, read lazily (a
+DataError names a bad file and record)."""
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -129,8 +119,9 @@ def _read_jsonl(path: Path, dataset: str) -> list[Any]:
 
 
 def _read_pickle(path: Path, dataset: str) -> Any:
+    data = read_bytes(path, _refetch_hint(dataset))  # its error names the path and the fix
     try:
-        return safe_unpickle(read_bytes(path, _refetch_hint(dataset)))
+        return safe_unpickle(data)
     except DataError as exc:
         raise DataError(f"{path}: {exc}; {_refetch_hint(dataset)}") from None
 
@@ -153,11 +144,8 @@ def _json_list(files: Sequence[Path], pattern: str, dataset: str) -> tuple[Path,
 # ---------------------------------------------------------------------------- loaders
 
 
-def openmeva(files: Sequence[Path], dataset: str) -> Iterator[Item]:
-    """OpenMEVA-MANS: one item per (story beginning, generator), 200 x 5 = 1000.
-
-    A `Loader`.
-    """
+def _openmeva(files: Sequence[Path], dataset: str) -> Iterator[Item]:
+    """OpenMEVA-MANS: one item per (story beginning, generator), 200 x 5 = 1000."""
     def build(_: int, record: dict[Any, Any]) -> list[Item]:
         doc_id, gens = _text(record, "doc_id"), _obj(record["gen"], "gen")
         return [Item(
@@ -181,14 +169,11 @@ _TST_FILES = {"content.src.json": "content", "content.ref.json": "content_ref",
 _TST_LINES, _TST_HUMAN = 80, ("out", "human_1", "human_2")
 
 
-def tst_formality(files: Sequence[Path], dataset: str) -> Iterator[Item]:
+def _tst_formality(files: Sequence[Path], dataset: str) -> Iterator[Item]:
     """GYAFC formality transfer: one item per (source line, output), 80 x 9 = 720.
 
     Lines 0-39 are informal->formal, 40-79 formal->informal; the human reference
-    counts as system "ref". All four files must agree on src, ref, systems and outputs.
-
-    A `Loader`.
-    """
+    counts as system "ref". All four files must agree on src, ref, systems and outputs."""
     tables = {aspect: _read_jsonl(_one_file(files, name), dataset)
               for name, aspect in _TST_FILES.items()}
     base = _one_file(files, "content.src.json")
@@ -196,26 +181,24 @@ def tst_formality(files: Sequence[Path], dataset: str) -> Iterator[Item]:
         if len(rows) != _TST_LINES:
             raise DataError(f"{base.parent}: {aspect} has {len(rows)} lines, expected "
                             f"{_TST_LINES}; {_refetch_hint(dataset)}")
-    for line in range(_TST_LINES):
-        with _record(base.parent, f"line {line}", dataset):
-            items = _tst_line(dataset, line, {a: _obj(t[line], "line") for a, t in tables.items()})
-        yield from items
+    lines = ((line, {a: t[line] for a, t in tables.items()}) for line in range(_TST_LINES))
+    yield from _each(base.parent, lines, dataset, "line", functools.partial(_tst_line, dataset))
 
 
-def _tst_line(dataset: str, line: int, rows: Mapping[str, dict[Any, Any]]) -> list[Item]:
+def _tst_line(dataset: str, line: int, raw: Mapping[str, Any]) -> Iterator[Item]:
+    rows = {aspect: _obj(row, "line") for aspect, row in raw.items()}
     src, ref = _text(rows["content"], "src"), _text(rows["content"], "ref")
     systems = list(_obj(rows["content"]["sys"], "sys"))
     for aspect, row in rows.items():
         if (_text(row, "src"), _text(row, "ref"), list(row["sys"])) != (src, ref, systems):
             raise ValueError(f"{aspect} disagrees with content on src, ref or systems")
-    items = []
     for system in systems:
         outs = {aspect: _obj(row["sys"][system], system) for aspect, row in rows.items()}
         output = _text(outs["content"], "out")
         if any(_text(out, "out") != output for out in outs.values()):
             raise ValueError(f"the files disagree on the output of {system}")
         pairs = {a: (_num(o, "human_1"), _num(o, "human_2")) for a, o in outs.items()}
-        items.append(Item(
+        yield Item(
             dataset=dataset, item_id=f"{line}:{system}", group=str(line), system=system,
             subset="informal->formal" if line < _TST_LINES // 2 else "formal->informal",
             fields={"source": src, "output": output, "reference": ref},
@@ -223,25 +206,21 @@ def _tst_line(dataset: str, line: int, rows: Mapping[str, dict[Any, Any]]) -> li
             annotators=pairs,
             metrics={aspect: _numbers(out, skip=_TST_HUMAN) for aspect, out in outs.items()},
             extra={"line": line},
-        ))
-    return items
+        )
 
 
 def _each(path: Path, records: Iterable[tuple[Any, Any]], dataset: str, what: str,
-          build: Callable[[Any, dict[Any, Any]], list[Item]]) -> Iterator[Item]:
+          build: Callable[[Any, dict[Any, Any]], Iterable[Item]]) -> Iterator[Item]:
     """The items `build(key, record)` makes of each (key, record) read from `path`, built
     inside the record's error context (`what` and the key name the record in messages)."""
     for key, raw in records:
         with _record(path, f"{what} {key!r}", dataset):
-            items = build(key, _obj(raw, f"the {what}"))
+            items = list(build(key, _obj(raw, f"the {what}")))
         yield from items
 
 
-def summeval(files: Sequence[Path], dataset: str) -> Iterator[Item]:
-    """SummEval: one item per (document, system), 100 x 16 = 1600.
-
-    A `Loader`.
-    """
+def _summeval(files: Sequence[Path], dataset: str) -> Iterator[Item]:
+    """SummEval: one item per (document, system), 100 x 16 = 1600."""
     def build(doc_id: Any, doc: dict[Any, Any]) -> list[Item]:
         references = tuple(_list(doc["ref_summs"], "ref_summs"))
         return [Item(
@@ -256,11 +235,8 @@ def summeval(files: Sequence[Path], dataset: str) -> Iterator[Item]:
     yield from _each(path, docs.items(), dataset, "document", build)
 
 
-def bagel(files: Sequence[Path], dataset: str) -> Iterator[Item]:
-    """BAGEL: one item per output, 404 (202 meaning representations, 2 outputs each).
-
-    A `Loader`.
-    """
+def _bagel(files: Sequence[Path], dataset: str) -> Iterator[Item]:
+    """BAGEL: one item per output, 404 (202 meaning representations, 2 outputs each)."""
     def build(key: Any, record: dict[Any, Any]) -> list[Item]:
         references = tuple(_list(record["ref_summs"], "ref_summs"))
         if not references or not all(isinstance(r, str) for r in references):
@@ -277,14 +253,11 @@ def bagel(files: Sequence[Path], dataset: str) -> Iterator[Item]:
     yield from _each(path, outputs.items(), dataset, "item", build)
 
 
-def korean_chat(files: Sequence[Path], dataset: str) -> Iterator[Item]:
+def _korean_chat(files: Sequence[Path], dataset: str) -> Iterator[Item]:
     """Korean instructions: one item per (instruction, model), 252 x 7 = 1764.
 
     Models are the generated/*.jsonl stems, sorted. `extra["recorded_judge"]` is the raw
-    gpt-4-0125-preview response from chatgpt_results/<model>.pkl where that file exists.
-
-    A `Loader`.
-    """
+    gpt-4-0125-preview response from chatgpt_results/<model>.pkl where that file exists."""
     questions_path = _one_file(files, "user_oriented_instructions_eval.jsonl")
     questions = _read_jsonl(questions_path, dataset)
     answers = {p.stem: (p, _read_jsonl(p, dataset))
@@ -295,17 +268,18 @@ def korean_chat(files: Sequence[Path], dataset: str) -> Iterator[Item]:
         if not isinstance(rows, list) or len(rows) != len(questions):
             raise DataError(f"{path}: expected a list of {len(questions)} entries aligned "
                             f"with {questions_path.name}; {_refetch_hint(dataset)}")
-    for index, raw in enumerate(questions):
-        with _record(questions_path, f"line {index + 1}", dataset):
-            items = list(_korean_line(dataset, index, _obj(raw, "the line"), answers, judged))
-        yield from items
+    yield from _each(questions_path, enumerate(questions, start=1), dataset, "line",
+                     lambda n, question: _korean_line(dataset, n - 1, question, answers, judged))
 
 
 def _korean_line(dataset: str, index: int, question: dict[Any, Any],
                  answers: Mapping[str, tuple[Path, list[Any]]],
                  judged: Mapping[str, tuple[Path, Any]]) -> Iterator[Item]:
     instruction, qid = _text(question, "instruction"), _text(question, "id")
-    instance = _obj(_list(question["instances"], "instances")[0], "instances[0]")
+    instances = _list(question["instances"], "instances")
+    if not instances:
+        raise ValueError("instances is empty, expected one holding the reference output")
+    instance = _obj(instances[0], "instances[0]")
     for model, (path, rows) in answers.items():
         row = _obj(rows[index], f"{path.name} line {index + 1}")
         if _text(row, "instruction") != instruction:
@@ -325,11 +299,8 @@ def _korean_line(dataset: str, index: int, question: dict[Any, Any],
         )
 
 
-def colossalai(files: Sequence[Path], dataset: str) -> Iterator[Item]:
-    """ColossalEval GPT-evaluation examples: 25 questions, subset = category.
-
-    A `Loader`.
-    """
+def _colossalai(files: Sequence[Path], dataset: str) -> Iterator[Item]:
+    """ColossalEval GPT-evaluation examples: 25 questions, subset = category."""
     def build(_: int, record: dict[Any, Any]) -> list[Item]:
         qid, category = _ident(record, "id"), _text(record, "category")
         return [Item(
@@ -341,3 +312,11 @@ def colossalai(files: Sequence[Path], dataset: str) -> Iterator[Item]:
         )]
     path, records = _json_list(files, "eval_*_examples.json", dataset)
     yield from _each(path, enumerate(records), dataset, "record", build)
+
+
+LOADERS: Mapping[str, Loader | None] = {
+    "openmeva": _openmeva, "tst_formality": _tst_formality, "summeval": _summeval,
+    "geval_prompts": None, "bagel": _bagel, "korean_chat": _korean_chat,
+    "colossalai_en": _colossalai, "colossalai_cn": _colossalai,
+}
+"""Registered data set -> its loader; None: a set of prompt files only (`load` refuses it)."""

@@ -1,9 +1,5 @@
-"""Safe, exact readers of the file formats the data sets and users' files come in.
-
-Pickles are unpickled as plain data only (no code can run); JSON is read as the standard
-library reads it, through orjson where that gives the same value; JSONL streams line by
-line; a user's JSONL, CSV or JSON file streams as records. Every failure is a one-line
-DataError naming the file (and line) and the fix.
+"""Safe, exact readers of the file formats the data sets and users' files come in. Every
+failure is a one-line DataError naming the file (and line) and the fix.
 """
 
 from __future__ import annotations
@@ -21,7 +17,7 @@ import orjson
 
 from runner.errors import DataError
 
-__all__ = ["jsonl", "loads", "number", "read_bytes", "read_json", "read_records",
+__all__ = ["FORMATS", "jsonl", "loads", "number", "read_bytes", "read_json", "read_records",
            "safe_unpickle"]
 
 
@@ -88,8 +84,7 @@ def read_bytes(path: Path, fix: str) -> bytes:
     """A file's bytes.
 
     Args:
-        path: The file.
-        fix: What the user should do, ending the error message.
+        path, fix: The file, and what the user should do (ending the error message).
 
     Returns:
         The file's content.
@@ -153,8 +148,7 @@ def read_json(path: Path, fix: str) -> Any:
     """A JSON file, decoded as `loads` decodes.
 
     Args:
-        path: The file.
-        fix: What the user should do, ending the error message.
+        path, fix: The file, and what the user should do (ending the error message).
 
     Returns:
         The decoded value.
@@ -172,8 +166,7 @@ def jsonl(path: Path, fix: str) -> Iterator[tuple[int, Any]]:
     """Stream (line number, value) for each non-blank line of a JSONL file.
 
     Args:
-        path: The file.
-        fix: What the user should do, ending the error message.
+        path, fix: The file, and what the user should do (ending the error message).
 
     Returns:
         An iterator of (1-based line number, decoded value).
@@ -193,6 +186,7 @@ def jsonl(path: Path, fix: str) -> Iterator[tuple[int, Any]]:
 # ------------------------------------------------------------------------ user files
 
 _Rows = Iterator[tuple[int, str, Any]]
+FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".json": "json"}  # by extension
 
 
 def read_records(path: Path, fmt: str) -> _Rows:
@@ -233,9 +227,6 @@ def _csv_rows(path: Path) -> _Rows:
 def number(value: Any) -> float:
     """A cell's or a field's value as a number: an int, a float or text of one (a CSV's cells are
     text); NaN for anything else, a bool included, so the caller's finiteness check names it.
-
-    Args:
-        value: the value as read.
 
     Returns:
         The number, possibly not finite.

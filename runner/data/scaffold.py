@@ -3,11 +3,9 @@
 `propose` reads the file's columns (the first MAX_ROWS records) and guesses, by name and by
 content, which column is the id, the group, the system, the input and the output text, and which
 numeric columns are human scores (several annotator columns of one aspect, "fluency_1",
-"fluency_2", become a list: their mean and agreement) or metrics. It returns the job file's text,
-a prompt file from one of the starting prompts in starters.toml (STARTERS) and one line per
-guess, so the user sees what to check. A file without human scores gets them from a ratings file
-(`ratings.jsonl` beside the job, filled by `judge serve --annotator NAME`). `write` creates both
-files and never overwrites one.
+"fluency_2", become a list: their mean and agreement) or metrics, and says each guess. A file
+without human scores gets them from a ratings file (`ratings.jsonl` beside the job, filled by
+`judge serve --annotator NAME`).
 """
 
 from __future__ import annotations
@@ -23,13 +21,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from runner.data.readers import read_records
+from runner.data.readers import FORMATS, read_records
 from runner.errors import ConfigError, DataError
 
 __all__ = ["MAX_ROWS", "STARTERS", "Proposal", "Starter", "propose", "write"]
 
 MAX_ROWS = 5000  # records read to guess from: enough to see ids repeat, quick on any file
-_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".json": "json"}
 _ID = {"id", "item_id", "uid", "key", "example_id", "sample_id", "row_id"}
 _GROUP = {"group", "group_id", "doc", "doc_id", "document_id", "source_id", "src_id",
           "question_id", "prompt_id", "input_id", "instance_id", "topic_id"}
@@ -39,12 +36,11 @@ _INPUT = {"input", "source", "src", "question", "prompt", "document", "article",
           "instruction", "query", "dialogue", "dialog"}
 _OUTPUT = {"output", "answer", "response", "summary", "hypothesis", "hyp", "generation",
            "completion", "prediction", "candidate", "text", "reply", "translation", "story"}
-_HUMAN = {"human", "rating", "rater", "annotator", "annotation", "score", "judgment",
-          "judgement", "label", "likert", "mos", "fluency", "coherence", "relevance",
-          "consistency", "adequacy", "quality", "overall", "content", "style", "informativeness",
-          "naturalness", "helpfulness", "correctness", "faithfulness", "accuracy", "grammar"}
 _WHO = {"human", "rating", "rater", "annotator", "annotation", "score", "judgment", "judgement",
         "label", "likert", "mos"}  # a stem that names the rater, not the aspect: "overall"
+_HUMAN = _WHO | {"fluency", "coherence", "relevance", "consistency", "adequacy", "quality",
+                 "overall", "content", "style", "informativeness", "naturalness", "helpfulness",
+                 "correctness", "faithfulness", "accuracy", "grammar"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -114,7 +110,7 @@ def propose(data: Path, starter: str = "stars", job: Path | None = None) -> Prop
     if starter not in STARTERS:
         raise ConfigError(f"unknown starting prompt {starter!r}; choose one of "
                           f"{', '.join(STARTERS)}")
-    fmt = _FORMATS.get(data.suffix.lower())
+    fmt = FORMATS.get(data.suffix.lower())
     if fmt is None:
         raise ConfigError(f"{data}: judge init reads .jsonl, .csv or .json files (got "
                           f"{data.suffix or 'no extension'!r})")
@@ -194,12 +190,10 @@ def _guess(data: Path, rows: list[dict[str, Any]], *, pairwise: bool
     text = [c for c in names if c not in numeric]
     cols, said = _Columns(), []
     n = len(rows)
-    for c in names:
-        if cols.id is None and (_norm(c) in _ID) and len(set(map(str, values[c]))) == n:
-            cols.id = c
-            said.append(f"id: column {c!r} (unique in the first {n} rows)")
-    if cols.id is None:
-        said.append("id: none found (a column named id with unique values): the row number")
+    cols.id = next((c for c in names
+                    if _norm(c) in _ID and len(set(map(str, values[c]))) == n), None)
+    said.append(f"id: column {cols.id!r} (unique in the first {n} rows)" if cols.id else
+                "id: none found (a column named id with unique values): the row number")
     cols.system = next((c for c in names if _norm(c) in _SYSTEM), None)
     cols.group = next((c for c in names if _norm(c) in _GROUP and c != cols.id), None)
     taken = {cols.id, cols.system, cols.group}
@@ -269,17 +263,14 @@ def _key(name: str) -> str:
     return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else _q(name)
 
 
-def _inline(table: Mapping[str, Any]) -> str:
-    return "{ " + ", ".join(f"{_key(k)} = {_value(v)}" for k, v in table.items()) + " }"
-
-
 def _value(v: Any) -> str:
+    """A TOML value: an inline table for a mapping."""
     if isinstance(v, str):
         return _q(v)
     if isinstance(v, list):
         return "[" + ", ".join(_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return _inline(v)
+    if isinstance(v, Mapping):
+        return "{ " + ", ".join(f"{_key(k)} = {_value(x)}" for k, x in v.items()) + " }"
     return json.dumps(v)
 
 
@@ -302,17 +293,17 @@ def _job_text(data: Path, job: Path, prompt: Path, cols: _Columns, starter: Star
              f"path = {_q(rel.as_posix())}", "[datasets.fields]"]
     lines += [f"{key} = {_q(col)}" for key, col in
               (("id", cols.id), ("group", cols.group), ("system", cols.system)) if col]
-    lines += [f"text = {_inline(text)}", f"human = {_inline(human)}"]
+    lines += [f"text = {_value(text)}", f"human = {_value(human)}"]
     if cols.metrics:
         lines.append(f"metrics = {_value(cols.metrics)}")
     lines += ["", "[[prompts]]", f"name = {_q(starter.name)}", f"template = {_q(prompt.name)}",
               f"parser = {_q(starter.parser)}"]
     if starter.parser_options:
-        lines.append(f"parser_options = {_inline(dict(starter.parser_options))}")
+        lines.append(f"parser_options = {_value(starter.parser_options)}")
     if starter.name == "pairwise":
         lines += ['per = "group"                # one request shows two outputs of a group',
                   'order = "both"               # ... and again swapped (position bias)',
                   'output_field = "output"']
-    lines += [f"aspects = {_value(aspects)}", f"params = {_inline(dict(starter.params))}",
+    lines += [f"aspects = {_value(aspects)}", f"params = {_value(starter.params)}",
               "", "[models.judge]", 'spec = "openai:gpt-4o-mini"    # --model replaces it', ""]
     return "\n".join(lines)

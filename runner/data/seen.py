@@ -89,14 +89,6 @@ class Seen:
             self._flush()
         return True
 
-    def nbytes(self) -> int:
-        """The memory the set holds outside Python objects.
-
-        Returns:
-            Bytes held by the runs and the bitmap (the recent set not counted).
-        """
-        return sum(r.nbytes for r in self._runs) + len(self._bits)
-
     def _in_runs(self, value: int) -> bool:
         bit = value & self._mask
         if not self._bits[bit >> 3] >> (bit & 7) & 1:

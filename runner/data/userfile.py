@@ -13,15 +13,13 @@ from types import MappingProxyType
 from typing import Any
 
 from runner.data.loaders import Item
-from runner.data.readers import number as as_number
-from runner.data.readers import read_records
+from runner.data.readers import FORMATS, number, read_records
 from runner.data.seen import Seen
 from runner.errors import ConfigError, DataError
 
 __all__ = ["NO_VALUES", "FieldMap", "load_file"]
 
 _BITS64 = (1 << 64) - 1
-_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".json": "json"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -49,7 +47,6 @@ def load_file(path: Path, mapping: FieldMap, *, dataset: str) -> Iterator[Item]:
     Text cells pass through untouched; score cells must be finite numbers or numeric text.
 
     Args:
-        path: The file.
         mapping: Which columns hold the id, group, system, subset, text, scores, metrics.
         dataset: The name the job gives this data set (becomes `Item.dataset`).
 
@@ -62,7 +59,7 @@ def load_file(path: Path, mapping: FieldMap, *, dataset: str) -> Iterator[Item]:
         DataError: The file is missing or malformed, a later record lacks a mapped column,
             a score is not a number, or an item id repeats.
     """
-    fmt = mapping.format or _FORMATS.get(path.suffix.lower())
+    fmt = mapping.format or FORMATS.get(path.suffix.lower())
     if fmt not in {"jsonl", "csv", "json"}:
         raise ConfigError(f"{path}: cannot tell the format from {path.suffix!r}; "
                           "set format to jsonl, csv or json in the field mapping")
@@ -227,11 +224,11 @@ class _Cells:
 
     def number(self, column: str, role: str) -> float:
         value = self._get(column, role)
-        number = as_number(value)
-        if not math.isfinite(number):
+        as_float = number(value)
+        if not math.isfinite(as_float):
             raise DataError(f"{self.where}: column {column!r} (mapped as {role}) is "
                             f"{value!r}, not a finite number; fix the value or the mapping")
-        return number
+        return as_float
 
 
 def _names(row: Iterable[str]) -> str:

@@ -61,9 +61,6 @@ class Tokens(NamedTuple):
     def plus(self, other: Tokens) -> Tokens:
         """These tokens and `other`, kind by kind.
 
-        Args:
-            other: the tokens to add.
-
         Returns:
             The sum.
         """
@@ -107,7 +104,6 @@ class Price:
         """USD for the tokens.
 
         Args:
-            tokens: the tokens by kind.
             batch: answered through the Batch API (the discount applies to every kind).
 
         Returns:

@@ -3,7 +3,7 @@ before any call.
 
 A job names data sets, prompts (template, parser, aspects, request params), judge models and
 limits. Unknown keys are errors naming their key path; relative paths are resolved against the
-job file's own folder. See README.md, "Job file format", for an annotated example.
+job file's own folder. Every key: docs/reference/job-file.md, made from the check_keys below.
 """
 
 from __future__ import annotations
@@ -335,17 +335,17 @@ def _check_parser(r: Reader, name: str, options: Mapping[str, Any],
     """The prompt's parser options, for the prompt and for each aspect (see check_aspect)."""
     # In group mode the outputs parser's `count` is the group's size, known per request.
     try:
-        counted = per == "group" and "count" in get_parser(name).options
+        parser = get_parser(name)
+        counted = per == "group" and "count" in parser.options
         probe = {"count": 1, **options} if counted else options
-        check_options(get_parser(name), probe)
+        check_options(parser, probe)
         for aspect, extra in aspect_opts.items():
             if aspect not in aspects or not isinstance(extra, dict):
                 raise ConfigError(f"aspect_options.{aspect} must be a table for one of the "
                                   f"prompt's aspects ({', '.join(aspects)})")
-            check_options(get_parser(name), {**probe, **extra})
+            check_options(parser, {**probe, **extra})
         for aspect in aspects if per == "item" else ():
-            check_aspect(get_parser(name),
-                         {**options, **aspect_opts.get(aspect, {})}, aspect, aspects)
+            check_aspect(parser, {**options, **aspect_opts.get(aspect, {})}, aspect, aspects)
     except ConfigError as exc:
         raise r.error("parser", f"is wrong: {exc}") from None
 

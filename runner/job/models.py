@@ -38,8 +38,7 @@ def parse_model_spec(spec: str, *, name: str | None = None, base_url: str | None
         **extra: further `ModelSpec` fields (rpm, params, endpoints, ...).
 
     Returns:
-        The ModelSpec, with kind "openai", "anthropic", "gemini", "azure", "local" or
-        "compatible".
+        The ModelSpec, of its prefix's kind in the provider table ("compatible" for a bare name).
 
     Raises:
         ConfigError: the spec names no model, or azure has no `base_url`.
@@ -72,10 +71,9 @@ def url_problem(url: str) -> str | None:
     """What is wrong with an endpoint URL (`htp://`, `http//x`, no host, a bad port, a
     `user:password@` in it).
 
-    Checked when the job is read: a base URL like that was retried as a connection error on
-    every task, and one with a user and password crashed the client at the first call
-    (aiohttp refuses them beside the key's Authorization header). The message shows the URL
-    without its password.
+    Checked when the job is read, not retried as a connection error on every task; aiohttp
+    refuses a user and password beside the key's Authorization header. The message shows the
+    URL without its password.
 
     Args:
         url: the URL as written.
@@ -119,21 +117,22 @@ def read_model(r: Reader, key: str, table: Any) -> ModelSpec:
     params = m.get("params", dict, {})
     check_params(m, params)
     spec = m.get("spec", str, required=True)
-    if (url := m.get("base_url", str)) is not None and (problem := url_problem(url)):
+    url = m.get("base_url", str)
+    if url is not None and (problem := url_problem(url)):
         raise m.error("base_url", problem)
     fleet = _endpoints(m, spec)
+    key_env = m.get("api_key_env", str)
+    if fleet:  # the fleet's first replica stands for the model where the table names none
+        url, key_env = url or fleet[0].base_url, key_env or fleet[0].api_key_env
     more: dict[str, Any] = {"endpoints": fleet} if fleet else {}
     if "api_version" in table:
         more["api_version"] = m.get("api_version", str)
+    # read before the try: their errors already name their key; only the spec's get wrapped
+    more.update(_batch_options(m), rpm=m.positive("rpm", None, float),
+                tpm=m.positive("tpm", None, float))
     try:
-        return parse_model_spec(spec, name=key,
-                                base_url=m.get("base_url", str) or (fleet[0].base_url
-                                                                    if fleet else None),
-                                api_key_env=m.get("api_key_env", str) or (
-                                    fleet[0].api_key_env if fleet else None),
-                                params=params, rpm=m.positive("rpm", None, float),
-                                tpm=m.positive("tpm", None, float), price=price, **more,
-                                **_batch_options(m))
+        return parse_model_spec(spec, name=key, base_url=url, api_key_env=key_env, params=params,
+                                price=price, **more)
     except ConfigError as exc:
         raise m.error("spec", str(exc)) from None
 

@@ -61,10 +61,7 @@ class Reader:
 
         Args:
             key: the key; kind: its type(s); default: the value when it is absent;
-            required: whether it may be absent.
-
-        Returns:
-            The value, or `default`.
+            required: whether it must be present.
 
         Raises:
             ConfigError: the value has another type, or a required key is missing.
@@ -98,9 +95,6 @@ class Reader:
 
         Args:
             key: the key; default: the value when it is absent; kind: int or float.
-
-        Returns:
-            The value, or `default`.
 
         Raises:
             ConfigError: not a number of that kind, or not above 0.

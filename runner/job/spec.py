@@ -79,7 +79,7 @@ class ModelSpec:
     model: str
     """The model name sent in the request body."""
     kind: str
-    """"openai", "local" or "compatible"."""
+    """Its row of the provider table (runner.job.providers.KINDS): "openai", "local", ..."""
     base_url: str | None
     """Endpoint root ending in /v1; None for local models until their server starts."""
     api_key_env: str = "OPENAI_API_KEY"
@@ -104,9 +104,8 @@ class ModelSpec:
     @property
     def endpoint(self) -> str:
         """The endpoint's identity in cache keys: stable even when a local port changes, and
-        the same whichever replica of a fleet answers. Kinds with their own identity in the
-        provider table carry their kind (an Anthropic answer is not an OpenAI answer to the
-        same body).
+        the same whichever replica of a fleet answers; a kind whose provider table row has
+        `own_identity` carries its kind.
 
         Raises:
             ConfigError: the kind has no row in the provider table."""
@@ -179,7 +178,6 @@ class PromptSpec:
         "aspect", "*".
 
         Args:
-            aspect: the aspect to score.
             subset: the item's subset ("" when the data set has none).
             fields: the item's fields; None skips the `requires` and `when_empty` rules.
 
@@ -308,33 +306,24 @@ class Job:
     cache_control); false sends the bodies of earlier versions byte for byte."""
 
     def with_models(self, models: tuple[ModelSpec, ...]) -> Job:
-        """This job with other models (`--model` on the command line).
+        """A copy of this job with other models (`--model` on the command line).
 
         Args:
             models: the models that replace the job file's.
-
-        Returns:
-            A copy of the job; the job itself is frozen and unchanged.
         """
         return replace(self, models=models)
 
     def with_limits(self, **changes: Any) -> Job:
-        """This job with some limits changed (command-line overrides of `[limits]`).
+        """A copy of this job with some limits changed (command-line overrides of `[limits]`).
 
         Args:
             **changes: `Limits` field -> new value.
-
-        Returns:
-            A copy of the job; the job itself is frozen and unchanged.
         """
         return replace(self, limits=replace(self.limits, **changes))
 
 
 def placeholders(template: str) -> set[str]:
     """The placeholders of a template.
-
-    Args:
-        template: the template text.
 
     Returns:
         The names written as `{{name}}`.

@@ -2,9 +2,7 @@
 
 A parser is a pure function of one `Choice` (and its options) that returns `Scores` or a
 `Failure`: it never raises on any text and never turns an answer it cannot read into a number.
-The keys of `Scores.values` obey one rule: an answer's score for an aspect is its value
-"score", else its value under `aspect_key(aspect)` (the registry, runner.parse.parsers, checks a
-job's options against it with `check_aspect`).
+The keys of `Scores.values` obey one rule, told at `aspect_key`.
 
 Numbers: a number is ASCII digits with an optional decimal part ("4", "4.5"), not glued to
 letters ("GPT-4", "3rd" are not scores). A leading "-" is a bullet, never a sign.
@@ -23,41 +21,27 @@ __all__ = ["DECIMAL", "DENOMINATOR", "NUMBER", "RANGE", "Choice", "Failure", "Sc
 
 @dataclass(frozen=True, slots=True)
 class Choice:
-    """One choice of a chat-completion response: what every parser reads.
-
-    Args:
-        text: choices[i].message.content, "" when null.
-        logprobs: choices[i].logprobs.content as raw dicts, None when not requested.
-        finish_reason: choices[i].finish_reason ("stop", "length", "content_filter", ...).
-    """
+    """One choice of a chat-completion response: what every parser reads."""
 
     text: str  # choices[i].message.content, "" when null
-    logprobs: Sequence[Mapping[str, Any]] | None = None  # choices[i].logprobs.content, raw dicts
-    finish_reason: str | None = None
+    # choices[i].logprobs.content as raw dicts; None when not requested
+    logprobs: Sequence[Mapping[str, Any]] | None = None
+    finish_reason: str | None = None  # "stop", "length", "content_filter", ...
 
 
 @dataclass(frozen=True, slots=True)
 class Scores:
-    """What one answer said: {"score": x}, {aspect_key(aspect): x}, {"1": x, "2": y, ...}.
-
-    Args:
-        values: key -> score; the keys follow the rule of `aspect_key`.
-    """
+    """What one answer said, key -> score: {"score": x}, {aspect_key(aspect): x}, {"1": x, ...}."""
 
     values: Mapping[str, float]
 
 
 @dataclass(frozen=True, slots=True)
 class Failure:
-    """Why an answer gave no score.
+    """Why an answer gave no score."""
 
-    Args:
-        type: "parse" (the answer could not be read) or "refusal" (the judge declined).
-        message: one line for the report, naming what was missing.
-    """
-
-    type: str
-    message: str
+    type: str  # "parse" (the answer could not be read) or "refusal" (the judge declined)
+    message: str  # one line for the report, naming what was missing
 
 
 def aspect_key(aspect: str) -> str:
@@ -92,7 +76,6 @@ def in_range(value: float, options: Mapping[str, Any]) -> bool:
     """Whether a score lies on the parser's scale.
 
     Args:
-        value: the score read.
         options: the parser's merged options, with "min" and "max".
 
     Returns:
@@ -117,7 +100,6 @@ def score_in_range(value: float, what: str, options: Mapping[str, Any]) -> Score
     """One score under the key "score", or a failure when it is off the scale.
 
     Args:
-        value: the score read.
         what: what was read ("score", "star rating"), for the failure's message.
         options: the parser's merged options, with "min" and "max".
 

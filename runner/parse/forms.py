@@ -1,11 +1,10 @@
 """The parsers that read several labelled scores: `form`, `outputs` and `json`.
 
-Each is a pure function (Choice, merged options) -> Scores | Failure that never raises on any
-text. Their keys: `form` the keys its `fields` table maps labels to, `json` `aspect_key` of each
-aspect (or of each numeric top-level key), `outputs` "1".."count". With `required`, one missing,
-N/A or off-scale score fails the whole answer; without it, such scores are left out, and an
-answer with none left is a failure. The registry (runner.parse.parsers) names them, gives their
-options' defaults and checks the keys against the prompt's aspects (`check_aspect`).
+Each is a parser as runner.parse.base says, of (Choice, merged options). Their keys: `form` the
+keys its `fields` table maps labels to, `json` `aspect_key` of each aspect (or of each numeric
+top-level key), `outputs` "1".."count". With `required`, one missing, N/A or off-scale score
+fails the whole answer; without it, such scores are left out, and an answer with none left is a
+failure. runner.parse.parsers registers them.
 """
 
 from __future__ import annotations
@@ -35,7 +34,6 @@ def parse_json(choice: Choice, options: Mapping[str, Any]) -> Scores | Failure:
     strings ("4", "4/5"); booleans are not numbers.
 
     Args:
-        choice: the answer.
         options: merged options "fields", "min", "max" and "required".
 
     Returns:
@@ -134,7 +132,6 @@ def parse_form(choice: Choice, options: Mapping[str, Any]) -> Scores | Failure:
     key fails the answer; otherwise such keys are left out.
 
     Args:
-        choice: the answer.
         options: merged options "fields" (label -> key), "min", "max", "na_value", "required".
 
     Returns:
@@ -176,7 +173,6 @@ def parse_outputs(choice: Choice, options: Mapping[str, Any]) -> Scores | Failur
     output fails the answer; otherwise it is left out.
 
     Args:
-        choice: the answer.
         options: merged options "count", "min", "max", "required" and "label".
 
     Returns:

@@ -21,6 +21,7 @@ import functools
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from types import SimpleNamespace
 from typing import Any
 
 __all__ = ["LANGUAGES", "METRICS", "NEEDS_REFERENCE", "bleu", "chrf", "compute", "distinct",
@@ -61,8 +62,7 @@ def bleu(hypothesis: str, reference: str, language: str) -> float:
     """Sentence BLEU (sacrebleu defaults: 4-grams, exp smoothing).
 
     Args:
-        hypothesis: the generated answer.
-        reference: its reference text.
+        hypothesis, reference: the generated answer and its reference text.
         language: "zh" for sacrebleu's Chinese tokenizer, else "13a".
 
     Returns:
@@ -78,8 +78,7 @@ def chrf(hypothesis: str, reference: str) -> float:
     """Sentence chrF (sacrebleu defaults: character 6-grams, beta 2), in any language.
 
     Args:
-        hypothesis: the generated answer.
-        reference: its reference text.
+        hypothesis, reference: the generated answer and its reference text.
 
     Returns:
         chrF on 0-100.
@@ -87,16 +86,6 @@ def chrf(hypothesis: str, reference: str) -> float:
     import sacrebleu
 
     return float(sacrebleu.sentence_chrf(hypothesis, [reference]).score)
-
-
-class _Tokenizer:
-    """Our tokens for rouge-score (it only calls `tokenize`)."""
-
-    def __init__(self, language: str) -> None:
-        self.language = language
-
-    def tokenize(self, text: str) -> list[str]:
-        return tokens(text, self.language)
 
 
 # sacrebleu and rouge-score are imported where a metric is computed, not with this module:
@@ -108,16 +97,16 @@ class _Tokenizer:
 def _scorer(language: str) -> Any:
     from rouge_score import rouge_scorer
 
-    return rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"],
-                                    tokenizer=_Tokenizer(language))
+    # our tokens: rouge-score only calls its tokenizer's `tokenize`
+    tokenizer = SimpleNamespace(tokenize=functools.partial(tokens, language=language))
+    return rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], tokenizer=tokenizer)
 
 
 def rouge(hypothesis: str, reference: str, language: str) -> dict[str, float]:
     """ROUGE-1, ROUGE-2 and ROUGE-L F-measures (rouge-score, our tokens, no stemming).
 
     Args:
-        hypothesis: the generated answer.
-        reference: its reference text.
+        hypothesis, reference: the generated answer and its reference text.
         language: "en" or "zh", for `tokens`.
 
     Returns:
@@ -147,8 +136,7 @@ def overlap(hypothesis: str, reference: str, language: str) -> dict[str, float]:
     """Token-overlap precision, recall and F1 (multiset intersection, as SQuAD's F1).
 
     Args:
-        hypothesis: the generated answer.
-        reference: its reference text.
+        hypothesis, reference: the generated answer and its reference text.
         language: "en" or "zh", for `tokens`.
 
     Returns:
@@ -172,8 +160,7 @@ def compute(names: Iterable[str], hypothesis: str, reference: str,
 
     Args:
         names: metric names as a job lists them (keys of `METRICS`).
-        hypothesis: the generated answer.
-        reference: its reference text, "" when there is none.
+        hypothesis, reference: the generated answer and its reference text ("" when none).
         language: "en" or "zh", for `tokens`.
 
     Returns:

@@ -1,17 +1,11 @@
-"""The parser registry: every parser by name, its options checked, its keys held to one rule.
+"""The parser registry: every parser by name, its options checked, its keys held to the rule
+of `aspect_key` when the job file is read (`check_aspect`).
 
-The rule of keys: a parser's result for an aspect is its value "score", else its value under
-`aspect_key(aspect)` ("Overall Quality" -> "overall_quality"). Where a job's options decide the
-keys (`form`'s and `json`'s `fields`), `check_aspect` holds them to the rule when the job file is
-read: a `json` field keyed by a name no aspect of the prompt has, or a `form` table that gives
-an aspect no key (nor "score"), is a ConfigError naming the field or the aspect, never a score
-silently missing from every task.
-
-Pure and versioned: no I/O. Each `Parser` maps one `Choice` to `Scores` or a `Failure`, never
-raises on any text and never turns an answer it cannot read into a number. Bump a parser's
-`version` whenever its behaviour changes; reports record it. A new parser is a function of
-(Choice, options) in a module of runner.parse and one line in `PARSERS` (with a line in
-`_OPTION_CHECKS` for an option name no parser had); nothing outside this package changes.
+Pure and versioned: no I/O. Each `Parser` maps one `Choice` to `Scores` or a `Failure`
+(runner.parse.base). Bump a parser's `version` whenever its behaviour changes; reports record
+it. A new parser is a function of (Choice, options) in a module of runner.parse and one line in
+`PARSERS` (with a line in `_OPTION_CHECKS` for an option name no parser had); nothing outside
+this package changes.
 
 Refusals: a parser first tries to read a score. Only when that fails and the answer contains a
 refusal phrase ("I'm sorry, but I cannot", "As an AI language model", "I can't evaluate",
@@ -19,8 +13,8 @@ refusal phrase ("I'm sorry, but I cannot", "As an AI language model", "I can't e
 instead of `Failure("parse")`: a polite apology followed by a score is a score.
 
 The parsers themselves are in runner.parse.ratings (stars, number, pair, logprob) and
-runner.parse.forms (form, outputs, json); what they take and return in runner.parse.base, whose
-public names are importable from here too.
+runner.parse.forms (form, outputs, json); what they take and return, in runner.parse.base, is
+importable from here too.
 """
 
 from __future__ import annotations
@@ -45,26 +39,18 @@ _ParseFunction = Callable[[Choice, Mapping[str, Any]], Scores | Failure]
 
 @dataclass(frozen=True, slots=True)
 class Parser:
-    """A named, versioned parser with its options and their defaults.
+    """A named, versioned parser with its options and their defaults."""
 
-    Args:
-        name: the name a job file gives (`parser = "stars"`).
-        version: recorded in reports; bumped whenever the parser's behaviour changes.
-        options: option name -> default; any other name is a ConfigError.
-        func: the parse function, called with the merged options.
-    """
-
-    name: str
-    version: str
+    name: str  # the name a job file gives (`parser = "stars"`)
+    version: str  # recorded in reports; bumped whenever the parser's behaviour changes
     options: Mapping[str, Any]  # option name -> default; other names are a ConfigError
-    func: _ParseFunction
+    func: _ParseFunction  # called with the merged options
 
     def __call__(self, choice: Choice, options: Mapping[str, Any] | None = None
                  ) -> Scores | Failure:
         """Parse one choice with the defaults overridden by `options` (checked first).
 
         Args:
-            choice: the answer.
             options: options overriding the defaults; None for the defaults.
 
         Returns:
@@ -79,25 +65,14 @@ class Parser:
 
 @dataclass(frozen=True, slots=True)
 class Combined:
-    """Several samples (n > 1 choices) of one task.
+    """Several samples (n > 1 choices) of one task. The three counts are disjoint and add up
+    to the number of samples."""
 
-    `values` holds, per key, the mean over the samples that have the key. The three counts are
-    disjoint and add up to the number of samples. `failure` is the first failure when no sample
-    parsed (or a parse failure when there were no samples), else None.
-
-    Args:
-        values: key -> mean over the samples that have the key.
-        n_parsed: samples that gave Scores.
-        n_failed: parse failures, refusals not included.
-        n_refused: refusals.
-        failure: the first failure when no sample parsed, else None.
-    """
-
-    values: Mapping[str, float]
-    n_parsed: int
+    values: Mapping[str, float]  # key -> mean over the samples that have the key
+    n_parsed: int  # samples that gave Scores
     n_failed: int  # parse failures, refusals not included
     n_refused: int
-    failure: Failure | None
+    failure: Failure | None  # the first when no sample parsed (none: a parse failure), else None
 
 
 # --- refusals -----------------------------------------------------------------------------------
@@ -248,7 +223,6 @@ def check_aspect(parser: Parser, options: Mapping[str, Any], aspect: str,
         parser: the parser the aspect is scored with.
         options: its options for `aspect`: the prompt's, overridden by the aspect's (no
             defaults).
-        aspect: the aspect being checked.
         aspects: every aspect of the prompt.
 
     Raises:

@@ -1,9 +1,8 @@
 """The parsers that read one rating: `stars`, `number`, `pair` and `logprob`.
 
-Each is a pure function (Choice, merged options) -> Scores | Failure that never raises on any
-text. `stars`, `number` and `logprob` return the one key "score"; `pair` returns "1" and "2".
-A rating off the min..max scale is a failure, never clipped. The registry
-(runner.parse.parsers) names them, gives their options' defaults and wraps them for refusals.
+Each is a parser as runner.parse.base says, of (Choice, merged options). `stars`, `number` and
+`logprob` return the one key "score"; `pair` returns "1" and "2". A rating off the min..max
+scale is a failure, never clipped. runner.parse.parsers registers them.
 """
 
 from __future__ import annotations
@@ -93,7 +92,6 @@ def parse_stars(choice: Choice, options: Mapping[str, Any]) -> Scores | Failure:
     several different levels present is a failure. A rating outside min..max is a failure.
 
     Args:
-        choice: the answer.
         options: merged options "min", "max" and "levels" (description -> star count).
 
     Returns:
@@ -124,7 +122,6 @@ def parse_number(choice: Choice, options: Mapping[str, Any]) -> Scores | Failure
     must lie in min..max; a chosen number outside it is a failure, not a reason to look further.
 
     Args:
-        choice: the answer.
         options: merged options "min", "max", "pattern", "pick" and "marker".
 
     Returns:
@@ -163,7 +160,6 @@ def parse_pair(choice: Choice, options: Mapping[str, Any]) -> Scores | Failure:
     must then hold exactly two numbers, both in min..max.
 
     Args:
-        choice: the answer.
         options: merged options "min" and "max".
 
     Returns:

@@ -25,9 +25,6 @@ _NUMERIC = re.compile(r"\s*(-?\d+(?:\.\d+)?)\s*(?:/\s*\d+(?:\.\d+)?)?\s*")
 def find_object(text: str) -> Mapping[str, Any] | None:
     """The first JSON object in a judge's answer.
 
-    Args:
-        text: the answer.
-
     Returns:
         The object inside a fenced block first, else the one at the first "{" that starts a
         valid object, else `text` read as the body of an object whose "{" was prefilled; None
@@ -62,7 +59,6 @@ def lookup(obj: Mapping[str, Any], path: str) -> Any:
     """The value at a key or a dotted path of a JSON object.
 
     Args:
-        obj: the object.
         path: a key, or a dotted path into nested objects ("scores.coherence").
 
     Returns:
