@@ -240,16 +240,15 @@ class CellBuilder:
         self._dataset, self._grid = dataset, grid
         return grid
 
-    def cell(self, dataset: str, item: Item, judge: tuple[str, str, str]) -> int:
-        """The index of the cell of (`dataset`, `item`, `judge`), made empty if it is new.
+    def add(self, dataset: str, item: Item, judge: tuple[str, str, str], score: float | None,
+            failure: str | None) -> None:
+        """Count one judgment of the cell of (`dataset`, `item`, `judge`), made if it is new.
 
         Args:
             dataset: the data set's name.
             item: the judged item.
             judge: the prompt, aspect and model.
-
-        Returns:
-            The cell's index.
+            score, failure: the parsed score and the failure's type, each None without one.
         """
         grid = self._grid if dataset == self._dataset and self._grid is not None \
             else self._open(dataset)
@@ -268,20 +267,6 @@ class CellBuilder:
             self.count.append(0)
             for f in self.failures:
                 f.append(0)
-        return c
-
-    def add(self, dataset: str, item: Item, judge: tuple[str, str, str], score: float | None,
-            failure: str | None) -> None:
-        """Count one judgment of the cell of (`dataset`, `item`, `judge`).
-
-        Args:
-            dataset: the data set's name.
-            item: the judged item.
-            judge: the prompt, aspect and model.
-            score: the parsed score, or None without one.
-            failure: the failure's type, or None without one.
-        """
-        c = self.cell(dataset, item, judge)
         if score is not None:
             if (n := self.count[c]) == 0:
                 self.score[c] = score

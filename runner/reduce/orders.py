@@ -34,14 +34,14 @@ class OrderScores:
 
     def add(self, key: tuple[str, str, str, str], order: tuple[str, ...], member: str,
             score: float | None) -> None:
-        """One judgment of `member` shown in `order` under `key`; `score` None: it had none
-        (the member still counts as seen in that order).
+        """One judgment of a group's member.
 
         Args:
             key: the judge, data set, aspect and group.
             order: the members in the order shown.
             member: the member scored.
-            score: its score, or None.
+            score: its score; None: it had none (the member still counts as seen in that
+                order).
         """
         self.key.append(_code(self.keys, key))
         self.order.append(_code(self.orders, order))

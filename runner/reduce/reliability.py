@@ -135,8 +135,7 @@ def agreement(x: Values, y: Values) -> tuple[float | None, float | None, float |
     300 pairs of judges a data set and aspect: ~0.1 s a pair that way).
 
     Args:
-        x: the first rater's values.
-        y: the second rater's values of the same units.
+        x, y: the two raters' values, unit by unit.
 
     Returns:
         (alpha ordinal, alpha interval, kappa), each None where undefined.
@@ -179,8 +178,7 @@ def weighted_kappa(a: Values, b: Values,
     disagreement is 0.
 
     Args:
-        a: one rater's values.
-        b: the other's, of the same items.
+        a, b: the two raters' values, item by item.
         weights: "linear" or "quadratic".
 
     Returns:
@@ -209,8 +207,7 @@ def correlation(method: str, x: Values, y: Values) -> float | None:
 
     Args:
         method: a name in runner.reduce.statistics.STATISTICS.
-        x: one variable.
-        y: the other, paired with x.
+        x, y: the paired variables.
 
     Returns:
         The statistic; None for fewer than three points or when undefined.
@@ -231,9 +228,7 @@ def partial(method: str, x: Values, y: Values, z: Values,
 
     Args:
         method: pearson or spearman.
-        x: one variable.
-        y: the other.
-        z: the variable controlled for.
+        x, y: the variables correlated; z: the one controlled for.
         corr: the correlation function.
 
     Returns:
@@ -276,9 +271,7 @@ def permutation_p(method: str, a: Sequence[float], b: Sequence[float], human: Se
 
     Args:
         method: pearson, or a rank method (the ranks are permuted; kendall by tau-b).
-        a: judge A's scores.
-        b: judge B's, of the same items.
-        human: the human scores of those items.
+        a, b: judge A's and judge B's scores; human: the human scores of those items.
         n_perm: the permutations.
         seed: the random generator's seed.
 

@@ -42,13 +42,11 @@ class SampleScores:
         return k, i
 
     def add(self, key: tuple[str, str, str], item_id: str, sample: int, score: float) -> None:
-        """One score of `item_id`'s sample `sample` under `key` = (judge, dataset, aspect).
+        """One score of an item's sample.
 
         Args:
             key: the judge, data set and aspect.
-            item_id: the item's id.
-            sample: the sample's number.
-            score: its score.
+            item_id, sample, score: the item's id, the sample's number and its score.
         """
         k, i = self._codes(key, item_id)
         self.key.append(k)
@@ -60,8 +58,7 @@ class SampleScores:
         """Record that `key` judged `item_id`, whether or not a score came of it.
 
         Args:
-            key: the judge, data set and aspect.
-            item_id: the item's id.
+            key, item_id: as for `add`.
         """
         self.add(key, item_id, _TOUCHED, math.nan)
 
