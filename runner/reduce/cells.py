@@ -206,8 +206,8 @@ class CellBuilder:
         self.item_dataset = array("i")
         self.datasets: list[str] = []
         self.starts: list[int] = []
-        self.judges: list[tuple[str, str, str]] = []
         self.codes: dict[tuple[str, str, str], int] = {}
+        """judge -> its code, in order of first appearance."""
         self.grids: dict[str, _Grid] = {}
         self.item, self.judge = array("i"), array("i")
         self.score, self.count = array("d"), array("I")
@@ -216,12 +216,6 @@ class CellBuilder:
         """Each cell's second and later scores, in arrival order (samples > 1)."""
         self._dataset: str | None = None
         self._grid: _Grid | None = None
-
-    def _code(self, key: tuple[str, str, str]) -> int:
-        if (code := self.codes.get(key)) is None:
-            code = self.codes[key] = len(self.judges)
-            self.judges.append(key)
-        return code
 
     def _open(self, dataset: str) -> _Grid:
         """The data set's grid, made on its first cell: its items, its judges by the job."""
@@ -234,8 +228,9 @@ class CellBuilder:
             self.item_dataset.extend(array("i", [d]) * len(items))
             prompts = [p for p in self.expansion.job.prompts
                        if not p.datasets or dataset in p.datasets]
-            judges = [((p.name, a, m.name), self._code((p.name, a, m.name)))
-                      for p in prompts for a in p.aspects for m in self.expansion.judges(p)]
+            keys = [(p.name, a, m.name) for p in prompts for a in p.aspects
+                    for m in self.expansion.judges(p)]
+            judges = [(key, self.codes.setdefault(key, len(self.codes))) for key in keys]
             grid = self.grids[dataset] = _Grid(items, start, judges)
         self._dataset, self._grid = dataset, grid
         return grid
@@ -257,7 +252,7 @@ class CellBuilder:
             self.item_dataset.append(self.datasets.index(dataset))
             local = grid.add_item(item, len(self.items) - 1)
         if (col := grid.columns.get(judge)) is None:
-            col = grid.column(judge, self._code(judge))
+            col = grid.column(judge, self.codes.setdefault(judge, len(self.codes)))
         slot = local * grid.stride + col
         if (c := grid.slots[slot]) < 0:
             c = grid.slots[slot] = len(self.item)
@@ -293,7 +288,7 @@ class CellBuilder:
         _means(score, count, np.array(self.more_cell, dtype=np.int64),
                np.array(self.more_score, dtype=np.float64))
         cells = Cells(self.items, np.array(self.item_dataset, dtype=np.int32), self.datasets,
-                      self.starts, self.judges, _column(self.item, np.int32),
+                      self.starts, list(self.codes), _column(self.item, np.int32),
                       _column(self.judge, np.int32), score, count > 0,
                       np.stack([np.array(f, dtype=np.uint16) for f in self.failures], axis=1)
                       if len(self.item) else np.zeros((0, len(FAILURES)), dtype=np.uint16))

@@ -122,7 +122,7 @@ def judge(expansion: Expansion, cache: CacheBackend, *, failures: Mapping[str, s
         count = len(tasks) if isinstance(tasks, Sized) else expansion.count()
     reads = (expanded(cache, expansion, READ_BATCH, count) if tasks is None
              else answers(cache, tasks, task_key, READ_BATCH, count))
-    return _judged(context, reads, context.cursor.item)
+    return _judged(context, reads)
 
 
 class ItemCursor:
@@ -162,8 +162,9 @@ class ItemCursor:
         return self.expansion.item(dataset, item_id)
 
 
-def _judged(context: _Context, reads: Iterable[tuple[list[Task], Mapping[str, Answer]]],
-            item: Callable[[str, str], Item]) -> Iterator[Judgment]:
+def _judged(context: _Context, reads: Iterable[tuple[list[Task], Mapping[str, Answer]]]
+            ) -> Iterator[Judgment]:
+    item = context.cursor.item
     for batch, stored in reads:
         for task in batch:
             answer = stored.get(task.key)
@@ -202,8 +203,7 @@ class CachedFirst:
         expansion, stats, hashes = self.expansion, self.stats, self.hashes
         context = _Context(expansion, {p.name: p for p in expansion.job.prompts}, {}, {},
                            frozenset(), stats.failures)
-        reads = self._reads
-        item, done = context.cursor.item, 0
+        reads, done = self._reads, 0
         for batch, stored in reads:
             self.on_progress(stats)  # a batch at a time: ~0.6 us a task otherwise
             # the batch's tasks up to its first without an answer, counted at once
@@ -212,12 +212,7 @@ class CachedFirst:
             done += cut
             stats.cache_hits += cut
             hashes.extend([hash(task.key) for task in cached])
-            for task in cached:
-                answer = stored[task.key]
-                if task.members:
-                    yield from context.judged(task, answer)
-                else:
-                    yield context.parsed(task, item(task.dataset, task.item_id), answer, None)
+            yield from _judged(context, ((cached, stored),))
             if cut < len(batch):
                 # from here on, with their bodies (those read ahead are expanded again)
                 self.uncached_onward = expansion.tasks(done)
