@@ -269,7 +269,7 @@ class CellBuilder:
                 self.more_cell.append(c)
                 self.more_score.append(score)
             self.count[c] = n + 1
-        if failure is not None and failure in FAILURES:
+        if failure in FAILURES:
             self.failures[FAILURES.index(failure)][c] += 1
 
     def finish(self, juries: Sequence[JurySpec] = ()) -> Cells:
@@ -290,8 +290,7 @@ class CellBuilder:
         cells = Cells(self.items, np.array(self.item_dataset, dtype=np.int32), self.datasets,
                       self.starts, list(self.codes), _column(self.item, np.int32),
                       _column(self.judge, np.int32), score, count > 0,
-                      np.stack([np.array(f, dtype=np.uint16) for f in self.failures], axis=1)
-                      if len(self.item) else np.zeros((0, len(FAILURES)), dtype=np.uint16))
+                      np.stack([np.array(f, dtype=np.uint16) for f in self.failures], axis=1))
         self.grids.clear()
         self.item = self.judge = self.more_cell = array("i")
         self.score = self.more_score = array("d")

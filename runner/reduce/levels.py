@@ -3,13 +3,8 @@ what correlate and compare both compute (runner.reduce.statistics defines the st
 
 Data (`prepare`) are the usable rows in (subset, group) order; a selection is a subset, or
 "all" (every group). Sample level: each group's value, then their mean; dataset level: one
-value over the selection's items pooled.
-
-Bootstrap: groups are drawn with replacement (within each subset, for "all"). One matrix of draw
-counts per selection, seeded, is shared by every method and level, so paired judges see the same
-resamples; it comes from a `runner.reduce.resample.Resamples` the caller owns (one per report
-set: every judge and aspect of a data set reuses it), never from module state. How point and
-resampled values are computed: runner.reduce.statistics.
+value over the selection's items pooled. Bootstrap: groups are drawn with replacement (within
+each subset, for "all"), the draw counts from the caller's runner.reduce.resample.Resamples.
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
-"""Is the judge reliable? Agreement, partial correlation, significance (position bias:
-runner.reduce.positions; sample sizes: runner.reduce.power).
-
-Pure functions over scores already judged (zero calls):
-
-* alpha: Krippendorff's alpha (the `krippendorff` package) over a coders x units table with
-  missing values; weighted_kappa: Cohen's kappa with linear or quadratic weights, for two
-  raters on an integer scale; agreement: both alphas and kappa of two complete raters at once.
-* partial: the correlation of judge and human controlling for a third variable (length).
-* williams: Williams' t for two dependent correlations sharing one variable (Steiger 1980,
-  eq. 7; Graham & Baldwin 2014), and permutation_p, a paired permutation test.
+"""Is the judge reliable? Pure functions over scores already judged (zero calls): agreement
+(alpha, weighted_kappa, agreement), partial correlation (partial), and the significance of two
+judges' difference (williams, permutation_p). Position bias: runner.reduce.positions; sample
+sizes: runner.reduce.power.
 """
 
 from __future__ import annotations
@@ -244,7 +237,8 @@ def partial(method: str, x: Values, y: Values, z: Values,
 
 def williams(r12: float, r13: float, r23: float, n: int) -> tuple[float, float] | None:
     """Williams' t for H0: rho12 = rho13, where variable 1 (the human) is shared and r23 is
-    the two judges' correlation with each other; df = n - 3 (Steiger 1980 eq. 7).
+    the two judges' correlation with each other; df = n - 3 (Steiger 1980 eq. 7; Graham &
+    Baldwin 2014).
 
     Args:
         r12: corr(human, judge A).
