@@ -2,15 +2,11 @@
 appearance, what scores.csv, summary.csv, the leaderboard, the correlations and reliability.csv
 are all built from.
 
-A cell holds its item (an index into `Cells.items`, the expansion's items data set by data
-set), its judge (a code into `Cells.judges`: prompt, aspect, model), its score (the mean of its
-samples' scores, NaN for none) and its failed samples by type: 23 bytes a cell in numpy
-columns. While collecting, a cell is found through a dense int32 grid per data set (item x
-judge, ~4 bytes a cell), not a dict of tuples. What it buys, measured with bench/memory.py's
-holders on a cached 100k-task run (tracemalloc, bytes a task): `collect` keeps 17 where the
-dict of `_Cell` objects under 5-tuple keys kept 187 (peak 128, was 334), so ten million
-judgments' cells take ~0.2 GB, not ~1.9; the cached 100k rescore's CPU is unchanged
-(bench/README.md, "Memory": "Columnar cells").
+A cell (`Cells`) takes 23 bytes in numpy columns; while collecting, it is found through a dense
+int32 grid per data set (item x judge, ~4 bytes a cell), not a dict of tuples. What it buys:
+`collect` keeps 17 bytes a task where a dict of cell objects kept 187, so ten million
+judgments' cells take ~0.2 GB, not ~1.9, at the same CPU (bench/memory.py on a cached
+100k-task run; bench/README.md, "Memory": "Columnar cells").
 
 The mean of several samples is `statistics.fmean`'s: the correctly rounded sum (math.fsum)
 divided by the count, computed once all samples are in (integer scores summed exactly in
