@@ -74,8 +74,7 @@ class Estimate:
         """A prompt's static prefix, in tokens (4 characters a token).
 
         Args:
-            prompt: the prompt's name.
-            aspect: the aspect it asks about.
+            prompt, aspect: the prompt's name and the aspect it asks about.
 
         Returns:
             The estimated tokens.
@@ -87,8 +86,7 @@ class Estimate:
         again by a later request).
 
         Args:
-            prompt: the prompt's name.
-            aspect: the aspect it asks about.
+            prompt, aspect: as for `prefix`.
 
         Returns:
             True when the prefix would be read from the provider's cache.

@@ -85,7 +85,7 @@ EQUIVALENT: tuple[tuple[str, str, str, str], ...] = (
     (_REDUCE_CELLS, "column", "max((3) * self.stride", "a wider grid: more -1 slots"),
     (_REDUCE_CELLS, "column", "(col - 1))", "2 * stride >= col + 1 when widening"),
     (_REDUCE_CELLS, "column", "col + (0))", "2 * stride >= col + 1 when widening"),
-    (_REDUCE_CELLS, "cell", "(self._grid is None)", "_open returns the grid from self.grids"),
+    (_REDUCE_CELLS, "add", "(self._grid is None)", "_open returns the grid from self.grids"),
     # array('i'), array('I') and array('d') have the item sizes of int32, uint32 and float64 on
     # every platform CPython's array module builds on with 32-bit C ints: the copy branch is
     # unreachable there, and a copy holds the same values as the view

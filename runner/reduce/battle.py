@@ -19,16 +19,13 @@ from typing import Any
 
 from runner.expand import Expansion
 from runner.reduce.judgments import Judgment
+from runner.reduce.orders import Orders
 
 __all__ = ["BATTLE_COLUMNS", "Battles"]
 
 BATTLE_COLUMNS = ["judge", "dataset", "aspect", "model_a", "model_b", "n", "a_wins", "ties",
                   "b_wins", "inconsistent", "failed", "a_win_rate", "tie_rate", "b_win_rate",
                   "inconsistent_rate", "a_mean", "b_mean"]
-
-# Per (judge, dataset, aspect, group): order (member ids as sent) -> member id -> scores (one
-# per sample that parsed; an empty list records a member whose score failed).
-_Orders = dict[tuple[str, ...], dict[str, list[float]]]
 
 
 class Battles:
@@ -38,7 +35,9 @@ class Battles:
         self.expansion = expansion
         self.prompts = {p.name for p in expansion.job.prompts if p.order == "both"}
         self.systems: dict[tuple[str, str], str] = {}
-        self.groups: dict[tuple[str, str, str, str], _Orders] = defaultdict(dict)
+        self.groups: dict[tuple[str, str, str, str], Orders] = defaultdict(dict)
+        """Per (judge, dataset, aspect, group) its Orders (an empty list of scores records a
+        member whose score failed)."""
 
     @property
     def enabled(self) -> bool:

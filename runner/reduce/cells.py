@@ -2,15 +2,11 @@
 appearance, what scores.csv, summary.csv, the leaderboard, the correlations and reliability.csv
 are all built from.
 
-A cell holds its item (an index into `Cells.items`, the expansion's items data set by data
-set), its judge (a code into `Cells.judges`: prompt, aspect, model), its score (the mean of its
-samples' scores, NaN for none) and its failed samples by type: 23 bytes a cell in numpy
-columns. While collecting, a cell is found through a dense int32 grid per data set (item x
-judge, ~4 bytes a cell), not a dict of tuples. What it buys, measured with bench/memory.py's
-holders on a cached 100k-task run (tracemalloc, bytes a task): `collect` keeps 17 where the
-dict of `_Cell` objects under 5-tuple keys kept 187 (peak 128, was 334), so ten million
-judgments' cells take ~0.2 GB, not ~1.9; the cached 100k rescore's CPU is unchanged
-(bench/README.md, "Memory": "Columnar cells").
+A cell (`Cells`) takes 23 bytes in numpy columns; while collecting, it is found through a dense
+int32 grid per data set (item x judge, ~4 bytes a cell), not a dict of tuples. What it buys:
+`collect` keeps 17 bytes a task where a dict of cell objects kept 187, so ten million
+judgments' cells take ~0.2 GB, not ~1.9, at the same CPU (bench/memory.py on a cached
+100k-task run; bench/README.md, "Memory": "Columnar cells").
 
 The mean of several samples is `statistics.fmean`'s: the correctly rounded sum (math.fsum)
 divided by the count, computed once all samples are in (integer scores summed exactly in
@@ -206,8 +202,8 @@ class CellBuilder:
         self.item_dataset = array("i")
         self.datasets: list[str] = []
         self.starts: list[int] = []
-        self.judges: list[tuple[str, str, str]] = []
         self.codes: dict[tuple[str, str, str], int] = {}
+        """judge -> its code, in order of first appearance."""
         self.grids: dict[str, _Grid] = {}
         self.item, self.judge = array("i"), array("i")
         self.score, self.count = array("d"), array("I")
@@ -216,12 +212,6 @@ class CellBuilder:
         """Each cell's second and later scores, in arrival order (samples > 1)."""
         self._dataset: str | None = None
         self._grid: _Grid | None = None
-
-    def _code(self, key: tuple[str, str, str]) -> int:
-        if (code := self.codes.get(key)) is None:
-            code = self.codes[key] = len(self.judges)
-            self.judges.append(key)
-        return code
 
     def _open(self, dataset: str) -> _Grid:
         """The data set's grid, made on its first cell: its items, its judges by the job."""
@@ -234,22 +224,22 @@ class CellBuilder:
             self.item_dataset.extend(array("i", [d]) * len(items))
             prompts = [p for p in self.expansion.job.prompts
                        if not p.datasets or dataset in p.datasets]
-            judges = [((p.name, a, m.name), self._code((p.name, a, m.name)))
-                      for p in prompts for a in p.aspects for m in self.expansion.judges(p)]
+            keys = [(p.name, a, m.name) for p in prompts for a in p.aspects
+                    for m in self.expansion.judges(p)]
+            judges = [(key, self.codes.setdefault(key, len(self.codes))) for key in keys]
             grid = self.grids[dataset] = _Grid(items, start, judges)
         self._dataset, self._grid = dataset, grid
         return grid
 
-    def cell(self, dataset: str, item: Item, judge: tuple[str, str, str]) -> int:
-        """The index of the cell of (`dataset`, `item`, `judge`), made empty if it is new.
+    def add(self, dataset: str, item: Item, judge: tuple[str, str, str], score: float | None,
+            failure: str | None) -> None:
+        """Count one judgment of the cell of (`dataset`, `item`, `judge`), made if it is new.
 
         Args:
             dataset: the data set's name.
             item: the judged item.
             judge: the prompt, aspect and model.
-
-        Returns:
-            The cell's index.
+            score, failure: the parsed score and the failure's type, each None without one.
         """
         grid = self._grid if dataset == self._dataset and self._grid is not None \
             else self._open(dataset)
@@ -258,7 +248,7 @@ class CellBuilder:
             self.item_dataset.append(self.datasets.index(dataset))
             local = grid.add_item(item, len(self.items) - 1)
         if (col := grid.columns.get(judge)) is None:
-            col = grid.column(judge, self._code(judge))
+            col = grid.column(judge, self.codes.setdefault(judge, len(self.codes)))
         slot = local * grid.stride + col
         if (c := grid.slots[slot]) < 0:
             c = grid.slots[slot] = len(self.item)
@@ -268,20 +258,6 @@ class CellBuilder:
             self.count.append(0)
             for f in self.failures:
                 f.append(0)
-        return c
-
-    def add(self, dataset: str, item: Item, judge: tuple[str, str, str], score: float | None,
-            failure: str | None) -> None:
-        """Count one judgment of the cell of (`dataset`, `item`, `judge`).
-
-        Args:
-            dataset: the data set's name.
-            item: the judged item.
-            judge: the prompt, aspect and model.
-            score: the parsed score, or None without one.
-            failure: the failure's type, or None without one.
-        """
-        c = self.cell(dataset, item, judge)
         if score is not None:
             if (n := self.count[c]) == 0:
                 self.score[c] = score
@@ -289,7 +265,7 @@ class CellBuilder:
                 self.more_cell.append(c)
                 self.more_score.append(score)
             self.count[c] = n + 1
-        if failure is not None and failure in FAILURES:
+        if failure in FAILURES:
             self.failures[FAILURES.index(failure)][c] += 1
 
     def finish(self, juries: Sequence[JurySpec] = ()) -> Cells:
@@ -308,10 +284,9 @@ class CellBuilder:
         _means(score, count, np.array(self.more_cell, dtype=np.int64),
                np.array(self.more_score, dtype=np.float64))
         cells = Cells(self.items, np.array(self.item_dataset, dtype=np.int32), self.datasets,
-                      self.starts, self.judges, _column(self.item, np.int32),
+                      self.starts, list(self.codes), _column(self.item, np.int32),
                       _column(self.judge, np.int32), score, count > 0,
-                      np.stack([np.array(f, dtype=np.uint16) for f in self.failures], axis=1)
-                      if len(self.item) else np.zeros((0, len(FAILURES)), dtype=np.uint16))
+                      np.stack([np.array(f, dtype=np.uint16) for f in self.failures], axis=1))
         self.grids.clear()
         self.item = self.judge = self.more_cell = array("i")
         self.score = self.more_score = array("d")

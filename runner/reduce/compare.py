@@ -138,10 +138,8 @@ def compare(a: Series | Sequence[Row], b: Series | Sequence[Row], *, policy: str
             methods: Sequence[str] = DEFAULT_METHODS,
             n_boot: int = 1000, seed: int = 0,
             resamples: Resamples | None = None) -> list[Comparison]:
-    """Paired bootstrap comparison of two judges' correlations with the same human scores.
-
-    Rows are matched on (group, system, subset); only items both judges scored are used,
-    and both judges' coefficients are computed on the same group resamples.
+    """Paired bootstrap comparison of two judges' correlations with the same human scores,
+    over the items both judges scored (matched and resampled as the module says).
 
     Args:
         a, b: the two judges' rows, as for `correlate`.

@@ -15,11 +15,6 @@
 Subset "all": sample level averages over all groups, dataset level pools all items, system
 level is the mean of the subsets' values. Data without subsets (subset "") reports "all" only.
 
-Items whose judge score is missing (None/NaN, a parse failure) are dropped first.
-
-Input: a `runner.reduce.series.Series` (numpy columns with label codes), or `Row`s made one by
-Series.of_rows: one code path inside.
-
 Sample and dataset levels, their resamples and CIs: runner.reduce.levels. The statistics:
 runner.reduce.statistics.
 """

@@ -10,6 +10,7 @@ where the `Row` lists kept 95 (bench/README.md, "Memory": "Columnar cells").
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter
 
 import numpy as np
 import numpy.typing as npt
@@ -17,7 +18,7 @@ import numpy.typing as npt
 from runner.data.datasets import Item
 from runner.expand import Expansion
 from runner.reduce.cells import Cells, grouped
-from runner.reduce.series import Labels, Series
+from runner.reduce.series import Series, coded
 
 __all__ = ["humans", "judge_series"]
 
@@ -27,16 +28,9 @@ class _Codes:
     the names in order of first appearance over its items."""
 
     def __init__(self, items: Sequence[Item], at: npt.NDArray[np.int64]) -> None:
-        names: tuple[dict[str, int], dict[str, int], dict[str, int]] = ({}, {}, {})
-        columns: tuple[list[int], list[int], list[int]] = ([], [], [])
-        for i in at.tolist():
-            it = items[i]
-            for n, column, name in zip(names, columns, (it.group, it.system, it.subset),
-                                       strict=True):
-                column.append(n.setdefault(name, len(n)))
         self.at = at  # the data set's items' global indices, increasing
-        self.group, self.system, self.subset = (np.array(c, dtype=np.int32) for c in columns)
-        self.labels = Labels(*(tuple(n) for n in names))
+        self.group, self.system, self.subset, self.labels = coded(map(
+            attrgetter("group", "system", "subset"), map(items.__getitem__, at.tolist())))
 
     def local(self, items: npt.NDArray[np.int32] | list[int]) -> npt.NDArray[np.intp]:
         """The positions of global item indices among the data set's items."""

@@ -34,7 +34,7 @@ from runner.parse.parsers import (
 )
 from runner.tasks import Task, task_key
 
-__all__ = ["CachedFirst", "ItemCursor", "Judgment", "aspect_key", "choices", "judge"]
+__all__ = ["CachedFirst", "ItemCursor", "Judgment", "choices", "judge"]
 
 READ_BATCH = 128  # answers read from the cache in one query
 MEMO_TEXT = 256  # answers up to this long are parsed once per distinct text
@@ -98,21 +98,18 @@ def choices(response: Mapping[str, Any]) -> list[Choice]:
 def judge(expansion: Expansion, cache: CacheBackend, *, failures: Mapping[str, str] | None = None,
           fresh: frozenset[str] = frozenset(), tasks: Iterable[Task] | None = None,
           count: int | None = None, damaged: dict[str, str] | None = None) -> Iterator[Judgment]:
-    """Parse every task's cached answer; `failures` (key -> message) explains missing ones.
-    `tasks`: the expansion's tasks if the caller kept them (a run does), else expanded anew
-    (by forked children for a large job, which this call starts: see expand_ahead.expanded);
-    `count`: how many there are, if known (else counted: it decides how answers are read).
-    `damaged` gets key -> message of each task whose cached record is damaged (its judgment
-    is a failure saying so).
+    """Parse every task's cached answer.
 
     Args:
-        expansion: the job's tasks.
-        cache: where their answers are read.
+        expansion: the job's tasks; cache: where their answers are read.
         failures: why a task has no answer (key -> message), from the run that just ended.
         fresh: the keys answered by this run rather than read from an earlier one.
-        tasks: the expansion's tasks, if the caller kept them.
-        count: the number of tasks, if known.
-        damaged: filled with key -> message for each damaged record.
+        tasks: the expansion's tasks if the caller kept them (a run does), else expanded anew
+            (by forked children for a large job, which this call starts: expand_ahead.expanded).
+        count: how many tasks there are, if known (else counted: it decides how answers are
+            read).
+        damaged: filled with key -> message of each task whose cached record is damaged (its
+            judgment is a failure saying so).
 
     Yields:
         One Judgment per task and aspect, in task order.
@@ -125,7 +122,7 @@ def judge(expansion: Expansion, cache: CacheBackend, *, failures: Mapping[str, s
         count = len(tasks) if isinstance(tasks, Sized) else expansion.count()
     reads = (expanded(cache, expansion, READ_BATCH, count) if tasks is None
              else answers(cache, tasks, task_key, READ_BATCH, count))
-    return _judged(context, reads, context.cursor.item)
+    return _judged(context, reads)
 
 
 class ItemCursor:
@@ -145,8 +142,7 @@ class ItemCursor:
         """The item, as `Expansion.item` finds it.
 
         Args:
-            dataset: the data set's name.
-            item_id: the item's id.
+            dataset, item_id: the data set's name and the item's id.
 
         Returns:
             The item.
@@ -166,8 +162,9 @@ class ItemCursor:
         return self.expansion.item(dataset, item_id)
 
 
-def _judged(context: _Context, reads: Iterable[tuple[list[Task], Mapping[str, Answer]]],
-            item: Callable[[str, str], Item]) -> Iterator[Judgment]:
+def _judged(context: _Context, reads: Iterable[tuple[list[Task], Mapping[str, Answer]]]
+            ) -> Iterator[Judgment]:
+    item = context.cursor.item
     for batch, stored in reads:
         for task in batch:
             answer = stored.get(task.key)
@@ -206,8 +203,7 @@ class CachedFirst:
         expansion, stats, hashes = self.expansion, self.stats, self.hashes
         context = _Context(expansion, {p.name: p for p in expansion.job.prompts}, {}, {},
                            frozenset(), stats.failures)
-        reads = self._reads
-        item, done = context.cursor.item, 0
+        reads, done = self._reads, 0
         for batch, stored in reads:
             self.on_progress(stats)  # a batch at a time: ~0.6 us a task otherwise
             # the batch's tasks up to its first without an answer, counted at once
@@ -216,12 +212,7 @@ class CachedFirst:
             done += cut
             stats.cache_hits += cut
             hashes.extend([hash(task.key) for task in cached])
-            for task in cached:
-                answer = stored[task.key]
-                if task.members:
-                    yield from context.judged(task, answer)
-                else:
-                    yield context.parsed(task, item(task.dataset, task.item_id), answer, None)
+            yield from _judged(context, ((cached, stored),))
             if cut < len(batch):
                 # from here on, with their bodies (those read ahead are expanded again)
                 self.uncached_onward = expansion.tasks(done)
@@ -359,8 +350,7 @@ def parser_options(prompt: PromptSpec, aspect: str, n_members: int) -> dict[str,
     becomes the number of outputs listed.
 
     Args:
-        prompt: the prompt that asked.
-        aspect: the aspect read.
+        prompt, aspect: the prompt that asked and the aspect read.
         n_members: the outputs a group prompt lists (0 for one output).
 
     Returns:

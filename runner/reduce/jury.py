@@ -27,8 +27,7 @@ def judge_name(model: str, prompt: str) -> str:
     prompt).
 
     Args:
-        model: the model's (or the jury's) name.
-        prompt: the prompt's name; empty for a jury.
+        model, prompt: the model's and the prompt's names (a jury's name, and "").
 
     Returns:
         The judge's name.
@@ -76,15 +75,12 @@ def verdicts(jury: JurySpec, judges: Sequence[tuple[str, str, str]], item: Seque
              ) -> dict[tuple[int, str], float | None]:
     """(item, aspect) -> the jury's score, for every item and aspect some member judged (in
     order of first appearance); None where fewer than `jury.quorum` members have a score for
-    it. The cells are columns (runner.reduce.cells.Cells), one entry a cell.
+    it.
 
     Args:
         jury: the jury's declaration.
-        judges: judge code -> (prompt, aspect, model).
-        item: each cell's item.
-        judge: each cell's judge code.
-        score: each cell's score.
-        scored: whether each cell has a score.
+        judges, item, judge, score, scored: the columns of runner.reduce.cells.Cells of
+            those names.
 
     Returns:
         The jury's score by item and aspect.

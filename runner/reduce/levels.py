@@ -3,21 +3,8 @@ what correlate and compare both compute (runner.reduce.statistics defines the st
 
 Data (`prepare`) are the usable rows in (subset, group) order; a selection is a subset, or
 "all" (every group). Sample level: each group's value, then their mean; dataset level: one
-value over the selection's items pooled.
-
-Bootstrap: groups are drawn with replacement (within each subset, for "all"). One matrix of draw
-counts per selection, seeded, is shared by every method and level, so paired judges see the same
-resamples; it comes from a `runner.reduce.resample.Resamples` the caller owns (one per report
-set: every judge and aspect of a data set reuses it), never from module state. Point values are
-scipy.stats' statistics, computed by runner.reduce._coef with scipy's own operations in numpy
-(the same bits, without importing scipy; sample-level Kendall over groups of up to 64 items:
-scipy's counts and arithmetic, vectorised); resampled dataset-level values are the same
-statistics written as weighted sums over the drawn groups (runner.reduce.pooled), which is what
-makes 1,000 resamples cheap (the tests check them against scipy on explicitly resampled rows).
-Kendall's concordance sum is quadratic in the draw counts; runner.reduce._kendall evaluates it
-exactly, by a merge sort over the distinct (judge, human) cells planned once per selection (per
-resample O(cells x log2(distinct values of the side with fewer))) or, when cheaper (few groups,
-both sides near-continuous), by a groups x groups matrix of at most 4,096 groups.
+value over the selection's items pooled. Bootstrap: groups are drawn with replacement (within
+each subset, for "all"), the draw counts from the caller's runner.reduce.resample.Resamples.
 """
 
 from __future__ import annotations
@@ -29,19 +16,18 @@ import numpy as np
 import numpy.typing as npt
 
 from runner.errors import ConfigError, DataError
+from runner.job.spec import LEVELS, POLICIES
 from runner.reduce.pooled import Pooled
 from runner.reduce.resample import Draws, Resamples, blocks
 from runner.reduce.series import Row, Series
 from runner.reduce.statistics import STATISTICS
 
-__all__ = ["CELLS", "LEVELS", "POLICIES", "Data", "Selection", "Stat", "as_series", "check",
-           "ci", "level_stats", "prepare", "selections"]
+__all__ = ["CELLS", "Data", "Selection", "Stat", "as_series", "check", "ci", "level_stats",
+           "prepare", "selections"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.intp]
 
-POLICIES = ("skip", "zero")
-LEVELS = ("sample", "dataset", "system")
 CELLS = 1 << 22
 """Largest number of float64 cells held in one temporary array (32 MiB)."""
 
@@ -155,10 +141,7 @@ def check(policy: str, levels: Sequence[str], methods: Sequence[str], n_boot: in
     """Check the options of a correlation before any work.
 
     Args:
-        policy: how an item without a score counts ("skip" or "zero").
-        levels: the levels asked for.
-        methods: the statistics asked for.
-        n_boot: the number of bootstrap resamples.
+        policy, levels, methods, n_boot: as for runner.reduce.correlate.correlate.
 
     Raises:
         ConfigError: An option is unknown or out of range (the message names it).
@@ -255,11 +238,7 @@ def level_stats(d: Data, level: str, methods: Sequence[str], policy: str, n_boot
     Args:
         d: the prepared rows.
         level: "sample" or "dataset".
-        methods: the statistics to compute.
-        policy: how an item without a score counts.
-        n_boot: the number of bootstrap resamples.
-        seed: the resampling seed.
-        resamples: the resampled groups shared by every statistic.
+        methods, policy, n_boot, seed, resamples: as for runner.reduce.correlate.correlate.
 
     Yields:
         The selection, the statistic's name and its value with its bootstrap draws.

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterator
-from typing import Any
 
 import numpy as np
 
@@ -34,18 +33,18 @@ class OrderScores:
 
     def add(self, key: tuple[str, str, str, str], order: tuple[str, ...], member: str,
             score: float | None) -> None:
-        """One judgment of `member` shown in `order` under `key`; `score` None: it had none
-        (the member still counts as seen in that order).
+        """One judgment of a group's member.
 
         Args:
             key: the judge, data set, aspect and group.
             order: the members in the order shown.
             member: the member scored.
-            score: its score, or None.
+            score: its score; None: it had none (the member still counts as seen in that
+                order).
         """
-        self.key.append(_code(self.keys, key))
-        self.order.append(_code(self.orders, order))
-        self.member.append(_code(self.members, member))
+        self.key.append(self.keys.setdefault(key, len(self.keys)))
+        self.order.append(self.orders.setdefault(order, len(self.orders)))
+        self.member.append(self.members.setdefault(member, len(self.members)))
         self.score.append(0.0 if score is None else score)
         self.scored.append(score is not None)
 
@@ -70,9 +69,3 @@ class OrderScores:
                 if ok:
                     got.append(s)
             yield key, group
-
-
-def _code(codes: dict[Any, int], value: Any) -> int:
-    if (code := codes.get(value)) is None:
-        code = codes[value] = len(codes)
-    return code

@@ -69,14 +69,6 @@ class Positions:
                                 j.item.item_id, j.score)
             yield j
 
-    def self_consistency(self) -> Iterator[tuple[tuple[str, str, str], list[list[float | None]]]]:
-        """Per judge with several samples: the samples x items table for alpha.
-
-        Returns:
-            ((judge, data set, aspect), table), one at a time (SampleScores.tables).
-        """
-        return self.samples.tables()
-
     def position_rows(self) -> list[dict[str, Any]]:
         """reliability.csv rows of figure `position`.
 

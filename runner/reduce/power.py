@@ -16,7 +16,7 @@ import numpy as np
 from runner.reduce import _coef
 from runner.reduce.reliability import FloatArray, correlation
 
-__all__ = ["ALPHA", "MAX_GROUPS", "POWER", "PowerPlan", "plan_power"]
+__all__ = ["MAX_GROUPS", "POWER", "PowerPlan", "plan_power"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,12 +33,11 @@ class PowerPlan:
     width_check: float | None  # bootstrap width with that many groups drawn from the pilot
     groups_pilot: int  # the pilot's groups (items, where the data has no groups)
     power_pilot: float  # power of a study the pilot's size to separate A and B
-    groups_for_power: int | None  # groups for POWER at ALPHA (None: beyond MAX_GROUPS)
+    groups_for_power: int | None  # groups for POWER at 5% (None: beyond MAX_GROUPS)
     n_for_power: int | None  # items for POWER: groups_for_power x the pilot's items a group
 
 
 POWER = 0.8
-ALPHA = 0.05
 MAX_GROUPS = 200_000
 """The largest study `plan_power` sizes (beyond: "more than" that, None)."""
 
@@ -49,7 +48,7 @@ def plan_power(a: Sequence[float], b: Sequence[float], human: Sequence[float], *
     """Sample sizes from a pilot: for a CI of the difference `width` wide (the width of a
     bootstrap of the pilot's whole groups scaled by 1/sqrt(G), checked by a bootstrap at that
     many groups up to `check_limit` items), and for POWER to find the pilot's difference at
-    ALPHA (two-sided).
+    5% (two-sided).
 
     Both resample groups, not items, as the report's CIs do: an error the items of a group
     share (one story, one source text) makes a study's groups, not its items, the unit of
@@ -60,9 +59,7 @@ def plan_power(a: Sequence[float], b: Sequence[float], human: Sequence[float], *
     smallest G with power >= POWER is found by doubling, then bisection.
 
     Args:
-        a: judge A's pilot scores.
-        b: judge B's, of the same items.
-        human: the human scores of those items.
+        a, b: judge A's and judge B's pilot scores; human: the human scores of those items.
         method: pearson or spearman.
         width: the target width of the 95% CI of the difference.
         groups: each item's group (None: each item its own).
@@ -90,7 +87,7 @@ def plan_power(a: Sequence[float], b: Sequence[float], human: Sequence[float], *
     n_width = max(4, math.ceil(g_width * per_group))
     check = _boot_width(sums, g_width, n_boot, rng) if n_width <= check_limit else None
     power = functools.partial(_power, sums, n_boot, np.random.default_rng(seed))
-    g = _groups_for_power(power, len(sums)) if abs(d) > 1e-12 else None
+    g = _groups_for_power(power) if abs(d) > 1e-12 else None
     return PowerPlan(method, int(xa.size), d, w0, width, n_width, g_width, check, len(sums),
                      power(len(sums)), g, None if g is None else math.ceil(g * per_group))
 
@@ -129,7 +126,7 @@ def _draw_diffs(sums: FloatArray, n_sim: int, rng: np.random.Generator,
 
 def _power(sums: FloatArray, n_sim: int, rng: np.random.Generator, groups: int) -> float:
     """The share of n_sim simulated studies of `groups` groups (drawn from the pilot's) whose
-    difference of correlations is beyond z(1 - ALPHA/2) of the studies' standard deviation."""
+    difference of correlations is beyond z(0.975) of the studies' standard deviation."""
     dist = _draw_diffs(sums, n_sim, rng, groups)
     if dist.size < 2:
         return math.nan
@@ -139,10 +136,10 @@ def _power(sums: FloatArray, n_sim: int, rng: np.random.Generator, groups: int) 
     return float(np.mean(np.abs(dist) > _Z * sd))
 
 
-_Z = 1.959963984540054  # the standard normal's 97.5th percentile: ALPHA = 0.05, two-sided
+_Z = 1.959963984540054  # the standard normal's 97.5th percentile: 5%, two-sided
 
 
-def _groups_for_power(power: Callable[[int], float], pilot: int) -> int | None:
+def _groups_for_power(power: Callable[[int], float]) -> int | None:
     """The fewest groups with power(groups) >= POWER (doubling from 2, then bisection)."""
     low, high = 1, 2
     while power(high) < POWER:

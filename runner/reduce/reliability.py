@@ -1,14 +1,7 @@
-"""Is the judge reliable? Agreement, partial correlation, significance (position bias:
-runner.reduce.positions; sample sizes: runner.reduce.power).
-
-Pure functions over scores already judged (zero calls):
-
-* alpha: Krippendorff's alpha (the `krippendorff` package) over a coders x units table with
-  missing values; weighted_kappa: Cohen's kappa with linear or quadratic weights, for two
-  raters on an integer scale; agreement: both alphas and kappa of two complete raters at once.
-* partial: the correlation of judge and human controlling for a third variable (length).
-* williams: Williams' t for two dependent correlations sharing one variable (Steiger 1980,
-  eq. 7; Graham & Baldwin 2014), and permutation_p, a paired permutation test.
+"""Is the judge reliable? Pure functions over scores already judged (zero calls): agreement
+(alpha, weighted_kappa, agreement), partial correlation (partial), and the significance of two
+judges' difference (williams, permutation_p). Position bias: runner.reduce.positions; sample
+sizes: runner.reduce.power.
 """
 
 from __future__ import annotations
@@ -135,8 +128,7 @@ def agreement(x: Values, y: Values) -> tuple[float | None, float | None, float |
     300 pairs of judges a data set and aspect: ~0.1 s a pair that way).
 
     Args:
-        x: the first rater's values.
-        y: the second rater's values of the same units.
+        x, y: the two raters' values, unit by unit.
 
     Returns:
         (alpha ordinal, alpha interval, kappa), each None where undefined.
@@ -179,8 +171,7 @@ def weighted_kappa(a: Values, b: Values,
     disagreement is 0.
 
     Args:
-        a: one rater's values.
-        b: the other's, of the same items.
+        a, b: the two raters' values, item by item.
         weights: "linear" or "quadratic".
 
     Returns:
@@ -209,8 +200,7 @@ def correlation(method: str, x: Values, y: Values) -> float | None:
 
     Args:
         method: a name in runner.reduce.statistics.STATISTICS.
-        x: one variable.
-        y: the other, paired with x.
+        x, y: the paired variables.
 
     Returns:
         The statistic; None for fewer than three points or when undefined.
@@ -231,9 +221,7 @@ def partial(method: str, x: Values, y: Values, z: Values,
 
     Args:
         method: pearson or spearman.
-        x: one variable.
-        y: the other.
-        z: the variable controlled for.
+        x, y: the variables correlated; z: the one controlled for.
         corr: the correlation function.
 
     Returns:
@@ -249,7 +237,8 @@ def partial(method: str, x: Values, y: Values, z: Values,
 
 def williams(r12: float, r13: float, r23: float, n: int) -> tuple[float, float] | None:
     """Williams' t for H0: rho12 = rho13, where variable 1 (the human) is shared and r23 is
-    the two judges' correlation with each other; df = n - 3 (Steiger 1980 eq. 7).
+    the two judges' correlation with each other; df = n - 3 (Steiger 1980 eq. 7; Graham &
+    Baldwin 2014).
 
     Args:
         r12: corr(human, judge A).
@@ -276,9 +265,7 @@ def permutation_p(method: str, a: Sequence[float], b: Sequence[float], human: Se
 
     Args:
         method: pearson, or a rank method (the ranks are permuted; kendall by tau-b).
-        a: judge A's scores.
-        b: judge B's, of the same items.
-        human: the human scores of those items.
+        a, b: judge A's and judge B's scores; human: the human scores of those items.
         n_perm: the permutations.
         seed: the random generator's seed.
 

@@ -29,30 +29,19 @@ class SampleScores:
         self.keys: dict[tuple[str, str, str], int] = {}
         """(judge, dataset, aspect) -> code, in order of first appearance."""
         self.items: dict[str, int] = {}
-        self.item_ids: list[str] = []
+        """item id -> code, in order of first appearance."""
         self.key, self.item, self.sample = array("i"), array("i"), array("q")
         self.score = array("d")
 
-    def _codes(self, key: tuple[str, str, str], item_id: str) -> tuple[int, int]:
-        if (k := self.keys.get(key)) is None:
-            k = self.keys[key] = len(self.keys)
-        if (i := self.items.get(item_id)) is None:
-            i = self.items[item_id] = len(self.item_ids)
-            self.item_ids.append(item_id)
-        return k, i
-
     def add(self, key: tuple[str, str, str], item_id: str, sample: int, score: float) -> None:
-        """One score of `item_id`'s sample `sample` under `key` = (judge, dataset, aspect).
+        """One score of an item's sample.
 
         Args:
             key: the judge, data set and aspect.
-            item_id: the item's id.
-            sample: the sample's number.
-            score: its score.
+            item_id, sample, score: the item's id, the sample's number and its score.
         """
-        k, i = self._codes(key, item_id)
-        self.key.append(k)
-        self.item.append(i)
+        self.key.append(self.keys.setdefault(key, len(self.keys)))
+        self.item.append(self.items.setdefault(item_id, len(self.items)))
         self.sample.append(sample)
         self.score.append(score)
 
@@ -60,8 +49,7 @@ class SampleScores:
         """Record that `key` judged `item_id`, whether or not a score came of it.
 
         Args:
-            key: the judge, data set and aspect.
-            item_id: the item's id.
+            key, item_id: as for `add`.
         """
         self.add(key, item_id, _TOUCHED, math.nan)
 
@@ -75,6 +63,7 @@ class SampleScores:
         keys, items, samples, values = (np.frombuffer(column, dtype=dtype) for column, dtype in (
             (self.key, np.int32), (self.item, np.int32), (self.sample, np.int64),
             (self.score, np.float64)))
+        item_ids = list(self.items)
         order = np.argsort(keys, kind="stable")
         bounds = np.searchsorted(keys[order], np.arange(len(self.keys) + 1))
         for key, k in self.keys.items():
@@ -87,7 +76,7 @@ class SampleScores:
                     got.setdefault(s, []).append(v)
             if max((len(s) for s in scores.values()), default=0) < 2:
                 continue
-            ids = sorted(scores, key=lambda i: self.item_ids[i])
+            ids = sorted(scores, key=lambda i: item_ids[i])
             every = sorted({s for i in ids for s in scores[i]})
             yield key, [[math.fsum(v) / len(v) if (v := scores[i].get(s)) else None
                          for i in ids] for s in every]

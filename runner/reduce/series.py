@@ -18,7 +18,7 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Labels", "Row", "Series"]
+__all__ = ["Labels", "Row", "Series", "coded"]
 
 FloatArray = npt.NDArray[np.float64]
 CodeArray = npt.NDArray[np.int32]
@@ -76,19 +76,11 @@ class Series:
         Returns:
             the same rows as columns.
         """
-        codes: tuple[dict[str, int], dict[str, int], dict[str, int]] = ({}, {}, {})
-        judge: list[float] = []
-        human: list[float] = []
-        labels: tuple[list[int], list[int], list[int]] = ([], [], [])
-        for r in rows:
-            judge.append(np.nan if r.judge is None else r.judge)
-            human.append(r.human)
-            for names, column, name in zip(codes, labels, (r.group, r.system, r.subset),
-                                           strict=True):
-                column.append(names.setdefault(name, len(names)))
-        group, system, subset = (np.array(c, dtype=np.int32) for c in labels)
-        return cls(np.array(judge, dtype=np.float64), np.array(human, dtype=np.float64),
-                   group, system, subset, Labels(*(tuple(n) for n in codes)))
+        rows = list(rows)
+        judge = [np.nan if r.judge is None else r.judge for r in rows]
+        return cls(np.array(judge, dtype=np.float64),
+                   np.array([r.human for r in rows], dtype=np.float64),
+                   *coded((r.group, r.system, r.subset) for r in rows))
 
     def rows(self) -> list[Row]:
         """The series as `Row` tuples (for small series and tests)."""
@@ -97,3 +89,22 @@ class Series:
                 for gi, si, bi, j, h in zip(self.group.tolist(), self.system.tolist(),
                                             self.subset.tolist(), self.judge.tolist(),
                                             self.human.tolist(), strict=True)]
+
+
+def coded(labels: Iterable[tuple[str, str, str]]
+          ) -> tuple[CodeArray, CodeArray, CodeArray, Labels]:
+    """Rows' (group, system, subset) names as label codes, in order of first appearance.
+
+    Args:
+        labels: each row's group, system and subset.
+
+    Returns:
+        The group, system and subset code columns, and the names they stand for.
+    """
+    names: tuple[dict[str, int], dict[str, int], dict[str, int]] = ({}, {}, {})
+    columns: tuple[list[int], list[int], list[int]] = ([], [], [])
+    for row in labels:
+        for n, column, name in zip(names, columns, row, strict=True):
+            column.append(n.setdefault(name, len(n)))
+    group, system, subset = (np.array(c, dtype=np.int32) for c in columns)
+    return group, system, subset, Labels(*(tuple(n) for n in names))

@@ -7,15 +7,17 @@ of per-system means (the system level's CIs); and whether Williams' test applies
 and compare run every level, every CI and every paired difference from it; correlations.csv,
 compare.csv, report.md's tables, the page and the terminal print whatever names they are
 given. A new statistic is a new entry in STATISTICS and its name in runner.job.spec.METHODS
-(the job layer checks job files against that list before any run: it cannot import this
-one; the two are compared on import).
+(the job layer checks job files against that list before any call: it cannot import this
+one, and a check here would load numpy before a run's expanders fork; the two are compared on
+import).
 
 Point values are scipy.stats' statistics, computed by runner.reduce._coef with scipy's own
 operations in numpy; resampled values are the same statistics written as weighted sums over
-the drawn groups' summaries (runner.reduce.pooled). Lin's concordance coefficient (Lin 1989),
-2 cov(x, y) / (var x + var y + (mean x - mean y)^2) with 1/n moments, is a correlation that
-also penalises a judge on the wrong scale or shifted (rank correlations hide both); it is not
-scale-free, so Williams' t (derived for dependent Pearson correlations) and the permutation
+the drawn groups' summaries (runner.reduce.pooled; Kendall's: runner.reduce._kendall), which
+the tests check against scipy on explicitly resampled rows. Lin's concordance coefficient (Lin
+1989), 2 cov(x, y) / (var x + var y + (mean x - mean y)^2) with 1/n moments, is a correlation
+that also penalises a judge on the wrong scale or shifted (rank correlations hide both); it is
+not scale-free, so Williams' t (derived for dependent Pearson correlations) and the permutation
 test (which standardises each judge) do not apply to it. Its paired difference and CI do: a
 paired bootstrap of groups assumes nothing of the statistic but that it is a smooth function of
 the drawn items, as CCC is of their moments.

@@ -130,12 +130,10 @@ class UntilCI:
         group, dataset = self.ordinal[task.key], task.dataset
         if group > self.next_check.setdefault(dataset, FIRST_CHECK):
             self._check(dataset, group - 1)
-            every = self._every(dataset)
+            every = check_every(len({it.group or it.item_id
+                                     for it in self.drawn.items[dataset]}))
             self.next_check[dataset] = (group - 1) // every * every + every
         return (dataset, judge_name(task.model, task.prompt)) in self.held
-
-    def _every(self, dataset: str) -> int:
-        return check_every(len({it.group or it.item_id for it in self.drawn.items[dataset]}))
 
     def _check(self, dataset: str, groups: int) -> None:
         """Hold the judges of `dataset` whose CIs are all narrower than W, and say so."""

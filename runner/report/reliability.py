@@ -282,7 +282,7 @@ def reliability_rows(expansion: Expansion, cells: Cells,
             out += _judge_agreement(dataset, aspect, judges, by_aspect[aspect])
             out += _length_rows(dataset, aspect, judges, by_aspect[aspect], lengths,
                                 _answer_field(expansion.job, dataset))
-    for (judge, dataset, aspect), table in positions.self_consistency():
+    for (judge, dataset, aspect), table in positions.samples.tables():
         for level in LEVELS[1:3]:
             units = sum(sum(v is not None for v in col) >= 2 for col in zip(*table, strict=True))
             out.append(_row(dataset, aspect, "self_consistency", judge, f"{len(table)} samples",
