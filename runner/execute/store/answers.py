@@ -21,9 +21,7 @@ import orjson
 from runner.execute.store.faults import damage
 from runner.job.bill import Tokens
 
-NO_TOKENS = Tokens()
-__all__ = ["DAMAGED", "Answer", "Sent", "damaged", "of_raw", "of_record", "received", "sent",
-           "sent_of_raw"]
+__all__ = ["Answer", "Sent", "of_raw", "of_record", "received", "sent", "sent_of_raw"]
 
 
 class Answer(NamedTuple):
@@ -56,18 +54,6 @@ Sent = list[Any] | dict[str, Any]
 """An answer as the pipe carries it (see the module docstring)."""
 
 
-def damaged(why: str) -> Answer:
-    """The Answer of a record damaged on disk.
-
-    Args:
-        why: what is wrong with the record.
-
-    Returns:
-        An Answer without text that names the damage.
-    """
-    return Answer("", None, None, None, None, NO_TOKENS, damaged=why)
-
-
 def _plain(choices: Any) -> tuple[str, str | None] | None:
     """(text, finish_reason) of a response's choices that are one plain choice, else None."""
     if isinstance(choices, list) and len(choices) == 1 and isinstance(c := choices[0], dict) \
@@ -87,7 +73,7 @@ def of_record(record: Mapping[str, Any]) -> Answer:
         What judging reads of it.
     """
     if DAMAGED in record:
-        return damaged(record[DAMAGED])
+        return Answer("", None, None, None, None, Tokens(), damaged=record[DAMAGED])
     response, usage = record["response"], record.get("usage")
     choices = response.get("choices") if isinstance(response, dict) else None
     source, when = record.get("source"), record.get("time")

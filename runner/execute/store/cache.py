@@ -136,7 +136,7 @@ class Cache(contextlib.AbstractContextManager["Cache"]):
             # (~40 us a put, and a disk flush every ~45 puts).
             self._store = diskcache.Cache(str(self.directory), eviction_policy="none",
                                           size_limit=NEVER, cull_limit=0, sqlite_synchronous=0)
-            self._db = table.connect(str(self.directory / DBNAME), synchronous_off=True)
+            self._db = table.connect(str(self.directory / DBNAME))
         except sqlite3.Error as exc:
             # SQLite says "disk I/O error" when it cannot make its -wal or -shm file
             if not full(exc) and free_bytes(self.directory, ROOM) >= ROOM:

@@ -7,7 +7,7 @@ database read-only (`ReadOnlyDisk`: SQLite's immutable or mode=ro; no journal, n
 instead of failing where diskcache would write its settings. `refused` turns what SQLite raises
 for a damaged, truncated, unwritable or long-locked database into one CacheError naming the file
 and what to do, where a traceback named nothing. `damage` says why a record's bytes are not a
-record: judging makes that its task's failure (runner.execute.store.reader.DAMAGED).
+record: judging makes that its task's failure (answers.DAMAGED).
 """
 
 from __future__ import annotations

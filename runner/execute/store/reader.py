@@ -42,8 +42,7 @@ from runner.errors import CacheError
 from runner.execute.store.answers import Answer, Sent, of_raw, received, sent_of_raw
 from runner.execute.store.cache import Cache
 
-__all__ = ["MIN_TASKS", "Reader", "Rereadable", "read_here", "reader_pays", "sent_answers",
-           "sent_of"]
+__all__ = ["MIN_TASKS", "Reader", "Rereadable", "read_here", "reader_pays", "sent_of"]
 
 T = TypeVar("T")
 DEPTH = 4
@@ -126,8 +125,7 @@ class Reader(contextlib.AbstractContextManager["Reader"]):
         """Each batch with the Answers of its stored keys, in order.
 
         Args:
-            batches: the things, in batches.
-            key: each one's cache key.
+            batches, key: the things, in batches, and each one's cache key.
 
         Yields:
             Each batch and its stored keys' Answers.
@@ -145,8 +143,7 @@ class Reader(contextlib.AbstractContextManager["Reader"]):
         """Each batch with a byte per thing, 1 if its key is stored, in order.
 
         Args:
-            batches: the things, in batches.
-            key: each one's cache key.
+            batches, key: the things, in batches, and each one's cache key.
 
         Yields:
             Each batch and its marks.
@@ -211,19 +208,13 @@ class Reader(contextlib.AbstractContextManager["Reader"]):
         self.close()
 
 
-def serve(cache: Cache, requests: IO[bytes], replies: IO[bytes]) -> None:
+def _serve(cache: Cache, requests: IO[bytes], replies: IO[bytes]) -> None:
     """The child's loop: answer each request (see the module docstring) until EOF.
 
     A thread takes the requests off the pipe as they come: the parent writes several before
     it reads a reply, and a child that stopped reading while blocked writing a large reply
     would leave the parent blocked writing to a full pipe (any pipe size: macOS's is 16 KiB,
-    Linux's a page once a user holds too many).
-
-    Args:
-        cache: the cache folder, opened read-only.
-        requests: the pipe the parent's requests come on.
-        replies: the pipe the replies go to.
-    """
+    Linux's a page once a user holds too many)."""
     asked: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
 
     def take() -> None:
@@ -245,25 +236,12 @@ def _reply(cache: Cache, kind: bytes, keys: Sequence[str]) -> bytes:
     if kind == HAS:
         found = cache.has_many(keys)
         return bytes(k in found for k in keys)
-    return orjson.dumps(sent_answers(cache, keys))
-
-
-def sent_answers(cache: Rereadable, keys: Sequence[str]) -> list[Sent | None]:
-    """What a child sends of each key's record (answers.sent_of_raw), None where none is
-    stored, in the order of `keys`.
-
-    Args:
-        cache: the open cache.
-        keys: the keys asked for.
-
-    Returns:
-        One entry per key.
-    """
-    return sent_of(cache.get_many_raw(keys), keys)
+    return orjson.dumps(sent_of(cache.get_many_raw(keys), keys))
 
 
 def sent_of(raws: Mapping[str, bytes], keys: Sequence[str]) -> list[Sent | None]:
-    """sent_answers of records already read (`raws`: stored bytes by key).
+    """What a child sends of each key's record (answers.sent_of_raw), None where none is
+    stored, in the order of `keys`.
 
     Args:
         raws: the stored bytes by key.
@@ -289,7 +267,7 @@ def main(argv: Sequence[str]) -> NoReturn:
     code = 0
     try:
         with Cache(Path(argv[0]), read_only=True) as cache:
-                serve(cache, sys.stdin.buffer, sys.stdout.buffer)
+                _serve(cache, sys.stdin.buffer, sys.stdout.buffer)
     except Exception as exc:  # one line for the parent's message, not a traceback
         with contextlib.suppress(OSError):
             os.write(2, f"{type(exc).__name__}: {exc}\n".encode(errors="replace"))
