@@ -46,7 +46,6 @@ class CacheBackend(Protocol):
         Raises:
             CacheError: The record is damaged (the message names the key and the fix).
         """
-        ...
 
     def has_many(self, keys: Sequence[str]) -> set[str]:
         """The keys among `keys` that are stored (batched: one query per chunk).
@@ -57,7 +56,6 @@ class CacheBackend(Protocol):
         Returns:
             The stored ones.
         """
-        ...
 
     def get_many(self, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
         """Records of the stored keys among `keys`, read in batches.
@@ -68,7 +66,6 @@ class CacheBackend(Protocol):
         Returns:
             The decoded records by key.
         """
-        ...
 
     def put(self, key: str, record: Mapping[str, Any]) -> None:
         """Store a record, a plain call (no await: a cancel cannot split answer and store);
@@ -78,7 +75,6 @@ class CacheBackend(Protocol):
             key: the task's cache key.
             record: the answer (store/cache.answer_record's shape).
         """
-        ...
 
     def put_many(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
         """Store many (key, record) pairs with put's semantics, one transaction per chunk;
@@ -91,7 +87,6 @@ class CacheBackend(Protocol):
         Returns:
             The number of pairs given.
         """
-        ...
 
     def append(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
         """Store answers as they arrive (the pool's way): put_many's semantics, durable when
@@ -105,7 +100,6 @@ class CacheBackend(Protocol):
         Returns:
             The number of pairs given.
         """
-        ...
 
     def keep(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> Path | None:
         """Keep answers `append` refused (a full disk, a database away past its reconnect
@@ -119,12 +113,10 @@ class CacheBackend(Protocol):
         Returns:
             The spill file, or None.
         """
-        ...
 
     def fold(self) -> None:
         """Make every appended answer visible to other processes now (a reader process, the
         next stage); raises CacheError if the store refuses them."""
-        ...
 
     def keys(self) -> Iterator[str]:
         """Every stored key: what a copy between caches walks (runner/execute/transfer.py).
@@ -132,7 +124,6 @@ class CacheBackend(Protocol):
         Yields:
             The keys, in no set order.
         """
-        ...
 
     def stats(self) -> dict[str, int]:
         """{"entries": n, "bytes": size on disk}.
@@ -140,7 +131,6 @@ class CacheBackend(Protocol):
         Returns:
             The number of records and the bytes they take.
         """
-        ...
 
     def lease(self, name: str, holder: str) -> Lease:
         """Hold the run lease `name` (store/lease.lease_name: a job and shard) until released or
@@ -155,7 +145,6 @@ class CacheBackend(Protocol):
         Returns:
             The held lease; releasing it (or the process ending) frees it.
         """
-        ...
 
     def claim(self, keys: Sequence[str], owner: Owner, ttl_s: float) -> set[str]:
         """Claim `keys` (distinct) for `owner`'s run, renewing it for `ttl_s`, in one statement:
@@ -170,7 +159,6 @@ class CacheBackend(Protocol):
         Returns:
             The keys `owner` now holds.
         """
-        ...
 
     def renew_claims(self, owner: Owner, ttl_s: float) -> None:
         """Keep `owner`'s claims live for `ttl_s` more.
@@ -179,7 +167,6 @@ class CacheBackend(Protocol):
             owner: the run whose claims live on.
             ttl_s: how long they live from now.
         """
-        ...
 
     def release_claims(self, owner: Owner, keys: Sequence[str], *, last: bool = False) -> None:
         """Give back `owner`'s claims of `keys`; `last`: and the owner (its run ends).
@@ -189,7 +176,6 @@ class CacheBackend(Protocol):
             keys: the keys released.
             last: also remove the owner.
         """
-        ...
 
     def close(self) -> None: ...
 
@@ -201,12 +187,7 @@ class CacheBackend(Protocol):
 def cached_flags(cache: CacheBackend, things: Iterable[T], key: Callable[[T], str]
                  ) -> Iterator[tuple[T, bool]]:
     """Each of `things` with whether its key is stored in `cache`, in order (see
-    `cached_flag_batches`): plan's and status's cache-state lookup.
-
-    Args:
-        cache: the open cache.
-        things: the tasks (or anything with a key), in order.
-        key: each one's cache key.
+    `cached_flag_batches`, which takes the same arguments): plan's and status's lookup.
 
     Yields:
         Each thing and whether its answer is stored.
@@ -227,9 +208,8 @@ def cached_flag_batches(cache: CacheBackend, things: Iterable[T], key: Callable[
     `away`: told when a lookup found the database away (the pool's cache, PgCache.wait_aside);
     while it returns true an empty batch comes instead (the caller waits) and the lookup is
     made again, else the batch comes as not stored. `ahead=False`: no reader process, every
-    lookup here (the pool's: on an event loop, the reader's start blocked the loop 0.06-0.15 s
-    mid-run, its first batch of keys waiting in a full pipe, and the process took the core
-    the requests' server had; 40k calls at 0 ms, bench/README.md "The floors").
+    lookup here (the pool's: a reader's start held its event loop; bench/README.md "The
+    floors").
 
     Args:
         cache: the open cache.
@@ -269,12 +249,12 @@ def cached_flag_batches(cache: CacheBackend, things: Iterable[T], key: Callable[
 def answers(cache: CacheBackend, things: Iterable[T], key: Callable[[T], str], size: int,
             count: int) -> Generator[tuple[list[T], Mapping[str, Answer]], None, None]:
     """`things` (about `count` of them) in batches of `size`, each with the Answers of its
-    stored keys (runner.execute.store.answers: what judging reads of a record): judging's read
-    of a run's answers. A diskcache folder read for a large job goes through a reader process
-    (runner.execute.store.reader), started by this call: it starts while the caller goes on
-    (a run's reports import their modules meanwhile: ~0.1 s of a 40k-call run, bench/README.md
-    "The floors"); otherwise one batched read a batch. A damaged record of a folder comes as
-    an Answer saying so (Answer.damaged), either way.
+    stored keys (store/answers.py: what judging reads of a record): judging's read of a run's
+    answers. A diskcache folder read for a large job goes through a reader process
+    (store/reader.py), started by this call: it starts while the caller goes on (a run's
+    reports import their modules meanwhile: ~0.1 s of a 40k-call run, bench/README.md "The
+    floors"); otherwise one batched read a batch. A damaged record of a folder comes as an
+    Answer saying so (Answer.damaged).
 
     Args:
         cache: the open cache.

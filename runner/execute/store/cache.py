@@ -4,10 +4,9 @@ A plain `diskcache.Cache` with eviction off and a size limit nobody reaches: a r
 never drop a paid answer (the default 1 GiB limit silently culls past ~700k entries, LRU turns
 every read into a write, and FanoutCache drops writes under contention). Reads and writes are
 direct calls on the event loop thread: a hit costs ~14 us, far less than a thread hop. The
-pool's answers go through `append`: a journal file first (runner/execute/store/journal.py),
-SQLite in large transactions afterwards. Batches of keys are read and written through this
-process's own SQLite connection (runner/execute/store/table.py: the table's layout checked,
-never assumed); one key through diskcache's public API.
+pool's answers go through `append`: a journal file first (store/journal.py), SQLite in large
+transactions afterwards. Batches of keys go through this process's own SQLite connection
+(store/table.py); one key through diskcache's public API.
 
 A record: {"request": body, "endpoint": str, "response": chat-completions JSON,
 "usage": {...}, "latency_s": float, "time": unix seconds, "source": "api" | "import:<file>"}.
@@ -202,17 +201,11 @@ class Cache(contextlib.AbstractContextManager["Cache"]):
             raise CacheError(f"{self.directory}: could not store {key}; free space, then rerun")
 
     def put_many(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
-        """Store many records, TRANSACTION per SQLite transaction (one put is one, ~60 us);
-        a later record of a key replaces an earlier one, as put does. Returns the number stored.
-        Each committed chunk is durable: a kill -9 mid-way loses at most the chunk being written,
-        and a rerun stores it again. Raises CacheError if the disk refuses a chunk.
-
-        Records diskcache keeps inline (all but the rare one over its 32 KiB file threshold)
-        go in with one upsert per chunk, written exactly as `diskcache.Cache.set` writes them
-        (its triggers keep the entry count and volume): the pool stores every answer this way,
-        and diskcache's own set (a SELECT, an INSERT or UPDATE and Python around them per record)
-        cost a third more. Large records, and keys whose old record is a file that must be
-        removed, go through diskcache's set."""
+        """Store many records, TRANSACTION per SQLite transaction (one put is one, ~60 us;
+        table.write says how); a later record of a key replaces an earlier one, as put does.
+        Returns the number stored. Each committed chunk is durable: a kill -9 mid-way loses at
+        most the chunk being written, and a rerun stores it again. Raises CacheError if the
+        disk refuses a chunk."""
         self._settle()  # an earlier append of a key must not land after this record of it
         return self.put_raw((key, orjson.dumps(record)) for key, record in items)
 
@@ -276,14 +269,10 @@ class Cache(contextlib.AbstractContextManager["Cache"]):
             return  # nothing appended; or a forked child: its parent's answers are its parent's
         self.put_raw(self._pending)
         journal.clear()
-        self._forget(self._pending)
-        self._pending = []
-
-    def _forget(self, rows: list[Row]) -> None:
-        """These rows are in SQLite: reads find them there."""
-        for key, raw in rows:
+        for key, raw in self._pending:  # in SQLite now: reads find them there
             if self._unfolded.get(key) is raw:
                 del self._unfolded[key]
+        self._pending = []
 
     def _writing(self) -> None:
         if self.full is not None:

@@ -43,7 +43,7 @@ from pathlib import Path
 
 from runner.errors import CacheError, DiskFullError
 
-__all__ = ["FULL", "Journal", "frames", "recover", "replay", "spill", "spill_folders", "unfolded"]
+__all__ = ["Journal", "frames", "recover", "replay", "spill", "unfolded"]
 
 FOLDER = "journal"
 _HEAD = struct.Struct("<IIH")
@@ -53,9 +53,9 @@ not its own: a second Cache on the same folder must not fold them, and closing i
 of one would end the lock."""
 
 Row = tuple[str, bytes]  # a cache key and its record's orjson bytes
+# A disk full for this user, out of space or over a quota (a home folder on a cluster): the
+# answers are held, not dropped (runner.execute.commits).
 FULL = (errno.ENOSPC, errno.EDQUOT)
-"""The errors of a disk that is full, for this user: out of space, or over a quota (a home
-folder on a cluster): the answers are held, not dropped (runner.execute.commits)."""
 
 
 def _framed(rows: Sequence[Row]) -> bytes:
@@ -183,7 +183,7 @@ def recover(directory: Path, store: Callable[[list[Row]], object]) -> int:
     Returns:
         The number of answers folded.
     """
-    return _fold_all(_files([directory / FOLDER, *_ours(spill_folders(directory))]), store)
+    return _fold_all(_journals(directory), store)
 
 
 def replay(place: str, store: Callable[[list[Row]], object]) -> int:
@@ -199,7 +199,7 @@ def replay(place: str, store: Callable[[list[Row]], object]) -> int:
     Returns:
         The number of answers stored.
     """
-    return _fold_all(_files(_ours(spill_folders(place))), store)
+    return _fold_all(_files(_ours(_spill_folders(place))), store)
 
 
 def _fold_all(paths: list[Path], store: Callable[[list[Row]], object]) -> int:
@@ -209,8 +209,14 @@ def _fold_all(paths: list[Path], store: Callable[[list[Row]], object]) -> int:
             _remove_stale(path)
         elif path.name.endswith(".log") and str(path) not in _LIVE:
             with contextlib.suppress(CacheError):  # a full disk: kept for the next open
-                folded += fold_file(path, store) or 0
+                folded += _fold_file(path, store) or 0
     return folded
+
+
+def _journals(directory: Path) -> list[Path]:
+    """The journals of the cache folder `directory` and its spill files, each folder's oldest
+    first."""
+    return _files([directory / FOLDER, *_ours(_spill_folders(directory))])
 
 
 def _files(folders: list[Path]) -> list[Path]:
@@ -233,26 +239,19 @@ def unfolded(directory: Path) -> list[Row]:
         The key and record bytes of each row.
     """
     rows: list[Row] = []
-    for path in _files([directory / FOLDER, *_ours(spill_folders(directory))]):
+    for path in _journals(directory):
         if path.name.endswith(".log"):
             with contextlib.suppress(OSError):
                 rows += frames(path.read_bytes())
     return rows
 
 
-def spill_folders(place: Path | str) -> list[Path]:
+def _spill_folders(place: Path | str) -> list[Path]:
     """Where the answers held for a cache go when it cannot take them, by preference, each in a
     folder named for the cache: for a cache folder (a Path, its own disk full) the system's
     temporary folder, then ~/.cache/judge-runner/spill/ (each, likely, on another disk); for a
     shared database (its URL without a password, while the server is away) the reverse, since
-    a temporary folder may not outlive a reboot.
-
-    Args:
-        place: the cache folder, or the database's URL without its password.
-
-    Returns:
-        The folders, in order of preference.
-    """
+    a temporary folder may not outlive a reboot."""
     name = hashlib.sha256(str(place.resolve() if isinstance(place, Path) else place)
                           .encode()).hexdigest()[:16]
     home = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"  # as pgcache's index
@@ -295,7 +294,7 @@ def spill(place: Path | str, rows: Sequence[Row]) -> Path:
         DiskFullError: No spill folder took the file (the message names each and why).
     """
     data, refusals = _framed(rows), []
-    for folder in spill_folders(place):
+    for folder in _spill_folders(place):
         stem = folder / f"{time.time_ns():020d}-{os.getpid()}"
         try:
             folder.parent.parent.mkdir(parents=True, exist_ok=True)
@@ -316,21 +315,11 @@ def spill(place: Path | str, rows: Sequence[Row]) -> Path:
                         "rerun to resume (those answers are asked again)")
 
 
-def fold_file(path: Path, store: Callable[[list[Row]], object]) -> int | None:
+def _fold_file(path: Path, store: Callable[[list[Row]], object]) -> int | None:
     """Fold the journal `path` into SQLite with `store` and remove it; the answers folded (0
     if it is gone: folded by another process), None if another process holds it (its writer
-    is alive, or another opener is folding it). Raises CacheError if `store` does.
-
-    Args:
-        path: the journal.
-        store: stores a list of rows in SQLite.
-
-    Returns:
-        The number of answers folded, or None when another process holds the journal.
-
-    Raises:
-        CacheError: The journal cannot be read, or `store` raised it.
-    """
+    is alive, or another opener is folding it). Raises CacheError if the journal cannot be
+    read, or `store` does."""
     try:
         fd = os.open(path, os.O_RDWR)
     except FileNotFoundError:
