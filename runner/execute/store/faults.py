@@ -18,7 +18,7 @@ import os
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 from urllib.parse import quote
 
 import diskcache
@@ -76,16 +76,11 @@ def refused(directory: Path, exc: BaseException) -> CacheError:
                       "then rerun")
 
 
-class _Located(Protocol):
-    directory: Path
-
-
-H = TypeVar("H", bound="_Located")
 P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def guarded(method: Callable[Concatenate[H, P], R]) -> Callable[Concatenate[H, P], R]:
+def guarded(method: Callable[Concatenate[Any, P], R]) -> Callable[Concatenate[Any, P], R]:
     """`method`, with what SQLite raises (a damaged or long-locked database) as one CacheError
     naming the file and the fix (`refused`), where it was a traceback.
 
@@ -95,7 +90,7 @@ def guarded(method: Callable[Concatenate[H, P], R]) -> Callable[Concatenate[H, P
     Returns:
         The wrapped method.
     """
-    def call(self: H, /, *args: P.args, **kwargs: P.kwargs) -> R:
+    def call(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return method(self, *args, **kwargs)
         except sqlite3.Error as exc:

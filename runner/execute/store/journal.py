@@ -23,7 +23,7 @@ folder, else ~/.cache/judge-runner/spill/ or $XDG_CACHE_HOME's), in a folder nam
 folder's path; opening the cache folder reads and folds those as it does its own journals. A
 run whose PostgreSQL server stays away past its reconnect window spills the answers the server
 did not take the same way (home first), and the next open of that database stores them
-(`replay`).
+(`recover`).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from pathlib import Path
 
 from runner.errors import CacheError, DiskFullError
 
-__all__ = ["Journal", "frames", "recover", "replay", "spill", "unfolded"]
+__all__ = ["Journal", "frames", "recover", "spill", "unfolded"]
 
 FOLDER = "journal"
 _HEAD = struct.Struct("<IIH")
@@ -171,35 +171,20 @@ class Journal:
         _LIVE.discard(str(self.path))
 
 
-def recover(directory: Path, store: Callable[[list[Row]], object]) -> int:
-    """Fold, oldest first, the journals in `directory` that no live process holds, and remove
-    them; returns the answers folded. When `store` raises CacheError (SQLite refused them),
-    the journal stays for the next open.
+def recover(place: Path | str, store: Callable[[list[Row]], object]) -> int:
+    """Store with `store`, oldest first, the answers kept for the cache `place` that no live
+    process holds, and remove their files: a folder's journals and spill files, or the spill
+    files of a shared database (answers a run held while it was away). When `store` raises
+    CacheError (SQLite or the database refused them), the file stays for the next open.
 
     Args:
-        directory: the cache folder.
-        store: stores a list of rows in SQLite.
-
-    Returns:
-        The number of answers folded.
-    """
-    return _fold_all(_journals(directory), store)
-
-
-def replay(place: str, store: Callable[[list[Row]], object]) -> int:
-    """Store, oldest first, the spill files of the shared cache `place` (answers a run held
-    while its database was away) with `store`, and remove them; returns the answers stored.
-    When `store` raises CacheError (the database refused them), the files stay for the next
-    open.
-
-    Args:
-        place: the database's URL without its password.
-        store: stores a list of rows in the database.
+        place: the cache folder, or the database's URL without its password.
+        store: stores a list of rows.
 
     Returns:
         The number of answers stored.
     """
-    return _fold_all(_files(_ours(_spill_folders(place))), store)
+    return _fold_all(_journals(place), store)
 
 
 def _fold_all(paths: list[Path], store: Callable[[list[Row]], object]) -> int:
@@ -213,10 +198,11 @@ def _fold_all(paths: list[Path], store: Callable[[list[Row]], object]) -> int:
     return folded
 
 
-def _journals(directory: Path) -> list[Path]:
-    """The journals of the cache folder `directory` and its spill files, each folder's oldest
-    first."""
-    return _files([directory / FOLDER, *_ours(_spill_folders(directory))])
+def _journals(place: Path | str) -> list[Path]:
+    """The journals of the cache `place` (a folder's own), then its spill files, each folder's
+    oldest first."""
+    own = [place / FOLDER] if isinstance(place, Path) else []
+    return _files([*own, *_ours(_spill_folders(place))])
 
 
 def _files(folders: list[Path]) -> list[Path]:
@@ -280,7 +266,7 @@ def _ours(folders: list[Path]) -> list[Path]:
 def spill(place: Path | str, rows: Sequence[Row]) -> Path:
     """Write `rows` to a new spill file of the cache `place` (a folder, or a database's URL
     without its password; the journals' format), in the first spill folder that takes it; the
-    next open of the cache reads and stores it (`recover`, `replay`). Returns its path; raises
+    next open of the cache reads and stores it (`recover`). Returns its path; raises
     DiskFullError naming the folders when none takes it.
 
     Args:

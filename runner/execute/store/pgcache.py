@@ -38,7 +38,7 @@ import orjson
 from runner.errors import CacheError
 from runner.execute.store.claimtable import PG_SCHEMA, Owner, pg_claim, pg_release, pg_renew
 from runner.execute.store.deadline import rest_all
-from runner.execute.store.journal import Row, replay, spill
+from runner.execute.store.journal import Row, recover, spill
 from runner.execute.store.pglease import LeasedSession
 
 __all__ = ["NOWHERE", "SCHEMA_VERSION", "PgCache"]
@@ -85,7 +85,7 @@ class PgCache(LeasedSession, contextlib.AbstractContextManager["PgCache"]):
         try:
             self._ensure_schema()
             # answers an earlier run kept while this database was away (`keep`), stored now
-            replay(self._spilled, self._insert_rows)
+            recover(self._spilled, self._insert_rows)
         except BaseException:
             self.close()
             raise
