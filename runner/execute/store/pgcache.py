@@ -117,21 +117,21 @@ class PgCache(LeasedSession, contextlib.AbstractContextManager["PgCache"]):
         return bool(self._rows("a lookup", "SELECT 1 FROM judge_cache WHERE key = %s", (key,)))
 
     def get(self, key: str) -> dict[str, Any] | None:
-        """The record stored under `key`, or None."""
+        """`CacheBackend.get`."""
         rows = self._rows("a read", "SELECT record FROM judge_cache WHERE key = %s", (key,))
         return orjson.loads(rows[0][0]) if rows else None
 
     def has_many(self, keys: Sequence[str]) -> set[str]:
-        """The keys among `keys` that are stored: one query per CHUNK keys."""
+        """`CacheBackend.has_many`, CHUNK keys a query."""
         return {row[0] for row in self._by_key("a lookup", "key", keys)}
 
     def get_many(self, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
-        """Records of the stored keys among `keys`, CHUNK keys a query."""
+        """`CacheBackend.get_many`, CHUNK keys a query."""
         return {k: orjson.loads(record) for k, record in self._by_key("a read", "key, record",
                                                                       keys)}
 
     def get_many_raw(self, keys: Sequence[str]) -> dict[str, bytes]:
-        """get_many's records as the bytes stored, not decoded (as Cache.get_many_raw)."""
+        """`Rereadable.get_many_raw` (store/reader.py): get_many's records, not decoded."""
         return dict(self._by_key("a read", "key, record", keys))
 
     def get_many_raw_located(self, keys: Sequence[str]) -> tuple[dict[str, bytes],
@@ -210,17 +210,16 @@ class PgCache(LeasedSession, contextlib.AbstractContextManager["PgCache"]):
         rest_all()
 
     def put(self, key: str, record: Mapping[str, Any]) -> None:
-        """Store a record unless the key has one already (the first answer wins)."""
+        """`CacheBackend.put`, unless the key has one already (the first answer wins)."""
         row = (key, orjson.dumps(record), str(record.get("source", "")))
         self._call(f"storing {key}", lambda: self._conn.execute(
             "INSERT INTO judge_cache (key, record, source) VALUES (%s, %s, %s) "
             "ON CONFLICT (key) DO NOTHING", row))
 
     def put_many(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
-        """Store many records, CHUNK per INSERT (one statement, so one transaction, in
+        """`CacheBackend.put_many`, CHUNK per INSERT (one statement, so one transaction, in
         autocommit mode) unless a key has one already: the first answer wins, also between
-        duplicates within one call. Returns the number given. Each committed chunk is durable:
-        a kill -9 mid-way loses at most the chunk being written, and a rerun stores it."""
+        duplicates within one call."""
         return self._insert((key, orjson.dumps(record), str(record.get("source", "")))
                             for key, record in items)
 
@@ -236,12 +235,9 @@ class PgCache(LeasedSession, contextlib.AbstractContextManager["PgCache"]):
         return given
 
     def keep(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> Path:
-        """Keep answers the server did not take (it stayed away past RECONNECT_WINDOW_S) in a
-        spill file on this machine (journal.spill: under ~/.cache/judge-runner/spill/, else
-        the temporary folder), which the next open of this database stores; returns its path.
-        Without it a run stopped by an outage lost the answers it held and the rerun bought
-        them again (7-8 of them after a 60 s outage). Raises DiskFullError if no folder takes
-        them."""
+        """`CacheBackend.keep`: in a spill file on this machine (journal.spill), which the
+        next open of this database stores. Without it a run stopped by an outage lost the
+        answers it held and the rerun bought them again (7-8 of them after a 60 s outage)."""
         return spill(self._spilled, [(key, orjson.dumps(record)) for key, record in items])
 
     def _insert_rows(self, rows: list[Row]) -> None:
@@ -250,9 +246,9 @@ class PgCache(LeasedSession, contextlib.AbstractContextManager["PgCache"]):
                      "kept answers")
 
     def append(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
-        """put_many: each statement is committed when it returns (the server is the journal).
-        Raises CacheAwayError while the server is away, even for no items (the pool's look
-        whether it is back)."""
+        """`CacheBackend.append`: put_many, each statement committed when it returns (the
+        server is the journal); CacheAwayError while the server is away, even for no items
+        (the pool's look whether it is back)."""
         self._not_away()
         return self.put_many(items)
 
@@ -281,17 +277,17 @@ class PgCache(LeasedSession, contextlib.AbstractContextManager["PgCache"]):
         return {"entries": int(rows[0][0]), "bytes": int(rows[0][1])}
 
     def claim(self, keys: Sequence[str], owner: Owner, ttl_s: float) -> set[str]:
-        """Claim `keys` for `owner`'s run (store/claimtable.py): the ones it holds now."""
+        """`CacheBackend.claim` (store/claimtable.py)."""
         self._owner = owner, ttl_s
         return self._call("claiming keys", lambda: pg_claim(self._conn, keys, owner, ttl_s))
 
     def renew_claims(self, owner: Owner, ttl_s: float) -> None:
-        """Keep `owner`'s claims live for `ttl_s` more."""
+        """`CacheBackend.renew_claims`."""
         self._owner = owner, ttl_s
         self._call("renewing claims", lambda: pg_renew(self._conn, owner, ttl_s))
 
     def release_claims(self, owner: Owner, keys: Sequence[str], *, last: bool = False) -> None:
-        """Give back `owner`'s claims of `keys` (`last`: the run ends)."""
+        """`CacheBackend.release_claims`."""
         self._call("releasing claims", lambda: pg_release(self._conn, owner, keys, last=last))
 
     def __exit__(self, *exc: object) -> None:
