@@ -66,9 +66,6 @@ def _plain(choices: Any) -> tuple[str, str | None] | None:
 def of_record(record: Mapping[str, Any]) -> Answer:
     """The Answer of a stored record (cache.py's shape; {DAMAGED: why} for a damaged one).
 
-    Args:
-        record: the decoded record.
-
     Returns:
         What judging reads of it.
     """
@@ -86,9 +83,6 @@ def of_record(record: Mapping[str, Any]) -> Answer:
 def of_raw(raw: bytes) -> Answer:
     """The Answer of a record's stored bytes (a damaged one's too).
 
-    Args:
-        raw: the record's bytes as stored.
-
     Returns:
         What judging reads of it.
     """
@@ -97,9 +91,6 @@ def of_raw(raw: bytes) -> Answer:
 
 def sent(record: Mapping[str, Any]) -> Sent:
     """What a reader child sends of a record (see the module docstring).
-
-    Args:
-        record: the decoded record.
 
     Returns:
         A list for a plain answer (text, finish reason, usage, source, time, tokens), else the
@@ -116,9 +107,6 @@ def sent(record: Mapping[str, Any]) -> Sent:
 
 def received(item: Sent) -> Answer:
     """The Answer of what a reader child sent (`sent`).
-
-    Args:
-        item: one answer a reader child sent.
 
     Returns:
         Its Answer.
@@ -145,9 +133,6 @@ def sent_of_raw(raw: bytes) -> Sent:
     `{` + the text from there decodes with "response", "usage", "time" and "source" in it, those
     are the record's last values for them (orjson, like json, keeps the last of a repeated key).
     Any other record is decoded whole.
-
-    Args:
-        raw: the record's bytes as stored.
 
     Returns:
         What a reader child sends of it.

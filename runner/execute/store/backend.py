@@ -37,9 +37,6 @@ class CacheBackend(Protocol):
     def get(self, key: str) -> dict[str, Any] | None:
         """The record stored under `key`, or None.
 
-        Args:
-            key: the task's cache key.
-
         Returns:
             The decoded record, or None.
 
@@ -50,18 +47,12 @@ class CacheBackend(Protocol):
     def has_many(self, keys: Sequence[str]) -> set[str]:
         """The keys among `keys` that are stored (batched: one query per chunk).
 
-        Args:
-            keys: the keys to look up.
-
         Returns:
             The stored ones.
         """
 
     def get_many(self, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
         """Records of the stored keys among `keys`, read in batches.
-
-        Args:
-            keys: the keys to read.
 
         Returns:
             The decoded records by key.
@@ -81,9 +72,6 @@ class CacheBackend(Protocol):
         returns how many were given. A kill -9 loses at most the chunk being written; raises
         CacheError if the store refuses a chunk.
 
-        Args:
-            items: the keys and records.
-
         Returns:
             The number of pairs given.
         """
@@ -94,9 +82,6 @@ class CacheBackend(Protocol):
         `fold` (a diskcache folder journals them first: runner/execute/store/journal.py). Raises
         CacheError if the store refuses them.
 
-        Args:
-            items: the keys and records, as the pool receives them.
-
         Returns:
             The number of pairs given.
         """
@@ -106,9 +91,6 @@ class CacheBackend(Protocol):
         window) wherever they can go, when the run stops: None if the store took them after
         all, else the spill file's path, which the next open of this cache stores. Raises
         CacheError if nowhere takes them.
-
-        Args:
-            items: the keys and records `append` refused.
 
         Returns:
             The spill file, or None.
@@ -212,9 +194,8 @@ def cached_flag_batches(cache: CacheBackend, things: Iterable[T], key: Callable[
     floors").
 
     Args:
-        cache: the open cache.
-        things: the tasks (or anything with a key), in order.
-        key: each one's cache key.
+        cache, things, key: the open cache, the tasks (or anything with a key) in order, and
+            each one's cache key.
         away: called when the database is away; true to wait and ask again.
         ahead: from reader.MIN_TASKS things on, a reader process looks the rest up.
 
@@ -257,9 +238,7 @@ def answers(cache: CacheBackend, things: Iterable[T], key: Callable[[T], str], s
     Answer saying so (Answer.damaged).
 
     Args:
-        cache: the open cache.
-        things: the tasks (or anything with a key), in order.
-        key: each one's cache key.
+        cache, things, key: as cached_flag_batches.
         size: the things per batch.
         count: about how many there are (it decides whether a reader process pays).
 
@@ -298,9 +277,6 @@ def _batches(things: Iterable[T], size: int) -> Iterator[list[T]]:
 def is_url(location: str | Path) -> bool:
     """Whether a cache location is a shared database's URL rather than a folder.
 
-    Args:
-        location: a --cache URL or a --cache-dir folder.
-
     Returns:
         True for a `postgresql://` (or `postgres://`) URL.
     """
@@ -310,9 +286,6 @@ def is_url(location: str | Path) -> bool:
 def checked_url(url: str | None) -> str | None:
     """A shared cache's URL (--cache / JUDGE_CACHE_URL), checked to be one; None for none.
     Its password is registered as a secret (see runner.errors.scrub).
-
-    Args:
-        url: the URL given, if any.
 
     Returns:
         The URL, or None when none (or an empty one) was given.
@@ -331,10 +304,6 @@ def open_cache(location: str | Path, *, read_only: bool = False) -> CacheBackend
     """A PostgreSQL cache for a `postgresql://` URL, else the diskcache folder `location`.
     `read_only`: the caller only reads, so a folder this process may not write (a read-only
     mount, another user's) is opened read-only rather than refused (see Cache).
-
-    Args:
-        location: a `postgresql://` URL or a cache folder.
-        read_only: the caller never writes.
 
     Returns:
         The open cache; the caller closes it (it is a context manager).

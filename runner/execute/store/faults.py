@@ -37,9 +37,6 @@ def writable(directory: Path) -> bool:
     counts as writable: making it says otherwise): the folder, and its database files that
     exist. os.access, so a read-only mount is read-only for root too.
 
-    Args:
-        directory: the cache folder.
-
     Returns:
         False when the folder or a database file of it is not writable.
     """
@@ -51,10 +48,6 @@ def writable(directory: Path) -> bool:
 
 def refused(directory: Path, exc: BaseException) -> CacheError:
     """The CacheError for what SQLite (or the file system) raised on the folder's database.
-
-    Args:
-        directory: the cache folder.
-        exc: what was raised.
 
     Returns:
         The error to raise instead, naming the file and the fix (DiskFullError for a full disk).
@@ -104,9 +97,6 @@ def damage(raw: bytes) -> str | None:
     one: a record whose bytes were damaged on disk (a bad sector, a copy cut short) must cost
     its own task, named, and never the whole study.
 
-    Args:
-        raw: the record's bytes as stored.
-
     Returns:
         The reason, or None.
     """
@@ -147,9 +137,6 @@ def full(exc: BaseException) -> bool:
     """Whether `exc` says the disk is full (the file system's ENOSPC or EDQUOT, a user's
     quota; SQLite's SQLITE_FULL).
 
-    Args:
-        exc: what was raised.
-
     Returns:
         True for a full disk or quota.
     """
@@ -176,9 +163,6 @@ def free_bytes(directory: Path, unknown: int) -> int:
 
 def not_writable(directory: Path) -> CacheError:
     """The CacheError of a command that must write a folder it may not.
-
-    Args:
-        directory: the cache folder.
 
     Returns:
         The error, naming the folder's owner and the fix.
@@ -228,9 +212,6 @@ class ReadOnlyDisk:
 
     def get(self, key: str) -> bytes | None:
         """The stored bytes of `key`, or None.
-
-        Args:
-            key: the record's key.
 
         Returns:
             The record's bytes as stored, or None.

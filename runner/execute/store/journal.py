@@ -73,9 +73,6 @@ def frames(data: bytes) -> list[Row]:
     without a key, as zeroed blocks would read, is damaged). Each record is copied once, out
     of `data`: a run's recovery reads every answer of a killed run through here.
 
-    Args:
-        data: a journal's bytes.
-
     Returns:
         The key and record bytes of each whole frame.
     """
@@ -217,9 +214,6 @@ def _files(folders: list[Path]) -> list[Path]:
 def unfolded(directory: Path) -> list[Row]:
     """Every row of the journals in `directory`, oldest first, left where they are: what a
     cache opened read-only reads beside SQLite (it may not fold them).
-
-    Args:
-        directory: the cache folder.
 
     Returns:
         The key and record bytes of each row.

@@ -61,9 +61,6 @@ class Rereadable(Protocol):
     def get_many_raw(self, keys: Sequence[str]) -> dict[str, bytes]:
         """The stored bytes of the stored keys among `keys`.
 
-        Args:
-            keys: the keys to read.
-
         Returns:
             The bytes by key.
         """
@@ -86,10 +83,6 @@ def read_here(cache: Rereadable, keys: Sequence[str]) -> dict[str, Answer]:
     """The Answers of the stored keys among `keys`, read in this process (a damaged record's
     says so, where get_many raises).
 
-    Args:
-        cache: the open cache.
-        keys: the keys to read.
-
     Returns:
         The stored keys' Answers.
     """
@@ -99,10 +92,6 @@ def read_here(cache: Rereadable, keys: Sequence[str]) -> dict[str, Answer]:
 def reader_pays(cache: object, tasks: int) -> bool:
     """Whether reading `tasks` answers of `cache` through a Reader pays: a diskcache folder, a
     large job and a second core for the child.
-
-    Args:
-        cache: the open cache.
-        tasks: the number of answers to read.
 
     Returns:
         True when a reader process would read them.
@@ -240,12 +229,8 @@ def _reply(cache: Cache, kind: bytes, keys: Sequence[str]) -> bytes:
 
 
 def sent_of(raws: Mapping[str, bytes], keys: Sequence[str]) -> list[Sent | None]:
-    """What a child sends of each key's record (answers.sent_of_raw), None where none is
-    stored, in the order of `keys`.
-
-    Args:
-        raws: the stored bytes by key.
-        keys: the keys asked for.
+    """What a child sends of each key's record (answers.sent_of_raw) in `raws` (stored bytes
+    by key), None where none is stored, in the order of `keys`.
 
     Returns:
         One entry per key.
