@@ -276,8 +276,11 @@ class Cache(contextlib.AbstractContextManager["Cache"]):
 
     def put_raw(self, rows: Iterable[Row]) -> int:
         """put_many of records already serialised (a journal's rows), without waiting for
-        the appended ones: `fold` and the recovery of journals use it. Returns the number
-        stored."""
+        the appended ones: `fold` and the recovery of journals use it.
+
+        Returns:
+            The number stored.
+        """
         self._writing()
         stream, stored = iter(rows), 0
         while chunk := list(itertools.islice(stream, TRANSACTION)):
@@ -294,9 +297,12 @@ class Cache(contextlib.AbstractContextManager["Cache"]):
         return stored
 
     def damaged(self, keys: Sequence[str] | None = None) -> Iterator[tuple[str, str]]:
-        """Each stored record among `keys` (None: every one) that is damaged, with why
-        (`damage`), read table.CHUNK at a time: `judge cache check` and `judge run
-        --refresh-damaged`."""
+        """The stored records among `keys` (None: every one) that are damaged, read
+        table.CHUNK at a time: `judge cache check` and `judge run --refresh-damaged`.
+
+        Yields:
+            Each damaged record's key, and why (`damage`).
+        """
         self._settle()
         if keys is None:
             keys = self._all_keys()
@@ -311,8 +317,11 @@ class Cache(contextlib.AbstractContextManager["Cache"]):
 
     @guarded
     def drop(self, keys: Iterable[str]) -> int:
-        """Remove the records of `keys` (damaged ones: the next run asks them again); returns
-        how many there were."""
+        """Remove the records of `keys` (damaged ones: the next run asks them again).
+
+        Returns:
+            How many there were.
+        """
         self._writing()
         self._settle()
         return sum(bool(self._store.delete(key)) for key in keys)

@@ -136,8 +136,12 @@ class PgCache(LeasedSession, contextlib.AbstractContextManager["PgCache"]):
 
     def get_many_raw_located(self, keys: Sequence[str]) -> tuple[dict[str, bytes],
                                                                   dict[str, bytes]]:
-        """get_many_raw, and where the table holds each stored key's row (its ctid, TID
-        bytes): what a located key index keeps (get_many_raw_at)."""
+        """get_many_raw, and where the table holds each stored key's row: what a located key
+        index keeps (get_many_raw_at).
+
+        Returns:
+            The records, and their rows' places (ctid, TID bytes), by key.
+        """
         records: dict[str, bytes] = {}
         places: dict[str, bytes] = {}
         for key, record, place in self._by_key("a read", "key, record, ctid", keys):
@@ -157,8 +161,7 @@ class PgCache(LeasedSession, contextlib.AbstractContextManager["PgCache"]):
     def get_many_raw_at(self, keys: Sequence[str], places: Sequence[bytes]
                         ) -> tuple[dict[str, bytes], int]:
         """get_many_raw, reading each key's row at the place given (ctid, TID bytes, from
-        get_many_raw_located; NOWHERE for none) rather than through the key's index; and how
-        many of the records were not at their place (read by key).
+        get_many_raw_located; NOWHERE for none) rather than through the key's index.
 
         A place names a row, not a key: a row found there counts only for the key it holds,
         and every key not found so (a row moved or deleted since, or not stored then) is read
@@ -167,7 +170,11 @@ class PgCache(LeasedSession, contextlib.AbstractContextManager["PgCache"]):
 
         What it buys: the server's CPU a key, read in task order from a 10M-row table, fell
         from 7.6-8.1 us by key to 0.7-1.2 us by place (alternated rounds of 200k keys); as a
-        whole process, runner/expand_ahead.py's docstring."""
+        whole process, runner/expand_ahead.py's docstring.
+
+        Returns:
+            The records by key, and how many were not at their place (read by key).
+        """
         out: dict[str, bytes] = {}
         for start in range(0, len(keys), CHUNK):
             at = [p for p in places[start:start + CHUNK] if p != NOWHERE]
