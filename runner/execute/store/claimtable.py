@@ -132,18 +132,15 @@ class FolderClaims:
     def claim(self, keys: Sequence[str], owner: Owner, ttl_s: float) -> set[str]:
         """As `CacheBackend.claim`; CacheError if the claim table cannot be written."""
         now = time.time()
-        try:
-            with self._transaction():
-                self._register(owner, now + ttl_s)
-                self._drop_dead(owner, now)
-                rows = self._db.execute(
-                    "INSERT INTO claim (key, owner) SELECT value, ? FROM json_each(?) WHERE true "
-                    "ON CONFLICT (key) DO UPDATE SET owner = excluded.owner "
-                    "WHERE claim.owner = excluded.owner OR NOT EXISTS (SELECT 1 FROM owner "
-                    "WHERE owner.id = claim.owner AND owner.expires > ?) RETURNING key",
-                    (owner.id, orjson.dumps(list(keys)), now)).fetchall()
-        except sqlite3.Error as exc:
-            raise self._error("store", exc) from None
+        with self._transaction("store"):
+            self._register(owner, now + ttl_s)
+            self._drop_dead(owner, now)
+            rows = self._db.execute(
+                "INSERT INTO claim (key, owner) SELECT value, ? FROM json_each(?) WHERE true "
+                "ON CONFLICT (key) DO UPDATE SET owner = excluded.owner "
+                "WHERE claim.owner = excluded.owner OR NOT EXISTS (SELECT 1 FROM owner "
+                "WHERE owner.id = claim.owner AND owner.expires > ?) RETURNING key",
+                (owner.id, orjson.dumps(list(keys)), now)).fetchall()
         return {key for (key,) in rows}
 
     def _register(self, owner: Owner, expires: float) -> None:
@@ -165,34 +162,33 @@ class FolderClaims:
 
     def renew(self, owner: Owner, ttl_s: float) -> None:
         """As `CacheBackend.renew_claims`; CacheError if the claim table cannot be written."""
-        try:
-            with self._transaction():
-                self._register(owner, time.time() + ttl_s)
-        except sqlite3.Error as exc:
-            raise self._error("renew", exc) from None
+        with self._transaction("renew"):
+            self._register(owner, time.time() + ttl_s)
 
     def release(self, owner: Owner, keys: Sequence[str], *, last: bool = False) -> None:
         """As `CacheBackend.release_claims`; CacheError if the claim table cannot be written."""
-        try:
-            with self._transaction():
-                self._db.execute("DELETE FROM claim WHERE owner = ? AND key IN "
-                                 "(SELECT value FROM json_each(?))",
-                                 (owner.id, orjson.dumps(list(keys))))
-                if last:
-                    self._db.execute("DELETE FROM owner WHERE id = ?", (owner.id,))
-        except sqlite3.Error as exc:
-            raise self._error("release", exc) from None
+        with self._transaction("release"):
+            self._db.execute("DELETE FROM claim WHERE owner = ? AND key IN "
+                             "(SELECT value FROM json_each(?))",
+                             (owner.id, orjson.dumps(list(keys))))
+            if last:
+                self._db.execute("DELETE FROM owner WHERE id = ?", (owner.id,))
 
     @contextlib.contextmanager
-    def _transaction(self) -> Any:
-        self._db.execute("BEGIN IMMEDIATE")
+    def _transaction(self, what: str) -> Any:
+        """One transaction; what SQLite raises becomes the CacheError saying it cannot `what`
+        the claims."""
         try:
-            yield
-        except BaseException:
-            if self._db.in_transaction:
-                self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise self._error(what, exc) from None
 
     def close(self) -> None:
         self._db.close()
