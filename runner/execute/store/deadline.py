@@ -1,6 +1,6 @@
 """A deadline for blocking calls on a socket that the peer may never answer.
 
-runner/execute/store/pgcache.py arms it around every statement: a frozen PostgreSQL server
+store/pgsession.py arms it around every statement: a frozen PostgreSQL server
 (SIGSTOP, a hung host behind a live kernel) would otherwise block a run for good, silently.
 """
 
