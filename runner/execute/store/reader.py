@@ -172,10 +172,7 @@ class Reader(contextlib.AbstractContextManager["Reader"]):
                 return body
             self._lost()  # EOF, or a reply cut short: the child has stopped
         assert self._here is not None
-        if kind == HAS:
-            found = self._here.has_many(keys)
-            return bytes(k in found for k in keys)
-        return read_here(self._here, keys)
+        return _reply(self._here, HAS, keys) if kind == HAS else read_here(self._here, keys)
 
     def _lost(self) -> None:
         """The child stopped: from now on `here` reads (the requests it had not answered
