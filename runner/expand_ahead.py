@@ -1,7 +1,7 @@
 """Expanding ahead: forked children that render a large job's tasks and read their answers
 while this process judges them (`Expander`), and the key index a run leaves for them
 (`with_key_index`). Next to runner.expand, not in the storage layer: the store hands out keys
-and bytes (runner.execute.store.reader.sent_answers), this module makes tasks of them.
+and bytes (runner.execute.store.reader.sent_of), this module makes tasks of them.
 
 What it buys, as a whole process, with the reader child (runner.execute.store.reader): a fully
 cached `judge rescore` took 1.24x as long with JUDGE_PROCESSES=1 (no child) as with them, at

@@ -21,9 +21,7 @@ import orjson
 from runner.execute.store.faults import damage
 from runner.job.bill import Tokens
 
-NO_TOKENS = Tokens()
-__all__ = ["DAMAGED", "Answer", "Sent", "damaged", "of_raw", "of_record", "received", "sent",
-           "sent_of_raw"]
+__all__ = ["Answer", "Sent", "of_raw", "of_record", "received", "sent", "sent_of_raw"]
 
 
 class Answer(NamedTuple):
@@ -56,18 +54,6 @@ Sent = list[Any] | dict[str, Any]
 """An answer as the pipe carries it (see the module docstring)."""
 
 
-def damaged(why: str) -> Answer:
-    """The Answer of a record damaged on disk.
-
-    Args:
-        why: what is wrong with the record.
-
-    Returns:
-        An Answer without text that names the damage.
-    """
-    return Answer("", None, None, None, None, NO_TOKENS, damaged=why)
-
-
 def _plain(choices: Any) -> tuple[str, str | None] | None:
     """(text, finish_reason) of a response's choices that are one plain choice, else None."""
     if isinstance(choices, list) and len(choices) == 1 and isinstance(c := choices[0], dict) \
@@ -80,14 +66,11 @@ def _plain(choices: Any) -> tuple[str, str | None] | None:
 def of_record(record: Mapping[str, Any]) -> Answer:
     """The Answer of a stored record (cache.py's shape; {DAMAGED: why} for a damaged one).
 
-    Args:
-        record: the decoded record.
-
     Returns:
         What judging reads of it.
     """
     if DAMAGED in record:
-        return damaged(record[DAMAGED])
+        return Answer("", None, None, None, None, Tokens(), damaged=record[DAMAGED])
     response, usage = record["response"], record.get("usage")
     choices = response.get("choices") if isinstance(response, dict) else None
     source, when = record.get("source"), record.get("time")
@@ -100,9 +83,6 @@ def of_record(record: Mapping[str, Any]) -> Answer:
 def of_raw(raw: bytes) -> Answer:
     """The Answer of a record's stored bytes (a damaged one's too).
 
-    Args:
-        raw: the record's bytes as stored.
-
     Returns:
         What judging reads of it.
     """
@@ -111,9 +91,6 @@ def of_raw(raw: bytes) -> Answer:
 
 def sent(record: Mapping[str, Any]) -> Sent:
     """What a reader child sends of a record (see the module docstring).
-
-    Args:
-        record: the decoded record.
 
     Returns:
         A list for a plain answer (text, finish reason, usage, source, time, tokens), else the
@@ -130,9 +107,6 @@ def sent(record: Mapping[str, Any]) -> Sent:
 
 def received(item: Sent) -> Answer:
     """The Answer of what a reader child sent (`sent`).
-
-    Args:
-        item: one answer a reader child sent.
 
     Returns:
         Its Answer.
@@ -159,9 +133,6 @@ def sent_of_raw(raw: bytes) -> Sent:
     `{` + the text from there decodes with "response", "usage", "time" and "source" in it, those
     are the record's last values for them (orjson, like json, keeps the last of a repeated key).
     Any other record is decoded whole.
-
-    Args:
-        raw: the record's bytes as stored.
 
     Returns:
         What a reader child sends of it.

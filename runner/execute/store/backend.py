@@ -37,38 +37,26 @@ class CacheBackend(Protocol):
     def get(self, key: str) -> dict[str, Any] | None:
         """The record stored under `key`, or None.
 
-        Args:
-            key: the task's cache key.
-
         Returns:
             The decoded record, or None.
 
         Raises:
             CacheError: The record is damaged (the message names the key and the fix).
         """
-        ...
 
     def has_many(self, keys: Sequence[str]) -> set[str]:
         """The keys among `keys` that are stored (batched: one query per chunk).
 
-        Args:
-            keys: the keys to look up.
-
         Returns:
             The stored ones.
         """
-        ...
 
     def get_many(self, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
         """Records of the stored keys among `keys`, read in batches.
 
-        Args:
-            keys: the keys to read.
-
         Returns:
             The decoded records by key.
         """
-        ...
 
     def put(self, key: str, record: Mapping[str, Any]) -> None:
         """Store a record, a plain call (no await: a cancel cannot split answer and store);
@@ -78,20 +66,15 @@ class CacheBackend(Protocol):
             key: the task's cache key.
             record: the answer (store/cache.answer_record's shape).
         """
-        ...
 
     def put_many(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
         """Store many (key, record) pairs with put's semantics, one transaction per chunk;
         returns how many were given. A kill -9 loses at most the chunk being written; raises
         CacheError if the store refuses a chunk.
 
-        Args:
-            items: the keys and records.
-
         Returns:
             The number of pairs given.
         """
-        ...
 
     def append(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
         """Store answers as they arrive (the pool's way): put_many's semantics, durable when
@@ -99,13 +82,9 @@ class CacheBackend(Protocol):
         `fold` (a diskcache folder journals them first: runner/execute/store/journal.py). Raises
         CacheError if the store refuses them.
 
-        Args:
-            items: the keys and records, as the pool receives them.
-
         Returns:
             The number of pairs given.
         """
-        ...
 
     def keep(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> Path | None:
         """Keep answers `append` refused (a full disk, a database away past its reconnect
@@ -113,18 +92,13 @@ class CacheBackend(Protocol):
         all, else the spill file's path, which the next open of this cache stores. Raises
         CacheError if nowhere takes them.
 
-        Args:
-            items: the keys and records `append` refused.
-
         Returns:
             The spill file, or None.
         """
-        ...
 
     def fold(self) -> None:
         """Make every appended answer visible to other processes now (a reader process, the
         next stage); raises CacheError if the store refuses them."""
-        ...
 
     def keys(self) -> Iterator[str]:
         """Every stored key: what a copy between caches walks (runner/execute/transfer.py).
@@ -132,7 +106,6 @@ class CacheBackend(Protocol):
         Yields:
             The keys, in no set order.
         """
-        ...
 
     def stats(self) -> dict[str, int]:
         """{"entries": n, "bytes": size on disk}.
@@ -140,7 +113,6 @@ class CacheBackend(Protocol):
         Returns:
             The number of records and the bytes they take.
         """
-        ...
 
     def lease(self, name: str, holder: str) -> Lease:
         """Hold the run lease `name` (store/lease.lease_name: a job and shard) until released or
@@ -155,7 +127,6 @@ class CacheBackend(Protocol):
         Returns:
             The held lease; releasing it (or the process ending) frees it.
         """
-        ...
 
     def claim(self, keys: Sequence[str], owner: Owner, ttl_s: float) -> set[str]:
         """Claim `keys` (distinct) for `owner`'s run, renewing it for `ttl_s`, in one statement:
@@ -170,7 +141,6 @@ class CacheBackend(Protocol):
         Returns:
             The keys `owner` now holds.
         """
-        ...
 
     def renew_claims(self, owner: Owner, ttl_s: float) -> None:
         """Keep `owner`'s claims live for `ttl_s` more.
@@ -179,7 +149,6 @@ class CacheBackend(Protocol):
             owner: the run whose claims live on.
             ttl_s: how long they live from now.
         """
-        ...
 
     def release_claims(self, owner: Owner, keys: Sequence[str], *, last: bool = False) -> None:
         """Give back `owner`'s claims of `keys`; `last`: and the owner (its run ends).
@@ -189,7 +158,6 @@ class CacheBackend(Protocol):
             keys: the keys released.
             last: also remove the owner.
         """
-        ...
 
     def close(self) -> None: ...
 
@@ -201,12 +169,7 @@ class CacheBackend(Protocol):
 def cached_flags(cache: CacheBackend, things: Iterable[T], key: Callable[[T], str]
                  ) -> Iterator[tuple[T, bool]]:
     """Each of `things` with whether its key is stored in `cache`, in order (see
-    `cached_flag_batches`): plan's and status's cache-state lookup.
-
-    Args:
-        cache: the open cache.
-        things: the tasks (or anything with a key), in order.
-        key: each one's cache key.
+    `cached_flag_batches`, which takes the same arguments): plan's and status's lookup.
 
     Yields:
         Each thing and whether its answer is stored.
@@ -227,14 +190,12 @@ def cached_flag_batches(cache: CacheBackend, things: Iterable[T], key: Callable[
     `away`: told when a lookup found the database away (the pool's cache, PgCache.wait_aside);
     while it returns true an empty batch comes instead (the caller waits) and the lookup is
     made again, else the batch comes as not stored. `ahead=False`: no reader process, every
-    lookup here (the pool's: on an event loop, the reader's start blocked the loop 0.06-0.15 s
-    mid-run, its first batch of keys waiting in a full pipe, and the process took the core
-    the requests' server had; 40k calls at 0 ms, bench/README.md "The floors").
+    lookup here (the pool's: a reader's start held its event loop; bench/README.md "The
+    floors").
 
     Args:
-        cache: the open cache.
-        things: the tasks (or anything with a key), in order.
-        key: each one's cache key.
+        cache, things, key: the open cache, the tasks (or anything with a key) in order, and
+            each one's cache key.
         away: called when the database is away; true to wait and ask again.
         ahead: from reader.MIN_TASKS things on, a reader process looks the rest up.
 
@@ -269,17 +230,15 @@ def cached_flag_batches(cache: CacheBackend, things: Iterable[T], key: Callable[
 def answers(cache: CacheBackend, things: Iterable[T], key: Callable[[T], str], size: int,
             count: int) -> Generator[tuple[list[T], Mapping[str, Answer]], None, None]:
     """`things` (about `count` of them) in batches of `size`, each with the Answers of its
-    stored keys (runner.execute.store.answers: what judging reads of a record): judging's read
-    of a run's answers. A diskcache folder read for a large job goes through a reader process
-    (runner.execute.store.reader), started by this call: it starts while the caller goes on
-    (a run's reports import their modules meanwhile: ~0.1 s of a 40k-call run, bench/README.md
-    "The floors"); otherwise one batched read a batch. A damaged record of a folder comes as
-    an Answer saying so (Answer.damaged), either way.
+    stored keys (store/answers.py: what judging reads of a record): judging's read of a run's
+    answers. A diskcache folder read for a large job goes through a reader process
+    (store/reader.py), started by this call: it starts while the caller goes on (a run's
+    reports import their modules meanwhile: ~0.1 s of a 40k-call run, bench/README.md "The
+    floors"); otherwise one batched read a batch. A damaged record of a folder comes as an
+    Answer saying so (Answer.damaged).
 
     Args:
-        cache: the open cache.
-        things: the tasks (or anything with a key), in order.
-        key: each one's cache key.
+        cache, things, key: as cached_flag_batches.
         size: the things per batch.
         count: about how many there are (it decides whether a reader process pays).
 
@@ -318,9 +277,6 @@ def _batches(things: Iterable[T], size: int) -> Iterator[list[T]]:
 def is_url(location: str | Path) -> bool:
     """Whether a cache location is a shared database's URL rather than a folder.
 
-    Args:
-        location: a --cache URL or a --cache-dir folder.
-
     Returns:
         True for a `postgresql://` (or `postgres://`) URL.
     """
@@ -330,9 +286,6 @@ def is_url(location: str | Path) -> bool:
 def checked_url(url: str | None) -> str | None:
     """A shared cache's URL (--cache / JUDGE_CACHE_URL), checked to be one; None for none.
     Its password is registered as a secret (see runner.errors.scrub).
-
-    Args:
-        url: the URL given, if any.
 
     Returns:
         The URL, or None when none (or an empty one) was given.
@@ -351,10 +304,6 @@ def open_cache(location: str | Path, *, read_only: bool = False) -> CacheBackend
     """A PostgreSQL cache for a `postgresql://` URL, else the diskcache folder `location`.
     `read_only`: the caller only reads, so a folder this process may not write (a read-only
     mount, another user's) is opened read-only rather than refused (see Cache).
-
-    Args:
-        location: a `postgresql://` URL or a cache folder.
-        read_only: the caller never writes.
 
     Returns:
         The open cache; the caller closes it (it is a context manager).

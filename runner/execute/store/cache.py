@@ -4,10 +4,9 @@ A plain `diskcache.Cache` with eviction off and a size limit nobody reaches: a r
 never drop a paid answer (the default 1 GiB limit silently culls past ~700k entries, LRU turns
 every read into a write, and FanoutCache drops writes under contention). Reads and writes are
 direct calls on the event loop thread: a hit costs ~14 us, far less than a thread hop. The
-pool's answers go through `append`: a journal file first (runner/execute/store/journal.py),
-SQLite in large transactions afterwards. Batches of keys are read and written through this
-process's own SQLite connection (runner/execute/store/table.py: the table's layout checked,
-never assumed); one key through diskcache's public API.
+pool's answers go through `append`: a journal file first (store/journal.py), SQLite in large
+transactions afterwards. Batches of keys go through this process's own SQLite connection
+(store/table.py); one key through diskcache's public API.
 
 A record: {"request": body, "endpoint": str, "response": chat-completions JSON,
 "usage": {...}, "latency_s": float, "time": unix seconds, "source": "api" | "import:<file>"}.
@@ -136,7 +135,7 @@ class Cache(contextlib.AbstractContextManager["Cache"]):
             # (~40 us a put, and a disk flush every ~45 puts).
             self._store = diskcache.Cache(str(self.directory), eviction_policy="none",
                                           size_limit=NEVER, cull_limit=0, sqlite_synchronous=0)
-            self._db = table.connect(str(self.directory / DBNAME), synchronous_off=True)
+            self._db = table.connect(str(self.directory / DBNAME))
         except sqlite3.Error as exc:
             # SQLite says "disk I/O error" when it cannot make its -wal or -shm file
             if not full(exc) and free_bytes(self.directory, ROOM) >= ROOM:
@@ -164,7 +163,7 @@ class Cache(contextlib.AbstractContextManager["Cache"]):
 
     @guarded
     def get(self, key: str) -> dict[str, Any] | None:
-        """The record stored under `key`, or None."""
+        """`CacheBackend.get`."""
         raw = self._unfolded.get(key)
         if raw is None:
             raw = self._store.get(key)
@@ -172,8 +171,8 @@ class Cache(contextlib.AbstractContextManager["Cache"]):
 
     @guarded
     def has_many(self, keys: Sequence[str]) -> set[str]:
-        """The keys among `keys` that are stored: one query per table.CHUNK keys, where `in` would
-        make one each (a 100k-task rerun asks 100k times)."""
+        """`CacheBackend.has_many`: one query per table.CHUNK keys, where `in` would make one
+        each (a 100k-task rerun asks 100k times)."""
         found = table.stored_keys(self._db, keys) if self._batched else \
             {key for key in keys if key in self._store}
         if self._unfolded:
@@ -181,13 +180,13 @@ class Cache(contextlib.AbstractContextManager["Cache"]):
         return found
 
     def get_many(self, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
-        """Records of the stored keys among `keys`, read in batches (see has_many)."""
+        """`CacheBackend.get_many`, read as get_many_raw reads."""
         return {key: decoded(self.directory, key, raw)
                 for key, raw in self.get_many_raw(keys).items()}
 
     @guarded
     def get_many_raw(self, keys: Sequence[str]) -> dict[str, bytes]:
-        """get_many's records as the bytes stored (orjson), not decoded."""
+        """`Rereadable.get_many_raw` (store/reader.py): get_many's records, not decoded."""
         out = table.read(self._db if self._batched else None, self._store, keys)
         if self._unfolded:
             out.update((key, raw) for key in keys if (raw := self._unfolded.get(key)) is not None)
@@ -195,34 +194,22 @@ class Cache(contextlib.AbstractContextManager["Cache"]):
 
     @guarded
     def put(self, key: str, record: Mapping[str, Any]) -> None:
-        """Store a record; raises CacheError if the disk refuses it."""
+        """`CacheBackend.put`."""
         self._writing()
         self._settle()
         if not self._store.set(key, orjson.dumps(record)):
             raise CacheError(f"{self.directory}: could not store {key}; free space, then rerun")
 
     def put_many(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
-        """Store many records, TRANSACTION per SQLite transaction (one put is one, ~60 us);
-        a later record of a key replaces an earlier one, as put does. Returns the number stored.
-        Each committed chunk is durable: a kill -9 mid-way loses at most the chunk being written,
-        and a rerun stores it again. Raises CacheError if the disk refuses a chunk.
-
-        Records diskcache keeps inline (all but the rare one over its 32 KiB file threshold)
-        go in with one upsert per chunk, written exactly as `diskcache.Cache.set` writes them
-        (its triggers keep the entry count and volume): the pool stores every answer this way,
-        and diskcache's own set (a SELECT, an INSERT or UPDATE and Python around them per record)
-        cost a third more. Large records, and keys whose old record is a file that must be
-        removed, go through diskcache's set."""
+        """`CacheBackend.put_many`, TRANSACTION records per SQLite transaction (one put is
+        one, ~60 us; table.write says how); a later record of a key replaces an earlier one."""
         self._settle()  # an earlier append of a key must not land after this record of it
         return self.put_raw((key, orjson.dumps(record)) for key, record in items)
 
     def append(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
-        """Store answers as they arrive (the pool, once an event-loop turn): put_many's
-        semantics, durable against a kill -9 as soon as they are in the journal
-        (runner/execute/store/journal.py, one write), and read by this object at once. They go into
-        SQLite together, in one transaction, when an append finds FOLD_ROWS pending or the
-        oldest FOLD_S old, and at `fold` and `close`. Raises CacheError if the journal is
-        refused, or the fold."""
+        """`CacheBackend.append`: durable once in the journal (store/journal.py, one write);
+        into SQLite together, in one transaction, when an append finds FOLD_ROWS pending or the
+        oldest FOLD_S old, and at `fold` and `close`."""
         return self._journaled([(key, orjson.dumps(record)) for key, record in items])
 
     def _journaled(self, rows: list[Row]) -> int:
@@ -243,11 +230,9 @@ class Cache(contextlib.AbstractContextManager["Cache"]):
         return len(rows)
 
     def keep(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> Path | None:
-        """Store answers the disk refused, when the run stops: in the journal if it takes them
-        now (None), else in a spill file outside the folder (its path, journal.spill), which
-        the next open of the folder reads and folds; read by this object at once either way.
-        Raises DiskFullError if nowhere takes them, CacheError if the journal fails otherwise.
-        """
+        """`CacheBackend.keep`: in the journal if it takes them now, else in a spill file
+        outside the folder (journal.spill), which the next open of the folder folds; read by
+        this object at once either way."""
         rows = [(key, orjson.dumps(record)) for key, record in items]
         try:
             self._journaled(rows)
@@ -266,24 +251,18 @@ class Cache(contextlib.AbstractContextManager["Cache"]):
         self._writing()
 
     def fold(self) -> None:
-        """Put every appended answer into SQLite now, in one transaction (~14 us an answer,
-        where the pool's turns of ~10-20 would cost ~30-40 us each), for other processes to
-        read (the next stage's reader processes); the journal is then emptied. Raises
-        CacheError if SQLite refuses them: they stay in the journal, which the next open of
-        the folder folds."""
+        """`CacheBackend.fold`, in one SQLite transaction (~14 us an answer, where the pool's
+        turns of ~10-20 would cost ~30-40 us each), then the journal is emptied; what SQLite
+        refuses stays in it, which the next open of the folder folds."""
         journal = self._journal
         if not self._pending or journal is None or not journal.mine:
             return  # nothing appended; or a forked child: its parent's answers are its parent's
         self.put_raw(self._pending)
         journal.clear()
-        self._forget(self._pending)
-        self._pending = []
-
-    def _forget(self, rows: list[Row]) -> None:
-        """These rows are in SQLite: reads find them there."""
-        for key, raw in rows:
+        for key, raw in self._pending:  # in SQLite now: reads find them there
             if self._unfolded.get(key) is raw:
                 del self._unfolded[key]
+        self._pending = []
 
     def _writing(self) -> None:
         if self.full is not None:
@@ -297,8 +276,11 @@ class Cache(contextlib.AbstractContextManager["Cache"]):
 
     def put_raw(self, rows: Iterable[Row]) -> int:
         """put_many of records already serialised (a journal's rows), without waiting for
-        the appended ones: `fold` and the recovery of journals use it. Returns the number
-        stored."""
+        the appended ones: `fold` and the recovery of journals use it.
+
+        Returns:
+            The number stored.
+        """
         self._writing()
         stream, stored = iter(rows), 0
         while chunk := list(itertools.islice(stream, TRANSACTION)):
@@ -315,9 +297,12 @@ class Cache(contextlib.AbstractContextManager["Cache"]):
         return stored
 
     def damaged(self, keys: Sequence[str] | None = None) -> Iterator[tuple[str, str]]:
-        """Each stored record among `keys` (None: every one) that is damaged, with why
-        (`damage`), read table.CHUNK at a time: `judge cache check` and `judge run
-        --refresh-damaged`."""
+        """The stored records among `keys` (None: every one) that are damaged, read
+        table.CHUNK at a time: `judge cache check` and `judge run --refresh-damaged`.
+
+        Yields:
+            Each damaged record's key, and why (`damage`).
+        """
         self._settle()
         if keys is None:
             keys = self._all_keys()
@@ -332,8 +317,11 @@ class Cache(contextlib.AbstractContextManager["Cache"]):
 
     @guarded
     def drop(self, keys: Iterable[str]) -> int:
-        """Remove the records of `keys` (damaged ones: the next run asks them again); returns
-        how many there were."""
+        """Remove the records of `keys` (damaged ones: the next run asks them again).
+
+        Returns:
+            How many there were.
+        """
         self._writing()
         self._settle()
         return sum(bool(self._store.delete(key)) for key in keys)
@@ -357,23 +345,23 @@ class Cache(contextlib.AbstractContextManager["Cache"]):
         """Nothing to do before a fork (a PgCache ends its watchdog thread)."""
 
     def lease(self, name: str, holder: str) -> FolderLease:
-        """The run lease `name`: a flock on a file in this folder (store/lease.py)."""
+        """`CacheBackend.lease`: a flock on a file in this folder (store/lease.py)."""
         return FolderLease(self.directory, name, holder)
 
     def claim(self, keys: Sequence[str], owner: Owner, ttl_s: float) -> set[str]:
-        """Claim `keys` for `owner`'s run (store/claimtable.py): the ones it holds now."""
+        """`CacheBackend.claim`, in this folder's claims.db (store/claimtable.py)."""
         self._writing()
         if self._claims is None:
             self._claims = FolderClaims(self.directory)
         return self._claims.claim(keys, owner, ttl_s)
 
     def renew_claims(self, owner: Owner, ttl_s: float) -> None:
-        """Keep `owner`'s claims live for `ttl_s` more."""
+        """`CacheBackend.renew_claims`."""
         if self._claims is not None:
             self._claims.renew(owner, ttl_s)
 
     def release_claims(self, owner: Owner, keys: Sequence[str], *, last: bool = False) -> None:
-        """Give back `owner`'s claims of `keys` (`last`: the run ends)."""
+        """`CacheBackend.release_claims`."""
         if self._claims is not None:
             self._claims.release(owner, keys, last=last)
 

@@ -130,32 +130,17 @@ class FolderClaims:
                           "the cache folder (its disk, its permissions), then rerun to resume")
 
     def claim(self, keys: Sequence[str], owner: Owner, ttl_s: float) -> set[str]:
-        """Claim `keys` for `owner` (renewing it for `ttl_s`): the ones it holds now.
-
-        Args:
-            keys: the distinct keys to claim.
-            owner: the run claiming them.
-            ttl_s: how long the claims live without a renewal.
-
-        Returns:
-            The keys `owner` now holds.
-
-        Raises:
-            CacheError: The claim table cannot be written.
-        """
+        """As `CacheBackend.claim`; CacheError if the claim table cannot be written."""
         now = time.time()
-        try:
-            with self._transaction():
-                self._register(owner, now + ttl_s)
-                self._drop_dead(owner, now)
-                rows = self._db.execute(
-                    "INSERT INTO claim (key, owner) SELECT value, ? FROM json_each(?) WHERE true "
-                    "ON CONFLICT (key) DO UPDATE SET owner = excluded.owner "
-                    "WHERE claim.owner = excluded.owner OR NOT EXISTS (SELECT 1 FROM owner "
-                    "WHERE owner.id = claim.owner AND owner.expires > ?) RETURNING key",
-                    (owner.id, orjson.dumps(list(keys)), now)).fetchall()
-        except sqlite3.Error as exc:
-            raise self._error("store", exc) from None
+        with self._transaction("store"):
+            self._register(owner, now + ttl_s)
+            self._drop_dead(owner, now)
+            rows = self._db.execute(
+                "INSERT INTO claim (key, owner) SELECT value, ? FROM json_each(?) WHERE true "
+                "ON CONFLICT (key) DO UPDATE SET owner = excluded.owner "
+                "WHERE claim.owner = excluded.owner OR NOT EXISTS (SELECT 1 FROM owner "
+                "WHERE owner.id = claim.owner AND owner.expires > ?) RETURNING key",
+                (owner.id, orjson.dumps(list(keys)), now)).fetchall()
         return {key for (key,) in rows}
 
     def _register(self, owner: Owner, expires: float) -> None:
@@ -176,52 +161,34 @@ class FolderClaims:
                 self._db.execute("DELETE FROM owner WHERE id = ?", (other,))
 
     def renew(self, owner: Owner, ttl_s: float) -> None:
-        """Keep `owner`'s claims live for `ttl_s` more.
-
-        Args:
-            owner: the run whose claims live on.
-            ttl_s: how long they live from now.
-
-        Raises:
-            CacheError: The claim table cannot be written.
-        """
-        try:
-            with self._transaction():
-                self._register(owner, time.time() + ttl_s)
-        except sqlite3.Error as exc:
-            raise self._error("renew", exc) from None
+        """As `CacheBackend.renew_claims`; CacheError if the claim table cannot be written."""
+        with self._transaction("renew"):
+            self._register(owner, time.time() + ttl_s)
 
     def release(self, owner: Owner, keys: Sequence[str], *, last: bool = False) -> None:
-        """Give back `owner`'s claims of `keys`; `last`: and the owner itself (its run ends).
-
-        Args:
-            owner: the run releasing them.
-            keys: the keys released.
-            last: also remove the owner.
-
-        Raises:
-            CacheError: The claim table cannot be written.
-        """
-        try:
-            with self._transaction():
-                self._db.execute("DELETE FROM claim WHERE owner = ? AND key IN "
-                                 "(SELECT value FROM json_each(?))",
-                                 (owner.id, orjson.dumps(list(keys))))
-                if last:
-                    self._db.execute("DELETE FROM owner WHERE id = ?", (owner.id,))
-        except sqlite3.Error as exc:
-            raise self._error("release", exc) from None
+        """As `CacheBackend.release_claims`; CacheError if the claim table cannot be written."""
+        with self._transaction("release"):
+            self._db.execute("DELETE FROM claim WHERE owner = ? AND key IN "
+                             "(SELECT value FROM json_each(?))",
+                             (owner.id, orjson.dumps(list(keys))))
+            if last:
+                self._db.execute("DELETE FROM owner WHERE id = ?", (owner.id,))
 
     @contextlib.contextmanager
-    def _transaction(self) -> Any:
-        self._db.execute("BEGIN IMMEDIATE")
+    def _transaction(self, what: str) -> Any:
+        """One transaction; what SQLite raises becomes the CacheError saying it cannot `what`
+        the claims."""
         try:
-            yield
-        except BaseException:
-            if self._db.in_transaction:
-                self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise self._error(what, exc) from None
 
     def close(self) -> None:
         self._db.close()
@@ -258,9 +225,7 @@ def pg_claim(conn: Any, keys: Sequence[str], owner: Owner, ttl_s: float) -> set[
 
     Args:
         conn: an autocommit psycopg connection.
-        keys: the keys to claim.
-        owner: the run claiming them.
-        ttl_s: how long the claims live without a renewal.
+        keys, owner, ttl_s: as CacheBackend.claim.
 
     Returns:
         The keys this owner now holds.
@@ -276,8 +241,7 @@ def pg_renew(conn: Any, owner: Owner, ttl_s: float) -> None:
 
     Args:
         conn: an autocommit psycopg connection.
-        owner: the run whose claims live on.
-        ttl_s: how long they live from now.
+        owner, ttl_s: as CacheBackend.renew_claims.
     """
     conn.execute(_PG_OWNER, {"id": owner.id, "host": owner.host, "pid": owner.pid, "ttl": ttl_s})
 
@@ -288,9 +252,7 @@ def pg_release(conn: Any, owner: Owner, keys: Sequence[str], *, last: bool = Fal
 
     Args:
         conn: an autocommit psycopg connection.
-        owner: the run releasing them.
-        keys: the keys released.
-        last: also remove the owner (its run is ending).
+        owner, keys, last: as CacheBackend.release_claims.
     """
     conn.execute("DELETE FROM judge_claim WHERE key = ANY(ARRAY(SELECT key FROM judge_claim "
                  "WHERE owner = %s AND key = ANY(string_to_array(%s, %s)) ORDER BY key "

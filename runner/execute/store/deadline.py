@@ -1,6 +1,6 @@
 """A deadline for blocking calls on a socket that the peer may never answer.
 
-runner/execute/store/pgcache.py arms it around every statement: a frozen PostgreSQL server
+store/pgsession.py arms it around every statement: a frozen PostgreSQL server
 (SIGSTOP, a hung host behind a live kernel) would otherwise block a run for good, silently.
 """
 
@@ -124,11 +124,12 @@ class Watchdog:
             self._thread.join()
 
 
-def _gone(native_id: int | None, wait_s: float = 1.0) -> None:
-    """Wait until the OS thread `native_id` has ended (Linux): a joined thread can still be
-    listed for a moment, and runner.children.forkable counts the OS's threads."""
+def _gone(native_id: int | None) -> None:
+    """Wait until the OS thread `native_id` has ended (Linux), a second at most: a joined
+    thread can still be listed for a moment, and runner.children.forkable counts the OS's
+    threads."""
     task = f"/proc/self/task/{native_id}"
-    deadline = time.monotonic() + wait_s
+    deadline = time.monotonic() + 1.0
     while native_id is not None and os.path.exists(task) and time.monotonic() < deadline:
         time.sleep(0.001)
 

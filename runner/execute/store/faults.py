@@ -7,7 +7,7 @@ database read-only (`ReadOnlyDisk`: SQLite's immutable or mode=ro; no journal, n
 instead of failing where diskcache would write its settings. `refused` turns what SQLite raises
 for a damaged, truncated, unwritable or long-locked database into one CacheError naming the file
 and what to do, where a traceback named nothing. `damage` says why a record's bytes are not a
-record: judging makes that its task's failure (runner.execute.store.reader.DAMAGED).
+record: judging makes that its task's failure (answers.DAMAGED).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import os
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 from urllib.parse import quote
 
 import diskcache
@@ -37,9 +37,6 @@ def writable(directory: Path) -> bool:
     counts as writable: making it says otherwise): the folder, and its database files that
     exist. os.access, so a read-only mount is read-only for root too.
 
-    Args:
-        directory: the cache folder.
-
     Returns:
         False when the folder or a database file of it is not writable.
     """
@@ -51,10 +48,6 @@ def writable(directory: Path) -> bool:
 
 def refused(directory: Path, exc: BaseException) -> CacheError:
     """The CacheError for what SQLite (or the file system) raised on the folder's database.
-
-    Args:
-        directory: the cache folder.
-        exc: what was raised.
 
     Returns:
         The error to raise instead, naming the file and the fix (DiskFullError for a full disk).
@@ -76,16 +69,11 @@ def refused(directory: Path, exc: BaseException) -> CacheError:
                       "then rerun")
 
 
-class _Located(Protocol):
-    directory: Path
-
-
-H = TypeVar("H", bound="_Located")
 P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def guarded(method: Callable[Concatenate[H, P], R]) -> Callable[Concatenate[H, P], R]:
+def guarded(method: Callable[Concatenate[Any, P], R]) -> Callable[Concatenate[Any, P], R]:
     """`method`, with what SQLite raises (a damaged or long-locked database) as one CacheError
     naming the file and the fix (`refused`), where it was a traceback.
 
@@ -95,7 +83,7 @@ def guarded(method: Callable[Concatenate[H, P], R]) -> Callable[Concatenate[H, P
     Returns:
         The wrapped method.
     """
-    def call(self: H, /, *args: P.args, **kwargs: P.kwargs) -> R:
+    def call(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return method(self, *args, **kwargs)
         except sqlite3.Error as exc:
@@ -108,9 +96,6 @@ def damage(raw: bytes) -> str | None:
     """Why `raw` is not a stored record (not JSON, or not a JSON object), or None if it is
     one: a record whose bytes were damaged on disk (a bad sector, a copy cut short) must cost
     its own task, named, and never the whole study.
-
-    Args:
-        raw: the record's bytes as stored.
 
     Returns:
         The reason, or None.
@@ -152,9 +137,6 @@ def full(exc: BaseException) -> bool:
     """Whether `exc` says the disk is full (the file system's ENOSPC or EDQUOT, a user's
     quota; SQLite's SQLITE_FULL).
 
-    Args:
-        exc: what was raised.
-
     Returns:
         True for a full disk or quota.
     """
@@ -181,9 +163,6 @@ def free_bytes(directory: Path, unknown: int) -> int:
 
 def not_writable(directory: Path) -> CacheError:
     """The CacheError of a command that must write a folder it may not.
-
-    Args:
-        directory: the cache folder.
 
     Returns:
         The error, naming the folder's owner and the fix.
@@ -233,9 +212,6 @@ class ReadOnlyDisk:
 
     def get(self, key: str) -> bytes | None:
         """The stored bytes of `key`, or None.
-
-        Args:
-            key: the record's key.
 
         Returns:
             The record's bytes as stored, or None.

@@ -23,7 +23,7 @@ folder, else ~/.cache/judge-runner/spill/ or $XDG_CACHE_HOME's), in a folder nam
 folder's path; opening the cache folder reads and folds those as it does its own journals. A
 run whose PostgreSQL server stays away past its reconnect window spills the answers the server
 did not take the same way (home first), and the next open of that database stores them
-(`replay`).
+(`recover`).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from pathlib import Path
 
 from runner.errors import CacheError, DiskFullError
 
-__all__ = ["FULL", "Journal", "frames", "recover", "replay", "spill", "spill_folders", "unfolded"]
+__all__ = ["Journal", "frames", "recover", "spill", "unfolded"]
 
 FOLDER = "journal"
 _HEAD = struct.Struct("<IIH")
@@ -53,9 +53,9 @@ not its own: a second Cache on the same folder must not fold them, and closing i
 of one would end the lock."""
 
 Row = tuple[str, bytes]  # a cache key and its record's orjson bytes
+# A disk full for this user, out of space or over a quota (a home folder on a cluster): the
+# answers are held, not dropped (runner.execute.commits).
 FULL = (errno.ENOSPC, errno.EDQUOT)
-"""The errors of a disk that is full, for this user: out of space, or over a quota (a home
-folder on a cluster): the answers are held, not dropped (runner.execute.commits)."""
 
 
 def _framed(rows: Sequence[Row]) -> bytes:
@@ -72,9 +72,6 @@ def frames(data: bytes) -> list[Row]:
     """The whole frames at the start of `data`, up to the first cut or damaged one (a frame
     without a key, as zeroed blocks would read, is damaged). Each record is copied once, out
     of `data`: a run's recovery reads every answer of a killed run through here.
-
-    Args:
-        data: a journal's bytes.
 
     Returns:
         The key and record bytes of each whole frame.
@@ -171,35 +168,20 @@ class Journal:
         _LIVE.discard(str(self.path))
 
 
-def recover(directory: Path, store: Callable[[list[Row]], object]) -> int:
-    """Fold, oldest first, the journals in `directory` that no live process holds, and remove
-    them; returns the answers folded. When `store` raises CacheError (SQLite refused them),
-    the journal stays for the next open.
+def recover(place: Path | str, store: Callable[[list[Row]], object]) -> int:
+    """Store with `store`, oldest first, the answers kept for the cache `place` that no live
+    process holds, and remove their files: a folder's journals and spill files, or the spill
+    files of a shared database (answers a run held while it was away). When `store` raises
+    CacheError (SQLite or the database refused them), the file stays for the next open.
 
     Args:
-        directory: the cache folder.
-        store: stores a list of rows in SQLite.
-
-    Returns:
-        The number of answers folded.
-    """
-    return _fold_all(_files([directory / FOLDER, *_ours(spill_folders(directory))]), store)
-
-
-def replay(place: str, store: Callable[[list[Row]], object]) -> int:
-    """Store, oldest first, the spill files of the shared cache `place` (answers a run held
-    while its database was away) with `store`, and remove them; returns the answers stored.
-    When `store` raises CacheError (the database refused them), the files stay for the next
-    open.
-
-    Args:
-        place: the database's URL without its password.
-        store: stores a list of rows in the database.
+        place: the cache folder, or the database's URL without its password.
+        store: stores a list of rows.
 
     Returns:
         The number of answers stored.
     """
-    return _fold_all(_files(_ours(spill_folders(place))), store)
+    return _fold_all(_journals(place), store)
 
 
 def _fold_all(paths: list[Path], store: Callable[[list[Row]], object]) -> int:
@@ -209,8 +191,15 @@ def _fold_all(paths: list[Path], store: Callable[[list[Row]], object]) -> int:
             _remove_stale(path)
         elif path.name.endswith(".log") and str(path) not in _LIVE:
             with contextlib.suppress(CacheError):  # a full disk: kept for the next open
-                folded += fold_file(path, store) or 0
+                folded += _fold_file(path, store) or 0
     return folded
+
+
+def _journals(place: Path | str) -> list[Path]:
+    """The journals of the cache `place` (a folder's own), then its spill files, each folder's
+    oldest first."""
+    own = [place / FOLDER] if isinstance(place, Path) else []
+    return _files([*own, *_ours(_spill_folders(place))])
 
 
 def _files(folders: list[Path]) -> list[Path]:
@@ -226,33 +215,23 @@ def unfolded(directory: Path) -> list[Row]:
     """Every row of the journals in `directory`, oldest first, left where they are: what a
     cache opened read-only reads beside SQLite (it may not fold them).
 
-    Args:
-        directory: the cache folder.
-
     Returns:
         The key and record bytes of each row.
     """
     rows: list[Row] = []
-    for path in _files([directory / FOLDER, *_ours(spill_folders(directory))]):
+    for path in _journals(directory):
         if path.name.endswith(".log"):
             with contextlib.suppress(OSError):
                 rows += frames(path.read_bytes())
     return rows
 
 
-def spill_folders(place: Path | str) -> list[Path]:
+def _spill_folders(place: Path | str) -> list[Path]:
     """Where the answers held for a cache go when it cannot take them, by preference, each in a
     folder named for the cache: for a cache folder (a Path, its own disk full) the system's
     temporary folder, then ~/.cache/judge-runner/spill/ (each, likely, on another disk); for a
     shared database (its URL without a password, while the server is away) the reverse, since
-    a temporary folder may not outlive a reboot.
-
-    Args:
-        place: the cache folder, or the database's URL without its password.
-
-    Returns:
-        The folders, in order of preference.
-    """
+    a temporary folder may not outlive a reboot."""
     name = hashlib.sha256(str(place.resolve() if isinstance(place, Path) else place)
                           .encode()).hexdigest()[:16]
     home = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"  # as pgcache's index
@@ -281,7 +260,7 @@ def _ours(folders: list[Path]) -> list[Path]:
 def spill(place: Path | str, rows: Sequence[Row]) -> Path:
     """Write `rows` to a new spill file of the cache `place` (a folder, or a database's URL
     without its password; the journals' format), in the first spill folder that takes it; the
-    next open of the cache reads and stores it (`recover`, `replay`). Returns its path; raises
+    next open of the cache reads and stores it (`recover`). Returns its path; raises
     DiskFullError naming the folders when none takes it.
 
     Args:
@@ -295,7 +274,7 @@ def spill(place: Path | str, rows: Sequence[Row]) -> Path:
         DiskFullError: No spill folder took the file (the message names each and why).
     """
     data, refusals = _framed(rows), []
-    for folder in spill_folders(place):
+    for folder in _spill_folders(place):
         stem = folder / f"{time.time_ns():020d}-{os.getpid()}"
         try:
             folder.parent.parent.mkdir(parents=True, exist_ok=True)
@@ -316,21 +295,11 @@ def spill(place: Path | str, rows: Sequence[Row]) -> Path:
                         "rerun to resume (those answers are asked again)")
 
 
-def fold_file(path: Path, store: Callable[[list[Row]], object]) -> int | None:
+def _fold_file(path: Path, store: Callable[[list[Row]], object]) -> int | None:
     """Fold the journal `path` into SQLite with `store` and remove it; the answers folded (0
     if it is gone: folded by another process), None if another process holds it (its writer
-    is alive, or another opener is folding it). Raises CacheError if `store` does.
-
-    Args:
-        path: the journal.
-        store: stores a list of rows in SQLite.
-
-    Returns:
-        The number of answers folded, or None when another process holds the journal.
-
-    Raises:
-        CacheError: The journal cannot be read, or `store` raised it.
-    """
+    is alive, or another opener is folding it). Raises CacheError if the journal cannot be
+    read, or `store` does."""
     try:
         fd = os.open(path, os.O_RDWR)
     except FileNotFoundError:

@@ -2,11 +2,10 @@
 (or a run's cached-first pass) of a job it has read before finds its answers without rendering
 and hashing every request again (about half of a forked expander's work: ~6 us a task).
 
-What it buys, as a whole process (a fully cached `judge rescore`, alternated rounds, wall time
-without the index over with it; bench/mechanisms.py, bench/README.md "What each mechanism
-buys"): 1.22x at 1M tasks (rounds 1.29, 1.15; load 3.4-3.8) and 1.25x at 100k (rounds 1.25,
-1.28, 1.07; load ~3), on 2026-11-25. Under heavy load (7.7-10) the same 1M rounds read 1.09
-and 0.80, and issue 26 measured 1.10x at 100k: it is at the 1.2x line, kept for now.
+What it buys, as a whole process (a fully cached `judge rescore`, wall time without the index
+over with it; bench/mechanisms.py): 1.22x at 1M tasks and 1.25x at 100k at load ~3-4, under
+1x at heavier load: at the 1.2x line, kept (the rounds: bench/README.md "What each mechanism
+buys").
 
 A key depends only on what `Expansion.fingerprint()` digests (the prompts but for their parsers,
 the models, the items, the code that renders requests), and an index is found only under its
@@ -112,10 +111,9 @@ class KeyIndex:
     def recorded_located(self, entries: Iterable[tuple[str, bytes]],
                          nowhere: bytes) -> Iterator[tuple[str, bytes]]:
         """`recorded` for a located index: (key, place) pairs, `nowhere` the place of a key
-        not stored (pgcache's NOWHERE: this module sits beside the backends and imports none
-        of them). Stored only if at most 1% of the keys have no place: an index made
-        while a job was still uncached would send those keys by key for good, so the next
-        read, once they are stored, makes it."""
+        not stored (pgcache's NOWHERE, which this module may not import). Stored only if at
+        most 1% of the keys have no place: an index made while a job was still uncached would
+        send those keys by key for good, so the next read, once they are stored, makes it."""
         missing = 0
 
         def entry(e: tuple[str, bytes]) -> bytes:

@@ -64,9 +64,6 @@ def lease_name(job: str, shard: str | None) -> str:
 def lease_id(name: str) -> int:
     """A stable 31-bit number for `name` (a lock file's name, an advisory lock's key).
 
-    Args:
-        name: the lease's name (lease_name).
-
     Returns:
         The number.
     """

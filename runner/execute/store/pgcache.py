@@ -38,7 +38,7 @@ import orjson
 from runner.errors import CacheError
 from runner.execute.store.claimtable import PG_SCHEMA, Owner, pg_claim, pg_release, pg_renew
 from runner.execute.store.deadline import rest_all
-from runner.execute.store.journal import Row, replay, spill
+from runner.execute.store.journal import Row, recover, spill
 from runner.execute.store.pglease import LeasedSession
 
 __all__ = ["NOWHERE", "SCHEMA_VERSION", "PgCache"]
@@ -85,7 +85,7 @@ class PgCache(LeasedSession, contextlib.AbstractContextManager["PgCache"]):
         try:
             self._ensure_schema()
             # answers an earlier run kept while this database was away (`keep`), stored now
-            replay(self._spilled, self._insert_rows)
+            recover(self._spilled, self._insert_rows)
         except BaseException:
             self.close()
             raise
@@ -117,27 +117,31 @@ class PgCache(LeasedSession, contextlib.AbstractContextManager["PgCache"]):
         return bool(self._rows("a lookup", "SELECT 1 FROM judge_cache WHERE key = %s", (key,)))
 
     def get(self, key: str) -> dict[str, Any] | None:
-        """The record stored under `key`, or None."""
+        """`CacheBackend.get`."""
         rows = self._rows("a read", "SELECT record FROM judge_cache WHERE key = %s", (key,))
         return orjson.loads(rows[0][0]) if rows else None
 
     def has_many(self, keys: Sequence[str]) -> set[str]:
-        """The keys among `keys` that are stored: one query per CHUNK keys."""
+        """`CacheBackend.has_many`, CHUNK keys a query."""
         return {row[0] for row in self._by_key("a lookup", "key", keys)}
 
     def get_many(self, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
-        """Records of the stored keys among `keys`, CHUNK keys a query."""
+        """`CacheBackend.get_many`, CHUNK keys a query."""
         return {k: orjson.loads(record) for k, record in self._by_key("a read", "key, record",
                                                                       keys)}
 
     def get_many_raw(self, keys: Sequence[str]) -> dict[str, bytes]:
-        """get_many's records as the bytes stored, not decoded (as Cache.get_many_raw)."""
+        """`Rereadable.get_many_raw` (store/reader.py): get_many's records, not decoded."""
         return dict(self._by_key("a read", "key, record", keys))
 
     def get_many_raw_located(self, keys: Sequence[str]) -> tuple[dict[str, bytes],
                                                                   dict[str, bytes]]:
-        """get_many_raw, and where the table holds each stored key's row (its ctid, TID
-        bytes): what a located key index keeps (get_many_raw_at)."""
+        """get_many_raw, and where the table holds each stored key's row: what a located key
+        index keeps (get_many_raw_at).
+
+        Returns:
+            The records, and their rows' places (ctid, TID bytes), by key.
+        """
         records: dict[str, bytes] = {}
         places: dict[str, bytes] = {}
         for key, record, place in self._by_key("a read", "key, record, ctid", keys):
@@ -157,8 +161,7 @@ class PgCache(LeasedSession, contextlib.AbstractContextManager["PgCache"]):
     def get_many_raw_at(self, keys: Sequence[str], places: Sequence[bytes]
                         ) -> tuple[dict[str, bytes], int]:
         """get_many_raw, reading each key's row at the place given (ctid, TID bytes, from
-        get_many_raw_located; NOWHERE for none) rather than through the key's index; and how
-        many of the records were not at their place (read by key).
+        get_many_raw_located; NOWHERE for none) rather than through the key's index.
 
         A place names a row, not a key: a row found there counts only for the key it holds,
         and every key not found so (a row moved or deleted since, or not stored then) is read
@@ -167,7 +170,11 @@ class PgCache(LeasedSession, contextlib.AbstractContextManager["PgCache"]):
 
         What it buys: the server's CPU a key, read in task order from a 10M-row table, fell
         from 7.6-8.1 us by key to 0.7-1.2 us by place (alternated rounds of 200k keys); as a
-        whole process, runner/expand_ahead.py's docstring."""
+        whole process, runner/expand_ahead.py's docstring.
+
+        Returns:
+            The records by key, and how many were not at their place (read by key).
+        """
         out: dict[str, bytes] = {}
         for start in range(0, len(keys), CHUNK):
             at = [p for p in places[start:start + CHUNK] if p != NOWHERE]
@@ -210,17 +217,16 @@ class PgCache(LeasedSession, contextlib.AbstractContextManager["PgCache"]):
         rest_all()
 
     def put(self, key: str, record: Mapping[str, Any]) -> None:
-        """Store a record unless the key has one already (the first answer wins)."""
+        """`CacheBackend.put`, unless the key has one already (the first answer wins)."""
         row = (key, orjson.dumps(record), str(record.get("source", "")))
         self._call(f"storing {key}", lambda: self._conn.execute(
             "INSERT INTO judge_cache (key, record, source) VALUES (%s, %s, %s) "
             "ON CONFLICT (key) DO NOTHING", row))
 
     def put_many(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
-        """Store many records, CHUNK per INSERT (one statement, so one transaction, in
+        """`CacheBackend.put_many`, CHUNK per INSERT (one statement, so one transaction, in
         autocommit mode) unless a key has one already: the first answer wins, also between
-        duplicates within one call. Returns the number given. Each committed chunk is durable:
-        a kill -9 mid-way loses at most the chunk being written, and a rerun stores it."""
+        duplicates within one call."""
         return self._insert((key, orjson.dumps(record), str(record.get("source", "")))
                             for key, record in items)
 
@@ -236,12 +242,9 @@ class PgCache(LeasedSession, contextlib.AbstractContextManager["PgCache"]):
         return given
 
     def keep(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> Path:
-        """Keep answers the server did not take (it stayed away past RECONNECT_WINDOW_S) in a
-        spill file on this machine (journal.spill: under ~/.cache/judge-runner/spill/, else
-        the temporary folder), which the next open of this database stores; returns its path.
-        Without it a run stopped by an outage lost the answers it held and the rerun bought
-        them again (7-8 of them after a 60 s outage). Raises DiskFullError if no folder takes
-        them."""
+        """`CacheBackend.keep`: in a spill file on this machine (journal.spill), which the
+        next open of this database stores. Without it a run stopped by an outage lost the
+        answers it held and the rerun bought them again (7-8 of them after a 60 s outage)."""
         return spill(self._spilled, [(key, orjson.dumps(record)) for key, record in items])
 
     def _insert_rows(self, rows: list[Row]) -> None:
@@ -250,9 +253,9 @@ class PgCache(LeasedSession, contextlib.AbstractContextManager["PgCache"]):
                      "kept answers")
 
     def append(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
-        """put_many: each statement is committed when it returns (the server is the journal).
-        Raises CacheAwayError while the server is away, even for no items (the pool's look
-        whether it is back)."""
+        """`CacheBackend.append`: put_many, each statement committed when it returns (the
+        server is the journal); CacheAwayError while the server is away, even for no items
+        (the pool's look whether it is back)."""
         self._not_away()
         return self.put_many(items)
 
@@ -281,17 +284,17 @@ class PgCache(LeasedSession, contextlib.AbstractContextManager["PgCache"]):
         return {"entries": int(rows[0][0]), "bytes": int(rows[0][1])}
 
     def claim(self, keys: Sequence[str], owner: Owner, ttl_s: float) -> set[str]:
-        """Claim `keys` for `owner`'s run (store/claimtable.py): the ones it holds now."""
+        """`CacheBackend.claim` (store/claimtable.py)."""
         self._owner = owner, ttl_s
         return self._call("claiming keys", lambda: pg_claim(self._conn, keys, owner, ttl_s))
 
     def renew_claims(self, owner: Owner, ttl_s: float) -> None:
-        """Keep `owner`'s claims live for `ttl_s` more."""
+        """`CacheBackend.renew_claims`."""
         self._owner = owner, ttl_s
         self._call("renewing claims", lambda: pg_renew(self._conn, owner, ttl_s))
 
     def release_claims(self, owner: Owner, keys: Sequence[str], *, last: bool = False) -> None:
-        """Give back `owner`'s claims of `keys` (`last`: the run ends)."""
+        """`CacheBackend.release_claims`."""
         self._call("releasing claims", lambda: pg_release(self._conn, owner, keys, last=last))
 
     def __exit__(self, *exc: object) -> None:

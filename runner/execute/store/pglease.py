@@ -18,7 +18,7 @@ from runner.execute.store import pgsession
 from runner.execute.store.lease import held_error, lease_id
 from runner.execute.store.pgsession import PgSession
 
-__all__ = ["LEASE_CLASS", "LeasedSession", "PgLease"]
+__all__ = ["LEASE_CLASS", "LeasedSession"]
 
 LEASE_CLASS = 0x6A72  # "jr": the first key of a run lease's advisory lock (store/lease.py)
 
@@ -34,20 +34,8 @@ class LeasedSession(PgSession):
         self._leases: dict[int, tuple[str, str]] = {}  # advisory lock -> (name, holder)
 
     def lease(self, name: str, holder: str) -> PgLease:
-        """Hold the lease `name` (store/lease.py) for as long as this connection lives: a
-        session-level advisory lock, which the server drops with the connection (kill -9
-        included), described in judge_lease.
-
-        Args:
-            name: The lease's name (a job's, or a shard's).
-            holder: Who holds it, shown to a run that finds it held.
-
-        Returns:
-            The lease, released by `release` or on leaving its `with` block.
-
-        Raises:
-            LeaseHeldError: Another session holds it (the message names the holder).
-        """
+        """`CacheBackend.lease`, for as long as this connection lives (see the module
+        docstring)."""
         lock = lease_id(name)
         if not self._call("taking the run's lease", lambda: self._take(lock, name, holder)):
             rows = self._rows("reading the lease's holder",

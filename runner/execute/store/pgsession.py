@@ -2,9 +2,8 @@
 (runner/execute/store/pgcache.py) stands on, apart from its tables.
 
 A server that stops answering (frozen, a dead network path) never blocks a run for good: every
-call has a deadline (QUERY_TIMEOUT_S: `statement_timeout` on the server, and a watchdog thread
-that shuts the socket when the server itself does not answer, which TCP keepalives cannot see
-while the frozen server's kernel still acknowledges); connecting has CONNECT_TIMEOUT_S. A
+call has a deadline (QUERY_TIMEOUT_S: `statement_timeout` on the server, and a
+deadline.Watchdog for a server that itself does not answer); connecting has CONNECT_TIMEOUT_S. A
 connection the server drops (a restart, a failover, an idle timeout) or that overran its
 deadline is opened again with capped backoff for up to RECONNECT_WINDOW_S (JUDGE_PG_WAIT_S),
 the call's answers kept in memory meanwhile (they count only once stored:

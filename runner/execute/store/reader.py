@@ -42,8 +42,7 @@ from runner.errors import CacheError
 from runner.execute.store.answers import Answer, Sent, of_raw, received, sent_of_raw
 from runner.execute.store.cache import Cache
 
-__all__ = ["MIN_TASKS", "Reader", "Rereadable", "read_here", "reader_pays", "sent_answers",
-           "sent_of"]
+__all__ = ["MIN_TASKS", "Reader", "Rereadable", "read_here", "reader_pays", "sent_of"]
 
 T = TypeVar("T")
 DEPTH = 4
@@ -61,9 +60,6 @@ class Rereadable(Protocol):
 
     def get_many_raw(self, keys: Sequence[str]) -> dict[str, bytes]:
         """The stored bytes of the stored keys among `keys`.
-
-        Args:
-            keys: the keys to read.
 
         Returns:
             The bytes by key.
@@ -87,10 +83,6 @@ def read_here(cache: Rereadable, keys: Sequence[str]) -> dict[str, Answer]:
     """The Answers of the stored keys among `keys`, read in this process (a damaged record's
     says so, where get_many raises).
 
-    Args:
-        cache: the open cache.
-        keys: the keys to read.
-
     Returns:
         The stored keys' Answers.
     """
@@ -100,10 +92,6 @@ def read_here(cache: Rereadable, keys: Sequence[str]) -> dict[str, Answer]:
 def reader_pays(cache: object, tasks: int) -> bool:
     """Whether reading `tasks` answers of `cache` through a Reader pays: a diskcache folder, a
     large job and a second core for the child.
-
-    Args:
-        cache: the open cache.
-        tasks: the number of answers to read.
 
     Returns:
         True when a reader process would read them.
@@ -126,8 +114,7 @@ class Reader(contextlib.AbstractContextManager["Reader"]):
         """Each batch with the Answers of its stored keys, in order.
 
         Args:
-            batches: the things, in batches.
-            key: each one's cache key.
+            batches, key: the things, in batches, and each one's cache key.
 
         Yields:
             Each batch and its stored keys' Answers.
@@ -145,8 +132,7 @@ class Reader(contextlib.AbstractContextManager["Reader"]):
         """Each batch with a byte per thing, 1 if its key is stored, in order.
 
         Args:
-            batches: the things, in batches.
-            key: each one's cache key.
+            batches, key: the things, in batches, and each one's cache key.
 
         Yields:
             Each batch and its marks.
@@ -186,10 +172,7 @@ class Reader(contextlib.AbstractContextManager["Reader"]):
                 return body
             self._lost()  # EOF, or a reply cut short: the child has stopped
         assert self._here is not None
-        if kind == HAS:
-            found = self._here.has_many(keys)
-            return bytes(k in found for k in keys)
-        return read_here(self._here, keys)
+        return _reply(self._here, HAS, keys) if kind == HAS else read_here(self._here, keys)
 
     def _lost(self) -> None:
         """The child stopped: from now on `here` reads (the requests it had not answered
@@ -211,19 +194,13 @@ class Reader(contextlib.AbstractContextManager["Reader"]):
         self.close()
 
 
-def serve(cache: Cache, requests: IO[bytes], replies: IO[bytes]) -> None:
+def _serve(cache: Cache, requests: IO[bytes], replies: IO[bytes]) -> None:
     """The child's loop: answer each request (see the module docstring) until EOF.
 
     A thread takes the requests off the pipe as they come: the parent writes several before
     it reads a reply, and a child that stopped reading while blocked writing a large reply
     would leave the parent blocked writing to a full pipe (any pipe size: macOS's is 16 KiB,
-    Linux's a page once a user holds too many).
-
-    Args:
-        cache: the cache folder, opened read-only.
-        requests: the pipe the parent's requests come on.
-        replies: the pipe the replies go to.
-    """
+    Linux's a page once a user holds too many)."""
     asked: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
 
     def take() -> None:
@@ -245,29 +222,12 @@ def _reply(cache: Cache, kind: bytes, keys: Sequence[str]) -> bytes:
     if kind == HAS:
         found = cache.has_many(keys)
         return bytes(k in found for k in keys)
-    return orjson.dumps(sent_answers(cache, keys))
-
-
-def sent_answers(cache: Rereadable, keys: Sequence[str]) -> list[Sent | None]:
-    """What a child sends of each key's record (answers.sent_of_raw), None where none is
-    stored, in the order of `keys`.
-
-    Args:
-        cache: the open cache.
-        keys: the keys asked for.
-
-    Returns:
-        One entry per key.
-    """
-    return sent_of(cache.get_many_raw(keys), keys)
+    return orjson.dumps(sent_of(cache.get_many_raw(keys), keys))
 
 
 def sent_of(raws: Mapping[str, bytes], keys: Sequence[str]) -> list[Sent | None]:
-    """sent_answers of records already read (`raws`: stored bytes by key).
-
-    Args:
-        raws: the stored bytes by key.
-        keys: the keys asked for.
+    """What a child sends of each key's record (answers.sent_of_raw) in `raws` (stored bytes
+    by key), None where none is stored, in the order of `keys`.
 
     Returns:
         One entry per key.
@@ -289,7 +249,7 @@ def main(argv: Sequence[str]) -> NoReturn:
     code = 0
     try:
         with Cache(Path(argv[0]), read_only=True) as cache:
-                serve(cache, sys.stdin.buffer, sys.stdout.buffer)
+                _serve(cache, sys.stdin.buffer, sys.stdout.buffer)
     except Exception as exc:  # one line for the parent's message, not a traceback
         with contextlib.suppress(OSError):
             os.write(2, f"{type(exc).__name__}: {exc}\n".encode(errors="replace"))

@@ -6,10 +6,9 @@ Why not diskcache's Python API alone: it reads and writes one key a call. Its `s
 an INSERT or UPDATE and Python around them) cost ~4x this module's upsert of 500 rows a
 statement (248 against 61 us an answer, an ad-hoc microbenchmark of 20,000 records, load
 ~9), and its `get` and `in` ~2x a batched `IN (...)` query; the pool stores every answer and a
-rescore reads every one. Why not its private attributes (its connection and query helper,
-which this code used until 2026-11): a diskcache release may change them without notice;
-it cannot change the layout of a file its older releases wrote without a migration, which
-`matches` would see.
+rescore reads every one. Why not its private attributes (its connection and query helper): a
+diskcache release may change them without notice; it cannot change the layout of a file its
+older releases wrote without a migration, which `matches` would see.
 
 A folder whose table does not match (a diskcache that lays it out otherwise) is read and
 written through diskcache's public API instead (`Cache.get`, `in`, `Cache.transact` + `set`):
@@ -26,15 +25,14 @@ from typing import Any
 
 from diskcache.core import MODE_RAW
 
-__all__ = ["CHUNK", "COLUMNS", "KEY_INDEX", "Stored", "chunks", "connect", "filed", "matches",
-           "read", "stored_keys", "stored_rows", "upsert", "write"]
+__all__ = ["CHUNK", "chunks", "connect", "matches", "read", "stored_keys", "write"]
 
 CHUNK = 500  # keys a query: under SQLite's 999-parameter limit on old builds
+# The columns of diskcache's `Cache` table (diskcache 5), in order, and its unique index, which
+# the upsert's ON CONFLICT names.
 COLUMNS = ("rowid", "key", "raw", "store_time", "expire_time", "access_time", "access_count",
            "tag", "size", "mode", "filename", "value")
-"""The columns of diskcache's `Cache` table (diskcache 5), in order."""
 KEY_INDEX = ("key", "raw")
-"""Its unique index, which the upsert's ON CONFLICT names."""
 
 # A record stored as diskcache.Cache.set stores a str key and a small bytes value: raw key
 # (raw = 1), no expiry, no tag, size 0, MODE_RAW (1), the bytes inline; replacing keeps the
@@ -45,18 +43,13 @@ _UPSERT = ("INSERT INTO Cache(key, raw, store_time, expire_time, access_time, ac
            "expire_time = NULL, access_time = excluded.access_time, tag = NULL, size = 0, "
            "mode = 1, filename = NULL, value = excluded.value")
 
-Stored = tuple[str, int, str | None, bytes | None]
-"""A row as `stored_rows` reads it: key, mode, filename (a record kept as a file), value."""
 
-
-def connect(path: str, *, synchronous_off: bool) -> sqlite3.Connection:
+def connect(path: str) -> sqlite3.Connection:
     """This process's own connection to the folder's database `path` (made by diskcache
     first): autocommit, transactions begun explicitly, a 60 s wait for another writer's lock
-    (diskcache's), and with `synchronous_off` no fsync (Cache's: a kill -9 loses nothing,
-    only an OS crash can lose the last answers)."""
+    (diskcache's), and no fsync (as Cache's diskcache: store/cache.py says why)."""
     db = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
-    if synchronous_off:
-        db.execute("PRAGMA synchronous = OFF")
+    db.execute("PRAGMA synchronous = OFF")
     return db
 
 
@@ -80,43 +73,17 @@ def chunks(keys: Sequence[str]) -> Iterator[Sequence[str]]:
         yield keys[start:start + CHUNK]
 
 
-def _marks(chunk: Sequence[str]) -> str:
-    return ",".join("?" * len(chunk))
+def _rows(db: sqlite3.Connection, columns: str, keys: Sequence[str], where: str = ""
+          ) -> Iterator[Any]:
+    """`columns` of the rows of the keys among `keys` that have one, one query per CHUNK."""
+    for chunk in chunks(keys):
+        yield from db.execute(f"SELECT {columns} FROM Cache WHERE raw = 1{where} AND key IN "
+                              f"({','.join('?' * len(chunk))})", chunk)
 
 
 def stored_keys(db: sqlite3.Connection, keys: Sequence[str]) -> set[str]:
-    """The keys among `keys` that have a row, one query per CHUNK."""
-    found: set[str] = set()
-    for chunk in chunks(keys):
-        found.update(row[0] for row in db.execute(
-            f"SELECT key FROM Cache WHERE raw = 1 AND key IN ({_marks(chunk)})", chunk))
-    return found
-
-
-def stored_rows(db: sqlite3.Connection, keys: Sequence[str]) -> Iterator[Stored]:
-    """The rows of the keys among `keys` that have one (see Stored), one query per CHUNK. A
-    row whose mode is MODE_RAW and filename None holds the record's bytes in `value`."""
-    for chunk in chunks(keys):
-        yield from db.execute("SELECT key, mode, filename, value FROM Cache WHERE raw = 1 AND "
-                              f"key IN ({_marks(chunk)})", chunk)
-
-
-def upsert(db: sqlite3.Connection, rows: Sequence[tuple[str, float, bytes]]) -> None:
-    """Store (key, time, record bytes) rows as diskcache's `set` would store them inline,
-    replacing a key's row, in the caller's transaction. Only for records under diskcache's
-    min_file_size whose key has no row kept as a file (`filed`)."""
-    db.executemany(_UPSERT, [(key, now, now, raw) for key, now, raw in rows])
-
-
-def filed(db: sqlite3.Connection, keys: Sequence[str]) -> set[str]:
-    """The keys among `keys` whose record is kept as a file (diskcache's for a large one):
-    replacing it must remove the file, which only diskcache's `set` does."""
-    found: set[str] = set()
-    for chunk in chunks(keys):
-        found.update(row[0] for row in db.execute(
-            "SELECT key FROM Cache WHERE raw = 1 AND filename IS NOT NULL AND key IN "
-            f"({_marks(chunk)})", chunk))
-    return found
+    """The keys among `keys` that have a row."""
+    return {row[0] for row in _rows(db, "key", keys)}
 
 
 def read(db: sqlite3.Connection | None, store: Any, keys: Sequence[str]) -> dict[str, bytes]:
@@ -134,7 +101,7 @@ def read(db: sqlite3.Connection | None, store: Any, keys: Sequence[str]) -> dict
     if db is None:
         return {key: raw for key in keys if (raw := store.get(key)) is not None}
     out: dict[str, bytes] = {}
-    for key, mode, filename, value in stored_rows(db, keys):
+    for key, mode, filename, value in _rows(db, "key, mode, filename, value", keys):
         # An inline record is the bytes themselves; a large one kept as a file is read
         # through diskcache's get.
         if mode == MODE_RAW and filename is None and value is not None:
@@ -145,9 +112,10 @@ def read(db: sqlite3.Connection | None, store: Any, keys: Sequence[str]) -> dict
 
 
 def write(db: sqlite3.Connection | None, store: Any, chunk: Sequence[tuple[str, bytes]]) -> None:
-    """Store `chunk` in one transaction (`upsert`); a record too large to be kept in its row,
-    every record of its key, and every key whose record is a file go through diskcache's
-    `set` after it, in order, so a later record of a key still wins.
+    """Store `chunk` in one transaction, as diskcache's `set` would store each record inline;
+    a record too large to be kept in its row, every record of its key, and every key whose
+    record is a file (replacing it must remove the file, which only `set` does) go through
+    diskcache's `set` after it, in order, so a later record of a key still wins.
 
     Args:
         db: This process's connection to a folder whose table matches; None: every record
@@ -167,8 +135,10 @@ def write(db: sqlite3.Connection | None, store: Any, chunk: Sequence[tuple[str, 
     limit, now = store.disk.min_file_size, time.time()
     db.execute("BEGIN IMMEDIATE")
     try:
-        by_set = filed(db, [key for key, _ in chunk]) | {k for k, raw in chunk if len(raw) >= limit}
-        upsert(db, [(k, now, raw) for k, raw in chunk if k not in by_set])
+        filed = {row[0] for row in _rows(db, "key", [k for k, _ in chunk],
+                                         " AND filename IS NOT NULL")}
+        by_set = filed | {k for k, raw in chunk if len(raw) >= limit}
+        db.executemany(_UPSERT, [(k, now, now, raw) for k, raw in chunk if k not in by_set])
         db.execute("COMMIT")
     except BaseException:
         if db.in_transaction:
