@@ -129,17 +129,23 @@ class OpenAIBatches:
         Returns:
             The batch object, or None when no batch within `pages` uses the file.
         """
-        after: str | None = None
-        for _ in range(pages):
-            query = "?limit=100" + (f"&after={after}" if after else "")
-            page = await self._call("GET", f"/batches{query}")
-            for batch in page.get("data") or []:
-                if batch.get("input_file_id") == file_id:
-                    return dict(batch)
-            if not page.get("has_more") or not page.get("data"):
-                return None
-            after = str(page["data"][-1]["id"])
+        async for batch in self._listed("/batches", "after", pages):
+            if batch.get("input_file_id") == file_id:
+                return dict(batch)
         return None
+
+    async def _listed(self, path: str, after: str, pages: int) -> AsyncIterator[dict[str, Any]]:
+        """The objects of a list endpoint, newest first, 100 a page, at most `pages` pages;
+        `after`: the query parameter naming the last object of the page before."""
+        last: str | None = None
+        for _ in range(pages):
+            query = "?limit=100" + (f"&{after}={last}" if last else "")
+            page = await self._call("GET", path + query)
+            for batch in page.get("data") or []:
+                yield batch
+            if not page.get("has_more") or not page.get("data"):
+                return
+            last = str(page["data"][-1]["id"])
 
     async def lines(self, file_id: str) -> AsyncIterator[bytes]:
         """The lines of a file (output, error or input), streamed.
@@ -184,19 +190,14 @@ class OpenAIBatches:
         return {"Authorization": f"Bearer {key}"} if key else {}
 
     async def _call(self, method: str, path: str, *, json: Any = None,
-                    form: Callable[[contextlib.ExitStack], aiohttp.FormData] | None = None,
-                    raw: bytes | None = None) -> dict[str, Any]:
-        error: APIError | None = None
-        for attempt in range(self.max_retries + 1):
+                    form: Callable[[contextlib.ExitStack], aiohttp.FormData] | None = None
+                    ) -> dict[str, Any]:
+        for attempt in range(self.max_retries):
             try:
-                return await self._once(method, path, orjson.Fragment(raw) if raw is not None
-                                        else json, form)
+                return await self._once(method, path, json, form)
             except RetryableError as exc:
-                error = exc
-                if attempt < self.max_retries:
-                    await asyncio.sleep(backoff(attempt, exc.retry_after))
-        assert error is not None
-        raise error
+                await asyncio.sleep(backoff(attempt, exc.retry_after))
+        return await self._once(method, path, json, form)  # the last try: its error is raised
 
     async def _once(self, method: str, path: str, json: Any,
                     form: Callable[[contextlib.ExitStack], aiohttp.FormData] | None
