@@ -138,12 +138,12 @@ class _Pool:
             if task is None:  # the cache's database away: dispatch waits until it is back
                 await self.commits.until_room(self.stop)
                 continue
-            release = await self.prefixes.enter(task) if task.prefix else None
+            body, release = await self.prefixes.enter(task) if task.prefix else (None, None)
             try:
                 if task.model in unproven:
-                    await self.probe(task)
+                    await self.probe(task, body)
                 else:  # called directly: a coroutine level costs at every resumption
-                    await self.run_task(task)
+                    await self.run_task(task, body)
             finally:
                 if release is not None:  # the prefix is written: its other requests go
                     release()
@@ -163,16 +163,18 @@ class _Pool:
     def pause(self, seconds: float) -> None:
         self.resume_at = max(self.resume_at, self.loop.time() + seconds)
 
-    async def probe(self, task: Task) -> None:
+    async def probe(self, task: Task, sent: bytes | None = None) -> None:
         """`run_task` for a model whose endpoint has not yet shown it is there (see
         runner.execute.breaker): one such task at a time."""
         async with self.probes[task.model]:
             if task.model in self.breaker.unproven:
-                await self.run_task(task)
+                await self.run_task(task, sent)
                 return
-        await self.run_task(task)
+        await self.run_task(task, sent)
 
-    async def run_task(self, task: Task) -> None:
+    async def run_task(self, task: Task, sent: bytes | None = None) -> None:
+        """Send `task` (`sent`: its body as encoded already by the prefix gate) and store its
+        answer, with retries."""
         fleet = self.fleets[task.model]
         error: APIError | None = None
         avoid: Replica | None = None  # the replica that just failed this task
@@ -192,7 +194,7 @@ class _Pool:
             self.stats.attempts += 1
             route = replica.provider
             body, decode = (task.body, None) if route.plain else \
-                (route.encode(task.body, task.prefix), route.decode)
+                (sent or route.encode(task.body, task.prefix), route.decode)
             try:
                 # One attempt at `replica`, in its provider's dialect (runner.execute.providers),
                 # awaited here: each level of coroutines between the worker and aiohttp costs at

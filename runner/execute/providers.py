@@ -140,7 +140,7 @@ def provider(kind: str, base_url: str, *, model: str = "", api_version: str | No
     return Provider(kind, root + "/chat/completions", wire)
 
 
-def anthropic_body(body: bytes, prefix: int = 0) -> bytes:
+def anthropic_body(body: bytes | dict[str, Any], prefix: int = 0) -> bytes:
     """An OpenAI chat-completions body as an Anthropic Messages body: system messages move to
     `system`, `max_tokens` is always set, `stop` becomes `stop_sequences`, and a
     `response_format` asking for JSON becomes a prefilled "{" (the assistant turn begins the
@@ -148,7 +148,7 @@ def anthropic_body(body: bytes, prefix: int = 0) -> bytes:
     prefix long enough to be cached ends in a `cache_control` block (`cache_marked`).
 
     Args:
-        body: an OpenAI chat-completions body.
+        body: an OpenAI chat-completions body, or that body decoded (not changed here).
         prefix: Task.prefix, the characters of the text its requests share; 0: none.
 
     Returns:
@@ -157,7 +157,7 @@ def anthropic_body(body: bytes, prefix: int = 0) -> bytes:
     Raises:
         RequestError: the body asks for n > 1, which the Messages API does not have.
     """
-    request = orjson.loads(body)
+    request = orjson.loads(body) if isinstance(body, bytes) else body
     if int(request.get("n", 1)) != 1:
         raise RequestError("anthropic: the Messages API has no n > 1; use the prompt's "
                            "samples = N instead of params.n")
