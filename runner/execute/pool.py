@@ -68,10 +68,6 @@ class Endpoint:
     key_reader: Callable[[str], Callable[[], str | None]] | None = None
     """Variable name -> key reader, for the replicas of `model.endpoints` (each its own key)."""
 
-    @property
-    def url(self) -> str:
-        return self.base_url.rstrip("/") + "/chat/completions"
-
 
 def backoff(attempt: int, retry_after: float | None = None) -> float:
     """Capped exponential backoff with full jitter; a server's Retry-After is a floor.
