@@ -1,12 +1,10 @@
 """Provider Batch APIs: the tasks that miss the cache, as batch request files, submitted,
 polled, and their answers stored in the cache under the same keys as online answers.
 
-Request lines and files: runner.execute.batch_files; collecting an ended batch:
-runner.execute.batch_collect. An answer is stored with
-`answer_record(source="batch:<batch id>")`, so parsers, rescore and online reruns see an
-ordinary cache entry. The provider's API is OpenAIBatches, or for anthropic models
-runner.execute.anthropic_batch.AnthropicBatches, which sends the same request files as Message
-Batches behind the same interface. The ledger is the cache's (runner.execute.ledger).
+Request lines and files: runner.execute.batch_files; collecting an ended batch, its answers
+ordinary cache entries: runner.execute.batch_collect. The provider's API is OpenAIBatches, or
+for anthropic models runner.execute.anthropic_batch.AnthropicBatches (the same request files,
+as Message Batches). The ledger is the cache's (runner.execute.ledger).
 
 Crash safety (see runner.execute.ledger): upload -> `reserve` (durable) -> create ->
 `attach` (durable). A later run first settles the ledger (attaches to a batch created just
@@ -19,10 +17,8 @@ Shards (`judge run --shard I/N --batch`): a run submits only its shard's keys (t
 runner.execute.shard) and settles only the batches whose smallest key is one of its tasks', so
 N shards settling at once never create, collect or count one batch twice, whatever ledger
 they share; except that a cross-shard duplicate (runner.execute.shard) may be the smallest key
-of a batch two shards settle: both wait for it and collect the same records. A key held by an
-open batch is never submitted again, so such a request is paid twice only when two shards
-submit it at the same moment. Batches whose smallest key no task of the shard renders are
-left to a run without --shard.
+of a batch two shards settle: both wait for it and collect the same records. Batches whose
+smallest key no task of the shard renders are left to a run without --shard.
 """
 
 from __future__ import annotations

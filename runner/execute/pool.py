@@ -1,18 +1,14 @@
 """The worker pool: cache hit, or limiter -> POST -> store, with retries and a clean stop.
 
-N workers pull from one stream of the tasks to call (runner.execute.dispatch: cache hits and
-duplicate keys skipped, looked up in batches, the keys claimed, the budget reserved). A
-response is handed to the store the moment it arrives, with no `await` in between (group
-commit, runner.execute.commits): the answers that arrive in one turn of the event loop are
-stored together at the end of that turn (`append`: a diskcache folder writes them to its
-journal, one write), and an answer counts as done (in the counters, the progress line and the
-manifest) only once that store has returned. A kill -9 loses at most the answers of the turn in
-progress, which were never counted; a cancel or an error stores whatever was received before
-`execute` returns or raises, and every answer is in SQLite (`fold`) when it does (on a full
-disk: in the journal, or a spill file the next open folds). A full cache disk pauses dispatch
-while the answers it refused are held (commits.py). A 429 pauses dispatch for the whole pool
-for the advised time. Setting `stop` (the first Ctrl-C) stops dispatching and retrying;
-in-flight requests finish. Cancelling the caller (the second Ctrl-C) cancels them.
+N workers pull from one stream of the tasks to call (runner.execute.dispatch). A response is
+handed to the store the moment it arrives, with no `await` in between, and counts as done (in
+the counters, the progress line and the manifest) only once stored (group commit,
+runner.execute.commits: a kill -9 loses at most the answers of the turn in progress, never
+counted). A cancel or an error stores whatever was received before `execute` returns or raises,
+and every answer is in SQLite (`fold`) when it does (on a full disk: in the journal, or a spill
+file the next open folds). A 429 pauses dispatch for the whole pool for the advised time.
+Setting `stop` (the first Ctrl-C) stops dispatching and retrying; in-flight requests finish.
+Cancelling the caller (the second Ctrl-C) cancels them.
 """
 
 from __future__ import annotations
