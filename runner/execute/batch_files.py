@@ -70,17 +70,10 @@ async def request_bodies(copy: Path, lines: Callable[[], AsyncIterator[bytes]]
     Returns:
         custom_id -> the request body.
     """
-    bodies: dict[str, bytes] = {}
     if copy.exists():
         with copy.open("rb") as f:
-            for line in f:
-                key, body = body_of(line)
-                bodies[key] = body
-        return bodies
-    async for line in lines():
-        key, body = body_of(line)
-        bodies[key] = body
-    return bodies
+            return dict(map(body_of, f))
+    return dict([body_of(line) async for line in lines()])
 
 
 def write_files(folder: Path, name: str, tasks: list[Task], max_requests: int = MAX_REQUESTS,

@@ -102,15 +102,6 @@ class Claims:
         """
         self.answered.extend(keys)
 
-    def give_up(self, keys: Iterable[str]) -> None:
-        """Keys this run does not buy after all (a task failed, the budget ran out): free for
-        another run to try at once.
-
-        Args:
-            keys: the keys released now.
-        """
-        self._release(keys)
-
     async def deferred(self) -> Task | None:
         """The next deferred task to buy (its claim lapsed without an answer); None once every
         deferred answer is in the cache or the run stops (the rest are listed as not run)."""
@@ -179,7 +170,7 @@ class Claims:
         self.held |= mine
         done = self.cache.has_many(list(mine)) if mine else set()
         if done:
-            self._release(done)
+            self.give_up(done)
             self._hits(len(done))
             mine -= done
         return mine, done
@@ -199,10 +190,16 @@ class Claims:
         except CacheError:
             return
         answered, self.answered = self.answered, []
-        self._release(answered)
+        self.give_up(answered)
 
-    def _release(self, keys: Iterable[str]) -> None:
-        """Give these claims back; if the cache refuses, they lapse with the run."""
+    def give_up(self, keys: Iterable[str]) -> None:
+        """Give these claims back (answered, or not bought after all: a task failed, the
+        budget ran out), free for another run at once; if the cache refuses, they lapse with
+        the run.
+
+        Args:
+            keys: the keys released now.
+        """
         keys = [key for key in keys if key in self.held]
         self.held.difference_update(keys)
         with contextlib.suppress(CacheError):
@@ -229,6 +226,6 @@ class Claims:
             return
         self._timer.cancel()
         self._not_run()
-        self._release(list(self.held))
+        self.give_up(list(self.held))
         with contextlib.suppress(CacheError):
             self.cache.release_claims(self.owner, [], last=True)

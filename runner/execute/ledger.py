@@ -5,8 +5,8 @@ is submitted again while an answer to it may still come.
 
 It lives beside the answers, because the keys it guards are cache keys: every job and every
 shard sharing a cache sees the same open batches and none submits a key a live batch already
-holds, whatever `--out` or the working directory says. One interface, `BatchLedger`, two
-implementations: `Ledger`, a small SQLite file `batches.sqlite` in a cache folder (stdlib
+holds, whatever `--out` or the working directory says. `BatchLedger` writes its queries once
+for two databases: `Ledger`, a small SQLite file `batches.sqlite` in a cache folder (stdlib
 sqlite3), and `runner.execute.pgledger.PgLedger`, two tables in a PostgreSQL cache's database.
 Neither holds a secret: ids, states, counts and cache keys only.
 
