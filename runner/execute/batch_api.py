@@ -1,10 +1,5 @@
-"""OpenAI's Files and Batches endpoints over aiohttp: upload, create, get, find, cancel, read.
-Every call either returns the server's JSON object or raises an APIError after its retries.
-
-The same endpoints serve any OpenAI-compatible server that implements them (vLLM's batch
-runner, LiteLLM's proxy). Statuses map to the error tree the way the chat client maps them:
-429, 408, 409, 5xx and connection errors are retried here with capped backoff (Retry-After is
-a floor); 401/403 are AuthError; anything else is a RequestError with the server's message.
+"""OpenAI's Files and Batches endpoints over aiohttp: upload, create, get, find, cancel, read;
+also any OpenAI-compatible server that implements them (vLLM's batch runner, LiteLLM's proxy).
 """
 
 from __future__ import annotations
@@ -32,9 +27,10 @@ _TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=300)
 class OpenAIBatches:
     """One endpoint's Files + Batches API (base_url ends in /v1).
 
-    Every call below raises AuthError on 401 or 403; RequestError on any other refusal, with the
-    server's message; RetryableError on 408, 409, 429, 5xx, a connection error or a malformed
-    body, still so after `max_retries` retries.
+    Every call below returns the server's JSON object, or raises AuthError on 401 or 403;
+    RequestError on any other refusal, with the server's message; RetryableError on 408, 409,
+    429, 5xx, a connection error or a malformed body, still so after `max_retries` retries with
+    capped backoff (Retry-After a floor).
     """
 
     def __init__(self, session: aiohttp.ClientSession, base_url: str,
