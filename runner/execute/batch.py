@@ -35,7 +35,7 @@ from runner.errors import APIError, AuthError, ConfigError, RequestError, Retrya
 from runner.execute.anthropic_batch import AnthropicBatches
 from runner.execute.batch_api import OpenAIBatches
 from runner.execute.batch_collect import BatchStats, Collector
-from runner.execute.batch_files import MAX_BYTES, MAX_REQUESTS, remove_stale, write_files
+from runner.execute.batch_files import MAX_REQUESTS, remove_stale, write_files
 from runner.execute.claims import Claims
 from runner.execute.ledger import LIVE, BatchLedger, BatchRow
 from runner.execute.shard import Shard
@@ -68,7 +68,6 @@ class BatchOptions:
     online pool, never resubmitted as a batch by this run)."""
     poll_s: float = 30.0
     max_requests: int = MAX_REQUESTS
-    max_bytes: int = MAX_BYTES
     max_retries: int = 6
 
 
@@ -186,8 +185,7 @@ class BatchRun:
         self.files.mkdir(parents=True, exist_ok=True)
         remove_stale(self.files)
         for name, tasks in by_model.items():
-            parts = list(write_files(self.files, name, tasks, self.options.max_requests,
-                                     self.options.max_bytes))
+            parts = list(write_files(self.files, name, tasks, self.options.max_requests))
             self.say(f"{name}: {len(tasks)} requests in {len(parts)} batch file(s)")
             for path, keys in parts:
                 await self._submit_one(apis[name], self.providers[name], path, keys)
