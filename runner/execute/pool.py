@@ -208,16 +208,12 @@ class _Pool:
                     if not elsewhere:  # another replica is up: retry there at once
                         await self._sleep_unless_stopped(delay)
                 continue
-            except RequestError as exc:
+            except (RequestError, AuthError) as exc:  # asking again gets the same
                 fleet.release(replica)
                 error = exc
-                self._fatal(self._verdict(task, replica, exc, elsewhere=False))
-                break
-            except AuthError as exc:
-                fleet.release(replica)
-                self._fatal(refused(replica.label, replica.key_env,
-                                    replica.api_key() is not None, exc))
-                error = exc
+                self._fatal(refused(replica.label, replica.key_env, replica.api_key() is not None,
+                                    exc) if isinstance(exc, AuthError)
+                            else self._verdict(task, replica, exc, elsewhere=False))
                 break
             # No await from here to the hand-over: a cancel cannot split an answer from its store.
             self._store(task, response, fleet, replica)
