@@ -1,8 +1,5 @@
-"""The pool's answers on their way into the cache: stored a turn at a time, and held while the
-cache folder's disk is full.
-
-Group commit (`Commits.add`, `flush`): the answers handed over in one event-loop turn are
-stored together at the end of it, and count (the pool's `on_stored`) only once stored.
+"""The pool's answers on their way into the cache: stored a turn at a time (group commit, see
+`Commits`), and held while the cache folder's disk is full.
 
 A full disk (a DiskFullError from a cache folder) must not cost an answer: dropped, the rerun
 bought it again (3 runs of 3 on a 1.2 MB tmpfs bought 15-16 answers twice). So the answers the
