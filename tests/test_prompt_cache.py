@@ -181,3 +181,22 @@ async def test_requests_carry_cache_control_only_for_anthropic_and_reruns_make_n
         assert (await run(make_job(write_job, "openai:gpt-4o", url), cache)).api_calls == 4
     assert all(b"cache_control" not in orjson.dumps(s.body) for s in seen) and len(seen) == 4
     assert all(s.body["messages"][1]["content"].startswith(RUBRIC) for s in seen)
+
+
+async def test_an_anthropic_tasks_body_is_decoded_once_for_the_gate_and_the_messages_body(
+        write_job: JobWriter, provider_server: ProviderServer, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    job = make_job(write_job, "anthropic:claude-sonnet-4-5", provider_server.root + "/v1")
+    bodies = {t.body for t in tasks(job)}
+    decoded: list[bytes] = []
+    loads = orjson.loads
+
+    def counting(data: Any) -> Any:
+        if isinstance(data, bytes) and data in bodies:
+            decoded.append(data)
+        return loads(data)
+
+    monkeypatch.setattr(orjson, "loads", counting)
+    with Cache(tmp_path / "cache") as cache:
+        assert (await run(job, cache)).api_calls == 4
+    assert sorted(decoded) == sorted(bodies) and len(bodies) == 4  # each body once

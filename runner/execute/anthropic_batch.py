@@ -29,6 +29,7 @@ import orjson
 
 from runner.errors import RequestError
 from runner.execute.batch_api import OpenAIBatches
+from runner.execute.batch_files import body_of
 from runner.execute.providers import ANTHROPIC_VERSION, anthropic_answer, anthropic_body
 
 __all__ = ["CLOCK_SKEW_S", "MAX_BYTES", "MAX_REQUESTS", "AnthropicBatches"]
@@ -45,38 +46,22 @@ class AnthropicBatches(OpenAIBatches):
     def __init__(self, session: aiohttp.ClientSession, base_url: str,
                  api_key: Callable[[], str | None], files: Path, max_retries: int = 6,
                  known: Callable[[], set[str]] = set) -> None:
-        """One endpoint's API.
-
-        Args:
-            session: the run's aiohttp session.
-            base_url: the endpoint's base URL, ending in /v1.
-            api_key: reads the key at each call (never kept here).
-            files: the folder batch.py keeps request files in (`create` reads them there).
-            max_retries: retries of a retryable failure before it is raised.
-            known: the batch ids the ledger already holds (`find` skips them).
-        """
+        """As `OpenAIBatches`, with `files`, the folder batch.py keeps request files in
+        (`create` reads them there), and `known`, the batch ids the ledger already holds
+        (`find` skips them)."""
         super().__init__(session, base_url, api_key, max_retries)
-        self.files, self.known = files, known  # known: batch ids the ledger already holds
+        self.files, self.known = files, known
 
     async def upload(self, path: Path) -> str:
-        """No upload: name the request file batch.py keeps.
-
-        Args:
-            path: the request file.
-
-        Returns:
-            A local file id, `anthropic-<ns>-<request count>`.
-        """
+        """As `OpenAIBatches.upload`, but no upload: the file id is a local one,
+        `anthropic-<ns>-<request count>`, naming the request file batch.py keeps."""
         with path.open("rb") as f:
             count = sum(1 for line in f if line.strip())
         return f"{_LOCAL_ID_PREFIX}{time.time_ns()}-{count}"
 
     async def delete_file(self, file_id: str) -> None:
-        """Nothing was uploaded: batch.py removes the local request file.
-
-        Args:
-            file_id: the local file id (unused).
-        """
+        """As `OpenAIBatches.delete_file`: nothing, as nothing was uploaded (batch.py removes
+        the local request file)."""
 
     async def create(self, file_id: str) -> dict[str, Any]:
         """Send the request file's lines as one Message Batch.
@@ -100,8 +85,7 @@ class AnthropicBatches(OpenAIBatches):
             for line in f:
                 if not line.strip():
                     continue
-                obj = orjson.loads(line)  # batch.request_line: custom_id, body
-                key, body = str(obj["custom_id"]), orjson.dumps(obj["body"])
+                key, body = body_of(line)
                 if len(parts) > 1:
                     parts.append(b",")
                 parts += [b'{"custom_id":', orjson.dumps(key), b',"params":',
@@ -111,41 +95,20 @@ class AnthropicBatches(OpenAIBatches):
         if len(body) > MAX_BYTES or (len(parts) - 2) // 5 > MAX_REQUESTS:
             raise RequestError(f"{file_id}: {len(body)} bytes is over Message Batches' limit of "
                                f"{MAX_BYTES} (or {MAX_REQUESTS} requests); lower --batch-size")
-        return _as_openai(await self._call("POST", "/messages/batches", raw=body))
+        return _as_openai(await self._call("POST", "/messages/batches",
+                                                json=orjson.Fragment(body)))
 
     async def get(self, batch_id: str) -> dict[str, Any]:
-        """As `OpenAIBatches.get`, the Message Batch as an OpenAI batch object.
-
-        Args:
-            batch_id: the Message Batch's id.
-
-        Returns:
-            The batch object.
-        """
+        """As `OpenAIBatches.get`, the Message Batch as an OpenAI batch object."""
         return _as_openai(await self._call("GET", f"/messages/batches/{batch_id}"))
 
     async def cancel(self, batch_id: str) -> dict[str, Any]:
-        """As `OpenAIBatches.cancel`, the Message Batch as an OpenAI batch object.
-
-        Args:
-            batch_id: the Message Batch's id.
-
-        Returns:
-            The batch object after the cancel.
-        """
+        """As `OpenAIBatches.cancel`, the Message Batch as an OpenAI batch object."""
         return _as_openai(await self._call("POST", f"/messages/batches/{batch_id}/cancel"))
 
     async def find(self, file_id: str, pages: int = 50) -> dict[str, Any] | None:
         """As `OpenAIBatches.find`, matched by request count and creation time (see the module
-        docstring); None also when `file_id` is not a local file id.
-
-        Args:
-            file_id: the local id the batch's requests were kept under.
-            pages: the most pages of batches listed.
-
-        Returns:
-            The batch object, or None when no batch matches.
-        """
+        docstring); None also when `file_id` is not a local file id."""
         try:
             stamp, count = file_id.removeprefix(_LOCAL_ID_PREFIX).split("-")
             since, requests = int(stamp) / 1e9 - CLOCK_SKEW_S, int(count)
@@ -153,20 +116,12 @@ class AnthropicBatches(OpenAIBatches):
             return None
         best: tuple[float, dict[str, Any]] | None = None
         taken = self.known()
-        after: str | None = None
-        for _ in range(pages):
-            query = "?limit=100" + (f"&after_id={after}" if after else "")
-            page = await self._call("GET", f"/messages/batches{query}")
-            for batch in page.get("data") or []:
-                created = _timestamp(batch.get("created_at"))
-                total = sum(int(v or 0) for v in (batch.get("request_counts") or {}).values())
-                if created is not None and created >= since and total == requests \
-                        and batch.get("id") not in taken \
-                        and (best is None or created < best[0]):
-                    best = (created, dict(batch))
-            if not page.get("has_more") or not page.get("data"):
-                break
-            after = str(page.get("last_id") or page["data"][-1]["id"])
+        async for batch in self._listed("/messages/batches", "after_id", pages):
+            created = _timestamp(batch.get("created_at"))
+            total = sum(int(v or 0) for v in (batch.get("request_counts") or {}).values())
+            if created is not None and created >= since and total == requests \
+                    and batch.get("id") not in taken and (best is None or created < best[0]):
+                best = (created, dict(batch))
         return None if best is None else _as_openai(best[1])
 
     async def lines(self, file_id: str) -> AsyncIterator[bytes]:
@@ -174,12 +129,6 @@ class AnthropicBatches(OpenAIBatches):
 
         Raises:
             RequestError: `file_id` is not a results URL (an input file is only kept locally).
-
-        Args:
-            file_id: the batch's results_url.
-
-        Yields:
-            Each result as an OpenAI output line.
         """
         if not file_id.startswith(("http://", "https://")):
             raise RequestError(f"{file_id}: the request file of an Anthropic batch is kept only "

@@ -1,12 +1,10 @@
 """Provider Batch APIs: the tasks that miss the cache, as batch request files, submitted,
 polled, and their answers stored in the cache under the same keys as online answers.
 
-Request lines and files: runner.execute.batch_files; collecting an ended batch:
-runner.execute.batch_collect. An answer is stored with
-`answer_record(source="batch:<batch id>")`, so parsers, rescore and online reruns see an
-ordinary cache entry. The provider's API is OpenAIBatches, or for anthropic models
-runner.execute.anthropic_batch.AnthropicBatches, which sends the same request files as Message
-Batches behind the same interface. The ledger is the cache's (runner.execute.ledger).
+Request lines and files: runner.execute.batch_files; collecting an ended batch, its answers
+ordinary cache entries: runner.execute.batch_collect. The provider's API is OpenAIBatches, or
+for anthropic models runner.execute.anthropic_batch.AnthropicBatches (the same request files,
+as Message Batches). The ledger is the cache's (runner.execute.ledger).
 
 Crash safety (see runner.execute.ledger): upload -> `reserve` (durable) -> create ->
 `attach` (durable). A later run first settles the ledger (attaches to a batch created just
@@ -19,10 +17,8 @@ Shards (`judge run --shard I/N --batch`): a run submits only its shard's keys (t
 runner.execute.shard) and settles only the batches whose smallest key is one of its tasks', so
 N shards settling at once never create, collect or count one batch twice, whatever ledger
 they share; except that a cross-shard duplicate (runner.execute.shard) may be the smallest key
-of a batch two shards settle: both wait for it and collect the same records. A key held by an
-open batch is never submitted again, so such a request is paid twice only when two shards
-submit it at the same moment. Batches whose smallest key no task of the shard renders are
-left to a run without --shard.
+of a batch two shards settle: both wait for it and collect the same records. Batches whose
+smallest key no task of the shard renders are left to a run without --shard.
 """
 
 from __future__ import annotations
@@ -39,7 +35,7 @@ from runner.errors import APIError, AuthError, ConfigError, RequestError, Retrya
 from runner.execute.anthropic_batch import AnthropicBatches
 from runner.execute.batch_api import OpenAIBatches
 from runner.execute.batch_collect import BatchStats, Collector
-from runner.execute.batch_files import MAX_BYTES, MAX_REQUESTS, remove_stale, write_files
+from runner.execute.batch_files import MAX_REQUESTS, remove_stale, write_files
 from runner.execute.claims import Claims
 from runner.execute.ledger import LIVE, BatchLedger, BatchRow
 from runner.execute.shard import Shard
@@ -72,7 +68,6 @@ class BatchOptions:
     online pool, never resubmitted as a batch by this run)."""
     poll_s: float = 30.0
     max_requests: int = MAX_REQUESTS
-    max_bytes: int = MAX_BYTES
     max_retries: int = 6
 
 
@@ -190,8 +185,7 @@ class BatchRun:
         self.files.mkdir(parents=True, exist_ok=True)
         remove_stale(self.files)
         for name, tasks in by_model.items():
-            parts = list(write_files(self.files, name, tasks, self.options.max_requests,
-                                     self.options.max_bytes))
+            parts = list(write_files(self.files, name, tasks, self.options.max_requests))
             self.say(f"{name}: {len(tasks)} requests in {len(parts)} batch file(s)")
             for path, keys in parts:
                 await self._submit_one(apis[name], self.providers[name], path, keys)

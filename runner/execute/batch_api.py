@@ -1,10 +1,5 @@
-"""OpenAI's Files and Batches endpoints over aiohttp: upload, create, get, find, cancel, read.
-Every call either returns the server's JSON object or raises an APIError after its retries.
-
-The same endpoints serve any OpenAI-compatible server that implements them (vLLM's batch
-runner, LiteLLM's proxy). Statuses map to the error tree the way the chat client maps them:
-429, 408, 409, 5xx and connection errors are retried here with capped backoff (Retry-After is
-a floor); 401/403 are AuthError; anything else is a RequestError with the server's message.
+"""OpenAI's Files and Batches endpoints over aiohttp: upload, create, get, find, cancel, read;
+also any OpenAI-compatible server that implements them (vLLM's batch runner, LiteLLM's proxy).
 """
 
 from __future__ import annotations
@@ -32,9 +27,10 @@ _TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=300)
 class OpenAIBatches:
     """One endpoint's Files + Batches API (base_url ends in /v1).
 
-    Every call below raises AuthError on 401 or 403; RequestError on any other refusal, with the
-    server's message; RetryableError on 408, 409, 429, 5xx, a connection error or a malformed
-    body, still so after `max_retries` retries.
+    Every call below returns the server's JSON object, or raises AuthError on 401 or 403;
+    RequestError on any other refusal, with the server's message; RetryableError on 408, 409,
+    429, 5xx, a connection error or a malformed body, still so after `max_retries` retries with
+    capped backoff (Retry-After a floor).
     """
 
     def __init__(self, session: aiohttp.ClientSession, base_url: str,
@@ -129,17 +125,23 @@ class OpenAIBatches:
         Returns:
             The batch object, or None when no batch within `pages` uses the file.
         """
-        after: str | None = None
-        for _ in range(pages):
-            query = "?limit=100" + (f"&after={after}" if after else "")
-            page = await self._call("GET", f"/batches{query}")
-            for batch in page.get("data") or []:
-                if batch.get("input_file_id") == file_id:
-                    return dict(batch)
-            if not page.get("has_more") or not page.get("data"):
-                return None
-            after = str(page["data"][-1]["id"])
+        async for batch in self._listed("/batches", "after", pages):
+            if batch.get("input_file_id") == file_id:
+                return dict(batch)
         return None
+
+    async def _listed(self, path: str, after: str, pages: int) -> AsyncIterator[dict[str, Any]]:
+        """The objects of a list endpoint, newest first, 100 a page, at most `pages` pages;
+        `after`: the query parameter naming the last object of the page before."""
+        last: str | None = None
+        for _ in range(pages):
+            query = "?limit=100" + (f"&{after}={last}" if last else "")
+            page = await self._call("GET", path + query)
+            for batch in page.get("data") or []:
+                yield batch
+            if not page.get("has_more") or not page.get("data"):
+                return
+            last = str(page["data"][-1]["id"])
 
     async def lines(self, file_id: str) -> AsyncIterator[bytes]:
         """The lines of a file (output, error or input), streamed.
@@ -184,19 +186,14 @@ class OpenAIBatches:
         return {"Authorization": f"Bearer {key}"} if key else {}
 
     async def _call(self, method: str, path: str, *, json: Any = None,
-                    form: Callable[[contextlib.ExitStack], aiohttp.FormData] | None = None,
-                    raw: bytes | None = None) -> dict[str, Any]:
-        error: APIError | None = None
-        for attempt in range(self.max_retries + 1):
+                    form: Callable[[contextlib.ExitStack], aiohttp.FormData] | None = None
+                    ) -> dict[str, Any]:
+        for attempt in range(self.max_retries):
             try:
-                return await self._once(method, path, orjson.Fragment(raw) if raw is not None
-                                        else json, form)
+                return await self._once(method, path, json, form)
             except RetryableError as exc:
-                error = exc
-                if attempt < self.max_retries:
-                    await asyncio.sleep(backoff(attempt, exc.retry_after))
-        assert error is not None
-        raise error
+                await asyncio.sleep(backoff(attempt, exc.retry_after))
+        return await self._once(method, path, json, form)  # the last try: its error is raised
 
     async def _once(self, method: str, path: str, json: Any,
                     form: Callable[[contextlib.ExitStack], aiohttp.FormData] | None

@@ -21,8 +21,8 @@ from runner.children import alive
 from runner.execute.batch_api import CHAT_URL
 from runner.tasks import Task
 
-__all__ = ["MAX_BYTES", "MAX_REQUESTS", "body_of", "is_answer", "output_line", "remove_stale",
-           "request_bodies", "request_line", "write_files"]
+__all__ = ["MAX_BYTES", "MAX_REQUESTS", "body_of", "output_line", "remove_stale", "request_bodies",
+           "request_line", "write_files"]
 
 MAX_REQUESTS = 50_000
 MAX_BYTES = 200 * 1024 * 1024
@@ -70,17 +70,10 @@ async def request_bodies(copy: Path, lines: Callable[[], AsyncIterator[bytes]]
     Returns:
         custom_id -> the request body.
     """
-    bodies: dict[str, bytes] = {}
     if copy.exists():
         with copy.open("rb") as f:
-            for line in f:
-                key, body = body_of(line)
-                bodies[key] = body
-        return bodies
-    async for line in lines():
-        key, body = body_of(line)
-        bodies[key] = body
-    return bodies
+            return dict(map(body_of, f))
+    return dict([body_of(line) async for line in lines()])
 
 
 def write_files(folder: Path, name: str, tasks: list[Task], max_requests: int = MAX_REQUESTS,
@@ -132,15 +125,8 @@ def remove_stale(folder: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def is_answer(data: Any) -> bool:
-    """Whether an output line's body is an answer.
-
-    Args:
-        data: the decoded body of one output line.
-
-    Returns:
-        True for a chat completion with at least one choice, each with a message.
-    """
+def _is_answer(data: Any) -> bool:
+    """Whether an output line's body is a chat completion with choices, each with a message."""
     return isinstance(data, dict) and isinstance(data.get("choices"), list) \
         and bool(data["choices"]) and all(isinstance(c, dict) and isinstance(
             c.get("message"), dict) for c in data["choices"])
@@ -167,5 +153,5 @@ def output_line(line: bytes) -> tuple[str, dict[str, Any] | None, str]:
         reason = f"HTTP {response.get('status_code')}: {data['error'].get('message')}"
     else:
         reason = f"HTTP {response.get('status_code')}: no answer in the response"
-    ok = not error and response.get("status_code") == 200 and is_answer(data)
+    ok = not error and response.get("status_code") == 200 and _is_answer(data)
     return key, data if ok else None, reason

@@ -1,24 +1,22 @@
 """Stop a run whose endpoint is not there, or no longer there, instead of retrying every task
 into a report of failures.
 
-Four faults look like ordinary retryable or per-task errors but fail every task the same way:
-- no connection at all (refused, unknown host) from the start: each task was retried with
-  backoff, 9 tasks done after 90 s and an ETA of hours for 1,000; now the run stops after the
-  first `CONNECT_FAILURES` attempts to each replica of a model all failed to connect, before
-  any of them answered (a few seconds at most);
-- an endpoint that dies mid-run (answered 484 tasks, then connection refused): retried task by
-  task, 1,225 retries and 190 failures after 10 minutes; now the run stops once every replica
-  of the model has done nothing but fail to connect for `down_after_s` (limits.down_after_s,
-  60 s by default: a server restarting quicker than that is what retries are for);
+Four faults look like ordinary retryable or per-task errors but fail every task the same way;
+the pool asks `failed` after each failed attempt and stops the run (exit 2) with the message it
+returns:
+- no connection at all (refused, unknown host) from the start: once the first
+  `CONNECT_FAILURES` attempts to each replica of a model all failed to connect, before any of
+  them answered (a few seconds; retried with backoff, 1,000 tasks took hours);
+- an endpoint that dies mid-run: once every replica of the model has done nothing but fail to
+  connect for `down_after_s` (limits.down_after_s, 60 s by default: a server restarting
+  quicker than that is what retries are for);
 - a wrong model name or path (HTTP 404 on every request) and a web page where the API should be
-  (HTTP 200 with HTML: a login page, a proxy, a web server at the wrong path): every task was
-  sent, each page 7 times; now the run stops after `SAME_FAILURES` identical ones of a model
-  with no answer from it.
+  (HTTP 200 with HTML: a login page, a proxy, a web server at the wrong path): after
+  `SAME_FAILURES` identical ones of a model with no answer from it.
 Until a model has shown that its endpoint is there (an answer, or any failure other than these
-three), the pool sends its tasks one at a time (`unproven`): a wrong model name cost about the
-concurrency in requests (10 at 8, 52 at 64) before the third 404 stopped it, now 3. That costs
-a healthy run one request's latency at its start. The pool asks `failed` after each failed
-attempt and, when it returns a message, stops the run with it (exit 2).
+three), the pool sends its tasks one at a time (`unproven`): a wrong model name costs 3
+requests, not about the concurrency (52 at 64), for one request's latency at a healthy run's
+start.
 """
 
 from __future__ import annotations

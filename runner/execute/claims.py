@@ -19,16 +19,9 @@ batch's claim or the renewal, after a fold), when a task fails, and when it ends
 
 What it buys: requests = distinct keys for two and four concurrent runs of overlapping jobs on
 one cache, folder or PostgreSQL (tests/test_claims.py; 2x and 4x the requests without it). What
-it costs, measured 2026-11-27 on the shared 2-core machine (load 2-5): a sent task's claim, the
-lookup of its claimed key and its release take 6-7.5 us of CPU on a folder (2.8-3.8, 2.5-3.5
-and 1.8-2.8 us a key, 2,000 a statement; bigger batches would not help, the cost is per key),
-against 180-245 us of client CPU an answer of the whole pool at 0 ms (`bench/run.py --only
-throughput`, loops.runner): ~3%. That benchmark itself (10,000 requests, 64 in flight, 0 ms,
-alternated runs) gave runner/bare 0.75 and 0.98 before, 0.80 and 0.82 after: the difference is
-below its noise. On PostgreSQL: 1.7-2.0 us of client CPU a sent task, 22-32 us of wall time
-with the server on the same loaded cores; `--quick --only pgcache` (one process, and 4 shards
-at once) gave 551/504 and 348/429 tasks/s before, 459/466 and 447/432 after at load 8-10,
-again below the noise. A fully cached run claims nothing.
+it costs: 6-7.5 us of CPU a sent task on a folder, ~3% of the pool's client CPU an answer at
+0 ms, below the noise of `bench/run.py --only throughput` and `--quick --only pgcache`
+(bench/README.md, "The claims' cost"). A fully cached run claims nothing.
 """
 
 from __future__ import annotations
@@ -109,15 +102,6 @@ class Claims:
         """
         self.answered.extend(keys)
 
-    def give_up(self, keys: Iterable[str]) -> None:
-        """Keys this run does not buy after all (a task failed, the budget ran out): free for
-        another run to try at once.
-
-        Args:
-            keys: the keys released now.
-        """
-        self._release(keys)
-
     async def deferred(self) -> Task | None:
         """The next deferred task to buy (its claim lapsed without an answer); None once every
         deferred answer is in the cache or the run stops (the rest are listed as not run)."""
@@ -186,7 +170,7 @@ class Claims:
         self.held |= mine
         done = self.cache.has_many(list(mine)) if mine else set()
         if done:
-            self._release(done)
+            self.give_up(done)
             self._hits(len(done))
             mine -= done
         return mine, done
@@ -206,10 +190,16 @@ class Claims:
         except CacheError:
             return
         answered, self.answered = self.answered, []
-        self._release(answered)
+        self.give_up(answered)
 
-    def _release(self, keys: Iterable[str]) -> None:
-        """Give these claims back; if the cache refuses, they lapse with the run."""
+    def give_up(self, keys: Iterable[str]) -> None:
+        """Give these claims back (answered, or not bought after all: a task failed, the
+        budget ran out), free for another run at once; if the cache refuses, they lapse with
+        the run.
+
+        Args:
+            keys: the keys released now.
+        """
         keys = [key for key in keys if key in self.held]
         self.held.difference_update(keys)
         with contextlib.suppress(CacheError):
@@ -236,6 +226,6 @@ class Claims:
             return
         self._timer.cancel()
         self._not_run()
-        self._release(list(self.held))
+        self.give_up(list(self.held))
         with contextlib.suppress(CacheError):
             self.cache.release_claims(self.owner, [], last=True)

@@ -1,8 +1,5 @@
-"""The pool's answers on their way into the cache: stored a turn at a time, and held while the
-cache folder's disk is full.
-
-Group commit (`Commits.add`, `flush`): the answers handed over in one event-loop turn are
-stored together at the end of it, and count (the pool's `on_stored`) only once stored.
+"""The pool's answers on their way into the cache: stored a turn at a time (group commit, see
+`Commits`), and held while the cache folder's disk is full.
 
 A full disk (a DiskFullError from a cache folder) must not cost an answer: dropped, the rerun
 bought it again (3 runs of 3 on a 1.2 MB tmpfs bought 15-16 answers twice). So the answers the
@@ -38,7 +35,7 @@ from runner.execute.store.cache import Cache
 from runner.job.bill import Tokens
 from runner.tasks import Task
 
-__all__ = ["RETRY_CAP_S", "RETRY_S", "Commits", "Pending"]
+__all__ = ["Commits", "Pending"]
 
 Pending = tuple[Task, dict[str, Any], Tokens]
 """An answer waiting for its store: the task, its record, its tokens by kind."""
@@ -129,9 +126,8 @@ class Commits:
     def _keep_elsewhere(self, batch: list[Pending]) -> None:
         """The cache refused `batch` for good (a PostgreSQL server away past its reconnect
         window): the run stops with that error, but the answers, paid for, are kept in a spill
-        file that the next open of the cache stores (CacheBackend.keep), and count. An
-        outage lost them before, and the rerun bought them again. If nowhere takes them they
-        are left for the rerun, as before."""
+        file that the next open of the cache stores (CacheBackend.keep), and count; if nowhere
+        takes them they are left for the rerun."""
         gave_up = "" if self._away is None else \
             f"cache database at {self._away.place}: gave up after {self._waited}; "
         if self._keep(batch, lambda where: None if self._told_kept else (
@@ -186,10 +182,9 @@ class Commits:
     def _set_aside(self, batch: list[Pending]) -> None:
         """While the database is away, the answers it refused are also written at once to a
         spill file on this machine (CacheBackend.keep; the next open of the database stores
-        it), so a kill -9 during the wait loses none: held in memory only, the rerun bought
-        them again. Once the server is back the held copies are stored and the spill's replay
-        finds them there (ON CONFLICT DO NOTHING). A spill refused (no folder has room) leaves
-        them held in memory, as before."""
+        it), so a kill -9 during the wait loses none. Once the server is back the held copies
+        are stored and the spill's replay finds them there (ON CONFLICT DO NOTHING). A spill
+        refused (no folder has room) leaves them held in memory only."""
         new = [(task.key, record) for task, record, _ in batch
                if task.key not in self._spilled_keys]
         if not new:

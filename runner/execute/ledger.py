@@ -5,8 +5,8 @@ is submitted again while an answer to it may still come.
 
 It lives beside the answers, because the keys it guards are cache keys: every job and every
 shard sharing a cache sees the same open batches and none submits a key a live batch already
-holds, whatever `--out` or the working directory says. One interface, `BatchLedger`, two
-implementations: `Ledger`, a small SQLite file `batches.sqlite` in a cache folder (stdlib
+holds, whatever `--out` or the working directory says. `BatchLedger` writes its queries once
+for two databases: `Ledger`, a small SQLite file `batches.sqlite` in a cache folder (stdlib
 sqlite3), and `runner.execute.pgledger.PgLedger`, two tables in a PostgreSQL cache's database.
 Neither holds a secret: ids, states, counts and cache keys only.
 
@@ -27,21 +27,20 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any
 
 from runner.errors import CacheError
 
-__all__ = ["COLUMNS", "FILENAME", "FILES", "LIVE", "TERMINAL", "BatchLedger", "BatchRow", "Ledger"]
+__all__ = ["FILES", "LIVE", "BatchLedger", "BatchRow", "Ledger"]
 
 FILENAME = "batches.sqlite"
 FILES = "batch-files"  # request files kept on this machine until their batch is ingested
 LIVE = frozenset({"submitting", "validating", "in_progress", "finalizing", "cancelling"})
-"""States in which the provider may still answer a batch's requests."""
-TERMINAL = frozenset({"completed", "failed", "expired", "cancelled", "abandoned"})
-"""`abandoned`: reserved, but the provider never created the batch (a kill before create)."""
+"""States in which the provider may still answer a batch's requests; the others: completed,
+failed, expired, cancelled, and `abandoned` (reserved, but no batch will be created)."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS batches (
@@ -94,40 +93,34 @@ class BatchRow:
         """Whether the provider may still answer its requests (its state is in LIVE)."""
         return self.state in LIVE
 
-    @classmethod
-    def of(cls, r: Sequence[object]) -> BatchRow:
-        """A row as either implementation reads it.
 
-        Args:
-            r: the values of one row, in the order of COLUMNS.
-
-        Returns:
-            The row, each value converted to its field's type.
-        """
-        return cls(file_id=str(r[0]), batch_id=None if r[1] is None else str(r[1]),
-                   job=str(r[2]), model=str(r[3]), endpoint=str(r[4]), state=str(r[5]),
-                   requests=int(r[6]), completed=int(r[7]), failed=int(r[8]),  # type: ignore[call-overload]
-                   created=float(r[9]), updated=float(r[10]),  # type: ignore[arg-type]
-                   ingested=bool(r[11]), output_file=None if r[12] is None else str(r[12]),
-                   error_file=None if r[13] is None else str(r[13]))
-
-
-COLUMNS = ("file_id, batch_id, job, model, endpoint, state, requests, completed, failed, "
+_COLUMNS = ("file_id, batch_id, job, model, endpoint, state, requests, completed, failed, "
             "created, updated, ingested, output_file, error_file")
 
 
-class BatchLedger(Protocol):
-    """What runner.execute.batch and `judge batches` need from a ledger (see the module)."""
+def _row(r: Sequence[Any]) -> BatchRow:
+    """A row read in the order of _COLUMNS, `ingested` (0/1 in SQLite) as a bool."""
+    values = list(r)
+    values[11] = bool(values[11])
+    return BatchRow(*values)
+
+
+class BatchLedger(contextlib.AbstractContextManager["BatchLedger"]):
+    """What runner.execute.batch and `judge batches` need from a ledger (see the module): its
+    queries, written once over the tables `_batches` and `_keys`, with `?` placeholders; `Ledger`
+    and runner.execute.pgledger.PgLedger run them on their own database."""
 
     location: str
     """Where the ledger is, for messages (a URL without its password)."""
     files: Path
     """The folder this machine keeps request files in until their batch is ingested."""
+    _batches, _keys = "batches", "batch_keys"
 
     def reserve(self, *, file_id: str, job: str, model: str, endpoint: str,
                 keys: Sequence[str]) -> None:
         """Record, before the create call, that `keys` are about to be submitted in a batch
-        over the uploaded `file_id` (state `submitting`); durable when it returns.
+        over the uploaded `file_id` (state `submitting`); durable when it returns, the row and
+        its keys in one transaction.
 
         Args:
             file_id: the provider's id of the uploaded request file.
@@ -139,7 +132,10 @@ class BatchLedger(Protocol):
         Raises:
             CacheError: the ledger cannot be written.
         """
-        ...
+        now = time.time()
+        self._reserve(f"INSERT INTO {self._batches} (file_id, job, model, endpoint, state, "
+                      "requests, created, updated) VALUES (?, ?, ?, ?, 'submitting', ?, ?, ?)",
+                      (file_id, job, model, endpoint, len(keys), now, now), file_id, keys)
 
     def attach(self, file_id: str, batch_id: str, state: str) -> None:
         """Record the batch the provider created over `file_id`.
@@ -152,7 +148,9 @@ class BatchLedger(Protocol):
         Raises:
             CacheError: the ledger cannot be written.
         """
-        ...
+        self._write(f"recording batch {batch_id}", f"UPDATE {self._batches} SET batch_id = ?, "
+                    "state = ?, updated = ? WHERE file_id = ?",
+                    (batch_id, state, time.time(), file_id))
 
     def update(self, file_id: str, *, state: str, completed: int = 0, failed: int = 0,
                output_file: str | None = None, error_file: str | None = None) -> None:
@@ -169,7 +167,10 @@ class BatchLedger(Protocol):
         Raises:
             CacheError: the ledger cannot be written.
         """
-        ...
+        self._write(f"updating batch file {file_id}",
+                    f"UPDATE {self._batches} SET state = ?, completed = ?, failed = ?, "
+                    "output_file = ?, error_file = ?, updated = ? WHERE file_id = ?",
+                    (state, completed, failed, output_file, error_file, time.time(), file_id))
 
     def mark_ingested(self, file_id: str) -> None:
         """Record that every answer of the batch is in the cache: its keys are free again.
@@ -180,7 +181,8 @@ class BatchLedger(Protocol):
         Raises:
             CacheError: the ledger cannot be written.
         """
-        ...
+        self._write(f"updating batch file {file_id}", f"UPDATE {self._batches} SET "
+                    "ingested = true, updated = ? WHERE file_id = ?", (time.time(), file_id))
 
     def rows(self, job: str | None = None) -> list[BatchRow]:
         """Every batch, oldest first.
@@ -191,7 +193,9 @@ class BatchLedger(Protocol):
         Returns:
             The rows, by creation time.
         """
-        ...
+        where, args = ("WHERE job = ?", (job,)) if job is not None else ("", ())
+        return [_row(r) for r in self._read(
+            f"SELECT {_COLUMNS} FROM {self._batches} {where} ORDER BY created", args)]
 
     def pending(self) -> list[BatchRow]:
         """Batches not yet ingested (live, or ended and not collected): every job's.
@@ -199,7 +203,8 @@ class BatchLedger(Protocol):
         Returns:
             The rows, oldest first.
         """
-        ...
+        return [_row(r) for r in self._read(
+            f"SELECT {_COLUMNS} FROM {self._batches} WHERE NOT ingested ORDER BY created")]
 
     def keys(self, file_id: str) -> list[str]:
         """The cache keys a batch holds.
@@ -210,7 +215,8 @@ class BatchLedger(Protocol):
         Returns:
             The keys `reserve` recorded for it.
         """
-        ...
+        return [k for (k,) in self._read(f"SELECT key FROM {self._keys} WHERE file_id = ?",
+                                         (file_id,))]
 
     def held(self) -> set[str]:
         """Keys in a batch that is not ingested yet: never submit these again.
@@ -218,18 +224,30 @@ class BatchLedger(Protocol):
         Returns:
             The keys of every row not yet ingested, of every job.
         """
-        ...
+        return {k for (k,) in self._read(
+            f"SELECT k.key FROM {self._keys} k JOIN {self._batches} b "
+            "ON b.file_id = k.file_id WHERE NOT b.ingested")}
 
     def close(self) -> None:
         """Close the connection; the ledger is not used again."""
-        ...
+        raise NotImplementedError
 
-    def __enter__(self) -> BatchLedger: ...
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
-    def __exit__(self, *exc: object) -> None: ...
+    def _reserve(self, sql: str, row: Sequence[Any], file_id: str, keys: Sequence[str]) -> None:
+        """Insert the row (`sql` with `row`) and the file's keys in one transaction."""
+        raise NotImplementedError
+
+    def _write(self, what: str, sql: str, params: Sequence[Any]) -> None:
+        """Run one statement in its own transaction; `what` names it in an error."""
+        raise NotImplementedError
+
+    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
 
 
-class Ledger(contextlib.AbstractContextManager["Ledger"]):
+class Ledger(BatchLedger):
     """The batches of one cache directory, in its batches.sqlite."""
 
     def __init__(self, cache_dir: Path) -> None:
@@ -253,90 +271,35 @@ class Ledger(contextlib.AbstractContextManager["Ledger"]):
             raise CacheError(f"{self.path}: cannot open the batch ledger ({exc}); check the "
                              "cache directory's permissions or pass --cache-dir") from None
 
-    def reserve(self, *, file_id: str, job: str, model: str, endpoint: str,
-                keys: Sequence[str]) -> None:
-        """`BatchLedger.reserve`: one transaction for the row and its keys."""
-        now = time.time()
+    def _reserve(self, sql: str, row: Sequence[Any], file_id: str, keys: Sequence[str]) -> None:
         with self._tx():
-            self._db.execute(
-                "INSERT INTO batches (file_id, job, model, endpoint, state, requests, created, "
-                "updated) VALUES (?, ?, ?, ?, 'submitting', ?, ?, ?)",
-                (file_id, job, model, endpoint, len(keys), now, now))
+            self._db.execute(sql, row)
             self._db.executemany("INSERT OR IGNORE INTO batch_keys (file_id, key) VALUES (?, ?)",
                                  ((file_id, k) for k in keys))
 
-    def attach(self, file_id: str, batch_id: str, state: str) -> None:
-        """`BatchLedger.attach`."""
+    def _write(self, what: str, sql: str, params: Sequence[Any]) -> None:
         with self._tx():
-            self._db.execute("UPDATE batches SET batch_id = ?, state = ?, updated = ? "
-                             "WHERE file_id = ?", (batch_id, state, time.time(), file_id))
+            self._db.execute(sql, params)
 
-    def update(self, file_id: str, *, state: str, completed: int = 0, failed: int = 0,
-               output_file: str | None = None, error_file: str | None = None) -> None:
-        """`BatchLedger.update`."""
-        with self._tx():
-            self._db.execute(
-                "UPDATE batches SET state = ?, completed = ?, failed = ?, output_file = ?, "
-                "error_file = ?, updated = ? WHERE file_id = ?",
-                (state, completed, failed, output_file, error_file, time.time(), file_id))
+    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return self._db.execute(sql, params).fetchall()
 
-    def mark_ingested(self, file_id: str) -> None:
-        """`BatchLedger.mark_ingested`."""
-        with self._tx():
-            self._db.execute("UPDATE batches SET ingested = 1, updated = ? WHERE file_id = ?",
-                             (time.time(), file_id))
-
-    def rows(self, job: str | None = None) -> list[BatchRow]:
-        """`BatchLedger.rows`."""
-        where, args = ("WHERE job = ?", (job,)) if job is not None else ("", ())
-        cur = self._db.execute(f"SELECT {COLUMNS} FROM batches {where} ORDER BY created", args)
-        return [BatchRow.of(r) for r in cur]
-
-    def pending(self) -> list[BatchRow]:
-        """`BatchLedger.pending`."""
-        cur = self._db.execute(f"SELECT {COLUMNS} FROM batches WHERE ingested = 0 "
-                               "ORDER BY created")
-        return [BatchRow.of(r) for r in cur]
-
-    def keys(self, file_id: str) -> list[str]:
-        """`BatchLedger.keys`."""
-        return [k for (k,) in self._db.execute(
-            "SELECT key FROM batch_keys WHERE file_id = ?", (file_id,))]
-
-    def held(self) -> set[str]:
-        """`BatchLedger.held`."""
-        return {k for (k,) in self._db.execute(
-            "SELECT k.key FROM batch_keys k JOIN batches b ON b.file_id = k.file_id "
-            "WHERE b.ingested = 0")}
-
-    def _tx(self) -> _Transaction:
-        return _Transaction(self._db, self.path)
+    @contextlib.contextmanager
+    def _tx(self) -> Iterator[None]:
+        """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on an error; a disk error is a CacheError."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        try:
+            self._db.execute("COMMIT")
+        except sqlite3.Error as error:
+            self._db.execute("ROLLBACK")
+            raise CacheError(f"{self.path}: cannot write the batch ledger ({error}); "
+                             "check free disk space") from None
 
     def close(self) -> None:
         """`BatchLedger.close`."""
         self._db.close()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class _Transaction:
-    """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on an error; a disk error is a CacheError."""
-
-    def __init__(self, db: sqlite3.Connection, path: Path) -> None:
-        self.db, self.path = db, path
-
-    def __enter__(self) -> None:
-        self.db.execute("BEGIN IMMEDIATE")
-
-    def __exit__(self, kind: object, exc: object, tb: object) -> None:
-        if kind is None:
-            try:
-                self.db.execute("COMMIT")
-                return
-            except sqlite3.Error as error:
-                self.db.execute("ROLLBACK")
-                raise CacheError(f"{self.path}: cannot write the batch ledger ({error}); "
-                                 "check free disk space") from None
-        self.db.execute("ROLLBACK")
-

@@ -27,7 +27,6 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import IO
 
 from runner.errors import ConfigError
@@ -55,6 +54,11 @@ _SERVER_ENV_NAMES = frozenset({
 
 _PR_SET_PDEATHSIG = 1
 _BIND_ATTEMPTS = 3  # a free port can be taken between our probe and the server's bind
+CACHE_BYTES = 256 << 20
+"""The prompt cache's capacity; one saved state of a ~200-token prompt is ~5 MB for smollm2,
+and the least recently used are dropped first."""
+STARTUP_TIMEOUT_S = 60.0  # for GET /v1/models to answer
+STOP_TIMEOUT_S = 5.0  # after SIGTERM, before SIGKILL
 
 
 def _free_port() -> int:
@@ -112,18 +116,11 @@ class LocalServer:
             common prefix (the ~127-token system + instruction prefix of the OpenMEVA star
             prompt), and measured on 2 cores the cache saved ~14 more prompt tokens per call
             but gave no net speed-up, since each hit restores a state and rescans the logits.
-        cache_bytes: capacity of that prompt cache; one saved state of a ~200-token prompt
-            is ~5 MB for smollm2, and the least recently used are dropped first.
         n_ctx: context size in tokens; the OpenMEVA star prompt with a story is 178-223
             tokens in the chat template, so 2048 leaves room for longer stories and replies.
         n_threads: threads for generation and for prompt processing.
         log_path: where the server's stdout and stderr go; None makes a temp file, kept
             after exit (see `log_path`).
-        startup_timeout: seconds to wait for GET /v1/models to answer.
-        stop_timeout: seconds to wait after SIGTERM before SIGKILL.
-        verbose: llama.cpp's per-request timings in the log.
-        env: the server's environment (default: ours), less the names llama_cpp.server
-            would read as settings.
 
     Start it from a thread that lives as long as the server (normally the main thread):
     on Linux the death signal fires when the *thread* that started the child exits.
@@ -134,27 +131,17 @@ class LocalServer:
         name: str,
         *,
         prompt_cache: bool = False,
-        cache_bytes: int = 256 << 20,
         n_ctx: int = 2048,
         n_threads: int = 2,
         log_path: str | os.PathLike[str] | None = None,
-        startup_timeout: float = 60.0,
-        stop_timeout: float = 5.0,
-        verbose: bool = False,
-        env: Mapping[str, str] | None = None,
     ) -> None:
         """Set up the server; it starts on `__enter__`. Args: as the class's."""
         self.name = name
         self.model = name
         self.prompt_cache = prompt_cache
-        self.cache_bytes = cache_bytes
         self.n_ctx = n_ctx
         self.n_threads = n_threads
         self.log_path: Path | None = Path(log_path) if log_path is not None else None
-        self.startup_timeout = startup_timeout
-        self.stop_timeout = stop_timeout
-        self.verbose = verbose
-        self._env = env
         self.port = 0
         self.startup_seconds = 0.0
         self._proc: subprocess.Popen[bytes] | None = None
@@ -194,8 +181,8 @@ class LocalServer:
             # and they make each prompt-cache save copy n_tokens x 49k floats.
             "--logits_all", "False",
             "--cache", str(self.prompt_cache), "--cache_type", "ram",
-            "--cache_size", str(self.cache_bytes),
-            "--verbose", str(self.verbose),
+            "--cache_size", str(CACHE_BYTES),
+            "--verbose", "False",
         ]
 
     def __enter__(self) -> LocalServer:
@@ -216,12 +203,7 @@ class LocalServer:
         self.startup_seconds = time.monotonic() - started
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._stop()
 
     def _start(self, path: Path, *, last_attempt: bool) -> bool:
@@ -238,7 +220,7 @@ class LocalServer:
             self._proc = subprocess.Popen(
                 self.command(path, self.port),
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env=_child_env(os.environ if self._env is None else self._env),
+                env=_child_env(os.environ),
                 # Our own session: a Ctrl-C in the terminal reaches only us, so in-flight
                 # requests can finish during a graceful shutdown; we stop the server after.
                 start_new_session=True,
@@ -263,7 +245,7 @@ class LocalServer:
 
         # No proxies: an http_proxy in the environment must not see loopback requests.
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        deadline = time.monotonic() + self.startup_timeout
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
         pause = 0.05
         while True:
             rc = self._proc.poll()
@@ -277,14 +259,14 @@ class LocalServer:
                 assert self.log_path is not None
                 raise ConfigError(
                     f"{self.spec}: the llama.cpp server did not answer GET {self.base_url}"
-                    f"/models within {self.startup_timeout:g} s; last lines of "
+                    f"/models within {STARTUP_TIMEOUT_S:g} s; last lines of "
                     f"{self.log_path}:\n{_tail(self.log_path)}"
                 )
             time.sleep(pause)
             pause = min(pause * 2, 0.5)
 
     def _stop(self) -> None:
-        """SIGTERM, then SIGKILL after `stop_timeout`; a second Ctrl-C here still kills it."""
+        """SIGTERM, then SIGKILL after STOP_TIMEOUT_S; a second Ctrl-C here still kills it."""
         proc, self._proc = self._proc, None
         if proc is None:
             return
@@ -292,7 +274,7 @@ class LocalServer:
             if proc.poll() is None:
                 proc.terminate()
                 try:
-                    proc.wait(timeout=self.stop_timeout)
+                    proc.wait(timeout=STOP_TIMEOUT_S)
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()

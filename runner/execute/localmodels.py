@@ -16,8 +16,7 @@ from types import MappingProxyType
 
 from runner.errors import ConfigError
 
-__all__ = ["LOCAL_MODELS", "LOCAL_PREFIX", "LocalModel", "is_local", "model_path", "parse_local",
-           "require_server"]
+__all__ = ["LOCAL_MODELS", "LOCAL_PREFIX", "LocalModel", "model_path", "require_server"]
 
 LOCAL_PREFIX = "local:"
 
@@ -52,37 +51,13 @@ _SERVER_MODULES = (
 )
 
 
-def is_local(spec: str) -> bool:
-    """Whether a model spec names an embedded local model.
-
-    Args:
-        spec: a model spec as written.
-
-    Returns:
-        True when it starts with `local:`.
-    """
-    return spec.startswith(LOCAL_PREFIX)
-
-
-def parse_local(spec: str) -> str:
-    """The local model a `local:NAME` spec names.
-
-    Args:
-        spec: a model spec.
-
-    Returns:
-        NAME, a key of `LOCAL_MODELS`.
-
-    Raises:
-        ConfigError: the spec is not `local:...`, or names no registered model.
-    """
-    if not is_local(spec):
-        raise ConfigError(f"{spec!r} is not a local model spec; write {LOCAL_PREFIX}NAME")
-    name = spec[len(LOCAL_PREFIX):]
+def _model(name: str) -> LocalModel:
+    """The registered model `local:NAME` names; ConfigError naming the known ones if none."""
     if name not in LOCAL_MODELS:
         known = ", ".join(LOCAL_PREFIX + n for n in sorted(LOCAL_MODELS))
-        raise ConfigError(f"{spec!r} is not a known local model; choose one of: {known}")
-    return name
+        raise ConfigError(f"{LOCAL_PREFIX + name!r} is not a known local model; choose one of: "
+                          f"{known}")
+    return LOCAL_MODELS[name]
 
 
 def _install_fix(model: LocalModel) -> str:
@@ -104,8 +79,7 @@ def model_path(name: str) -> Path:
     Raises:
         ConfigError: unknown name, package not installed, or its .gguf file is missing.
     """
-    spec = LOCAL_PREFIX + name
-    model = LOCAL_MODELS[parse_local(spec)]
+    spec, model = LOCAL_PREFIX + name, _model(name)
     try:
         dist = importlib.metadata.distribution(model.package)
     except importlib.metadata.PackageNotFoundError:
@@ -139,7 +113,7 @@ def require_server(name: str = "smollm2") -> None:
     """
     missing = [m for m in _SERVER_MODULES if importlib.util.find_spec(m) is None]
     if missing:
-        model = LOCAL_MODELS[parse_local(LOCAL_PREFIX + name)]
+        model = _model(name)
         raise ConfigError(
             f"{LOCAL_PREFIX}{name} needs llama.cpp's server (missing Python modules: "
             f"{', '.join(missing)}); fix: {_install_fix(model)}"

@@ -1,18 +1,14 @@
 """The worker pool: cache hit, or limiter -> POST -> store, with retries and a clean stop.
 
-N workers pull from one stream of the tasks to call (runner.execute.dispatch: cache hits and
-duplicate keys skipped, looked up in batches, the keys claimed, the budget reserved). A
-response is handed to the store the moment it arrives, with no `await` in between (group
-commit, runner.execute.commits): the answers that arrive in one turn of the event loop are
-stored together at the end of that turn (`append`: a diskcache folder writes them to its
-journal, one write), and an answer counts as done (in the counters, the progress line and the
-manifest) only once that store has returned. A kill -9 loses at most the answers of the turn in
-progress, which were never counted; a cancel or an error stores whatever was received before
-`execute` returns or raises, and every answer is in SQLite (`fold`) when it does (on a full
-disk: in the journal, or a spill file the next open folds). A full cache disk pauses dispatch
-while the answers it refused are held (commits.py). A 429 pauses dispatch for the whole pool
-for the advised time. Setting `stop` (the first Ctrl-C) stops dispatching and retrying;
-in-flight requests finish. Cancelling the caller (the second Ctrl-C) cancels them.
+N workers pull from one stream of the tasks to call (runner.execute.dispatch). A response is
+handed to the store the moment it arrives, with no `await` in between, and counts as done (in
+the counters, the progress line and the manifest) only once stored (group commit,
+runner.execute.commits: a kill -9 loses at most the answers of the turn in progress, never
+counted). A cancel or an error stores whatever was received before `execute` returns or raises,
+and every answer is in SQLite (`fold`) when it does (on a full disk: in the journal, or a spill
+file the next open folds). A 429 pauses dispatch for the whole pool for the advised time.
+Setting `stop` (the first Ctrl-C) stops dispatching and retrying; in-flight requests finish.
+Cancelling the caller (the second Ctrl-C) cancels them.
 """
 
 from __future__ import annotations
@@ -67,10 +63,6 @@ class Endpoint:
     """Returns the key when called (read at call time, never stored)."""
     key_reader: Callable[[str], Callable[[], str | None]] | None = None
     """Variable name -> key reader, for the replicas of `model.endpoints` (each its own key)."""
-
-    @property
-    def url(self) -> str:
-        return self.base_url.rstrip("/") + "/chat/completions"
 
 
 def backoff(attempt: int, retry_after: float | None = None) -> float:
@@ -138,12 +130,12 @@ class _Pool:
             if task is None:  # the cache's database away: dispatch waits until it is back
                 await self.commits.until_room(self.stop)
                 continue
-            release = await self.prefixes.enter(task) if task.prefix else None
+            body, release = await self.prefixes.enter(task) if task.prefix else (None, None)
             try:
                 if task.model in unproven:
-                    await self.probe(task)
+                    await self.probe(task, body)
                 else:  # called directly: a coroutine level costs at every resumption
-                    await self.run_task(task)
+                    await self.run_task(task, body)
             finally:
                 if release is not None:  # the prefix is written: its other requests go
                     release()
@@ -163,16 +155,18 @@ class _Pool:
     def pause(self, seconds: float) -> None:
         self.resume_at = max(self.resume_at, self.loop.time() + seconds)
 
-    async def probe(self, task: Task) -> None:
+    async def probe(self, task: Task, sent: bytes | None = None) -> None:
         """`run_task` for a model whose endpoint has not yet shown it is there (see
         runner.execute.breaker): one such task at a time."""
         async with self.probes[task.model]:
             if task.model in self.breaker.unproven:
-                await self.run_task(task)
+                await self.run_task(task, sent)
                 return
-        await self.run_task(task)
+        await self.run_task(task, sent)
 
-    async def run_task(self, task: Task) -> None:
+    async def run_task(self, task: Task, sent: bytes | None = None) -> None:
+        """Send `task` (`sent`: its body as encoded already by the prefix gate) and store its
+        answer, with retries."""
         fleet = self.fleets[task.model]
         error: APIError | None = None
         avoid: Replica | None = None  # the replica that just failed this task
@@ -192,7 +186,7 @@ class _Pool:
             self.stats.attempts += 1
             route = replica.provider
             body, decode = (task.body, None) if route.plain else \
-                (route.encode(task.body, task.prefix), route.decode)
+                (sent or route.encode(task.body, task.prefix), route.decode)
             try:
                 # One attempt at `replica`, in its provider's dialect (runner.execute.providers),
                 # awaited here: each level of coroutines between the worker and aiohttp costs at
@@ -214,16 +208,12 @@ class _Pool:
                     if not elsewhere:  # another replica is up: retry there at once
                         await self._sleep_unless_stopped(delay)
                 continue
-            except RequestError as exc:
+            except (RequestError, AuthError) as exc:  # asking again gets the same
                 fleet.release(replica)
                 error = exc
-                self._fatal(self._verdict(task, replica, exc, elsewhere=False))
-                break
-            except AuthError as exc:
-                fleet.release(replica)
-                self._fatal(refused(replica.label, replica.key_env,
-                                    replica.api_key() is not None, exc))
-                error = exc
+                self._fatal(refused(replica.label, replica.key_env, replica.api_key() is not None,
+                                    exc) if isinstance(exc, AuthError)
+                            else self._verdict(task, replica, exc, elsewhere=False))
                 break
             # No await from here to the hand-over: a cancel cannot split an answer from its store.
             self._store(task, response, fleet, replica)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import orjson
 
-from runner.execute.providers import cache_marks
+from runner.execute.providers import anthropic_body, cache_marks
 from runner.tasks import Task
 
 __all__ = ["PrefixGate"]
@@ -41,19 +41,27 @@ class PrefixGate:
         self.kinds = kinds
         self.written: dict[str, asyncio.Future[None]] = {}
 
-    async def enter(self, task: Task) -> Callable[[], None] | None:
+    async def enter(self, task: Task) -> tuple[bytes | None, Callable[[], None] | None]:
         """Wait while another request is writing this task's prefix.
 
         Args:
             task: the task about to be sent (its `prefix` is not 0).
 
         Returns:
-            For the first request of a prefix, the call that lets the others go (call it once
-            the request has finished, whatever the outcome); otherwise None.
+            The body to send, for an anthropic model (its body decoded once, for the prefix
+            and the Messages body both), else None; and for the first request of a marked
+            prefix, the call that lets the others go (call it once the request has finished,
+            whatever the outcome), else None.
         """
-        digest = self._digest(task)
-        if digest is None:
-            return None
+        if self.kinds.get(task.model) != "anthropic":
+            return None, None
+        request = orjson.loads(task.body)
+        body = anthropic_body(request, task.prefix)
+        if not cache_marks(request["model"], task.prefix):
+            return body, None
+        text = "".join(m["content"] for m in request["messages"]
+                       if isinstance(m.get("content"), str))
+        digest = hashlib.sha256(f"{request['model']}\x00{text[:task.prefix]}".encode()).hexdigest()
         future = self.written.get(digest)
         if future is None:
             future = self.written[digest] = asyncio.get_running_loop().create_future()
@@ -61,18 +69,7 @@ class PrefixGate:
                 oldest = next(iter(self.written))
                 if self.written[oldest].done():
                     del self.written[oldest]
-            return lambda: None if future.done() else future.set_result(None)
+            return body, lambda: None if future.done() else future.set_result(None)
         if not future.done():
             await future
-        return None
-
-    def _digest(self, task: Task) -> str | None:
-        """The digest of the task's marked prefix (model and text), or None: not marked."""
-        if self.kinds.get(task.model) != "anthropic":
-            return None
-        request = orjson.loads(task.body)
-        if not cache_marks(request["model"], task.prefix):
-            return None
-        text = "".join(m["content"] for m in request["messages"]
-                       if isinstance(m.get("content"), str))
-        return hashlib.sha256(f"{request['model']}\x00{text[:task.prefix]}".encode()).hexdigest()
+        return body, None

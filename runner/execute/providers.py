@@ -140,15 +140,15 @@ def provider(kind: str, base_url: str, *, model: str = "", api_version: str | No
     return Provider(kind, root + "/chat/completions", wire)
 
 
-def anthropic_body(body: bytes, prefix: int = 0) -> bytes:
+def anthropic_body(body: bytes | dict[str, Any], prefix: int = 0) -> bytes:
     """An OpenAI chat-completions body as an Anthropic Messages body: system messages move to
     `system`, `max_tokens` is always set, `stop` becomes `stop_sequences`, and a
     `response_format` asking for JSON becomes a prefilled "{" (the assistant turn begins the
     object; a JSON schema is not enforced: describe the fields in the prompt). A shared
-    prefix long enough to be cached ends in a `cache_control` block (`cache_marked`).
+    prefix long enough to be cached ends in a `cache_control` block (`_cache_marked`).
 
     Args:
-        body: an OpenAI chat-completions body.
+        body: an OpenAI chat-completions body, or that body decoded (not changed here).
         prefix: Task.prefix, the characters of the text its requests share; 0: none.
 
     Returns:
@@ -157,7 +157,7 @@ def anthropic_body(body: bytes, prefix: int = 0) -> bytes:
     Raises:
         RequestError: the body asks for n > 1, which the Messages API does not have.
     """
-    request = orjson.loads(body)
+    request = orjson.loads(body) if isinstance(body, bytes) else body
     if int(request.get("n", 1)) != 1:
         raise RequestError("anthropic: the Messages API has no n > 1; use the prompt's "
                            "samples = N instead of params.n")
@@ -177,7 +177,7 @@ def anthropic_body(body: bytes, prefix: int = 0) -> bytes:
         out["stop_sequences"] = [out["stop_sequences"]]
     out.setdefault("max_tokens", ANTHROPIC_MAX_TOKENS)
     if cache_marks(out["model"], prefix):
-        cache_marked(out, prefix)
+        _cache_marked(out, prefix)
     return orjson.dumps(out)
 
 
@@ -197,15 +197,11 @@ def cache_marks(model: str, prefix: int) -> bool:
     return prefix // CHARS_PER_TOKEN >= (cache_minimum("anthropic", model) or 0)
 
 
-def cache_marked(out: dict[str, Any], prefix: int) -> None:
-    """Cut the Messages body `out` into text blocks where its first `prefix` characters (system,
-    then the first message) end, and mark that block `cache_control` (one breakpoint: Anthropic
-    caches everything before it). Reads at a tenth of the input price what is marked.
-
-    Args:
-        out: a Messages request body, changed in place.
-        prefix: the characters shared by every request of the prompt.
-    """
+def _cache_marked(out: dict[str, Any], prefix: int) -> None:
+    """Cut the Messages body `out` (changed in place) into text blocks where its first `prefix`
+    characters (system, then the first message) end, and mark that block `cache_control` (one
+    breakpoint: Anthropic caches everything before it, then reads it at a tenth of the input
+    price)."""
     system = out.get("system", "")
     if prefix <= len(system):
         out["system"] = _cut(system, prefix)

@@ -6,11 +6,9 @@ several systems' outputs share; an item without one is its own group), hashed wi
 Python's salted hash), so it is the same on every machine whatever the order. It is known
 before anything is rendered: `Shard.owns` is the `keep` of runner.prepare.prepare
 (runner.session.select with `shard`), so a shard drops the other shards' items as it reads the
-data files, and holds, renders, hashes and looks up only its own. Measured as whole `judge run
---shard I/8` processes on a fully cached 40k-task job (bench/README.md, "Shards"): 0.63 s of CPU
-and 90 MB peak RSS a shard, where the split by cache key (every shard rendering the whole job)
-took 0.93 s and 121 MB (1.48x, 1.34x); the rest is what every shard pays whatever N (Python, the
-whole data file parsed, the cache opened: 0.57 s and 49 MB for a shard of 1,000).
+data files, and holds, renders, hashes and looks up only its own: a shard of 8 of a fully cached
+40k-task job, 0.63 s of CPU and 90 MB peak RSS, against 0.93 s and 121 MB (1.48x, 1.34x) when
+every shard rendered the whole job (bench/README.md, "Shards").
 
 Whole groups, because a group prompt needs every member and tasks that send one request
 (aspects of one form, several parsers over one prompt) are nearly always of one item. A
@@ -23,14 +21,10 @@ every task does (the tasks of N shards are the job's, each once).
 Cross-shard duplicates: two tasks of groups in different shards that render the very same
 request (one model, one message text: e.g. two items with the same text under a template that
 reads only that text, one data set listed twice, a source repeated under two group ids) are one
-cache key asked by two shards. The pool looks every key up in the shared cache just before it
-sends it (runner.execute.pool, a few lookup batches ahead), so the shard that comes second reads the
-first one's answer: such a request is paid twice only when both shards look it up before either
-has stored its answer (run at the same time, at the same point of their share); never when the
-shards run one after another. A shard cannot count them: it would have to render the other
-shards' items, the very cost this split removes. `judge plan` over the whole job counts every
-repeated request (its `repeats`), whichever shards they fall in. With `--batch`, a key held by
-another shard's open batch is never submitted again (runner.execute.batch).
+cache key asked by two shards: the claims (runner.execute.claims) have it bought once, online
+or in a batch. A shard cannot count them: it would have to render the other shards' items, the
+very cost this split removes; `judge plan` over the whole job counts every repeated request (its
+`repeats`).
 """
 
 from __future__ import annotations

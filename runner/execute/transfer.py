@@ -25,8 +25,7 @@ import orjson
 from runner.errors import DataError
 from runner.execute.store.backend import CacheBackend
 
-__all__ = ["TransferStats", "copy_cache", "is_archive", "load_archive", "read_archive",
-           "write_archive"]
+__all__ = ["TransferStats", "copy_cache", "is_archive", "load_archive", "write_archive"]
 
 KEYS_PER_ROUND = 1000  # keys per round of has_many / get_many
 _KEY = re.compile(r"^[0-9a-f]{64}$")
@@ -147,19 +146,8 @@ def _parsed(path: Path, number: int, line: bytes) -> tuple[str, dict[str, Any]]:
     return row["key"], record
 
 
-def read_archive(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Read a JSONL archive, checking each line as it is read.
-
-    Args:
-        path: the archive; gzip-compressed when its name ends in .gz.
-
-    Returns:
-        An iterator of (key, record), one a non-blank line.
-
-    Raises:
-        DataError: the file cannot be read, or a line is not a {"key", "record"} object with
-            a cache key and a whole record; it names the file and line.
-    """
+def _read_archive(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(key, record) of each non-blank line of an archive, each line checked as it is read."""
     try:
         with _open(path, "r", gz=path.name.endswith(".gz")) as lines:
             for number, line in enumerate(lines, 1):
@@ -183,8 +171,10 @@ def load_archive(path: Path, dst: CacheBackend,
         How many records were stored and how many keys `dst` had already.
 
     Raises:
-        DataError: as `read_archive`, before anything is stored.
+        DataError: before anything is stored: the file cannot be read, or a line is not a
+            {"key", "record"} object with a cache key and a whole record (it names the file
+            and line).
     """
-    for _ in read_archive(path):
+    for _ in _read_archive(path):
         pass
-    return _store(read_archive(path), dst, progress)
+    return _store(_read_archive(path), dst, progress)
