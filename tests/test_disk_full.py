@@ -17,7 +17,7 @@ import pytest
 
 from runner.execute.store.journal import frames
 from tests.fakeserver import ThreadedServer
-from tests.processes import Child, Processes, processes_fixture  # noqa: F401  (fixture)
+from tests.processes import Child, Processes, processes_fixture, wait_until  # noqa: F401  (fixture)
 from tests.test_cli import (
     JOB,
     SUBPROCESS_TIMEOUT_S,
@@ -110,6 +110,37 @@ def test_a_stop_while_the_disk_is_full_keeps_the_held_answers_for_the_rerun(
     assert all(n == 1 for n in server.state.bodies.values())
     _complete(tmp_path / "out")
     assert not where.exists()  # folded into the cache, and removed
+
+
+def test_a_kill_9_while_the_disk_is_full_loses_no_answer_held(
+        full_disk: dict[str, Any], server: ThreadedServer, processes: Processes,
+        tmp_path: Path) -> None:
+    """An answer held while the disk is full is also written at once where a kill -9 cannot
+    take it (a spill file outside the folder): killed during the wait, the run has lost none,
+    and the rerun buys no answer twice."""
+    run = _start(processes, full_disk, tmp_path)
+    run.wait_for(HELD)
+
+    def kept() -> set[str]:  # the answers on a disk: the cache folder's and the spill files'
+        stored = _stored_bodies(full_disk["cache"], server.state)
+        for spilled in (tmp_path / "tmp").rglob("*.log"):
+            stored |= {server.state.body_key(orjson.loads(raw)["request"])
+                       for _, raw in frames(spilled.read_bytes())}
+        return stored
+
+    wait_until(lambda: server.state.in_flight == 0 and kept() == set(server.state.bodies),
+               "every answer bought kept on a disk while the run waits for room")
+    run.signal(signal.SIGKILL)
+    run.finish(timeout=SUBPROCESS_TIMEOUT_S)
+    bought = server.state.requests
+    assert bought < TASKS  # killed during the wait, not after the end
+    full_disk["filler"].unlink()
+    done = run_judge(*full_disk["args"], env=full_disk["env"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert server.state.requests == TASKS  # the rerun bought only what the killed run had not
+    assert all(n == 1 for n in server.state.bodies.values())
+    _complete(tmp_path / "out")
+    assert not [*(tmp_path / "tmp").rglob("*.log")]  # the spill files stored, and removed
 
 
 def _fill(disk: Path) -> None:

@@ -104,6 +104,7 @@ class Commits:
             return
         if self.held:  # the disk is full: written again with the held ones
             self.held += batch
+            self._set_aside(batch)
             return
         self._store(batch)
 
@@ -164,8 +165,7 @@ class Commits:
         """The store refused `batch` (a full disk, a database away): held, dispatch paused,
         the user told, a retry set."""
         self.held = batch + self.held
-        if isinstance(refusal, CacheAwayError):
-            self._set_aside(batch)
+        self._set_aside(batch)
         if self._retry is None:
             if self.room.is_set():
                 self.room.clear()
@@ -180,11 +180,12 @@ class Commits:
             self._retry = self.loop.call_later(self._delay, self._write_held)
 
     def _set_aside(self, batch: list[Pending]) -> None:
-        """While the database is away, the answers it refused are also written at once to a
-        spill file on this machine (CacheBackend.keep; the next open of the database stores
-        it), so a kill -9 during the wait loses none. Once the server is back the held copies
-        are stored and the spill's replay finds them there (ON CONFLICT DO NOTHING). A spill
-        refused (no folder has room) leaves them held in memory only."""
+        """Every answer held (the disk full, the database away) is also written at once where
+        it survives a kill -9 (CacheBackend.keep: the journal if it takes it now, else a spill
+        file outside the folder, on this machine; the next open stores it), so a kill -9
+        during the wait loses none. Once there is room the held copies are stored too, and
+        storing an answer twice under its key changes nothing. A spill refused (no folder has
+        room) leaves them held in memory only."""
         new = [(task.key, record) for task, record, _ in batch
                if task.key not in self._spilled_keys]
         if not new:
