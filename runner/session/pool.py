@@ -98,7 +98,7 @@ async def run_pool(sel: WorkingSet, served: Job, cache: CacheBackend, *, stop: A
                "stop": stop, "offline": offline, "budget": budget, "stats": stats,
                "on_progress": on_progress, "say": say}
         if sel.job.generate:
-            stats.total += sum(1 for _ in sel.expansion.generation_tasks())
+            stats.total += sel.expansion.generation_count()
             generation = sel.expansion.generation_tasks()
             await execute(_not_in_batches(generation, in_batches, stats), **run)
             if stop.is_set():
