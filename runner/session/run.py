@@ -67,6 +67,9 @@ class Run:
     """Keys a live provider batch holds: never called, counted as not run."""
     dispatched: TaskLog = field(default_factory=TaskLog)
     """The judge tasks the pool dispatched, for the reports."""
+    _leased: CacheBackend | None = field(default=None, init=False, repr=False)
+    """The cache `lease` opened, while it holds the lease: `serve` serves it (one PostgreSQL
+    connection, not two)."""
 
     def check(self, *, batch: bool = False) -> None:
         """Every key the job needs is set and --budget can be kept (an offline run needs
@@ -101,18 +104,24 @@ class Run:
         shard = None if self.sel.shard is None else str(self.sel.shard)
         with open_selected(self.sel) as cache, \
                 cache.lease(lease_name(self.sel.job.name, shard), describe(holder_command)):
-            yield
+            self._leased = cache
+            try:
+                yield
+            finally:
+                self._leased = None
 
     @contextlib.contextmanager
     def serve(self) -> Iterator[tuple[CacheBackend, Job]]:
-        """The cache opened (offline, for reading only: a read-only folder is read as it is)
-        and, unless offline, the local servers of `local:` models started.
+        """The cache (the lease's, else opened; offline, for reading only: a read-only folder
+        is read as it is) and, unless offline, the local servers of `local:` models started.
 
         Yields:
             The open cache, and the job with its local servers' base URLs.
         """
         servers = contextlib.nullcontext(self.sel.job) if self.offline else serving(self.sel.job)
-        with open_selected(self.sel, read_only=self.offline) as cache, servers as served:
+        opened = (open_selected(self.sel, read_only=self.offline) if self._leased is None
+                  else contextlib.nullcontext(self._leased))
+        with opened as cache, servers as served:
             yield cache, served
 
     async def pool(self, cache: CacheBackend, served: Job, *, stop: Any,
