@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from runner.api import WorkingSet, derive, open_selected, run_async
+from runner.api import WorkingSet, derive, key_reader, open_selected, run_async
 from runner.cli.options import resolve, task_selection
 from runner.errors import ConfigError, scrub
 from runner.execute.ledger import FILES, BatchLedger, Ledger
@@ -70,17 +69,9 @@ def batch_models(job: Job, everyone: bool) -> tuple[str, ...]:
 
 def _providers(job: Job, names: tuple[str, ...]) -> dict[str, Provider]:
     from runner.execute.batch import Provider  # 0.51 s (see the top)
-    out = {}
-    for m in job.models:
-        if m.name in names:
-            out[m.name] = Provider(model=m, base_url=m.base_url or "",
-                                   api_key=_key_reader(m.api_key_env))
-    return out
-
-
-def _key_reader(name: str) -> Callable[[], str | None]:
-    """The key, read from the environment at call time; never stored."""
-    return lambda: os.environ.get(name) or None
+    read = key_reader(os.environ)  # each key read at call time, never stored
+    return {m.name: Provider(model=m, base_url=m.base_url or "", api_key=read(m.api_key_env))
+            for m in job.models if m.name in names}
 
 
 @dataclass(slots=True)

@@ -24,7 +24,7 @@ from runner.session.select import WorkingSet, open_selected, unpriced_model
 if TYPE_CHECKING:
     from runner.report.write import Tables
 
-__all__ = ["PACKAGES", "BatchAnswers", "judged_dispatched", "manifest", "rebuild", "report_run",
+__all__ = ["PACKAGES", "BatchAnswers", "judged_dispatched", "manifest", "rebuild",
            "write_run_reports"]
 
 
@@ -123,29 +123,6 @@ def judged_dispatched(sel: WorkingSet, cache: CacheBackend, stats: RunStats,
     """
     return judge(sel.expansion, cache, failures=stats.failures, fresh=frozenset(stats.called),
                  tasks=dispatched.drain(), count=len(dispatched), damaged=stats.failures)
-
-
-def report_run(sel: WorkingSet, stats: RunStats, dispatched: TaskLog, *, started: float,
-               command: str, extra: Mapping[str, Any] | None = None) -> Tables:
-    """A run's reports, written into sel.out_dir.
-
-    Args:
-        sel: the run's selection.
-        stats: the run's counters (failures, keys called, tokens, cost).
-        dispatched: the tasks the pool dispatched (emptied).
-        started: when the run started (seconds since the epoch), for the manifest.
-        command: the command line (or API call), for the manifest.
-        extra: more manifest keys (the batch stage's).
-
-    Returns:
-        The reports' tables (their headline: the correlations `judge` prints).
-    """
-    # reads only (an offline run's folder may be read-only); the manifest once judged: damaged
-    # records are failures
-    with open_selected(sel, read_only=True) as cache:
-        judgments = judged_dispatched(sel, cache, stats, dispatched)
-        return write_run_reports(sel, stats, judgments, started=started, command=command,
-                                 extra=extra)
 
 
 def write_run_reports(sel: WorkingSet, stats: RunStats, judgments: Iterable[Judgment], *,

@@ -1,11 +1,9 @@
 """One run on its road, `judge run`'s and `runner.run`'s alike: select -> serve -> cached first ->
 pool -> report.
 
-`api.selection` is the select phase: it resolves a TaskSelection into a WorkingSet. A Run takes
-that working set the rest of the way, one method a phase. Its caller brings what is its own:
-where the keys are read (`environ`), how the pool is stopped (an asyncio.Event that its signal
-handlers or a notebook's interrupt set), and where progress and messages go. Nothing here
-prints or exits.
+`api.selection` is the select phase (a WorkingSet); a Run takes it the rest of the way, one
+method a phase. Its caller brings where the keys are read (`environ`), how the pool is stopped
+(an asyncio.Event) and where progress and messages go. Nothing here prints or exits.
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ from runner.execute.store.lease import describe, lease_name
 from runner.job.spec import Job
 from runner.reduce.judgments import CachedFirst, Judgment
 from runner.session.pool import TaskLog, run_pool
-from runner.session.report import judged_dispatched, report_run, write_run_reports
+from runner.session.report import judged_dispatched, write_run_reports
 from runner.session.select import (
     WorkingSet,
     check_budget,
@@ -128,15 +126,11 @@ class Run:
                    on_progress: Callable[[RunStats], None],
                    say: Callable[[str], None] = lambda message: None,
                    cached_first: CachedFirst | None = None) -> RunStats:
-        """The pool over the working set (see runner.session.pool.run_pool).
+        """The pool over the working set.
 
         Args:
-            cache: the open cache (`serve`'s).
-            served: the job with its local servers (`serve`'s).
-            stop: an asyncio.Event: set, the pool dispatches nothing more.
-            on_progress: called with the counters as the pool goes.
-            say: prints a line for the user.
-            cached_first: the pass that judged the cached tasks first, if any.
+            cache, served: `serve`'s.
+            stop, on_progress, say, cached_first: as for runner.session.pool.run_pool.
 
         Returns:
             The counters; `sel` now holds the generated data sets.
@@ -152,14 +146,17 @@ class Run:
         """The reports of the tasks the pool dispatched, written into sel.out_dir.
 
         Args:
-            stats: the pool's counters.
-            extra: more manifest keys (the batch stage's).
+            stats: the pool's counters; extra: more manifest keys (the batch stage's).
 
         Returns:
             The reports' tables.
         """
-        return report_run(self.sel, stats, self.dispatched, started=self.started,
-                          command=self.command, extra=extra)
+        # reads only (an offline run's folder may be read-only); the manifest once judged:
+        # damaged records are failures
+        with open_selected(self.sel, read_only=True) as cache:
+            judgments = judged_dispatched(self.sel, cache, stats, self.dispatched)
+            return write_run_reports(self.sel, stats, judgments, started=self.started,
+                                     command=self.command, extra=extra)
 
     def cached_first_count(self) -> int:
         """The run's task count if it can judge its cached tasks first (one shard-less judge

@@ -1,8 +1,6 @@
 """The select phase of a run (and of every command): a TaskSelection resolved into the job, its
-models and items, the cache and the report folder; the checks before any call.
-
-`cli` and `api` read the environment and hand in what they found (a mapping, never read here
-directly). Nothing here prints or exits.
+models and items, the cache and the report folder; the checks before any call. The environment
+comes in as a mapping, never read here.
 """
 
 from __future__ import annotations
@@ -25,9 +23,9 @@ from runner.prepare import prepare
 from runner.reduce.judgments import choices
 from runner.selection import DEFAULT_CACHE_DIR, TaskSelection
 
-__all__ = ["RUN_LIMITS", "Download", "WorkingSet", "answer_text", "check_budget", "check_keys",
-           "check_until_ci", "derive", "job_path", "key_reader", "model_with", "open_selected",
-           "resolve_models", "select", "unpriced_model", "with_run_limits"]
+__all__ = ["Download", "WorkingSet", "check_budget", "check_keys", "check_until_ci", "derive",
+           "job_path", "key_reader", "model_with", "open_selected", "resolve_models", "select",
+           "unpriced_model", "with_run_limits"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +48,7 @@ class WorkingSet:
     `selection`)."""
 
 
-RUN_LIMITS = (("concurrency", "concurrency"), ("rpm", "rpm"), ("tpm", "tpm"),
+_RUN_LIMITS = (("concurrency", "concurrency"), ("rpm", "rpm"), ("tpm", "tpm"),
               ("max_retries", "max_retries"), ("timeout", "timeout_s"), ("until_ci", "until_ci"))
 """`judge run`'s (and runner.run's) option -> the job's `[limits]` field it replaces."""
 
@@ -66,7 +64,7 @@ def with_run_limits(sel: WorkingSet, options: Mapping[str, Any]) -> WorkingSet:
     Returns:
         `sel` with its job's `[limits]` replaced where an option was given.
     """
-    given = {field: options[name] for name, field in RUN_LIMITS
+    given = {field: options[name] for name, field in _RUN_LIMITS
              if options.get(name) is not None}
     return replace(sel, job=sel.job.with_limits(**given))
 
@@ -118,12 +116,10 @@ def open_selected(sel: WorkingSet, *, read_only: bool = False) -> CacheBackend:
     """The selection's cache, opened.
 
     Args:
-        sel: the selection.
-        read_only: the caller only reads, so a folder it may not write is read as it is.
+        sel: the selection; read_only: the caller only reads (see open_cache).
 
     Returns:
-        The shared database when a URL was given (CacheLocation.with_environment checked it),
-        else the folder (a context manager).
+        The shared database when a URL was given, else the folder (a context manager).
     """
     return open_cache(sel.cache_url or sel.cache_dir, read_only=read_only)
 
@@ -180,15 +176,8 @@ def resolve_models(job: Job, specs: tuple[str, ...], base_url: str | None,
     return tuple(resolved)
 
 
-def answer_text(record: Mapping[str, Any] | None) -> str | None:
-    """A generation stage's answer.
-
-    Args:
-        record: a cached record (None: not cached).
-
-    Returns:
-        The text of its first choice; None when not cached or without a choice.
-    """
+def _answer_text(record: Mapping[str, Any] | None) -> str | None:
+    """A generation stage's answer: its record's first choice (None: not cached, no choice)."""
     if record is None:
         return None
     got = choices(record["response"])
@@ -265,7 +254,7 @@ def derive(sel: WorkingSet) -> WorkingSet:
     """
     with open_selected(sel, read_only=True) as cache:
         expansion, missing = sel.expansion.with_generated(
-            lambda task: answer_text(cache.get(task.key)))
+            lambda task: _answer_text(cache.get(task.key)))
     return replace(sel, expansion=expansion, missing_answers=missing)
 
 
