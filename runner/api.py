@@ -6,20 +6,13 @@
     done = runner.run(job, models=["gpt-4o-mini"])  # same cache and resume as `judge run`
     frames = runner.results(done)                   # pandas DataFrames of its reports
 
-Every function takes the selection the commands take (runner/selection.py), as keyword
-arguments: `models` (--model, repeatable), `base_url`, `limit` or `sample` with `seed`,
-`cache_dir`, `cache_url` (--cache), `out`; or as one `TaskSelection(job=..., models=...)` in
-place of the job (its `shard`, `judge run --shard`'s, is refused: the API runs whole jobs).
-And `data_dir` and `environ` (default os.environ), where the commands read JUDGE_DATA_DIR,
-JUDGE_CACHE_DIR, JUDGE_CACHE_URL, OPENAI_BASE_URL and the models' API keys. Unset, they mean
-what the commands' defaults mean, so `run(job)` and `judge run JOB` in the same folder share one
-cache and one `runs/<job>/`.
+Every function takes the selection the commands take, as keyword arguments or as one
+TaskSelection (see `selection`), with the commands' defaults: `run(job)` and `judge run JOB` in
+the same folder share one cache and one `runs/<job>/`. The API runs whole jobs (no `shard`).
 
 Nothing here prints or exits: a problem is a RunnerError (runner/errors.py) with the message
-`judge` would print after "Error:". `run` works inside a running event loop (Jupyter's): it
-runs the pool on its own loop in a worker thread and waits; `await arun(...)` runs it on the
-caller's loop instead. pandas is needed by `results` only (`pip install judge-runner[pandas]`),
-imported by runner/report/frames.py and nowhere else in the runner.
+`judge` would print after "Error:". pandas is needed by `results` only (`pip install
+judge-runner[pandas]`), imported by runner/report/frames.py alone.
 
 `cli` reaches the pipeline only through this module (`selection`, `Run`, `rebuild` ...), so the
 commands and the API cannot drift apart.

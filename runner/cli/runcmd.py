@@ -1,9 +1,6 @@
 """`judge run`: its options, the batch stage, the pool under a two-phase Ctrl-C, a shard's
-summary. The run itself is an api.Run (runner/session/run.py), `runner.run`'s too: its phases
-are checked, leased, served, cached first, pooled and reported there.
-
-Exit codes: 0 all tasks done, 1 some tasks failed (listed), 2 usage or configuration error,
-130 interrupted by Ctrl-C, 143 stopped by SIGTERM (rerun the same command to resume).
+summary; the run itself is an api.Run (runner/session/run.py), `runner.run`'s too. Exit codes:
+runner/cli/main.py.
 """
 
 from __future__ import annotations
@@ -36,9 +33,8 @@ if TYPE_CHECKING:
     from runner.execute.stats import RunStats
 
 # The progress bar (tqdm: 37 ms to import after runner.cli.main) and asyncio (46 ms) are
-# imported inside the functions that use them, not here: `judge --help`, `plan`, `status`,
-# `datasets` and `cache` never pay for them (nor, under runner.session, for the reports and
-# the pool).
+# imported inside the functions that use them: `judge --help`, `plan`, `status`, `datasets` and
+# `cache` never pay for them.
 
 __all__ = ["TERM_GRACE_S", "run"]
 
