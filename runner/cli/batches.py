@@ -1,6 +1,6 @@
 """The batch side of `judge run` (--batch, mode = "batch"), and the `judge batches` command.
 
-`run_batches` runs before the online pool: it settles the ledger, submits what misses the
+`batch_stage` runs before the online pool: it settles the ledger, submits what misses the
 cache for the batch-mode models, and (unless --no-wait) polls and collects. It returns the keys
 the online pool must leave alone: those still in a live batch, and failed ones unless
 --batch-fallback online hands them to the pool.
@@ -34,8 +34,7 @@ if TYPE_CHECKING:
 MAX_BATCH_REQUESTS = 50_000
 """runner.execute.batch_files.MAX_REQUESTS (tests/test_batch.py checks): the --batch-size limit."""
 
-__all__ = ["MAX_BATCH_REQUESTS", "Batched", "batch_models",
-           "batch_stage", "batches", "merge", "open_ledger", "run_batches"]
+__all__ = ["MAX_BATCH_REQUESTS", "Batched", "batch_models", "batch_stage", "batches", "merge"]
 
 
 def batch_models(job: Job, everyone: bool) -> tuple[str, ...]:
@@ -85,35 +84,19 @@ class Batched:
     --batch-fallback online)."""
 
 
-def open_ledger(sel: WorkingSet) -> BatchLedger:
-    """The batch ledger beside the selection's answers.
-
-    Args:
-        sel: the selection.
-
-    Returns:
-        The ledger, to open with `with`: in the PostgreSQL database of a `--cache` URL
-        (request files then kept in the local cache folder), else in the cache folder.
-    """
+def _open_ledger(sel: WorkingSet) -> BatchLedger:
+    """The batch ledger beside the selection's answers, to open with `with`: in the PostgreSQL
+    database of a `--cache` URL (request files then kept in the local cache folder), else in
+    the cache folder."""
     if sel.cache_url:  # a postgresql:// URL: api.selection checked it
         from runner.execute.pgledger import PgLedger  # psycopg, 0.10 s: PostgreSQL only
         return PgLedger(sel.cache_url, sel.cache_dir / FILES)
     return Ledger(sel.cache_dir)
 
 
-def run_batches(sel: WorkingSet, names: tuple[str, ...], options: BatchOptions) -> Batched:
-    """The batch stage: the generation stage, then the judges (over what the generators have
-    answered so far), each through the providers' Batch APIs.
-
-    Args:
-        sel: the selection.
-        names: the models that run in batch mode (see batch_models).
-        options: wait or not, the fallback, the poll interval, the batch size.
-
-    Returns:
-        The stage's counters, the selection (generated data sets derived), and the keys the
-        online pool must leave alone.
-    """
+def _run_batches(sel: WorkingSet, names: tuple[str, ...], options: BatchOptions) -> Batched:
+    """The batch stage of the models `names`: the generation stage, then the judges (over what
+    the generators have answered so far), each through the providers' Batch APIs."""
     from runner.execute.batch import BatchRun  # 0.51 s (see the top)
     from runner.execute.batch_collect import BatchStats  # imported with batch (above)
     stats = BatchStats()
@@ -121,7 +104,7 @@ def run_batches(sel: WorkingSet, names: tuple[str, ...], options: BatchOptions) 
     def say(line: str) -> None:
         click.echo(f"batch: {line}", err=True)
 
-    with open_selected(sel) as cache, open_ledger(sel) as ledger:
+    with open_selected(sel) as cache, _open_ledger(sel) as ledger:
         run = BatchRun(cache=cache, ledger=ledger, providers=_providers(sel.job, names),
                        job=sel.job.name, options=options, say=say, stats=stats, shard=sel.shard)
         if sel.job.generate:
@@ -151,7 +134,7 @@ def batch_stage(sel: WorkingSet, run_options: dict[str, Any]) -> Batched | None:
             poll_interval, batch_size).
 
     Returns:
-        What run_batches returns; None when no model runs in batch mode (or --offline).
+        What _run_batches returns; None when no model runs in batch mode (or --offline).
 
     Raises:
         ConfigError: --budget with batch models, or --no-wait without any.
@@ -166,7 +149,7 @@ def batch_stage(sel: WorkingSet, run_options: dict[str, Any]) -> Batched | None:
                               "\"batch\"; e.g. judge run JOB --batch --no-wait")
         return None
     from runner.execute.batch import BatchOptions  # 0.51 s (see the top)
-    return run_batches(sel, names, BatchOptions(
+    return _run_batches(sel, names, BatchOptions(
         wait=not run_options["no_wait"], fallback=run_options["batch_fallback"],
         poll_s=run_options["poll_interval"], max_requests=run_options["batch_size"],
         max_retries=sel.job.limits.max_retries))
@@ -216,7 +199,7 @@ def batches(task_selection: TaskSelection, cancel: bool) -> None:
     from runner.execute.batch import BatchOptions, BatchRun  # 0.51 s (see the top)
     sel = resolve(task_selection)
     names = tuple(m.name for m in sel.job.models if row(m.kind).batch)
-    with open_selected(sel) as cache, open_ledger(sel) as ledger:
+    with open_selected(sel) as cache, _open_ledger(sel) as ledger:
         run = BatchRun(cache=cache, ledger=ledger, providers=_providers(sel.job, names),
                        job=sel.job.name, options=BatchOptions(), say=lambda s: None)
         live_before = sum(r.live for r in ledger.rows(sel.job.name))

@@ -50,15 +50,14 @@ def counts(stats: RunStats) -> str:
 
 
 def stopped(stats: RunStats, command: str) -> UsageError:
-    """The error of a run that stopped on a fatal error (an endpoint not there, a refused key):
-    its message, and the command that resumes once the cause is fixed.
+    """The error of a run that stopped on a fatal error (an endpoint not there, a refused key).
 
     Args:
-        stats: the run's counters (`fatal` set).
-        command: the command that resumes (the one that ran).
+        stats: the run's counters (`fatal` set); command: the one that ran, which resumes.
 
     Returns:
-        The error to raise (exit 2).
+        The error to raise (exit 2): the message, and the command that resumes once the cause
+        is fixed.
     """
     return UsageError(f"{stats.fatal}; run stopped, nothing lost: rerun to resume: {command}")
 
@@ -67,8 +66,8 @@ def exit_interrupted(stats: RunStats, command: str) -> None:
     """Print the resume line, then exit 143 after SIGTERM, 130 after Ctrl-C.
 
     Args:
-        stats: the interrupted run's counters (`missing`, `terminated`).
-        command: the command that resumes (the one that ran).
+        stats: the interrupted run's counters (`missing`, `terminated`); command: as for
+            `stopped`.
     """
     word = "terminated" if stats.terminated else "interrupted"
     click.echo(f"{word}: {len(stats.missing)} tasks left; rerun to resume: {command}", err=True)

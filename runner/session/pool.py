@@ -132,8 +132,8 @@ def _until_ci(sel: WorkingSet, cache: CacheBackend, stats: RunStats) -> UntilCI 
     # runner.expand_ahead from forking) for every command that imports this module
     from runner.reduce.stopping import UntilCI
     width = sel.job.limits.until_ci
-    seed = sel.task_selection.seed if sel.task_selection is not None else None
-    return None if width is None else UntilCI(sel.expansion, cache, stats, width, seed or 0)
+    seed = sel.task_selection.seed or 0
+    return None if width is None else UntilCI(sel.expansion, cache, stats, width, seed)
 
 
 class TaskLog:

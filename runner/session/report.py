@@ -70,8 +70,8 @@ def manifest(sel: WorkingSet, stats: RunStats | None, started: float,
     Args:
         sel: the selection reported on; its task selection is recorded as `selection`.
         stats: the counters (None: no call, no count).
-        started: when the command started (seconds since the epoch).
-        command: the command line (or API call) that ran.
+        started, command: when the command started (seconds since the epoch), and its command
+            line (or API call).
         kind: "run" (a `judge run`, which may have called), or "rebuild" (rescore, report,
             import: reports from the cache alone, whose counts are of no call).
 
@@ -100,7 +100,7 @@ def manifest(sel: WorkingSet, stats: RunStats | None, started: float,
             **({"until_ci": stats.until_ci} if stats and stats.until_ci else {}),
             "cache_dir": str(sel.cache_dir),
             **({"cache_url": redact_url(sel.cache_url)} if sel.cache_url else {}),
-            "selection": None if sel.task_selection is None else sel.task_selection.recorded()}
+            "selection": sel.task_selection.recorded()}
 
 
 def _iso(t: float) -> str:
@@ -134,8 +134,7 @@ def write_run_reports(sel: WorkingSet, stats: RunStats, judgments: Iterable[Judg
         sel: the run's working set.
         stats: the run's counters, read for the manifest once the judgments have gone by.
         judgments: the run's judgments, read once.
-        started: when the run started (seconds since the epoch), for the manifest.
-        command: the command line (or API call), for the manifest.
+        started, command: for the manifest (see `manifest`).
         extra: more manifest keys (the batch stage's).
 
     Returns:
@@ -153,8 +152,7 @@ def rebuild(sel: WorkingSet, *, started: float, command: str) -> tuple[RunStats,
 
     Args:
         sel: the selection to report on.
-        started: when the command started (seconds since the epoch), for the manifest.
-        command: the command line (or API call), for the manifest.
+        started, command: for the manifest (see `manifest`).
 
     Returns:
         The counts (cache hits, repeats, tasks with no answer, damaged records as failures)

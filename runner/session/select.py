@@ -37,15 +37,15 @@ class WorkingSet:
     expansion: Expansion
     cache_dir: Path
     out_dir: Path
+    task_selection: TaskSelection
+    """The selection this was resolved from, its defaults filled in (the manifest's
+    `selection`)."""
     missing_answers: int = 0
     """Generation tasks with no cached answer yet (their items are not judged yet)."""
     cache_url: str | None = None
     """A shared cache (postgresql://...) used instead of cache_dir; see open_selected."""
     shard: Shard | None = None
     """`judge run --shard I/N`: `expansion` holds only this shard's items (see `select`)."""
-    task_selection: TaskSelection | None = None
-    """The selection this was resolved from, its defaults filled in (the manifest's
-    `selection`)."""
 
 
 _RUN_LIMITS = (("concurrency", "concurrency"), ("rpm", "rpm"), ("tpm", "tpm"),
