@@ -16,7 +16,7 @@ import click
 
 from runner import api
 from runner.cli import Terminated
-from runner.cli.batches import MAX_BATCH_REQUESTS, Batched, batch_models, batch_stage, merge
+from runner.cli.batches import MAX_BATCH_REQUESTS, batch_models, batch_stage, merge
 from runner.cli.cachecmds import job_keys
 from runner.cli.options import PARTIAL_HELP, data_dir, resolve, task_selection
 from runner.cli.outcome import command_line, counts, exit_interrupted, stopped, summarise
@@ -126,7 +126,10 @@ def _run_checked(run: api.Run, run_options: dict[str, Any]) -> None:
         merge(stats, batched)
     if run.sel.shard is not None:  # one shard's reports would be partial: rescore builds them
         _summarise_shard(run.sel, stats, run.command, run_options["rescore_hint"])
-    _report_and_summarise(run, stats, batched, _partial(run_options))
+    if stats.fatal:  # no endpoint, no model or no key: the reports would show only that
+        summarise(run.sel, stats, run.command)
+    tables = run.report(stats, extra={} if batched is None else {"batch": batched.stats.as_dict()})
+    summarise(run.sel, stats, run.command, _partial(run_options), tables.headline)
 
 
 def _summarise_shard(sel: api.WorkingSet, stats: RunStats, command: str, rescore_hint: str) -> None:
@@ -252,13 +255,3 @@ def _partial(run_options: dict[str, Any]) -> bool:
     (held by a batch, over the budget); --offline reports only what is cached, and says so
     with exit 1 unless --partial."""
     return bool(run_options["partial"]) or not run_options["offline"]
-
-
-def _report_and_summarise(run: api.Run, stats: RunStats, batched: Batched | None = None,
-                          partial: bool = True) -> None:
-    """The reports of a run that went through the pool, then its summary (which exits)."""
-    if stats.fatal:  # no endpoint, no model or no key: the reports would show only that
-        summarise(run.sel, stats, run.command)
-    batch = {} if batched is None else {"batch": batched.stats.as_dict()}
-    tables = run.report(stats, extra=batch)
-    summarise(run.sel, stats, run.command, partial, tables.headline)
