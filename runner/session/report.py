@@ -10,7 +10,7 @@ import hashlib
 import importlib.metadata
 import sys
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from runner.errors import redact_url, scrub
@@ -140,11 +140,8 @@ def write_run_reports(sel: WorkingSet, stats: RunStats, judgments: Iterable[Judg
     Returns:
         The reports' tables.
     """
-    from runner.report.write import write_reports  # numpy, 0.42 s: where reports are written
-    answers = BatchAnswers()
-    return write_reports(sel.out_dir, sel.expansion, answers.watch(judgments),
-                         lambda _: {**manifest(sel, stats, started, command), **(extra or {}),
-                                    "batch_answers": answers.answers}, answers.notes)
+    return _write(sel, judgments, lambda _: {**manifest(sel, stats, started, command),
+                                             **(extra or {})})
 
 
 def rebuild(sel: WorkingSet, *, started: float, command: str) -> tuple[RunStats, Tables]:
@@ -158,20 +155,27 @@ def rebuild(sel: WorkingSet, *, started: float, command: str) -> tuple[RunStats,
         The counts (cache hits, repeats, tasks with no answer, damaged records as failures)
         and the reports' tables.
     """
-    stats, answers = RunStats(), BatchAnswers()
+    stats = RunStats()
 
     def counted(tables: Tables) -> dict[str, Any]:
         # a damaged record is a failure (stats.failures), not a task never run
         stats.total, stats.duplicates = tables.tasks, tables.tasks - tables.distinct
         stats.missing = [k for k in tables.missing if k not in stats.failures]
         stats.cache_hits = tables.distinct - len(tables.missing)
-        return {**manifest(sel, stats, started, command, "rebuild"),
-                "batch_answers": answers.answers}
+        return manifest(sel, stats, started, command, "rebuild")
 
     with open_selected(sel, read_only=True) as cache:
-        # a large job's readers start now, and read
-        judged = judge(sel.expansion, cache, damaged=stats.failures)
-        from runner.report.write import write_reports  # 0.42 s, while the readers read
-        tables = write_reports(sel.out_dir, sel.expansion, answers.watch(judged), counted,
-                               answers.notes)
+        # a large job's readers start now, and read while the reports' modules load
+        tables = _write(sel, judge(sel.expansion, cache, damaged=stats.failures), counted)
     return stats, tables
+
+
+def _write(sel: WorkingSet, judgments: Iterable[Judgment],
+           manifest_of: Callable[[Tables], dict[str, Any]]) -> Tables:
+    """The reports of `judgments`, their manifest manifest_of(tables) with the batch answers'
+    count."""
+    from runner.report.write import write_reports  # numpy, 0.42 s: where reports are written
+    answers = BatchAnswers()
+    return write_reports(sel.out_dir, sel.expansion, answers.watch(judgments),
+                         lambda tables: {**manifest_of(tables), "batch_answers": answers.answers},
+                         answers.notes)
