@@ -6,7 +6,7 @@ comes in as a mapping, never read here.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ from runner.reduce.judgments import choices
 from runner.selection import DEFAULT_CACHE_DIR, TaskSelection
 
 __all__ = ["Download", "WorkingSet", "check_budget", "check_keys", "check_until_ci", "derive",
-           "job_path", "key_reader", "model_with", "open_selected", "resolve_models", "select",
+           "job_path", "key_reader", "open_selected", "resolve_models", "select",
            "unpriced_model", "with_run_limits"]
 
 
@@ -124,19 +124,6 @@ def open_selected(sel: WorkingSet, *, read_only: bool = False) -> CacheBackend:
     return open_cache(sel.cache_url or sel.cache_dir, read_only=read_only)
 
 
-def model_with(m: ModelSpec, **changes: Any) -> ModelSpec:
-    """A model with some fields changed.
-
-    Args:
-        m: the model.
-        **changes: its fields' new values by name (base_url, ...).
-
-    Returns:
-        A new ModelSpec, built through its constructor (so its checks run again).
-    """
-    return ModelSpec(**{**{f.name: getattr(m, f.name) for f in fields(m)}, **changes})
-
-
 def resolve_models(job: Job, specs: tuple[str, ...], base_url: str | None,
                    env_base_url: str | None) -> tuple[ModelSpec, ...]:
     """The job's models after --model and --base-url.
@@ -171,7 +158,7 @@ def resolve_models(job: Job, specs: tuple[str, ...], base_url: str | None,
                 raise ConfigError(f"{job.path}: model {m.spec!r} needs its server's URL, even "
                                   "offline (its answers are cached under it): pass --base-url "
                                   "http://HOST:PORT/v1, set OPENAI_BASE_URL, or use openai:NAME")
-            m = model_with(m, base_url=fallback)
+            m = replace(m, base_url=fallback)
         resolved.append(m)
     return tuple(resolved)
 
