@@ -290,9 +290,6 @@ class Expansion:
 def generator_names(job: Job) -> frozenset[str]:
     """The models of the job's generation stages (they judge nothing unless a prompt names them).
 
-    Args:
-        job: the job.
-
     Returns:
         Their names.
     """

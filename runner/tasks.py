@@ -278,9 +278,6 @@ def unit_tasks(item: Item, values: Mapping[str, str], members: tuple[str, ...],
 def prefix_marked(job: Job) -> bool:
     """Whether tasks get their Task.prefix: only anthropic requests mark it.
 
-    Args:
-        job: the job.
-
     Returns:
         True when the job's prompt_cache is on and one of its models is anthropic.
     """

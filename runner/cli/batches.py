@@ -41,7 +41,6 @@ def batch_models(job: Job, everyone: bool) -> tuple[str, ...]:
     """The models whose tasks go through a Batch API.
 
     Args:
-        job: the job.
         everyone: --batch: every model; else those with mode = "batch".
 
     Returns:

@@ -143,9 +143,6 @@ def cache_check(task_selection: TaskSelection | CacheLocation, drop: bool) -> No
 def job_keys(sel: WorkingSet) -> list[str]:
     """The selection's distinct cache keys, in task order (generation stage first).
 
-    Args:
-        sel: the selection.
-
     Returns:
         The keys, each once.
     """

@@ -57,7 +57,6 @@ def with_run_limits(sel: WorkingSet, options: Mapping[str, Any]) -> WorkingSet:
     """The selection with a run's own limits over the job's.
 
     Args:
-        sel: the selection.
         options: the run's options by name (concurrency, rpm, tpm, max_retries, timeout,
             until_ci); one left out or None keeps the job's.
 
@@ -283,7 +282,6 @@ def check_budget(job: Job, budget: float | None) -> None:
     """--budget can be kept: every model has a price.
 
     Args:
-        job: the job.
         budget: --budget in USD; None: no budget, nothing to check.
 
     Raises:

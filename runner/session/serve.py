@@ -16,9 +16,6 @@ __all__ = ["serving"]
 def serving(job: Job) -> Iterator[Job]:
     """Start the embedded local server for `local:` models for the duration of the block.
 
-    Args:
-        job: the job.
-
     Yields:
         The job with each `local:` model's base URL set to its server's (the job as it is
         when it has none).
