@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +21,7 @@ from runner.api import WorkingSet, derive, key_reader, open_selected, run_async
 from runner.cli.options import resolve, task_selection
 from runner.errors import ConfigError, scrub
 from runner.execute.ledger import FILES, BatchLedger, Ledger
+from runner.execute.store.backend import CacheBackend
 from runner.job.providers import row
 from runner.job.spec import Job
 from runner.selection import TaskSelection
@@ -93,9 +96,11 @@ def _open_ledger(sel: WorkingSet) -> BatchLedger:
     return Ledger(sel.cache_dir)
 
 
-def _run_batches(sel: WorkingSet, names: tuple[str, ...], options: BatchOptions) -> Batched:
-    """The batch stage of the models `names`: the generation stage, then the judges (over what
-    the generators have answered so far), each through the providers' Batch APIs."""
+def _run_batches(sel: WorkingSet, names: tuple[str, ...], options: BatchOptions,
+                 opened: Callable[[], AbstractContextManager[CacheBackend]]) -> Batched:
+    """The batch stage of the models `names` on the cache opened(): the generation stage, then
+    the judges (over what the generators have answered so far), each through the providers'
+    Batch APIs."""
     from runner.execute.batch import BatchRun  # 0.51 s (see the top)
     from runner.execute.batch_collect import BatchStats  # imported with batch (above)
     stats = BatchStats()
@@ -103,7 +108,7 @@ def _run_batches(sel: WorkingSet, names: tuple[str, ...], options: BatchOptions)
     def say(line: str) -> None:
         click.echo(f"batch: {line}", err=True)
 
-    with open_selected(sel) as cache, _open_ledger(sel) as ledger:
+    with opened() as cache, _open_ledger(sel) as ledger:
         run = BatchRun(cache=cache, ledger=ledger, providers=_providers(sel.job, names),
                        job=sel.job.name, options=options, say=say, stats=stats, shard=sel.shard)
         if sel.job.generate:
@@ -124,13 +129,15 @@ def _run_batches(sel: WorkingSet, names: tuple[str, ...], options: BatchOptions)
     return Batched(stats=stats, sel=sel, in_batches=frozenset(in_batches))
 
 
-def batch_stage(sel: WorkingSet, run_options: dict[str, Any]) -> Batched | None:
+def batch_stage(sel: WorkingSet, run_options: dict[str, Any],
+                opened: Callable[[], AbstractContextManager[CacheBackend]]) -> Batched | None:
     """`judge run`'s batch stage from its options.
 
     Args:
         sel: the run's selection.
         run_options: `judge run`'s options by name (batch, budget, offline, no_wait, batch_fallback,
             poll_interval, batch_size).
+        opened: opens the run's cache (api.Run.opened).
 
     Returns:
         What _run_batches returns; None when no model runs in batch mode (or --offline).
@@ -151,7 +158,7 @@ def batch_stage(sel: WorkingSet, run_options: dict[str, Any]) -> Batched | None:
     return _run_batches(sel, names, BatchOptions(
         wait=not run_options["no_wait"], fallback=run_options["batch_fallback"],
         poll_s=run_options["poll_interval"], max_requests=run_options["batch_size"],
-        max_retries=sel.job.limits.max_retries))
+        max_retries=sel.job.limits.max_retries), opened)
 
 
 def merge(stats: RunStats, batched: Batched) -> None:

@@ -115,7 +115,7 @@ def run(task_selection: TaskSelection, **run_options: Any) -> None:
 def _run_checked(run: api.Run, run_options: dict[str, Any]) -> None:
     """`judge run` once its options are checked (and its lease held): the batch stage, the
     pool (after the cached tasks, on a large run), the reports."""
-    batched = batch_stage(run.sel, run_options)
+    batched = batch_stage(run.sel, run_options, run.opened)
     if batched is not None:
         run.sel, run.in_batches = batched.sel, batched.in_batches
     if batched is None and (count := run.cached_first_count()):

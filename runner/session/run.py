@@ -66,8 +66,7 @@ class Run:
     dispatched: TaskLog = field(default_factory=TaskLog)
     """The judge tasks the pool dispatched, for the reports."""
     _leased: CacheBackend | None = field(default=None, init=False, repr=False)
-    """The cache `lease` opened, while it holds the lease: `serve` serves it (one PostgreSQL
-    connection, not two)."""
+    """The cache `lease` opened, while it holds the lease (see `opened`)."""
 
     def check(self, *, batch: bool = False) -> None:
         """Every key the job needs is set and --budget can be kept (an offline run needs
@@ -110,17 +109,27 @@ class Run:
 
     @contextlib.contextmanager
     def serve(self) -> Iterator[tuple[CacheBackend, Job]]:
-        """The cache (the lease's, else opened; offline, for reading only: a read-only folder
-        is read as it is) and, unless offline, the local servers of `local:` models started.
+        """The cache (`opened`) and, unless offline, the local servers of `local:` models
+        started.
 
         Yields:
             The open cache, and the job with its local servers' base URLs.
         """
         servers = contextlib.nullcontext(self.sel.job) if self.offline else serving(self.sel.job)
-        opened = (open_selected(self.sel, read_only=self.offline) if self._leased is None
-                  else contextlib.nullcontext(self._leased))
-        with opened as cache, servers as served:
+        with self.opened() as cache, servers as served:
             yield cache, served
+
+    def opened(self) -> contextlib.AbstractContextManager[CacheBackend]:
+        """The run's cache: the lease's while it is held, so that the batch stage and the pool
+        share one connection and one journal (what one stored, the other sees), else the
+        selection's, opened (offline, for reading only).
+
+        Returns:
+            The cache, to open with `with`.
+        """
+        if self._leased is not None:
+            return contextlib.nullcontext(self._leased)
+        return open_selected(self.sel, read_only=self.offline)
 
     async def pool(self, cache: CacheBackend, served: Job, *, stop: Any,
                    on_progress: Callable[[RunStats], None],
