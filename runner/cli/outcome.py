@@ -7,7 +7,6 @@ cache (rescore, report, import: runner/cli/studycmds.py).
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -123,18 +122,17 @@ def summarise(sel: api.WorkingSet, stats: RunStats, command: str, partial: bool 
         sys.exit(1)
 
 
-def rebuild_reports(sel: api.WorkingSet, started: float | None = None,
+def rebuild_reports(sel: api.WorkingSet, started: float,
                     then: Callable[[], None] = lambda: None, partial: bool = False) -> None:
     """Reports from the cache alone (rescore, report, import), then the summary.
 
     Args:
         sel: the selection to report on.
-        started: when the command started (seconds since the epoch) [default: now].
+        started: when the command started (seconds since the epoch).
         then: runs once the reports are written, before the summary (which may exit).
         partial: as for `summarise`.
     """
     command = command_line()
-    stats, tables = api.rebuild(sel, started=time.time() if started is None else started,
-                                command=command)
+    stats, tables = api.rebuild(sel, started=started, command=command)
     then()
     summarise(sel, stats, command, partial, tables.headline)

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 from runner.errors import redact_url, scrub
 from runner.execute.stats import RunStats
 from runner.execute.store.backend import CacheBackend
-from runner.job.bill import Bill
 from runner.reduce.judgments import Judgment, judge
 from runner.session.pool import TaskLog
 from runner.session.select import WorkingSet, open_selected, unpriced_model
@@ -63,13 +62,13 @@ class BatchAnswers:
                               "judgments.jsonl says which.")
 
 
-def manifest(sel: WorkingSet, stats: RunStats | None, started: float,
+def manifest(sel: WorkingSet, stats: RunStats, started: float,
              command: str, kind: str = "run") -> dict[str, Any]:
     """manifest.json: what ran, with which versions, what it did and cost. Never a key.
 
     Args:
         sel: the selection reported on; its task selection is recorded as `selection`.
-        stats: the counters (None: no call, no count).
+        stats: the counters.
         started, command: when the command started (seconds since the epoch), and its command
             line (or API call).
         kind: "run" (a `judge run`, which may have called), or "rebuild" (rescore, report,
@@ -82,22 +81,21 @@ def manifest(sel: WorkingSet, stats: RunStats | None, started: float,
     for pkg in PACKAGES:
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             versions[pkg] = importlib.metadata.version(pkg)
-    counts = stats.as_dict() if stats else {}
     return {"kind": kind, "job": sel.job.name, "job_file": str(sel.job.path),
             "job_sha256": hashlib.sha256(sel.job.path.read_bytes()).hexdigest(),
             "command": scrub(command), "versions": versions, "python": sys.version.split()[0],
             "started": _iso(started), "ended": _iso(time.time()),
             "models": [{"name": m.name, "spec": m.spec, "endpoint": redact_url(m.endpoint)
                         if m.base_url or m.kind == "local" else None} for m in sel.job.models],
-            "counts": counts,
-            "usage": {"prompt_tokens": stats.prompt_tokens if stats else 0,
-                      "completion_tokens": stats.completion_tokens if stats else 0},
-            "estimated_cost_usd": None if (stats and stats.unpriced) or unpriced_model(sel.job)
-            else round(stats.cost, 6) if stats else 0.0,
-            "unpriced_calls": stats.unpriced if stats else 0,
-            "bill": (stats.bill if stats else Bill()).as_dict(unknown=unpriced_model(sel.job)),
-            "endpoints": stats.endpoint_counts() if stats else {},
-            **({"until_ci": stats.until_ci} if stats and stats.until_ci else {}),
+            "counts": stats.as_dict(),
+            "usage": {"prompt_tokens": stats.prompt_tokens,
+                      "completion_tokens": stats.completion_tokens},
+            "estimated_cost_usd": None if stats.unpriced or unpriced_model(sel.job)
+            else round(stats.cost, 6),
+            "unpriced_calls": stats.unpriced,
+            "bill": stats.bill.as_dict(unknown=unpriced_model(sel.job)),
+            "endpoints": stats.endpoint_counts(),
+            **({"until_ci": stats.until_ci} if stats.until_ci else {}),
             "cache_dir": str(sel.cache_dir),
             **({"cache_url": redact_url(sel.cache_url)} if sel.cache_url else {}),
             "selection": sel.task_selection.recorded()}
