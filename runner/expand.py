@@ -169,17 +169,17 @@ class Expansion:
                 digest.update(orjson.dumps(chunk, default=dict))  # fields not a dict: as one
         return digest.hexdigest()
 
-    def skeleton(self, keys: Iterator[str] | None = None) -> Iterator[Task]:
+    def skeleton(self, keys: Iterator[str]) -> Iterator[Task]:
         """Every judge task, in the order of tasks(), without rendering or hashing a request.
 
         Args:
-            keys: the tasks' keys in that order, computed elsewhere; None: every key "".
+            keys: the tasks' keys in that order, computed elsewhere.
 
         Returns:
             tasks()'s tasks with body b"" and token estimates 0.
         """
         judges = {p.name: self.judges(p) for p in self.job.prompts}
-        key = (keys if keys is not None else itertools.repeat("")).__next__
+        key = keys.__next__
         for item, _, members, prompt, aspect, _ in self._units():
             item_id = item.group if members else item.item_id
             for model in judges[prompt.name]:
