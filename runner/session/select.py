@@ -184,12 +184,11 @@ def select(chosen: TaskSelection, *, data_dir: Path, env_base_url: str | None = 
     """Load, resolve and expand a job; generated data sets come from the cache as it is.
 
     Args:
-        chosen: the task selection; its cache location as given (see
-            CacheLocation.with_environment: a cache_dir left None is ./cache).
+        chosen: the task selection; its cache location as given (a cache_dir left None is
+            ./cache).
         data_dir: where the data sets' files are.
         env_base_url: OPENAI_BASE_URL, the endpoint of bare model names without --base-url.
-        stream: one pass over the tasks is all the caller needs (see runner.prepare.prepare).
-        download: fetch the job's missing registered data sets first (`judge run`).
+        stream, download: as for runner.api.selection.
 
     Returns:
         The WorkingSet: the job (its judges replaced by `chosen.models`, a shard's rpm and tpm
