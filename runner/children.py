@@ -64,11 +64,10 @@ def unframed(pipe: IO[bytes]) -> bytes | None:
     return data if len(data := pipe.read(size)) == size else None
 
 
-class Spawned(contextlib.AbstractContextManager["Spawned"]):
+class Spawned:
     """`python -P -m module args...` in a fresh interpreter, its stdin, stdout and stderr piped
-    to this process. -P keeps the current folder off sys.path (a user's own ./runner would
-    shadow ours), and PYTHONPATH leads to this package. Use as a context manager, which always
-    ends it."""
+    to this process, until `close`. -P keeps the current folder off sys.path (a user's own
+    ./runner would shadow ours), and PYTHONPATH leads to this package."""
 
     def __init__(self, module: str, *args: str) -> None:
         ours = str(Path(__file__).resolve().parents[1])
@@ -127,9 +126,6 @@ class Spawned(contextlib.AbstractContextManager["Spawned"]):
         self.end()
         if self.process.stderr is not None:
             self.process.stderr.close()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def alive(pid: int) -> bool:
