@@ -6,23 +6,16 @@
     done = runner.run(job, models=["gpt-4o-mini"])  # same cache and resume as `judge run`
     frames = runner.results(done)                   # pandas DataFrames of its reports
 
-Every function takes the selection the commands take (runner/selection.py), as keyword
-arguments: `models` (--model, repeatable), `base_url`, `limit` or `sample` with `seed`,
-`cache_dir`, `cache_url` (--cache), `out`; or as one `TaskSelection(job=..., models=...)` in
-place of the job (its `shard`, `judge run --shard`'s, is refused: the API runs whole jobs).
-And `data_dir` and `environ` (default os.environ), where the commands read JUDGE_DATA_DIR,
-JUDGE_CACHE_DIR, JUDGE_CACHE_URL, OPENAI_BASE_URL and the models' API keys. Unset, they mean
-what the commands' defaults mean, so `run(job)` and `judge run JOB` in the same folder share one
-cache and one `runs/<job>/`.
+Every function takes the selection the commands take, as keyword arguments or as one
+TaskSelection (see `selection`), with the commands' defaults: `run(job)` and `judge run JOB` in
+the same folder share one cache and one `runs/<job>/`. The API runs whole jobs (no `shard`).
 
 Nothing here prints or exits: a problem is a RunnerError (runner/errors.py) with the message
-`judge` would print after "Error:". `run` works inside a running event loop (Jupyter's): it
-runs the pool on its own loop in a worker thread and waits; `await arun(...)` runs it on the
-caller's loop instead. pandas is needed by `results` only (`pip install judge-runner[pandas]`),
-imported by runner/report/frames.py and nowhere else in the runner.
+`judge` would print after "Error:". pandas is needed by `results` only (`pip install
+judge-runner[pandas]`), imported by runner/report/frames.py alone.
 
-`cli` calls `selection`, `plan`, `report_run` and `rebuild` for its `run`, `plan`, `rescore`,
-`report` and `import`, so the commands and the API cannot drift apart.
+`cli` reaches the pipeline only through this module (`selection`, `Run`, `rebuild` ...), so the
+commands and the API cannot drift apart.
 """
 
 from __future__ import annotations
@@ -52,12 +45,13 @@ from runner.session.plan import all_tasks as all_tasks
 from runner.session.plan import estimate as estimate
 from runner.session.pool import run_async as run_async
 from runner.session.report import BatchAnswers as BatchAnswers
-from runner.session.report import judged_dispatched, rebuild, report_run
+from runner.session.report import rebuild
 from runner.session.run import Run as Run
 from runner.session.select import Download as Download
 from runner.session.select import WorkingSet as WorkingSet
 from runner.session.select import derive as derive
 from runner.session.select import job_path as job_path
+from runner.session.select import key_reader as key_reader
 from runner.session.select import open_selected as open_selected
 from runner.session.select import select
 from runner.session.select import unpriced_model as unpriced_model
@@ -67,9 +61,8 @@ if TYPE_CHECKING:
     from runner.report.headline import Headline  # numpy (correlate): not at start-up
     from runner.report.write import Tables
 
-__all__ = ["COLUMNS", "ModelPlan", "Results", "RunResult", "TaskSelection", "arun",
-           "judged_dispatched", "load_job", "plan", "rebuild", "report_run", "rescore", "results",
-           "run", "selection"]
+__all__ = ["COLUMNS", "ModelPlan", "Results", "RunResult", "TaskSelection", "arun", "load_job",
+           "plan", "rebuild", "rescore", "results", "run", "selection"]
 
 JobLike = Job | TaskSelection | WorkingSet | str | os.PathLike[str]
 """A Job from load_job, a job file path, a name under jobs/ (`openmeva`), or a TaskSelection
@@ -239,11 +232,6 @@ def run(job: JobLike, **options: Any) -> RunResult:
         worker.shutdown(wait=False)
 
 
-def _environ(options: Mapping[str, Any]) -> Mapping[str, str]:
-    given: Mapping[str, str] | None = options.get("environ")
-    return os.environ if given is None else given
-
-
 _RUN_OPTIONS = ("concurrency", "rpm", "tpm", "max_retries", "timeout", "until_ci", "offline",
                 "budget", "on_progress", "_stoppers")
 
@@ -261,7 +249,7 @@ async def arun(job: JobLike, **options: Any) -> RunResult:
     """
     started = time.time()
     run_options = {k: options.pop(k) for k in _RUN_OPTIONS if k in options}
-    env = _environ(options)
+    env: Mapping[str, str] = os.environ if options.get("environ") is None else options["environ"]
     sel = _whole(selection(job, **options), "run")
     sel = with_run_limits(sel, run_options)
     check_out(sel.out_dir)

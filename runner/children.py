@@ -1,16 +1,10 @@
 """Every child process judge-runner starts for itself, and how it starts, talks to and ends
 them: the one place for them (docs/explanation/processes.md says which command has which).
 
-Two kinds, each with its contract:
-
-- `Spawned`: a fresh interpreter running `python -P -m MODULE ARGS` (the cache reader), whatever
-  threads this process has. It talks over its stdin and stdout in frames (`framed`: a 4-byte
-  big-endian length, then the bytes). `end` closes its pipes (EOF ends it), waits up to 10 s,
-  then kills it; it ignores Ctrl-C (this process decides).
-- `Forked`: a fork sharing this process's memory copy-on-write (the forked expanders of a
-  rescore, a report computed aside), only where `forkable` says so. It writes to one pipe this
-  process reads; `reap` waits for it, `stop` kills it. It never runs the collector or atexit
-  handlers and leaves with os._exit.
+Two kinds, each with its contract in its class: `Spawned`, a fresh interpreter (the cache
+reader), whatever threads this process has, talking in frames (`framed`) over its stdin and
+stdout; `Forked`, a fork sharing this process's memory copy-on-write (the forked expanders of a
+rescore, a report computed aside), only where `forkable` says so, writing to one pipe.
 
 A child that dies (killed, out of memory) is never an error of the command: its parent does
 the child's work itself, so a kill -9 of a child loses nothing. `one_process(True)`
@@ -55,14 +49,14 @@ def framed(data: bytes) -> bytes:
 
 
 def unframed(pipe: IO[bytes]) -> bytes | None:
-    """The next frame's bytes from `pipe`; None at its end, or if it was cut short (the writer
-    stopped writing it: a child that died).
+    """The next frame's bytes from `pipe`.
 
     Args:
         pipe: the reading end, positioned at a frame's start.
 
     Returns:
-        The frame's data, or None at the end of the pipe or a cut frame.
+        The frame's data; None at the end of the pipe, or if the frame was cut short (the
+        writer stopped writing it: a child that died).
     """
     if len(head := pipe.read(_LENGTH)) != _LENGTH:
         return None
@@ -70,11 +64,10 @@ def unframed(pipe: IO[bytes]) -> bytes | None:
     return data if len(data := pipe.read(size)) == size else None
 
 
-class Spawned(contextlib.AbstractContextManager["Spawned"]):
+class Spawned:
     """`python -P -m module args...` in a fresh interpreter, its stdin, stdout and stderr piped
-    to this process. -P keeps the current folder off sys.path (a user's own ./runner would
-    shadow ours), and PYTHONPATH leads to this package. Use as a context manager, which always
-    ends it."""
+    to this process, until `close`. -P keeps the current folder off sys.path (a user's own
+    ./runner would shadow ours), and PYTHONPATH leads to this package."""
 
     def __init__(self, module: str, *args: str) -> None:
         ours = str(Path(__file__).resolve().parents[1])
@@ -85,13 +78,13 @@ class Spawned(contextlib.AbstractContextManager["Spawned"]):
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
 
     def send(self, data: bytes) -> bool:
-        """Write `data` as a frame to the child's stdin; False if the child is gone.
+        """Write `data`, one message, as a frame to the child's stdin.
 
         Args:
             data: one message.
 
         Returns:
-            True when written.
+            True when written, False if the child is gone.
         """
         stdin = self.process.stdin
         try:
@@ -134,13 +127,10 @@ class Spawned(contextlib.AbstractContextManager["Spawned"]):
         if self.process.stderr is not None:
             self.process.stderr.close()
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
 
 def alive(pid: int) -> bool:
     """Whether process `pid` exists (another user's counts): the owner of a leftover file
-    named by its pid (an upload, a report stage) is gone when this is False.
+    named by its pid (an upload, a report stage).
 
     Args:
         pid: a process id of this machine.
@@ -158,10 +148,9 @@ def alive(pid: int) -> bool:
 
 
 def one_process(on: bool) -> None:
-    """Run every command in this one process (JUDGE_PROCESSES=1, read by the cli): no reader
-    child and no forked expander or report, whatever the machine, so that any bug
-    can be bisected against the simple path. Results are the same either way; the children
-    only buy speed (docs/explanation/processes.md).
+    """Run every command in this one process (JUDGE_PROCESSES=1, read by the cli): no child,
+    whatever the machine (see the module's docstring). Results are the same either way; the
+    children only buy speed.
 
     Args:
         on: True to keep every command in this process.

@@ -188,14 +188,12 @@ class APIError(RunnerError):
     def __init__(self, message: str, *, status: int | None = None,
                  retry_after: float | None = None, kind: str | None = None,
                  detail: str | None = None) -> None:
-        """Build the error; the attributes are those of the class.
+        """Build the error.
 
         Args:
             message: the exception's text, already passed through `scrub`.
-            status: the HTTP status, None without a response.
-            retry_after: seconds the server asked to wait, if it said so.
-            kind: the short label; defaults to the status, else "error".
-            detail: what went wrong without the label; defaults to `message`.
+            status, retry_after, kind, detail: the attributes; `kind` defaults to the status,
+                else "error", `detail` to `message`.
         """
         super().__init__(message)
         self.status = status

@@ -28,7 +28,7 @@ from runner.job.spec import GenerateSpec, Job, ModelSpec, PromptSpec, placeholde
 from runner.parse import metrics
 from runner.tasks import Frames, Task, new_task, prefix_marked, unit_tasks
 
-__all__ = ["OUTPUT_N", "Expansion", "ItemIndex"]
+__all__ = ["OUTPUT_N", "Expansion", "ItemIndex", "generator_names"]
 
 _END = 1 << 62  # past any task's index
 # Not in any key, nor deciding the tasks' order: what the fingerprint leaves out.
@@ -72,7 +72,7 @@ class Expansion:
         """
         if prompt.models:
             return [m for m in self.job.models if m.name in prompt.models]
-        generators = {name for g in self.job.generate for name in g.models}
+        generators = generator_names(self.job)
         return [m for m in self.job.models if m.name not in generators]
 
     def _units(self) -> Iterator[_Unit]:
@@ -169,17 +169,17 @@ class Expansion:
                 digest.update(orjson.dumps(chunk, default=dict))  # fields not a dict: as one
         return digest.hexdigest()
 
-    def skeleton(self, keys: Iterator[str] | None = None) -> Iterator[Task]:
+    def skeleton(self, keys: Iterator[str]) -> Iterator[Task]:
         """Every judge task, in the order of tasks(), without rendering or hashing a request.
 
         Args:
-            keys: the tasks' keys in that order, computed elsewhere; None: every key "".
+            keys: the tasks' keys in that order, computed elsewhere.
 
         Returns:
             tasks()'s tasks with body b"" and token estimates 0.
         """
         judges = {p.name: self.judges(p) for p in self.job.prompts}
-        key = (keys if keys is not None else itertools.repeat("")).__next__
+        key = keys.__next__
         for item, _, members, prompt, aspect, _ in self._units():
             item_id = item.group if members else item.item_id
             for model in judges[prompt.name]:
@@ -204,15 +204,30 @@ class Expansion:
         Returns:
             A task per source item x candidate model, stage by stage.
         """
+        frames, marks = Frames(), prefix_marked(self.job)
+        for item, values, prompt, template, models in self._generation_units():
+            yield from unit_tasks(item, values, (), prompt, "answer", template, models, frames,
+                                  marks)
+
+    def generation_count(self) -> int:
+        """The number of generation tasks, counted without rendering a request.
+
+        Returns:
+            len(list(self.generation_tasks())), without making them.
+        """
+        return sum(len(models) * prompt.samples
+                   for _, _, prompt, _, models in self._generation_units())
+
+    def _generation_units(self) -> Iterator[tuple[Item, dict[str, str], PromptSpec, str,
+                                                  list[ModelSpec]]]:
+        """(source item, template values, prompt, template, candidate models) per unit."""
         for spec in self.job.generate:
             prompt = spec.prompt()
             models = [m for m in self.job.models if m.name in spec.models]
-            frames = Frames()
             for item in self.items[spec.dataset]:
                 values = _joined(prompt, item.fields)
                 if (template := prompt.template("answer", item.subset, values)) is not None:
-                    yield from unit_tasks(item, values, (), prompt, "answer", template, models,
-                                          frames, prefix_marked(self.job))
+                    yield item, values, prompt, template, models
 
     def with_generated(self, answer: Callable[[Task], str | None]) -> tuple[Expansion, int]:
         """This expansion plus the generated data sets.
@@ -270,6 +285,15 @@ class Expansion:
         except KeyError:
             raise ConfigError(f"data set {dataset!r} has no item {item_id!r} (within --limit)"
                               ) from None
+
+
+def generator_names(job: Job) -> frozenset[str]:
+    """The models of the job's generation stages (they judge nothing unless a prompt names them).
+
+    Returns:
+        Their names.
+    """
+    return frozenset(name for g in job.generate for name in g.models)
 
 
 class ItemIndex(Mapping[tuple[str, str], Item]):

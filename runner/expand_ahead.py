@@ -5,17 +5,11 @@ and bytes (runner.execute.store.reader.sent_of), this module makes tasks of them
 
 What it buys, as a whole process, with the reader child (runner.execute.store.reader): a fully
 cached `judge rescore` took 1.24x as long with JUDGE_PROCESSES=1 (no child) as with them, at
-100k tasks (rounds 0.63-1.37) and at 1M (rounds 1.42, 1.07); issue 26 measured 1.45x at 100k
-(bench/mechanisms.py; bench/README.md "What each mechanism buys"). The key index
-(runner.execute.store.keyindex) spares the children rendering and hashing a job they have read
-before: 1.22-1.25x (its docstring).
-
+100k and at 1M tasks (bench/mechanisms.py). The key index (runner.execute.store.keyindex) spares
+the children rendering and hashing a job they have read before: 1.22-1.25x (its docstring).
 From PostgreSQL, the children keep the located index (keyindex; PgCache.get_many_raw_at) and
-read rows by place: `python -m bench.located` (10M tasks, fully cached, 2026-11-27, load
-1.0-2.5) measured `judge rescore` 224.2 s without it (the read by key that stores it) and
-155.4 s with it, 1.44x, and a cached `judge run` 231.5 s and 146.1 s, 1.58x; the server's CPU
-~100 s a command without, ~13 s with. The same alternated by hand that morning: 1.33x and
-1.31x on the means (pairs 1.19-1.48).
+read rows by place: 1.44x for a 10M-task `judge rescore`, 1.58x for a cached `judge run`
+(`python -m bench.located`). Rounds and loads: bench/README.md "What each mechanism buys".
 """
 
 from __future__ import annotations
@@ -56,10 +50,8 @@ def expanded(cache: CacheBackend, expansion: Expansion, size: int, count: int
     this process (runner.execute.store.backend.answers).
 
     Args:
-        cache: where the answers are read from.
-        expansion: the job's tasks.
-        size: the tasks per batch.
-        count: the number of tasks, so that the caller's count is not made again.
+        cache: where the answers are read from; expansion: the job's tasks.
+        size: the tasks per batch; count: the number of tasks (not counted again here).
 
     Returns:
         The batches in task order, each a list of tasks and their stored answers by key.
@@ -77,8 +69,7 @@ def expander_pays(cache: object, count: int) -> TypeGuard[Rereadable]:
     fork now: runner.children.forkable).
 
     Args:
-        cache: the open cache.
-        count: the number of tasks to read.
+        cache: the open cache; count: the number of tasks to read.
 
     Returns:
         True when an Expander would read them.
@@ -92,10 +83,9 @@ class Expander:
     on its one core (~0.6 s of a 100k-task rescore). The children share the Expansion
     copy-on-write. Tasks are cut in runs of `CHUNK` (see Expansion.part): child 0 takes runs
     0, 2, 4, ..., child 1 runs 1, 3, 5, ..., so that one child renders and reads its next run
-    while this process judges the other's (one child alone could not keep up: it does most
-    of a rescore's work). Each child sends every batch's keys and answers (as a reader child
-    sends them: runner.execute.store.answers.sent), in task
-    order, through a pipe that holds a whole run. This process makes the tasks from
+    while this process judges the other's (one child alone could not keep up). Each child
+    sends every batch's keys and answers (runner.execute.store.answers.sent), in task order,
+    through a pipe that holds a whole run. This process makes the tasks from
     `Expansion.skeleton()`, which renders nothing. A job read before has its keys in the
     cache folder's key index (runner.execute.store.keyindex): the children then render nothing
     either. Fork only where `forkable()` says so. A child that stops early (killed, out of
@@ -173,10 +163,8 @@ def with_key_index(cache: object, expansion: Expansion, size: int, count: int,
 
     Args:
         cache: the open cache; only a cache folder keeps a key index.
-        expansion: the job the tasks come from.
+        expansion, count, tasks: the job, its number of tasks, and every task in order.
         size: the batch size a later Expander reads with.
-        count: the number of tasks.
-        tasks: every task of `expansion`, in order.
 
     Returns:
         The same tasks, recording their keys as they pass where an Expander could use them.

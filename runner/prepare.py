@@ -27,7 +27,7 @@ class _ItemsFromFile(Sequence[Item]):
     of a --sample draw (None: every item, up to `limit`)."""
 
     def __init__(self, read: Callable[[], Iterable[Item]], limit: int | None,
-                 kept: frozenset[str] | None = None) -> None:
+                 kept: frozenset[str] | None) -> None:
         self.read, self.limit, self.kept = read, limit, kept
 
     def __iter__(self) -> Iterator[Item]:

@@ -1,14 +1,10 @@
 """What a command works on, as chosen: the options every command shares, as one value.
 
-`judge` builds a TaskSelection once per command from its shared options (one decorator declares
-them all: runner/cli/options.py), the Python API from its keyword arguments (runner/api.py).
-session.select.select resolves it into a WorkingSet (the job loaded, its models resolved, its items
-expanded), and the manifest records it as `selection`. Adding a selection option is a field
-here, its option in runner/cli/options.py and its use in session.select.select;
-tests/test_selection.py checks that every command takes it and that the manifest records it.
-
-A CacheLocation is the part of the selection that commands without a job take (`judge cache
-stats`, `export`, `import`): a TaskSelection is one, so a new cache option reaches them all.
+`judge` builds a TaskSelection from its shared options (runner/cli/options.py), the Python API
+from its keyword arguments; session.select.select resolves it into a WorkingSet, and the
+manifest records it as `selection`. Adding a selection option is a field here, its option in
+runner/cli/options.py and its use in session.select.select (tests/test_selection.py checks).
+A CacheLocation is the part that commands without a job take (`judge cache ...`).
 """
 
 from __future__ import annotations

@@ -88,9 +88,8 @@ def new_task(*, key: str, dataset: str, item_id: str, prompt: str, aspect: str, 
         prefix: the characters of the request's cacheable prefix (Task.prefix).
 
     Returns:
-        The Task. As cheap as Task(...) with positional arguments (a NamedTuple's own __new__
-        is this same tuple.__new__, and keywords to Task itself cost twice as much): 10M tasks
-        in a large study are made here (bench figure in the commit that made it).
+        The Task, as cheap as Task(...) with positional arguments (a NamedTuple's own __new__
+        is this tuple.__new__; keywords to Task itself cost twice as much).
     """
     return _tuple_new(Task, (key, dataset, item_id, prompt, aspect, model, sample, body,
                              prompt_tokens, max_tokens, members, prefix))
@@ -203,8 +202,7 @@ class Frames(dict[tuple[str, str], "_Frame | None"]):
         """The frame of `prompt` sent to `model` (built now if it is new), or None.
 
         Args:
-            prompt: the prompt.
-            model: the model it is sent to.
+            prompt: the prompt; model: the model it is sent to.
 
         Returns:
             The frame, or None where the body cannot be cut (it is then built whole).
@@ -279,9 +277,6 @@ def unit_tasks(item: Item, values: Mapping[str, str], members: tuple[str, ...],
 
 def prefix_marked(job: Job) -> bool:
     """Whether tasks get their Task.prefix: only anthropic requests mark it.
-
-    Args:
-        job: the job.
 
     Returns:
         True when the job's prompt_cache is on and one of its models is anthropic.

@@ -17,19 +17,23 @@ from typing import Any
 
 import orjson
 import pytest
+from click.testing import CliRunner
 
 from runner.cli.batches import MAX_BATCH_REQUESTS, batch_models
+from runner.cli.main import cli
 from runner.errors import ConfigError
 from runner.estimate import model_price
 from runner.execute.batch_files import MAX_REQUESTS, body_of, request_line, write_files
 from runner.execute.store.cache import Cache
 from runner.job.load import load_job
 from runner.job.spec import ModelSpec
+from runner.session import select
 from runner.tasks import Task
 from tests.conftest import JobWriter
 from tests.fakebatch import BatchServer, run_all
 from tests.fakeserver import ThreadedServer
 from tests.test_cli import (
+    ENV_KEYS,
     OPENMEVA,
     SUBPROCESS_TIMEOUT_S,
     clean_env,
@@ -549,3 +553,29 @@ def test_the_batch_size_option_allows_what_a_batch_file_holds() -> None:
     """`judge run --batch-size` is bounded without importing runner.execute.batch (aiohttp)
     at start-up: its limit must stay the batch module's."""
     assert MAX_BATCH_REQUESTS == MAX_REQUESTS
+
+
+def test_the_batch_stage_and_the_pool_share_the_cache_the_lease_opened(
+        fake: BatchServer, tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+        ) -> None:
+    """One writable cache a run (api.Run.opened): what the batch stage stored, the pool reads
+    from the same object, and a shared database gives the run one connection. Before, the
+    lease, the batch stage and the pool each opened their own."""
+    writable: list[object] = []
+    real = select.open_cache
+
+    def counted(location: Any, *, read_only: bool = False) -> Any:
+        if not read_only:
+            writable.append(location)
+        return real(location, read_only=read_only)
+
+    monkeypatch.setattr(select, "open_cache", counted)
+    monkeypatch.chdir(tmp_path)
+    for key in ENV_KEYS:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("JUDGE_DATA_DIR", str(data_dir))
+    result = CliRunner().invoke(cli, [str(a) for a in _args(fake, tmp_path)],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.stderr
+    assert fake.batch.creates == 1 and fake.state.requests == 0
+    assert writable == [tmp_path / "cache"]

@@ -454,3 +454,11 @@ def test_battle_skips_groups_with_too_few_members(data_dir: Path) -> None:
     assert [(t.item_id, len(t.members)) for t in battles] == [("1", 2), ("1", 2)]
     assert list(itertools.chain.from_iterable(t.members for t in battles)) == [
         "1:cand_a", "1:cand_b", "1:cand_b", "1:cand_a"]
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_generation_count_counts_the_generation_tasks(data_dir: Path, lang: str) -> None:
+    """The pool's progress total of a generation stage, counted without rendering a request."""
+    expansion = prepare(load_job(ROOT / "jobs" / f"colossalai-{lang}.toml"), data_dir, limit=7)
+    count = len(list(expansion.generation_tasks()))
+    assert count > 0 and expansion.generation_count() == count

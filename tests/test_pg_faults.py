@@ -117,6 +117,15 @@ def _leases(url: str) -> int:
     return int(row[0]) if row else 0
 
 
+def _connections(url: str) -> int:
+    """Client connections to the database now, this one left out."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                           "current_database() AND pid <> pg_backend_pid() AND "
+                           "backend_type = 'client backend'").fetchone()
+    return int(row[0]) if row else 0
+
+
 def _run_args(server: ThreadedServer, url: str, tmp_path: Path) -> list[Any]:
     return ["run", OPENMEVA, "--limit", LIMIT, "--concurrency", CONCURRENCY, "--base-url",
             server.url, "--model", "fake", "--cache", url, "--out", tmp_path / "out", "--yes"]
@@ -259,3 +268,17 @@ def test_a_server_lost_at_a_lookup_ends_the_run_with_one_error_line(
     # the two batches looked up before it (16 tasks), each called once; on a loaded machine the
     # last of them may not have been sent when the error stopped the run
     assert 0 < len(server.state.bodies) <= 16 and set(server.state.bodies.values()) == {1}
+
+
+@pytest.mark.slow
+def test_a_run_holds_its_lease_on_the_connection_its_pool_stores_with(
+        server: ThreadedServer, url: str, tmp_path: Path, invoke: Any) -> None:
+    """Run.serve serves the cache Run.lease opened: one connection a run, where the lease held
+    a second, idle one."""
+    server.state.script.latency_s = 0.05
+    seen: list[int] = []
+    counter = _meanwhile(server, lambda: seen.extend((_connections(url), _leases(url))))
+    result = invoke(*_run_args(server, url, tmp_path))
+    counter.join(timeout=30)
+    assert result.exit_code == 0, result.stderr
+    assert seen == [1, 1]

@@ -1,6 +1,6 @@
 """The batch side of `judge run` (--batch, mode = "batch"), and the `judge batches` command.
 
-`run_batches` runs before the online pool: it settles the ledger, submits what misses the
+`batch_stage` runs before the online pool: it settles the ledger, submits what misses the
 cache for the batch-mode models, and (unless --no-wait) polls and collects. It returns the keys
 the online pool must leave alone: those still in a live batch, and failed ones unless
 --batch-fallback online hands them to the pool.
@@ -11,15 +11,17 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from runner.api import WorkingSet, derive, open_selected, run_async
+from runner.api import WorkingSet, derive, key_reader, open_selected, run_async
 from runner.cli.options import resolve, task_selection
 from runner.errors import ConfigError, scrub
 from runner.execute.ledger import FILES, BatchLedger, Ledger
+from runner.execute.store.backend import CacheBackend
 from runner.job.providers import row
 from runner.job.spec import Job
 from runner.selection import TaskSelection
@@ -35,15 +37,13 @@ if TYPE_CHECKING:
 MAX_BATCH_REQUESTS = 50_000
 """runner.execute.batch_files.MAX_REQUESTS (tests/test_batch.py checks): the --batch-size limit."""
 
-__all__ = ["MAX_BATCH_REQUESTS", "Batched", "batch_models",
-           "batch_stage", "batches", "merge", "open_ledger", "run_batches"]
+__all__ = ["MAX_BATCH_REQUESTS", "Batched", "batch_models", "batch_stage", "batches", "merge"]
 
 
 def batch_models(job: Job, everyone: bool) -> tuple[str, ...]:
     """The models whose tasks go through a Batch API.
 
     Args:
-        job: the job.
         everyone: --batch: every model; else those with mode = "batch".
 
     Returns:
@@ -70,17 +70,9 @@ def batch_models(job: Job, everyone: bool) -> tuple[str, ...]:
 
 def _providers(job: Job, names: tuple[str, ...]) -> dict[str, Provider]:
     from runner.execute.batch import Provider  # 0.51 s (see the top)
-    out = {}
-    for m in job.models:
-        if m.name in names:
-            out[m.name] = Provider(model=m, base_url=m.base_url or "",
-                                   api_key=_key_reader(m.api_key_env))
-    return out
-
-
-def _key_reader(name: str) -> Callable[[], str | None]:
-    """The key, read from the environment at call time; never stored."""
-    return lambda: os.environ.get(name) or None
+    read = key_reader(os.environ)  # each key read at call time, never stored
+    return {m.name: Provider(model=m, base_url=m.base_url or "", api_key=read(m.api_key_env))
+            for m in job.models if m.name in names}
 
 
 @dataclass(slots=True)
@@ -94,35 +86,21 @@ class Batched:
     --batch-fallback online)."""
 
 
-def open_ledger(sel: WorkingSet) -> BatchLedger:
-    """The batch ledger beside the selection's answers.
-
-    Args:
-        sel: the selection.
-
-    Returns:
-        The ledger, to open with `with`: in the PostgreSQL database of a `--cache` URL
-        (request files then kept in the local cache folder), else in the cache folder.
-    """
+def _open_ledger(sel: WorkingSet) -> BatchLedger:
+    """The batch ledger beside the selection's answers, to open with `with`: in the PostgreSQL
+    database of a `--cache` URL (request files then kept in the local cache folder), else in
+    the cache folder."""
     if sel.cache_url:  # a postgresql:// URL: api.selection checked it
         from runner.execute.pgledger import PgLedger  # psycopg, 0.10 s: PostgreSQL only
         return PgLedger(sel.cache_url, sel.cache_dir / FILES)
     return Ledger(sel.cache_dir)
 
 
-def run_batches(sel: WorkingSet, names: tuple[str, ...], options: BatchOptions) -> Batched:
-    """The batch stage: the generation stage, then the judges (over what the generators have
-    answered so far), each through the providers' Batch APIs.
-
-    Args:
-        sel: the selection.
-        names: the models that run in batch mode (see batch_models).
-        options: wait or not, the fallback, the poll interval, the batch size.
-
-    Returns:
-        The stage's counters, the selection (generated data sets derived), and the keys the
-        online pool must leave alone.
-    """
+def _run_batches(sel: WorkingSet, names: tuple[str, ...], options: BatchOptions,
+                 opened: Callable[[], AbstractContextManager[CacheBackend]]) -> Batched:
+    """The batch stage of the models `names` on the cache opened(): the generation stage, then
+    the judges (over what the generators have answered so far), each through the providers'
+    Batch APIs."""
     from runner.execute.batch import BatchRun  # 0.51 s (see the top)
     from runner.execute.batch_collect import BatchStats  # imported with batch (above)
     stats = BatchStats()
@@ -130,7 +108,7 @@ def run_batches(sel: WorkingSet, names: tuple[str, ...], options: BatchOptions) 
     def say(line: str) -> None:
         click.echo(f"batch: {line}", err=True)
 
-    with open_selected(sel) as cache, open_ledger(sel) as ledger:
+    with opened() as cache, _open_ledger(sel) as ledger:
         run = BatchRun(cache=cache, ledger=ledger, providers=_providers(sel.job, names),
                        job=sel.job.name, options=options, say=say, stats=stats, shard=sel.shard)
         if sel.job.generate:
@@ -151,16 +129,18 @@ def run_batches(sel: WorkingSet, names: tuple[str, ...], options: BatchOptions) 
     return Batched(stats=stats, sel=sel, in_batches=frozenset(in_batches))
 
 
-def batch_stage(sel: WorkingSet, run_options: dict[str, Any]) -> Batched | None:
+def batch_stage(sel: WorkingSet, run_options: dict[str, Any],
+                opened: Callable[[], AbstractContextManager[CacheBackend]]) -> Batched | None:
     """`judge run`'s batch stage from its options.
 
     Args:
         sel: the run's selection.
         run_options: `judge run`'s options by name (batch, budget, offline, no_wait, batch_fallback,
             poll_interval, batch_size).
+        opened: opens the run's cache (api.Run.opened).
 
     Returns:
-        What run_batches returns; None when no model runs in batch mode (or --offline).
+        What _run_batches returns; None when no model runs in batch mode (or --offline).
 
     Raises:
         ConfigError: --budget with batch models, or --no-wait without any.
@@ -175,10 +155,10 @@ def batch_stage(sel: WorkingSet, run_options: dict[str, Any]) -> Batched | None:
                               "\"batch\"; e.g. judge run JOB --batch --no-wait")
         return None
     from runner.execute.batch import BatchOptions  # 0.51 s (see the top)
-    return run_batches(sel, names, BatchOptions(
+    return _run_batches(sel, names, BatchOptions(
         wait=not run_options["no_wait"], fallback=run_options["batch_fallback"],
         poll_s=run_options["poll_interval"], max_requests=run_options["batch_size"],
-        max_retries=sel.job.limits.max_retries))
+        max_retries=sel.job.limits.max_retries), opened)
 
 
 def merge(stats: RunStats, batched: Batched) -> None:
@@ -225,7 +205,7 @@ def batches(task_selection: TaskSelection, cancel: bool) -> None:
     from runner.execute.batch import BatchOptions, BatchRun  # 0.51 s (see the top)
     sel = resolve(task_selection)
     names = tuple(m.name for m in sel.job.models if row(m.kind).batch)
-    with open_selected(sel) as cache, open_ledger(sel) as ledger:
+    with open_selected(sel) as cache, _open_ledger(sel) as ledger:
         run = BatchRun(cache=cache, ledger=ledger, providers=_providers(sel.job, names),
                        job=sel.job.name, options=BatchOptions(), say=lambda s: None)
         live_before = sum(r.live for r in ledger.rows(sel.job.name))

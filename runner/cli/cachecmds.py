@@ -36,11 +36,6 @@ def cache() -> None:
     """Inspect the response cache; copy it between folders, PostgreSQL and JSONL archives."""
 
 
-def _with_environment(location: CacheLocation) -> CacheLocation:
-    """`location` with the environment's defaults (JUDGE_CACHE_DIR, JUDGE_CACHE_URL)."""
-    return location.with_environment(os.environ)
-
-
 def _open_other(location: str) -> CacheBackend:
     if not is_url(location) and not Path(location).is_dir():
         raise ConfigError(f"{location}: no cache folder here; pass a cache folder, a "
@@ -63,7 +58,7 @@ def export_command(dest: str, cache_location: CacheLocation) -> None:
     paper: `judge cache export --cache-dir cache study-answers.jsonl.gz`; to fill a shared
     database from a laptop's cache: `judge cache export postgresql://judge@db.lab/judge`.
     """
-    here = _with_environment(cache_location)
+    here = cache_location.with_environment(os.environ)
     with open_cache(here.location(), read_only=True) as src:
         if is_archive(dest):
             written = write_archive(src, Path(dest))
@@ -87,7 +82,7 @@ def import_command(source: str, cache_location: CacheLocation) -> None:
     anything is stored. A reader of a paper: `judge cache import study-answers.jsonl.gz`, then
     `judge rescore JOB` rebuilds the study's reports without a single API call.
     """
-    here = _with_environment(cache_location)
+    here = cache_location.with_environment(os.environ)
     with open_cache(here.location()) as dst:
         if is_archive(source):
             stats = load_archive(Path(source), dst)
@@ -102,7 +97,7 @@ def import_command(source: str, cache_location: CacheLocation) -> None:
 @cache_location
 def cache_stats(cache_location: CacheLocation) -> None:
     """Entries and size of the cache."""
-    here = _with_environment(cache_location)
+    here = cache_location.with_environment(os.environ)
     if here.cache_url is None and not Path(here.location()).exists():
         raise ConfigError(f"{here.shown()}: no cache here; pass --cache-dir or set "
                           "JUDGE_CACHE_DIR")
@@ -147,9 +142,6 @@ def cache_check(task_selection: TaskSelection | CacheLocation, drop: bool) -> No
 
 def job_keys(sel: WorkingSet) -> list[str]:
     """The selection's distinct cache keys, in task order (generation stage first).
-
-    Args:
-        sel: the selection.
 
     Returns:
         The keys, each once.

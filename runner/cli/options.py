@@ -1,10 +1,6 @@
-"""The options every command shares, declared once, each set collected into one value.
-
-`task_selection` adds JOB and the task-selection options (--model, --base-url, --limit,
---sample, --seed, --cache-dir, --cache, --out; --shard where asked) to a command and hands it one
-runner.selection.TaskSelection; `cache_location` adds the cache options alone (--cache-dir,
---cache) to the commands without a job and hands them a CacheLocation. A new selection option
-is declared here and nowhere else (tests/test_selection.py checks every command takes it).
+"""The options every command shares, declared once, each set collected into one value:
+`task_selection` (a TaskSelection) and `cache_location` (a CacheLocation, for the commands
+without a job). A new selection option is declared here and nowhere else.
 """
 
 from __future__ import annotations
@@ -176,13 +172,10 @@ def _selected(job: str | None, **given: Any) -> TaskSelection | CacheLocation:
 
 def resolve(chosen: TaskSelection, *, stream: bool = False,
             download: api.Download | None = None) -> api.WorkingSet:
-    """The WorkingSet a command works on, from its task selection and the environment
-    (JUDGE_CACHE_DIR, JUDGE_CACHE_URL, JUDGE_DATA_DIR, OPENAI_BASE_URL, the API keys).
+    """The WorkingSet a command works on, from its task selection and the environment.
 
     Args:
-        chosen: the command's task selection.
-        stream: one pass over the tasks is all the command needs (see runner.prepare.prepare).
-        download: fetch the job's missing registered data sets first (`judge run`).
+        chosen: the command's task selection; stream, download: as for api.selection.
 
     Returns:
         The WorkingSet (runner.api.selection's).

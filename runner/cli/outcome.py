@@ -7,7 +7,6 @@ cache (rescore, report, import: runner/cli/studycmds.py).
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -50,15 +49,14 @@ def counts(stats: RunStats) -> str:
 
 
 def stopped(stats: RunStats, command: str) -> UsageError:
-    """The error of a run that stopped on a fatal error (an endpoint not there, a refused key):
-    its message, and the command that resumes once the cause is fixed.
+    """The error of a run that stopped on a fatal error (an endpoint not there, a refused key).
 
     Args:
-        stats: the run's counters (`fatal` set).
-        command: the command that resumes (the one that ran).
+        stats: the run's counters (`fatal` set); command: the one that ran, which resumes.
 
     Returns:
-        The error to raise (exit 2).
+        The error to raise (exit 2): the message, and the command that resumes once the cause
+        is fixed.
     """
     return UsageError(f"{stats.fatal}; run stopped, nothing lost: rerun to resume: {command}")
 
@@ -67,8 +65,8 @@ def exit_interrupted(stats: RunStats, command: str) -> None:
     """Print the resume line, then exit 143 after SIGTERM, 130 after Ctrl-C.
 
     Args:
-        stats: the interrupted run's counters (`missing`, `terminated`).
-        command: the command that resumes (the one that ran).
+        stats: the interrupted run's counters (`missing`, `terminated`); command: as for
+            `stopped`.
     """
     word = "terminated" if stats.terminated else "interrupted"
     click.echo(f"{word}: {len(stats.missing)} tasks left; rerun to resume: {command}", err=True)
@@ -124,18 +122,17 @@ def summarise(sel: api.WorkingSet, stats: RunStats, command: str, partial: bool 
         sys.exit(1)
 
 
-def rebuild_reports(sel: api.WorkingSet, started: float | None = None,
+def rebuild_reports(sel: api.WorkingSet, started: float,
                     then: Callable[[], None] = lambda: None, partial: bool = False) -> None:
     """Reports from the cache alone (rescore, report, import), then the summary.
 
     Args:
         sel: the selection to report on.
-        started: when the command started (seconds since the epoch) [default: now].
+        started: when the command started (seconds since the epoch).
         then: runs once the reports are written, before the summary (which may exit).
         partial: as for `summarise`.
     """
     command = command_line()
-    stats, tables = api.rebuild(sel, started=time.time() if started is None else started,
-                                command=command)
+    stats, tables = api.rebuild(sel, started=started, command=command)
     then()
     summarise(sel, stats, command, partial, tables.headline)

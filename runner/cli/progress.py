@@ -64,7 +64,7 @@ class Progress:
                   "failed": len(stats.failures)}
         if stats.waiting:  # another run buys these: this one waits for its answers
             fields["waiting"] = stats.waiting
-        if endpoints := fleet_summary(stats):
+        if endpoints := _fleet_summary(stats):
             fields["endpoints"] = endpoints
         finished = stats.done + len(stats.failures)
         if self.bar is not None:
@@ -96,17 +96,10 @@ class Progress:
             self.bar.close()
 
 
-def fleet_summary(stats: RunStats) -> str:
-    """A fleet's state for the progress line.
-
-    Args:
-        stats: the run's counters (their per-endpoint counts).
-
-    Returns:
-        Per model, each replica's calls (and "out" while cooling down) and its effective
-        limits, e.g. `judge[127.0.0.1:8001 120 rpm=600 (learned), 127.0.0.1:8002 31 out]`;
-        "" without replicas.
-    """
+def _fleet_summary(stats: RunStats) -> str:
+    """Per model, each replica's calls (and "out" while cooling down) and its effective limits,
+    e.g. `judge[127.0.0.1:8001 120 rpm=600 (learned), 127.0.0.1:8002 31 out]`; "" without
+    replicas."""
     models = []
     for model, replicas in stats.endpoints.items():
         parts = []

@@ -1,9 +1,6 @@
 """`judge run`: its options, the batch stage, the pool under a two-phase Ctrl-C, a shard's
-summary. The run itself is an api.Run (runner/session/run.py), `runner.run`'s too: its phases
-are checked, leased, served, cached first, pooled and reported there.
-
-Exit codes: 0 all tasks done, 1 some tasks failed (listed), 2 usage or configuration error,
-130 interrupted by Ctrl-C, 143 stopped by SIGTERM (rerun the same command to resume).
+summary; the run itself is an api.Run (runner/session/run.py), `runner.run`'s too. Exit codes:
+runner/cli/main.py.
 """
 
 from __future__ import annotations
@@ -19,7 +16,7 @@ import click
 
 from runner import api
 from runner.cli import Terminated
-from runner.cli.batches import MAX_BATCH_REQUESTS, Batched, batch_models, batch_stage, merge
+from runner.cli.batches import MAX_BATCH_REQUESTS, batch_models, batch_stage, merge
 from runner.cli.cachecmds import job_keys
 from runner.cli.options import PARTIAL_HELP, data_dir, resolve, task_selection
 from runner.cli.outcome import command_line, counts, exit_interrupted, stopped, summarise
@@ -36,9 +33,8 @@ if TYPE_CHECKING:
     from runner.execute.stats import RunStats
 
 # The progress bar (tqdm: 37 ms to import after runner.cli.main) and asyncio (46 ms) are
-# imported inside the functions that use them, not here: `judge --help`, `plan`, `status`,
-# `datasets` and `cache` never pay for them (nor, under runner.session, for the reports and
-# the pool).
+# imported inside the functions that use them: `judge --help`, `plan`, `status`, `datasets` and
+# `cache` never pay for them.
 
 __all__ = ["TERM_GRACE_S", "run"]
 
@@ -119,7 +115,7 @@ def run(task_selection: TaskSelection, **run_options: Any) -> None:
 def _run_checked(run: api.Run, run_options: dict[str, Any]) -> None:
     """`judge run` once its options are checked (and its lease held): the batch stage, the
     pool (after the cached tasks, on a large run), the reports."""
-    batched = batch_stage(run.sel, run_options)
+    batched = batch_stage(run.sel, run_options, run.opened)
     if batched is not None:
         run.sel, run.in_batches = batched.sel, batched.in_batches
     if batched is None and (count := run.cached_first_count()):
@@ -130,7 +126,10 @@ def _run_checked(run: api.Run, run_options: dict[str, Any]) -> None:
         merge(stats, batched)
     if run.sel.shard is not None:  # one shard's reports would be partial: rescore builds them
         _summarise_shard(run.sel, stats, run.command, run_options["rescore_hint"])
-    _report_and_summarise(run, stats, batched, _partial(run_options))
+    if stats.fatal:  # no endpoint, no model or no key: the reports would show only that
+        summarise(run.sel, stats, run.command)
+    tables = run.report(stats, extra={} if batched is None else {"batch": batched.stats.as_dict()})
+    summarise(run.sel, stats, run.command, _partial(run_options), tables.headline)
 
 
 def _summarise_shard(sel: api.WorkingSet, stats: RunStats, command: str, rescore_hint: str) -> None:
@@ -256,13 +255,3 @@ def _partial(run_options: dict[str, Any]) -> bool:
     (held by a batch, over the budget); --offline reports only what is cached, and says so
     with exit 1 unless --partial."""
     return bool(run_options["partial"]) or not run_options["offline"]
-
-
-def _report_and_summarise(run: api.Run, stats: RunStats, batched: Batched | None = None,
-                          partial: bool = True) -> None:
-    """The reports of a run that went through the pool, then its summary (which exits)."""
-    if stats.fatal:  # no endpoint, no model or no key: the reports would show only that
-        summarise(run.sel, stats, run.command)
-    batch = {} if batched is None else {"batch": batched.stats.as_dict()}
-    tables = run.report(stats, extra=batch)
-    summarise(run.sel, stats, run.command, partial, tables.headline)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 import orjson
@@ -24,6 +25,9 @@ from runner.job.providers import row
 from runner.reduce.judgments import judge
 from runner.selection import TaskSelection
 from runner.tasks import task_key
+
+if TYPE_CHECKING:
+    from runner.reduce.series import Series
 
 __all__ = ["compare", "import_", "plan", "report", "rescore", "status"]
 
@@ -132,11 +136,8 @@ def _plan_power(sel: api.WorkingSet, judges: tuple[str, str], width: float) -> N
     # import, `plan` without --power pays none
     from runner.report.reliability import csv_bytes
     from runner.report.significance import POWER_COLUMNS, power_lines, power_rows
-    from runner.report.write import collect, judge_rows, write_atomic
-    with api.open_selected(sel, read_only=True) as c:
-        tables = collect(sel.expansion, judge(sel.expansion, c), io.BytesIO(),
-                         sel.expansion.job.juries)
-    by_data = judge_rows(sel.expansion, tables)
+    from runner.report.write import write_atomic
+    by_data = _judge_rows(sel)
     for name in judges:
         if not any(name in judges_there for judges_there in by_data.values()):
             found = sorted({j for d in by_data.values() for j in d})
@@ -147,6 +148,15 @@ def _plan_power(sel: api.WorkingSet, judges: tuple[str, str], width: float) -> N
     write_atomic(sel.out_dir / "power.csv", csv_bytes(POWER_COLUMNS, rows))
     for line in power_lines(rows, judges, width):
         click.echo(line)
+
+
+def _judge_rows(sel: api.WorkingSet) -> dict[tuple[str, str], dict[str, Series]]:
+    """report.write.judge_rows of the selection, judged from the cache."""
+    from runner.report.write import collect, judge_rows  # numpy: see _plan_power
+    with api.open_selected(sel, read_only=True) as c:
+        tables = collect(sel.expansion, judge(sel.expansion, c), io.BytesIO(),
+                         sel.expansion.job.juries)
+    return judge_rows(sel.expansion, tables)
 
 
 @click.command()
@@ -190,12 +200,9 @@ def compare(task_selection: TaskSelection, judges: tuple[str, str], permutations
     # numpy, 0.31 s + 0.14 s + 0.42 s to import: only `judge compare` pays them
     from runner.report.reliability import csv_bytes
     from runner.report.significance import SIGNIFICANCE_COLUMNS, significance
-    from runner.report.write import COMPARE_COLUMNS, collect, comparison, judge_rows, write_atomic
+    from runner.report.write import COMPARE_COLUMNS, comparison, write_atomic
     sel = resolve(task_selection)
-    with api.open_selected(sel, read_only=True) as c:
-        tables = collect(sel.expansion, judge(sel.expansion, c), io.BytesIO(),
-                         sel.expansion.job.juries)
-    series = judge_rows(sel.expansion, tables)
+    series = _judge_rows(sel)
     rows = significance(comparison(sel.expansion, series, judges), series, judges,
                         permutations=permutations, seed=sel.job.seed)
     write_atomic(sel.out_dir / "compare.csv",

@@ -26,9 +26,8 @@ T = TypeVar("T")
 
 
 def run_async(work: Awaitable[T]) -> T:
-    """`asyncio.run(work)` on asyncio's own event loop, without handing asyncio its result.
-    (uvloop's loop was tried and removed: 0.97x at 0 ms and 0.99x at 200 ms as a whole `judge
-    run`, bench/README.md "What each mechanism buys".)
+    """`asyncio.run(work)` on asyncio's own event loop (not uvloop's: bench/README.md "What each
+    mechanism buys"), without handing asyncio its result.
 
     On Python 3.11, asyncio.run formats the repr of its main task, result included, when it
     restores its SIGINT handler (signal.getsignal tries the handler, a partial holding the
@@ -68,11 +67,8 @@ async def run_pool(sel: WorkingSet, served: Job, cache: CacheBackend, *, stop: A
         cache: the selection's open cache.
         stop: an asyncio.Event: set, the pool dispatches nothing more.
         key_reader: variable name -> its API key's reader (see `key_reader`).
-        offline: no call: what is not cached is counted as not run.
-        budget: stop dispatching before the estimated spend passes this many USD.
+        offline, budget, dispatched, in_batches: as the fields of runner.session.run.Run.
         on_progress: called with the counters as the pool goes.
-        dispatched: logs the judge tasks as they are dispatched, for the reports.
-        in_batches: keys a live provider batch holds: never called, counted as not run.
         cached_first: a CachedFirst pass that judged the tasks before `cached_first.uncached_onward`
             (a job without a generation stage): the pool runs the rest, with its counters.
         say: prints a line for the user (a full cache disk, and when it has room again).
@@ -98,7 +94,7 @@ async def run_pool(sel: WorkingSet, served: Job, cache: CacheBackend, *, stop: A
                "stop": stop, "offline": offline, "budget": budget, "stats": stats,
                "on_progress": on_progress, "say": say}
         if sel.job.generate:
-            stats.total += sum(1 for _ in sel.expansion.generation_tasks())
+            stats.total += sel.expansion.generation_count()
             generation = sel.expansion.generation_tasks()
             await execute(_not_in_batches(generation, in_batches, stats), **run)
             if stop.is_set():
@@ -117,9 +113,8 @@ async def run_pool(sel: WorkingSet, served: Job, cache: CacheBackend, *, stop: A
 def _judge_tasks(sel: WorkingSet, cache: CacheBackend, stats: RunStats,
                  cached_first: CachedFirst | None, until: UntilCI | None) -> Iterator[Task]:
     """The judge stage's tasks for the pool, counted into `stats.total`: every one (their keys
-    kept as the job's key index for its rescore, without a shard or --until-ci), those the
-    --until-ci rule hands out, or the rest after a CachedFirst pass (which counted them, and
-    judged the tasks before its uncached_onward)."""
+    kept as the job's key index, without a shard or --until-ci), those --until-ci hands out, or
+    the rest after a CachedFirst pass (which counted them)."""
     if cached_first is not None:
         assert cached_first.uncached_onward is not None, "a fully cached pass needs no pool"
         return cached_first.uncached_onward
@@ -137,8 +132,8 @@ def _until_ci(sel: WorkingSet, cache: CacheBackend, stats: RunStats) -> UntilCI 
     # runner.expand_ahead from forking) for every command that imports this module
     from runner.reduce.stopping import UntilCI
     width = sel.job.limits.until_ci
-    seed = sel.task_selection.seed if sel.task_selection is not None else None
-    return None if width is None else UntilCI(sel.expansion, cache, stats, width, seed or 0)
+    seed = sel.task_selection.seed or 0
+    return None if width is None else UntilCI(sel.expansion, cache, stats, width, seed)
 
 
 class TaskLog:

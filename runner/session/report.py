@@ -10,13 +10,12 @@ import hashlib
 import importlib.metadata
 import sys
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from runner.errors import redact_url, scrub
 from runner.execute.stats import RunStats
 from runner.execute.store.backend import CacheBackend
-from runner.job.bill import Bill
 from runner.reduce.judgments import Judgment, judge
 from runner.session.pool import TaskLog
 from runner.session.select import WorkingSet, open_selected, unpriced_model
@@ -24,7 +23,7 @@ from runner.session.select import WorkingSet, open_selected, unpriced_model
 if TYPE_CHECKING:
     from runner.report.write import Tables
 
-__all__ = ["PACKAGES", "BatchAnswers", "judged_dispatched", "manifest", "rebuild", "report_run",
+__all__ = ["PACKAGES", "BatchAnswers", "judged_dispatched", "manifest", "rebuild",
            "write_run_reports"]
 
 
@@ -63,15 +62,15 @@ class BatchAnswers:
                               "judgments.jsonl says which.")
 
 
-def manifest(sel: WorkingSet, stats: RunStats | None, started: float,
+def manifest(sel: WorkingSet, stats: RunStats, started: float,
              command: str, kind: str = "run") -> dict[str, Any]:
     """manifest.json: what ran, with which versions, what it did and cost. Never a key.
 
     Args:
         sel: the selection reported on; its task selection is recorded as `selection`.
-        stats: the counters (None: no call, no count).
-        started: when the command started (seconds since the epoch).
-        command: the command line (or API call) that ran.
+        stats: the counters.
+        started, command: when the command started (seconds since the epoch), and its command
+            line (or API call).
         kind: "run" (a `judge run`, which may have called), or "rebuild" (rescore, report,
             import: reports from the cache alone, whose counts are of no call).
 
@@ -82,25 +81,24 @@ def manifest(sel: WorkingSet, stats: RunStats | None, started: float,
     for pkg in PACKAGES:
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             versions[pkg] = importlib.metadata.version(pkg)
-    counts = stats.as_dict() if stats else {}
     return {"kind": kind, "job": sel.job.name, "job_file": str(sel.job.path),
             "job_sha256": hashlib.sha256(sel.job.path.read_bytes()).hexdigest(),
             "command": scrub(command), "versions": versions, "python": sys.version.split()[0],
             "started": _iso(started), "ended": _iso(time.time()),
             "models": [{"name": m.name, "spec": m.spec, "endpoint": redact_url(m.endpoint)
                         if m.base_url or m.kind == "local" else None} for m in sel.job.models],
-            "counts": counts,
-            "usage": {"prompt_tokens": stats.prompt_tokens if stats else 0,
-                      "completion_tokens": stats.completion_tokens if stats else 0},
-            "estimated_cost_usd": None if (stats and stats.unpriced) or unpriced_model(sel.job)
-            else round(stats.cost, 6) if stats else 0.0,
-            "unpriced_calls": stats.unpriced if stats else 0,
-            "bill": (stats.bill if stats else Bill()).as_dict(unknown=unpriced_model(sel.job)),
-            "endpoints": stats.endpoint_counts() if stats else {},
-            **({"until_ci": stats.until_ci} if stats and stats.until_ci else {}),
+            "counts": stats.as_dict(),
+            "usage": {"prompt_tokens": stats.prompt_tokens,
+                      "completion_tokens": stats.completion_tokens},
+            "estimated_cost_usd": None if stats.unpriced or unpriced_model(sel.job)
+            else round(stats.cost, 6),
+            "unpriced_calls": stats.unpriced,
+            "bill": stats.bill.as_dict(unknown=unpriced_model(sel.job)),
+            "endpoints": stats.endpoint_counts(),
+            **({"until_ci": stats.until_ci} if stats.until_ci else {}),
             "cache_dir": str(sel.cache_dir),
             **({"cache_url": redact_url(sel.cache_url)} if sel.cache_url else {}),
-            "selection": None if sel.task_selection is None else sel.task_selection.recorded()}
+            "selection": sel.task_selection.recorded()}
 
 
 def _iso(t: float) -> str:
@@ -125,29 +123,6 @@ def judged_dispatched(sel: WorkingSet, cache: CacheBackend, stats: RunStats,
                  tasks=dispatched.drain(), count=len(dispatched), damaged=stats.failures)
 
 
-def report_run(sel: WorkingSet, stats: RunStats, dispatched: TaskLog, *, started: float,
-               command: str, extra: Mapping[str, Any] | None = None) -> Tables:
-    """A run's reports, written into sel.out_dir.
-
-    Args:
-        sel: the run's selection.
-        stats: the run's counters (failures, keys called, tokens, cost).
-        dispatched: the tasks the pool dispatched (emptied).
-        started: when the run started (seconds since the epoch), for the manifest.
-        command: the command line (or API call), for the manifest.
-        extra: more manifest keys (the batch stage's).
-
-    Returns:
-        The reports' tables (their headline: the correlations `judge` prints).
-    """
-    # reads only (an offline run's folder may be read-only); the manifest once judged: damaged
-    # records are failures
-    with open_selected(sel, read_only=True) as cache:
-        judgments = judged_dispatched(sel, cache, stats, dispatched)
-        return write_run_reports(sel, stats, judgments, started=started, command=command,
-                                 extra=extra)
-
-
 def write_run_reports(sel: WorkingSet, stats: RunStats, judgments: Iterable[Judgment], *,
                       started: float, command: str,
                       extra: Mapping[str, Any] | None = None) -> Tables:
@@ -157,18 +132,14 @@ def write_run_reports(sel: WorkingSet, stats: RunStats, judgments: Iterable[Judg
         sel: the run's working set.
         stats: the run's counters, read for the manifest once the judgments have gone by.
         judgments: the run's judgments, read once.
-        started: when the run started (seconds since the epoch), for the manifest.
-        command: the command line (or API call), for the manifest.
+        started, command: for the manifest (see `manifest`).
         extra: more manifest keys (the batch stage's).
 
     Returns:
         The reports' tables.
     """
-    from runner.report.write import write_reports  # numpy, 0.42 s: where reports are written
-    answers = BatchAnswers()
-    return write_reports(sel.out_dir, sel.expansion, answers.watch(judgments),
-                         lambda _: {**manifest(sel, stats, started, command), **(extra or {}),
-                                    "batch_answers": answers.answers}, answers.notes)
+    return _write(sel, judgments, lambda _: {**manifest(sel, stats, started, command),
+                                             **(extra or {})})
 
 
 def rebuild(sel: WorkingSet, *, started: float, command: str) -> tuple[RunStats, Tables]:
@@ -176,27 +147,33 @@ def rebuild(sel: WorkingSet, *, started: float, command: str) -> tuple[RunStats,
 
     Args:
         sel: the selection to report on.
-        started: when the command started (seconds since the epoch), for the manifest.
-        command: the command line (or API call), for the manifest.
+        started, command: for the manifest (see `manifest`).
 
     Returns:
         The counts (cache hits, repeats, tasks with no answer, damaged records as failures)
         and the reports' tables.
     """
-    stats, answers = RunStats(), BatchAnswers()
+    stats = RunStats()
 
     def counted(tables: Tables) -> dict[str, Any]:
         # a damaged record is a failure (stats.failures), not a task never run
         stats.total, stats.duplicates = tables.tasks, tables.tasks - tables.distinct
         stats.missing = [k for k in tables.missing if k not in stats.failures]
         stats.cache_hits = tables.distinct - len(tables.missing)
-        return {**manifest(sel, stats, started, command, "rebuild"),
-                "batch_answers": answers.answers}
+        return manifest(sel, stats, started, command, "rebuild")
 
     with open_selected(sel, read_only=True) as cache:
-        # a large job's readers start now, and read
-        judged = judge(sel.expansion, cache, damaged=stats.failures)
-        from runner.report.write import write_reports  # 0.42 s, while the readers read
-        tables = write_reports(sel.out_dir, sel.expansion, answers.watch(judged), counted,
-                               answers.notes)
+        # a large job's readers start now, and read while the reports' modules load
+        tables = _write(sel, judge(sel.expansion, cache, damaged=stats.failures), counted)
     return stats, tables
+
+
+def _write(sel: WorkingSet, judgments: Iterable[Judgment],
+           manifest_of: Callable[[Tables], dict[str, Any]]) -> Tables:
+    """The reports of `judgments`, their manifest manifest_of(tables) with the batch answers'
+    count."""
+    from runner.report.write import write_reports  # numpy, 0.42 s: where reports are written
+    answers = BatchAnswers()
+    return write_reports(sel.out_dir, sel.expansion, answers.watch(judgments),
+                         lambda tables: {**manifest_of(tables), "batch_answers": answers.answers},
+                         answers.notes)

@@ -1,11 +1,9 @@
 """One run on its road, `judge run`'s and `runner.run`'s alike: select -> serve -> cached first ->
 pool -> report.
 
-`api.selection` is the select phase: it resolves a TaskSelection into a WorkingSet. A Run takes
-that working set the rest of the way, one method a phase. Its caller brings what is its own:
-where the keys are read (`environ`), how the pool is stopped (an asyncio.Event that its signal
-handlers or a notebook's interrupt set), and where progress and messages go. Nothing here
-prints or exits.
+`api.selection` is the select phase (a WorkingSet); a Run takes it the rest of the way, one
+method a phase. Its caller brings where the keys are read (`environ`), how the pool is stopped
+(an asyncio.Event) and where progress and messages go. Nothing here prints or exits.
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ from runner.execute.store.lease import describe, lease_name
 from runner.job.spec import Job
 from runner.reduce.judgments import CachedFirst, Judgment
 from runner.session.pool import TaskLog, run_pool
-from runner.session.report import judged_dispatched, report_run, write_run_reports
+from runner.session.report import judged_dispatched, write_run_reports
 from runner.session.select import (
     WorkingSet,
     check_budget,
@@ -67,6 +65,8 @@ class Run:
     """Keys a live provider batch holds: never called, counted as not run."""
     dispatched: TaskLog = field(default_factory=TaskLog)
     """The judge tasks the pool dispatched, for the reports."""
+    _leased: CacheBackend | None = field(default=None, init=False, repr=False)
+    """The cache `lease` opened, while it holds the lease (see `opened`)."""
 
     def check(self, *, batch: bool = False) -> None:
         """Every key the job needs is set and --budget can be kept (an offline run needs
@@ -101,33 +101,45 @@ class Run:
         shard = None if self.sel.shard is None else str(self.sel.shard)
         with open_selected(self.sel) as cache, \
                 cache.lease(lease_name(self.sel.job.name, shard), describe(holder_command)):
-            yield
+            self._leased = cache
+            try:
+                yield
+            finally:
+                self._leased = None
 
     @contextlib.contextmanager
     def serve(self) -> Iterator[tuple[CacheBackend, Job]]:
-        """The cache opened (offline, for reading only: a read-only folder is read as it is)
-        and, unless offline, the local servers of `local:` models started.
+        """The cache (`opened`) and, unless offline, the local servers of `local:` models
+        started.
 
         Yields:
             The open cache, and the job with its local servers' base URLs.
         """
         servers = contextlib.nullcontext(self.sel.job) if self.offline else serving(self.sel.job)
-        with open_selected(self.sel, read_only=self.offline) as cache, servers as served:
+        with self.opened() as cache, servers as served:
             yield cache, served
+
+    def opened(self) -> contextlib.AbstractContextManager[CacheBackend]:
+        """The run's cache: the lease's while it is held, so that the batch stage and the pool
+        share one connection and one journal (what one stored, the other sees), else the
+        selection's, opened (offline, for reading only).
+
+        Returns:
+            The cache, to open with `with`.
+        """
+        if self._leased is not None:
+            return contextlib.nullcontext(self._leased)
+        return open_selected(self.sel, read_only=self.offline)
 
     async def pool(self, cache: CacheBackend, served: Job, *, stop: Any,
                    on_progress: Callable[[RunStats], None],
                    say: Callable[[str], None] = lambda message: None,
                    cached_first: CachedFirst | None = None) -> RunStats:
-        """The pool over the working set (see runner.session.pool.run_pool).
+        """The pool over the working set.
 
         Args:
-            cache: the open cache (`serve`'s).
-            served: the job with its local servers (`serve`'s).
-            stop: an asyncio.Event: set, the pool dispatches nothing more.
-            on_progress: called with the counters as the pool goes.
-            say: prints a line for the user.
-            cached_first: the pass that judged the cached tasks first, if any.
+            cache, served: `serve`'s.
+            stop, on_progress, say, cached_first: as for runner.session.pool.run_pool.
 
         Returns:
             The counters; `sel` now holds the generated data sets.
@@ -143,14 +155,17 @@ class Run:
         """The reports of the tasks the pool dispatched, written into sel.out_dir.
 
         Args:
-            stats: the pool's counters.
-            extra: more manifest keys (the batch stage's).
+            stats: the pool's counters; extra: more manifest keys (the batch stage's).
 
         Returns:
             The reports' tables.
         """
-        return report_run(self.sel, stats, self.dispatched, started=self.started,
-                          command=self.command, extra=extra)
+        # reads only (an offline run's folder may be read-only); the manifest once judged:
+        # damaged records are failures
+        with open_selected(self.sel, read_only=True) as cache:
+            judgments = judged_dispatched(self.sel, cache, stats, self.dispatched)
+            return write_run_reports(self.sel, stats, judgments, started=self.started,
+                                     command=self.command, extra=extra)
 
     def cached_first_count(self) -> int:
         """The run's task count if it can judge its cached tasks first (one shard-less judge

@@ -1,14 +1,12 @@
 """The select phase of a run (and of every command): a TaskSelection resolved into the job, its
-models and items, the cache and the report folder; the checks before any call.
-
-`cli` and `api` read the environment and hand in what they found (a mapping, never read here
-directly). Nothing here prints or exits.
+models and items, the cache and the report folder; the checks before any call. The environment
+comes in as a mapping, never read here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +15,7 @@ from runner.errors import ConfigError, MissingKeyError, register_secret
 from runner.estimate import model_price
 from runner.execute.shard import Shard, split_limits
 from runner.execute.store.backend import CacheBackend, open_cache
-from runner.expand import Expansion
+from runner.expand import Expansion, generator_names
 from runner.job.load import load_job
 from runner.job.models import parse_model_spec, url_problem
 from runner.job.spec import Job, ModelSpec
@@ -25,9 +23,9 @@ from runner.prepare import prepare
 from runner.reduce.judgments import choices
 from runner.selection import DEFAULT_CACHE_DIR, TaskSelection
 
-__all__ = ["RUN_LIMITS", "Download", "WorkingSet", "answer_text", "check_budget", "check_keys",
-           "check_until_ci", "derive", "job_path", "key_reader", "model_with", "open_selected",
-           "resolve_models", "select", "unpriced_model", "with_run_limits"]
+__all__ = ["Download", "WorkingSet", "check_budget", "check_keys", "check_until_ci", "derive",
+           "job_path", "key_reader", "open_selected", "resolve_models", "select",
+           "unpriced_model", "with_run_limits"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,18 +37,18 @@ class WorkingSet:
     expansion: Expansion
     cache_dir: Path
     out_dir: Path
+    task_selection: TaskSelection
+    """The selection this was resolved from, its defaults filled in (the manifest's
+    `selection`)."""
     missing_answers: int = 0
     """Generation tasks with no cached answer yet (their items are not judged yet)."""
     cache_url: str | None = None
     """A shared cache (postgresql://...) used instead of cache_dir; see open_selected."""
     shard: Shard | None = None
     """`judge run --shard I/N`: `expansion` holds only this shard's items (see `select`)."""
-    task_selection: TaskSelection | None = None
-    """The selection this was resolved from, its defaults filled in (the manifest's
-    `selection`)."""
 
 
-RUN_LIMITS = (("concurrency", "concurrency"), ("rpm", "rpm"), ("tpm", "tpm"),
+_RUN_LIMITS = (("concurrency", "concurrency"), ("rpm", "rpm"), ("tpm", "tpm"),
               ("max_retries", "max_retries"), ("timeout", "timeout_s"), ("until_ci", "until_ci"))
 """`judge run`'s (and runner.run's) option -> the job's `[limits]` field it replaces."""
 
@@ -59,14 +57,13 @@ def with_run_limits(sel: WorkingSet, options: Mapping[str, Any]) -> WorkingSet:
     """The selection with a run's own limits over the job's.
 
     Args:
-        sel: the selection.
         options: the run's options by name (concurrency, rpm, tpm, max_retries, timeout,
             until_ci); one left out or None keeps the job's.
 
     Returns:
         `sel` with its job's `[limits]` replaced where an option was given.
     """
-    given = {field: options[name] for name, field in RUN_LIMITS
+    given = {field: options[name] for name, field in _RUN_LIMITS
              if options.get(name) is not None}
     return replace(sel, job=sel.job.with_limits(**given))
 
@@ -118,27 +115,12 @@ def open_selected(sel: WorkingSet, *, read_only: bool = False) -> CacheBackend:
     """The selection's cache, opened.
 
     Args:
-        sel: the selection.
-        read_only: the caller only reads, so a folder it may not write is read as it is.
+        sel: the selection; read_only: the caller only reads (see open_cache).
 
     Returns:
-        The shared database when a URL was given (CacheLocation.with_environment checked it),
-        else the folder (a context manager).
+        The shared database when a URL was given, else the folder (a context manager).
     """
     return open_cache(sel.cache_url or sel.cache_dir, read_only=read_only)
-
-
-def model_with(m: ModelSpec, **changes: Any) -> ModelSpec:
-    """A model with some fields changed.
-
-    Args:
-        m: the model.
-        **changes: its fields' new values by name (base_url, ...).
-
-    Returns:
-        A new ModelSpec, built through its constructor (so its checks run again).
-    """
-    return ModelSpec(**{**{f.name: getattr(m, f.name) for f in fields(m)}, **changes})
 
 
 def resolve_models(job: Job, specs: tuple[str, ...], base_url: str | None,
@@ -161,7 +143,7 @@ def resolve_models(job: Job, specs: tuple[str, ...], base_url: str | None,
         if url and (problem := url_problem(url)):
             raise ConfigError(f"{where} {problem}")
     fallback = base_url or env_base_url
-    generators = {name for g in job.generate for name in g.models}
+    generators = generator_names(job)
     models = job.models
     if specs:
         kept = tuple(m for m in job.models if m.name in generators)
@@ -175,20 +157,13 @@ def resolve_models(job: Job, specs: tuple[str, ...], base_url: str | None,
                 raise ConfigError(f"{job.path}: model {m.spec!r} needs its server's URL, even "
                                   "offline (its answers are cached under it): pass --base-url "
                                   "http://HOST:PORT/v1, set OPENAI_BASE_URL, or use openai:NAME")
-            m = model_with(m, base_url=fallback)
+            m = replace(m, base_url=fallback)
         resolved.append(m)
     return tuple(resolved)
 
 
-def answer_text(record: Mapping[str, Any] | None) -> str | None:
-    """A generation stage's answer.
-
-    Args:
-        record: a cached record (None: not cached).
-
-    Returns:
-        The text of its first choice; None when not cached or without a choice.
-    """
+def _answer_text(record: Mapping[str, Any] | None) -> str | None:
+    """A generation stage's answer: its record's first choice (None: not cached, no choice)."""
     if record is None:
         return None
     got = choices(record["response"])
@@ -209,12 +184,11 @@ def select(chosen: TaskSelection, *, data_dir: Path, env_base_url: str | None = 
     """Load, resolve and expand a job; generated data sets come from the cache as it is.
 
     Args:
-        chosen: the task selection; its cache location as given (see
-            CacheLocation.with_environment: a cache_dir left None is ./cache).
+        chosen: the task selection; its cache location as given (a cache_dir left None is
+            ./cache).
         data_dir: where the data sets' files are.
         env_base_url: OPENAI_BASE_URL, the endpoint of bare model names without --base-url.
-        stream: one pass over the tasks is all the caller needs (see runner.prepare.prepare).
-        download: fetch the job's missing registered data sets first (`judge run`).
+        stream, download: as for runner.api.selection.
 
     Returns:
         The WorkingSet: the job (its judges replaced by `chosen.models`, a shard's rpm and tpm
@@ -265,7 +239,7 @@ def derive(sel: WorkingSet) -> WorkingSet:
     """
     with open_selected(sel, read_only=True) as cache:
         expansion, missing = sel.expansion.with_generated(
-            lambda task: answer_text(cache.get(task.key)))
+            lambda task: _answer_text(cache.get(task.key)))
     return replace(sel, expansion=expansion, missing_answers=missing)
 
 
@@ -307,7 +281,6 @@ def check_budget(job: Job, budget: float | None) -> None:
     """--budget can be kept: every model has a price.
 
     Args:
-        job: the job.
         budget: --budget in USD; None: no budget, nothing to check.
 
     Raises:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import replace
 
 from runner.execute import local
 from runner.job.spec import Job
-from runner.session.select import model_with
 
 __all__ = ["serving"]
 
@@ -15,9 +15,6 @@ __all__ = ["serving"]
 @contextlib.contextmanager
 def serving(job: Job) -> Iterator[Job]:
     """Start the embedded local server for `local:` models for the duration of the block.
-
-    Args:
-        job: the job.
 
     Yields:
         The job with each `local:` model's base URL set to its server's (the job as it is
@@ -31,6 +28,6 @@ def serving(job: Job) -> Iterator[Job]:
         for m in job.models:
             if m.kind == "local":
                 server = stack.enter_context(local.LocalServer(m.model))
-                m = model_with(m, base_url=server.base_url)
+                m = replace(m, base_url=server.base_url)
             models.append(m)
         yield job.with_models(tuple(models))
