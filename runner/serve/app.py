@@ -128,10 +128,11 @@ async def _index(request: web.Request) -> web.Response:
 
 async def _run(request: web.Request) -> web.Response:
     desk, job = request.app[DESK], request.match_info["job"]
-    run = desk.run(job, request.match_info["run"])
+    runs = desk.runs(job)
+    run = desk.run(job, request.match_info["run"], runs)
     live = (await asyncio.to_thread(request.app[LIVE].lines)).get(job)
     return _html(f"{job}: {run.id}", run_page(job, run, read_csv(run.path / "correlations.csv"),
-                                              live if run.id == desk.runs(job)[-1].id else None))
+                                              live if run is runs[-1] else None))
 
 
 async def _file(request: web.Request) -> web.FileResponse:
@@ -146,7 +147,8 @@ async def _file(request: web.Request) -> web.FileResponse:
 async def _diff(request: web.Request) -> web.Response:
     desk, q = request.app[DESK], request.query
     job, a, b = q.get("job", ""), q.get("a", ""), q.get("b", "")
-    runs = [desk.run(job, a), desk.run(job, b)]
+    kept = desk.runs(job)
+    runs = [desk.run(job, a, kept), desk.run(job, b, kept)]
     compared = await asyncio.to_thread(diff_folders, runs[0].path, runs[1].path, desk.job(job))
     return _html(f"{job}: {a} vs {b}", diff_page(job, a, b, compared))
 
@@ -161,7 +163,7 @@ async def _items(request: web.Request) -> web.Response:
     runs = desk.runs(job)
     chosen = q.getall("run", []) or [runs[-1].id]
     filters = items.Filters.of(q)
-    picked = [desk.run(job, r) for r in chosen]
+    picked = [desk.run(job, r, runs) for r in chosen]
     rows = await asyncio.to_thread(items.find, picked, filters)
     summary = [s for r in picked for s in read_csv(r.path / "summary.csv")]
     choices = {"dataset": sorted({s["dataset"] for s in summary}),
@@ -204,8 +206,8 @@ async def _rate_jobs(request: web.Request) -> web.Response:
 async def _rate(request: web.Request) -> web.Response:
     desk, job = request.app[DESK], request.match_info["job"]
     annotator = _annotator(desk)
-    expansion = (await asyncio.to_thread(desk.selection, job, "latest", whole=True)).expansion
     latest = await asyncio.to_thread(desk.run, job, "latest")
+    expansion = (await asyncio.to_thread(desk.selection, job, latest, whole=True)).expansion
     upcoming = await asyncio.to_thread(rate.next_item, expansion, annotator, latest.seed)
     scores = None  # blind unless --show-scores
     if desk.show_scores and upcoming is not None:
@@ -221,7 +223,7 @@ async def _rated(request: web.Request) -> web.Response:
     annotator = _annotator(desk)
     form = await request.post()
     answers = {k: str(v) for k, v in form.items() if k not in ("dataset", "item")}
-    expansion = (await asyncio.to_thread(desk.selection, job, "latest", whole=True)).expansion
+    expansion = (await asyncio.to_thread(desk.selection, job, whole=True)).expansion
     async with request.app[RATING]:  # one appender at a time: lines never interleave
         n = await asyncio.to_thread(rate.record, expansion, annotator,
                                     str(form.get("dataset", "")), str(form.get("item", "")),

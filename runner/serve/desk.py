@@ -114,12 +114,14 @@ class Desk:
         """
         return [RunInfo(p.name, p, _manifest(p)) for p in kept_runs(self.folder(job))]
 
-    def run(self, job: str, run: str) -> RunInfo:
+    def run(self, job: str, run: str, runs: list[RunInfo] | None = None) -> RunInfo:
         """One kept run by id (`latest`: the newest); ConfigError naming the job if none.
 
         Args:
             job: the job's name.
             run: the run's id, or `latest`.
+            runs: the job's runs if the caller has read them (each reading reads every
+                kept run's manifest), else read here.
 
         Returns:
             The run.
@@ -127,7 +129,7 @@ class Desk:
         Raises:
             ConfigError: No such job or run.
         """
-        runs = self.runs(job)
+        runs = self.runs(job) if runs is None else runs
         if run == "latest" and runs:
             return runs[-1]
         for info in runs:
@@ -135,12 +137,11 @@ class Desk:
                 return info
         raise ConfigError(f"{self.folder(job) / HISTORY / run}: no such run of {job}")
 
-    def job(self, job: str, run: str = "latest") -> Job:
-        """The job as its file says now.
+    def job(self, job: str) -> Job:
+        """The job as its file says now (the file its newest kept run names).
 
         Args:
             job: the job's name.
-            run: the run whose job file is read.
 
         Returns:
             The loaded job.
@@ -149,22 +150,23 @@ class Desk:
             ConfigError: No such job or run, the job file is not where the run said, or
                 it is invalid now.
         """
-        return load_job(_job_file(job, self.run(job, run)))
+        return load_job(_job_file(job, self.run(job, "latest")))
 
-    def selection(self, job: str, run: str = "latest", *, whole: bool = False) -> WorkingSet:
+    def selection(self, job: str, run: RunInfo | None = None, *,
+                  whole: bool = False) -> WorkingSet:
         """The job's items as `run` selected them (its models, --limit, --sample), or with
         `whole` every item of its data (the rating queue); loaded once each, and again when
         the job file changes.
 
         Args:
             job: the job's name.
-            run: the run whose selection is repeated.
+            run: the run whose selection is repeated (None: the newest).
             whole: every item instead.
 
         Returns:
             The items.
         """
-        info = self.run(job, run)  # once: each look-up reads every kept run's manifest
+        info = self.run(job, "latest") if run is None else run
         path = _job_file(job, info)
         key = (job, info.id, whole, path.stat().st_mtime_ns)
         if key not in self._selections:

@@ -181,6 +181,6 @@ def judgment(desk: Desk, job: str, run: str, key: str) -> dict[str, Any]:
               aspect=line["aspect"], judge=_judge(line), score=line.get("score"), human=None,
               status="", message="", raw="", key=key, group=line["group"], body=b"",
               grouped=True, sample=line.get("sample", 0))  # grouped: the whole group expanded
-    body = with_bodies([row], desk.selection(job, run).expansion)[0].body
+    body = with_bodies([row], desk.selection(job, info).expansion)[0].body
     return {**line, "request": prompt_text(body) or "(not rebuilt: the job's data changed)",
             "answer": raw_text(line.get("raw"))}

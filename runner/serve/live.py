@@ -33,6 +33,7 @@ from runner.children import alive
 from runner.errors import RunnerError
 from runner.execute.store.cache import Cache
 from runner.execute.store.lease import lease_id, lease_name
+from runner.expand import Expansion
 from runner.reduce.judgments import judge
 from runner.report.diff import number
 from runner.report.headline import shown_method
@@ -117,10 +118,12 @@ class LiveRuns:
         if who is None:
             self._first.pop(job, None)
             return {"running": False, "line": ""}
-        tasks = self._tasks(job)
+        sel = self.desk.selection(job, runs[-1])
+        tasks = self._tasks(job, sel)
         with Cache(cache_dir, never_write=True) as cache:
             found = cache.has_many([t.key for t in tasks])
-            partial = self._partial(job, cache, [t for t in tasks if t.key in found])
+            partial = self._partial(job, sel.expansion, cache,
+                                    [t for t in tasks if t.key in found])
         now, answered = time.monotonic(), len(found)
         since, before = self._first.setdefault(job, (now, answered))
         rate = (answered - before) / (now - since) if now > since else 0.0
@@ -131,22 +134,21 @@ class LiveRuns:
         return {"running": True, "holder": who, "tasks": len(tasks), "answered": answered,
                 "eta_s": eta, "correlations": partial, "line": line}
 
-    def _tasks(self, job: str) -> list[Task]:
+    def _tasks(self, job: str, sel: WorkingSet) -> list[Task]:
         """The tasks of the job's selection now (expanded again only when it changes: a new
         kept run, an edited job file)."""
-        sel = self.desk.selection(job)
         known = self._expanded.get(job)
         if known is None or known[0] is not sel:
             self._expanded[job] = known = (sel, list(sel.expansion.tasks()))
         return known[1]
 
-    def _partial(self, job: str, cache: Cache, answered: list[Task]) -> list[dict[str, Any]]:
+    def _partial(self, job: str, expansion: Expansion, cache: Cache,
+                 answered: list[Task]) -> list[dict[str, Any]]:
         """The correlations over the answered tasks, made again at most every
         PARTIAL_EVERY_S."""
         made, rows = self._partials.get(job, (0.0, []))
         if time.monotonic() - made < PARTIAL_EVERY_S:
             return rows
-        expansion = self.desk.selection(job).expansion
         tables = collect(expansion, judge(expansion, cache, tasks=answered[:PARTIAL_TASKS]),
                          io.BytesIO())
         # the LLM judges (`model/prompt`): the data's metric columns are not partial
