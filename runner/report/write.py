@@ -22,7 +22,6 @@ Each set is written whole or not at all (runner.report.folder).
 from __future__ import annotations
 
 import contextlib
-import csv
 import io
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -52,14 +51,18 @@ from runner.report.folder import atomic_file, new_run_id, report_set, write_atom
 from runner.report.headline import headline, system_note
 from runner.report.html import render
 from runner.report.markdown import battle_markdown, ranking_markdown, reliability_markdown, table
-from runner.report.pagedata import page_data, with_reliability
+from runner.report.pagedata import page_data
 from runner.report.parquet import write_scores_parquet
-from runner.report.reliability import RELIABILITY_COLUMNS, reliability_rows
+from runner.report.reliability import (
+    RELIABILITY_COLUMNS,
+    csv_bytes,
+    reliability_page,
+    reliability_rows,
+)
 from runner.report.standing import bias_warnings
 from runner.report.tables import (
     Tables,
     collect,
-    fmt,
     leaderboard,
     metric_names,
     scores_csv,
@@ -157,16 +160,6 @@ def comparison(expansion: Expansion, series: JudgeSeries,
                          "ci_low": c.ci_low, "ci_high": c.ci_high, "p_value": c.p_value,
                          "n_groups": c.n_groups})
     return rows
-
-
-def _csv(columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> bytes:
-    out = io.StringIO()
-    w = csv.DictWriter(out, fieldnames=list(columns), lineterminator="\n")
-    w.writeheader()
-    for row in rows:
-        w.writerow({k: fmt(v) if isinstance(v, float) or v is None else v
-                    for k, v in row.items()})
-    return out.getvalue().encode()
 
 
 def _local_notes(job: Job) -> list[str]:
@@ -286,9 +279,9 @@ def _write_set(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgment
             name="the reports' child (scores.csv, scores.parquet, reliability rows)"))
         series = judge_rows(expansion, tables)
         corr = correlations(expansion, tables, series)  # one Resamples for the set
-        write_atomic(out_dir / "correlations.csv", _csv(CORRELATION_COLUMNS, corr))
+        write_atomic(out_dir / "correlations.csv", csv_bytes(CORRELATION_COLUMNS, corr))
         summ = summary(tables)
-        write_atomic(out_dir / "summary.csv", _csv(SUMMARY_COLUMNS, summ))
+        write_atomic(out_dir / "summary.csv", csv_bytes(SUMMARY_COLUMNS, summ))
         tables.headline = headline(expansion.job.levels, expansion.job.methods, corr, summ,
                                    juries=[j.name for j in expansion.job.juries])
         battle_rows = battles.rows()
@@ -310,13 +303,14 @@ def _write_set(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgment
                                          + battle_markdown(battle_rows)
                                          + ranking_markdown(ranking)
                                          + reliability_markdown(reliability)).encode())
-    write_atomic(out_dir / "reliability.csv", _csv(RELIABILITY_COLUMNS, reliability))
+    write_atomic(out_dir / "reliability.csv", csv_bytes(RELIABILITY_COLUMNS, reliability))
     if battles.enabled:
-        write_atomic(out_dir / "battle.csv", _csv(BATTLE_COLUMNS, battle_rows))
-        write_atomic(out_dir / "ranking.csv", _csv(RANKING_COLUMNS, ranking))
+        write_atomic(out_dir / "battle.csv", csv_bytes(BATTLE_COLUMNS, battle_rows))
+        write_atomic(out_dir / "ranking.csv", csv_bytes(RANKING_COLUMNS, ranking))
     if board is not None:
-        write_atomic(out_dir / "leaderboard.csv", _csv(*board))
-    write_atomic(out_dir / "report.html", render(with_reliability(page, expansion, reliability)))
+        write_atomic(out_dir / "leaderboard.csv", csv_bytes(*board))
+    page["reliability"] = reliability_page(expansion, reliability)  # now that the child made it
+    write_atomic(out_dir / "report.html", render(page))
     write_atomic(out_dir / "manifest.json",
                  orjson.dumps(manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
     return tables
