@@ -234,10 +234,6 @@ class ItemRows:
                                   rw[0].status == "ok"))
         return rows
 
-    def rows(self) -> list[Row]:
-        """The kept rows, largest disagreement first, each once."""
-        return [r for r, _ in self.kept()]
-
     @property
     def capped(self) -> bool:
         """Whether more judgments went by than the page holds (the pools are in use)."""
