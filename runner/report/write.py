@@ -1,22 +1,6 @@
-"""Write a run's reports into runs/<job>/, each atomically (temp file + rename).
-
-- judgments.jsonl: one line per task (score, raw answer, error, cached, usage).
-- scores.csv: one row per item x prompt x aspect x model: judge score, human score, metrics
-  (unless the job sets scores_csv = false); scores.parquet: the same table as Parquet
-  (runner.report.parquet).
-- correlations.csv: judge (LLM judges `model/prompt`, every metric column, `iaa`) against
-  human at sample, dataset and system level, per subset, with bootstrap CIs.
-- summary.csv: per data set x prompt x aspect x model: n, mean, std, failures by type.
-- report.md: the correlation tables, judges as rows, failure counts, and any battles.
-- battle.csv (a prompt with order = "both"): per judge and model pair, wins, ties and
-  inconsistent verdicts over the two orders (runner.reduce.battle); ranking.csv beside it:
-  a Bradley-Terry ranking of the systems with bootstrap CIs (runner.reduce.ranking).
-- reliability.csv: agreement, self-consistency, position and length bias
-  (runner.report.reliability).
-- report.html: one self-contained page with plots and an item browser (runner.report.html).
-- manifest.json: job sha256, versions, times, counts, usage, estimated cost.
-
-Each set is written whole or not at all (runner.report.folder).
+"""Write a run's report set into runs/<job>/: each file atomically (temp file + rename), the
+set whole or not at all (runner.report.folder). The files and their columns:
+docs/reference/outputs.md.
 """
 
 from __future__ import annotations
@@ -84,8 +68,7 @@ def judge_rows(expansion: Expansion, tables: Tables) -> dict[tuple[str, str], di
     human score (runner.reduce.judge_series.judge_series over the tables' cells).
 
     Args:
-        expansion: the job's tasks.
-        tables: the gathered tables.
+        expansion, tables: the job's tasks and the gathered tables.
 
     Returns:
         The series per data set, aspect and judge.
@@ -103,6 +86,7 @@ def correlations(expansion: Expansion, tables: Tables, series: JudgeSeries | Non
         series: judge_rows(expansion, tables) if the caller has it already.
         resamples: the report set's bootstrap draws (a fresh one if None): every judge and
             aspect of a data set is resampled on the same groups, drawn once.
+
     Returns:
         CORRELATION_COLUMNS rows.
     """
@@ -134,8 +118,7 @@ def comparison(expansion: Expansion, series: JudgeSeries,
     set and aspect, over `series` (judge_rows of the collected tables).
 
     Args:
-        expansion: the job.
-        series: the judges' scores (judge_rows).
+        expansion, series: the job and the judges' scores (judge_rows).
         judges: the names of judges A and B.
 
     Returns:
@@ -163,7 +146,7 @@ def comparison(expansion: Expansion, series: JudgeSeries,
 
 
 def _local_notes(job: Job) -> list[str]:
-    """Say plainly what a small local judge is for."""
+    """What a small local judge is for, said plainly."""
     return [f"**Judge `{m.name}` ({m.spec}) is {LOCAL_MODELS[m.model].description}**, run "
             "through llama.cpp on this machine. It checks the pipeline end to end (client, "
             "limiter, cache, parser, reducer); it is not a research-grade judge, and its "
@@ -217,10 +200,8 @@ def _table(dataset: str, aspect: str, rows: list[dict[str, Any]]) -> list[str]:
 def _set_aside(expansion: Expansion, tables: Tables, positions: Positions,
                scores: io.BufferedWriter | None, parquet: io.BufferedWriter | None = None
                ) -> list[dict[str, Any]]:
-    """The reports' work for the other core: scores.csv written to `scores` and scores.parquet
-    to `parquet` (each None: not written; each from its start: a child that died part-way
-    leaves a part, overwritten when the work is done again in place), and reliability.csv's
-    rows, returned."""
+    """The reports' work for the other core: scores.csv and scores.parquet written (from their
+    start: a child that died part-way left a part), reliability.csv's rows returned."""
     for file, write in ((scores, scores_csv), (parquet, _parquet)):
         if file is not None:
             file.seek(0)
@@ -238,14 +219,13 @@ def write_reports(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgm
                   manifest: Mapping[str, Any] | Callable[[Tables], Mapping[str, Any]],
                   notes: Sequence[str] = ()) -> Tables:
     """Write every report file into `out_dir` as one set (`report_set`): a reader sees the old
-    set or the new one. `manifest` may be built from the gathered tables (counts known only
-    after the pass).
+    set or the new one.
 
     Args:
-        out_dir: the report folder.
-        expansion: the job's tasks.
+        out_dir, expansion: the report folder and the job's tasks.
         judgments: every judgment, read once.
-        manifest: the manifest, or a function making it from the tables.
+        manifest: the manifest, or a function making it from the tables (counts known only
+            after the pass).
         notes: lines added to report.md.
 
     Returns:

@@ -39,15 +39,6 @@ class RunInfo:
         """The --seed of the run's --sample draw (0, --sample's default, if none was given)."""
         return int((self.manifest.get("selection") or {}).get("seed") or 0)
 
-    @property
-    def models(self) -> str:
-        return ",".join(m["name"] for m in self.manifest.get("models", []))
-
-    @property
-    def counts(self) -> dict[str, Any]:
-        counts: dict[str, Any] = self.manifest.get("counts") or {}
-        return counts
-
 
 @dataclass
 class Desk:
@@ -86,7 +77,7 @@ class Desk:
         return folder.name
 
     def folder(self, job: str) -> Path:
-        """The report folder of `job`; ConfigError if the served folder has no such job.
+        """The report folder of `job`.
 
         Args:
             job: the job's name.
@@ -104,18 +95,21 @@ class Desk:
         return folders[job]
 
     def runs(self, job: str) -> list[RunInfo]:
-        """The job's kept runs, oldest first; ConfigError as `folder` if there is no such job.
+        """The job's kept runs, oldest first.
 
         Args:
             job: the job's name.
 
         Returns:
             Its kept runs; [] before its first.
+
+        Raises:
+            ConfigError: No such job is served.
         """
         return [RunInfo(p.name, p, _manifest(p)) for p in kept_runs(self.folder(job))]
 
     def run(self, job: str, run: str, runs: list[RunInfo] | None = None) -> RunInfo:
-        """One kept run by id (`latest`: the newest); ConfigError naming the job if none.
+        """One kept run by id (`latest`: the newest).
 
         Args:
             job: the job's name.

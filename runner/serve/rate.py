@@ -32,8 +32,7 @@ from runner.parse.parsers import get_parser
 from runner.reduce.judgments import parser_options
 from runner.selection import rating_queue
 
-__all__ = ["SKIP", "Next", "Scale", "next_item", "ratings_path", "ratings_paths", "record",
-           "scales"]
+__all__ = ["SKIP", "Next", "Scale", "next_item", "ratings_path", "record", "scales"]
 
 SKIP = "skip"
 """The form's value of a skipped aspect."""
@@ -73,8 +72,7 @@ def scales(job: Job, dataset: str) -> dict[str, Scale]:
     prompt scoring an aspect gives its scale).
 
     Args:
-        job: the loaded job.
-        dataset: the data set's name.
+        job, dataset: the loaded job and the data set's name.
 
     Returns:
         Each aspect scored on `dataset` and its scale.
@@ -93,8 +91,7 @@ def ratings_path(job: Job, dataset: str) -> Path:
     """Where the ratings of `dataset` go (see the module docstring).
 
     Args:
-        job: the loaded job.
-        dataset: the data set's name.
+        job, dataset: the loaded job and the data set's name.
 
     Returns:
         The default ratings file of `dataset`.
@@ -105,17 +102,9 @@ def ratings_path(job: Job, dataset: str) -> Path:
     return job.path.with_name(f"{job.path.stem}.{dataset}.ratings.jsonl")
 
 
-def ratings_paths(job: Job, dataset: str) -> dict[str, Path]:
+def _ratings_paths(job: Job, dataset: str) -> dict[str, Path]:
     """aspect -> the file its ratings go to: the job's declared one, else the data set's
-    default (ratings_path).
-
-    Args:
-        job: the loaded job.
-        dataset: the data set's name.
-
-    Returns:
-        Each aspect scored on `dataset` and the file its ratings are appended to.
-    """
+    default (ratings_path)."""
     spec = next(d for d in job.datasets if d.name == dataset)
     _, declared = human_columns(spec.fields.get("human", {}), job.path.parent,
                                 f"{job.path}: datasets.{dataset}.fields.human")
@@ -144,7 +133,7 @@ def next_item(expansion: Expansion, annotator: str, seed: int = 0) -> Next | Non
         aspects = scales(job, dataset)
         if not aspects:
             continue
-        ratings = _ratings(ratings_paths(job, dataset))
+        ratings = _ratings(_ratings_paths(job, dataset))
         left = rating_queue(items, list(aspects), ratings, annotator, seed=seed)
         if left:
             return Next(dataset, left[0][0], aspects, len(items) - len(left), len(items))
@@ -156,10 +145,8 @@ def record(expansion: Expansion, annotator: str, dataset: str, item: str,
     """Append one rating per aspect of `item` (SKIP, or no answer, records a skip).
 
     Args:
-        expansion: the job's items.
-        annotator: who rated.
-        dataset: the item's data set.
-        item: its id.
+        expansion, annotator: the job's items and who rated.
+        dataset, item: the item's data set and id.
         answers: aspect -> the form's value (a number on the aspect's scale, or SKIP).
 
     Returns:
@@ -178,7 +165,7 @@ def record(expansion: Expansion, annotator: str, dataset: str, item: str,
             raise ConfigError(f"{aspect}={text!r}: rate on the job's scale, "
                               f"{scale.low:g} to {scale.high:g}, or skip")
         scores[aspect] = score
-    paths = ratings_paths(expansion.job, dataset)
+    paths = _ratings_paths(expansion.job, dataset)
     for aspect, score in scores.items():
         append_rating(paths[aspect], item=item, aspect=aspect, annotator=annotator,
                       score=score)
