@@ -66,16 +66,14 @@ def headline(levels: Sequence[str], methods: Sequence[str],
     """The result table and the unparsed-judge lines.
 
     Args:
-        levels: the job's levels, in its order (sample, dataset, system).
-        methods: the job's correlation methods; spearman is shown where computed.
+        levels, methods: the job's levels and correlation methods, in its order.
         correlations: correlations.csv rows (dataset, aspect, judge, level, method, subset,
             value, ci_low, ci_high, n_systems, ...); only LLM judges (`model/prompt`) and
             `juries` over all items.
         summary: summary.csv rows (dataset, prompt, aspect, model, n, scored, api_failures).
 
     Returns:
-        A Headline: `lines` (empty when no LLM judge has a correlation), `unparsed`,
-        `scoreless`, `warnings` (system_warnings), `no_spread`.
+        A Headline (`lines` empty when no LLM judge has a correlation).
     """
     method = shown_method(methods)
     table: dict[tuple[str, str], dict[str, dict[str, Mapping[str, Any]]]] = {}

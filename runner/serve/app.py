@@ -170,7 +170,7 @@ async def _items(request: web.Request) -> web.Response:
                "aspect": sorted({s["aspect"] for s in summary}),
                "judge": sorted({judge_name(s["model"], s["prompt"]) for s in summary})}
     return _html(f"{job}: items", items_page(job, [r.id for r in runs], chosen, filters,
-                                             choices, rows, items.LIMIT))
+                                             choices, rows))
 
 
 async def _judgment(request: web.Request) -> web.Response:

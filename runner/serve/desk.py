@@ -112,8 +112,7 @@ class Desk:
         """One kept run by id (`latest`: the newest).
 
         Args:
-            job: the job's name.
-            run: the run's id, or `latest`.
+            job, run: the job's name and the run's id (or `latest`).
             runs: the job's runs if the caller has read them (each reading reads every
                 kept run's manifest), else read here.
 
@@ -153,8 +152,7 @@ class Desk:
         the job file changes.
 
         Args:
-            job: the job's name.
-            run: the run whose selection is repeated (None: the newest).
+            job, run: the job's name and the run whose selection is repeated (None: the newest).
             whole: every item instead.
 
         Returns:

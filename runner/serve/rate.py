@@ -121,8 +121,7 @@ def next_item(expansion: Expansion, annotator: str, seed: int = 0) -> Next | Non
     """The first item of the queue `annotator` has not rated on every aspect (None: done).
 
     Args:
-        expansion: the job's items (its whole data).
-        annotator: who rates.
+        expansion, annotator: the job's items (its whole data) and who rates.
         seed: the --seed of the --sample draw the queue follows (the job's latest run's).
 
     Returns:
