@@ -94,10 +94,8 @@ def _row(j: Judgment) -> Row:
 @dataclass(slots=True)
 class Reservoir:
     """Which items of a stream a uniform random sample of `size` keeps, drawn as they go by
-    (reservoir sampling, Vitter's Algorithm R: the n-th item replaces a random slot with
-    chance size / n). Li's Algorithm L, which draws the gap to the next item kept instead of
-    a number per item, kept ItemRows no faster as a whole (1.2-2.7 us a judgment either way,
-    load 10): this is the simpler one.
+    (Vitter's Algorithm R: the n-th item replaces a random slot with chance size / n; Li's
+    more complex Algorithm L was no faster here, 1.2-2.7 us a judgment either way).
 
     Invariant: after `seen` items, every one of them is in the sample with probability
     size / seen (all of them while seen <= size)."""

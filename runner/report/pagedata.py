@@ -1,12 +1,8 @@
-"""What report.html shows, computed in Python from the tables the other reports use.
-
-The page is one JSON document (see `page_data`) rendered in the browser by a small
-hand-written script; runner.report.figures draws the same data with matplotlib. Every chart
-is sent as an aggregate whose size depends on the score scale, never on the number of
-judgments, so a ten-million-judgment study's page is as small as a ten-thousand one's: the
-charts of each judge are made by runner.report.aggregate (2-D histograms with quantiles per
-human level, distributions with their quantiles); the system view has a row per system up to
-`MAX_SYSTEMS`; the item browser's rows are a bounded sample (runner.report.browser).
+"""What report.html shows, computed in Python from the tables the other reports use: one JSON
+document (`page_data`), drawn in the browser by templates/report.js and with matplotlib by
+runner.report.figures. Its size does not grow with the judgments: each chart is an aggregate
+(runner.report.aggregate), the system view has a row per system up to MAX_SYSTEMS, and the
+item browser's rows are a bounded sample (runner.report.browser).
 """
 
 from __future__ import annotations
