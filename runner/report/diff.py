@@ -140,8 +140,7 @@ def diff_folders(run_a: Path, run_b: Path, job: Job) -> RunDiff:
     """Compare two kept runs of `job` (their report folders).
 
     Args:
-        run_a: the first run's folder (history/RUN, or latest).
-        run_b: the second's.
+        run_a, run_b: the two runs' folders (history/RUN, or latest).
         job: the job, whose levels, methods, policy, bootstrap and seed the comparison uses.
 
     Returns:

@@ -37,12 +37,9 @@ def page_data(expansion: Expansion, series: Mapping[tuple[str, str], Mapping[str
     Args:
         expansion: the job and its items.
         series: per (data set, aspect), each judge's scores beside the human's.
-        corr: correlations.csv's rows.
-        summ: summary.csv's rows.
-        battles: battle.csv's rows.
+        corr, summ, battles: correlations.csv's, summary.csv's and battle.csv's rows.
         board: the leaderboard's columns and rows, or None.
-        manifest: manifest.json's content.
-        rows: the item browser's kept rows.
+        manifest, rows: manifest.json's content and the item browser's kept rows.
         reliability: reliability.csv's rows (runner.report.write sets them later: they are
             made on the other core meanwhile).
         ranking: ranking.csv's rows (shown with the battles).

@@ -10,7 +10,7 @@ The app's layers: `app` (routes) over `forms` and `pages` (HTML) over `items`, `
 `live` (what the pages show) over `desk` (the folder's jobs and runs).
 """
 
-from runner.serve.app import LOOPBACK, make_app, new_token, serve
+from runner.serve.app import make_app, new_token, serve
 from runner.serve.desk import Desk
 
-__all__ = ["LOOPBACK", "Desk", "make_app", "new_token", "serve"]
+__all__ = ["Desk", "make_app", "new_token", "serve"]

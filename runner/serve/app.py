@@ -236,9 +236,7 @@ async def serve(app: web.Application, host: str, port: int,
     """Serve `app` on host:port until cancelled (Ctrl-C).
 
     Args:
-        app: the desk's application.
-        host: the address to bind.
-        port: the port (0: any free one).
+        app, host, port: the desk's application, the address to bind and the port (0: any).
         ready: called once with the URL to open (the token in it, if one is needed).
     """
     runner = web.AppRunner(app, access_log=None)

@@ -41,8 +41,7 @@ def items_page(job: str, runs: Sequence[str], chosen: Sequence[str], filters: Fi
 
     Args:
         job, runs, chosen: the job's name, its kept runs and the runs whose rows are shown.
-        filters: the filters the form was sent with.
-        choices: each filter's values for its select box.
+        filters, choices: the filters the form was sent with, and each one's values.
         rows: the matching rows, as runner.serve.items.find gives them.
 
     Returns:

@@ -165,8 +165,7 @@ def run_page(job: str, run: RunInfo, correlations: Sequence[Mapping[str, str]],
     """One run: its correlations (from its correlations.csv), its files, its report.html.
 
     Args:
-        job, run: the job's name and the run shown.
-        correlations: its correlations.csv rows.
+        job, run, correlations: the job's name, the run shown and its correlations.csv rows.
         live: the lease holder of a run of the job in progress, or None.
 
     Returns:
