@@ -2,10 +2,9 @@
 
 A `judge run` holds its lease file in the cache folder (runner.execute.store.lease: the
 holder's host, pid, start and command, emptied when it ends) and stores every answer in the
-cache (journal, then SQLite, folded about every second). The desk reads both and writes
-neither: the lease's text (a pid on this host that is gone is a run killed, not running), and
-the cache opened `never_write` (a read-only SQLite connection, the journals' frames read where
-they are: nothing folded, no settings written). No second writer touches the cache.
+cache. The desk reads both and writes neither: the lease's text (a pid on this host that is
+gone is a run killed, not running), and the cache opened `never_write` (nothing folded, no
+settings written: no second writer touches the cache).
 
 The partial correlations are the report's own (runner.report.tables.collect and
 runner.report.write.correlations) over the answers stored so far, parsed as `judge rescore`

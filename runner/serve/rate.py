@@ -9,11 +9,9 @@ the scale the job's prompt declares for it (its parser's min and max); a skip is
 too (score null), so a skipped item does not come back.
 
 An aspect's ratings go to the file the job declares for it (`human = { fluency = { ratings =
-"ratings.jsonl" } }`, relative to the job file: the file the job then reads as that human
-column), else to the data set's DEFAULT file (beside the data file,
-`<data file stem>.ratings.jsonl`; for a registered data set, beside the job file,
-`<job stem>.<data set>.ratings.jsonl`), appended and fsynced one by one through
-runner.data.annotations (never rewritten: a crash loses nothing already rated).
+"ratings.jsonl" } }`), else to the data set's own (`ratings_path`; docs/how-to/desk.md),
+appended and fsynced one by one through runner.data.annotations (never rewritten: a crash
+loses nothing already rated).
 """
 
 from __future__ import annotations
@@ -88,7 +86,9 @@ def scales(job: Job, dataset: str) -> dict[str, Scale]:
 
 
 def ratings_path(job: Job, dataset: str) -> Path:
-    """Where the ratings of `dataset` go (see the module docstring).
+    """Where the ratings of `dataset` go unless the job declares a file: beside the data file,
+    `<data file stem>.ratings.jsonl`; for a registered data set, beside the job file,
+    `<job stem>.<data set>.ratings.jsonl`.
 
     Args:
         job, dataset: the loaded job and the data set's name.
