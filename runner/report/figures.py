@@ -109,16 +109,12 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "figure"
 
 
-def _judges(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    return list(dict.fromkeys(r["judge"] for r in rows))
-
-
 def _table(rows: Sequence[Mapping[str, Any]], title: str,
            best: Sequence[Sequence[str]]) -> Figure | None:
     """The correlation table as a heatmap; the page's best judge of each column boxed (its
     `best`: runner.report.standing's rule, as the terminal's `*`)."""
     columns = list(dict.fromkeys((r["level"], r["method"], r["subset"]) for r in rows))
-    judges = _judges(rows)
+    judges = list(dict.fromkeys(r["judge"] for r in rows))
     if not columns or not judges:
         return None
     cell = {(r["judge"], r["level"], r["method"], r["subset"]): r["value"] for r in rows}

@@ -22,7 +22,7 @@ from runner.job.spec import Job
 from runner.parse.parsers import get_parser
 from runner.reduce.battle import BATTLE_COLUMNS, Battles
 from runner.reduce.compare import compare, paired_levels
-from runner.reduce.correlate import Correlation, correlate
+from runner.reduce.correlate import correlate
 from runner.reduce.judge_series import judge_series
 from runner.reduce.judgments import Judgment
 from runner.reduce.positions import Positions
@@ -98,14 +98,8 @@ def correlations(expansion: Expansion, tables: Tables, series: JudgeSeries | Non
             for c in correlate(data, policy=job.policy, levels=job.levels, methods=job.methods,
                                n_boot=job.bootstrap, seed=job.seed, resamples=resamples):
                 rows.append({"dataset": dataset, "aspect": aspect, "judge": judge,
-                             **_correlation(c)})
+                             **{k: getattr(c, k) for k in CORRELATION_COLUMNS[3:]}})
     return rows
-
-
-def _correlation(c: Correlation) -> dict[str, Any]:
-    return {"level": c.level, "method": c.method, "subset": c.subset, "value": c.value,
-            "n_groups": c.n_groups, "n_items": c.n_items, "ci_low": c.ci_low,
-            "ci_high": c.ci_high, "n_systems": c.n_systems}
 
 
 COMPARE_COLUMNS = ["dataset", "aspect", "a", "b", "level", "method", "subset", "value_a",
