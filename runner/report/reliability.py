@@ -1,9 +1,6 @@
 """reliability.csv and report.html's Reliability section: the figures of
-runner.reduce.reliability laid out per data set and aspect.
-
-reliability.csv columns: dataset, aspect, figure (agreement | self_consistency | position |
-length), a, b (what is compared with what), statistic, value, n (units, pairs or items it
-is computed from), p_value (where the statistic has a test).
+runner.reduce.reliability laid out per data set and aspect (the columns:
+docs/reference/outputs.md).
 """
 
 from __future__ import annotations
