@@ -5,9 +5,8 @@ Bound to 127.0.0.1 the desk is for the user of this machine. Bound to another ad
 a random token is then required: the URL `judge serve` prints carries it (`?token=`), and the
 first page opened with it sets a cookie, so every later link works without it.
 
-Every handler only reads the runs' files (and the job's data), except the rating form, which
-appends to a ratings file (runner.data.annotations); work that reads large files or
-bootstraps runs in a worker thread so one slow page never stops the others.
+Work that reads large files or bootstraps runs in a worker thread, so one slow page never
+stops the others.
 """
 
 from __future__ import annotations
