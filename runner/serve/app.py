@@ -129,7 +129,7 @@ async def _run(request: web.Request) -> web.Response:
     desk, job = request.app[DESK], request.match_info["job"]
     runs = desk.runs(job)
     run = desk.run(job, request.match_info["run"], runs)
-    live = (await asyncio.to_thread(request.app[LIVE].lines)).get(job)
+    live = await asyncio.to_thread(request.app[LIVE].line, job)  # not every job's
     return _html(f"{job}: {run.id}", run_page(job, run, read_csv(run.path / "correlations.csv"),
                                               live if run is runs[-1] else None))
 

@@ -87,16 +87,21 @@ class LiveRuns:
 
     def lines(self) -> dict[str, str]:
         """job -> one line on its run in progress, for every job with one."""
-        out = {}
-        for job in self.desk.folders():
-            try:
-                p = self.progress(job)
-            except RunnerError as exc:  # the job file moved: say so, the page still shows
-                out[job] = f"running, but cannot be followed: {exc}"
-                continue
-            if p["running"]:
-                out[job] = p["line"]
-        return out
+        return {job: line for job in self.desk.folders() if (line := self.line(job))}
+
+    def line(self, job: str) -> str:
+        """One line on `job`'s run in progress.
+
+        Args:
+            job: the job's name.
+
+        Returns:
+            The line ("" when no run of it is in progress).
+        """
+        try:
+            return str(self.progress(job)["line"])
+        except RunnerError as exc:  # the job file moved: say so, the page still shows
+            return f"running, but cannot be followed: {exc}"
 
     def progress(self, job: str) -> dict[str, Any]:
         """Whether `job` runs now; if so its holder, tasks answered of all, ETA and the
