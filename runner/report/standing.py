@@ -100,8 +100,8 @@ def best_judges(correlations: Sequence[Mapping[str, Any]],
     judge is not "best" of anything): the highest among the column's ranked judges.
 
     Args:
-        correlations: correlations.csv rows (values as numbers or as the CSV's text).
-        summary: summary.csv rows.
+        correlations, summary: correlations.csv rows (values as numbers or as the CSV's
+            text) and summary.csv rows.
 
     Returns:
         (dataset, aspect, level, method, subset) -> the judge's name.

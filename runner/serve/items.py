@@ -75,8 +75,7 @@ class Filters:
         """Whether a judgments.jsonl line (with its disagreement) passes.
 
         Args:
-            line: a judgments.jsonl line.
-            diff: its |judge - human|, or None without both scores.
+            line, diff: a judgments.jsonl line and its |judge - human| (None without both).
 
         Returns:
             True when the line is shown.
