@@ -163,7 +163,7 @@ def phases(job: Path, cache: Path, out: Path) -> dict[str, dict[str, float]]:
     from runner.report.html import render
     from runner.report.markdown import reliability_markdown
     from runner.report.pagedata import page_data
-    from runner.report.reliability import reliability_rows
+    from runner.report.reliability import csv_bytes, reliability_rows
     from runner.session.report import BatchAnswers, manifest
     from runner.session.select import open_selected
     clock.lap("import (the modules judge run loads)")
@@ -208,7 +208,7 @@ def phases(job: Path, cache: Path, out: Path) -> dict[str, dict[str, float]]:
         expansion, tables.cells, positions))
     clock.timed("report.md, correlations/summary/reliability.csv", lambda: (
         write._markdown(expansion, corr, summ, answers.notes) + reliability_markdown(reliability),
-        write._csv(write.CORRELATION_COLUMNS, corr), write._csv(write.SUMMARY_COLUMNS, summ)))
+        csv_bytes(write.CORRELATION_COLUMNS, corr), csv_bytes(write.SUMMARY_COLUMNS, summ)))
     made = clock.timed("manifest", lambda: manifest(sel, RunStats(), time.time(), "judge run"))
     clock.timed("report.html", lambda: write.write_atomic(out / "report.html", render(page_data(
         expansion, series, corr, summ, battles.rows(), None, made, rows, reliability))))

@@ -294,7 +294,7 @@ def test_small_jobs_keep_every_row() -> None:
 
     rows = ItemRows(cap=40)
     list(rows.watch(_judgment(i, float(i % 5), 3.0) for i in range(40)))
-    assert not rows.capped and len(rows.rows()) == 40
+    assert not rows.capped and len(rows.kept()) == 40
 
 
 # --- the correlations' input rows ------------------------------------------------------------

@@ -464,9 +464,11 @@ def test_a_run_in_progress_shows_its_counts_and_eta(tmp_path: Path, processes: P
         partial = [r for r in now["correlations"] if r["level"] == "dataset"]
         assert partial and all(1 < r["n_items"] <= now["answered"] for r in partial)
         assert "; so far: openmeva/overall fake/stars spearman sample " in now["line"]
+        assert live.line("job").startswith("running: ") and list(live.lines()) == ["job"]
         child.signal(signal.SIGINT)
         child.finish()
     assert live.progress("job") == {"running": False, "line": ""}
+    assert live.line("job") == "" and live.lines() == {}
 
 
 @pytest.mark.slow

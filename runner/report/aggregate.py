@@ -90,10 +90,6 @@ class _Column:
             return _bin(self.values, self.edges)
         return _bin(self.distinct, self.edges)[self.index]
 
-    def per_value(self) -> Any:
-        """Rows per distinct value (few values only)."""
-        return np.bincount(self.index, minlength=self.distinct.size)
-
 
 def _distinct(values: Any) -> tuple[Any, Any]:
     """Sorted distinct values, and each row's index into them if there are at most `FEW`.
@@ -117,7 +113,7 @@ def _counts(column: _Column, missing: int) -> dict[str, Any]:
     edges = column.edges
     out["edges"] = np.round(edges, 6).tolist()
     if column.index is not None:
-        per = column.per_value()
+        per = np.bincount(column.index, minlength=column.distinct.size)  # rows per value
         binned = np.bincount(_bin(column.distinct, edges), weights=per,
                              minlength=edges.size - 1)
         out["counts"] = binned.astype(np.int64).tolist()

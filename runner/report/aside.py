@@ -3,21 +3,11 @@ process writes the others.
 
 The reports of a large run are built from tables of ~100 bytes a task that only a fork shares
 for free (copy-on-write): sending them to a fresh process would cost more than the work. So
-`ForkedResult` forks where that is safe (runner.children.forkable), and computes in place where
-it is not:
-
-- only on Linux (macOS's system libraries are not fork-safe), with os.fork;
-- only while this process has one thread: a fork copies a lock held by another thread, locked
-  forever in the child. `judge` starts with OPENBLAS_NUM_THREADS=1 (runner.cli.main), so that
-  numpy and scipy start no threads of their own; a process with threads (a test's server, a
-  user's BLAS threads) computes in place;
-- only while the machine has memory available for twice this process's resident size: the
-  child shares the parent's pages until it touches them, and reading every cell touches (its
-  reference counts) most of them, so a large run's child can come to copy most of its parent.
-
-The child (a runner.children.Forked) runs the function and pickles its result or exception to
-a pipe. A child that dies without a result (killed, out of memory) is not an
-error: the work is done again in place.
+`ForkedResult` forks where runner.children.forkable says it is safe (Linux, one thread, memory
+for twice this process: `judge` starts with OPENBLAS_NUM_THREADS=1, runner.cli.main, so that
+numpy and scipy start no threads of their own), and computes in place where it is not. The
+child (a runner.children.Forked) pickles its result or exception to a pipe; a child that dies
+without a result (killed, out of memory) is not an error: the work is done again in place.
 """
 
 from __future__ import annotations

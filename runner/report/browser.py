@@ -94,10 +94,8 @@ def _row(j: Judgment) -> Row:
 @dataclass(slots=True)
 class Reservoir:
     """Which items of a stream a uniform random sample of `size` keeps, drawn as they go by
-    (reservoir sampling, Vitter's Algorithm R: the n-th item replaces a random slot with
-    chance size / n). Li's Algorithm L, which draws the gap to the next item kept instead of
-    a number per item, kept ItemRows no faster as a whole (1.2-2.7 us a judgment either way,
-    load 10): this is the simpler one.
+    (Vitter's Algorithm R: the n-th item replaces a random slot with chance size / n; Li's
+    more complex Algorithm L was no faster here, 1.2-2.7 us a judgment either way).
 
     Invariant: after `seen` items, every one of them is in the sample with probability
     size / seen (all of them while seen <= size)."""
@@ -233,10 +231,6 @@ class ItemRows:
         rows.sort(key=lambda rw: (-(rw[0].diff if rw[0].diff is not None else -1.0),
                                   rw[0].status == "ok"))
         return rows
-
-    def rows(self) -> list[Row]:
-        """The kept rows, largest disagreement first, each once."""
-        return [r for r, _ in self.kept()]
 
     @property
     def capped(self) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,8 +27,7 @@ from runner.report.folder import read_csv
 from runner.report.headline import shown_method
 from runner.report.standing import MIN_PARSED_SHARE, parsed_counts
 
-__all__ = ["DIFF_COLUMNS", "RunDiff", "diff_folders", "diff_lines", "diff_runs", "number",
-           "read_scores", "score_rows"]
+__all__ = ["DIFF_COLUMNS", "RunDiff", "diff_folders", "number", "read_scores", "score_rows"]
 
 DIFF_COLUMNS = ["dataset", "aspect", "judge_a", "judge_b", "level", "method", "value_a",
                 "value_b", "change", "ci_low", "ci_high", "p_value", "n_groups"]
@@ -94,30 +93,17 @@ def score_rows(path: Path, parquet: Path) -> Iterator[dict[str, Any]]:
         yield from batch.to_pylist()
 
 
-def diff_runs(a: Scores, b: Scores, *, policy: str, levels: Sequence[str],
-              methods: Sequence[str], n_boot: int, seed: int) -> list[dict[str, Any]]:
+def _diff_runs(a: Scores, b: Scores, job: Job) -> list[dict[str, Any]]:
     """DIFF_COLUMNS rows: each pair of judges (see the module docstring) per data set and
-    aspect both runs scored, compared at every level but system (a bootstrap over groups).
-
-    Args:
-        a: the first run's scores per data set and aspect.
-        b: the second run's.
-        policy: how an item without a score counts.
-        levels: the levels compared.
-        methods: the statistics compared.
-        n_boot: the number of bootstrap resamples.
-        seed: the resampling seed.
-
-    Returns:
-        The rows, change = B - A with its 95% CI and p-value.
-    """
+    aspect both runs scored, compared at every level but system (a bootstrap over groups)."""
     rows, resamples = [], Resamples()
-    kept = paired_levels(levels)
+    kept = paired_levels(job.levels)
     for where in [k for k in a if k in b]:
         for judge_a, judge_b in _pairs(a[where], b[where]):
             # B first: compare's difference is its first judge's minus its second's
-            for c in compare(b[where][judge_b], a[where][judge_a], policy=policy, levels=kept,
-                             methods=methods, n_boot=n_boot, seed=seed, resamples=resamples):
+            for c in compare(b[where][judge_b], a[where][judge_a], policy=job.policy,
+                             levels=kept, methods=job.methods, n_boot=job.bootstrap,
+                             seed=job.seed, resamples=resamples):
                 if c.subset != "all":
                     continue
                 rows.append({"dataset": where[0], "aspect": where[1], "judge_a": judge_a,
@@ -147,15 +133,14 @@ class RunDiff:
     method: str
     """The method the lines show: spearman where the job computes it, else its first."""
     lines: list[str]
-    """One line per pair of judges and level at `method` (see diff_lines)."""
+    """One line per pair of judges and level at `method` (see _diff_lines)."""
 
 
 def diff_folders(run_a: Path, run_b: Path, job: Job) -> RunDiff:
     """Compare two kept runs of `job` (their report folders).
 
     Args:
-        run_a: the first run's folder (history/RUN, or latest).
-        run_b: the second's.
+        run_a, run_b: the two runs' folders (history/RUN, or latest).
         job: the job, whose levels, methods, policy, bootstrap and seed the comparison uses.
 
     Returns:
@@ -164,41 +149,27 @@ def diff_folders(run_a: Path, run_b: Path, job: Job) -> RunDiff:
     Raises:
         DataError: a run has neither scores.csv nor scores.parquet.
     """
-    rows = diff_runs(read_scores(run_a), read_scores(run_b), policy=job.policy,
-                     levels=job.levels, methods=job.methods, n_boot=job.bootstrap,
-                     seed=job.seed)
+    rows = _diff_runs(read_scores(run_a), read_scores(run_b), job)
     method = shown_method(job.methods)
     parsed = [parsed_counts(read_csv(run / "summary.csv")) for run in (run_a, run_b)]
-    lines = diff_lines([r for r in rows if r["method"] == method], *parsed,
-                       least=MIN_PARSED_SHARE)
-    return RunDiff(rows, method, lines)
+    return RunDiff(rows, method, _diff_lines([r for r in rows if r["method"] == method], *parsed))
 
 
 Parsed = dict[tuple[str, str, str], tuple[int, int]]
 
 
-def diff_lines(rows: list[dict[str, Any]], parsed_a: Parsed, parsed_b: Parsed, *,
-               least: float) -> list[str]:
-    """One line per diff row with its n; a line per data set and aspect the two runs share no
-    group of (every value n/a: other items, e.g. another --sample or --limit); and a note on
-    a judge that parsed fewer than `least` of its answers in both runs (the share below which
-    runner.report.standing does not rank a judge).
-
-    Args:
-        rows: diff_runs's rows.
-        parsed_a: the first run's parsed and answered counts per judge.
-        parsed_b: the second run's.
-        least: the parsed share below which a judge is noted.
-
-    Returns:
-        The lines `judge diff` prints.
-    """
+def _diff_lines(rows: list[dict[str, Any]], parsed_a: Parsed, parsed_b: Parsed) -> list[str]:
+    """`judge diff`'s lines: one per diff row with its n; one per data set and aspect the two
+    runs share no group of (every value n/a: other items, e.g. another --sample or --limit);
+    and a note on a judge that parsed fewer than MIN_PARSED_SHARE of its answers in both runs
+    (runner.report.standing does not rank it). `parsed_*`: each run's parsed and answered
+    counts per judge."""
     lines, shared = [], {(r["dataset"], r["aspect"]) for r in rows if r["n_groups"]}
     for r in rows:
         where = (r["dataset"], r["aspect"])
         few = [f"{s} of {n}" for s, n in (parsed_a.get((*where, r["judge_a"]), (0, 0)),
                                           parsed_b.get((*where, r["judge_b"]), (0, 0)))
-               if n and s < least * n]
+               if n and s < MIN_PARSED_SHARE * n]
         lines.append(f"  {r['dataset']} / {r['aspect']}  {r['judge_a']} -> {r['judge_b']}  "
                      f"{r['level']}: {number(r['value_a'])} -> {number(r['value_b'])}  "
                      f"{number(r['change'], sign=True)} [{number(r['ci_low'])}, "

@@ -96,20 +96,10 @@ def _save(figures: Mapping[str, Figure | None], stem: str, out_dir: Path) -> lis
 
 
 def _ranking(rows: Sequence[Mapping[str, Any]], title: str) -> Figure:
-    """A battle's Bradley-Terry ranking: each system's strength with its 95% CI, best on top,
-    drawn as _forest draws the correlations."""
+    """A battle's Bradley-Terry ranking: each system's strength with its 95% CI, best on top."""
     fig, ax = plt.subplots(figsize=(WIDTH / 2, 0.6 + 0.2 * len(rows)))
-    y = np.arange(len(rows))[::-1]
-    v = np.array([float(r["strength"]) for r in rows])
-    lo = np.array([_num(r["ci_low"]) for r in rows])
-    hi = np.array([_num(r["ci_high"]) for r in rows])
-    err = np.nan_to_num(np.vstack([v - lo, hi - v]), nan=0.0)
-    ax.errorbar(v, y, xerr=err, fmt="o", ms=3, color="#b2182b", ecolor="#2b4a6f", elinewidth=1,
-                capsize=2)
-    ax.axvline(0, color="grey", lw=0.6, ls="--")
-    ax.set_yticks(y, [f"{r['rank']}. {r['model']}" for r in rows])
-    ax.set_xlabel("Bradley-Terry strength (95% CI)" if np.isfinite(lo).any() else
-                  "Bradley-Terry strength (no CI)")
+    _intervals(ax, rows, [float(r["strength"]) for r in rows],
+               [f"{r['rank']}. {r['model']}" for r in rows], "Bradley-Terry strength")
     ax.set_title(title)
     fig.tight_layout()
     return fig
@@ -119,16 +109,12 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "figure"
 
 
-def _judges(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    return list(dict.fromkeys(r["judge"] for r in rows))
-
-
 def _table(rows: Sequence[Mapping[str, Any]], title: str,
            best: Sequence[Sequence[str]]) -> Figure | None:
     """The correlation table as a heatmap; the page's best judge of each column boxed (its
     `best`: runner.report.standing's rule, as the terminal's `*`)."""
     columns = list(dict.fromkeys((r["level"], r["method"], r["subset"]) for r in rows))
-    judges = _judges(rows)
+    judges = list(dict.fromkeys(r["judge"] for r in rows))
     if not columns or not judges:
         return None
     cell = {(r["judge"], r["level"], r["method"], r["subset"]): r["value"] for r in rows}
@@ -166,20 +152,26 @@ def _forest(rows: Sequence[Mapping[str, Any]], levels: Sequence[str], method: st
     fig, axes = plt.subplots(1, len(shown), figsize=(WIDTH, 0.6 + 0.2 * n), sharey=True,
                              squeeze=False)
     for ax, (lvl, p) in zip(axes[0], shown, strict=True):
-        y = np.arange(len(p))[::-1]
-        v = np.array([r["value"] for r in p])
-        lo = np.array([_num(r["ci_low"]) for r in p])
-        hi = np.array([_num(r["ci_high"]) for r in p])
-        err = np.nan_to_num(np.vstack([v - lo, hi - v]), nan=0.0)
-        ax.errorbar(v, y, xerr=err, fmt="o", ms=3, color="#b2182b", ecolor="#2b4a6f",
-                    elinewidth=1, capsize=2)
-        ax.axvline(0, color="grey", lw=0.6, ls="--")
-        ax.set_yticks(y, [r["judge"] for r in p])
+        _intervals(ax, p, [r["value"] for r in p], [r["judge"] for r in p], method)
         ax.set_title(f"{lvl} level")
-        ax.set_xlabel(f"{method} (95% CI)" if np.isfinite(lo).any() else f"{method} (no CI)")
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     return fig
+
+
+def _intervals(ax: Any, rows: Sequence[Mapping[str, Any]], values: Sequence[float],
+               labels: Sequence[str], what: str) -> None:
+    """A forest panel: each row's value (top to bottom) with its 95% CI where it has one."""
+    y = np.arange(len(rows))[::-1]
+    v = np.array(values)
+    lo = np.array([_num(r["ci_low"]) for r in rows])
+    hi = np.array([_num(r["ci_high"]) for r in rows])
+    err = np.nan_to_num(np.vstack([v - lo, hi - v]), nan=0.0)
+    ax.errorbar(v, y, xerr=err, fmt="o", ms=3, color="#b2182b", ecolor="#2b4a6f", elinewidth=1,
+                capsize=2)
+    ax.axvline(0, color="grey", lw=0.6, ls="--")
+    ax.set_yticks(y, labels)
+    ax.set_xlabel(f"{what} (95% CI)" if np.isfinite(lo).any() else f"{what} (no CI)")
 
 
 def _grid(n: int) -> tuple[Figure, list[Any]]:

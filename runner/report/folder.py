@@ -55,8 +55,7 @@ def write_atomic(path: Path, data: bytes) -> None:
     """Write `data` to `path` so that readers see the old file or the new one, never half.
 
     Args:
-        path: the file to replace.
-        data: its new content.
+        path, data: the file to replace and its new content.
     """
     with atomic_file(path) as f:
         f.write(data)
@@ -67,10 +66,9 @@ def atomic_file(path: Path) -> Iterator[io.BufferedWriter]:
     """A file that replaces `path` when the block ends (as write_atomic), written as the data
     is made: no buffer holds a 10M-task run's judgments.jsonl (~4 GB) or scores.csv.
 
-    The file's mode follows the umask (0644 under umask 022), as any file the user writes: a
-    report is meant to be shared, and holds no key. (tempfile.mkstemp made every report 0600,
-    unreadable by the others on a shared machine; a user who wants a study private sets
-    umask 077, which the cache folder follows too.)
+    The file's mode follows the umask (0644 under umask 022, not mkstemp's 0600), as any file
+    the user writes: a report is meant to be shared, and holds no key (umask 077 keeps a study
+    private, the cache folder too).
 
     Args:
         path: the file to replace.
@@ -92,7 +90,7 @@ def atomic_file(path: Path) -> Iterator[io.BufferedWriter]:
 
 def check_out(out_dir: Path) -> None:
     """Raise ReportError unless reports can be written to `out_dir`: checked before the first
-    paid call (a file in its place, or a folder that cannot be written, was found after).
+    paid call.
 
     Args:
         out_dir: the report folder (it need not exist yet).
@@ -133,19 +131,17 @@ def new_run_id(when: float | None = None) -> str:
 @contextlib.contextmanager
 def report_set(out_dir: Path, run_id: str) -> Iterator[Path]:
     """A folder to write a new report set into; the set becomes history/`run_id` and the
-    folder's when the block ends without an error (see the module docstring). An OSError
-    while writing (disk full, no permission) becomes a ReportError, with the previous set
-    untouched.
+    folder's when the block ends without an error (see the module docstring).
 
     Args:
-        out_dir: the report folder.
-        run_id: the new set's id (new_run_id).
+        out_dir, run_id: the report folder and the new set's id (new_run_id).
 
     Yields:
         The staging folder to write the set's files into.
 
     Raises:
-        ReportError: The reports could not be written (the previous set stands).
+        ReportError: An OSError while writing (disk full, no permission): the previous set
+            stands.
     """
     out_dir = Path(out_dir)
     _clean_leftovers(out_dir)
@@ -240,8 +236,7 @@ def forget_runs(out_dir: Path, keep: int) -> tuple[list[str], int]:
     """Remove out_dir's kept runs but the `keep` newest, and never the one `latest` points at.
 
     Args:
-        out_dir: the report folder.
-        keep: how many of the newest kept runs stay (1 or more).
+        out_dir, keep: the report folder and how many of the newest kept runs stay (1 or more).
 
     Returns:
         The removed runs' ids, oldest first, and the bytes that freed.

@@ -1,12 +1,7 @@
-"""What a run prints last: the study's result, not only its counts.
-
-Per data set and aspect, each LLM judge's correlation with the human scores at each level of the
-job, with its 95% CI and n (the groups, items or systems it rests on), the best of the ranked
-judges marked (runner.report.standing); then one line per judge whose answers mostly failed
-to parse, and one per judge that gives one score to (nearly) every item. A judge none of whose
+"""What a run prints last: the study's result, not only its counts (docs/reference/outputs.md
+shows it), built from the rows of correlations.csv and summary.csv. A judge none of whose
 answers parsed, or without spread, makes the command fail (exit 1): its panels in the report
-would be empty, or its figures noise, without a word. Built from the rows of correlations.csv
-and summary.csv.
+would be empty, or its figures noise, without a word.
 """
 
 from __future__ import annotations
@@ -66,16 +61,14 @@ def headline(levels: Sequence[str], methods: Sequence[str],
     """The result table and the unparsed-judge lines.
 
     Args:
-        levels: the job's levels, in its order (sample, dataset, system).
-        methods: the job's correlation methods; spearman is shown where computed.
+        levels, methods: the job's levels and correlation methods, in its order.
         correlations: correlations.csv rows (dataset, aspect, judge, level, method, subset,
             value, ci_low, ci_high, n_systems, ...); only LLM judges (`model/prompt`) and
             `juries` over all items.
         summary: summary.csv rows (dataset, prompt, aspect, model, n, scored, api_failures).
 
     Returns:
-        A Headline: `lines` (empty when no LLM judge has a correlation), `unparsed`,
-        `scoreless`, `warnings` (system_warnings), `no_spread`.
+        A Headline (`lines` empty when no LLM judge has a correlation).
     """
     method = shown_method(methods)
     table: dict[tuple[str, str], dict[str, dict[str, Mapping[str, Any]]]] = {}

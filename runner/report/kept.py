@@ -13,7 +13,7 @@ from runner.report.folder import own_bytes, read_csv
 from runner.report.headline import shown_method
 from runner.report.standing import points, ranked
 
-__all__ = ["RUN_COLUMNS", "best", "run_row", "saved", "size"]
+__all__ = ["RUN_COLUMNS", "run_row", "size"]
 
 RUN_COLUMNS = ("run", "kind", "models", "tasks", "calls", "cost", "cached", "saved", "disk",
                "best correlation")
@@ -33,21 +33,14 @@ def run_row(path: Path) -> tuple[str, ...]:
     cost = m.get("estimated_cost_usd")
     return (path.name, m.get("kind", "run"), ",".join(x["name"] for x in m.get("models", [])),
             str(counts.get("tasks", "")), str(counts.get("api_calls", "")),
-            "unknown" if cost is None else f"${cost:.4f}", *saved(m.get("bill")),
-            size(own_bytes(path)), best(path))
+            "unknown" if cost is None else f"${cost:.4f}", *_saved(m.get("bill")),
+            size(own_bytes(path)), _best(path))
 
 
-def saved(bill: Any) -> tuple[str, str]:
+def _saved(bill: Any) -> tuple[str, str]:
     """The `cached` and `saved` columns of a manifest's bill (runner.job.bill.Bill): the
     share of prompt tokens read from a provider's prompt cache, and what caching and batching
-    saved against list price ("unknown" without a price; "" in a manifest without a bill).
-
-    Args:
-        bill: the manifest's `bill`, if any.
-
-    Returns:
-        The `cached` share and the `saved` amount.
-    """
+    saved against list price ("unknown" without a price; "" in a manifest without a bill)."""
     if not isinstance(bill, dict):
         return "", ""
     tokens, saved = bill["tokens"], bill["saved_usd"]
@@ -74,19 +67,12 @@ def size(n: int) -> str:
     return f"{n}B"
 
 
-def best(run: Path) -> str:
+def _best(run: Path) -> str:
     """`fake/stars 0.472 n=40 (spearman, sample, openmeva/overall)`: the highest correlation
     among the ranked judges (runner.report.standing, the rule of the run's own table and
     report.html: enough answers parsed, enough groups) over all items at the first level,
     spearman where computed; "none ranked" if there are coefficients but none is ranked, ""
-    without any.
-
-    Args:
-        run: the kept run's folder.
-
-    Returns:
-        The best column's text.
-    """
+    without any."""
     rows, summary = read_csv(run / "correlations.csv"), read_csv(run / "summary.csv")
     rows = [r for r in rows if "/" in r["judge"] and r["subset"] == "all" and r["value"]
             and math.isfinite(float(r["value"]))]

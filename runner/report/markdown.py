@@ -13,9 +13,8 @@ def table(columns: Sequence[str], align: str, rows: Sequence[Sequence[object]]) 
     """A Markdown table.
 
     Args:
-        columns: the header cells.
+        columns, rows: the header cells, and the cells (one sequence a row).
         align: one letter a column: l (left) or r (right).
-        rows: the cells, one sequence a row.
 
     Returns:
         The table's lines.

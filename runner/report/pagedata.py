@@ -1,12 +1,8 @@
-"""What report.html shows, computed in Python from the tables the other reports use.
-
-The page is one JSON document (see `page_data`) rendered in the browser by a small
-hand-written script; runner.report.figures draws the same data with matplotlib. Every chart
-is sent as an aggregate whose size depends on the score scale, never on the number of
-judgments, so a ten-million-judgment study's page is as small as a ten-thousand one's: the
-charts of each judge are made by runner.report.aggregate (2-D histograms with quantiles per
-human level, distributions with their quantiles); the system view has a row per system up to
-`MAX_SYSTEMS`; the item browser's rows are a bounded sample (runner.report.browser).
+"""What report.html shows, computed in Python from the tables the other reports use: one JSON
+document (`page_data`), drawn in the browser by templates/report.js and with matplotlib by
+runner.report.figures. Its size does not grow with the judgments: each chart is an aggregate
+(runner.report.aggregate), the system view has a row per system up to MAX_SYSTEMS, and the
+item browser's rows are a bounded sample (runner.report.browser).
 """
 
 from __future__ import annotations
@@ -21,10 +17,10 @@ from runner.reduce.series import Series
 from runner.report.aggregate import MAX_POINTS, QUANTILES, counts, scatter_and_counts
 from runner.report.browser import ItemRows, prompt_text, with_bodies
 from runner.report.headline import system_note, unparsed_judges
-from runner.report.relpage import reliability_page
+from runner.report.reliability import reliability_page
 from runner.report.standing import MIN_PARSED_SHARE, MIN_POINTS, best_judges, no_spread
 
-__all__ = ["MAX_POINTS", "MAX_SYSTEMS", "QUANTILES", "page_data", "with_reliability"]
+__all__ = ["MAX_POINTS", "MAX_SYSTEMS", "QUANTILES", "page_data"]
 
 MAX_SYSTEMS = 200  # more systems than this: no per-system rows (a chart row each), only a count
 
@@ -41,14 +37,11 @@ def page_data(expansion: Expansion, series: Mapping[tuple[str, str], Mapping[str
     Args:
         expansion: the job and its items.
         series: per (data set, aspect), each judge's scores beside the human's.
-        corr: correlations.csv's rows.
-        summ: summary.csv's rows.
-        battles: battle.csv's rows.
+        corr, summ, battles: correlations.csv's, summary.csv's and battle.csv's rows.
         board: the leaderboard's columns and rows, or None.
-        manifest: manifest.json's content.
-        rows: the item browser's kept rows.
-        reliability: reliability.csv's rows, shown as they are (or given later:
-            `with_reliability`).
+        manifest, rows: manifest.json's content and the item browser's kept rows.
+        reliability: reliability.csv's rows (runner.report.write sets them later: they are
+            made on the other core meanwhile).
         ranking: ranking.csv's rows (shown with the battles).
 
     Returns:
@@ -125,23 +118,6 @@ def _items(expansion: Expansion, rows: ItemRows) -> dict[str, Any]:
                       texts.setdefault(prompt_text(r.body), len(texts))] for r in kept],
             "why": [w for _, w in chosen],  # per row: the pools that kept it, space-separated
             "prompts": list(texts)}
-
-
-def with_reliability(page: dict[str, Any], expansion: Expansion,
-                     reliability: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """`page` with reliability.csv's rows in it: the page is made while they are computed on
-    the other core (runner.report.write).
-
-    Args:
-        page: page_data's document (changed in place).
-        expansion: the job and its items.
-        reliability: reliability.csv's rows.
-
-    Returns:
-        `page`.
-    """
-    page["reliability"] = reliability_page(expansion, reliability)
-    return page
 
 
 def _systems(data: Series) -> dict[str, Any]:

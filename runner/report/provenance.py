@@ -34,10 +34,9 @@ class Provenance:
         """Count one distinct answer.
 
         Args:
-            model: the model that answered.
+            model, tokens: the model that answered and its usage by kind.
             source: the record's source ("api", "batch", "import:..."), if any.
             when: when it was stored (epoch seconds), if known.
-            tokens: its usage by kind.
         """
         if (acc := self.by.get((model, source))) is None:
             self.by[model, source] = [1, math.inf if when is None else when,

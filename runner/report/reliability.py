@@ -1,9 +1,6 @@
-"""reliability.csv and its report.md section: the figures of runner.reduce.reliability laid
-out per data set and aspect.
-
-reliability.csv columns: dataset, aspect, figure (agreement | self_consistency | position |
-length), a, b (what is compared with what), statistic, value, n (units, pairs or items it
-is computed from), p_value (where the statistic has a test).
+"""reliability.csv and report.html's Reliability section: the figures of
+runner.reduce.reliability laid out per data set and aspect (the columns:
+docs/reference/outputs.md).
 """
 
 from __future__ import annotations
@@ -33,7 +30,7 @@ from runner.reduce.reliability import (
     weighted_kappa,
 )
 
-__all__ = ["RELIABILITY_COLUMNS", "csv_bytes", "reliability_rows"]
+__all__ = ["RELIABILITY_COLUMNS", "csv_bytes", "reliability_page", "reliability_rows"]
 
 RELIABILITY_COLUMNS = ["dataset", "aspect", "figure", "a", "b", "statistic", "value", "n",
                        "p_value"]
@@ -299,3 +296,44 @@ def _annotated(expansion: Expansion) -> list[tuple[str, str]]:
                 if len(votes) >= 2:
                     seen[dataset, aspect] = None
     return list(seen)
+
+
+FIGURES = ("agreement", "self_consistency", "position", "length")
+_WHY = {
+    "agreement": "no item has two or more annotators or a human rating a judge scored: no "
+    "agreement to compute",
+    "self_consistency": "one sample per judgment (set n > 1 on a prompt or model): no "
+    "self-consistency",
+    "position": "no item was judged with its outputs in more than one order: no position bias",
+    "length": "no scored item has both a human rating and an answer text (output, answer, "
+    "response or summary field), or fewer than 3 do: no length bias",
+}
+_ONE_ANNOTATOR = "one annotator per item: no inter-annotator agreement"
+
+
+def reliability_page(
+    expansion: Expansion, rows: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """Per data set (the job's order, then any other the rows name): its rows and notes.
+
+    Args:
+        expansion: the job, for its data sets' order.
+        rows: reliability.csv's rows.
+
+    Returns:
+        One entry per data set for report.html's reliability section.
+    """
+    names = list(dict.fromkeys([*expansion.items, *(r["dataset"] for r in rows)]))
+    out = []
+    for name in names:
+        mine = [dict(r) for r in rows if r["dataset"] == name]
+        notes = [
+            f"{figure}: {_WHY[figure]}"
+            for figure in FIGURES
+            if not any(r["figure"] == figure for r in mine)
+        ]
+        agreement = [r for r in mine if r["figure"] == "agreement"]
+        if agreement and not any(r["a"] == "annotators" for r in agreement):
+            notes.append(f"agreement: {_ONE_ANNOTATOR}")
+        out.append({"dataset": name, "rows": mine, "notes": notes})
+    return out

@@ -42,10 +42,8 @@ def significance(rows: Sequence[dict[str, Any]], by_data: Mapping[tuple[str, str
 
     Args:
         rows: compare.csv's rows (runner.report.write.comparison).
-        by_data: per (data set, aspect), each judge's series.
-        judges: (A, B).
-        permutations: the permutation test's permutations (0: none).
-        seed: its random generator's seed.
+        by_data, judges: per (data set, aspect), each judge's series; and (A, B).
+        permutations, seed: the permutation test's permutations (0: none) and seed.
 
     Returns:
         The rows with SIGNIFICANCE_COLUMNS added.
@@ -75,12 +73,10 @@ def power_rows(by_data: Mapping[tuple[str, str], Mapping[str, Series]],
     (runner.reduce.power.plan_power).
 
     Args:
-        by_data: per (data set, aspect), each judge's series (the pilot).
-        judges: (A, B).
+        by_data, judges: per (data set, aspect), each judge's series (the pilot); and (A, B).
         width: the target width of the 95% CI of corr(A) - corr(B).
         methods: pearson and/or spearman.
-        n_boot: the simulated studies per size.
-        seed: the random generator's seed.
+        n_boot, seed: the simulated studies per size and the random generator's seed.
 
     Returns:
         POWER_COLUMNS rows, per data set, aspect and method.
@@ -110,9 +106,7 @@ def power_lines(rows: Sequence[Mapping[str, Any]], judges: tuple[str, str],
     """What `judge plan --power` prints.
 
     Args:
-        rows: power_rows' rows.
-        judges: (A, B).
-        width: the target width.
+        rows, judges, width: power_rows' rows, (A, B) and the target width.
 
     Returns:
         The lines.

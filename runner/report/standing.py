@@ -3,20 +3,15 @@
 One rule for every place that names a best judge (the table `judge run` prints last, among its
 LLM judges and juries; report.html's bold cells and the paper table's boxes, metrics and the
 data's own judge columns too; `judge runs`' "best correlation", LLM judges) so they never
-disagree, and one for the judges whose scores have no spread. Both read the rows of
-correlations.csv and summary.csv, nothing else, so a kept run's files give the same answer as
-the run did.
+disagree; one for the judges whose scores have no spread (`no_spread`), and one for those
+whose scores track length or position (`bias_warnings`). They read the report's CSV rows,
+nothing else, so a kept run's files give the same answer as the run did.
 
-- A judge is ranked at a level only if at least MIN_PARSED_SHARE of its answers parsed (on
-  that data set and aspect) and its coefficient rests on at least MIN_POINTS points at that
-  level (groups at the sample level, items at the dataset level, MIN_SYSTEMS systems at the
-  system level). A judge that parsed 16 of 60 answers has a sample-level figure on 4 groups:
-  its 95% CI spans most of [-1, 1], and it must not be crowned over a judge that parsed 60.
-- A judge gives one score to at least NO_SPREAD_SHARE of its parsed answers (on a data set
-  and aspect): no correlation can be computed (all one value) or none means anything.
-- A judge whose scores track the answer's length or the position it was shown in, and not
-  the humans (reliability.csv's length and position rows): a warning, as its figures may still
-  be read with that in mind.
+A judge is ranked at a level only if at least MIN_PARSED_SHARE of its answers parsed (on that
+data set and aspect) and its coefficient rests on at least MIN_POINTS points at that level
+(groups at the sample level, items at the dataset level, MIN_SYSTEMS systems at the system
+level). A judge that parsed 16 of 60 answers has a sample-level figure on 4 groups: its 95% CI
+spans most of [-1, 1], and it must not be crowned over a judge that parsed 60.
 """
 
 from __future__ import annotations
@@ -71,7 +66,7 @@ def points(row: Mapping[str, Any]) -> int:
 
 def ranked(correlations: Iterable[Mapping[str, Any]],
            summary: Sequence[Mapping[str, Any]]) -> dict[Column, dict[str, float]]:
-    """The judges that may be ranked in each column (see the module docstring).
+    """The judges that may be ranked in each column (the rule: the module docstring).
 
     Args:
         correlations: correlations.csv rows (values as numbers or as the CSV's text), those
@@ -105,8 +100,8 @@ def best_judges(correlations: Sequence[Mapping[str, Any]],
     judge is not "best" of anything): the highest among the column's ranked judges.
 
     Args:
-        correlations: correlations.csv rows (values as numbers or as the CSV's text).
-        summary: summary.csv rows.
+        correlations, summary: correlations.csv rows (values as numbers or as the CSV's
+            text) and summary.csv rows.
 
     Returns:
         (dataset, aspect, level, method, subset) -> the judge's name.

@@ -1,10 +1,6 @@
-"""The tables every report is built from, gathered in one pass over the judgments, and the
+"""The tables every report is built from, gathered in one pass over the judgments (`collect`
+streams judgments.jsonl and fills a runner.reduce.cells.Cells, ~23 bytes a cell), and the
 reports that read the cells directly: scores.csv, summary.csv, leaderboard.csv.
-
-`collect` streams judgments.jsonl and fills a `runner.reduce.cells.Cells` (one row a cell,
-numpy columns: ~23 bytes a cell where `_Cell` objects held ~241); the rows of every report
-keep today's order and bits (tests/test_cells.py checks them against the dict of cells they
-replace).
 """
 
 from __future__ import annotations
@@ -82,6 +78,7 @@ def collect(expansion: Expansion, judgments: Iterable[Judgment], jsonl: io.Buffe
         judgments: every task's judgments, in task order.
         jsonl: where judgments.jsonl's lines go.
         juries: the job's juries.
+
     Returns:
         the tables, with the counts and provenance of the tasks.
     """
@@ -152,8 +149,7 @@ def scores_csv(tables: Tables, binary: io.BufferedWriter) -> None:
     its own, and a row of more than one field has no special case.
 
     Args:
-        tables: the gathered tables.
-        binary: the open file to write into.
+        tables, binary: the gathered tables and the open file to write into.
     """
     cells = tables.cells
     names = metric_names(cells)

@@ -1,28 +1,11 @@
-"""Write a run's reports into runs/<job>/, each atomically (temp file + rename).
-
-- judgments.jsonl: one line per task (score, raw answer, error, cached, usage).
-- scores.csv: one row per item x prompt x aspect x model: judge score, human score, metrics
-  (unless the job sets scores_csv = false); scores.parquet: the same table as Parquet
-  (runner.report.parquet).
-- correlations.csv: judge (LLM judges `model/prompt`, every metric column, `iaa`) against
-  human at sample, dataset and system level, per subset, with bootstrap CIs.
-- summary.csv: per data set x prompt x aspect x model: n, mean, std, failures by type.
-- report.md: the correlation tables, judges as rows, failure counts, and any battles.
-- battle.csv (a prompt with order = "both"): per judge and model pair, wins, ties and
-  inconsistent verdicts over the two orders (runner.reduce.battle); ranking.csv beside it:
-  a Bradley-Terry ranking of the systems with bootstrap CIs (runner.reduce.ranking).
-- reliability.csv: agreement, self-consistency, position and length bias
-  (runner.report.reliability).
-- report.html: one self-contained page with plots and an item browser (runner.report.html).
-- manifest.json: job sha256, versions, times, counts, usage, estimated cost.
-
-Each set is written whole or not at all (runner.report.folder).
+"""Write a run's report set into runs/<job>/: each file atomically (temp file + rename), the
+set whole or not at all (runner.report.folder). The files and their columns:
+docs/reference/outputs.md.
 """
 
 from __future__ import annotations
 
 import contextlib
-import csv
 import io
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -39,7 +22,7 @@ from runner.job.spec import Job
 from runner.parse.parsers import get_parser
 from runner.reduce.battle import BATTLE_COLUMNS, Battles
 from runner.reduce.compare import compare, paired_levels
-from runner.reduce.correlate import Correlation, correlate
+from runner.reduce.correlate import correlate
 from runner.reduce.judge_series import judge_series
 from runner.reduce.judgments import Judgment
 from runner.reduce.positions import Positions
@@ -52,14 +35,18 @@ from runner.report.folder import atomic_file, new_run_id, report_set, write_atom
 from runner.report.headline import headline, system_note
 from runner.report.html import render
 from runner.report.markdown import battle_markdown, ranking_markdown, reliability_markdown, table
-from runner.report.pagedata import page_data, with_reliability
+from runner.report.pagedata import page_data
 from runner.report.parquet import write_scores_parquet
-from runner.report.reliability import RELIABILITY_COLUMNS, reliability_rows
+from runner.report.reliability import (
+    RELIABILITY_COLUMNS,
+    csv_bytes,
+    reliability_page,
+    reliability_rows,
+)
 from runner.report.standing import bias_warnings
 from runner.report.tables import (
     Tables,
     collect,
-    fmt,
     leaderboard,
     metric_names,
     scores_csv,
@@ -81,8 +68,7 @@ def judge_rows(expansion: Expansion, tables: Tables) -> dict[tuple[str, str], di
     human score (runner.reduce.judge_series.judge_series over the tables' cells).
 
     Args:
-        expansion: the job's tasks.
-        tables: the gathered tables.
+        expansion, tables: the job's tasks and the gathered tables.
 
     Returns:
         The series per data set, aspect and judge.
@@ -100,6 +86,7 @@ def correlations(expansion: Expansion, tables: Tables, series: JudgeSeries | Non
         series: judge_rows(expansion, tables) if the caller has it already.
         resamples: the report set's bootstrap draws (a fresh one if None): every judge and
             aspect of a data set is resampled on the same groups, drawn once.
+
     Returns:
         CORRELATION_COLUMNS rows.
     """
@@ -111,14 +98,8 @@ def correlations(expansion: Expansion, tables: Tables, series: JudgeSeries | Non
             for c in correlate(data, policy=job.policy, levels=job.levels, methods=job.methods,
                                n_boot=job.bootstrap, seed=job.seed, resamples=resamples):
                 rows.append({"dataset": dataset, "aspect": aspect, "judge": judge,
-                             **_correlation(c)})
+                             **{k: getattr(c, k) for k in CORRELATION_COLUMNS[3:]}})
     return rows
-
-
-def _correlation(c: Correlation) -> dict[str, Any]:
-    return {"level": c.level, "method": c.method, "subset": c.subset, "value": c.value,
-            "n_groups": c.n_groups, "n_items": c.n_items, "ci_low": c.ci_low,
-            "ci_high": c.ci_high, "n_systems": c.n_systems}
 
 
 COMPARE_COLUMNS = ["dataset", "aspect", "a", "b", "level", "method", "subset", "value_a",
@@ -131,8 +112,7 @@ def comparison(expansion: Expansion, series: JudgeSeries,
     set and aspect, over `series` (judge_rows of the collected tables).
 
     Args:
-        expansion: the job.
-        series: the judges' scores (judge_rows).
+        expansion, series: the job and the judges' scores (judge_rows).
         judges: the names of judges A and B.
 
     Returns:
@@ -159,18 +139,8 @@ def comparison(expansion: Expansion, series: JudgeSeries,
     return rows
 
 
-def _csv(columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> bytes:
-    out = io.StringIO()
-    w = csv.DictWriter(out, fieldnames=list(columns), lineterminator="\n")
-    w.writeheader()
-    for row in rows:
-        w.writerow({k: fmt(v) if isinstance(v, float) or v is None else v
-                    for k, v in row.items()})
-    return out.getvalue().encode()
-
-
 def _local_notes(job: Job) -> list[str]:
-    """Say plainly what a small local judge is for."""
+    """What a small local judge is for, said plainly."""
     return [f"**Judge `{m.name}` ({m.spec}) is {LOCAL_MODELS[m.model].description}**, run "
             "through llama.cpp on this machine. It checks the pipeline end to end (client, "
             "limiter, cache, parser, reducer); it is not a research-grade judge, and its "
@@ -224,10 +194,8 @@ def _table(dataset: str, aspect: str, rows: list[dict[str, Any]]) -> list[str]:
 def _set_aside(expansion: Expansion, tables: Tables, positions: Positions,
                scores: io.BufferedWriter | None, parquet: io.BufferedWriter | None = None
                ) -> list[dict[str, Any]]:
-    """The reports' work for the other core: scores.csv written to `scores` and scores.parquet
-    to `parquet` (each None: not written; each from its start: a child that died part-way
-    leaves a part, overwritten when the work is done again in place), and reliability.csv's
-    rows, returned."""
+    """The reports' work for the other core: scores.csv and scores.parquet written (from their
+    start: a child that died part-way left a part), reliability.csv's rows returned."""
     for file, write in ((scores, scores_csv), (parquet, _parquet)):
         if file is not None:
             file.seek(0)
@@ -245,14 +213,13 @@ def write_reports(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgm
                   manifest: Mapping[str, Any] | Callable[[Tables], Mapping[str, Any]],
                   notes: Sequence[str] = ()) -> Tables:
     """Write every report file into `out_dir` as one set (`report_set`): a reader sees the old
-    set or the new one. `manifest` may be built from the gathered tables (counts known only
-    after the pass).
+    set or the new one.
 
     Args:
-        out_dir: the report folder.
-        expansion: the job's tasks.
+        out_dir, expansion: the report folder and the job's tasks.
         judgments: every judgment, read once.
-        manifest: the manifest, or a function making it from the tables.
+        manifest: the manifest, or a function making it from the tables (counts known only
+            after the pass).
         notes: lines added to report.md.
 
     Returns:
@@ -286,9 +253,9 @@ def _write_set(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgment
             name="the reports' child (scores.csv, scores.parquet, reliability rows)"))
         series = judge_rows(expansion, tables)
         corr = correlations(expansion, tables, series)  # one Resamples for the set
-        write_atomic(out_dir / "correlations.csv", _csv(CORRELATION_COLUMNS, corr))
+        write_atomic(out_dir / "correlations.csv", csv_bytes(CORRELATION_COLUMNS, corr))
         summ = summary(tables)
-        write_atomic(out_dir / "summary.csv", _csv(SUMMARY_COLUMNS, summ))
+        write_atomic(out_dir / "summary.csv", csv_bytes(SUMMARY_COLUMNS, summ))
         tables.headline = headline(expansion.job.levels, expansion.job.methods, corr, summ,
                                    juries=[j.name for j in expansion.job.juries])
         battle_rows = battles.rows()
@@ -310,13 +277,14 @@ def _write_set(out_dir: Path, expansion: Expansion, judgments: Iterable[Judgment
                                          + battle_markdown(battle_rows)
                                          + ranking_markdown(ranking)
                                          + reliability_markdown(reliability)).encode())
-    write_atomic(out_dir / "reliability.csv", _csv(RELIABILITY_COLUMNS, reliability))
+    write_atomic(out_dir / "reliability.csv", csv_bytes(RELIABILITY_COLUMNS, reliability))
     if battles.enabled:
-        write_atomic(out_dir / "battle.csv", _csv(BATTLE_COLUMNS, battle_rows))
-        write_atomic(out_dir / "ranking.csv", _csv(RANKING_COLUMNS, ranking))
+        write_atomic(out_dir / "battle.csv", csv_bytes(BATTLE_COLUMNS, battle_rows))
+        write_atomic(out_dir / "ranking.csv", csv_bytes(RANKING_COLUMNS, ranking))
     if board is not None:
-        write_atomic(out_dir / "leaderboard.csv", _csv(*board))
-    write_atomic(out_dir / "report.html", render(with_reliability(page, expansion, reliability)))
+        write_atomic(out_dir / "leaderboard.csv", csv_bytes(*board))
+    page["reliability"] = reliability_page(expansion, reliability)  # now that the child made it
+    write_atomic(out_dir / "report.html", render(page))
     write_atomic(out_dir / "manifest.json",
                  orjson.dumps(manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
     return tables

@@ -5,9 +5,8 @@ Bound to 127.0.0.1 the desk is for the user of this machine. Bound to another ad
 a random token is then required: the URL `judge serve` prints carries it (`?token=`), and the
 first page opened with it sets a cookie, so every later link works without it.
 
-Every handler only reads the runs' files (and the job's data), except the rating form, which
-appends to a ratings file (runner.data.annotations); work that reads large files or
-bootstraps runs in a worker thread so one slow page never stops the others.
+Work that reads large files or bootstraps runs in a worker thread, so one slow page never
+stops the others.
 """
 
 from __future__ import annotations
@@ -128,10 +127,11 @@ async def _index(request: web.Request) -> web.Response:
 
 async def _run(request: web.Request) -> web.Response:
     desk, job = request.app[DESK], request.match_info["job"]
-    run = desk.run(job, request.match_info["run"])
-    live = (await asyncio.to_thread(request.app[LIVE].lines)).get(job)
+    runs = desk.runs(job)
+    run = desk.run(job, request.match_info["run"], runs)
+    live = await asyncio.to_thread(request.app[LIVE].line, job)  # not every job's
     return _html(f"{job}: {run.id}", run_page(job, run, read_csv(run.path / "correlations.csv"),
-                                              live if run.id == desk.runs(job)[-1].id else None))
+                                              live if run is runs[-1] else None))
 
 
 async def _file(request: web.Request) -> web.FileResponse:
@@ -146,7 +146,8 @@ async def _file(request: web.Request) -> web.FileResponse:
 async def _diff(request: web.Request) -> web.Response:
     desk, q = request.app[DESK], request.query
     job, a, b = q.get("job", ""), q.get("a", ""), q.get("b", "")
-    runs = [desk.run(job, a), desk.run(job, b)]
+    kept = desk.runs(job)
+    runs = [desk.run(job, a, kept), desk.run(job, b, kept)]
     compared = await asyncio.to_thread(diff_folders, runs[0].path, runs[1].path, desk.job(job))
     return _html(f"{job}: {a} vs {b}", diff_page(job, a, b, compared))
 
@@ -161,14 +162,14 @@ async def _items(request: web.Request) -> web.Response:
     runs = desk.runs(job)
     chosen = q.getall("run", []) or [runs[-1].id]
     filters = items.Filters.of(q)
-    picked = [desk.run(job, r) for r in chosen]
+    picked = [desk.run(job, r, runs) for r in chosen]
     rows = await asyncio.to_thread(items.find, picked, filters)
     summary = [s for r in picked for s in read_csv(r.path / "summary.csv")]
     choices = {"dataset": sorted({s["dataset"] for s in summary}),
                "aspect": sorted({s["aspect"] for s in summary}),
                "judge": sorted({judge_name(s["model"], s["prompt"]) for s in summary})}
     return _html(f"{job}: items", items_page(job, [r.id for r in runs], chosen, filters,
-                                             choices, rows, items.LIMIT))
+                                             choices, rows))
 
 
 async def _judgment(request: web.Request) -> web.Response:
@@ -204,8 +205,8 @@ async def _rate_jobs(request: web.Request) -> web.Response:
 async def _rate(request: web.Request) -> web.Response:
     desk, job = request.app[DESK], request.match_info["job"]
     annotator = _annotator(desk)
-    expansion = (await asyncio.to_thread(desk.selection, job, "latest", whole=True)).expansion
     latest = await asyncio.to_thread(desk.run, job, "latest")
+    expansion = (await asyncio.to_thread(desk.selection, job, latest, whole=True)).expansion
     upcoming = await asyncio.to_thread(rate.next_item, expansion, annotator, latest.seed)
     scores = None  # blind unless --show-scores
     if desk.show_scores and upcoming is not None:
@@ -221,7 +222,7 @@ async def _rated(request: web.Request) -> web.Response:
     annotator = _annotator(desk)
     form = await request.post()
     answers = {k: str(v) for k, v in form.items() if k not in ("dataset", "item")}
-    expansion = (await asyncio.to_thread(desk.selection, job, "latest", whole=True)).expansion
+    expansion = (await asyncio.to_thread(desk.selection, job, whole=True)).expansion
     async with request.app[RATING]:  # one appender at a time: lines never interleave
         n = await asyncio.to_thread(rate.record, expansion, annotator,
                                     str(form.get("dataset", "")), str(form.get("item", "")),
@@ -234,9 +235,7 @@ async def serve(app: web.Application, host: str, port: int,
     """Serve `app` on host:port until cancelled (Ctrl-C).
 
     Args:
-        app: the desk's application.
-        host: the address to bind.
-        port: the port (0: any free one).
+        app, host, port: the desk's application, the address to bind and the port (0: any).
         ready: called once with the URL to open (the token in it, if one is needed).
     """
     runner = web.AppRunner(app, access_log=None)

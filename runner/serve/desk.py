@@ -39,15 +39,6 @@ class RunInfo:
         """The --seed of the run's --sample draw (0, --sample's default, if none was given)."""
         return int((self.manifest.get("selection") or {}).get("seed") or 0)
 
-    @property
-    def models(self) -> str:
-        return ",".join(m["name"] for m in self.manifest.get("models", []))
-
-    @property
-    def counts(self) -> dict[str, Any]:
-        counts: dict[str, Any] = self.manifest.get("counts") or {}
-        return counts
-
 
 @dataclass
 class Desk:
@@ -86,7 +77,7 @@ class Desk:
         return folder.name
 
     def folder(self, job: str) -> Path:
-        """The report folder of `job`; ConfigError if the served folder has no such job.
+        """The report folder of `job`.
 
         Args:
             job: the job's name.
@@ -104,22 +95,26 @@ class Desk:
         return folders[job]
 
     def runs(self, job: str) -> list[RunInfo]:
-        """The job's kept runs, oldest first; ConfigError as `folder` if there is no such job.
+        """The job's kept runs, oldest first.
 
         Args:
             job: the job's name.
 
         Returns:
             Its kept runs; [] before its first.
+
+        Raises:
+            ConfigError: No such job is served.
         """
         return [RunInfo(p.name, p, _manifest(p)) for p in kept_runs(self.folder(job))]
 
-    def run(self, job: str, run: str) -> RunInfo:
-        """One kept run by id (`latest`: the newest); ConfigError naming the job if none.
+    def run(self, job: str, run: str, runs: list[RunInfo] | None = None) -> RunInfo:
+        """One kept run by id (`latest`: the newest).
 
         Args:
-            job: the job's name.
-            run: the run's id, or `latest`.
+            job, run: the job's name and the run's id (or `latest`).
+            runs: the job's runs if the caller has read them (each reading reads every
+                kept run's manifest), else read here.
 
         Returns:
             The run.
@@ -127,7 +122,7 @@ class Desk:
         Raises:
             ConfigError: No such job or run.
         """
-        runs = self.runs(job)
+        runs = self.runs(job) if runs is None else runs
         if run == "latest" and runs:
             return runs[-1]
         for info in runs:
@@ -135,12 +130,11 @@ class Desk:
                 return info
         raise ConfigError(f"{self.folder(job) / HISTORY / run}: no such run of {job}")
 
-    def job(self, job: str, run: str = "latest") -> Job:
-        """The job as its file says now.
+    def job(self, job: str) -> Job:
+        """The job as its file says now (the file its newest kept run names).
 
         Args:
             job: the job's name.
-            run: the run whose job file is read.
 
         Returns:
             The loaded job.
@@ -149,22 +143,22 @@ class Desk:
             ConfigError: No such job or run, the job file is not where the run said, or
                 it is invalid now.
         """
-        return load_job(_job_file(job, self.run(job, run)))
+        return load_job(_job_file(job, self.run(job, "latest")))
 
-    def selection(self, job: str, run: str = "latest", *, whole: bool = False) -> WorkingSet:
+    def selection(self, job: str, run: RunInfo | None = None, *,
+                  whole: bool = False) -> WorkingSet:
         """The job's items as `run` selected them (its models, --limit, --sample), or with
         `whole` every item of its data (the rating queue); loaded once each, and again when
         the job file changes.
 
         Args:
-            job: the job's name.
-            run: the run whose selection is repeated.
+            job, run: the job's name and the run whose selection is repeated (None: the newest).
             whole: every item instead.
 
         Returns:
             The items.
         """
-        info = self.run(job, run)  # once: each look-up reads every kept run's manifest
+        info = self.run(job, "latest") if run is None else run
         path = _job_file(job, info)
         key = (job, info.id, whole, path.stat().st_mtime_ns)
         if key not in self._selections:

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from runner.report.diff import number
-from runner.serve.items import FAILED, Filters
+from runner.serve.items import FAILED, LIMIT, Filters
 from runner.serve.pages import cell, table
 from runner.serve.rate import SKIP, Next
 
@@ -36,18 +36,13 @@ def _select(name: str, value: str, options: Sequence[str]) -> str:
 
 
 def items_page(job: str, runs: Sequence[str], chosen: Sequence[str], filters: Filters,
-               choices: Mapping[str, Sequence[str]], rows: Sequence[Mapping[str, Any]],
-               limit: int) -> str:
+               choices: Mapping[str, Sequence[str]], rows: Sequence[Mapping[str, Any]]) -> str:
     """The filter form over `runs` (the `chosen` ones read) and the matching rows.
 
     Args:
-        job: the job's name.
-        runs: the job's kept runs.
-        chosen: the runs whose rows are shown.
-        filters: the filters the form was sent with.
-        choices: each filter's values for its select box.
+        job, runs, chosen: the job's name, its kept runs and the runs whose rows are shown.
+        filters, choices: the filters the form was sent with, and each one's values.
         rows: the matching rows, as runner.serve.items.find gives them.
-        limit: the most rows shown.
 
     Returns:
         The page's HTML body.
@@ -72,7 +67,7 @@ def items_page(job: str, runs: Sequence[str], chosen: Sequence[str], filters: Fi
                        "|diff|", "status"], body, id="items",
                       attrs=[{"data-job": job, "data-run": r["run"], "data-key": r["key"]}
                              for r in rows])
-    note = (f"<p class=note>{len(rows)} judgments shown (at most {limit}, largest "
+    note = (f"<p class=note>{len(rows)} judgments shown (at most {LIMIT}, largest "
             "disagreement first). Click one for its request and answer.</p>")
     detail = ("<div id=detail hidden><p id=verdict></p><h4>Request</h4><pre id=request></pre>"
               "<h4>Answer</h4><pre id=answer></pre></div>")
@@ -100,8 +95,7 @@ def rate_page(job: str, annotator: str, next_item: Next | None, saved: int,
     `scores`, the item's rows of the item browser (runner.serve.items.find) in its latest run.
 
     Args:
-        job: the job's name.
-        annotator: who rates.
+        job, annotator: the job's name and who rates.
         next_item: the item to rate, or None when every item is rated.
         saved: the ratings saved so far in this session.
         scores: the judges' rows for the item, shown only with --show-scores.

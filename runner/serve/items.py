@@ -75,8 +75,7 @@ class Filters:
         """Whether a judgments.jsonl line (with its disagreement) passes.
 
         Args:
-            line: a judgments.jsonl line.
-            diff: its |judge - human|, or None without both scores.
+            line, diff: a judgments.jsonl line and its |judge - human| (None without both).
 
         Returns:
             True when the line is shown.
@@ -116,13 +115,11 @@ def _lines(run: Path) -> Iterator[dict[str, Any]]:
             yield orjson.loads(line)
 
 
-def find(runs: list[RunInfo], filters: Filters, limit: int = LIMIT) -> list[dict[str, Any]]:
-    """The judgments of `runs` that pass `filters`, largest disagreement first.
+def find(runs: list[RunInfo], filters: Filters) -> list[dict[str, Any]]:
+    """The LIMIT judgments of `runs` that pass `filters`, largest disagreement first.
 
     Args:
-        runs: the kept runs to read.
-        filters: what to keep.
-        limit: how many rows at most.
+        runs, filters: the kept runs to read and what to keep.
 
     Returns:
         Rows: run, dataset, item, system, aspect, judge, score, human, diff, status, key.
@@ -139,10 +136,10 @@ def find(runs: list[RunInfo], filters: Filters, limit: int = LIMIT) -> list[dict
                 continue
             n += 1  # arrival order breaks ties: the rows come out in file order
             rank = -1.0 if diff is None else diff
-            if len(kept) == limit and (rank, -n) <= kept[0][:2]:
+            if len(kept) == LIMIT and (rank, -n) <= kept[0][:2]:
                 continue  # the row is made only for a judgment the heap keeps
             entry = (rank, -n, _row(run.id, line, human, diff))
-            if len(kept) < limit:
+            if len(kept) < LIMIT:
                 heapq.heappush(kept, entry)
             else:
                 heapq.heapreplace(kept, entry)
@@ -161,9 +158,7 @@ def judgment(desk: Desk, job: str, run: str, key: str) -> dict[str, Any]:
     """One judgment whole: the request sent (rebuilt from the job's data) and the answer.
 
     Args:
-        desk: the desk.
-        job: the job's name.
-        run: the kept run's id.
+        desk, job, run: the desk, the job's name and the kept run's id.
         key: the judgment's cache key.
 
     Returns:
@@ -181,6 +176,6 @@ def judgment(desk: Desk, job: str, run: str, key: str) -> dict[str, Any]:
               aspect=line["aspect"], judge=_judge(line), score=line.get("score"), human=None,
               status="", message="", raw="", key=key, group=line["group"], body=b"",
               grouped=True, sample=line.get("sample", 0))  # grouped: the whole group expanded
-    body = with_bodies([row], desk.selection(job, run).expansion)[0].body
+    body = with_bodies([row], desk.selection(job, info).expansion)[0].body
     return {**line, "request": prompt_text(body) or "(not rebuilt: the job's data changed)",
             "answer": raw_text(line.get("raw"))}

@@ -2,10 +2,9 @@
 
 A `judge run` holds its lease file in the cache folder (runner.execute.store.lease: the
 holder's host, pid, start and command, emptied when it ends) and stores every answer in the
-cache (journal, then SQLite, folded about every second). The desk reads both and writes
-neither: the lease's text (a pid on this host that is gone is a run killed, not running), and
-the cache opened `never_write` (a read-only SQLite connection, the journals' frames read where
-they are: nothing folded, no settings written). No second writer touches the cache.
+cache. The desk reads both and writes neither: the lease's text (a pid on this host that is
+gone is a run killed, not running), and the cache opened `never_write` (nothing folded, no
+settings written: no second writer touches the cache).
 
 The partial correlations are the report's own (runner.report.tables.collect and
 runner.report.write.correlations) over the answers stored so far, parsed as `judge rescore`
@@ -33,6 +32,7 @@ from runner.children import alive
 from runner.errors import RunnerError
 from runner.execute.store.cache import Cache
 from runner.execute.store.lease import lease_id, lease_name
+from runner.expand import Expansion
 from runner.reduce.judgments import judge
 from runner.report.diff import number
 from runner.report.headline import shown_method
@@ -87,16 +87,21 @@ class LiveRuns:
 
     def lines(self) -> dict[str, str]:
         """job -> one line on its run in progress, for every job with one."""
-        out = {}
-        for job in self.desk.folders():
-            try:
-                p = self.progress(job)
-            except RunnerError as exc:  # the job file moved: say so, the page still shows
-                out[job] = f"running, but cannot be followed: {exc}"
-                continue
-            if p["running"]:
-                out[job] = p["line"]
-        return out
+        return {job: line for job in self.desk.folders() if (line := self.line(job))}
+
+    def line(self, job: str) -> str:
+        """One line on `job`'s run in progress.
+
+        Args:
+            job: the job's name.
+
+        Returns:
+            The line ("" when no run of it is in progress).
+        """
+        try:
+            return str(self.progress(job)["line"])
+        except RunnerError as exc:  # the job file moved: say so, the page still shows
+            return f"running, but cannot be followed: {exc}"
 
     def progress(self, job: str) -> dict[str, Any]:
         """Whether `job` runs now; if so its holder, tasks answered of all, ETA and the
@@ -117,10 +122,12 @@ class LiveRuns:
         if who is None:
             self._first.pop(job, None)
             return {"running": False, "line": ""}
-        tasks = self._tasks(job)
+        sel = self.desk.selection(job, runs[-1])
+        tasks = self._tasks(job, sel)
         with Cache(cache_dir, never_write=True) as cache:
             found = cache.has_many([t.key for t in tasks])
-            partial = self._partial(job, cache, [t for t in tasks if t.key in found])
+            partial = self._partial(job, sel.expansion, cache,
+                                    [t for t in tasks if t.key in found])
         now, answered = time.monotonic(), len(found)
         since, before = self._first.setdefault(job, (now, answered))
         rate = (answered - before) / (now - since) if now > since else 0.0
@@ -131,22 +138,21 @@ class LiveRuns:
         return {"running": True, "holder": who, "tasks": len(tasks), "answered": answered,
                 "eta_s": eta, "correlations": partial, "line": line}
 
-    def _tasks(self, job: str) -> list[Task]:
+    def _tasks(self, job: str, sel: WorkingSet) -> list[Task]:
         """The tasks of the job's selection now (expanded again only when it changes: a new
         kept run, an edited job file)."""
-        sel = self.desk.selection(job)
         known = self._expanded.get(job)
         if known is None or known[0] is not sel:
             self._expanded[job] = known = (sel, list(sel.expansion.tasks()))
         return known[1]
 
-    def _partial(self, job: str, cache: Cache, answered: list[Task]) -> list[dict[str, Any]]:
+    def _partial(self, job: str, expansion: Expansion, cache: Cache,
+                 answered: list[Task]) -> list[dict[str, Any]]:
         """The correlations over the answered tasks, made again at most every
         PARTIAL_EVERY_S."""
         made, rows = self._partials.get(job, (0.0, []))
         if time.monotonic() - made < PARTIAL_EVERY_S:
             return rows
-        expansion = self.desk.selection(job).expansion
         tables = collect(expansion, judge(expansion, cache, tasks=answered[:PARTIAL_TASKS]),
                          io.BytesIO())
         # the LLM judges (`model/prompt`): the data's metric columns are not partial

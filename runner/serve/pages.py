@@ -44,8 +44,7 @@ def layout(title: str, body: str) -> bytes:
     """A whole page: header with the desk's links, then `body` (HTML already escaped).
 
     Args:
-        title: the page's title (plain text).
-        body: the page's HTML.
+        title, body: the page's title (plain text) and HTML.
 
     Returns:
         The page as UTF-8 bytes.
@@ -65,9 +64,7 @@ def link(text: str, path: str, query: Mapping[str, str] | None = None) -> str:
     """An escaped link to `path?query`.
 
     Args:
-        text: the link's text.
-        path: the desk's path.
-        query: its query parameters.
+        text, path, query: the link's text, the desk's path and its query parameters.
 
     Returns:
         The `<a>` element.
@@ -91,14 +88,12 @@ def cell(value: Any, *, num: bool = False) -> str:
 
 def table(header: Sequence[str], rows: Iterable[Sequence[str]], *, css: str = "",
           attrs: Sequence[Mapping[str, str]] = (), id: str = "") -> str:
-    """A table of rows of cells already made (`cell`); `attrs`: each row's attributes.
+    """A table of rows of cells already made (`cell`).
 
     Args:
-        header: the column titles.
-        rows: each row's cells.
-        css: the table's class.
+        header, rows: the column titles and each row's cells.
+        css, id: the table's class and id.
         attrs: each row's attributes, in row order.
-        id: the table's id.
 
     Returns:
         The `<table>` element.
@@ -148,15 +143,8 @@ def index_page(jobs: Mapping[str, list[RunInfo]], live: Mapping[str, str]) -> st
     return "".join(parts) or "<p>No kept runs here yet: `judge run JOB` makes one.</p>"
 
 
-def correlation_rows(rows: Iterable[Mapping[str, str]]) -> list[list[str]]:
-    """correlations.csv's rows over all items as cells: the figure with its CI and n.
-
-    Args:
-        rows: correlations.csv's rows.
-
-    Returns:
-        One list of cells per row over all items.
-    """
+def _correlation_rows(rows: Iterable[Mapping[str, str]]) -> list[list[str]]:
+    """correlations.csv's rows over all items as cells: the figure with its CI and n."""
     out = []
     for r in rows:
         if r.get("subset") != "all":
@@ -177,9 +165,7 @@ def run_page(job: str, run: RunInfo, correlations: Sequence[Mapping[str, str]],
     """One run: its correlations (from its correlations.csv), its files, its report.html.
 
     Args:
-        job: the job's name.
-        run: the run shown.
-        correlations: its correlations.csv rows.
+        job, run, correlations: the job's name, the run shown and its correlations.csv rows.
         live: the lease holder of a run of the job in progress, or None.
 
     Returns:
@@ -193,7 +179,7 @@ def run_page(job: str, run: RunInfo, correlations: Sequence[Mapping[str, str]],
             f"{link('browse its items', '/items', {'job': job, 'run': run.id})}</p>"
             f"<p>Files: {files}</p>"
             + table(["dataset", "aspect", "judge", "level", "method", "value", "95% CI", "n"],
-                    correlation_rows(correlations), css="corr")
+                    _correlation_rows(correlations), css="corr")
             + f"<iframe class=report title=report "
               f"src='{html.escape(f'/run/{job}/{run.id}/report.html')}'>"
               "</iframe>")
@@ -203,9 +189,7 @@ def diff_page(job: str, a: str, b: str, compared: RunDiff) -> str:
     """Two runs side by side: `judge diff`'s lines, its table, and both reports.
 
     Args:
-        job: the job's name.
-        a: the first run's id.
-        b: the second run's id.
+        job, a, b: the job's name and the two runs' ids.
         compared: `judge diff`'s comparison of the two.
 
     Returns:

@@ -9,11 +9,9 @@ the scale the job's prompt declares for it (its parser's min and max); a skip is
 too (score null), so a skipped item does not come back.
 
 An aspect's ratings go to the file the job declares for it (`human = { fluency = { ratings =
-"ratings.jsonl" } }`, relative to the job file: the file the job then reads as that human
-column), else to the data set's DEFAULT file (beside the data file,
-`<data file stem>.ratings.jsonl`; for a registered data set, beside the job file,
-`<job stem>.<data set>.ratings.jsonl`), appended and fsynced one by one through
-runner.data.annotations (never rewritten: a crash loses nothing already rated).
+"ratings.jsonl" } }`), else to the data set's own (`ratings_path`; docs/how-to/desk.md),
+appended and fsynced one by one through runner.data.annotations (never rewritten: a crash
+loses nothing already rated).
 """
 
 from __future__ import annotations
@@ -32,8 +30,7 @@ from runner.parse.parsers import get_parser
 from runner.reduce.judgments import parser_options
 from runner.selection import rating_queue
 
-__all__ = ["SKIP", "Next", "Scale", "next_item", "ratings_path", "ratings_paths", "record",
-           "scales"]
+__all__ = ["SKIP", "Next", "Scale", "next_item", "ratings_path", "record", "scales"]
 
 SKIP = "skip"
 """The form's value of a skipped aspect."""
@@ -73,8 +70,7 @@ def scales(job: Job, dataset: str) -> dict[str, Scale]:
     prompt scoring an aspect gives its scale).
 
     Args:
-        job: the loaded job.
-        dataset: the data set's name.
+        job, dataset: the loaded job and the data set's name.
 
     Returns:
         Each aspect scored on `dataset` and its scale.
@@ -90,11 +86,12 @@ def scales(job: Job, dataset: str) -> dict[str, Scale]:
 
 
 def ratings_path(job: Job, dataset: str) -> Path:
-    """Where the ratings of `dataset` go (see the module docstring).
+    """Where the ratings of `dataset` go unless the job declares a file: beside the data file,
+    `<data file stem>.ratings.jsonl`; for a registered data set, beside the job file,
+    `<job stem>.<data set>.ratings.jsonl`.
 
     Args:
-        job: the loaded job.
-        dataset: the data set's name.
+        job, dataset: the loaded job and the data set's name.
 
     Returns:
         The default ratings file of `dataset`.
@@ -105,17 +102,9 @@ def ratings_path(job: Job, dataset: str) -> Path:
     return job.path.with_name(f"{job.path.stem}.{dataset}.ratings.jsonl")
 
 
-def ratings_paths(job: Job, dataset: str) -> dict[str, Path]:
+def _ratings_paths(job: Job, dataset: str) -> dict[str, Path]:
     """aspect -> the file its ratings go to: the job's declared one, else the data set's
-    default (ratings_path).
-
-    Args:
-        job: the loaded job.
-        dataset: the data set's name.
-
-    Returns:
-        Each aspect scored on `dataset` and the file its ratings are appended to.
-    """
+    default (ratings_path)."""
     spec = next(d for d in job.datasets if d.name == dataset)
     _, declared = human_columns(spec.fields.get("human", {}), job.path.parent,
                                 f"{job.path}: datasets.{dataset}.fields.human")
@@ -132,8 +121,7 @@ def next_item(expansion: Expansion, annotator: str, seed: int = 0) -> Next | Non
     """The first item of the queue `annotator` has not rated on every aspect (None: done).
 
     Args:
-        expansion: the job's items (its whole data).
-        annotator: who rates.
+        expansion, annotator: the job's items (its whole data) and who rates.
         seed: the --seed of the --sample draw the queue follows (the job's latest run's).
 
     Returns:
@@ -144,7 +132,7 @@ def next_item(expansion: Expansion, annotator: str, seed: int = 0) -> Next | Non
         aspects = scales(job, dataset)
         if not aspects:
             continue
-        ratings = _ratings(ratings_paths(job, dataset))
+        ratings = _ratings(_ratings_paths(job, dataset))
         left = rating_queue(items, list(aspects), ratings, annotator, seed=seed)
         if left:
             return Next(dataset, left[0][0], aspects, len(items) - len(left), len(items))
@@ -156,10 +144,8 @@ def record(expansion: Expansion, annotator: str, dataset: str, item: str,
     """Append one rating per aspect of `item` (SKIP, or no answer, records a skip).
 
     Args:
-        expansion: the job's items.
-        annotator: who rated.
-        dataset: the item's data set.
-        item: its id.
+        expansion, annotator: the job's items and who rated.
+        dataset, item: the item's data set and id.
         answers: aspect -> the form's value (a number on the aspect's scale, or SKIP).
 
     Returns:
@@ -178,7 +164,7 @@ def record(expansion: Expansion, annotator: str, dataset: str, item: str,
             raise ConfigError(f"{aspect}={text!r}: rate on the job's scale, "
                               f"{scale.low:g} to {scale.high:g}, or skip")
         scores[aspect] = score
-    paths = ratings_paths(expansion.job, dataset)
+    paths = _ratings_paths(expansion.job, dataset)
     for aspect, score in scores.items():
         append_rating(paths[aspect], item=item, aspect=aspect, annotator=annotator,
                       score=score)
