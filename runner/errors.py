@@ -8,7 +8,7 @@ RunnerError                     anything the user can act on; `cli` prints one `
 ├── CacheError                  the on-disk cache cannot be opened or written
 │   ├── DiskFullError           its disk is full: the pool holds the answers until it has room
 │   └── CacheAwayError          its database is away: the pool holds the answers until it is back
-├── ReportError                 the report folder cannot be written (answers stay cached)
+├── ReportError                 a report cannot be written (answers stay cached) or read back
 └── APIError                    one request failed; the client classifies, `execute` decides
     ├── RetryableError          429, 408, 409, 5xx, dropped connections, timeouts, bad bodies
     │   └── ConnectError        no connection at all: refused, unknown host (a breaker stops)
@@ -172,7 +172,8 @@ class CacheAwayError(CacheError):
 
 
 class ReportError(RunnerError):
-    """The report folder cannot be written (a file in its place, no permission, disk full)."""
+    """The report folder cannot be written (a file in its place, no permission, disk full), or a
+    report.html read back cannot be read or holds no report data."""
 
 
 class APIError(RunnerError):

@@ -12,6 +12,7 @@ import sqlite3
 import subprocess
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -539,10 +540,10 @@ def test_gemini_and_azure_models_get_a_not_yet_error_for_batch_mode(write_job: J
                        kind="anthropic", base_url="https://api.anthropic.com/v1")
     gemini = ModelSpec(name="gemini", spec="gemini:gemini-2.0-flash", model="gemini-2.0-flash",
                        kind="gemini", base_url="https://example.invalid/v1beta/openai")
-    mixed = job.with_models((*job.models, claude, gemini))
+    mixed = replace(job, models=(*job.models, claude, gemini))
 
     assert batch_models(job, everyone=True) == ("judge",)
-    assert batch_models(job.with_models((*job.models, claude)), everyone=True) == (
+    assert batch_models(replace(job, models=(*job.models, claude)), everyone=True) == (
         "judge", "claude")  # anthropic: Message Batches
     with pytest.raises(ConfigError, match="batch mode is not yet supported for gemini models"):
         batch_models(mixed, everyone=True)

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +58,7 @@ def published(data_dir: Path, lang: str) -> dict[str, Any]:
 def load_job(path: Path) -> Job:
     """The job with its bare model names served at an address never called here."""
     job = _load_job(path)
-    return job.with_models(resolve_models(job, (), "http://127.0.0.1:9/v1", None))
+    return replace(job, models=resolve_models(job, (), "http://127.0.0.1:9/v1", None))
 
 
 def question(example: Mapping[str, str], sep: str) -> str:

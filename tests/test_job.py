@@ -277,10 +277,3 @@ def test_parse_model_spec_openai_base_url_override() -> None:
 def test_parse_model_spec_rejects_empty_names(spec: str) -> None:
     with pytest.raises(ConfigError, match=r"(openai|local):NAME"):
         parse_model_spec(spec)
-
-
-def test_with_limits_keeps_the_rest(write_job: JobWriter) -> None:
-    job = _load(write_job, VALID)
-    changed = job.with_limits(concurrency=64)
-    assert changed.limits.concurrency == 64 and changed.limits.rpm == 120
-    assert job.limits.concurrency == 4 and changed.models == job.models

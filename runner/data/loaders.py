@@ -44,6 +44,18 @@ class Item(NamedTuple):
     metrics: Mapping[str, Mapping[str, float]]  # aspect -> metric -> value; "*" = every aspect
     extra: Mapping[str, Any] = MappingProxyType({})  # category, line, recorded judge...
 
+    def aspect_metrics(self, aspect: str) -> dict[str, float]:
+        """The item's metrics for one aspect: those recorded for every aspect ("*"), overridden
+        by the aspect's own.
+
+        Args:
+            aspect: the aspect judged.
+
+        Returns:
+            Metric name -> value.
+        """
+        return {**self.metrics.get("*", {}), **self.metrics.get(aspect, {})}
+
 
 Loader = Callable[[Sequence[Path], str], Iterator[Item]]
 """A registered data set's reader, as every loader below is: (the registered files, absolute,

@@ -177,7 +177,10 @@ class BatchRun:
 
     async def submit(self, apis: Mapping[str, OpenAIBatches],
                      by_model: Mapping[str, list[Task]]) -> None:
-        """Write, upload, reserve and create the batches of `by_model` (tasks by model name).
+        """Write, upload, reserve and create the batches of `by_model`.
+
+        Args:
+            apis, by_model: model name -> its batch API, and -> its tasks to submit.
 
         Raises:
             ConfigError: the server has no Files API.
@@ -241,8 +244,12 @@ class BatchRun:
     # ------------------------------------------------------------------ settle
 
     async def settle(self, apis: Mapping[str, OpenAIBatches], *, wait: bool) -> None:
-        """Resolve, refresh and collect every batch of our endpoints not yet ingested (with
-        `wait`, poll every poll_s until none of them is live); `apis` by model name."""
+        """Resolve, refresh and collect every batch of our endpoints not yet ingested.
+
+        Args:
+            apis: model name -> its batch API.
+            wait: poll every poll_s until none of them is live.
+        """
         by_endpoint = {p.model.endpoint: apis[name] for name, p in self.providers.items()}
         seen = self._seen
         while True:

@@ -22,7 +22,7 @@ from psycopg import conninfo
 from runner.errors import CacheError, redact_url
 from runner.execute.ledger import BatchLedger
 from runner.execute.store.pgcache import LOCK_ID
-from runner.execute.store.pgsession import CONNECT_TIMEOUT_S
+from runner.execute.store.pgsession import CONNECT_TIMEOUT_S, Scrubbed
 
 __all__ = ["PgLedger"]
 
@@ -41,7 +41,7 @@ _SCHEMA: tuple[LiteralString, ...] = (
 )
 
 
-class PgLedger(BatchLedger):
+class PgLedger(BatchLedger, Scrubbed):
     """The batches of one PostgreSQL cache; request files in `files` on this machine. The
     ledger's SQL gets psycopg's placeholders (`?` is in no statement but as one)."""
 
@@ -77,17 +77,12 @@ class PgLedger(BatchLedger):
             for statement in _SCHEMA:
                 self._conn.execute(statement)
 
-    def _clean(self, exc: Exception) -> str:
-        text = " ".join(str(exc).split())
-        return text.replace(self._password, "***") if getattr(self, "_password", "") else text
-
     def _guarded(self, what: str, call: Callable[[], _Result]) -> _Result:
         """`call()`, a database error turned into a CacheError naming `what` failed."""
         try:
             return call()
         except psycopg.Error as exc:
-            raise CacheError(f"{self.location}: {what} failed ({self._clean(exc)}); check the "
-                             "server, then rerun to resume") from None
+            raise self._fail(what, exc) from None
 
     def _reserve(self, sql: str, row: Sequence[Any], file_id: str, keys: Sequence[str]) -> None:
         def insert() -> None:

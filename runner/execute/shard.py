@@ -97,5 +97,6 @@ def split_limits(job: Job, count: int) -> Job:
                                                    tpm=_split(e.tpm, count))
                                            for e in m.endpoints))
                    for m in job.models)
-    return job.with_models(models).with_limits(rpm=_split(job.limits.rpm, count),
-                                               tpm=_split(job.limits.tpm, count))
+    limits = replace(job.limits, rpm=_split(job.limits.rpm, count),
+                     tpm=_split(job.limits.tpm, count))
+    return replace(job, models=models, limits=limits)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -304,22 +304,6 @@ class Job:
     prompt_cache: bool = True
     """Mark each request's static prefix for the provider's prompt cache (Anthropic's
     cache_control); false sends the bodies of earlier versions byte for byte."""
-
-    def with_models(self, models: tuple[ModelSpec, ...]) -> Job:
-        """A copy of this job with other models (`--model` on the command line).
-
-        Args:
-            models: the models that replace the job file's.
-        """
-        return replace(self, models=models)
-
-    def with_limits(self, **changes: Any) -> Job:
-        """A copy of this job with some limits changed (command-line overrides of `[limits]`).
-
-        Args:
-            **changes: `Limits` field -> new value.
-        """
-        return replace(self, limits=replace(self.limits, **changes))
 
 
 def placeholders(template: str) -> set[str]:

@@ -64,10 +64,6 @@ def humans(cells: Cells, aspects: Sequence[str]
     return human, has
 
 
-def _metrics(item: Item, aspect: str) -> dict[str, float]:
-    return {**item.metrics.get("*", {}), **item.metrics.get(aspect, {})}
-
-
 def judge_series(expansion: Expansion, cells: Cells
                  ) -> dict[tuple[str, str], dict[str, Series]]:
     """(dataset, aspect) -> judge -> its series against the human score, for items with a
@@ -118,7 +114,7 @@ def _item_series(expansion: Expansion, cells: Cells, dataset: str, aspect: str,
             continue
         h = it.human[aspect]
         local = start + n
-        for name, value in _metrics(it, aspect).items():
+        for name, value in it.aspect_metrics(aspect).items():
             got = gathered.setdefault(name, ([], [], []))
             got[0].append(-value if name in lower else value)
             got[1].append(h)

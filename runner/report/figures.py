@@ -56,7 +56,7 @@ def write_figures(page: Path, out_dir: Path) -> list[Path]:
         The files written.
 
     Raises:
-        PageError: `page` cannot be read or holds no report data.
+        ReportError: `page` cannot be read or holds no report data.
     """
     data = read_page_data(page)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -23,16 +23,12 @@ from typing import Any
 
 import orjson
 
-from runner.errors import RunnerError
+from runner.errors import ReportError
 
-__all__ = ["PageError", "embed_json", "read_page_data", "render"]
+__all__ = ["embed_json", "read_page_data", "render"]
 
 _OPEN = '<script type="application/json" id="report-data">'
 _CLOSE = "</script>"
-
-
-class PageError(RunnerError):
-    """report.html is missing or has no data block."""
 
 
 def _template(name: str) -> str:
@@ -82,17 +78,17 @@ def read_page_data(path: Path) -> dict[str, Any]:
         The data it embeds.
 
     Raises:
-        PageError: The file cannot be read or holds no report data.
+        ReportError: The file cannot be read or holds no report data.
     """
     try:
         text = path.read_text("utf-8")
     except OSError as exc:
-        raise PageError(f"{path}: cannot read the report ({exc.strerror}); run `judge report "
-                        "JOB` to write it") from None
+        raise ReportError(f"{path}: cannot read the report ({exc.strerror}); run `judge report "
+                          "JOB` to write it") from None
     start = text.find(_OPEN)
     end = text.find(_CLOSE, start)
     if start < 0 or end < 0:
-        raise PageError(f"{path}: no report data in this file; run `judge report JOB` to "
-                        "rewrite it")
+        raise ReportError(f"{path}: no report data in this file; run `judge report JOB` to "
+                          "rewrite it")
     data: dict[str, Any] = orjson.loads(text[start + len(_OPEN):end])
     return data

@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 import orjson
 
-from runner.data.datasets import Item
 from runner.data.seen import Seen, key64
 from runner.expand import Expansion
 from runner.job.spec import JurySpec
@@ -115,10 +114,6 @@ def collect(expansion: Expansion, judgments: Iterable[Judgment], jsonl: io.Buffe
     return tables
 
 
-def _metrics(item: Item, aspect: str) -> dict[str, float]:
-    return {**item.metrics.get("*", {}), **item.metrics.get(aspect, {})}
-
-
 def metric_names(cells: Cells) -> list[str]:
     """The metric columns of scores.csv: every metric of a cell's item for its aspect.
 
@@ -135,8 +130,8 @@ def metric_names(cells: Cells) -> list[str]:
     keep = with_metrics[cells.item]
     pairs = np.unique(cells.item[keep].astype(np.int64) * len(aspects)
                       + aspect_of[cells.judge[keep]])
-    return sorted({m for p in pairs.tolist()
-                   for m in _metrics(cells.items[p // len(aspects)], aspects[p % len(aspects)])})
+    at = [divmod(p, len(aspects)) for p in pairs.tolist()]
+    return sorted({m for i, a in at for m in cells.items[i].aspect_metrics(aspects[a])})
 
 
 def scores_csv(tables: Tables, binary: io.BufferedWriter) -> None:
@@ -175,7 +170,7 @@ def scores_csv(tables: Tables, binary: io.BufferedWriter) -> None:
             line = (f"{head},{judge_text[j]},{text(score)},"
                     f"{text(it.human.get(aspect))}")
             if names:
-                metrics = _metrics(it, aspect)
+                metrics = it.aspect_metrics(aspect)
                 line += "," + ",".join([fmt(metrics.get(m)) for m in names])  # never quoted
             lines.append(line + "\n")
         out.write("".join(lines))

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from runner.errors import RunnerError
+from runner.errors import ConfigError, RunnerError
 from runner.reduce.jury import judge_name
 from runner.report.diff import diff_folders
 from runner.report.folder import read_csv
@@ -30,7 +30,7 @@ from runner.serve.forms import items_page, rate_page
 from runner.serve.live import LiveRuns
 from runner.serve.pages import diff_page, index_page, layout, link, run_page
 
-__all__ = ["LOOPBACK", "RatingOffError", "make_app", "new_token", "serve"]
+__all__ = ["LOOPBACK", "make_app", "new_token", "serve"]
 
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 """Hosts bound without a token."""
@@ -184,14 +184,10 @@ async def _live(request: web.Request) -> web.Response:
     return web.json_response(progress)
 
 
-class RatingOffError(RunnerError):
-    """A rating page asked of a desk started without --annotator."""
-
-
 def _annotator(desk: Desk) -> str:
     if desk.annotator is None:
-        raise RatingOffError("this desk takes no ratings: restart it with `judge serve "
-                             "--annotator NAME`")
+        raise ConfigError("this desk takes no ratings: restart it with `judge serve "
+                          "--annotator NAME`")
     return desk.annotator
 
 

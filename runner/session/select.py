@@ -65,7 +65,7 @@ def with_run_limits(sel: WorkingSet, options: Mapping[str, Any]) -> WorkingSet:
     """
     given = {field: options[name] for name, field in _RUN_LIMITS
              if options.get(name) is not None}
-    return replace(sel, job=sel.job.with_limits(**given))
+    return replace(sel, job=replace(sel.job, limits=replace(sel.job.limits, **given)))
 
 
 def key_reader(environ: Mapping[str, str]) -> Callable[[str], Callable[[], str | None]]:
@@ -201,7 +201,7 @@ def select(chosen: TaskSelection, *, data_dir: Path, env_base_url: str | None = 
     job = chosen.job if isinstance(chosen.job, Job) else load_job(job_path(chosen.job_name()))
     if download is not None:
         _download(job, data_dir, download)
-    job = job.with_models(resolve_models(job, chosen.models, chosen.base_url, env_base_url))
+    job = replace(job, models=resolve_models(job, chosen.models, chosen.base_url, env_base_url))
     if chosen.models:  # prompts' own judge lists name the replaced models
         job = replace(job, prompts=tuple(replace(p, models=()) for p in job.prompts))
     if chosen.shard is not None:

@@ -30,4 +30,4 @@ def serving(job: Job) -> Iterator[Job]:
                 server = stack.enter_context(local.LocalServer(m.model))
                 m = replace(m, base_url=server.base_url)
             models.append(m)
-        yield job.with_models(tuple(models))
+        yield replace(job, models=tuple(models))

@@ -28,7 +28,7 @@ from runner.errors import CacheAwayError, CacheError, redact_url
 from runner.execute.store.deadline import WAIT_S, Watchdog, waited_s
 
 __all__ = ["AWAY_AFTER_S", "CONNECT_TIMEOUT_S", "QUERY_TIMEOUT_S", "RECONNECT_WINDOW_S",
-           "PgSession"]
+           "PgSession", "Scrubbed"]
 
 CONNECT_TIMEOUT_S = 10  # libpq's connect_timeout (its least is 2)
 QUERY_TIMEOUT_S = 60.0
@@ -45,7 +45,23 @@ KEEPALIVE_S = (30, 10, 3)  # idle, interval, count: a dead peer or path found in
 R = TypeVar("R")
 
 
-class PgSession:
+class Scrubbed:
+    """A database's errors as messages without its URL's password: PgSession's and the batch
+    ledger's (runner/execute/pgledger.py)."""
+
+    location: str  # the database, as redact_url shows it
+    _password = ""  # the URL's password, taken out of the server's messages
+
+    def _clean(self, exc: Exception) -> str:
+        text = " ".join(str(exc).split())
+        return text.replace(self._password, "***") if self._password else text
+
+    def _fail(self, what: str, exc: Exception) -> CacheError:
+        return CacheError(f"{self.location}: {what} failed ({self._clean(exc)}); check the "
+                          "server, then rerun to resume")
+
+
+class PgSession(Scrubbed):
     """One connection to a database with every deadline set, opened again when the server
     drops it (module doc). A subclass holds its session's state again on the new connection
     (`_restore`)."""
@@ -177,14 +193,6 @@ class PgSession:
                                 f"({detail}; reconnecting failed for {self._window:g} s); "
                                 "check that it is running and reachable, then rerun to resume")
         raise self._down
-
-    def _clean(self, exc: Exception) -> str:
-        text = " ".join(str(exc).split())
-        return text.replace(self._password, "***") if self._password else text
-
-    def _fail(self, what: str, exc: Exception) -> CacheError:
-        return CacheError(f"{self.location}: {what} failed ({self._clean(exc)}); check the "
-                          "server, then rerun to resume")
 
     @property
     def _window(self) -> float:
