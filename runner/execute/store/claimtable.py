@@ -39,6 +39,7 @@ from typing import Any, LiteralString
 import orjson
 
 from runner.errors import CacheError
+from runner.execute.store.sqltx import transaction
 
 __all__ = ["PG_SCHEMA", "TTL_S", "FolderClaims", "Owner", "pg_claim", "pg_release", "pg_renew",
            "set_ttl", "ttl_s"]
@@ -179,14 +180,8 @@ class FolderClaims:
         """One transaction; what SQLite raises becomes the CacheError saying it cannot `what`
         the claims."""
         try:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
+            with transaction(self._db):
                 yield
-            except BaseException:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
         except sqlite3.Error as exc:
             raise self._error(what, exc) from None
 
