@@ -6,11 +6,14 @@ next one: the claim table (runner/execute/store/claimtable.py) and the batch led
 from __future__ import annotations
 
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
 
 from runner.errors import CacheError
+from runner.execute import ledger
+from runner.execute.ledger import Ledger
 from runner.execute.store import claimtable
 from runner.execute.store.claimtable import FolderClaims, Owner
 
@@ -39,3 +42,30 @@ def test_a_claim_whose_commit_fails_is_rolled_back_and_the_next_claim_works(
     finally:
         reader.close()
         claims.close()
+
+
+def test_a_ledger_locked_by_another_process_is_one_error_and_usable_once_it_ends(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another connection holding BEGIN IMMEDIATE on batches.sqlite past the busy timeout: the
+    ledger's write is a CacheError naming the file and the fix (it was a raw sqlite3
+    OperationalError, a traceback at the CLI), after the cache's busy timeout (here shortened;
+    sqlite3's default was 5 s); once the lock goes, the same ledger writes."""
+    monkeypatch.setattr(ledger, "BUSY_MS", SHORT_MS)
+    book = Ledger(tmp_path)
+    book.reserve(file_id="f1", job="j", model="m", endpoint="e", keys=["k1"])
+    holder = sqlite3.connect(tmp_path / "batches.sqlite", isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")  # another judge process writing, never ending
+        started = time.monotonic()
+        with pytest.raises(CacheError) as failed:
+            book.attach("f1", "batch-1", "validating")
+        assert time.monotonic() - started < 4  # the timeout given, not sqlite3's default 5 s
+        assert str(failed.value) == (
+            f"{tmp_path / 'batches.sqlite'}: cannot write the batch ledger (database is "
+            "locked); another judge process is using it: let it end (or stop it), then rerun")
+        holder.execute("ROLLBACK")
+        book.attach("f1", "batch-1", "validating")
+        assert [(r.file_id, r.batch_id) for r in book.rows()] == [("f1", "batch-1")]
+    finally:
+        holder.close()
+        book.close()

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import CacheError
+from runner.execute.store.sqltx import BUSY_MS, transaction
 
 __all__ = ["FILES", "LIVE", "BatchLedger", "BatchRow", "Ledger"]
 
@@ -263,7 +264,8 @@ class Ledger(BatchLedger):
         self.location, self.files = str(self.path), cache_dir / FILES
         try:
             cache_dir.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, isolation_level=None)
+            self._db = sqlite3.connect(self.path, timeout=BUSY_MS / 1000,
+                                       isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")  # a returned write is on disk
             self._db.executescript(_SCHEMA)
@@ -286,19 +288,15 @@ class Ledger(BatchLedger):
 
     @contextlib.contextmanager
     def _tx(self) -> Iterator[None]:
-        """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on an error; a disk error is a CacheError."""
-        self._db.execute("BEGIN IMMEDIATE")
+        """One write transaction (store.sqltx); what SQLite raises is a CacheError."""
         try:
-            yield
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        try:
-            self._db.execute("COMMIT")
+            with transaction(self._db):
+                yield
         except sqlite3.Error as error:
-            self._db.execute("ROLLBACK")
-            raise CacheError(f"{self.path}: cannot write the batch ledger ({error}); "
-                             "check free disk space") from None
+            fix = ("another judge process is using it: let it end (or stop it), then rerun"
+                   if "locked" in str(error) else "check free disk space")
+            raise CacheError(f"{self.path}: cannot write the batch ledger ({error}); {fix}"
+                             ) from None
 
     def close(self) -> None:
         """`BatchLedger.close`."""

@@ -39,12 +39,11 @@ from typing import Any, LiteralString
 import orjson
 
 from runner.errors import CacheError
-from runner.execute.store.sqltx import transaction
+from runner.execute.store.sqltx import BUSY_MS, transaction
 
 __all__ = ["PG_SCHEMA", "TTL_S", "FolderClaims", "Owner", "pg_claim", "pg_release", "pg_renew",
            "set_ttl", "ttl_s"]
 
-BUSY_MS = 60_000  # wait this long for another run's claim transaction (they take ~ms)
 SEP = "\x1f"  # between the keys of a PostgreSQL statement (a key is a hex digest)
 TTL_S = 60.0
 """A claim's life after its run's last renewal (renewed every TTL_S / 3)."""

@@ -1,7 +1,6 @@
-"""One SQLite write transaction, the same for the answers' table, the claim table and the batch
-ledger: what it buys is one rule for a failure, a failed COMMIT included (a lock, a full disk):
-rolled back, so the connection takes the next transaction, where a transaction left open made
-every later BEGIN fail ("cannot start a transaction within a transaction")."""
+"""One SQLite write transaction for the answers' table, the claim table and the batch ledger.
+What it buys: a failure, a failed COMMIT's too, is rolled back, so the connection takes the next
+transaction (left open, every later BEGIN failed: "cannot start a transaction within ...")."""
 
 from __future__ import annotations
 
@@ -9,13 +8,15 @@ import contextlib
 import sqlite3
 from collections.abc import Iterator
 
-__all__ = ["transaction"]
+__all__ = ["BUSY_MS", "transaction"]
+
+BUSY_MS = 60_000  # a connection waits this long for another run's transaction (they take ~ms)
 
 
 @contextlib.contextmanager
 def transaction(db: sqlite3.Connection) -> Iterator[None]:
-    """BEGIN IMMEDIATE ... COMMIT on `db` (opened with isolation_level=None); on any error, its
-    COMMIT's too, a best-effort ROLLBACK, then the error goes on.
+    """BEGIN IMMEDIATE ... COMMIT on `db` (isolation_level=None); on any error, a best-effort
+    ROLLBACK, then the error goes on.
 
     Args:
         db: the connection, outside a transaction.
