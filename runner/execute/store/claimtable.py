@@ -26,6 +26,7 @@ and never deadlock.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import socket
 import sqlite3
@@ -39,7 +40,7 @@ from typing import Any, LiteralString
 import orjson
 
 from runner.errors import CacheError
-from runner.execute.store.sqltx import BUSY_MS, transaction
+from runner.execute.store.faults import BUSY_MS, transaction
 
 __all__ = ["PG_SCHEMA", "TTL_S", "FolderClaims", "Owner", "pg_claim", "pg_release", "pg_renew",
            "set_ttl", "ttl_s"]
@@ -174,15 +175,10 @@ class FolderClaims:
             if last:
                 self._db.execute("DELETE FROM owner WHERE id = ?", (owner.id,))
 
-    @contextlib.contextmanager
-    def _transaction(self, what: str) -> Any:
-        """One transaction; what SQLite raises becomes the CacheError saying it cannot `what`
-        the claims."""
-        try:
-            with transaction(self._db):
-                yield
-        except sqlite3.Error as exc:
-            raise self._error(what, exc) from None
+    def _transaction(self, what: str) -> contextlib.AbstractContextManager[None]:
+        """One transaction; what SQLite raises is the CacheError saying it cannot `what` the
+        claims."""
+        return transaction(self._db, functools.partial(self._error, what))
 
     def close(self) -> None:
         self._db.close()

@@ -25,7 +25,7 @@ from typing import Any
 
 from diskcache.core import MODE_RAW
 
-from runner.execute.store.sqltx import transaction
+from runner.execute.store.faults import transaction
 
 __all__ = ["CHUNK", "chunks", "connect", "matches", "read", "stored_keys", "write"]
 
