@@ -27,12 +27,13 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from runner.errors import CacheError
+from runner.execute.store.faults import BUSY_MS, transaction
 
 __all__ = ["FILES", "LIVE", "BatchLedger", "BatchRow", "Ledger"]
 
@@ -263,7 +264,8 @@ class Ledger(BatchLedger):
         self.location, self.files = str(self.path), cache_dir / FILES
         try:
             cache_dir.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, isolation_level=None)
+            self._db = sqlite3.connect(self.path, timeout=BUSY_MS / 1000,
+                                       isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")  # a returned write is on disk
             self._db.executescript(_SCHEMA)
@@ -272,33 +274,23 @@ class Ledger(BatchLedger):
                              "cache directory's permissions or pass --cache-dir") from None
 
     def _reserve(self, sql: str, row: Sequence[Any], file_id: str, keys: Sequence[str]) -> None:
-        with self._tx():
+        with transaction(self._db, self._refused):
             self._db.execute(sql, row)
             self._db.executemany("INSERT OR IGNORE INTO batch_keys (file_id, key) VALUES (?, ?)",
                                  ((file_id, k) for k in keys))
 
     def _write(self, what: str, sql: str, params: Sequence[Any]) -> None:
-        with self._tx():
+        with transaction(self._db, self._refused):
             self._db.execute(sql, params)
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return self._db.execute(sql, params).fetchall()
 
-    @contextlib.contextmanager
-    def _tx(self) -> Iterator[None]:
-        """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on an error; a disk error is a CacheError."""
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        try:
-            self._db.execute("COMMIT")
-        except sqlite3.Error as error:
-            self._db.execute("ROLLBACK")
-            raise CacheError(f"{self.path}: cannot write the batch ledger ({error}); "
-                             "check free disk space") from None
+    def _refused(self, error: sqlite3.Error) -> CacheError:
+        """What a failed write raises: the file and the fix (a lock's: the other process)."""
+        fix = ("another judge process is using it: let it end (or stop it), then rerun"
+               if "locked" in str(error) else "check free disk space")
+        return CacheError(f"{self.path}: cannot write the batch ledger ({error}); {fix}")
 
     def close(self) -> None:
         """`BatchLedger.close`."""

@@ -26,6 +26,7 @@ and never deadlock.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import socket
 import sqlite3
@@ -39,11 +40,11 @@ from typing import Any, LiteralString
 import orjson
 
 from runner.errors import CacheError
+from runner.execute.store.faults import BUSY_MS, transaction
 
 __all__ = ["PG_SCHEMA", "TTL_S", "FolderClaims", "Owner", "pg_claim", "pg_release", "pg_renew",
            "set_ttl", "ttl_s"]
 
-BUSY_MS = 60_000  # wait this long for another run's claim transaction (they take ~ms)
 SEP = "\x1f"  # between the keys of a PostgreSQL statement (a key is a hex digest)
 TTL_S = 60.0
 """A claim's life after its run's last renewal (renewed every TTL_S / 3)."""
@@ -174,21 +175,10 @@ class FolderClaims:
             if last:
                 self._db.execute("DELETE FROM owner WHERE id = ?", (owner.id,))
 
-    @contextlib.contextmanager
-    def _transaction(self, what: str) -> Any:
-        """One transaction; what SQLite raises becomes the CacheError saying it cannot `what`
-        the claims."""
-        try:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield
-            except BaseException:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
-        except sqlite3.Error as exc:
-            raise self._error(what, exc) from None
+    def _transaction(self, what: str) -> contextlib.AbstractContextManager[None]:
+        """One transaction; what SQLite raises is the CacheError saying it cannot `what` the
+        claims."""
+        return transaction(self._db, functools.partial(self._error, what))
 
     def close(self) -> None:
         self._db.close()

@@ -1,5 +1,5 @@
 """A cache folder this process may not write, a cache database SQLite cannot use, and a
-record damaged on disk.
+record damaged on disk, a write transaction that fails.
 
 A study is handed over as a cache folder on a read-only mount, or owned by another user:
 `rescore`, `report`, `plan`, `status` and `cache export` only read it, so they open its
@@ -7,7 +7,9 @@ database read-only (`ReadOnlyDisk`: SQLite's immutable or mode=ro; no journal, n
 instead of failing where diskcache would write its settings. `refused` turns what SQLite raises
 for a damaged, truncated, unwritable or long-locked database into one CacheError naming the file
 and what to do, where a traceback named nothing. `damage` says why a record's bytes are not a
-record: judging makes that its task's failure (answers.DAMAGED).
+record: judging makes that its task's failure (answers.DAMAGED). `transaction` rolls back a
+failed write, a failed COMMIT's too, so the connection takes the next one (left open, every later
+BEGIN failed: "cannot start a transaction within a transaction").
 """
 
 from __future__ import annotations
@@ -26,9 +28,10 @@ import orjson
 
 from runner.errors import CacheError, DiskFullError
 
-__all__ = ["DBNAME", "ReadOnlyDisk", "damage", "decoded", "free_bytes", "full", "guarded",
-           "not_writable", "refused", "writable"]
+__all__ = ["BUSY_MS", "DBNAME", "ReadOnlyDisk", "damage", "decoded", "free_bytes", "full",
+           "guarded", "not_writable", "refused", "transaction", "writable"]
 
+BUSY_MS = 60_000  # a connection waits this long for another run's transaction (they take ~ms)
 DBNAME = "cache.db"  # diskcache's
 
 
@@ -90,6 +93,35 @@ def guarded(method: Callable[Concatenate[Any, P], R]) -> Callable[Concatenate[An
             raise refused(self.directory, exc) from None
     call.__doc__ = method.__doc__
     return call
+
+
+@contextlib.contextmanager
+def transaction(db: sqlite3.Connection,
+                refused: Callable[[sqlite3.Error], Exception] | None = None) -> Iterator[None]:
+    """BEGIN IMMEDIATE ... COMMIT on `db` (isolation_level=None); on any error, a best-effort
+    ROLLBACK, then the error goes on, what SQLite raised as `refused` makes it if given.
+
+    Args:
+        db: the connection, outside a transaction.
+        refused: the error to raise instead of a sqlite3.Error (naming the file and the fix).
+
+    Returns:
+        The context of the transaction's statements.
+    """
+    try:
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                with contextlib.suppress(sqlite3.Error):  # the error that led here says more
+                    db.execute("ROLLBACK")
+            raise
+    except sqlite3.Error as exc:
+        if refused is None:
+            raise
+        raise refused(exc) from None
 
 
 def damage(raw: bytes) -> str | None:

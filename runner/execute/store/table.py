@@ -25,6 +25,8 @@ from typing import Any
 
 from diskcache.core import MODE_RAW
 
+from runner.execute.store.faults import transaction
+
 __all__ = ["CHUNK", "chunks", "connect", "matches", "read", "stored_keys", "write"]
 
 CHUNK = 500  # keys a query: under SQLite's 999-parameter limit on old builds
@@ -133,17 +135,11 @@ def write(db: sqlite3.Connection | None, store: Any, chunk: Sequence[tuple[str, 
                 store.set(key, raw)
         return
     limit, now = store.disk.min_file_size, time.time()
-    db.execute("BEGIN IMMEDIATE")
-    try:
+    with transaction(db):
         filed = {row[0] for row in _rows(db, "key", [k for k, _ in chunk],
                                          " AND filename IS NOT NULL")}
         by_set = filed | {k for k, raw in chunk if len(raw) >= limit}
         db.executemany(_UPSERT, [(k, now, now, raw) for k, raw in chunk if k not in by_set])
-        db.execute("COMMIT")
-    except BaseException:
-        if db.in_transaction:
-            db.execute("ROLLBACK")
-        raise
     for key, raw in chunk:
         if key in by_set:
             store.set(key, raw)
