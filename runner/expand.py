@@ -28,7 +28,7 @@ from runner.job.spec import GenerateSpec, Job, ModelSpec, PromptSpec, placeholde
 from runner.parse import metrics
 from runner.tasks import Frames, Task, new_task, prefix_marked, unit_tasks
 
-__all__ = ["OUTPUT_N", "Expansion", "ItemIndex", "generator_names"]
+__all__ = ["OUTPUT_N", "Expansion", "ItemIndex"]
 
 _END = 1 << 62  # past any task's index
 # Not in any key, nor deciding the tasks' order: what the fingerprint leaves out.
@@ -72,7 +72,7 @@ class Expansion:
         """
         if prompt.models:
             return [m for m in self.job.models if m.name in prompt.models]
-        generators = generator_names(self.job)
+        generators = self.job.generator_names
         return [m for m in self.job.models if m.name not in generators]
 
     def _units(self) -> Iterator[_Unit]:
@@ -285,15 +285,6 @@ class Expansion:
         except KeyError:
             raise ConfigError(f"data set {dataset!r} has no item {item_id!r} (within --limit)"
                               ) from None
-
-
-def generator_names(job: Job) -> frozenset[str]:
-    """The models of the job's generation stages (they judge nothing unless a prompt names them).
-
-    Returns:
-        Their names.
-    """
-    return frozenset(name for g in job.generate for name in g.models)
 
 
 class ItemIndex(Mapping[tuple[str, str], Item]):

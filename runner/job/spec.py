@@ -305,6 +305,11 @@ class Job:
     """Mark each request's static prefix for the provider's prompt cache (Anthropic's
     cache_control); false sends the bodies of earlier versions byte for byte."""
 
+    @property
+    def generator_names(self) -> frozenset[str]:
+        """The models of the generation stages (they judge nothing unless a prompt names them)."""
+        return frozenset(name for g in self.generate for name in g.models)
+
 
 def placeholders(template: str) -> set[str]:
     """The placeholders of a template.

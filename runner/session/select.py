@@ -15,7 +15,7 @@ from runner.errors import ConfigError, MissingKeyError, register_secret
 from runner.estimate import model_price
 from runner.execute.shard import Shard, split_limits
 from runner.execute.store.backend import CacheBackend, open_cache
-from runner.expand import Expansion, generator_names
+from runner.expand import Expansion
 from runner.job.load import load_job
 from runner.job.models import parse_model_spec, url_problem
 from runner.job.spec import Job, ModelSpec
@@ -143,7 +143,7 @@ def resolve_models(job: Job, specs: tuple[str, ...], base_url: str | None,
         if url and (problem := url_problem(url)):
             raise ConfigError(f"{where} {problem}")
     fallback = base_url or env_base_url
-    generators = generator_names(job)
+    generators = job.generator_names
     models = job.models
     if specs:
         kept = tuple(m for m in job.models if m.name in generators)
