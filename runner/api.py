@@ -14,8 +14,8 @@ Nothing here prints or exits: a problem is a RunnerError (runner/errors.py) with
 `judge` would print after "Error:". pandas is needed by `results` only (`pip install
 judge-runner[pandas]`), imported by runner/report/frames.py alone.
 
-`cli` reaches the pipeline only through this module (`selection`, `Run`, `rebuild` ...), so the
-commands and the API cannot drift apart.
+`cli` runs its `run`, `plan`, `rescore`, `report` and `import` through this module
+(`selection`, `Run`, `plan`, `rebuild`), so the commands and the API cannot drift apart.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ from runner.expand_ahead import Expander
 from runner.reduce import judgments
 from runner.selection import TaskSelection
 from runner.session import run as session_run
+from runner.session import select as select_module
 from runner.session.select import WorkingSet, select
 from tests.fakeserver import ThreadedServer
 from tests.test_cli import JOB, clean_env, write_job
@@ -359,3 +360,37 @@ def test_a_first_run_starts_no_reader_and_hands_every_task_to_the_pool(
         assert first.uncached_onward is not None
         assert [t.key for t in first.uncached_onward] == [t.key for t in sel.expansion.tasks()]
     assert stats.cache_hits == 0 and len(first.hashes) == 0
+
+
+@pytest.mark.parametrize("backend", ["folder", pytest.param("postgresql", marks=pytest.mark.slow)])
+def test_a_cached_first_run_opens_its_cache_once(backend: str, tmp_path: Path, data_dir: Path,
+                                                 monkeypatch: pytest.MonkeyPatch,
+                                                 request: pytest.FixtureRequest) -> None:
+    """Leased, a run that judges its cached tasks first, then pools the rest, reads and stores
+    through the one cache its lease opened (Run.opened), as a pool-first run does: no second
+    connection beside it."""
+    _isolated(monkeypatch, data_dir)
+    job = write_job(tmp_path / "job")
+    where = (["--cache-dir", str(tmp_path / "cache")] if backend == "folder" else
+             ["--cache", str(request.getfixturevalue("pg_url"))])
+    opened: list[str] = []
+    real = select_module.open_cache
+
+    def counted(location: Any, **kwargs: Any) -> Any:
+        opened.append(str(location))
+        return real(location, **kwargs)
+
+    def run(limit: int) -> Any:
+        return CliRunner().invoke(cli_main.cli, [
+            "run", str(job), "--limit", str(limit), "--base-url", server.url, "--model", "fake",
+            *where, "--out", str(tmp_path / "out"), "--yes"], catch_exceptions=False)
+
+    with ThreadedServer() as server:
+        assert run(20).exit_code == 0
+        monkeypatch.setattr(session_run, "CACHED_FIRST_TASKS", 1)
+        monkeypatch.setattr(select_module, "open_cache", counted)
+        done = run(40)
+        assert done.exit_code == 0, done.output
+        assert server.state.requests == 40  # 20, then the 20 items not cached yet: pooled
+    assert opened == [where[1]]
+    assert _outputs(tmp_path / "out")["counts"]["cache_hits"] == 20

@@ -29,6 +29,7 @@ from runner.execute.store.lease import describe, lease_id, lease_name
 from runner.prepare import prepare
 from runner.report.html import read_page_data
 from runner.serve import Desk, make_app, new_token
+from runner.serve import desk as desk_module
 from runner.serve import live as live_module
 from runner.serve.live import LiveRuns, holder
 from runner.serve.rate import ratings_path, record
@@ -99,6 +100,32 @@ async def test_the_index_lists_every_kept_run(client: Any, study: Study,
     rows = re.findall(r"<tr><td><input type=radio.*?</td>(.*?)</tr>", page)
     cells = [html.unescape(re.sub(r"<[^>]+>", " ", r)).split() for r in rows]
     assert [c[:-1] for c in cells] == [line.split() for line in printed.stdout.splitlines()[1:]]
+
+
+async def test_each_page_reads_the_kept_runs_once(client: Any, study: Study,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The index, a run's page (its live line included) and two runs side by side read every
+    kept run's manifest once: as often as listing the jobs' runs does, not again for the live
+    line or the job file."""
+    read: list[Path] = []
+    real = desk_module._manifest
+
+    def counted(run: Path) -> Any:
+        read.append(run)
+        return real(run)
+
+    monkeypatch.setattr(desk_module, "_manifest", counted)
+    desk = Desk(study.runs, DATA_DIR)
+    {job: desk.runs(job) for job in desk.folders()}
+    listing = len(read)  # every job's name (its newest manifest), then its runs
+    read.clear()
+    desk.runs("job")
+    one_job = len(read)  # the job's folder found by name, then its runs
+    for page, once in (("/", listing), (f"/run/job/{study.first}", one_job),
+                       (f"/diff?job=job&a={study.first}&b={study.second}", one_job)):
+        read.clear()
+        assert (await client.get(page)).status == 200
+        assert len(read) == once, page
 
 
 def _csv(path: Path) -> list[dict[str, str]]:
@@ -518,3 +545,4 @@ def test_a_job_file_edited_is_read_again(study: Study) -> None:
     stat = study.job.stat()
     os.utime(study.job, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
     assert desk.selection("job") is not first
+

@@ -121,7 +121,7 @@ def _html(title: str, body: str) -> web.Response:
 async def _index(request: web.Request) -> web.Response:
     desk = request.app[DESK]
     jobs = await asyncio.to_thread(lambda: {job: desk.runs(job) for job in desk.folders()})
-    live = await asyncio.to_thread(request.app[LIVE].lines)
+    live = await asyncio.to_thread(request.app[LIVE].lines, jobs)
     return _html("Runs", await asyncio.to_thread(index_page, jobs, live))  # reads each run
 
 
@@ -129,7 +129,7 @@ async def _run(request: web.Request) -> web.Response:
     desk, job = request.app[DESK], request.match_info["job"]
     runs = desk.runs(job)
     run = desk.run(job, request.match_info["run"], runs)
-    live = await asyncio.to_thread(request.app[LIVE].line, job)  # not every job's
+    live = await asyncio.to_thread(request.app[LIVE].line, job, runs)  # not every job's
     return _html(f"{job}: {run.id}", run_page(job, run, read_csv(run.path / "correlations.csv"),
                                               live if run is runs[-1] else None))
 
@@ -148,7 +148,8 @@ async def _diff(request: web.Request) -> web.Response:
     job, a, b = q.get("job", ""), q.get("a", ""), q.get("b", "")
     kept = desk.runs(job)
     runs = [desk.run(job, a, kept), desk.run(job, b, kept)]
-    compared = await asyncio.to_thread(diff_folders, runs[0].path, runs[1].path, desk.job(job))
+    compared = await asyncio.to_thread(diff_folders, runs[0].path, runs[1].path,
+                                       desk.job(job, kept))
     return _html(f"{job}: {a} vs {b}", diff_page(job, a, b, compared))
 
 

@@ -130,11 +130,11 @@ class Desk:
                 return info
         raise ConfigError(f"{self.folder(job) / HISTORY / run}: no such run of {job}")
 
-    def job(self, job: str) -> Job:
+    def job(self, job: str, runs: list[RunInfo] | None = None) -> Job:
         """The job as its file says now (the file its newest kept run names).
 
         Args:
-            job: the job's name.
+            job: the job's name; runs: its runs if the caller has read them (as for `run`).
 
         Returns:
             The loaded job.
@@ -143,7 +143,7 @@ class Desk:
             ConfigError: No such job or run, the job file is not where the run said, or
                 it is invalid now.
         """
-        return load_job(_job_file(job, self.run(job, "latest")))
+        return load_job(_job_file(job, self.run(job, "latest", runs)))
 
     def selection(self, job: str, run: RunInfo | None = None, *,
                   whole: bool = False) -> WorkingSet:

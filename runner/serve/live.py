@@ -23,6 +23,7 @@ import io
 import re
 import socket
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,7 @@ from runner.report.headline import shown_method
 from runner.report.standing import points
 from runner.report.tables import collect
 from runner.report.write import correlations
-from runner.serve.desk import Desk
+from runner.serve.desk import Desk, RunInfo
 from runner.tasks import Task
 
 __all__ = ["LiveRuns", "holder"]
@@ -85,35 +86,40 @@ class LiveRuns:
     _first: dict[str, tuple[float, int]] = field(default_factory=dict)
     """job -> (when, answered) at the desk's first look at its run in progress."""
 
-    def lines(self) -> dict[str, str]:
-        """job -> one line on its run in progress, for every job with one."""
-        return {job: line for job in self.desk.folders() if (line := self.line(job))}
+    def lines(self, jobs: Mapping[str, list[RunInfo]] | None = None) -> dict[str, str]:
+        """job -> one line on its run in progress, for every job with one; `jobs`: every
+        job's runs if the caller has read them (each reading reads every kept run's manifest).
+        """
+        if jobs is None:
+            jobs = {job: self.desk.runs(job) for job in self.desk.folders()}
+        return {job: line for job, runs in jobs.items() if (line := self.line(job, runs))}
 
-    def line(self, job: str) -> str:
+    def line(self, job: str, runs: list[RunInfo] | None = None) -> str:
         """One line on `job`'s run in progress.
 
         Args:
-            job: the job's name.
+            job: the job's name; runs: its runs if the caller has read them, as for `progress`.
 
         Returns:
             The line ("" when no run of it is in progress).
         """
         try:
-            return str(self.progress(job)["line"])
+            return str(self.progress(job, runs)["line"])
         except RunnerError as exc:  # the job file moved: say so, the page still shows
             return f"running, but cannot be followed: {exc}"
 
-    def progress(self, job: str) -> dict[str, Any]:
+    def progress(self, job: str, runs: list[RunInfo] | None = None) -> dict[str, Any]:
         """Whether `job` runs now; if so its holder, tasks answered of all, ETA and the
         correlations over the answers so far.
 
         Args:
             job: the job's name.
+            runs: its kept runs if the caller has read them (Desk.runs), else read here.
 
         Returns:
             {"running", "holder", "tasks", "answered", "eta_s", "correlations", "line"}.
         """
-        runs = self.desk.runs(job)
+        runs = self.desk.runs(job) if runs is None else runs
         if not runs:  # no run kept yet: no selection to count against
             return {"running": False, "line": ""}
         run = runs[-1].manifest

@@ -120,9 +120,9 @@ class Run:
             yield cache, served
 
     def opened(self) -> contextlib.AbstractContextManager[CacheBackend]:
-        """The run's cache: the lease's while it is held, so that the batch stage and the pool
-        share one connection and one journal (what one stored, the other sees), else the
-        selection's, opened (offline, for reading only).
+        """The run's cache: the lease's while it is held, so that the batch stage, a cached-first
+        pass and the pool share one connection and one journal (what one stored, the others
+        see), else the selection's, opened (offline, for reading only).
 
         Returns:
             The cache, to open with `with`.
@@ -202,7 +202,7 @@ class Run:
         """
         stats = RunStats()
         stats.total = count
-        with open_selected(self.sel, read_only=self.offline) as cache:
+        with self.opened() as cache:  # the lease's: the pool's too, in `pool`
             first = CachedFirst(self.sel.expansion, cache, stats, count=count,
                                 on_progress=on_progress)
             judgments: Iterator[Judgment]
