@@ -111,13 +111,11 @@ def load(name: str, data_dir: Path, *,
         raise ConfigError(f"data set {name!r} holds prompt files, not items: use its files "
                           f"({', '.join(f.path for f in info.files)}) as prompt templates")
     subsets, systems = _options(info, options or {})
-    paths = []
-    for remote in info.files:
-        path = data_dir / remote.path
+    paths = [data_dir / remote.path for remote in info.files]
+    for path in paths:
         if not path.is_file():
             raise DataError(f"{path}: missing file of data set {name!r}; run "
                             f"`judge datasets fetch {name}` or set JUDGE_DATA_DIR")
-        paths.append(path)
     return _filtered(loader(paths, name), name, subsets, systems)
 
 
@@ -126,19 +124,18 @@ def _options(info: DatasetInfo, options: Mapping[str, Any]) -> tuple[set[str], s
     if unknown:
         raise ConfigError(f"data set {info.name!r}: unknown option {unknown[0]!r}; "
                           f"options are {', '.join(_OPTIONS)}")
-    chosen: list[set[str]] = []
     for key in _OPTIONS:
         value = options.get(key, [])
         if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f"data set {info.name!r}: option {key!r} must be a list of "
                               f"names (got {value!r})")
-        chosen.append(set(value))
-    bad = sorted(chosen[0] - set(info.subsets))
+    subsets, systems = (set(options.get(key, [])) for key in _OPTIONS)
+    bad = sorted(subsets - set(info.subsets))
     if bad:
         known = ", ".join(info.subsets) or "none"
         raise ConfigError(f"data set {info.name!r}: unknown subset {bad[0]!r}; "
                           f"subsets are: {known}")
-    return chosen[0], chosen[1]
+    return subsets, systems
 
 
 def _filtered(items: Iterator[Item], name: str, subsets: set[str],
@@ -167,21 +164,17 @@ def verify(name: str, data_dir: Path) -> list[tuple[str, str]]:
     Raises:
         ConfigError: Unknown name.
     """
-    report = []
-    for remote in _info(name).files:
-        path = data_dir / remote.path
-        if not path.is_file():
-            report.append((remote.path, "missing"))
-        else:
-            report.append((remote.path, "ok" if _intact(path, remote) else "sha256 mismatch"))
-    return report
+    return [(remote.path, _status(data_dir / remote.path, remote)) for remote in _info(name).files]
 
 
-def _intact(path: Path, remote: RemoteFile) -> bool:
-    if path.stat().st_size != remote.size:
-        return False
-    with path.open("rb") as file:
-        return hashlib.file_digest(file, "sha256").hexdigest() == remote.sha256
+def _status(path: Path, remote: RemoteFile) -> str:
+    if not path.is_file():
+        return "missing"
+    if path.stat().st_size == remote.size:
+        with path.open("rb") as file:
+            if hashlib.file_digest(file, "sha256").hexdigest() == remote.sha256:
+                return "ok"
+    return "sha256 mismatch"
 
 
 def fetch(name: str, data_dir: Path, *, mirror: str | None = None) -> list[Path]:
@@ -211,7 +204,7 @@ def fetch(name: str, data_dir: Path, *, mirror: str | None = None) -> list[Path]
     written = []
     for remote in info.files:
         dest = data_dir / remote.path
-        if dest.is_file() and _intact(dest, remote):
+        if _status(dest, remote) == "ok":
             continue
         url = remote.url
         if mirror is not None and url.startswith(_RAW_PREFIX):

@@ -18,7 +18,7 @@ import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from types import MappingProxyType
+from types import MappingProxyType, UnionType
 from typing import Any, NamedTuple
 
 from runner.data.readers import jsonl, read_bytes, read_json, safe_unpickle
@@ -101,18 +101,15 @@ def _text(record: Mapping[str, Any], key: str) -> str:
     return value
 
 
+def _scalar(record: Mapping[str, Any], key: str, kinds: type | UnionType, expected: str) -> Any:
+    value = record[key]
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        raise ValueError(f"field {key!r} is {value!r}, expected {expected}")
+    return value
+
+
 def _num(record: Mapping[str, Any], key: str) -> float:
-    value = record[key]
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"field {key!r} is {value!r}, expected a number")
-    return float(value)
-
-
-def _ident(record: Mapping[str, Any], key: str) -> str:
-    value = record[key]
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise ValueError(f"field {key!r} is {value!r}, expected an integer or text id")
-    return str(value)
+    return float(_scalar(record, key, int | float, "a number"))
 
 
 def _numbers(record: Mapping[str, Any], skip: tuple[str, ...] = ()) -> dict[str, float]:
@@ -314,7 +311,8 @@ def _korean_line(dataset: str, index: int, question: dict[Any, Any],
 def _colossalai(files: Sequence[Path], dataset: str) -> Iterator[Item]:
     """ColossalEval GPT-evaluation examples: 25 questions, subset = category."""
     def build(_: int, record: dict[Any, Any]) -> list[Item]:
-        qid, category = _ident(record, "id"), _text(record, "category")
+        qid = str(_scalar(record, "id", int | str, "an integer or text id"))
+        category = _text(record, "category")
         return [Item(
             dataset=dataset, item_id=qid, group=qid, system="", subset=category,
             fields={"question": _text(record, "instruction"),

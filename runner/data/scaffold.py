@@ -239,9 +239,7 @@ def _scores(names: list[str], numeric: set[str]) -> tuple[dict[str, list[str]], 
     """Numeric columns as human aspects (by name) and metrics (the others)."""
     human: dict[str, list[str]] = {}
     metrics = []
-    for c in names:
-        if c not in numeric:
-            continue
+    for c in [c for c in names if c in numeric]:
         if _norm(c) == "id" or _norm(c).endswith("_id"):
             continue  # a number naming something: neither a score nor a metric
         words = set(_norm(c).split("_")) | {re.sub(r"\d+$", "", w) for w in _norm(c).split("_")}

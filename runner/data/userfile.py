@@ -6,7 +6,7 @@ runner.data.datasets, beside the registered benchmarks.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -208,8 +208,9 @@ class _Cells:
         if column in self.row and self.row[column] is not None:
             return self.row[column]
         if self.first and column not in self.row:  # absent from the start: the mapping is wrong
+            names = ", ".join(map(repr, self.row)) or "(none)"
             raise ConfigError(f"{self.path}: column {column!r} (mapped as {role}) not found; "
-                              f"columns are: {_names(self.row)}; fix the field mapping")
+                              f"columns are: {names}; fix the field mapping")
         raise DataError(f"{self.where}: column {column!r} (mapped as {role}) is missing or "
                         "null; fill it in or drop the record")
 
@@ -229,7 +230,3 @@ class _Cells:
             raise DataError(f"{self.where}: column {column!r} (mapped as {role}) is "
                             f"{value!r}, not a finite number; fix the value or the mapping")
         return as_float
-
-
-def _names(row: Iterable[str]) -> str:
-    return ", ".join(repr(name) for name in row) or "(none)"

@@ -146,8 +146,7 @@ def _juries(root: Reader, models: tuple[ModelSpec, ...],
 def _choices(root: Reader, key: str, allowed: tuple[str, ...],
              default: tuple[str, ...] | None = None) -> tuple[str, ...]:
     values = root.get(key, list, list(allowed if default is None else default))
-    bad = [v for v in values if v not in allowed]
-    if bad or not values:
+    if not values or any(v not in allowed for v in values):
         raise root.error(key, f"must be a non-empty list of {', '.join(allowed)} (got {values!r})")
     return tuple(values)
 
@@ -240,11 +239,9 @@ def _tables(root: Reader, key: str) -> list[Mapping[str, Any]]:
 
 
 def _unique(root: Reader, key: str, names: list[str]) -> None:
-    seen: set[str] = set()
-    for n in names:
-        if n in seen:
-            raise root.error(key, f"has two entries named {n!r}; names must be unique")
-        seen.add(n)
+    twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
+    if twice is not None:
+        raise root.error(key, f"has two entries named {twice!r}; names must be unique")
 
 
 def _limits(root: Reader) -> Limits:

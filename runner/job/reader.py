@@ -71,8 +71,9 @@ class Reader:
                 raise self.error(key, "is missing")
             return default
         value = self.table[key]
-        if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _kinds(kind)):
-            names = " or ".join(k.__name__ for k in _kinds(kind))
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            names = " or ".join(k.__name__ for k in kinds)
             raise self.error(key, f"must be {names} (got {value!r})")
         return value
 
@@ -104,10 +105,6 @@ class Reader:
             noun = "integer" if kind is int else "number"
             raise self.error(key, f"must be a positive {noun} (got {value})")
         return value
-
-
-def _kinds(kind: type | tuple[type, ...]) -> tuple[type, ...]:
-    return kind if isinstance(kind, tuple) else (kind,)
 
 
 def check_params(r: Reader, params: Mapping[str, Any]) -> None:

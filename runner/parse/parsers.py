@@ -260,8 +260,7 @@ def combine(results: Sequence[Scores | Failure]) -> Combined:
                 sums.setdefault(key, []).append(value)
     n_parsed = len(results) - len(failures)
     n_refused = sum(f.type == "refusal" for f in failures)
-    failure = None
-    if not n_parsed:
-        failure = failures[0] if failures else Failure("parse", "no samples to combine")
+    failure = None if n_parsed else next(iter(failures),
+                                         Failure("parse", "no samples to combine"))
     return Combined({k: math.fsum(v) / len(v) for k, v in sums.items()}, n_parsed,
                     len(failures) - n_refused, n_refused, failure)
