@@ -8,7 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -267,7 +267,7 @@ def reliability_rows(expansion: Expansion, cells: Cells,
     aspects = cells.aspect_codes()[0]
     human, has = humans(cells, aspects)
     by_aspect: dict[str, _Humans] = {}  # the same for every data set
-    keys = list(dict.fromkeys([*scored, *((d, a) for (d, a) in _annotated(expansion))]))
+    keys = list(dict.fromkeys([*scored, *_annotated(expansion)]))
     for dataset, aspect in keys:
         items = expansion.items.get(dataset, [])
         out += _annotator_rows(dataset, aspect, items)
@@ -287,15 +287,10 @@ def reliability_rows(expansion: Expansion, cells: Cells,
     return out + positions.position_rows()
 
 
-def _annotated(expansion: Expansion) -> list[tuple[str, str]]:
-    """(dataset, aspect) pairs whose items carry two or more annotators."""
-    seen: dict[tuple[str, str], None] = {}
-    for dataset, items in expansion.items.items():
-        for it in items:
-            for aspect, votes in it.annotators.items():
-                if len(votes) >= 2:
-                    seen[dataset, aspect] = None
-    return list(seen)
+def _annotated(expansion: Expansion) -> Iterator[tuple[str, str]]:
+    """(dataset, aspect) pairs whose items carry two or more annotators (with repeats)."""
+    return ((dataset, aspect) for dataset, items in expansion.items.items() for it in items
+            for aspect, votes in it.annotators.items() if len(votes) >= 2)
 
 
 FIGURES = ("agreement", "self_consistency", "position", "length")

@@ -20,7 +20,7 @@ import orjson
 from runner.data.seen import Seen, key64
 from runner.expand import Expansion
 from runner.job.spec import JurySpec
-from runner.reduce.cells import FAILURES, CellBuilder, Cells, grouped
+from runner.reduce.cells import CellBuilder, Cells, grouped
 from runner.reduce.judgments import Judgment
 from runner.reduce.jury import judge_name
 from runner.report.headline import Headline
@@ -239,9 +239,8 @@ def summary(tables: Tables) -> list[dict[str, Any]]:
                      "aspect": aspect, "model": model, "n": int(at.size), "scored": len(scores),
                      "mean": statistics.fmean(scores) if scores else None,
                      "std": statistics.stdev(scores) if len(scores) > 1 else None,
-                     **{column: failed[FAILURES.index(kind)] for column, kind in
-                        (("parse_failures", "parse"), ("refusals", "refusal"),
-                         ("api_failures", "api"))},
+                     **dict(zip(("parse_failures", "refusals", "api_failures"), failed,
+                                strict=True)),  # FAILURES' order
                      "top_score": top[0][0] if top else None,
                      "top_count": top[0][1] if top else 0})
     return rows
