@@ -82,11 +82,10 @@ def collect(expansion: Expansion, judgments: Iterable[Judgment], jsonl: io.Buffe
         the tables, with the counts and provenance of the tasks.
     """
     builder = CellBuilder(expansion)
-    tables = Tables(Cells.empty())
     # the keys judged so far, by their first 64 bits (~12 bytes a task; see Seen), dropped
     # with the pass: the reports after it need only the counts
-    seen, missing = Seen(), tables.missing
-    provenance, add = tables.provenance, builder.add
+    seen, provenance, add = Seen(), Provenance(), builder.add
+    missing: list[str] = []
     judged = tasks = distinct = 0
     last = None
     lines: list[bytes] = []
@@ -109,9 +108,8 @@ def collect(expansion: Expansion, judgments: Iterable[Judgment], jsonl: io.Buffe
             else:
                 provenance.add(t.model, j.source, j.time, j.tokens)
     jsonl.write(b"".join(lines))
-    tables.judgments, tables.tasks, tables.distinct = judged, tasks, distinct
-    tables.cells = builder.finish(juries)
-    return tables
+    return Tables(builder.finish(juries), judgments=judged, tasks=tasks, distinct=distinct,
+                  missing=missing, provenance=provenance)
 
 
 def metric_names(cells: Cells) -> list[str]:
