@@ -181,8 +181,7 @@ class CachedFirst:
 
     def __init__(self, expansion: Expansion, cache: CacheBackend, stats: RunStats, *,
                  count: int, on_progress: Callable[[RunStats], None] = lambda s: None) -> None:
-        self.expansion, self.cache, self.stats = expansion, cache, stats
-        self.count, self.on_progress = count, on_progress  # count: expansion.count()
+        self.expansion, self.stats, self.on_progress = expansion, stats, on_progress
         self.hashes: array.array[int] = array.array("q")
         self.uncached_onward: Iterator[Task] | None = None
         self._reads: Generator[tuple[list[Task], Mapping[str, Answer]], None, None]

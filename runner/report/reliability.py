@@ -109,10 +109,8 @@ def _by_judge(cells: Cells, dataset: str, aspect: str) -> dict[str, _Scored]:
     d = cells.datasets.index(dataset)
     at = np.flatnonzero(cells.scored & np.isin(cells.judge, codes) & (cells.dataset() == d))
     names, name_of = cells.names()
-    out: dict[str, _Scored] = {}
-    for n, rows in zip(*grouped(name_of[cells.judge[at]], len(names)), strict=True):
-        out[names[n]] = (cells.item[at[rows]], cells.score[at[rows]])
-    return out
+    return {names[n]: (cells.item[at[rows]], cells.score[at[rows]])
+            for n, rows in zip(*grouped(name_of[cells.judge[at]], len(names)), strict=True)}
 
 
 def _annotator_rows(dataset: str, aspect: str, items: Sequence[Item]) -> list[dict[str, Any]]:
