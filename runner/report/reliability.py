@@ -137,7 +137,7 @@ class _Humans:
     def __init__(self, items: Sequence[Item], aspect: str, human: npt.NDArray[np.float64],
                  has: npt.NDArray[np.bool_]) -> None:
         self.human, self.has = human, has
-        votes = [it.annotators.get(aspect, ()) if it.annotators else () for it in items]
+        votes = [it.annotators.get(aspect, ()) for it in items]
         self.n_votes = np.array([len(v) for v in votes], dtype=np.int64)
         k = int(self.n_votes.max(initial=0))
         self.votes = np.zeros((len(items), k))
