@@ -207,7 +207,7 @@ def run(job: JobLike, **options: Any) -> RunResult:
     Inside a running event loop (a notebook cell) the pool runs on its own loop in a worker
     thread while this call waits; elsewhere on asyncio's loop in this thread.
     """
-    # asyncio (~65 ms to import) here and in _pool only: plan and rescore never load it
+    # asyncio (~65 ms to import) here and in arun only: plan and rescore never load it
     import asyncio
     import concurrent.futures
 
@@ -247,6 +247,8 @@ async def arun(job: JobLike, **options: Any) -> RunResult:
         A RunResult, as `run`'s. Loading the job, reading the cache and writing the reports
         block the loop meanwhile.
     """
+    import asyncio  # as in run
+
     started = time.time()
     run_options = {k: options.pop(k) for k in _RUN_OPTIONS if k in options}
     env: Mapping[str, str] = os.environ if options.get("environ") is None else options["environ"]
@@ -257,26 +259,17 @@ async def arun(job: JobLike, **options: Any) -> RunResult:
               offline=bool(run_options.get("offline")), budget=run_options.get("budget"))
     run.check()
     with run.lease(run.command):
-        stats = await _pool(run, on_progress=run_options.get("on_progress"),
-                            stoppers=run_options.get("_stoppers"))
+        # the pool's dispatch stops on `stop`, which run's thread sets through `_stoppers`
+        stop, loop = asyncio.Event(), asyncio.get_running_loop()
+        if (stoppers := run_options.get("_stoppers")) is not None:
+            stoppers.append(lambda: loop.call_soon_threadsafe(stop.set))
+        with run.serve() as (cache, served):  # local servers for `local:` models
+            stats = await run.pool(cache, served, stop=stop,
+                                   on_progress=run_options.get("on_progress") or (lambda _: None))
         if stats.fatal:
             raise APIError(f"{stats.fatal}; run stopped, nothing lost: rerun to resume")
         tables = run.report(stats)
     return _result(run.sel, stats, tables)
-
-
-async def _pool(run: Run, *, on_progress: Callable[[RunStats], None] | None,
-                stoppers: list[Callable[[], object]] | None) -> RunStats:
-    """The run's pool, local servers started for `local:` models; a function that stops its
-    dispatch from any thread is added to `stoppers`."""
-    import asyncio  # as in run
-
-    stop, loop = asyncio.Event(), asyncio.get_running_loop()
-    if stoppers is not None:
-        stoppers.append(lambda: loop.call_soon_threadsafe(stop.set))
-    with run.serve() as (cache, served):
-        return await run.pool(cache, served, stop=stop,
-                              on_progress=on_progress or (lambda _: None))
 
 
 def rescore(job: JobLike, **choose: Any) -> RunResult:

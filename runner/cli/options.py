@@ -86,16 +86,15 @@ def _selection_options(ignored: bool = False) -> list[Decorator]:
     ]
 
 
-def _shard_option() -> Decorator:
-    return click.option(
-        "--shard", metavar="I/N",
-        help="Run only shard I of N (0-based) against a shared --cache: the items whose data "
-             "set and group hash to I, whole groups, the others never rendered; rpm/tpm of "
-             "the job are divided by N (--rpm/--tpm are this shard's own). Then build the "
-             "reports once with `judge rescore`. A request that items of two shards both "
-             "render is paid twice only if both shards look it up before either has stored "
-             "its answer; a shard cannot count these (`judge plan` counts all repeats). E.g. "
-             "--shard 0/4.")
+_SHARD_OPTION = click.option(
+    "--shard", metavar="I/N",
+    help="Run only shard I of N (0-based) against a shared --cache: the items whose data "
+         "set and group hash to I, whole groups, the others never rendered; rpm/tpm of "
+         "the job are divided by N (--rpm/--tpm are this shard's own). Then build the "
+         "reports once with `judge rescore`. A request that items of two shards both "
+         "render is paid twice only if both shards look it up before either has stored "
+         "its answer; a shard cannot count these (`judge plan` counts all repeats). E.g. "
+         "--shard 0/4.")
 
 
 CACHE_OPTIONS = tuple(f.name for f in dataclasses.fields(CacheLocation))
@@ -153,7 +152,7 @@ def task_selection(*, shard: bool = False, job_required: bool = True,
                                     *_selection_options(ignored=report_folder_only)]
         names: tuple[str, ...] = SELECTION_OPTIONS
         if shard:
-            options.append(_shard_option())
+            options.append(_SHARD_OPTION)
             names += ("shard",)
         return _collected(f, options, names, "task_selection", _selected)
     return decorate

@@ -68,13 +68,6 @@ class Cells:
     def __len__(self) -> int:
         return int(self.item.size)
 
-    @classmethod
-    def empty(cls) -> Cells:
-        """No cells (a placeholder until `CellBuilder.finish`)."""
-        none = np.zeros(0, dtype=np.int32)
-        return cls([], none, [], [], [], none, none, np.zeros(0), np.zeros(0, dtype=bool),
-                   np.zeros((0, len(FAILURES)), dtype=np.uint16))
-
     def dataset(self) -> npt.NDArray[np.int32]:
         """Each cell's data set code (an index into `datasets`)."""
         return self.item_dataset[self.item]

@@ -86,13 +86,9 @@ def choices(response: Mapping[str, Any]) -> list[Choice]:
     Returns:
         Each choice's text and logprobs, in order.
     """
-    out = []
-    for c in response.get("choices") or []:
-        message = c.get("message") or {}
-        logprobs = (c.get("logprobs") or {}).get("content") if c.get("logprobs") else None
-        out.append(Choice(text=message.get("content") or "", logprobs=logprobs,
-                          finish_reason=c.get("finish_reason")))
-    return out
+    return [Choice(text=(c.get("message") or {}).get("content") or "",
+                   logprobs=(c.get("logprobs") or {}).get("content"),
+                   finish_reason=c.get("finish_reason")) for c in response.get("choices") or []]
 
 
 def judge(expansion: Expansion, cache: CacheBackend, *, failures: Mapping[str, str] | None = None,
@@ -185,8 +181,7 @@ class CachedFirst:
 
     def __init__(self, expansion: Expansion, cache: CacheBackend, stats: RunStats, *,
                  count: int, on_progress: Callable[[RunStats], None] = lambda s: None) -> None:
-        self.expansion, self.cache, self.stats = expansion, cache, stats
-        self.count, self.on_progress = count, on_progress  # count: expansion.count()
+        self.expansion, self.stats, self.on_progress = expansion, stats, on_progress
         self.hashes: array.array[int] = array.array("q")
         self.uncached_onward: Iterator[Task] | None = None
         self._reads: Generator[tuple[list[Task], Mapping[str, Answer]], None, None]
@@ -296,12 +291,11 @@ class _Context:
         score, values, error, n_parsed, n_failed = _outcome(combine(results), task.aspect,
                                                             position)
         texts = [c.text for c in choices_]
-        slot = str(position) if position is not None else None
         return Judgment(task=task, item=item, score=score, values=values,
                         raw=texts[0] if len(texts) == 1 else texts, error=error,
                         cached=task.key not in self.fresh, usage=answer.usage,
                         n_parsed=n_parsed, n_failed=n_failed,
-                        choice_scores=_choice_scores(results, slot, task.aspect),
+                        choice_scores=_choice_scores(results, position, task.aspect),
                         source=answer.source, time=answer.time, tokens=answer.tokens)
 
     def _plain(self, task: Task, item: Item, at: tuple[str, str, int], position: int | None,
@@ -323,8 +317,7 @@ class _Context:
 
 def _outcome(combined: Combined, aspect: str, position: int | None) -> _Outcome:
     """The task's score (its aspect's, or its position's in a group), and why there is none."""
-    key = str(position) if position is not None else None
-    score = combined.values.get(key) if key is not None else _score(combined, aspect)
+    score = _score(combined.values, aspect, position)
     error = None
     if combined.failure is not None:
         error = {"type": combined.failure.type, "message": combined.failure.message}
@@ -335,13 +328,13 @@ def _outcome(combined: Combined, aspect: str, position: int | None) -> _Outcome:
             combined.n_failed + combined.n_refused)
 
 
-def _choice_scores(results: list[Scores | Failure], key: str | None,
+def _choice_scores(results: list[Scores | Failure], position: int | None,
                    aspect: str) -> tuple[float | None, ...]:
     """Each choice's score when an answer has several (see Judgment.choice_scores)."""
     if len(results) < 2:
         return ()
-    return tuple(None if isinstance(r, Failure) else r.values.get(key) if key is not None
-                 else _score(Combined(r.values, 1, 0, 0, None), aspect) for r in results)
+    return tuple(None if isinstance(r, Failure) else _score(r.values, aspect, position)
+                 for r in results)
 
 
 def parser_options(prompt: PromptSpec, aspect: str, n_members: int) -> dict[str, Any]:
@@ -371,8 +364,10 @@ def _checked(prompt: PromptSpec, aspect: str, n_members: int) -> dict[str, Any]:
     return {**parser.options, **options}
 
 
-def _score(combined: Combined, aspect: str) -> float | None:
-    values = combined.values
+def _score(values: Mapping[str, float], aspect: str, position: int | None) -> float | None:
+    """The aspect's score in a parser's values, or the group member's at `position`."""
+    if position is not None:
+        return values.get(str(position))
     if "score" in values:
         return values["score"]
     return values.get(aspect_key(aspect), values.get(aspect))

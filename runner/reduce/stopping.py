@@ -177,8 +177,7 @@ class UntilCI:
         tasks, places = self.seen.get(dataset, ([], array("i")))
         if upto is not None:
             tasks = tasks[:bisect.bisect_right(places, upto)]
-        judged = list(judge(self.expansion, self.cache, failures=self.stats.failures,
-                            tasks=tasks, count=len(tasks)))
+        judged = list(judge(self.expansion, self.cache, failures=self.stats.failures, tasks=tasks))
         # a judgment a task, one per member for a group prompt's: each with its group's place
         at = [g for t, g in zip(tasks, places, strict=False) for _ in t.members or (g,)]
         # whole groups only: a group with a call in flight would enter its sample-level

@@ -219,15 +219,13 @@ class ItemRows:
         if not self.capped:
             rows = [(r, "") for r in self.everything]
         else:
-            why: dict[int, list[str]] = {}
+            why: dict[int, tuple[Row, list[str]]] = {}  # by id: a row in two pools is one
             pools = (("random", self.sample), ("disagreement", [r for _, _, r in self.top]),
                      ("failure", self.failures))
-            byid: dict[int, Row] = {}
             for reason, pool in pools:
                 for r in pool:
-                    byid[id(r)] = r
-                    why.setdefault(id(r), []).append(reason)
-            rows = [(r, " ".join(why[key])) for key, r in byid.items()]
+                    why.setdefault(id(r), (r, []))[1].append(reason)
+            rows = [(r, " ".join(reasons)) for r, reasons in why.values()]
         rows.sort(key=lambda rw: (-(rw[0].diff if rw[0].diff is not None else -1.0),
                                   rw[0].status == "ok"))
         return rows

@@ -154,9 +154,7 @@ def _forest(rows: Sequence[Mapping[str, Any]], levels: Sequence[str], method: st
     for ax, (lvl, p) in zip(axes[0], shown, strict=True):
         _intervals(ax, p, [r["value"] for r in p], [r["judge"] for r in p], method)
         ax.set_title(f"{lvl} level")
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    return fig
+    return _titled(fig, title)
 
 
 def _intervals(ax: Any, rows: Sequence[Mapping[str, Any]], values: Sequence[float],
@@ -172,6 +170,12 @@ def _intervals(ax: Any, rows: Sequence[Mapping[str, Any]], values: Sequence[floa
     ax.axvline(0, color="grey", lw=0.6, ls="--")
     ax.set_yticks(y, labels)
     ax.set_xlabel(f"{what} (95% CI)" if np.isfinite(lo).any() else f"{what} (no CI)")
+
+
+def _titled(fig: Figure, title: str) -> Figure:
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return fig
 
 
 def _grid(n: int) -> tuple[Figure, list[Any]]:
@@ -211,9 +215,7 @@ def _scatter(scatter: Mapping[str, Any], aspect: str, title: str) -> Figure | No
         ax.set_title(f"{name} (n={sc['n']})")
         ax.set_xlabel("judge score")
         ax.set_ylabel(f"human {aspect}")
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    return fig
+    return _titled(fig, title)
 
 
 def _quantile_boxes(ax: Any, edges: Sequence[float], levels: Mapping[str, Any]) -> None:
@@ -243,9 +245,7 @@ def _distribution(dist: Mapping[str, Any], human: Mapping[str, Any],
         ax.set_title(name)
         ax.set_xlabel("score")
         ax.set_ylabel("count")
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    return fig
+    return _titled(fig, title)
 
 
 def _systems(aspect: Mapping[str, Any], title: str) -> Figure | None:
@@ -268,9 +268,7 @@ def _systems(aspect: Mapping[str, Any], title: str) -> Figure | None:
         ax.set_title(f"{name}: pairwise acc. " + ("n/a" if acc is None else f"{acc:.3f}"))
         ax.set_xlabel("system mean - average, as a share of its score scale")
     axes[0].legend(fontsize=6, loc="best")
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    return fig
+    return _titled(fig, title)
 
 
 def _share(values: Sequence[float], dist: Mapping[str, Any] | None) -> Any:

@@ -77,7 +77,10 @@ def headline(levels: Sequence[str], methods: Sequence[str],
         if row["method"] == method and row["subset"] == "all" and _finite(row["value"]):
             cell = table.setdefault((row["dataset"], row["aspect"]), {})
             cell.setdefault(row["judge"], {})[row["level"]] = row
-    unparsed, scoreless = _unparsed(summary)
+    mostly_failed = unparsed_judges(summary)
+    unparsed = [f"judge {judge}: {what}: see report.html#failures"
+                for judge, _, _, what in mostly_failed]
+    scoreless = [judge for judge, missing, answered, _ in mostly_failed if missing == answered]
     lines: list[str] = []
     if table:
         present = [lv for lv in levels
@@ -220,13 +223,3 @@ def _not_scored(missing: int, answered: int, refused: int) -> str:
         return f"{missing} of {answered} answers were refusals"
     return (f"{missing} of {answered} answers not scored: {missing - refused} unparsed, "
             f"{refused} refusals")
-
-
-def _unparsed(summary: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[str]]:
-    """A line for each judge with most answers not scored; the judges with no score at all."""
-    lines, scoreless = [], []
-    for judge, missing, answered, what in unparsed_judges(summary):
-        lines.append(f"judge {judge}: {what}: see report.html#failures")
-        if missing == answered:
-            scoreless.append(judge)
-    return lines, scoreless

@@ -8,7 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -109,10 +109,8 @@ def _by_judge(cells: Cells, dataset: str, aspect: str) -> dict[str, _Scored]:
     d = cells.datasets.index(dataset)
     at = np.flatnonzero(cells.scored & np.isin(cells.judge, codes) & (cells.dataset() == d))
     names, name_of = cells.names()
-    out: dict[str, _Scored] = {}
-    for n, rows in zip(*grouped(name_of[cells.judge[at]], len(names)), strict=True):
-        out[names[n]] = (cells.item[at[rows]], cells.score[at[rows]])
-    return out
+    return {names[n]: (cells.item[at[rows]], cells.score[at[rows]])
+            for n, rows in zip(*grouped(name_of[cells.judge[at]], len(names)), strict=True)}
 
 
 def _annotator_rows(dataset: str, aspect: str, items: Sequence[Item]) -> list[dict[str, Any]]:
@@ -139,7 +137,7 @@ class _Humans:
     def __init__(self, items: Sequence[Item], aspect: str, human: npt.NDArray[np.float64],
                  has: npt.NDArray[np.bool_]) -> None:
         self.human, self.has = human, has
-        votes = [it.annotators.get(aspect, ()) if it.annotators else () for it in items]
+        votes = [it.annotators.get(aspect, ()) for it in items]
         self.n_votes = np.array([len(v) for v in votes], dtype=np.int64)
         k = int(self.n_votes.max(initial=0))
         self.votes = np.zeros((len(items), k))
@@ -267,7 +265,7 @@ def reliability_rows(expansion: Expansion, cells: Cells,
     aspects = cells.aspect_codes()[0]
     human, has = humans(cells, aspects)
     by_aspect: dict[str, _Humans] = {}  # the same for every data set
-    keys = list(dict.fromkeys([*scored, *((d, a) for (d, a) in _annotated(expansion))]))
+    keys = list(dict.fromkeys([*scored, *_annotated(expansion)]))
     for dataset, aspect in keys:
         items = expansion.items.get(dataset, [])
         out += _annotator_rows(dataset, aspect, items)
@@ -287,15 +285,10 @@ def reliability_rows(expansion: Expansion, cells: Cells,
     return out + positions.position_rows()
 
 
-def _annotated(expansion: Expansion) -> list[tuple[str, str]]:
-    """(dataset, aspect) pairs whose items carry two or more annotators."""
-    seen: dict[tuple[str, str], None] = {}
-    for dataset, items in expansion.items.items():
-        for it in items:
-            for aspect, votes in it.annotators.items():
-                if len(votes) >= 2:
-                    seen[dataset, aspect] = None
-    return list(seen)
+def _annotated(expansion: Expansion) -> Iterator[tuple[str, str]]:
+    """(dataset, aspect) pairs whose items carry two or more annotators (with repeats)."""
+    return ((dataset, aspect) for dataset, items in expansion.items.items() for it in items
+            for aspect, votes in it.annotators.items() if len(votes) >= 2)
 
 
 FIGURES = ("agreement", "self_consistency", "position", "length")

@@ -20,7 +20,7 @@ import orjson
 from runner.data.seen import Seen, key64
 from runner.expand import Expansion
 from runner.job.spec import JurySpec
-from runner.reduce.cells import FAILURES, CellBuilder, Cells, grouped
+from runner.reduce.cells import CellBuilder, Cells, grouped
 from runner.reduce.judgments import Judgment
 from runner.reduce.jury import judge_name
 from runner.report.headline import Headline
@@ -82,11 +82,10 @@ def collect(expansion: Expansion, judgments: Iterable[Judgment], jsonl: io.Buffe
         the tables, with the counts and provenance of the tasks.
     """
     builder = CellBuilder(expansion)
-    tables = Tables(Cells.empty())
     # the keys judged so far, by their first 64 bits (~12 bytes a task; see Seen), dropped
     # with the pass: the reports after it need only the counts
-    seen, missing = Seen(), tables.missing
-    provenance, add = tables.provenance, builder.add
+    seen, provenance, add = Seen(), Provenance(), builder.add
+    missing: list[str] = []
     judged = tasks = distinct = 0
     last = None
     lines: list[bytes] = []
@@ -109,9 +108,8 @@ def collect(expansion: Expansion, judgments: Iterable[Judgment], jsonl: io.Buffe
             else:
                 provenance.add(t.model, j.source, j.time, j.tokens)
     jsonl.write(b"".join(lines))
-    tables.judgments, tables.tasks, tables.distinct = judged, tasks, distinct
-    tables.cells = builder.finish(juries)
-    return tables
+    return Tables(builder.finish(juries), judgments=judged, tasks=tasks, distinct=distinct,
+                  missing=missing, provenance=provenance)
 
 
 def metric_names(cells: Cells) -> list[str]:
@@ -239,9 +237,8 @@ def summary(tables: Tables) -> list[dict[str, Any]]:
                      "aspect": aspect, "model": model, "n": int(at.size), "scored": len(scores),
                      "mean": statistics.fmean(scores) if scores else None,
                      "std": statistics.stdev(scores) if len(scores) > 1 else None,
-                     **{column: failed[FAILURES.index(kind)] for column, kind in
-                        (("parse_failures", "parse"), ("refusals", "refusal"),
-                         ("api_failures", "api"))},
+                     **dict(zip(("parse_failures", "refusals", "api_failures"), failed,
+                                strict=True)),  # FAILURES' order
                      "top_score": top[0][0] if top else None,
                      "top_count": top[0][1] if top else 0})
     return rows

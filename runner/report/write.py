@@ -76,23 +76,21 @@ def judge_rows(expansion: Expansion, tables: Tables) -> dict[tuple[str, str], di
     return judge_series(expansion, tables.cells)
 
 
-def correlations(expansion: Expansion, tables: Tables, series: JudgeSeries | None = None,
-                 resamples: Resamples | None = None) -> list[dict[str, Any]]:
+def correlations(expansion: Expansion, tables: Tables,
+                 series: JudgeSeries | None = None) -> list[dict[str, Any]]:
     """Every judge against human, per data set and aspect, as correlations.csv rows.
 
     Args:
         expansion: the job (levels, methods, bootstrap, seed).
         tables: the collected tables (read only when `series` is None).
         series: judge_rows(expansion, tables) if the caller has it already.
-        resamples: the report set's bootstrap draws (a fresh one if None): every judge and
-            aspect of a data set is resampled on the same groups, drawn once.
 
     Returns:
         CORRELATION_COLUMNS rows.
     """
     job, rows = expansion.job, []
     series = judge_rows(expansion, tables) if series is None else series
-    resamples = Resamples() if resamples is None else resamples
+    resamples = Resamples()  # a data set's judges and aspects resampled on the same draws
     for (dataset, aspect), judges in series.items():
         for judge, data in judges.items():
             for c in correlate(data, policy=job.policy, levels=job.levels, methods=job.methods,
