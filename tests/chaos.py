@@ -14,8 +14,9 @@ What one trial checks, and counts for the campaign's summary:
 
 A storage trial (`Campaign.disk`) puts the resumed run's cache on a small tmpfs with a few
 hundred KB left: once the run says the disk is full, after a random wait, the space is freed
-(the run goes on by itself) or the run is stopped with Ctrl-C, the space freed, and the run
-resumed. No answer may be repeated at all (nothing is in flight at a kill), nothing lost.
+(the run goes on by itself) or the run is stopped with Ctrl-C or killed with kill -9 (once no
+request is in flight), the space freed, and the run resumed. No answer may be repeated at all
+(the answers held while the disk is full are on another disk at once), nothing lost.
 
 The fault a request meets depends only on its body and how many times that body was asked
 for (`fault_mix`), never on the order requests arrive in: the interrupted and the
@@ -174,15 +175,18 @@ class Campaign:
             env = clean_env(self.data_dir, TMPDIR=str(folder))  # spill files: kept apart
             proc = self.processes.start(judge_cmd(*args), env=env, cwd=folder)
             proc.wait_for(FULL, timeout=RUN_TIMEOUT_S)
-            held, stop = rng.uniform(0, HOLD_S), rng.random() < 0.5
-            trial.fault = f"disk full {held:.1f} s" + (", Ctrl-C" if stop else "")
+            held, stop = rng.uniform(0, HOLD_S), rng.choice((None, "Ctrl-C", "kill -9"))
+            trial.fault = f"disk full {held:.1f} s" + (f", {stop}" if stop else "")
             time.sleep(held)  # the fault's length, drawn: not a wait for anything
+            if stop == "kill -9":  # once no request is in flight: the run holds what it bought
+                wait_until(lambda: server.state.in_flight == 0, "no request in flight")
             if stop:
-                proc.signal(signal.SIGINT)
-                trial.stopped.append(signal.SIGINT)
+                sig = signal.SIGINT if stop == "Ctrl-C" else signal.SIGKILL
+                proc.signal(sig)
+                trial.stopped.append(sig)
             filler.unlink()
             self.resumed(trial, server, proc, (args, env, folder),
-                         lambda code, _: stop and code == 130)
+                         lambda code, _: code == {"Ctrl-C": 130, "kill -9": -9}.get(stop or ""))
         return _closed(trial, folder, started)
 
     def resumed(self, trial: Trial, server: ThreadedServer, proc: Child,
