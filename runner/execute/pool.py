@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import array
 import asyncio
+import contextlib
 import random
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -249,10 +250,8 @@ class _Pool:
         return True
 
     async def _sleep_unless_stopped(self, delay: float) -> None:
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.stop.wait(), timeout=delay)
-        except TimeoutError:
-            pass
 
     async def _route(self, task: Task, fleet: Fleet, avoid: Replica | None) -> Replica | None:
         """Wait for the pool's pause, the model's limiter and a replica (and its limiter);
