@@ -116,12 +116,11 @@ class Cache(contextlib.AbstractContextManager["Cache"]):
         self._journal: Journal | None = None  # the one being written
         self._pending: list[Row] = []  # appended to it
         self._since = 0.0  # when the oldest of them was
-        self._unfolded: dict[str, bytes] = {}  # every appended row not yet known in SQLite
+        # every appended row not yet known in SQLite (read-only: every journal's, left there)
+        self._unfolded: dict[str, bytes] = dict(unfolded(directory)) if self.read_only else {}
         self._pid = os.getpid()
         self._claims: FolderClaims | None = None  # opened by the first claim
-        if self.read_only:
-            self._unfolded.update(unfolded(directory))
-        else:
+        if not self.read_only:
             recover(directory, self._recovered)  # answers of a run that was killed
 
     def _open_writable(self) -> None:

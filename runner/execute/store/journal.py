@@ -181,12 +181,8 @@ def recover(place: Path | str, store: Callable[[list[Row]], object]) -> int:
     Returns:
         The number of answers stored.
     """
-    return _fold_all(_journals(place), store)
-
-
-def _fold_all(paths: list[Path], store: Callable[[list[Row]], object]) -> int:
     folded = 0
-    for path in paths:
+    for path in _journals(place):
         if path.name.endswith(".new"):
             _remove_stale(path)
         elif path.name.endswith(".log") and str(path) not in _LIVE:
@@ -199,13 +195,8 @@ def _journals(place: Path | str) -> list[Path]:
     """The journals of the cache `place` (a folder's own), then its spill files, each folder's
     oldest first."""
     own = [place / FOLDER] if isinstance(place, Path) else []
-    return _files([*own, *_ours(_spill_folders(place))])
-
-
-def _files(folders: list[Path]) -> list[Path]:
-    """The files of `folders`, each folder's oldest first."""
     paths: list[Path] = []
-    for folder in folders:
+    for folder in [*own, *_ours(_spill_folders(place))]:
         with contextlib.suppress(OSError):
             paths += [folder / name for name in sorted(os.listdir(folder))]
     return paths
