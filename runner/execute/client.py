@@ -255,8 +255,7 @@ def _duration(value: str | None) -> float | None:
         return None
     parts = _DURATION.findall(value)
     if not parts:
-        try:
+        with contextlib.suppress(ValueError):
             return float(value)
-        except ValueError:
-            return None
+        return None
     return sum(float(n) * _SECONDS_PER_UNIT[u] for n, u in parts)

@@ -153,9 +153,6 @@ class _Pool:
         self.claims.close()
         self.commits.close()
 
-    def pause(self, seconds: float) -> None:
-        self.resume_at = max(self.resume_at, self.loop.time() + seconds)
-
     async def probe(self, task: Task, sent: bytes | None = None) -> None:
         """`run_task` for a model whose endpoint has not yet shown it is there (see
         runner.execute.breaker): one such task at a time."""
@@ -204,8 +201,8 @@ class _Pool:
                 if attempt < self.limits.max_retries:
                     self.stats.retries += 1
                     delay = backoff(attempt, exc.retry_after)
-                    if exc.status == 429 and not fleet.several:
-                        self.pause(delay)
+                    if exc.status == 429 and not fleet.several:  # the whole pool waits
+                        self.resume_at = max(self.resume_at, self.loop.time() + delay)
                     if not elsewhere:  # another replica is up: retry there at once
                         await self._sleep_unless_stopped(delay)
                 continue

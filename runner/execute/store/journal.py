@@ -187,7 +187,7 @@ def recover(place: Path | str, store: Callable[[list[Row]], object]) -> int:
             _remove_stale(path)
         elif path.name.endswith(".log") and str(path) not in _LIVE:
             with contextlib.suppress(CacheError):  # a full disk: kept for the next open
-                folded += _fold_file(path, store) or 0
+                folded += _fold_file(path, store)
     return folded
 
 
@@ -286,11 +286,11 @@ def spill(place: Path | str, rows: Sequence[Row]) -> Path:
                         "rerun to resume (those answers are asked again)")
 
 
-def _fold_file(path: Path, store: Callable[[list[Row]], object]) -> int | None:
+def _fold_file(path: Path, store: Callable[[list[Row]], object]) -> int:
     """Fold the journal `path` into SQLite with `store` and remove it; the answers folded (0
-    if it is gone: folded by another process), None if another process holds it (its writer
-    is alive, or another opener is folding it). Raises CacheError if the journal cannot be
-    read, or `store` does."""
+    if it is gone: folded by another process, or if another process holds it: its writer is
+    alive, or another opener is folding it). Raises CacheError if the journal cannot be read,
+    or `store` does."""
     try:
         fd = os.open(path, os.O_RDWR)
     except FileNotFoundError:
@@ -301,7 +301,7 @@ def _fold_file(path: Path, store: Callable[[list[Row]], object]) -> int | None:
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            return None  # its writer is alive
+            return 0  # its writer is alive
         if not path.exists():
             return 0  # folded and removed by another opener
         with os.fdopen(os.dup(fd), "rb") as file:
@@ -324,9 +324,8 @@ def _remove_stale(path: Path) -> None:
     except OSError:
         return
     try:
-        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        path.unlink(missing_ok=True)
-    except OSError:
-        pass
+        with contextlib.suppress(OSError):
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            path.unlink(missing_ok=True)
     finally:
         os.close(fd)
