@@ -195,14 +195,14 @@ class Cache(contextlib.AbstractContextManager["Cache"]):
     def put(self, key: str, record: Mapping[str, Any]) -> None:
         """`CacheBackend.put`."""
         self._writing()
-        self._settle()
+        self.fold()
         if not self._store.set(key, orjson.dumps(record)):
             raise CacheError(f"{self.directory}: could not store {key}; free space, then rerun")
 
     def put_many(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
         """`CacheBackend.put_many`, TRANSACTION records per SQLite transaction (one put is
         one, ~60 us; table.write says how); a later record of a key replaces an earlier one."""
-        self._settle()  # an earlier append of a key must not land after this record of it
+        self.fold()  # an earlier append of a key must not land after this record of it
         return self.put_raw((key, orjson.dumps(record)) for key, record in items)
 
     def append(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
@@ -269,10 +269,6 @@ class Cache(contextlib.AbstractContextManager["Cache"]):
         if self.read_only:
             raise not_writable(self.directory)
 
-    def _settle(self) -> None:
-        if self._pending:
-            self.fold()
-
     def put_raw(self, rows: Iterable[Row]) -> int:
         """put_many of records already serialised (a journal's rows), without waiting for
         the appended ones: `fold` and the recovery of journals use it.
@@ -302,7 +298,7 @@ class Cache(contextlib.AbstractContextManager["Cache"]):
         Yields:
             Each damaged record's key, and why (`damage`).
         """
-        self._settle()
+        self.fold()
         if keys is None:
             keys = self._all_keys()
         for chunk in table.chunks(keys):
@@ -322,17 +318,17 @@ class Cache(contextlib.AbstractContextManager["Cache"]):
             How many there were.
         """
         self._writing()
-        self._settle()
+        self.fold()
         return sum(bool(self._store.delete(key)) for key in keys)
 
     def keys(self) -> Iterator[str]:
-        self._settle()
+        self.fold()
         return iter(self._store)
 
     @guarded
     def stats(self) -> dict[str, int]:
         """Entries and bytes on disk."""
-        self._settle()
+        self.fold()
         return {"entries": len(self._store), "bytes": int(self._store.volume())}
 
     def reopened(self) -> Cache:
