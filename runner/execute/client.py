@@ -7,6 +7,7 @@ server asked us to wait); `execute` decides what to do about it.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import email.utils
 import errno
@@ -24,7 +25,6 @@ from runner.errors import APIError, AuthError, ConnectError, RequestError, Retry
 __all__ = ["Response", "retry_after", "send", "timeout_of"]
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
-REQUEST_STATUS = frozenset({400, 404, 413, 422})
 AUTH_STATUS = frozenset({401, 403})
 MAX_WAIT_S = 600.0
 """`retry_after`'s cap (the Batch API's requests): a longer ask is retried after 10 minutes.
@@ -172,27 +172,23 @@ def _status_error(status: int, raw: bytes, headers: Any,
                   secrets: tuple[str, ...] = ()) -> APIError:
     detail = scrub(_server_message(raw), secrets)
     message = f"HTTP {status}: {detail}"
-    wait = _advised_wait(headers, status == 429)  # as asked: execute caps it (max_wait_s)
     if status in AUTH_STATUS:
         return AuthError(message + " (check the API key and its permissions)", status=status,
                          detail=detail)
-    if status in REQUEST_STATUS:
-        return RequestError(message, status=status, detail=detail)
-    if status in RETRYABLE_STATUS or status >= 500:
-        return RetryableError(message, status=status, retry_after=wait, detail=detail)
-    return RequestError(message, status=status, detail=detail)
+    if status in RETRYABLE_STATUS or status >= 500:  # the wait as asked: execute caps it
+        return RetryableError(message, status=status, detail=detail,
+                              retry_after=_advised_wait(headers, status == 429))
+    return RequestError(message, status=status, detail=detail)  # 400, 404, 413, 422 ...
 
 
 def _server_message(raw: bytes) -> str:
     """The server's own error message (OpenAI puts it in error.message), one line."""
-    try:
+    with contextlib.suppress(orjson.JSONDecodeError):
         data = orjson.loads(raw)
         if isinstance(data, dict) and isinstance(data.get("error"), dict):
             return str(data["error"].get("message", ""))[:300] or "(no message)"
         if isinstance(data, dict) and "detail" in data:
             return str(data["detail"])[:300]
-    except orjson.JSONDecodeError:
-        pass
     text = raw.decode("utf-8", "replace").strip().replace("\n", " ")
     return text[:300] or "(empty body)"
 
@@ -218,20 +214,16 @@ def retry_after(headers: Any, *, rate_limited: bool = True) -> float | None:
 def _advised_wait(headers: Any, rate_limited: bool) -> float | None:
     ms = headers.get("retry-after-ms")
     if ms is not None:
-        try:
+        with contextlib.suppress(ValueError):
             return max(0.0, float(ms) / 1000)
-        except ValueError:
-            pass
     value = headers.get("Retry-After")
     if value is not None:
         try:
             return max(0.0, float(value))
         except ValueError:
-            try:  # an HTTP-date; anything else is no advice (and must not crash the worker)
+            # an HTTP-date; anything else is no advice (and must not crash the worker)
+            with contextlib.suppress(TypeError, ValueError):
                 when = email.utils.parsedate_to_datetime(value)
-            except (TypeError, ValueError):
-                when = None
-            if when is not None:
                 return max(0.0, when.timestamp() - time.time())
     if not rate_limited:
         return None
@@ -263,8 +255,7 @@ def _duration(value: str | None) -> float | None:
         return None
     parts = _DURATION.findall(value)
     if not parts:
-        try:
+        with contextlib.suppress(ValueError):
             return float(value)
-        except ValueError:
-            return None
+        return None
     return sum(float(n) * _SECONDS_PER_UNIT[u] for n, u in parts)

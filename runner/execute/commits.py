@@ -61,7 +61,7 @@ class Commits:
     def __init__(self, cache: CacheBackend, loop: asyncio.AbstractEventLoop,
                  on_stored: Callable[[list[Pending]], None],
                  on_failed: Callable[[list[Task]], None],
-                 say: Callable[[str], None] = lambda message: None) -> None:
+                 say: Callable[[str], None]) -> None:
         self.cache, self.loop, self.say = cache, loop, say
         self.on_stored, self.on_failed = on_stored, on_failed
         self.pending: list[Pending] = []

@@ -25,6 +25,7 @@ line and the manifest). Which replica answered never enters the cache key.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -111,7 +112,7 @@ class Fleet:
         for r in self.replicas:
             r.weight = r.rpm or default
 
-    def pick(self, avoid: Replica | None = None) -> Replica | None:
+    def pick(self, avoid: Replica | None) -> Replica | None:
         """The replica the next request goes to: the routable one with the most free capacity.
 
         Args:
@@ -149,8 +150,8 @@ class Fleet:
         replica.in_flight += 1
         return replica
 
-    async def acquire(self, tokens: int, avoid: Replica | None = None,
-                      stop: asyncio.Event | None = None) -> Replica | None:
+    async def acquire(self, tokens: int, avoid: Replica | None,
+                      stop: asyncio.Event) -> Replica | None:
         """Route one request: wait for a usable replica, then for its limiter.
 
         Args:
@@ -163,15 +164,14 @@ class Fleet:
             `failed`; None when `stop` was set while every replica was out.
         """
         while (replica := self.pick(avoid)) is None:
-            if stop is not None and stop.is_set():
+            if stop.is_set():
                 return None
             wait = min(r.out_until for r in self.replicas) - self.loop.time()
             self.replica_freed.clear()
-            try:  # a probe that succeeds frees its replica before the earliest cool-down ends
+            # a probe that succeeds frees its replica before the earliest cool-down ends
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.replica_freed.wait(),
                                        timeout=min(max(wait, 0.01), STOP_CHECK_S))
-            except TimeoutError:
-                pass
         replica.in_flight += 1
         if replica.limiter is not None:
             try:
@@ -247,20 +247,15 @@ class Fleet:
         """Pace to the limits the first answer announces (only those no one set)."""
         limits = advertised(headers) or Advertised(None, None)
         learn_rpm, learn_tpm = replica.to_learn
-        for name, learning in (("rpm", learn_rpm), ("tpm", learn_tpm)):
+        rpm = limits.rpm if learn_rpm else None  # what is learned: announced, set by no one
+        tpm = limits.tpm if learn_tpm else None
+        for name, learning, value in (("rpm", learn_rpm, rpm), ("tpm", learn_tpm, tpm)):
             if learning:  # the first answer decides: a server that announces nothing has none
-                replica.counts[name] = "none"
-        if learn_rpm and limits.rpm:
-            replica.rpm = limits.rpm
-            replica.counts["rpm"] = f"{limits.rpm:.0f} (learned)"
-        if learn_tpm and limits.tpm:
-            replica.tpm = limits.tpm
-            replica.counts["tpm"] = f"{limits.tpm:.0f} (learned)"
+                replica.counts[name] = f"{value:.0f} (learned)" if value else "none"
+        replica.rpm, replica.tpm = rpm or replica.rpm, tpm or replica.tpm
         replica.to_learn = (False, False)
-        rpm = limits.rpm if learn_rpm and limits.rpm else replica.own_limits[0]
-        tpm = limits.tpm if learn_tpm and limits.tpm else replica.own_limits[1]
-        if (learn_rpm and limits.rpm) or (learn_tpm and limits.tpm):
-            replica.limiter = Limiter(rpm, tpm)
+        if rpm or tpm:
+            replica.limiter = Limiter(rpm or replica.own_limits[0], tpm or replica.own_limits[1])
             self._weights()
 
 
@@ -299,7 +294,7 @@ def fleet_for(model: ModelSpec, base_url: str, api_key: Callable[[], str | None]
         replica = Replica(label=label, api_key=key, key_env=key_env, rpm=rpm or model_rpm,
                           tpm=tpm or model_tpm, to_learn=to_learn, own_limits=(rpm, tpm),
                           provider=route,
-                          cooldown=COOLDOWN_S,
+                          cooldown=COOLDOWN_S,  # read here: the tests shorten it
                           limiter=Limiter(rpm, tpm) if rpm or tpm else None)
         replica.counts = counts.setdefault(label, {
             "calls": 0, "failures": 0, "cooldowns": 0, "state": "up",

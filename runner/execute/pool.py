@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import array
 import asyncio
+import contextlib
 import random
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -152,9 +153,6 @@ class _Pool:
         self.claims.close()
         self.commits.close()
 
-    def pause(self, seconds: float) -> None:
-        self.resume_at = max(self.resume_at, self.loop.time() + seconds)
-
     async def probe(self, task: Task, sent: bytes | None = None) -> None:
         """`run_task` for a model whose endpoint has not yet shown it is there (see
         runner.execute.breaker): one such task at a time."""
@@ -203,8 +201,8 @@ class _Pool:
                 if attempt < self.limits.max_retries:
                     self.stats.retries += 1
                     delay = backoff(attempt, exc.retry_after)
-                    if exc.status == 429 and not fleet.several:
-                        self.pause(delay)
+                    if exc.status == 429 and not fleet.several:  # the whole pool waits
+                        self.resume_at = max(self.resume_at, self.loop.time() + delay)
                     if not elsewhere:  # another replica is up: retry there at once
                         await self._sleep_unless_stopped(delay)
                 continue
@@ -249,10 +247,8 @@ class _Pool:
         return True
 
     async def _sleep_unless_stopped(self, delay: float) -> None:
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.stop.wait(), timeout=delay)
-        except TimeoutError:
-            pass
 
     async def _route(self, task: Task, fleet: Fleet, avoid: Replica | None) -> Replica | None:
         """Wait for the pool's pause, the model's limiter and a replica (and its limiter);

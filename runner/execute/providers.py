@@ -18,6 +18,7 @@ read here too, for limits learned from the first responses.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -299,10 +300,7 @@ def advertised(headers: Mapping[str, str]) -> Advertised | None:
 
 
 def _positive(value: str | None) -> float | None:
-    if value is None:
-        return None
-    try:
-        number = float(value)
-    except ValueError:
-        return None
-    return number if number > 0 else None
+    with contextlib.suppress(ValueError):
+        if value is not None and (number := float(value)) > 0:
+            return number
+    return None

@@ -116,12 +116,11 @@ class Cache(contextlib.AbstractContextManager["Cache"]):
         self._journal: Journal | None = None  # the one being written
         self._pending: list[Row] = []  # appended to it
         self._since = 0.0  # when the oldest of them was
-        self._unfolded: dict[str, bytes] = {}  # every appended row not yet known in SQLite
+        # every appended row not yet known in SQLite (read-only: every journal's, left there)
+        self._unfolded: dict[str, bytes] = dict(unfolded(directory)) if self.read_only else {}
         self._pid = os.getpid()
         self._claims: FolderClaims | None = None  # opened by the first claim
-        if self.read_only:
-            self._unfolded.update(unfolded(directory))
-        else:
+        if not self.read_only:
             recover(directory, self._recovered)  # answers of a run that was killed
 
     def _open_writable(self) -> None:
@@ -196,14 +195,14 @@ class Cache(contextlib.AbstractContextManager["Cache"]):
     def put(self, key: str, record: Mapping[str, Any]) -> None:
         """`CacheBackend.put`."""
         self._writing()
-        self._settle()
+        self.fold()
         if not self._store.set(key, orjson.dumps(record)):
             raise CacheError(f"{self.directory}: could not store {key}; free space, then rerun")
 
     def put_many(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
         """`CacheBackend.put_many`, TRANSACTION records per SQLite transaction (one put is
         one, ~60 us; table.write says how); a later record of a key replaces an earlier one."""
-        self._settle()  # an earlier append of a key must not land after this record of it
+        self.fold()  # an earlier append of a key must not land after this record of it
         return self.put_raw((key, orjson.dumps(record)) for key, record in items)
 
     def append(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
@@ -270,10 +269,6 @@ class Cache(contextlib.AbstractContextManager["Cache"]):
         if self.read_only:
             raise not_writable(self.directory)
 
-    def _settle(self) -> None:
-        if self._pending:
-            self.fold()
-
     def put_raw(self, rows: Iterable[Row]) -> int:
         """put_many of records already serialised (a journal's rows), without waiting for
         the appended ones: `fold` and the recovery of journals use it.
@@ -303,7 +298,7 @@ class Cache(contextlib.AbstractContextManager["Cache"]):
         Yields:
             Each damaged record's key, and why (`damage`).
         """
-        self._settle()
+        self.fold()
         if keys is None:
             keys = self._all_keys()
         for chunk in table.chunks(keys):
@@ -323,17 +318,17 @@ class Cache(contextlib.AbstractContextManager["Cache"]):
             How many there were.
         """
         self._writing()
-        self._settle()
+        self.fold()
         return sum(bool(self._store.delete(key)) for key in keys)
 
     def keys(self) -> Iterator[str]:
-        self._settle()
+        self.fold()
         return iter(self._store)
 
     @guarded
     def stats(self) -> dict[str, int]:
         """Entries and bytes on disk."""
-        self._settle()
+        self.fold()
         return {"entries": len(self._store), "bytes": int(self._store.volume())}
 
     def reopened(self) -> Cache:

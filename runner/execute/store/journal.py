@@ -181,17 +181,13 @@ def recover(place: Path | str, store: Callable[[list[Row]], object]) -> int:
     Returns:
         The number of answers stored.
     """
-    return _fold_all(_journals(place), store)
-
-
-def _fold_all(paths: list[Path], store: Callable[[list[Row]], object]) -> int:
     folded = 0
-    for path in paths:
+    for path in _journals(place):
         if path.name.endswith(".new"):
             _remove_stale(path)
         elif path.name.endswith(".log") and str(path) not in _LIVE:
             with contextlib.suppress(CacheError):  # a full disk: kept for the next open
-                folded += _fold_file(path, store) or 0
+                folded += _fold_file(path, store)
     return folded
 
 
@@ -199,13 +195,8 @@ def _journals(place: Path | str) -> list[Path]:
     """The journals of the cache `place` (a folder's own), then its spill files, each folder's
     oldest first."""
     own = [place / FOLDER] if isinstance(place, Path) else []
-    return _files([*own, *_ours(_spill_folders(place))])
-
-
-def _files(folders: list[Path]) -> list[Path]:
-    """The files of `folders`, each folder's oldest first."""
     paths: list[Path] = []
-    for folder in folders:
+    for folder in [*own, *_ours(_spill_folders(place))]:
         with contextlib.suppress(OSError):
             paths += [folder / name for name in sorted(os.listdir(folder))]
     return paths
@@ -295,11 +286,11 @@ def spill(place: Path | str, rows: Sequence[Row]) -> Path:
                         "rerun to resume (those answers are asked again)")
 
 
-def _fold_file(path: Path, store: Callable[[list[Row]], object]) -> int | None:
+def _fold_file(path: Path, store: Callable[[list[Row]], object]) -> int:
     """Fold the journal `path` into SQLite with `store` and remove it; the answers folded (0
-    if it is gone: folded by another process), None if another process holds it (its writer
-    is alive, or another opener is folding it). Raises CacheError if the journal cannot be
-    read, or `store` does."""
+    if it is gone: folded by another process, or if another process holds it: its writer is
+    alive, or another opener is folding it). Raises CacheError if the journal cannot be read,
+    or `store` does."""
     try:
         fd = os.open(path, os.O_RDWR)
     except FileNotFoundError:
@@ -310,7 +301,7 @@ def _fold_file(path: Path, store: Callable[[list[Row]], object]) -> int | None:
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            return None  # its writer is alive
+            return 0  # its writer is alive
         if not path.exists():
             return 0  # folded and removed by another opener
         with os.fdopen(os.dup(fd), "rb") as file:
@@ -333,9 +324,8 @@ def _remove_stale(path: Path) -> None:
     except OSError:
         return
     try:
-        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        path.unlink(missing_ok=True)
-    except OSError:
-        pass
+        with contextlib.suppress(OSError):
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            path.unlink(missing_ok=True)
     finally:
         os.close(fd)

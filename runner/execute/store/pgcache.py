@@ -142,12 +142,8 @@ class PgCache(LeasedSession, contextlib.AbstractContextManager["PgCache"]):
         Returns:
             The records, and their rows' places (ctid, TID bytes), by key.
         """
-        records: dict[str, bytes] = {}
-        places: dict[str, bytes] = {}
-        for key, record, place in self._by_key("a read", "key, record, ctid", keys):
-            records[key] = record
-            places[key] = place
-        return records, places
+        rows = list(self._by_key("a read", "key, record, ctid", keys))
+        return {key: record for key, record, _ in rows}, {key: place for key, _, place in rows}
 
     def _by_key(self, what: str, columns: LiteralString, keys: Sequence[str]
                 ) -> Iterator[tuple[Any, ...]]:

@@ -249,7 +249,7 @@ def main(argv: Sequence[str]) -> NoReturn:
     code = 0
     try:
         with Cache(Path(argv[0]), read_only=True) as cache:
-                _serve(cache, sys.stdin.buffer, sys.stdout.buffer)
+            _serve(cache, sys.stdin.buffer, sys.stdout.buffer)
     except Exception as exc:  # one line for the parent's message, not a traceback
         with contextlib.suppress(OSError):
             os.write(2, f"{type(exc).__name__}: {exc}\n".encode(errors="replace"))
