@@ -87,8 +87,14 @@ class LiveRuns:
     """job -> (when, answered) at the desk's first look at its run in progress."""
 
     def lines(self, jobs: Mapping[str, list[RunInfo]] | None = None) -> dict[str, str]:
-        """job -> one line on its run in progress, for every job with one; `jobs`: every
-        job's runs if the caller has read them (each reading reads every kept run's manifest).
+        """One line on each job's run in progress.
+
+        Args:
+            jobs: every job's runs if the caller has read them (each reading reads every kept
+                run's manifest), else read here.
+
+        Returns:
+            job -> its line, for every job with a run in progress.
         """
         if jobs is None:
             jobs = {job: self.desk.runs(job) for job in self.desk.folders()}
